@@ -1,0 +1,90 @@
+"""Items: one class per document type, each field named in the crawler's words.
+
+A document's natural key is ``(dbname, filename)`` (CNKI's stable ids, from the list row's
+``a.icon-collect``), never the detail URL, whose ``v=`` token changes per session. Every
+field is a plain string ("" when the page does not carry it); fields with several values
+(people, keywords) are joined with ``;`` the way CNKI writes them, so rows stay flat for
+SQL and CSV.
+
+The stand-in site's ground truth uses exactly these field names, so a crawl can be compared
+with it field by field. ``LIST_FIELDS`` come from the result-list row, the rest from the
+detail page.
+"""
+
+from __future__ import annotations
+
+import scrapy
+
+# Fields that every type shares. ``source``, ``date`` and ``database`` are the list row's
+# 来源 / 日期 / 数据库 cells; ``title`` comes from the detail page's ``.wx-tit h1``.
+COMMON_FIELDS = ("dbname", "filename", "title", "source", "date", "database")
+LIST_FIELDS = ("source", "date", "database")
+
+PATENT_FIELDS = COMMON_FIELDS + (
+    "patent_type",  # 专利类型
+    "application_no",  # 申请(专利)号 / 申请（专利）号
+    "application_date",  # 申请日
+    "publication_no",  # 申请公布号
+    "publication_date",  # 公开公告日
+    "grant_no",  # 授权公布号
+    "grant_date",  # 授权公告日
+    "applicant",  # 申请人
+    "address",  # 地址
+    "co_applicants",  # 共同申请人
+    "inventors",  # 发明人
+    "ipc",  # 分类号
+    "main_ipc",  # 主分类号
+    "province_code",  # 国省代码
+    "agency",  # 代理机构
+    "agent",  # 代理人
+    "pages",  # 页数
+    "abstract",  # div.abstract-text
+    "claim",  # 主权项: div.claim-text
+)
+
+PAPER_FIELDS = COMMON_FIELDS + (
+    "authors",  # h3#authorpart span a (affiliation <sup> dropped)
+    "institutions",  # the second h3.author
+    "abstract",  # #ChDivSummary
+    "keywords",  # p.keywords a (trailing ";" dropped)
+    "fund",  # 基金
+    "doi",  # DOI
+    "clc",  # 分类号 (中图分类号)
+    "album",  # 专辑
+    "topic",  # 专题
+)
+
+ACHIEVEMENT_FIELDS = COMMON_FIELDS + (
+    "completers",  # 成果完成人
+    "first_unit",  # 第一完成单位
+    "keywords",  # 关键词
+    "clc",  # 中图分类号
+    "subject_code",  # 学科分类号
+    "summary",  # 成果简介
+    "achievement_type",  # 成果类别
+    "entry_date",  # 成果入库时间
+    "level",  # 成果水平
+    "period",  # 研究起止时间
+    "evaluation",  # 评价形式
+)
+
+FIELDS = {"patent": PATENT_FIELDS, "paper": PAPER_FIELDS, "achievement": ACHIEVEMENT_FIELDS}
+DOC_TYPES = tuple(FIELDS)
+
+
+def _item_class(name: str, fields: tuple[str, ...]) -> type[scrapy.Item]:
+    return type(name, (scrapy.Item,), {f: scrapy.Field() for f in fields})
+
+
+PatentItem = _item_class("PatentItem", PATENT_FIELDS)
+PaperItem = _item_class("PaperItem", PAPER_FIELDS)
+AchievementItem = _item_class("AchievementItem", ACHIEVEMENT_FIELDS)
+
+ITEM_CLASSES = {"patent": PatentItem, "paper": PaperItem, "achievement": AchievementItem}
+
+
+def doc_type_of(item: scrapy.Item) -> str:
+    for doc_type, cls in ITEM_CLASSES.items():
+        if isinstance(item, cls):
+            return doc_type
+    raise TypeError(f"not a cnkispider document item: {type(item).__name__}")

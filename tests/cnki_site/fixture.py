@@ -1,0 +1,1 @@
+"""Placeholder: the stand-in site's pytest fixtures (being written)."""
