@@ -1,0 +1,66 @@
+"""One exception hierarchy for the whole crawler.
+
+Everything the crawler raises on purpose derives from :class:`CnkiSpiderError`, so the command
+line can print one clear message (never a traceback) for any of them and exit non-zero.
+"""
+
+from __future__ import annotations
+
+from scrapy.exceptions import IgnoreRequest
+
+
+class CnkiSpiderError(Exception):
+    """Base of every error the crawler raises on purpose."""
+
+
+class ConfigError(CnkiSpiderError):
+    """A configuration value is missing or malformed.
+
+    The message names the file, the section, the key and what was expected.
+    """
+
+    def __init__(self, path, section: str, key: str | None, problem: str):
+        self.path, self.section, self.key, self.problem = path, section, key, problem
+        where = f"[{section}] {key}" if key else f"[{section}]"
+        super().__init__(f"{path}: {where}: {problem}")
+
+
+class StorageError(CnkiSpiderError):
+    """The database cannot be reached or used. The message holds the URL with its password masked."""
+
+
+class RedisUnavailable(CnkiSpiderError):
+    """Redis cannot be reached, or is configured in a way that could lose the crawl's state."""
+
+
+class TaskRowError(CnkiSpiderError):
+    """A task row holds values the crawler cannot use (edited by hand into nonsense)."""
+
+    def __init__(self, task_id: int, problem: str):
+        self.task_id, self.problem = task_id, problem
+        super().__init__(f"task {task_id}: {problem}")
+
+
+class RefusedPage(CnkiSpiderError):
+    """CNKI answered, but with one of its ways of saying no (verify page, captcha, blank body,
+    JavaScript page, a list without its pager, ...). Always retryable; never "zero results".
+
+    ``reason`` is a short slug used in stats keys and the error tables (``verify``, ``captcha``,
+    ``blank``, ``javascript``, ``no-data-retry``, ``no-pager``, ``unexpected``).
+    """
+
+    def __init__(self, reason: str, detail: str = ""):
+        self.reason, self.detail = reason, detail
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+
+
+class GaveUp(IgnoreRequest):
+    """A request failed on every attempt the retry policy allows.
+
+    Raised by the retry middleware so that the request's errback records it in errorCode (list
+    stage) or errorLink (detail stage) with ``reason`` and ``attempts``.
+    """
+
+    def __init__(self, reason: str, attempts: int):
+        self.reason, self.attempts = reason, attempts
+        super().__init__(f"gave up after {attempts} attempts: {reason}")
