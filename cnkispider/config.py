@@ -1,0 +1,290 @@
+"""config.ini: found, layered, validated once into one typed :class:`Config`.
+
+Lookup order for the file: ``--config PATH``; else ``config.ini`` in the working directory;
+else ``config.ini`` beside the executable (the frozen .exe) or the project folder. Values
+from the file are overridden by environment variables ``CNKI_<SECTION>_<KEY>`` (for example
+``CNKI_DATABASE_URL``), and every key has a default here, so a missing file is fine.
+
+Every value is checked at start. A wrong section, an unknown key (a typo) or a malformed
+value raises one :class:`ConfigError` naming the file, the section, the key and what was
+expected; nothing half-configured ever starts crawling.
+
+Relative paths (the SQLite file, the data folder, the log file) are relative to the folder
+of the config file, so the .exe and `scrapy crawl` find the same data wherever they start.
+"""
+
+from __future__ import annotations
+
+import configparser
+import datetime as dt
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cnkispider.exceptions import ConfigError
+from cnkispider.items import DOC_TYPES
+
+CONFIG_NAME = "config.ini"
+ENV_PREFIX = "CNKI_"
+
+
+def _text(raw: str) -> str:
+    return raw.strip()
+
+
+def _int(lo: int | None = None, hi: int | None = None):
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            raise ValueError(f"expected a whole number, got {raw!r}") from None
+        if lo is not None and value < lo:
+            raise ValueError(f"expected a number >= {lo}, got {value}")
+        if hi is not None and value > hi:
+            raise ValueError(f"expected a number <= {hi}, got {value}")
+        return value
+
+    return parse
+
+
+def _float(lo: float = 0.0):
+    def parse(raw: str) -> float:
+        try:
+            value = float(raw.strip())
+        except ValueError:
+            raise ValueError(f"expected a number, got {raw!r}") from None
+        if value < lo:
+            raise ValueError(f"expected a number >= {lo}, got {value}")
+        return value
+
+    return parse
+
+
+def _bool(raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected true or false, got {raw!r}")
+
+
+def _date_or_empty(raw: str) -> str:
+    raw = raw.strip()
+    if not raw:
+        return ""
+    try:
+        return dt.date.fromisoformat(raw).isoformat()
+    except ValueError:
+        raise ValueError(f"expected a date as YYYY-MM-DD (or empty), got {raw!r}") from None
+
+
+def _choice(*choices: str):
+    def parse(raw: str) -> str:
+        value = raw.strip().lower()
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {raw!r}")
+        return value
+
+    return parse
+
+
+def _database_url(raw: str) -> str:
+    value = raw.strip()
+    if not value.startswith(("sqlite://", "mysql+pymysql://", "mysql://", "mariadb+pymysql://")):
+        raise ValueError(
+            "expected a database URL such as sqlite:///data/cnki.db or "
+            f"mysql+pymysql://user:password@host:3306/cnki, got {value!r}"
+        )
+    return value
+
+
+def _redis_url(raw: str) -> str:
+    value = raw.strip()
+    if value and not value.startswith(("redis://", "rediss://", "unix://")):
+        raise ValueError(f"expected empty (embedded Redis) or redis://, rediss:// or unix:// URL, got {value!r}")
+    return value
+
+
+def _http_url(raw: str) -> str:
+    value = raw.strip().rstrip("/")
+    if value and not value.startswith(("http://", "https://")):
+        raise ValueError(f"expected an http:// or https:// URL, got {raw!r}")
+    return value
+
+
+# (section, key) -> (parser, default). The one table of every key config.ini may hold;
+# config.ini documents each of them in place.
+SCHEMA: dict[str, dict[str, tuple[Any, str]]] = {
+    "database": {
+        "url": (_database_url, "sqlite:///data/cnki.db"),
+    },
+    "redis": {
+        "url": (_redis_url, ""),
+    },
+    "task": {
+        "name": (_text, "default"),
+        "type": (_choice(*DOC_TYPES), "patent"),
+        "start_date": (_date_or_empty, ""),
+        "end_date": (_date_or_empty, ""),
+        "categories": (_text, "builtin"),
+    },
+    "cnki": {
+        "base_url": (_http_url, "https://kns.cnki.net"),
+        "page_size": (_int(1, 50), "50"),
+        "max_pages": (_int(1, 1000), "120"),
+        "turn_limit": (_int(1, 1000), "14"),
+        "category_field": (_text, "CLC"),
+    },
+    "proxy": {
+        "enabled": (_bool, "false"),
+        "api_url": (_http_url, ""),
+        "format": (_choice("lines", "json"), "lines"),
+        "json_path": (_text, "data"),
+        "reuse": (_int(1), "10"),
+        "fetch_interval": (_float(0.0), "5"),
+        "static": (_text, ""),
+    },
+    "crawl": {
+        "data_dir": (_text, "data"),
+        "concurrent_requests": (_int(1, 512), "16"),
+        "download_delay": (_float(0.0), "0"),
+        "download_timeout": (_float(1.0), "30"),
+        "retry_times": (_int(0, 100), "5"),
+        "rate_limit": (_float(0.0), "0"),
+        "lease_seconds": (_int(5), "60"),
+        "round_lease_seconds": (_int(5), "300"),
+        "max_attempts": (_int(1), "5"),
+        "heartbeat_seconds": (_int(1), "15"),
+        "processes": (_int(1, 64), "1"),
+        "recrawl": (_bool, "true"),
+        "archive_html": (_bool, "false"),
+        "feed": (_text, ""),
+        "log_file": (_text, ""),
+        "log_level": (_choice("debug", "info", "warning", "error"), "info"),
+    },
+}
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    name: str
+    type: str
+    start_date: str
+    end_date: str
+    categories: str
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every setting, validated. ``path`` is the file read (None when only defaults applied)."""
+
+    path: Path | None
+    base_dir: Path
+    database_url: str
+    redis_url: str
+    task: TaskConfig
+    cnki: dict[str, Any]
+    proxy: dict[str, Any]
+    crawl: dict[str, Any]
+    raw: dict[str, dict[str, Any]] = field(repr=False, default_factory=dict)
+
+    @property
+    def data_dir(self) -> Path:
+        return self.base_dir / self.crawl["data_dir"]
+
+    def resolve(self, relative: str) -> Path:
+        path = Path(relative)
+        return path if path.is_absolute() else self.base_dir / path
+
+
+def executable_dir() -> Path:
+    """The folder of the frozen .exe (never PyInstaller's temporary unpack folder)."""
+    if getattr(sys, "frozen", False):
+        return Path(sys.executable).resolve().parent
+    return Path(__file__).resolve().parent.parent
+
+
+def find_config(explicit: str | os.PathLike | None = None) -> Path | None:
+    if explicit:
+        path = Path(explicit)
+        if not path.is_file():
+            raise ConfigError(path, "-", None, "no such file (given with --config)")
+        return path
+    for candidate in (Path.cwd() / CONFIG_NAME, executable_dir() / CONFIG_NAME):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_config(explicit: str | os.PathLike | None = None, environ=None) -> Config:
+    """Find, read, override from the environment, and validate the configuration."""
+    environ = os.environ if environ is None else environ
+    path = find_config(explicit)
+    parser = configparser.ConfigParser(interpolation=None, default_section="__none__")
+    parser.optionxform = str  # keep the key as written, so an error names it as the user typed it
+    shown = path if path is not None else Path(CONFIG_NAME)
+    if path is not None:
+        try:
+            parser.read(path, encoding="utf-8-sig")  # utf-8-sig: Notepad on Windows writes a BOM
+        except configparser.Error as exc:
+            raise ConfigError(path, "-", None, f"not a valid ini file: {exc}") from None
+
+    values: dict[str, dict[str, Any]] = {}
+    for section in parser.sections():
+        if section not in SCHEMA:
+            raise ConfigError(
+                shown, section, None, f"unknown section; expected one of {', '.join(SCHEMA)}"
+            )
+        for key in parser[section]:
+            if key not in SCHEMA[section]:
+                raise ConfigError(
+                    shown,
+                    section,
+                    key,
+                    f"unknown key; expected one of {', '.join(SCHEMA[section])}",
+                )
+
+    for section, keys in SCHEMA.items():
+        values[section] = {}
+        for key, (parse, default) in keys.items():
+            env_name = f"{ENV_PREFIX}{section.upper()}_{key.upper()}"
+            source = shown
+            if env_name in environ:
+                raw, source = environ[env_name], Path(f"${env_name}")
+            elif parser.has_option(section, key):
+                raw = parser.get(section, key)
+            else:
+                raw = default
+            try:
+                values[section][key] = parse(raw)
+            except ValueError as exc:
+                raise ConfigError(source, section, key, str(exc)) from None
+
+    base_dir = path.resolve().parent if path is not None else Path.cwd()
+    task = values["task"]
+    if task["start_date"] and task["end_date"] and task["end_date"] < task["start_date"]:
+        raise ConfigError(shown, "task", "end_date", "is before start_date")
+    return Config(
+        path=path,
+        base_dir=base_dir,
+        database_url=_absolute_sqlite(values["database"]["url"], base_dir),
+        redis_url=values["redis"]["url"],
+        task=TaskConfig(**task),
+        cnki=values["cnki"],
+        proxy=values["proxy"],
+        crawl=values["crawl"],
+        raw=values,
+    )
+
+
+def _absolute_sqlite(url: str, base_dir: Path) -> str:
+    """sqlite:///relative/path is taken relative to the config file's folder, not the cwd."""
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and not url.startswith(prefix + "/") and url != "sqlite:///:memory:":
+        relative = url[len(prefix) :]
+        if not Path(relative).is_absolute():  # a Windows path like C:/... is already absolute
+            return prefix + (base_dir / relative).as_posix()
+    return url

@@ -1,0 +1,580 @@
+"""Flow control: tasks hand out rounds of (day x category), atomically, to any number of workers.
+
+The task table is the truth of progress; a worker keeps nothing a restart would miss.
+
+The cursor
+    ``(cur_date, cur_code)`` is the last round handed out (``cur_code`` NULL: none yet on
+    ``cur_date``). The next round is ``(cur_date, the root category after cur_code)``; past the
+    last category it is ``(cur_date + 1, first category)``. Rounds are handed out while their day
+    is <= ``end_date``, or <= today (Beijing time, CNKI's calendar) when ``end_date`` is empty.
+
+Steering, from any MySQL client, while workers run
+    - end_date earlier than cur_date: nothing more is handed out; in-flight rounds finish.
+    - a later end_date (or an empty one): the task goes on from its cursor.
+    - changing cur_date / cur_code moves the cursor; rounds already done are crawled again when
+      the cursor passes them (upserts make that safe).
+
+A round's life (only this module moves it, always by a conditional UPDATE, so two workers can
+never both win the same transition)::
+
+    (cursor advance) --> claimed --seed in Redis--> seeded --last request acked--> done
+                          |   ^                        |
+                          |   '-- lease ran out -------+-- Redis lost its state (epoch changed)
+                          '-- list stage gave up --> failed (and a row in errorCode)
+
+    claimed: a worker holds it with a lease (``lease_until``), renewed by its heartbeat; when the
+             lease runs out any worker reclaims it (``attempts`` + 1).
+    seeded:  its first request is in Redis, whose leases now guard it; ``epoch`` records the Redis
+             epoch, so after a Redis crash (new epoch) the round is found and replayed.
+
+Claims are compare-and-swap on the cursor (``UPDATE task ... WHERE cur_date <=> old AND
+cur_code <=> old``) in the same transaction that inserts the round row: either both happen or
+neither, and of two workers racing for one cursor position exactly one updates a row.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from cnkispider.db import db_now
+from cnkispider.exceptions import TaskRowError
+from cnkispider.items import DOC_TYPES
+from cnkispider.schema import error_code, error_link, round_, task, worker
+from tasks.categories import CategoryError, CategoryTree, load_tree
+
+logger = logging.getLogger(__name__)
+
+BEIJING = dt.timedelta(hours=8)
+IN_FLIGHT = ("claimed", "seeded")
+
+
+def new_worker_id() -> str:
+    return f"{socket.gethostname()[:60]}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(frozen=True)
+class Task:
+    """A task row that passed validation."""
+
+    id: int
+    name: str
+    type: str
+    start_date: dt.date
+    cur_date: dt.date | None
+    cur_code: str | None
+    end_date: dt.date | None
+    categories: str
+    phase: str
+    status: dt.datetime | None
+    tree: CategoryTree
+
+    def limit(self, now: dt.datetime) -> dt.date:
+        """The last day that may be handed out: end_date, or today on CNKI's calendar."""
+        return self.end_date or (now + BEIJING).date()
+
+    def next_round(self) -> tuple[dt.date, str]:
+        if self.cur_date is None:
+            return self.start_date, self.tree.roots[0]
+        following = self.tree.next_root(self.cur_code)
+        if following is None:
+            return self.cur_date + dt.timedelta(days=1), self.tree.roots[0]
+        return self.cur_date, following
+
+
+@dataclass(frozen=True)
+class Round:
+    id: int
+    task_id: int
+    day: str
+    category: str
+    attempts: int
+    state: str = "claimed"
+
+
+def _parse_day(value, what: str, task_id: int, required: bool) -> dt.date | None:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        if required:
+            raise TaskRowError(task_id, f"{what} is empty")
+        return None
+    try:
+        return dt.date.fromisoformat(str(value).strip())
+    except ValueError:
+        raise TaskRowError(task_id, f"{what} {value!r} is not a date (YYYY-MM-DD)") from None
+
+
+def validate_row(row, base_dir: Path | None = None) -> Task:
+    """Turn a task row into a Task, or raise TaskRowError saying what is wrong with it."""
+    tid = row.id
+    if row.type not in DOC_TYPES:
+        raise TaskRowError(tid, f"type {row.type!r} is unknown; expected one of {', '.join(DOC_TYPES)}")
+    start = _parse_day(row.start_date, "start_date", tid, required=True)
+    cur = _parse_day(row.cur_date, "cur_date", tid, required=False)
+    end = _parse_day(row.end_date, "end_date", tid, required=False)
+    # end_date = the day before start_date is how `task stop` stops a task still on its first
+    # day; anything earlier is a typo.
+    if end is not None and end < start - dt.timedelta(days=1):
+        raise TaskRowError(tid, f"end_date {end} is before start_date {start}")
+    try:
+        tree = load_tree(row.categories, row.type, base_dir)
+    except CategoryError as exc:
+        raise TaskRowError(tid, f"categories: {exc}") from None
+    code = row.cur_code or None
+    if code is not None and code not in tree:
+        raise TaskRowError(tid, f"cur_code {code!r} is not one of the task's categories")
+    if cur is None and code is not None:
+        raise TaskRowError(tid, "cur_code is set but cur_date is empty")
+    return Task(
+        id=tid,
+        name=row.name,
+        type=row.type,
+        start_date=start,
+        cur_date=cur,
+        cur_code=code,
+        end_date=end,
+        categories=row.categories,
+        phase=row.phase,
+        status=row.status,
+        tree=tree,
+    )
+
+
+class TaskStore:
+    """Tasks, rounds and worker heartbeats in the database (SQLite or MySQL/MariaDB)."""
+
+    def __init__(self, engine: Engine, *, round_lease: int = 300, base_dir: Path | None = None):
+        self.engine = engine
+        self.round_lease = dt.timedelta(seconds=round_lease)
+        self.base_dir = base_dir
+        self._reported: set[tuple[int, str]] = set()
+
+    # -- tasks ---------------------------------------------------------------------------
+
+    def register(
+        self,
+        name: str,
+        doc_type: str,
+        start_date: str,
+        end_date: str = "",
+        categories: str = "builtin",
+    ) -> tuple[Task, bool]:
+        """Create the task if it is new; join it unchanged if it exists (returns created?).
+
+        An existing row is never overwritten from a config file: the operator steers through
+        the table, and a PC restarting with an old config.ini must not undo that.
+        """
+        if doc_type not in DOC_TYPES:
+            raise ValueError(f"type must be one of {', '.join(DOC_TYPES)}")
+        start = dt.date.fromisoformat(start_date).isoformat()
+        end = dt.date.fromisoformat(end_date).isoformat() if end_date else None
+        load_tree(categories, doc_type, self.base_dir)  # fail now on a bad category spec
+        with self.engine.begin() as conn:
+            existing = conn.execute(sa.select(task.c.id).where(task.c.name == name)).first()
+            if existing is None:
+                now = db_now(conn)
+                try:
+                    conn.execute(
+                        task.insert().values(
+                            name=name,
+                            type=doc_type,
+                            start_date=start,
+                            cur_date=start,
+                            cur_code=None,
+                            end_date=end,
+                            categories=categories,
+                            phase="crawl",
+                            created_at=now,
+                            updated_at=now,
+                        )
+                    )
+                    created = True
+                except sa.exc.IntegrityError:  # another PC registered it a moment ago
+                    created = False
+            else:
+                created = False
+        return self.get(name), created
+
+    def _row(self, conn, key: int | str):
+        where = task.c.id == int(key) if str(key).isdigit() else task.c.name == key
+        row = conn.execute(sa.select(task).where(where)).first()
+        if row is None:
+            raise LookupError(f"no task {key!r}")
+        return row
+
+    def get(self, key: int | str) -> Task:
+        with self.engine.connect() as conn:
+            return validate_row(self._row(conn, key), self.base_dir)
+
+    def rows(self) -> list:
+        """Every task row, unvalidated (for listing, where a bad row is shown, not hidden)."""
+        with self.engine.connect() as conn:
+            return list(conn.execute(sa.select(task).order_by(task.c.id)))
+
+    def set_end_date(self, key: int | str, end_date: str | None) -> Task:
+        """What an operator does by editing end_date: extend, resume (None = up to today)."""
+        value = dt.date.fromisoformat(end_date).isoformat() if end_date else None
+        with self.engine.begin() as conn:
+            row = self._row(conn, key)
+            if value is not None and value < row.start_date:
+                raise ValueError(f"end_date {value} is before the task's start_date {row.start_date}")
+            conn.execute(
+                task.update()
+                .where(task.c.id == row.id)
+                .values(end_date=value, updated_at=db_now(conn))
+            )
+        return self.get(row.id)
+
+    def stop(self, key: int | str) -> Task:
+        """Stop handing out rounds: end_date becomes the day before the cursor's day."""
+        current = self.get(key)
+        day = current.cur_date or current.start_date
+        stop_at = day - dt.timedelta(days=1)
+        with self.engine.begin() as conn:
+            conn.execute(
+                task.update()
+                .where(task.c.id == current.id)
+                .values(end_date=stop_at.isoformat(), updated_at=db_now(conn))
+            )
+        return self.get(current.id)
+
+    def move_cursor(self, key: int | str, cur_date: str, cur_code: str | None) -> Task:
+        with self.engine.begin() as conn:
+            row = self._row(conn, key)
+            conn.execute(
+                task.update()
+                .where(task.c.id == row.id)
+                .values(
+                    cur_date=dt.date.fromisoformat(cur_date).isoformat(),
+                    cur_code=cur_code,
+                    updated_at=db_now(conn),
+                )
+            )
+        return self.get(row.id)
+
+    def report_bad_row(self, error: TaskRowError) -> None:
+        """Log a bad task row once per process (the same problem is not repeated every claim)."""
+        key = (error.task_id, error.problem)
+        if key not in self._reported:
+            self._reported.add(key)
+            logger.error("skipping %s (fix the row in the task table)", error)
+
+    # -- rounds --------------------------------------------------------------------------
+
+    def claim(self, task_ids: int | list[int], worker_id: str, epoch: str | None = None) -> Round | None:
+        """Hand this worker its next round from the given tasks, or None when none is due.
+
+        First a round whose lease ran out (or whose Redis state was lost: seeded under another
+        epoch) is taken over; then the cursor of the first task with a round due advances. A
+        task row that fails validation is reported once and skipped; the others go on.
+        """
+        ids = [task_ids] if isinstance(task_ids, int) else list(task_ids)
+        for task_id in ids:
+            try:
+                found = self._claim_one(task_id, worker_id, epoch)
+            except TaskRowError as exc:
+                self.report_bad_row(exc)
+                continue
+            if found is not None:
+                return found
+        return None
+
+    def _claim_one(self, task_id: int, worker_id: str, epoch: str | None) -> Round | None:
+        taken = self._take_over(task_id, worker_id, epoch)
+        if taken is not None:
+            return taken
+        for _ in range(100):  # each retry means another worker won the race: move on
+            with self.engine.begin() as conn:
+                current = validate_row(self._row(conn, task_id), self.base_dir)
+                now = db_now(conn)
+                day, code = current.next_round()
+                if day > current.limit(now):
+                    return None
+                moved = conn.execute(
+                    task.update()
+                    .where(
+                        task.c.id == task_id,
+                        task.c.cur_date.is_not_distinct_from(_iso(current.cur_date)),
+                        task.c.cur_code.is_not_distinct_from(current.cur_code),
+                    )
+                    .values(
+                        cur_date=day.isoformat(),
+                        cur_code=code,
+                        phase="crawl",
+                        status=now,
+                        updated_at=now,
+                    )
+                ).rowcount
+                if moved != 1:
+                    continue
+                claimed = self._open_round(conn, task_id, day.isoformat(), code, worker_id, now)
+                if claimed is not None:
+                    return claimed
+                # the cursor passed a round still in flight (the operator moved it back): skip it
+        raise RuntimeError(f"task {task_id}: could not claim a round after 100 tries")
+
+    def _open_round(self, conn, task_id, day, code, worker_id, now) -> Round | None:
+        lease = now + self.round_lease
+        existing = conn.execute(
+            sa.select(round_.c.id, round_.c.state).where(
+                round_.c.task_id == task_id, round_.c.day == day, round_.c.category == code
+            )
+        ).first()
+        if existing is None:
+            result = conn.execute(
+                round_.insert().values(
+                    task_id=task_id,
+                    day=day,
+                    category=code,
+                    state="claimed",
+                    worker=worker_id,
+                    lease_until=lease,
+                    attempts=1,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+            return Round(result.inserted_primary_key[0], task_id, day, code, 1)
+        if existing.state in IN_FLIGHT:
+            return None
+        conn.execute(
+            round_.update()
+            .where(round_.c.id == existing.id)
+            .values(
+                state="claimed",
+                worker=worker_id,
+                lease_until=lease,
+                attempts=1,
+                epoch=None,
+                total=None,
+                stored=None,
+                note=None,
+                updated_at=now,
+            )
+        )
+        return Round(existing.id, task_id, day, code, 1)
+
+    def _take_over(self, task_id: int, worker_id: str, epoch: str | None) -> Round | None:
+        with self.engine.begin() as conn:
+            now = db_now(conn)
+            lapsed = sa.and_(round_.c.state == "claimed", round_.c.lease_until < now)
+            if epoch is not None:
+                lost = sa.and_(
+                    round_.c.state == "seeded",
+                    round_.c.epoch.is_not(None),
+                    round_.c.epoch != epoch,
+                )
+                lapsed = sa.or_(lapsed, lost)
+            candidates = conn.execute(
+                sa.select(round_.c.id, round_.c.day, round_.c.category, round_.c.attempts)
+                .where(round_.c.task_id == task_id, lapsed)
+                .order_by(round_.c.day, round_.c.id)
+                .limit(5)
+            ).all()
+            for cand in candidates:
+                won = conn.execute(
+                    round_.update()
+                    .where(round_.c.id == cand.id, lapsed)
+                    .values(
+                        state="claimed",
+                        worker=worker_id,
+                        lease_until=now + self.round_lease,
+                        attempts=round_.c.attempts + 1,
+                        epoch=None,
+                        updated_at=now,
+                    )
+                ).rowcount
+                if won == 1:
+                    logger.info(
+                        "took over round %s (%s %s) from a lost worker", cand.id, cand.day, cand.category
+                    )
+                    return Round(cand.id, task_id, cand.day, cand.category, cand.attempts + 1)
+        return None
+
+    def mark_seeded(self, round_id: int, worker_id: str, epoch: str) -> bool:
+        """The round's first request is in Redis: from now on Redis leases guard it."""
+        with self.engine.begin() as conn:
+            return (
+                conn.execute(
+                    round_.update()
+                    .where(round_.c.id == round_id, round_.c.state == "claimed", round_.c.worker == worker_id)
+                    .values(state="seeded", epoch=epoch, updated_at=db_now(conn))
+                ).rowcount
+                == 1
+            )
+
+    def mark_done(self, round_id: int, total: int | None = None, note: str | None = None) -> bool:
+        """Done; True for exactly the one caller that moved it (idempotent for the others)."""
+        with self.engine.begin() as conn:
+            values = {"state": "done", "lease_until": None, "updated_at": db_now(conn)}
+            if total is not None:
+                values["total"] = total
+            if note is not None:
+                values["note"] = note[:500]
+            return (
+                conn.execute(
+                    round_.update()
+                    .where(round_.c.id == round_id, round_.c.state.in_(IN_FLIGHT))
+                    .values(**values)
+                ).rowcount
+                == 1
+            )
+
+    def mark_failed(self, round_id: int, note: str) -> bool:
+        with self.engine.begin() as conn:
+            return (
+                conn.execute(
+                    round_.update()
+                    .where(round_.c.id == round_id, round_.c.state.in_(IN_FLIGHT))
+                    .values(state="failed", lease_until=None, note=note[:500], updated_at=db_now(conn))
+                ).rowcount
+                == 1
+            )
+
+    def add_total(self, round_id: int, listed: int) -> None:
+        """Add a search's listed total to its round (a split round sums its searches)."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                round_.update()
+                .where(round_.c.id == round_id)
+                .values(total=sa.func.coalesce(round_.c.total, 0) + listed)
+            )
+
+    def round_info(self, round_id: int):
+        with self.engine.connect() as conn:
+            return conn.execute(sa.select(round_).where(round_.c.id == round_id)).first()
+
+    def in_flight(self, task_id: int) -> int:
+        with self.engine.connect() as conn:
+            return conn.execute(
+                sa.select(sa.func.count())
+                .select_from(round_)
+                .where(round_.c.task_id == task_id, round_.c.state.in_(IN_FLIGHT))
+            ).scalar()
+
+    def seeded_rounds(self, task_id: int) -> list:
+        with self.engine.connect() as conn:
+            return list(
+                conn.execute(
+                    sa.select(round_.c.id, round_.c.epoch).where(
+                        round_.c.task_id == task_id, round_.c.state == "seeded"
+                    )
+                )
+            )
+
+    def exhausted(self, task_id: int) -> bool:
+        """No round is due now: the cursor is past end_date (or today)."""
+        with self.engine.connect() as conn:
+            current = validate_row(self._row(conn, task_id), self.base_dir)
+            return current.next_round()[0] > current.limit(db_now(conn))
+
+    def finish_crawl_phase(self, task_id: int) -> bool:
+        """Move the task from crawl to recrawl when its rounds are all done.
+
+        True for exactly one caller across the cluster (a conditional UPDATE), so one worker
+        reports the task's crawl finished. A task whose end_date is empty is never finished: it
+        waits for tomorrow's rounds.
+        """
+        current = self.get(task_id)
+        if current.end_date is None or not self.exhausted(task_id) or self.in_flight(task_id):
+            return False
+        with self.engine.begin() as conn:
+            return (
+                conn.execute(
+                    task.update()
+                    .where(task.c.id == task_id, task.c.phase == "crawl")
+                    .values(phase="recrawl", updated_at=db_now(conn))
+                ).rowcount
+                == 1
+            )
+
+    def set_phase(self, task_id: int, phase: str, expect: str | None = None) -> bool:
+        with self.engine.begin() as conn:
+            where = [task.c.id == task_id]
+            if expect is not None:
+                where.append(task.c.phase == expect)
+            return (
+                conn.execute(task.update().where(*where).values(phase=phase, updated_at=db_now(conn))).rowcount
+                == 1
+            )
+
+    # -- workers -------------------------------------------------------------------------
+
+    def register_worker(self, worker_id: str, task_id: int | None) -> None:
+        host, pid = worker_id.split(":")[0], int(worker_id.split(":")[1])
+        with self.engine.begin() as conn:
+            now = db_now(conn)
+            conn.execute(
+                worker.insert().values(
+                    id=worker_id, task_id=task_id, host=host, pid=pid, started_at=now, last_seen=now
+                )
+            )
+
+    def heartbeat(
+        self,
+        worker_id: str,
+        task_id: int | None,
+        *,
+        pages: int = 0,
+        items: int = 0,
+        errors: int = 0,
+        current_round: str | None = None,
+        state: str = "running",
+    ) -> None:
+        """Renew this worker's round leases and say it is alive (task.status = now)."""
+        with self.engine.begin() as conn:
+            now = db_now(conn)
+            conn.execute(
+                round_.update()
+                .where(round_.c.worker == worker_id, round_.c.state == "claimed")
+                .values(lease_until=now + self.round_lease)
+            )
+            if task_id is not None:
+                conn.execute(task.update().where(task.c.id == task_id).values(status=now))
+            conn.execute(
+                worker.update()
+                .where(worker.c.id == worker_id)
+                .values(
+                    last_seen=now,
+                    pages=pages,
+                    items=items,
+                    errors=errors,
+                    current_round=current_round,
+                    state=state,
+                )
+            )
+
+    def progress(self, task_id: int) -> dict:
+        """Counts for the operator: rounds by state, error rows."""
+        with self.engine.connect() as conn:
+            by_state = dict(
+                conn.execute(
+                    sa.select(round_.c.state, sa.func.count())
+                    .where(round_.c.task_id == task_id)
+                    .group_by(round_.c.state)
+                ).all()
+            )
+            codes = conn.execute(
+                sa.select(sa.func.count()).select_from(error_code).where(error_code.c.task_id == task_id)
+            ).scalar()
+            links = conn.execute(
+                sa.select(sa.func.count()).select_from(error_link).where(error_link.c.task_id == task_id)
+            ).scalar()
+        return {"rounds": by_state, "error_code": codes, "error_link": links}
+
+
+def _iso(day: dt.date | None) -> str | None:
+    return day.isoformat() if day is not None else None
+
+
+def rounds_between(current: Task, upto: dt.date) -> int:
+    """How many rounds the task has from its start to ``upto`` (for progress bars)."""
+    days = (upto - current.start_date).days + 1
+    return max(days, 0) * len(current.tree.roots)
