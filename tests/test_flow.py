@@ -1,0 +1,254 @@
+"""Flow control against the real MariaDB and SQLite: order, exclusivity, leases, steering, bad rows."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+import sqlalchemy as sa
+
+from cnkispider.db import open_database
+from cnkispider.schema import round_, task
+from tasks.flow import BEIJING, TaskStore
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def store_for(url, **kw) -> TaskStore:
+    return TaskStore(open_database(url), **kw)
+
+
+def drain(store, task_id, worker="w:1:x", limit=10_000):
+    got = []
+    for _ in range(limit):
+        claimed = store.claim(task_id, worker)
+        if claimed is None:
+            break
+        got.append((claimed.day, claimed.category))
+    return got
+
+
+def test_rounds_walk_categories_then_days(db_url):
+    store = store_for(db_url)
+    t, _ = store.register("order", "paper", "2024-01-30", "2024-02-01", "A,B,C")
+    assert drain(store, t.id) == [
+        (day, code) for day in ("2024-01-30", "2024-01-31", "2024-02-01") for code in "ABC"
+    ]
+
+
+def test_builtin_tree_hands_out_its_roots_in_file_order(sqlite_url):
+    store = store_for(sqlite_url)
+    t, _ = store.register("ipc", "patent", "2024-01-01", "2024-01-01")
+    assert [code for _, code in drain(store, t.id)] == list("ABCDEFGH")
+
+
+def _claim_all(url, task_id, worker, out):
+    store = store_for(url)
+    got = []
+    while True:
+        claimed = store.claim(task_id, worker)
+        if claimed is None:
+            break
+        got.append(claimed.id)
+    out.put(got)
+
+
+def test_two_processes_claim_1000_rounds_each_exactly_once(db_url):
+    store = store_for(db_url)
+    codes = ",".join(f"C{i}" for i in range(10))
+    t, _ = store.register("race", "paper", "2024-01-01", "2024-04-09", codes)  # 100 days x 10
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_claim_all, args=(db_url, t.id, f"w:{i}:x", out)) for i in (1, 2)]
+    for proc in procs:
+        proc.start()
+    results = [out.get(timeout=240) for _ in procs]
+    for proc in procs:
+        proc.join(30)
+    first, second = map(set, results)
+    assert not first & second, "a round was handed out twice"
+    assert len(first) + len(second) == 1000 and first and second
+    with store.engine.connect() as conn:
+        rows = conn.execute(sa.select(round_.c.day, round_.c.category)).all()
+    assert len(set(rows)) == 1000
+
+
+HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from cnkispider.db import open_database
+    from tasks.flow import TaskStore
+    store = TaskStore(open_database(sys.argv[1]), round_lease=2)
+    claimed = store.claim(int(sys.argv[2]), "holder:1:x")
+    print(claimed.id, flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_killed_worker_loses_its_round_to_another_after_the_lease(db_url):
+    store = store_for(db_url, round_lease=2)
+    t, _ = store.register("lease", "paper", "2024-01-01", "2024-01-01", "A,B,C")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, db_url, str(t.id)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    held = int(holder.stdout.readline())
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    before = store.claim(t.id, "other:2:x")
+    assert before is not None and before.id != held, "the lease was not respected"
+    time.sleep(3.1)
+    after = store.claim(t.id, "other:2:x")
+    assert after.id == held and after.attempts == 2
+
+
+def test_heartbeat_keeps_a_slow_round(sqlite_url):
+    store = store_for(sqlite_url, round_lease=2)
+    t, _ = store.register("beat", "paper", "2024-01-01", "2024-01-01", "A,B")
+    store.register_worker("slow:1:x", t.id)
+    mine = store.claim(t.id, "slow:1:x")
+    for _ in range(4):
+        time.sleep(1)
+        store.heartbeat("slow:1:x", t.id)
+    taken = store.claim(t.id, "fast:2:x")
+    assert taken is not None and taken.id != mine.id
+
+
+def test_lost_redis_epoch_hands_a_seeded_round_out_again(sqlite_url):
+    store = store_for(sqlite_url)
+    t, _ = store.register("epoch", "paper", "2024-01-01", "2024-01-01", "A")
+    seeded = store.claim(t.id, "w:1:x", epoch="e1")
+    assert store.mark_seeded(seeded.id, "w:1:x", "e1")
+    assert store.claim(t.id, "w:2:x", epoch="e1") is None
+    replay = store.claim(t.id, "w:2:x", epoch="e2")
+    assert replay.id == seeded.id and replay.attempts == 2
+
+
+class ClaimLoop:
+    """A worker claiming (and finishing) rounds in the background while the operator edits."""
+
+    def __init__(self, store, task_id):
+        self.store, self.task_id, self.got = store, task_id, []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.stop.is_set():
+            claimed = self.store.claim(self.task_id, "loop:1:x")
+            if claimed is None:
+                time.sleep(0.02)
+                continue
+            self.got.append((claimed.day, claimed.category))
+            self.store.mark_done(claimed.id)
+
+    def settle(self, seconds=0.6):
+        """Wait until the loop has had time to drain what is due."""
+        time.sleep(seconds)
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(10)
+
+
+def operator_sets(url, task_id, **values):
+    """An UPDATE as an operator would type it in a MySQL client (a separate connection)."""
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(task.update().where(task.c.id == task_id).values(**values))
+    engine.dispose()
+
+
+def test_steering_while_a_claim_loop_runs(db_url):
+    store = store_for(db_url)
+    t, _ = store.register("steer", "paper", "2024-01-01", "2024-01-02", "A,B")
+    loop = ClaimLoop(store, t.id)
+    try:
+        loop.settle()
+        assert loop.got == [("2024-01-01", "A"), ("2024-01-01", "B"), ("2024-01-02", "A"), ("2024-01-02", "B")]
+
+        # extend: a later end_date goes on from the cursor
+        operator_sets(db_url, t.id, end_date="2024-01-03")
+        loop.settle()
+        assert loop.got[4:] == [("2024-01-03", "A"), ("2024-01-03", "B")]
+
+        # move the cursor back: the next round follows it
+        operator_sets(db_url, t.id, cur_date="2024-01-01", cur_code="A")
+        loop.settle()
+        assert loop.got[6] == ("2024-01-01", "B")
+
+        # stop: end_date earlier than cur_date hands out nothing more
+        operator_sets(db_url, t.id, cur_date="2024-01-03", cur_code=None, end_date="2024-01-02")
+        count = len(loop.got)
+        loop.settle()
+        assert len(loop.got) == count
+
+        # empty end_date: up to today, moving with the calendar
+        today = (dt.datetime.now(dt.UTC).replace(tzinfo=None) + BEIJING).date()
+        operator_sets(db_url, t.id, cur_date=(today - dt.timedelta(days=1)).isoformat(), cur_code="B", end_date=None)
+        loop.settle()
+        assert loop.got[count:] == [(today.isoformat(), "A"), (today.isoformat(), "B")]
+    finally:
+        loop.close()
+
+
+@pytest.mark.parametrize(
+    ("values", "problem"),
+    [
+        ({"end_date": "2024-13-01"}, "end_date '2024-13-01' is not a date"),
+        ({"cur_date": "yesterday"}, "cur_date 'yesterday' is not a date"),
+        ({"type": "thesis"}, "type 'thesis' is unknown"),
+        ({"cur_code": "ZZ"}, "cur_code 'ZZ' is not one of the task's categories"),
+        ({"end_date": "2023-06-01"}, "end_date 2023-06-01 is before start_date 2024-01-01"),
+        ({"categories": "/no/such/file.txt"}, "categories: cannot read category file"),
+    ],
+)
+def test_bad_task_row_is_reported_once_and_skipped(db_url, values, problem, caplog):
+    store = store_for(db_url)
+    bad, _ = store.register("bad", "paper", "2024-01-01", "2024-01-05", "A,B")
+    good, _ = store.register("good", "paper", "2024-01-01", "2024-01-05", "A,B")
+    operator_sets(db_url, bad.id, **values)
+    with caplog.at_level(logging.ERROR, logger="tasks.flow"):
+        claims = [store.claim([bad.id, good.id], "w:1:x") for _ in range(3)]
+    assert all(c is not None and c.task_id == good.id for c in claims)
+    reports = [r.getMessage() for r in caplog.records if f"task {bad.id}:" in r.getMessage()]
+    assert len(reports) == 1 and problem in reports[0]
+
+
+def test_names_from_input_never_become_sql(db_url):
+    store = store_for(db_url)
+    name = "x'); DROP TABLE task; --"
+    t, created = store.register(name, "paper", "2024-01-01", "2024-01-01", "A")
+    assert created and store.get(name).id == t.id and len(store.rows()) == 1
+
+
+def test_exactly_one_caller_finishes_the_crawl_phase(db_url):
+    store = store_for(db_url)
+    t, _ = store.register("finish", "paper", "2024-01-01", "2024-01-01", "A,B")
+    rounds = [store.claim(t.id, "w:1:x") for _ in range(2)]
+    store.mark_done(rounds[0].id)
+    assert store.finish_crawl_phase(t.id) is False  # one round still in flight
+    store.mark_done(rounds[1].id)
+    assert [store.finish_crawl_phase(t.id) for _ in range(3)] == [True, False, False]
+    assert store.get(t.id).phase == "recrawl"
+
+
+def test_stop_on_the_first_day_is_a_valid_row(sqlite_url):
+    store = store_for(sqlite_url)
+    t, _ = store.register("early", "paper", "2024-01-01", "2024-01-03", "A,B")
+    stopped = store.stop(t.id)
+    assert stopped.end_date == dt.date(2023, 12, 31) and store.claim(t.id, "w:1:x") is None
+    store.set_end_date(t.id, "2024-01-01")
+    assert store.claim(t.id, "w:1:x").day == "2024-01-01"
