@@ -1,0 +1,89 @@
+"""Document storage: batched upserts on the natural key (dbname, filename).
+
+A replayed request, a recrawl or a round crawled twice after a cursor move rewrites the same
+row, never adds one. Both dialects get a native upsert (MySQL ``ON DUPLICATE KEY UPDATE``,
+SQLite ``ON CONFLICT DO UPDATE``), one statement per batch.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Iterator
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql, sqlite
+from sqlalchemy.engine import Engine
+
+from cnkispider.items import FIELDS
+from cnkispider.schema import documents
+
+
+def row_for(doc_type: str, values: dict, task_id: int | None, now: dt.datetime) -> dict:
+    row = {field: (values.get(field) or "") for field in FIELDS[doc_type]}
+    row["task_id"] = task_id
+    row["crawled_at"] = now
+    return row
+
+
+def upsert_documents(conn, doc_type: str, rows: list[dict]) -> None:
+    """Insert or update ``rows`` (dicts of one type's columns) on (dbname, filename)."""
+    if not rows:
+        return
+    table = documents[doc_type]
+    # Two copies of one document in a batch would make MySQL update twice and SQLite fail the
+    # batch: keep the last one.
+    unique = list({(r["dbname"], r["filename"]): r for r in rows}.values())
+    updatable = [c for c in unique[0] if c not in ("dbname", "filename")]
+    if conn.dialect.name == "mysql":
+        stmt = mysql.insert(table).values(unique)
+        stmt = stmt.on_duplicate_key_update({c: stmt.inserted[c] for c in updatable})
+    elif conn.dialect.name == "sqlite":
+        stmt = sqlite.insert(table).values(unique)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["dbname", "filename"], set_={c: stmt.excluded[c] for c in updatable}
+        )
+    else:  # pragma: no cover - only the two dialects are supported
+        raise NotImplementedError(conn.dialect.name)
+    conn.execute(stmt)
+
+
+def iter_documents(engine: Engine, doc_type: str, since: str | None = None, batch: int = 1000) -> Iterator[dict]:
+    """Stream stored documents in id order without loading them all (keyset pagination)."""
+    table = documents[doc_type]
+    last = 0
+    while True:
+        query = sa.select(table).where(table.c.id > last).order_by(table.c.id).limit(batch)
+        if since:
+            query = query.where(table.c.date >= since)
+        with engine.connect() as conn:
+            rows = conn.execute(query).mappings().all()
+        if not rows:
+            return
+        for row in rows:
+            yield dict(row)
+        last = rows[-1]["id"]
+
+
+def count_documents(engine: Engine, doc_type: str, task_id: int | None = None) -> int:
+    table = documents[doc_type]
+    query = sa.select(sa.func.count()).select_from(table)
+    if task_id is not None:
+        query = query.where(table.c.task_id == task_id)
+    with engine.connect() as conn:
+        return conn.execute(query).scalar()
+
+
+def fetch_all(engine: Engine, doc_type: str) -> list[dict]:
+    """Every stored document of a type (for tests and small exports)."""
+    return list(iter_documents(engine, doc_type))
+
+
+def chunked(values: Iterable, size: int) -> Iterator[list]:
+    chunk: list = []
+    for value in values:
+        chunk.append(value)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk

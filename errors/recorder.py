@@ -1,0 +1,213 @@
+"""errorCode and errorLink: what failed, why, and how often, so the recrawl phase can replay it.
+
+errorCode   a list-stage failure: the round's (day, category), the exact search (sort, title)
+            and the page it stopped at. Replayed as a search from that page.
+errorLink   a detail-stage failure: the document's ids (dbname, filename), its title (to find a
+            fresh link when the old one went stale), its list-row fields, the last URL.
+
+An error row's life::
+
+    open --claimed by a recrawl worker (lease)--> claimed --replayed and stored--> (deleted)
+      ^                                             |
+      '------- lease ran out / failed again --------'--- attempts > limit --> permanent
+
+A document stored by any route deletes its errorLink row, so "errorLink is empty" means no
+document is missing, and a row left is a document not stored (the invariant: each document
+found is stored, or its link is in errorLink).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from cnkispider.db import db_now
+from cnkispider.schema import error_code, error_link
+
+logger = logging.getLogger(__name__)
+
+
+class ErrorRecorder:
+    def __init__(self, engine: Engine, *, max_attempts: int = 3, lease_seconds: int = 300):
+        self.engine = engine
+        self.max_attempts = max_attempts
+        self.lease = dt.timedelta(seconds=lease_seconds)
+
+    # -- recording -----------------------------------------------------------------------
+
+    def record_code(
+        self,
+        task_id: int,
+        round_id: int | None,
+        day: str,
+        category: str,
+        search: dict | None,
+        page: int | None,
+        reason: str,
+        detail: str = "",
+        replay_of: int | None = None,
+    ) -> None:
+        """A list-stage failure. A failed replay updates its own row instead of adding one."""
+        with self.engine.begin() as conn:
+            now = db_now(conn)
+            if replay_of is not None:
+                conn.execute(
+                    error_code.update()
+                    .where(error_code.c.id == replay_of)
+                    .values(
+                        page=page,
+                        search=json.dumps(search, ensure_ascii=False) if search else None,
+                        reason=reason[:200],
+                        detail=detail,
+                        attempts=error_code.c.attempts + 1,
+                        state=sa.case((error_code.c.attempts + 1 >= self.max_attempts, "permanent"), else_="open"),
+                        lease_until=None,
+                        updated_at=now,
+                    )
+                )
+                return
+            conn.execute(
+                error_code.insert().values(
+                    task_id=task_id,
+                    round_id=round_id,
+                    day=day,
+                    category=category,
+                    search=json.dumps(search, ensure_ascii=False) if search else None,
+                    page=page,
+                    reason=reason[:200],
+                    detail=detail,
+                    attempts=1,
+                    state="open",
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+
+    def record_link(
+        self,
+        task_id: int,
+        round_id: int | None,
+        doc_type: str,
+        url: str,
+        dbname: str,
+        filename: str,
+        reason: str,
+        *,
+        title: str = "",
+        day: str = "",
+        category: str = "",
+        listing: dict | None = None,
+        detail: str = "",
+        attempts: int = 1,
+    ) -> None:
+        """A detail-stage failure; the same document failing again counts up its row."""
+        with self.engine.begin() as conn:
+            now = db_now(conn)
+            existing = conn.execute(
+                sa.select(error_link.c.id, error_link.c.attempts).where(
+                    error_link.c.task_id == task_id,
+                    error_link.c.dbname == dbname,
+                    error_link.c.filename == filename,
+                )
+            ).first()
+            if existing is None:
+                conn.execute(
+                    error_link.insert().values(
+                        task_id=task_id,
+                        round_id=round_id,
+                        doc_type=doc_type,
+                        url=url,
+                        dbname=dbname,
+                        filename=filename,
+                        title=title[:500],
+                        day=day,
+                        category=category,
+                        listing=json.dumps(listing or {}, ensure_ascii=False),
+                        reason=reason[:200],
+                        detail=detail,
+                        attempts=1,
+                        state="open" if self.max_attempts > 1 else "permanent",
+                        created_at=now,
+                        updated_at=now,
+                    )
+                )
+                return
+            total = existing.attempts + 1
+            conn.execute(
+                error_link.update()
+                .where(error_link.c.id == existing.id)
+                .values(
+                    url=url,
+                    reason=reason[:200],
+                    detail=detail,
+                    attempts=total,
+                    state="permanent" if total >= self.max_attempts else "open",
+                    lease_until=None,
+                    updated_at=now,
+                )
+            )
+
+    def resolve_links(self, task_id: int | None, keys: list[tuple[str, str]]) -> int:
+        """Documents now stored: their errorLink rows go (whatever task listed them)."""
+        if not keys:
+            return 0
+        with self.engine.begin() as conn:
+            condition = sa.tuple_(error_link.c.dbname, error_link.c.filename).in_(keys)
+            return conn.execute(error_link.delete().where(condition)).rowcount
+
+    def resolve_code(self, code_id: int) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(error_code.delete().where(error_code.c.id == code_id))
+
+    # -- the recrawl phase: claims like rounds --------------------------------------------
+
+    def _claim(self, table, task_id: int, worker_id: str, limit: int) -> list:
+        claimed = []
+        with self.engine.begin() as conn:
+            now = db_now(conn)
+            due = sa.and_(
+                table.c.task_id == task_id,
+                sa.or_(
+                    table.c.state == "open",
+                    sa.and_(table.c.state == "claimed", table.c.lease_until < now),
+                ),
+            )
+            ids = conn.execute(sa.select(table.c.id).where(due).order_by(table.c.id).limit(limit)).scalars().all()
+            for row_id in ids:
+                won = conn.execute(
+                    table.update()
+                    .where(table.c.id == row_id, due)
+                    .values(state="claimed", lease_until=now + self.lease, updated_at=now)
+                ).rowcount
+                if won == 1:
+                    claimed.append(row_id)
+            if not claimed:
+                return []
+            return list(conn.execute(sa.select(table).where(table.c.id.in_(claimed))).mappings())
+
+    def claim_codes(self, task_id: int, worker_id: str, limit: int = 10) -> list:
+        return self._claim(error_code, task_id, worker_id, limit)
+
+    def claim_links(self, task_id: int, worker_id: str, limit: int = 100) -> list:
+        return self._claim(error_link, task_id, worker_id, limit)
+
+    def outstanding(self, task_id: int) -> dict[str, int]:
+        """Error rows still to replay (open or claimed) and permanent ones, per table."""
+        counts = {}
+        with self.engine.connect() as conn:
+            for name, table in (("error_code", error_code), ("error_link", error_link)):
+                for state, count in conn.execute(
+                    sa.select(table.c.state, sa.func.count())
+                    .where(table.c.task_id == task_id)
+                    .group_by(table.c.state)
+                ):
+                    counts[f"{name}/{state}"] = count
+        return counts
+
+    def pending(self, task_id: int) -> int:
+        counts = self.outstanding(task_id)
+        return sum(v for k, v in counts.items() if not k.endswith("/permanent"))
