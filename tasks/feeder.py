@@ -1,0 +1,278 @@
+"""RoundFeeder: the Scrapy extension that runs flow control inside a worker.
+
+It registers the task (if new) and the worker, claims rounds as the shared queue drains and
+seeds them into Redis, heart-beats (renewing round leases, ``task.status``), marks a round done
+when the scheduler says its last request was acknowledged, moves the task to its recrawl phase
+and then to done, exactly once across the cluster, and only then lets the spider close.
+
+Phases of a task (``task.phase``)::
+
+    crawl --every round done, cursor past end_date--> recrawl --error tables empty or permanent--> done
+      ^                                                                                          |
+      '-------------------- end_date extended (the next claim sets crawl again) ------------------'
+
+A worker never closes on an idle timeout: it closes when its task is done, or when the task
+has no round due (an empty end_date waits for tomorrow; ``TASKS_EXIT_WHEN_IDLE`` says whether to
+wait or exit then).
+
+Settings
+--------
+TASKS_ENABLED            on by default; off for crawls that do not use the task table
+TASKS_NAME, TASKS_TYPE, TASKS_START_DATE, TASKS_END_DATE, TASKS_CATEGORIES
+                         the task to register (if new) and join
+TASKS_BASE_DIR           folder relative category files are resolved against
+TASKS_ROUND_LEASE        seconds a claimed round stays with a silent worker (300)
+TASKS_HEARTBEAT          seconds between heartbeats (15)
+TASKS_ROUNDS_IN_FLIGHT   rounds this worker keeps seeded at once (4)
+TASKS_RECRAWL            run the recrawl phase when the rounds are done (True)
+TASKS_EXIT_WHEN_IDLE     close when no round is due instead of waiting for one (True)
+DATABASE_URL, ERRORS_MAX_ATTEMPTS
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from pathlib import Path
+
+from scrapy import signals
+from scrapy.exceptions import DontCloseSpider, NotConfigured
+from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
+from twisted.internet import task as twisted_task
+from twisted.internet import threads
+
+from cnkispider import signals as cnki_signals
+from cnkispider.db import open_database
+from cnkispider.exceptions import CnkiSpiderError
+from errors.recorder import ErrorRecorder
+from tasks.flow import TaskStore, new_worker_id
+
+logger = logging.getLogger(__name__)
+
+
+async def in_thread(function, *args, **kwargs):
+    return await maybe_deferred_to_future(threads.deferToThread(function, *args, **kwargs))
+
+
+class RoundFeeder:
+    def __init__(self, crawler, settings):
+        self.crawler = crawler
+        self.database_url = settings.get("DATABASE_URL")
+        self.task_name = settings.get("TASKS_NAME") or "default"
+        self.task_type = settings.get("TASKS_TYPE")
+        self.start_date = settings.get("TASKS_START_DATE") or ""
+        self.end_date = settings.get("TASKS_END_DATE") or ""
+        self.categories = settings.get("TASKS_CATEGORIES") or "builtin"
+        base_dir = settings.get("TASKS_BASE_DIR")
+        self.base_dir = Path(base_dir) if base_dir else None
+        self.round_lease = settings.getint("TASKS_ROUND_LEASE", 300)
+        self.heartbeat_seconds = settings.getfloat("TASKS_HEARTBEAT", 15)
+        self.rounds_in_flight = settings.getint("TASKS_ROUNDS_IN_FLIGHT", 4)
+        self.recrawl = settings.getbool("TASKS_RECRAWL", True)
+        self.exit_when_idle = settings.getbool("TASKS_EXIT_WHEN_IDLE", True)
+        self.error_attempts = settings.getint("ERRORS_MAX_ATTEMPTS", 3)
+        self.worker_id = new_worker_id()
+        self.busy = False
+        self.closing = False
+        self.finished_reason: str | None = None
+        self.summary: dict = {}
+
+    @classmethod
+    def from_crawler(cls, crawler):
+        settings = crawler.settings
+        if not settings.getbool("TASKS_ENABLED", True):
+            raise NotConfigured
+        if not settings.get("DATABASE_URL"):
+            raise NotConfigured("DATABASE_URL is not set")
+        feeder = cls(crawler, settings)
+        crawler.signals.connect(feeder.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(feeder.spider_idle, signal=signals.spider_idle)
+        crawler.signals.connect(feeder.spider_closed, signal=signals.spider_closed)
+        crawler.signals.connect(feeder.round_drained, signal=cnki_signals.round_drained)
+        return feeder
+
+    # -- start and stop ------------------------------------------------------------------
+
+    async def spider_opened(self, spider):
+        self.spider = spider
+        try:
+            engine = await in_thread(open_database, self.database_url)
+        except CnkiSpiderError as exc:
+            logger.error("%s", exc)
+            self._close("database_error")
+            return
+        self.store = TaskStore(engine, round_lease=self.round_lease, base_dir=self.base_dir)
+        self.errors = ErrorRecorder(engine, max_attempts=self.error_attempts)
+        name = getattr(spider, "task_name", None) or self.task_name
+        try:
+            if getattr(spider, "task_name", None):
+                task = await in_thread(self.store.get, name)
+            else:
+                if self.task_type and self.task_type != spider.doc_type:
+                    raise CnkiSpiderError(
+                        f"config.ini [task] type is {self.task_type} but the spider is {spider.doc_type}; "
+                        f"run `scrapy crawl {self.task_type}` or pass -a task=NAME"
+                    )
+                start = self.start_date or (dt.datetime.now(dt.UTC) + dt.timedelta(hours=8)).date().isoformat()
+                task, created = await in_thread(
+                    self.store.register, name, spider.doc_type, start, self.end_date, self.categories
+                )
+                logger.info("%s task %s (%s)", "registered" if created else "joined", task.name, task.id)
+        except (CnkiSpiderError, LookupError, ValueError) as exc:
+            logger.error("cannot start: %s", exc)
+            self._close("task_error")
+            return
+        if task.type != spider.doc_type:
+            logger.error("task %s is a %s task, not %s", task.name, task.type, spider.doc_type)
+            self._close("task_error")
+            return
+        spider.task_id, spider.task, spider.tree = task.id, task, task.tree
+        spider.flow, spider.errors = self.store, self.errors
+        self.task_id = task.id
+        await in_thread(self.store.register_worker, self.worker_id, task.id)
+        self.heartbeat_loop = twisted_task.LoopingCall(self._heartbeat)
+        self.heartbeat_loop.start(self.heartbeat_seconds, now=False)
+        self.feed_loop = twisted_task.LoopingCall(self._kick)
+        self.feed_loop.start(1.0, now=True)
+
+    def _close(self, reason: str) -> None:
+        if not self.closing:
+            self.closing = True
+            self.finished_reason = reason
+            self.crawler.engine.close_spider(self.spider, reason)
+
+    async def spider_closed(self, spider, reason):
+        for loop in ("heartbeat_loop", "feed_loop"):
+            running = getattr(self, loop, None)
+            if running is not None and running.running:
+                running.stop()
+        if getattr(self, "task_id", None) is not None:
+            await in_thread(self._beat, "stopped")
+            self.summary = await in_thread(self.store.progress, self.task_id)
+            logger.info("task %s: %s", self.task_id, self.summary)
+
+    # -- the heartbeat ---------------------------------------------------------------------
+
+    def _heartbeat(self):
+        d = threads.deferToThread(self._beat, "running")
+        d.addErrback(lambda f: logger.warning("heartbeat failed: %s", f.getErrorMessage()))
+        return d
+
+    def _beat(self, state: str) -> None:
+        stats = self.crawler.stats
+        self.store.heartbeat(
+            self.worker_id,
+            self.task_id,
+            pages=stats.get_value("response_received_count", 0),
+            items=stats.get_value("item_scraped_count", 0),
+            errors=sum(v for k, v in stats.get_stats().items() if k.startswith("errors/")),
+            state=state,
+        )
+
+    # -- feeding rounds ----------------------------------------------------------------------
+
+    @property
+    def scheduler(self):
+        return self.crawler.engine.scheduler
+
+    def spider_idle(self, spider):
+        if self.finished_reason is None:
+            self._kick()
+            raise DontCloseSpider
+
+    def _kick(self):
+        if self.busy or self.closing or getattr(self, "task_id", None) is None:
+            return None
+        self.busy = True
+        d = deferred_from_coro(self.feed())
+        d.addErrback(lambda f: logger.error("flow control: %s", f.getTraceback()))
+        d.addBoth(self._not_busy)
+        return d
+
+    def _not_busy(self, result):
+        self.busy = False
+        return result
+
+    async def feed(self):
+        """Claim and seed rounds while the shared queue is short; when none is due, finish.
+
+        The queue length (all workers' requests) is the throttle, not this worker's own rounds:
+        any worker may finish a round another seeded.
+        """
+        scheduler = self.scheduler
+        low_water = self.crawler.settings.getint("CONCURRENT_REQUESTS", 16)
+        seeded = 0
+        while seeded < self.rounds_in_flight and not self.closing:
+            if await in_thread(scheduler.queue_length) >= low_water:
+                return
+            round_ = await in_thread(self.store.claim, self.task_id, self.worker_id, scheduler.epoch)
+            if round_ is None:
+                break
+            for request in self.spider.round_requests(round_):
+                self.crawler.engine.crawl(request)
+            # Seeded only once the first request is in Redis: a crash before that leaves the
+            # round claimed, and its lease hands it to another worker.
+            await scheduler.flush()
+            await in_thread(self.store.mark_seeded, round_.id, self.worker_id, scheduler.epoch)
+            seeded += 1
+            logger.info("round %s seeded: %s %s (attempt %s)", round_.id, round_.day, round_.category, round_.attempts)
+        if seeded == 0:
+            await self._maybe_finish()
+
+    async def _maybe_finish(self):
+        store = self.store
+        task = await in_thread(store.get, self.task_id)
+        if task.phase == "crawl":
+            if await in_thread(store.finish_crawl_phase, self.task_id):
+                logger.info("task %s: every round is done; crawl phase finished", task.name)
+            else:
+                if await self._idle_everywhere() and await in_thread(store.exhausted, self.task_id):
+                    if task.end_date is None and self.exit_when_idle:
+                        logger.info("task %s is up to date (no round due until tomorrow)", task.name)
+                        self._close("up_to_date")
+                return
+        task = await in_thread(store.get, self.task_id)
+        if task.phase == "recrawl":
+            if not self.recrawl:
+                await in_thread(store.set_phase, self.task_id, "done", "recrawl")
+            elif await self._replay_errors():
+                return
+            elif await self._idle_everywhere() and not await in_thread(self.errors.pending, self.task_id):
+                if await in_thread(store.set_phase, self.task_id, "done", "recrawl"):
+                    counts = await in_thread(self.errors.outstanding, self.task_id)
+                    logger.info("task %s finished; permanent failures left: %s", task.name, counts or "none")
+                return
+            else:
+                return
+        task = await in_thread(store.get, self.task_id)
+        if task.phase == "done" and await self._idle_everywhere():
+            self._close("finished")
+
+    async def _replay_errors(self) -> bool:
+        """Seed a batch of error rows (errorCode first, then errorLink); True if any."""
+        codes = await in_thread(self.errors.claim_codes, self.task_id, self.worker_id, 10)
+        requests = [self.spider.replay_code(row) for row in codes]
+        if not codes:
+            links = await in_thread(self.errors.claim_links, self.task_id, self.worker_id, 100)
+            requests = [self.spider.replay_link(row) for row in links]
+        for request in requests:
+            self.crawler.engine.crawl(request)
+        if requests:
+            self.crawler.stats.inc_value("recrawl/requests", len(requests))
+            await self.scheduler.flush()
+        return bool(requests)
+
+    async def _idle_everywhere(self) -> bool:
+        """Nothing queued or leased in Redis for this task, by any worker."""
+        return await in_thread(self.scheduler.queue_length) == 0 and await in_thread(self.scheduler.lease_count) == 0
+
+    # -- completion --------------------------------------------------------------------------
+
+    async def round_drained(self, round_id, spider=None):
+        """This worker acknowledged the round's last request: the round is done."""
+        if await in_thread(self.store.mark_done, round_id):
+            self.crawler.stats.inc_value("rounds/done")
+            info = await in_thread(self.store.round_info, round_id)
+            logger.info("round %s done: %s %s, %s listed", round_id, info.day, info.category, info.total)
+        await in_thread(self.scheduler.forget_round, round_id)
+        self._kick()
