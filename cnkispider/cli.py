@@ -4,6 +4,9 @@
     cnkispider task add NAME --type patent --start 2024-01-01 [--end 2024-01-31] [--categories SPEC]
     cnkispider task list | show NAME | stop NAME | extend NAME END | resume NAME [--end DATE]
     cnkispider task move NAME DATE [CODE]
+    cnkispider run [--processes N]       crawl the task of config.ini, then its recrawl phase
+    cnkispider recrawl                   only the recrawl phase (replay errorCode, errorLink)
+    cnkispider demo                      the offline demo: the local stand-in site, crawled
 
 Every error the crawler raises on purpose (a bad config key, an unreachable database, a bad task
 row) is printed as one line and the exit status is 2; a traceback means a bug.
@@ -87,6 +90,141 @@ def cmd_task(config: Config, args) -> int:
     return 0
 
 
+def _check_services(config: Config) -> None:
+    """Fail before Scrapy starts, with one clear line, if the database or Redis is unusable."""
+    from cnkispider.db import open_database
+    from cnkispider.redisconn import connect
+
+    open_database(config.database_url).dispose()
+    connect(config.redis_url, config.data_dir).close()
+
+
+def crawl(config: Config, *, recrawl_only: bool = False, settings_overrides: dict | None = None) -> dict:
+    """Run one worker's crawl in this process; return its stats and finish reason."""
+    import time
+
+    from scrapy.crawler import CrawlerProcess
+
+    from cnkispider.settings import crawler_settings
+
+    _check_services(config)
+    settings = crawler_settings(config)
+    settings.update(settings_overrides or {})
+    if recrawl_only:
+        store = _store(config)
+        current, _ = store.register(
+            config.task.name, config.task.type, config.task.start_date or _today(), config.task.end_date, config.task.categories
+        )
+        store.set_phase(current.id, "recrawl")
+    process = CrawlerProcess(settings)
+    started = time.monotonic()
+    process.crawl(config.task.type)
+    crawler = next(iter(process.crawlers))
+    process.start()
+    stats = dict(crawler.stats.get_stats())
+    stats["elapsed_seconds"] = time.monotonic() - started
+    return stats
+
+
+def _today() -> str:
+    import datetime as dt
+
+    return (dt.datetime.now(dt.UTC) + dt.timedelta(hours=8)).date().isoformat()
+
+
+def print_summary(config: Config, stats: dict) -> None:
+    from cnkispider.db import open_database
+    from cnkispider.storage import count_documents
+
+    engine = open_database(config.database_url)
+    store = _store(config)
+    try:
+        current = store.get(config.task.name)
+        progress = store.progress(current.id)
+        stored = count_documents(engine, config.task.type, current.id)
+    finally:
+        engine.dispose()
+    elapsed = stats.get("elapsed_seconds", 0.0)
+    pages = stats.get("response_received_count", 0)
+    errors = {k.split("/", 1)[1]: v for k, v in stats.items() if k.startswith("errors/")}
+    rounds = ", ".join(f"{k} {v}" for k, v in sorted(progress["rounds"].items())) or "none"
+    print()
+    print(f"== cnkispider summary: task {current.name!r} ({current.type}), phase {current.phase} ==")
+    print(f"finish reason   {stats.get('finish_reason', '?')}")
+    print(f"rounds          {rounds}")
+    print(f"documents       {stored} stored for this task ({stats.get('item_scraped_count', 0)} this run)")
+    print(f"pages           {pages} in {elapsed:.1f} s ({pages / elapsed if elapsed else 0:.1f} pages/s)")
+    print(f"errorCode       {progress['error_code']} rows; errorLink {progress['error_link']} rows")
+    for reason, count in sorted(errors.items()):
+        print(f"  error {reason}: {count}")
+
+
+def cmd_run(config: Config, args) -> int:
+    if args.processes and args.processes > 1:
+        return run_processes(args)
+    stats = crawl(config, recrawl_only=args.command == "recrawl")
+    print_summary(config, stats)
+    return 0 if stats.get("finish_reason") in ("finished", "up_to_date", "shutdown") else 1
+
+
+def run_processes(args) -> int:
+    """N full workers on this machine, each its own process sharing Redis and the database."""
+    import subprocess
+
+    base = [sys.executable, "-m", "cnkispider.cli"]
+    if args.config:
+        base += ["--config", args.config]
+    workers = [subprocess.Popen([*base, args.command]) for _ in range(args.processes)]
+    try:
+        codes = [w.wait() for w in workers]
+    except KeyboardInterrupt:
+        for w in workers:
+            w.terminate()
+        codes = [w.wait() for w in workers]
+    return max(codes)
+
+
+def cmd_demo(config: Config, args) -> int:
+    """The offline demo: start the local stand-in of CNKI and crawl a small task from it."""
+    import subprocess
+    from pathlib import Path
+
+    from cnkispider.config import load_config
+
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "tests" / "cnki_site").is_dir():
+        print("error: the demo needs the repository checkout (tests/cnki_site)", file=sys.stderr)
+        return 2
+    site = subprocess.Popen(
+        [sys.executable, "-m", "tests.cnki_site", "--port", "0", "--seed", "7"],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        base_url = site.stdout.readline().strip().rsplit(" ", 1)[-1]
+        demo_dir = root / "data" / "demo"
+        demo_dir.mkdir(parents=True, exist_ok=True)
+        ini = demo_dir / "config.ini"
+        ini.write_text(
+            "[database]\nurl = sqlite:///cnki-demo.db\n"
+            "[task]\nname = demo\ntype = patent\nstart_date = 2024-01-01\nend_date = 2024-01-02\n"
+            "categories = G06,H04\n"
+            f"[cnki]\nbase_url = {base_url}\n"
+            "[crawl]\ndata_dir = .\nlease_seconds = 30\nheartbeat_seconds = 2\nlog_level = info\n",
+            encoding="utf-8",
+        )
+        print(f"demo: stand-in CNKI at {base_url}; config {ini}")
+        demo = load_config(ini)
+        stats = crawl(demo)
+        print_summary(demo, stats)
+        print(f"demo data: {demo.database_url}")
+        return 0 if stats.get("finish_reason") == "finished" else 1
+    finally:
+        site.terminate()
+        site.wait(10)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cnkispider", description="Distributed CNKI crawler")
     parser.add_argument("--config", help="config.ini to use (default: ./config.ini, then beside the program)")
@@ -118,6 +256,14 @@ def build_parser() -> argparse.ArgumentParser:
     move.add_argument("date")
     move.add_argument("code", nargs="?")
     task_parser.set_defaults(func=cmd_task)
+
+    for name, text in (("run", "crawl the task of config.ini, then recrawl its errors"),
+                       ("recrawl", "only replay errorCode and errorLink")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--processes", type=int, default=0, help="worker processes (default [crawl] processes)")
+        p.set_defaults(func=cmd_run)
+    demo = sub.add_parser("demo", help="offline demo against the local CNKI stand-in")
+    demo.set_defaults(func=cmd_demo)
     return parser
 
 
@@ -130,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = load_config(args.config)
+        if getattr(args, "processes", None) == 0:
+            args.processes = config.crawl["processes"]
         return args.func(config, args)
     except CnkiSpiderError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -1,0 +1,32 @@
+# Two commands on a fresh Linux machine with Python 3.11:
+#   make run    set up .venv and run the crawl configured in config.ini (embedded SQLite + Redis)
+#   make test   set up .venv and run the whole test suite (needs Redis and MariaDB running)
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+$(BIN)/cnkispider: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test,exe]'
+	touch $@
+
+.PHONY: setup run demo test lint bench exe
+setup: $(BIN)/cnkispider
+
+run: setup
+	$(BIN)/cnkispider run
+
+demo: setup
+	$(BIN)/cnkispider demo
+
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/pytest
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+exe: setup
+	$(BIN)/pyinstaller --noconfirm --clean build_exe.spec
