@@ -1,0 +1,9 @@
+"""What the crawler knows about CNKI, kept in one package because CNKI changes every few years.
+
+- :mod:`cnkispider.cnki.protocol`: kns8s request building (resources, QueryJson, grid forms,
+  the result cap, URLs), pure and with the base URL injected so the stand-in site can be used.
+- :mod:`cnkispider.cnki.parsers`: list and detail page parsers (HTML in, data out).
+- :mod:`cnkispider.cnki.refusals`: CNKI's ways of saying no, told apart from usable pages.
+
+Nothing is imported here, so importing one module does not load the others.
+"""

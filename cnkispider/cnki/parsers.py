@@ -1,0 +1,571 @@
+"""Pure page parsers: kns8s list pages and kcms2 detail pages in, plain data out.
+
+No network and no Scrapy engine here: the spider hands a response body to these functions and
+decides what to request next from what they return. Markup is CONTRACTS.md's (the real list
+page in shared/cnki/pages, hand-made detail pages since no real kcms2 page is public).
+
+Every parser first runs :func:`cnkispider.cnki.refusals.body_reason` on the body, so a page
+that is one of CNKI's ways of saying no raises :class:`RefusedPage` with the same reason the
+retry middleware sees. After that, a parser raises ``RefusedPage("unexpected")`` or
+``RefusedPage("no-pager")`` for a page it does not understand; it never returns an empty result
+for one. Zero results are reported only for a page that says so: the no-content block
+(``p.no-content`` with 暂无数据), or a pager that reads 0.
+
+Detail values follow ``cnkispider.items``: every field a string, ``""`` when absent, several
+values joined with ``;`` (no spaces) in page order. Label/value rows are read as key/value pairs
+through :data:`LABELS`, never by position, because CNKI drops and adds rows page by page.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+from dataclasses import dataclass, field
+
+from lxml import etree
+
+from cnkispider.cnki import refusals
+from cnkispider.exceptions import RefusedPage
+from cnkispider.items import FIELDS, LIST_FIELDS
+
+__all__ = [
+    "LABELS",
+    "ListPage",
+    "ListRow",
+    "normalize_label",
+    "parse_achievement",
+    "parse_detail",
+    "parse_list",
+    "parse_paper",
+    "parse_patent",
+]
+
+# -- the label table ------------------------------------------------------------------------
+
+# Normalised label (see normalize_label) -> item field, per document type. One table, so that
+# a label CNKI renames is fixed in one line. The same label can mean different fields in
+# different types (分类号 is the IPC of a patent and the CLC of a paper).
+LABELS: dict[str, dict[str, str]] = {
+    "patent": {
+        "专利类型": "patent_type",
+        "申请(专利)号": "application_no",
+        "申请号": "application_no",
+        "申请日": "application_date",
+        "申请公布号": "publication_no",
+        "公开公告日": "publication_date",
+        "授权公布号": "grant_no",
+        "授权公告日": "grant_date",
+        "申请人": "applicant",
+        "地址": "address",
+        "共同申请人": "co_applicants",
+        "发明人": "inventors",
+        "设计人": "inventors",  # design patents name their inventors so
+        "分类号": "ipc",
+        "主分类号": "main_ipc",
+        "国省代码": "province_code",
+        "代理机构": "agency",
+        "代理人": "agent",
+        "页数": "pages",
+        "摘要": "abstract",
+        "主权项": "claim",
+    },
+    "paper": {
+        "摘要": "abstract",
+        "关键词": "keywords",
+        "基金": "fund",
+        "基金资助": "fund",
+        "DOI": "doi",
+        "分类号": "clc",
+        "中图分类号": "clc",
+        "专辑": "album",
+        "专题": "topic",
+    },
+    "achievement": {
+        "成果完成人": "completers",
+        "第一完成单位": "first_unit",
+        "关键词": "keywords",
+        "中图分类号": "clc",
+        "学科分类号": "subject_code",
+        "成果简介": "summary",
+        "成果类别": "achievement_type",
+        "成果入库时间": "entry_date",
+        "成果水平": "level",
+        "研究起止时间": "period",
+        "评价形式": "evaluation",
+    },
+}
+
+# Fields that hold a list: written "A;B" whether the page uses <a> children, ";" or "；".
+MULTI_VALUED: dict[str, frozenset[str]] = {
+    "patent": frozenset({"applicant", "co_applicants", "inventors", "ipc", "agent"}),
+    "paper": frozenset({"authors", "institutions", "keywords", "fund", "clc"}),
+    "achievement": frozenset({"completers", "keywords", "clc", "subject_code"}),
+}
+
+DETAIL_FIELDS: dict[str, tuple[str, ...]] = {
+    doc_type: tuple(f for f in fields if f not in LIST_FIELDS)
+    for doc_type, fields in FIELDS.items()
+}
+
+# -- the list page --------------------------------------------------------------------------
+
+
+@dataclass
+class ListRow:
+    """One row of a result list. Every value is the normalised cell text ("" when empty)."""
+
+    seq: str
+    title: str
+    url: str  # the kcms2 detail link as found (resolve it with Protocol.absolute)
+    authors: str  # ";"-joined
+    source: str
+    date: str
+    database: str  # 期刊, 硕士, 博士, 专利, ...
+    dbname: str  # the natural key, from a.icon-collect: never dedupe on url
+    filename: str
+    quote: str
+    download: str
+
+    @property
+    def doc_key(self) -> str:
+        return f"{self.dbname}/{self.filename}"
+
+
+@dataclass
+class ListPage:
+    """A parsed list page. ``total`` is the real total, ``page_count`` the pages CNKI shows
+    (capped), ``turn_token`` the value to send as ``turnpage`` with the next page."""
+
+    total: int
+    page_count: int
+    page: int
+    turn_token: str
+    rows: list[ListRow] = field(default_factory=list)
+
+
+def _cls(name: str) -> str:
+    """XPath test for one class token (``contains(@class, 'name')`` alone would match 'names').
+
+    The plain ``contains`` runs first because it is cheap and rejects almost every element;
+    the exact token test alone costs a millisecond per query on a full page.
+    """
+    return f"(contains(@class, '{name}') and contains(concat(' ', normalize-space(@class), ' '), ' {name} '))"
+
+
+_X_ROWS = etree.XPath(f"//table[{_cls('result-table-list')}]//tr[td]")
+# Element names are spelled out where known: "//span[...]" only tests the page's few
+# hundred spans, "//*[...]" every element (four times slower on a full page).
+_X_PAGER = etree.XPath(f"//span[{_cls('pagerTitleCell')}]")
+_X_OLD_PAGER = etree.XPath(f"//div[{_cls('pagerTitleCell')}]")  # old KNS
+_X_PAGE_MARK = etree.XPath(f"//span[{_cls('countPageMark')}]")
+_X_PAGE_NEXT = etree.XPath("//a[@id='PageNext']")
+_X_NO_CONTENT = etree.XPath(f"//p[{_cls('no-content')}]")
+
+_NUMBER_RE = re.compile(r"\d[\d,]*")
+_PAGER_TOTAL_RE = re.compile(r"(\d[\d,]*)\s*条")
+_NO_DATA = "暂无数据"
+_RETRY = "请稍后重试"
+
+
+def parse_list(page: str | bytes) -> ListPage:
+    """Parse a kns8s result list (the grid fragment, or a whole saved page)."""
+    data = _as_bytes(page)
+    reason = refusals.body_reason("list", data)
+    if reason:
+        raise RefusedPage(reason, "list page")
+    root = _document(data, page)
+
+    hidden = _hidden_inputs(root)
+    rows = [_list_row(tr) for tr in _X_ROWS(root)]
+    pagers = _X_PAGER(root) or _X_OLD_PAGER(root)
+    page_no = _current_page(root, hidden)
+    turn_token = hidden.get("hidTurnPage", "")
+    if not pagers and "totalCnt" not in hidden:
+        if _says_no_content(root) and not rows:
+            return ListPage(total=0, page_count=0, page=page_no, turn_token=turn_token)
+        raise RefusedPage("no-pager", "no pagerTitleCell, no #totalCnt, no no-content block")
+
+    total = _total(pagers, hidden)
+    if total == 0:
+        if rows:
+            raise RefusedPage("unexpected", f"pager says 0 results but {len(rows)} rows")
+        return ListPage(total=0, page_count=0, page=page_no, turn_token=turn_token)
+    if not rows:
+        # A header without rows under a non-zero total is a truncated or broken answer; an
+        # empty result here would silently drop the page's documents.
+        raise RefusedPage("unexpected", f"total {total} but no rows on page {page_no}")
+    return ListPage(
+        total=total,
+        page_count=_page_count(root, page_no),
+        page=page_no,
+        turn_token=turn_token,
+        rows=rows,
+    )
+
+
+def _hidden_inputs(root) -> dict[str, str]:
+    """``{id: value}`` of the page's inputs, in one pass (the first of a repeated id wins)."""
+    found: dict[str, str] = {}
+    for el in root.iter("input"):
+        key = el.get("id")
+        if key and key not in found:
+            found[key] = (el.get("value") or "").strip()
+    return found
+
+
+def _total(pagers, hidden: dict[str, str]) -> int:
+    for pager in pagers:
+        for em in pager.iter("em"):
+            number = _to_int(_text(em))
+            if number is not None:
+                return number
+    number = _to_int(hidden.get("totalCnt"))
+    if number is not None:
+        return number
+    # The old KNS pager writes "找到 1,934,679 条结果" without an <em>.
+    for pager in pagers:
+        match = _PAGER_TOTAL_RE.search(_text(pager))
+        if match:
+            return int(match.group(1).replace(",", ""))
+    raise RefusedPage("no-pager", "pager without a readable total")
+
+
+def _current_page(root, hidden: dict[str, str]) -> int:
+    number = _to_int(hidden.get("curPageHid"))
+    if number:
+        return number
+    for mark in _X_PAGE_MARK(root):
+        head = _text(mark).partition("/")[0]
+        number = _to_int(head)
+        if number:
+            return number
+    return 1
+
+
+def _page_count(root, page_no: int) -> int:
+    for mark in _X_PAGE_MARK(root):
+        number = _to_int(mark.get("data-pagenum"))
+        if number is None:
+            number = _to_int(_text(mark).partition("/")[2])
+        if number is not None:
+            return number
+    if not _X_PAGE_NEXT(root):
+        return page_no  # no page mark and no next link: this is the last page
+    raise RefusedPage("no-pager", "rows and a next link but no page count")
+
+
+def _says_no_content(root) -> bool:
+    for p in _X_NO_CONTENT(root):
+        text = _text(p)
+        if _NO_DATA in text and _RETRY not in text:
+            return True
+    return False
+
+
+def _links(el, cls: str) -> list:
+    """The ``<a>`` under ``el`` with class ``cls``, else all of them (plain iteration: an
+    XPath call per cell would cost more than the row's text)."""
+    links = list(el.iter("a"))
+    marked = [a for a in links if cls in (a.get("class") or "").split()]
+    return marked or links
+
+
+def _list_row(tr) -> ListRow:
+    cells: dict[str, object] = {}
+    for td in tr.iterchildren("td"):
+        for name in (td.get("class") or "").split():
+            cells.setdefault(name, td)
+
+    def cell(name: str) -> str:
+        td = cells.get(name)
+        return _text(td) if td is not None else ""
+
+    title, url = "", ""
+    name_td = cells.get("name")
+    if name_td is not None:
+        links = _links(name_td, "fz14")
+        if links:
+            title, url = _text(links[0]), (links[0].get("href") or "").strip()
+        else:
+            title = _text(name_td)
+
+    authors = ""
+    author_td = cells.get("author")
+    if author_td is not None:
+        links = _links(author_td, "KnowledgeNetLink")
+        authors = _join(_text(a) for a in links) if links else _join([_text(author_td)])
+
+    dbname = filename = ""
+    # The ids sit in td.operat; the whole row is searched only if a page moves them.
+    operat = cells.get("operat")
+    for a in (operat if operat is not None else tr).iter("a"):
+        if a.get("data-filename") is not None and "icon-collect" in (a.get("class") or "").split():
+            dbname = (a.get("data-dbname") or "").strip()
+            filename = (a.get("data-filename") or "").strip()
+            break
+
+    return ListRow(
+        seq=cell("seq"),
+        title=title,
+        url=url,
+        authors=authors,
+        source=cell("source"),
+        date=cell("date"),
+        database=cell("data"),
+        dbname=dbname,
+        filename=filename,
+        quote=cell("quote"),
+        download=cell("download"),
+    )
+
+
+# -- detail pages ---------------------------------------------------------------------------
+
+_X_TITLE = etree.XPath(f"//div[{_cls('wx-tit')}]//h1")
+_X_ROWTIT = etree.XPath(f"//span[{_cls('rowtit')} or {_cls('rowtit2')}]")
+_X_ABSTRACT_TEXT = etree.XPath(f"//*[{_cls('abstract-text')}]")
+_X_CLAIM_TEXT = etree.XPath(f"//*[{_cls('claim-text')}]")
+_X_SUMMARY = etree.XPath("//*[@id='ChDivSummary']")
+_X_AUTHOR_H3 = etree.XPath(f"//h3[{_cls('author')}]")
+_X_KEYWORDS = etree.XPath(f"//p[{_cls('keywords')}]")
+# The old KCMS detail page (before kcms2), read as a fallback for papers.
+_X_OLD_TITLE = etree.XPath(f"//div[{_cls('wxTitle')}]/h2[{_cls('title')}]")
+_X_OLD_AUTHORS = etree.XPath(f"//div[{_cls('wxTitle')}]/div[{_cls('author')}]")
+_X_OLD_ORGS = etree.XPath(f"//div[{_cls('wxTitle')}]/div[{_cls('orgn')}]")
+_X_OLD_LABELS = etree.XPath(f"//div[{_cls('wxBaseinfo')}]//label[starts-with(@id, 'catalog_')]")
+
+_INSTITUTION_INDEX_RE = re.compile(r"^\s*\d+\s*[.．、]\s*")
+_LABEL_TRANSLATION = str.maketrans({"（": "(", "）": ")", "：": "", ":": ""})
+
+
+def normalize_label(text: str) -> str:
+    """``' 申请（专利）号：'`` -> ``'申请(专利)号'``: no spaces anywhere (two real labels carry a
+    leading one), no trailing colon, ASCII brackets, ASCII letters upper-cased (DOI)."""
+    return "".join(text.split()).translate(_LABEL_TRANSLATION).upper()
+
+
+def parse_patent(page: str | bytes) -> dict[str, str]:
+    """A kcms2 patent detail page -> the detail fields of ``PatentItem``."""
+    return parse_detail("patent", page)
+
+
+def parse_paper(page: str | bytes) -> dict[str, str]:
+    """A kcms2 journal or thesis page (or an old KCMS one) -> the detail fields of ``PaperItem``."""
+    return parse_detail("paper", page)
+
+
+def parse_achievement(page: str | bytes) -> dict[str, str]:
+    """A kcms2 achievement (成果) page -> the detail fields of ``AchievementItem``."""
+    return parse_detail("achievement", page)
+
+
+def parse_detail(doc_type: str, page: str | bytes) -> dict[str, str]:
+    """The detail fields (``FIELDS[doc_type]`` minus ``LIST_FIELDS``) of one detail page."""
+    if doc_type not in DETAIL_FIELDS:
+        raise ValueError(f"doc_type: expected one of {sorted(DETAIL_FIELDS)}, got {doc_type!r}")
+    data = _as_bytes(page)
+    reason = refusals.body_reason("detail", data)
+    if reason:
+        raise RefusedPage(reason, f"{doc_type} detail page")
+    root = _document(data, page)
+    out = dict.fromkeys(DETAIL_FIELDS[doc_type], "")
+    multi = MULTI_VALUED[doc_type]
+
+    titles = _X_TITLE(root)
+    if not titles:
+        if doc_type == "paper" and _X_OLD_TITLE(root):
+            return _old_paper(root, out, multi)
+        raise RefusedPage("unexpected", f"{doc_type} detail page without .wx-tit h1")
+    out["title"] = _text(titles[0])
+    if not out["title"]:
+        raise RefusedPage("unexpected", f"{doc_type} detail page with an empty title")
+    hidden = _hidden_inputs(root)
+    out["dbname"] = hidden.get("paramdbname", "")
+    out["filename"] = hidden.get("paramfilename", "")
+
+    labels = LABELS[doc_type]
+    for span in _X_ROWTIT(root):
+        if _hidden(span):
+            continue
+        name = labels.get(normalize_label(_text(span)))
+        if name is None or out[name]:
+            continue  # a label we do not store, or a repeated one: the first wins
+        out[name] = _row_value(span, name in multi)
+
+    if doc_type == "patent":
+        _override(out, "abstract", _X_ABSTRACT_TEXT(root), multi)
+        _override(out, "claim", _X_CLAIM_TEXT(root), multi)
+    elif doc_type == "paper":
+        _paper_people(root, out)
+        _override(out, "abstract", _X_SUMMARY(root) or _X_ABSTRACT_TEXT(root), multi)
+        keywords = _X_KEYWORDS(root)
+        if keywords:
+            out["keywords"] = _value(keywords[0], multi=True) or out["keywords"]
+    return out
+
+
+def _row_value(span, multi: bool) -> str:
+    """The value of a ``span.rowtit``: the element after it, or text written right after it."""
+    tail = " ".join((span.tail or "").split())
+    nxt = span.getnext()
+    if tail or nxt is None or "rowtit" in (nxt.get("class") or ""):
+        return _join([tail]) if multi else tail
+    return _value(nxt, multi)
+
+
+def _override(out: dict[str, str], name: str, elements: list, multi: frozenset[str]) -> None:
+    """A dedicated element (div.abstract-text, ...) wins over a labelled row for ``name``."""
+    if elements:
+        value = _value(elements[0], name in multi)
+        if value:
+            out[name] = value
+
+
+def _paper_people(root, out: dict[str, str]) -> None:
+    """Authors from ``h3#authorpart`` and institutions from the next ``h3.author``."""
+    h3s = _X_AUTHOR_H3(root)
+    authors = next((h for h in h3s if h.get("id") == "authorpart"), None)
+    if authors is None and h3s:
+        authors = h3s[0]
+    others = [h for h in h3s if h is not authors]
+    if authors is not None:
+        out["authors"] = _people(authors)
+    if others:
+        out["institutions"] = _people(others[0], strip_index=True)
+
+
+def _people(container, strip_index: bool = False) -> str:
+    """Names from ``<span>`` (or ``<a>``) children, without their ``<sup>`` affiliation index."""
+    parts = list(container.iterchildren("span")) or list(container.iter("a"))
+    names = [_text(p, skip_tags=_NO_SUP) for p in parts] if parts else [_text(container, _NO_SUP)]
+    if strip_index:
+        names = [_INSTITUTION_INDEX_RE.sub("", n) for n in names]
+    return _join(n.strip(",，") for n in names)
+
+
+def _old_paper(root, out: dict[str, str], multi: frozenset[str]) -> dict[str, str]:
+    """The old KCMS page (``div.wxTitle h2.title``, ``label#catalog_*``): the fields it has."""
+    out["title"] = _text(_X_OLD_TITLE(root)[0])
+    if not out["title"]:
+        raise RefusedPage("unexpected", "paper detail page with an empty title")
+    hidden = _hidden_inputs(root)
+    out["dbname"] = hidden.get("paramdbname", "")
+    out["filename"] = hidden.get("paramfilename", "")
+    for container, name, strip in (
+        (_X_OLD_AUTHORS, "authors", False),
+        (_X_OLD_ORGS, "institutions", True),
+    ):
+        found = container(root)
+        if found:
+            out[name] = _people(found[0], strip_index=strip)
+    labels = LABELS["paper"]
+    for label in _X_OLD_LABELS(root):
+        name = labels.get(normalize_label(_text(label)))
+        if name is None or out[name]:
+            continue
+        # The value is the rest of the label's paragraph.
+        out[name] = _value(label.getparent(), name in multi, exclude=label)
+    _override(out, "abstract", _X_SUMMARY(root), multi)
+    return out
+
+
+# -- text helpers ---------------------------------------------------------------------------
+
+_ALWAYS_SKIP = frozenset({"script", "style", "noscript", "template"})
+_NO_SUP = frozenset({"sup"})
+_NO_LINKS = frozenset({"a"})
+# Elements whose boundaries separate words ("a<br>b" is two words, not "ab").
+_BREAKS = frozenset({"br", "p", "div", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6"})
+_SEPARATORS_RE = re.compile(r"[\s;；,，、]+")
+_SPLIT_RE = re.compile(r"[;；]")
+_CHARSET_RE = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?([A-Za-z0-9_.:-]+)""", re.I)
+
+
+def _as_bytes(page: str | bytes) -> bytes:
+    if isinstance(page, str):
+        return page.encode("utf-8", "surrogateescape")
+    return bytes(page)
+
+
+def _document(data: bytes, original: str | bytes):
+    """Parse HTML bytes; text given as ``str`` is utf-8 here whatever its <meta> claims."""
+    encoding = "utf-8"
+    if not isinstance(original, str):
+        match = _CHARSET_RE.search(data, 0, 4096)
+        if match:
+            try:
+                encoding = codecs.lookup(match.group(1).decode("ascii")).name
+            except LookupError:
+                pass  # an unknown charset name: CNKI serves utf-8
+    # A parser per call: lxml parsers must not be shared between threads, and one costs
+    # microseconds next to the parse itself.
+    parser = etree.HTMLParser(
+        encoding=encoding, remove_comments=True, remove_pis=True, collect_ids=False
+    )
+    try:
+        root = etree.fromstring(data, parser)
+    except etree.XMLSyntaxError as exc:
+        raise RefusedPage("unexpected", f"unparsable HTML: {exc}") from None
+    if root is None:
+        raise RefusedPage("blank", "no HTML in the body")
+    return root
+
+
+def _hidden(el) -> bool:
+    style = el.get("style")
+    if style and "display:none" in style.replace(" ", "").lower():
+        return True
+    return el.get("hidden") is not None
+
+
+def _collect(el, parts: list[str], skip_tags: frozenset[str], exclude) -> None:
+    if el.text:
+        parts.append(el.text)
+    for child in el:
+        tag = child.tag
+        if isinstance(tag, str) and tag not in skip_tags and tag not in _ALWAYS_SKIP:
+            if child is not exclude and not _hidden(child):
+                if tag in _BREAKS:
+                    parts.append(" ")
+                _collect(child, parts, skip_tags, exclude)
+                if tag in _BREAKS:
+                    parts.append(" ")
+        if child.tail:
+            parts.append(child.tail)
+
+
+def _text(el, skip_tags: frozenset[str] = frozenset(), exclude=None) -> str:
+    """Visible text of ``el``: hidden elements and scripts dropped, whitespace collapsed."""
+    if not len(el):  # a leaf (most cells and links): no walk needed
+        return " ".join((el.text or "").split())
+    parts: list[str] = []
+    _collect(el, parts, skip_tags, exclude)
+    return " ".join("".join(parts).split())
+
+
+def _join(pieces) -> str:
+    """``["A;", "B；C", " "]`` -> ``"A;B;C"``: CNKI's list separator, without spaces."""
+    out = []
+    for piece in pieces:
+        for part in _SPLIT_RE.split(piece):
+            part = part.strip()
+            if part:
+                out.append(part)
+    return ";".join(out)
+
+
+def _value(el, multi: bool, exclude=None) -> str:
+    """The value held by ``el``: its ``<a>`` children joined with ";" when they are all it
+    holds (people, keywords, class codes), else its text."""
+    anchors = [a for a in el.iter("a") if a is not el and not _hidden(a)]
+    if anchors and not _SEPARATORS_RE.sub("", _text(el, _NO_LINKS, exclude)):
+        return _join(_text(a, _NO_SUP) for a in anchors)
+    text = _text(el, exclude=exclude)
+    return _join([text]) if multi else text
+
+
+def _to_int(value) -> int | None:
+    if value is None:
+        return None
+    match = _NUMBER_RE.search(str(value))
+    return int(match.group(0).replace(",", "")) if match else None

@@ -1,0 +1,371 @@
+"""The kns8s search protocol: the one place that knows how CNKI wants to be asked.
+
+Everything here is pure (no network, no Scrapy engine): the spider builds its requests from
+these values, the session/Referer middlewares read the URLs from here, and the stand-in site
+speaks the same protocol (docs/CONTRACTS.md, shared/cnki/PROTOCOL.md). When CNKI changes its
+interface again, this module and :mod:`cnkispider.cnki.parsers` are what changes.
+
+Settings read by :func:`protocol_from_settings` (defaults in :data:`DEFAULTS`):
+
+- ``CNKI_BASE_URL``: scheme and host of the site (``https://kns.cnki.net``, or the stand-in).
+- ``CNKI_PAGE_SIZE``: rows per list page (CNKI offers 10, 20 and 50).
+- ``CNKI_MAX_PAGES``: how many list pages CNKI lets a search reach (120, so 6000 rows at 50).
+- ``CNKI_CATEGORY_FIELD``: the QueryJson field a round's category code goes into (``CLC``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urljoin
+
+DEFAULTS: dict[str, Any] = {
+    "CNKI_BASE_URL": "https://kns.cnki.net",
+    "CNKI_PAGE_SIZE": 50,
+    "CNKI_MAX_PAGES": 120,
+    "CNKI_CATEGORY_FIELD": "CLC",
+}
+
+HOME_PATH = "/kns8s/defaultresult/index"
+GRID_PATH = "/kns8s/brief/grid"
+
+# "" is CNKI's relevance order (the stand-in treats it as PT); the others are 发表时间, 被引,
+# 下载 and 综合. Each order is deterministic, so desc + asc of one field reach twice the cap.
+SORT_FIELDS = ("", "PT", "CF", "DFR", "FFD")
+SORT_TYPES = ("desc", "asc")
+
+# QueryJson item titles, as the search form labels the fields. The server matches on
+# ``Field``; the title only mirrors what a browser sends.
+FIELD_TITLES = {
+    "CLC": "中图分类号",
+    "SU": "主题",
+    "TKA": "篇关摘",
+    "KY": "关键词",
+    "TI": "题名",
+    "AU": "作者",
+    "AF": "单位",
+    "FU": "基金",
+}
+
+_SEARCH_FROM_NEW = 1  # QueryJson SearchFrom of a new search ...
+_SEARCH_FROM_TURN = 4  # ... and of a page turn
+
+
+@dataclass(frozen=True)
+class Resource:
+    """How one document type is addressed on kns8s (a row of CONTRACTS.md's resource table)."""
+
+    doc_type: str
+    resource: str  # QueryJson "Resource"
+    classid: str  # QueryJson "Classid"
+    product_str: str  # grid form "productStr": comma list of class ids
+    rlang: str  # QueryJson "Rlang"
+    search_from: str  # grid form "searchFrom": the 资源范围 label
+    referer_path: str  # the advanced-search page a browser would POST the grid from
+    dbnames: tuple[str, ...]  # the dbname values its documents carry
+
+
+RESOURCES: dict[str, Resource] = {
+    "patent": Resource(
+        doc_type="patent",
+        resource="PATENT",
+        classid="VUDIXAIY",
+        product_str="VUDIXAIY",
+        rlang="Both",  # patents are searched in Chinese and foreign text at once
+        search_from="资源范围：专利",
+        referer_path="/kns8s/AdvSearch?classid=VUDIXAIY",
+        dbnames=("SCPD",),
+    ),
+    "paper": Resource(
+        doc_type="paper",
+        resource="CROSSDB",
+        classid="WD0FTY92",
+        product_str="YSTT4HG0,LSTPFY1C",  # 学术期刊 + 学位论文 inside 总库
+        rlang="CHINESE",
+        search_from="资源范围：总库",
+        referer_path="/kns8s/AdvSearch?classid=WD0FTY92",
+        dbnames=("CJFQ", "CAPJ", "CMFD", "CDFD"),
+    ),
+    "achievement": Resource(
+        doc_type="achievement",
+        resource="ACHIEVEMENTS",
+        classid="BLZOG7CK",
+        product_str="BLZOG7CK",
+        rlang="CHINESE",
+        search_from="资源范围：成果",
+        referer_path="/kns8s/AdvSearch?classid=BLZOG7CK",
+        dbnames=("SNAD",),
+    ),
+}
+
+
+def _iso_day(value: Any, name: str) -> str:
+    if isinstance(value, datetime.datetime):
+        value = value.date()
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    try:
+        return datetime.date.fromisoformat(str(value)).isoformat()
+    except ValueError:
+        raise ValueError(f"Search.{name}: expected an ISO date YYYY-MM-DD, got {value!r}") from None
+
+
+@dataclass(frozen=True)
+class Search:
+    """One list search: a document type, a publication-date range and its cuts.
+
+    A round searches one day (``day_start == day_end``) in one category; an overflowing round
+    is cut further by sort order, and a stale detail link is refreshed by a title search.
+    It travels in request meta as :meth:`to_dict`, so it must stay plain JSON data.
+    """
+
+    doc_type: str
+    day_start: str
+    day_end: str
+    category: str | None = None  # a category code, matched as a prefix; None = every code
+    title: str | None = None  # a title search (contains); None = no title condition
+    sort_field: str = ""
+    sort_type: str = "desc"
+
+    def __post_init__(self) -> None:
+        if self.doc_type not in RESOURCES:
+            raise ValueError(
+                f"Search.doc_type: expected one of {sorted(RESOURCES)}, got {self.doc_type!r}"
+            )
+        # Dates may be given as date objects; they are kept as ISO strings so the search
+        # stays JSON data. object.__setattr__ because the dataclass is frozen.
+        start = _iso_day(self.day_start, "day_start")
+        end = _iso_day(self.day_end, "day_end")
+        if start > end:
+            raise ValueError(f"Search: day_start {start} is after day_end {end}")
+        object.__setattr__(self, "day_start", start)
+        object.__setattr__(self, "day_end", end)
+        if self.sort_field not in SORT_FIELDS:
+            raise ValueError(
+                f"Search.sort_field: expected one of {SORT_FIELDS}, got {self.sort_field!r}"
+            )
+        sort_type = str(self.sort_type).lower()
+        if sort_type not in SORT_TYPES:
+            raise ValueError(
+                f"Search.sort_type: expected one of {SORT_TYPES}, got {self.sort_type!r}"
+            )
+        object.__setattr__(self, "sort_type", sort_type)
+        # "" and None both mean "no condition"; keep one spelling so equal searches compare equal.
+        object.__setattr__(self, "category", self.category or None)
+        object.__setattr__(self, "title", self.title or None)
+
+    @classmethod
+    def for_day(cls, doc_type: str, day: Any, category: str | None = None, **cuts: Any) -> Search:
+        """The search of one round: one day, one category (``cuts``: sort_field, sort_type, title)."""
+        return cls(doc_type=doc_type, day_start=day, day_end=day, category=category, **cuts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Search:
+        """Rebuild a search from :meth:`to_dict`.
+
+        Unknown keys are ignored: request meta ``search`` dicts also carry the page, and a
+        request written to Redis by another version of the crawler must still load.
+        """
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+class Protocol:
+    """Builds kns8s URLs, QueryJson and grid forms for one site (CNKI or the stand-in)."""
+
+    def __init__(
+        self,
+        base_url: str = DEFAULTS["CNKI_BASE_URL"],
+        page_size: int = DEFAULTS["CNKI_PAGE_SIZE"],
+        max_pages: int = DEFAULTS["CNKI_MAX_PAGES"],
+        category_field: str = DEFAULTS["CNKI_CATEGORY_FIELD"],
+    ):
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url: expected http(s)://host, got {base_url!r}")
+        if int(page_size) < 1 or int(max_pages) < 1:
+            raise ValueError(
+                f"page_size and max_pages must be positive, got {page_size}, {max_pages}"
+            )
+        self.base_url = base_url.rstrip("/")
+        self.page_size = int(page_size)
+        self.max_pages = int(max_pages)
+        self.category_field = category_field
+
+    def __repr__(self) -> str:
+        return (
+            f"Protocol({self.base_url!r}, page_size={self.page_size}, "
+            f"max_pages={self.max_pages}, category_field={self.category_field!r})"
+        )
+
+    # -- URLs ---------------------------------------------------------------------------
+
+    @property
+    def home_url(self) -> str:
+        """The session warm-up page: a GET here sets the kns8s cookies."""
+        return self.base_url + HOME_PATH
+
+    @property
+    def grid_url(self) -> str:
+        """Where list pages are POSTed."""
+        return self.base_url + GRID_PATH
+
+    def referer(self, doc_type: str) -> str:
+        """The Referer a browser sends with a grid POST for this document type."""
+        return self.base_url + RESOURCES[doc_type].referer_path
+
+    def absolute(self, url: str) -> str:
+        """Resolve a link as found on a page (absolute, relative or ``//host/...``).
+
+        An empty link stays empty: resolving it would give the base URL, and fetching the
+        home page as a "detail" would hide the problem instead of reporting it.
+        """
+        url = (url or "").strip()
+        return urljoin(self.base_url + "/", url) if url else ""
+
+    # -- list requests ------------------------------------------------------------------
+
+    def query_json(self, search: Search, new_search: bool) -> str:
+        """The QueryJson form value (a JSON string inside the form, never a JSON body)."""
+        res = RESOURCES[search.doc_type]
+        subject_items = []
+        if search.category:
+            subject_items.append(
+                {
+                    "Field": self.category_field,
+                    "Value": search.category,
+                    "Operator": "TOPRANK",
+                    "Logic": 0,
+                    "Title": FIELD_TITLES.get(self.category_field, ""),
+                }
+            )
+        if search.title:
+            subject_items.append(
+                {
+                    "Field": "TI",
+                    "Value": search.title,
+                    "Operator": "DEFAULT",
+                    "Logic": 0,
+                    "Title": "题名",
+                }
+            )
+        date_item = {
+            "Key": "span[value=PT]",
+            "Title": "发表时间",
+            "Logic": 0,
+            "Field": "PT",
+            "Operator": 7,
+            "Value": search.day_start,
+            "Value2": search.day_end,
+        }
+        query = {
+            "Platform": "",
+            "Resource": res.resource,
+            "Classid": res.classid,
+            "Products": "",
+            "QNode": {
+                "QGroup": [
+                    # The Subject group is always sent, empty when there is no condition, so
+                    # the shape of the query never depends on the round.
+                    {
+                        "Key": "Subject",
+                        "Title": "",
+                        "Logic": 0,
+                        "Items": subject_items,
+                        "ChildItems": [],
+                    },
+                    {
+                        "Key": "ControlGroup",
+                        "Title": "",
+                        "Logic": 0,
+                        "Items": [date_item],
+                        "ChildItems": [],
+                    },
+                ]
+            },
+            "ExScope": 1,
+            "SearchType": 2,
+            "Rlang": res.rlang,
+            "KuaKuCode": "",
+            "Expands": {},
+            "SearchFrom": _SEARCH_FROM_NEW if new_search else _SEARCH_FROM_TURN,
+        }
+        return json.dumps(query, ensure_ascii=False, separators=(",", ":"))
+
+    def grid_form(
+        self, search: Search, page: int, turn_token: str | None, new_search: bool | None = None
+    ) -> dict[str, str]:
+        """The form of one grid POST.
+
+        ``turn_token`` is ``ListPage.turn_token`` of the previous page (None on page 1).
+        ``new_search`` defaults to ``page == 1``; pass True to restart a search at a later
+        page (for example in a renewed session that has never seen the query).
+        """
+        if page < 1:
+            raise ValueError(f"page numbers start at 1, got {page}")
+        if new_search is None:
+            new_search = page == 1
+        res = RESOURCES[search.doc_type]
+        form = {
+            "boolSearch": "true" if new_search else "false",
+            "QueryJson": self.query_json(search, new_search),
+            "pageNum": str(page),
+            "pageSize": str(self.page_size),
+            "sortField": search.sort_field,
+            "sortType": search.sort_type,
+            "dstyle": "listmode",
+            "boolSortSearch": "false",
+            "sentenceSearch": "false",
+            "productStr": res.product_str,
+            "searchFrom": res.search_from,
+            "CurPage": str(page),
+            "turnpage": turn_token or "",
+        }
+        if new_search:
+            # A browser sends the search summary ("aside") only with a new search.
+            form["aside"] = ""
+        return form
+
+    @staticmethod
+    def grid_headers() -> dict[str, str]:
+        """Headers of a grid POST: CNKI answers a request without them with a refusal."""
+        return {
+            "X-Requested-With": "XMLHttpRequest",
+            "Content-Type": "application/x-www-form-urlencoded; charset=UTF-8",
+        }
+
+    # -- the result cap -----------------------------------------------------------------
+
+    @property
+    def cap(self) -> int:
+        """How many rows one search order can reach (6000 at 50 rows x 120 pages)."""
+        return self.page_size * self.max_pages
+
+    def reachable(self, total: int) -> int:
+        """How many of ``total`` results one search order can list."""
+        return max(0, min(int(total), self.cap))
+
+    def page_count(self, total: int) -> int:
+        """How many list pages a search with ``total`` results has, within the cap."""
+        return min(math.ceil(max(0, int(total)) / self.page_size), self.max_pages)
+
+
+def protocol_from_settings(settings: Any) -> Protocol:
+    """Build the :class:`Protocol` from Scrapy settings (or any mapping with ``get``)."""
+
+    def get(name: str) -> Any:
+        value = settings.get(name)
+        return DEFAULTS[name] if value in (None, "") else value
+
+    return Protocol(
+        base_url=str(get("CNKI_BASE_URL")),
+        page_size=int(get("CNKI_PAGE_SIZE")),
+        max_pages=int(get("CNKI_MAX_PAGES")),
+        category_field=str(get("CNKI_CATEGORY_FIELD")),
+    )

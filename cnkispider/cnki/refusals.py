@@ -1,0 +1,198 @@
+"""CNKI's ways of saying no, told apart from usable pages.
+
+:func:`classify` runs on every response, so it only looks at bytes with ``in`` (and, on the
+rare page that has none of the markers of a usable page, a couple of regular expressions); it
+never builds a DOM. The parsers call :func:`body_reason` first, so a parser and the retry
+middleware give the same reason for the same body.
+
+Reasons (the slugs of :class:`cnkispider.exceptions.RefusedPage`):
+
+========================= =================================================================
+``verify``                a redirect to, or a page at, ``/verify/...``; a <title> with 超时验证;
+                          a 安全验证 page that points at ``/verify/``
+``captcha``               a Tencent slider captcha (TJCaptcha.js) or a 安全验证 page
+``blank``                 2xx with an empty or near-empty body
+``javascript``            a page that is only script (a cookie/redirect challenge)
+``no-data-retry``         抱歉，暂无数据，请稍后重试 (anywhere: it is never a zero result)
+``no-pager``              a list page without its pager / total and not a no-content page
+``unexpected``            a detail page without ``.wx-tit``
+``http-<status>``         4xx and 5xx statuses, and 3xx redirects to anywhere but ``/verify``
+========================= =================================================================
+
+The usable-page markers are checked before the captcha markers on purpose: real kns8s list
+pages load TJCaptcha.js and carry a hidden slider, in case they need it later.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urljoin, urlsplit
+
+KINDS = ("home", "list", "detail")
+
+# Fewer non-whitespace bytes than this is an empty answer, whatever the status says.
+BLANK_MIN_BYTES = 64
+# A body this short, without script, whose text is empty, is an empty skeleton: blank too.
+_SKELETON_MAX_BYTES = 2048
+# After removing scripts and tags, a page with less text than this is "only JavaScript".
+_JS_MAX_TEXT_BYTES = 32
+
+_LIST_MARKERS = (b"pagerTitleCell", b'id="totalCnt"', b"id='totalCnt'")
+_DETAIL_MARKERS = (b"wx-tit", b"wxTitle")  # kcms2, and the old KCMS page parse_paper also reads
+_NO_CONTENT = b"no-content"
+_NO_DATA = "暂无数据".encode()
+
+# 请稍后重试, raw and as a JSON \\u escape (either hex case), next to 暂无数据.
+_RETRY_MARKERS = (
+    ("请稍后重试".encode(), _NO_DATA),
+    (b"\\u8bf7\\u7a0d\\u540e\\u91cd\\u8bd5", b"\\u6682\\u65e0\\u6570\\u636e"),
+    (b"\\u8BF7\\u7A0D\\u540E\\u91CD\\u8BD5", b"\\u6682\\u65E0\\u6570\\u636E"),
+)
+_CAPTCHA_MARKERS = (
+    b"TJCaptcha",
+    b"TencentCaptcha",
+    b"tencent-captcha",
+    b"slider-captcha",
+    b"captcha-slider",
+    "拖动滑块".encode(),
+)
+_TIMEOUT_VERIFY = "超时验证".encode()
+_SAFETY_VERIFY = "安全验证".encode()
+_VERIFY_PATH_IN_BODY = b"/verify/"
+
+_TITLE_RE = re.compile(rb"<title[^>]*>(.*?)</title", re.I | re.S)
+_VERIFY_PATH_RE = re.compile(r"/verify(?:/|$)", re.I)
+_SCRIPT_RE = re.compile(rb"<(script|style|noscript)\b.*?</\1\s*>", re.I | re.S)
+_COMMENT_RE = re.compile(rb"<!--.*?-->", re.S)
+_TAG_RE = re.compile(rb"<[^>]*>")
+_WS_RE = re.compile(rb"\s+")
+
+
+def _as_bytes(body: bytes | str | None) -> bytes:
+    if body is None:
+        return b""
+    if isinstance(body, str):
+        return body.encode("utf-8", "surrogateescape")
+    return bytes(body)
+
+
+def is_verify_url(url: str | None) -> bool:
+    """True for CNKI's verification pages (``/verify/home?...``)."""
+    return bool(url) and bool(_VERIFY_PATH_RE.search(urlsplit(url).path))
+
+
+def _non_ws_len(body: bytes) -> int:
+    return len(_WS_RE.sub(b"", body))
+
+
+def _text_without_markup(body: bytes) -> bytes:
+    body = _SCRIPT_RE.sub(b"", body)
+    body = _COMMENT_RE.sub(b"", body)
+    return _WS_RE.sub(b"", _TAG_RE.sub(b"", body))
+
+
+def _is_blank(body: bytes) -> bool:
+    # A long body is blank only if it is padding; the full count is kept for short bodies,
+    # so this costs nothing on real pages.
+    if len(body) >= _SKELETON_MAX_BYTES:
+        return len(body.strip()) < BLANK_MIN_BYTES
+    if _non_ws_len(body) < BLANK_MIN_BYTES:
+        return True
+    lowered = body.lower()
+    return b"<script" not in lowered and not _text_without_markup(body)
+
+
+def _says_retry(body: bytes) -> bool:
+    return any(retry in body and no_data in body for retry, no_data in _RETRY_MARKERS)
+
+
+def _looks_usable(kind: str, body: bytes) -> bool:
+    if kind == "list":
+        if any(m in body for m in _LIST_MARKERS):
+            return True
+        # The no-content block of a zero result (its text says 暂无数据).
+        return _NO_CONTENT in body and _NO_DATA in body
+    if kind == "detail":
+        return any(m in body for m in _DETAIL_MARKERS)
+    return False  # a home page has no marker of its own: only the refusals are looked for
+
+
+def _challenge(body: bytes) -> str | None:
+    """verify or captcha, from the page's title and scripts."""
+    match = _TITLE_RE.search(body)
+    title = match.group(1) if match else b""
+    if _TIMEOUT_VERIFY in title:
+        return "verify"
+    if any(m in body for m in _CAPTCHA_MARKERS):
+        return "captcha"
+    if _SAFETY_VERIFY in title:
+        return "verify" if _VERIFY_PATH_IN_BODY in body else "captcha"
+    return None
+
+
+def _only_javascript(body: bytes) -> bool:
+    if b"<script" not in body.lower():
+        return False
+    return len(_text_without_markup(body)) < _JS_MAX_TEXT_BYTES
+
+
+def body_reason(kind: str, body: bytes | str | None) -> str | None:
+    """The refusal a body shows by itself (no status, no URL), or None if it looks usable."""
+    if kind not in KINDS:
+        raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
+    data = _as_bytes(body)
+    if _is_blank(data):
+        return "blank"
+    if _says_retry(data):
+        return "no-data-retry"
+    if _looks_usable(kind, data):
+        return None
+    reason = _challenge(data)
+    if reason:
+        return reason
+    if _only_javascript(data):
+        return "javascript"
+    if kind == "list":
+        return "no-pager"
+    if kind == "detail":
+        return "unexpected"
+    return None
+
+
+def classify(
+    kind: str,
+    status: int | None,
+    url: str | None,
+    body: bytes | str | None,
+    location: str | None = None,
+) -> str | None:
+    """Why a response is not a usable page of ``kind``, or None when it is usable.
+
+    ``url`` is the response's (final) URL; ``location`` the Location header of a 3xx answer
+    when redirects are not followed for this request. A zero-result list is usable: only
+    the parsers decide that a list is empty, and only from its no-content block.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
+    status = int(status or 200)
+    if is_verify_url(url):
+        return "verify"
+    if 300 <= status < 400:
+        if location and is_verify_url(urljoin(url or "", location)):
+            return "verify"
+        # Anything else that moves us is not the page we asked for either.
+        return f"http-{status}"
+    data = _as_bytes(body)
+    if status >= 400:
+        # A 403 that carries a captcha says more than its status.
+        return _challenge(data) or f"http-{status}"
+    return body_reason(kind, data)
+
+
+def refused(kind: str, response) -> str | None:
+    """:func:`classify` for a Scrapy response (or anything with status, url, body, headers)."""
+    headers = getattr(response, "headers", None) or {}
+    location = headers.get("Location") if hasattr(headers, "get") else None
+    if isinstance(location, bytes):
+        location = location.decode("latin-1")
+    return classify(kind, response.status, response.url, response.body, location=location)

@@ -1,0 +1,397 @@
+"""Page parsers against real CNKI pages (../shared/cnki/pages) and the hand-made fixtures."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from cnkispider.cnki.parsers import (
+    DETAIL_FIELDS,
+    ListRow,
+    normalize_label,
+    parse_detail,
+    parse_list,
+    parse_paper,
+    parse_patent,
+)
+from cnkispider.exceptions import RefusedPage
+from cnkispider.items import FIELDS, LIST_FIELDS
+from tests.fixtures.pages import all_cases, load
+
+REAL_PAGES = Path(__file__).resolve().parents[2] / "shared" / "cnki" / "pages"
+
+CASES = all_cases()
+DETAIL_CASES = [c for c in CASES if "fields" in c.expected]
+LIST_CASES = [c for c in CASES if "list" in c.expected]
+REFUSED_CASES = [c for c in CASES if c.expected.get("parser_refusal")]
+ROW_FIELDS = [f.name for f in dataclasses.fields(ListRow)]
+
+
+def real_page(name: str) -> bytes:
+    path = REAL_PAGES / name
+    if not path.is_file():
+        pytest.skip(f"real CNKI pages not available: {path} is missing (../shared/cnki/pages)")
+    return path.read_bytes()
+
+
+def parse_case(case):
+    if case.expected["kind"] == "list":
+        return parse_list(case.body)
+    return parse_detail(case.expected.get("doc_type", "paper"), case.body)
+
+
+# -- the real kns8s list page ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real_list_raw() -> bytes:
+    return real_page("kns8s_list_crossdb_p1.html")
+
+
+@pytest.fixture(scope="module")
+def real_list(real_list_raw):
+    return parse_list(real_list_raw)
+
+
+def test_real_list_total(real_list):
+    assert real_list.total == 661
+
+
+def test_real_list_page_count_and_page(real_list):
+    assert (real_list.page_count, real_list.page) == (34, 1)
+
+
+def test_real_list_has_twenty_rows(real_list):
+    assert len(real_list.rows) == 20
+
+
+def test_real_list_ids_match_the_raw_markup(real_list, real_list_raw):
+    """dbname/filename of every row, against a regex over the raw bytes (no DOM involved)."""
+    tags = re.findall(rb'<a class="icon-collect"[^>]*>', real_list_raw)
+    expected = [
+        (
+            re.search(rb'data-dbname="([^"]*)"', tag).group(1).decode(),
+            re.search(rb'data-filename="([^"]*)"', tag).group(1).decode(),
+        )
+        for tag in tags
+    ]
+    assert len(expected) == 20
+    assert expected[0] == ("CAPJ", "HJXB20260618001")  # the regex itself reads the right thing
+    assert [(r.dbname, r.filename) for r in real_list.rows] == expected
+
+
+def test_real_list_turn_token_is_the_hidden_input(real_list, real_list_raw):
+    token = re.search(rb'id="hidTurnPage" type="hidden" value="([^"]+)"', real_list_raw)
+    assert real_list.turn_token == token.group(1).decode() != ""
+
+
+def test_real_list_titles_are_non_empty(real_list):
+    assert all(row.title for row in real_list.rows)
+
+
+def test_real_list_title_keeps_highlighted_words_and_drops_markers(real_list):
+    """Row 3's title holds a <font> highlight; the 网络首发 marker after the link is not title."""
+    assert real_list.rows[2].title == "退火诱导的 WAAM TC17 合金微观结构演变与残余应力(英文)"
+    assert real_list.rows[0].title == "Al-Mg合金电弧-搅拌摩擦加工复合增材制造组织性能研究"
+
+
+def test_real_list_urls_are_kcms2_detail_links(real_list):
+    assert all(
+        row.url.startswith("https://kns.cnki.net/kcms2/article/abstract?v=")
+        for row in real_list.rows
+    )
+
+
+def test_real_list_row_cells(real_list):
+    row = real_list.rows[0]
+    assert (row.seq, row.source, row.date, row.database, row.quote, row.download) == (
+        "1",
+        "焊接学报",
+        "2026-06-24 09:14",
+        "期刊",
+        "",
+        "37",
+    )
+
+
+def test_real_list_authors_are_joined_in_page_order(real_list):
+    assert (
+        real_list.rows[0].authors
+        == "刘莉;冯宇晨;吴慧琦;徐望辉;何艳兵;Shcheretskiy Volodymyr;董春林"
+    )
+
+
+def test_real_list_seq_numbers_run_one_to_twenty(real_list):
+    assert [row.seq for row in real_list.rows] == [str(i) for i in range(1, 21)]
+
+
+def test_list_parses_text_and_bytes_alike(real_list_raw, real_list):
+    assert parse_list(real_list_raw.decode("utf-8")) == real_list
+
+
+# -- other real pages: never an empty result for a page that is not one ---------------------
+
+
+def test_old_kns_zero_result_page_is_zero():
+    """Decision: the old KNS page says 找到 0 条结果 in its pager, an explicit zero, so it is one."""
+    page = parse_list(real_page("old_zero_results.html"))
+    assert (page.total, page.page_count, page.rows) == (0, 0, [])
+
+
+def test_old_kns_zero_page_without_its_count_is_refused():
+    """The same page with the pager's count removed says nothing: refused, not zero."""
+    raw = real_page("old_zero_results.html").replace("找到&nbsp;0&nbsp;条结果".encode(), b"")
+    with pytest.raises(RefusedPage) as info:
+        parse_list(raw)
+    assert info.value.reason == "no-pager"
+
+
+def test_kns8_grid_with_a_total_but_no_rows_is_refused():
+    """Decision: a header-only grid whose pager says 11 results is broken, not empty."""
+    with pytest.raises(RefusedPage) as info:
+        parse_list(real_page("kns8_grid_fragment.html"))
+    assert info.value.reason == "unexpected"
+
+
+@pytest.mark.parametrize("name", ["old_patent_list_p3.html", "old_journal_list_p3.html"])
+def test_old_kns_list_with_rows_in_old_markup_is_refused(name):
+    """Rows the parser cannot read must not come back as an empty page."""
+    with pytest.raises(RefusedPage):
+        parse_list(real_page(name))
+
+
+def test_home_page_is_not_a_list():
+    with pytest.raises(RefusedPage) as info:
+        parse_list(real_page("kns8s_defaultresult_index.html"))
+    assert info.value.reason == "no-pager"
+
+
+# -- hand-made fixtures ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("case", "key"),
+    [(c, k) for c in DETAIL_CASES for k in c.expected["fields"]],
+    ids=lambda v: str(v),
+)
+def test_detail_field(case, key):
+    assert parse_case(case)[key] == case.expected["fields"][key]
+
+
+@pytest.mark.parametrize("case", DETAIL_CASES, ids=str)
+def test_detail_keys_are_the_items_detail_fields(case):
+    doc_type = case.expected["doc_type"]
+    expected_keys = [f for f in FIELDS[doc_type] if f not in LIST_FIELDS]
+    assert list(parse_case(case)) == expected_keys == list(case.expected["fields"])
+
+
+def _list_expectations():
+    for case in LIST_CASES:
+        expected = case.expected["list"]
+        for key in ("total", "page_count", "page", "turn_token"):
+            yield case, key, expected[key]
+        yield case, "len(rows)", len(expected["rows"])
+        for i, row in enumerate(expected["rows"]):
+            for key in ROW_FIELDS:
+                yield case, f"rows[{i}].{key}", row[key]
+
+
+def _list_value(page, key):
+    if key == "len(rows)":
+        return len(page.rows)
+    if key.startswith("rows["):
+        index, _, name = key[5:].partition("].")
+        return getattr(page.rows[int(index)], name)
+    return getattr(page, key)
+
+
+@pytest.mark.parametrize(("case", "key", "value"), list(_list_expectations()), ids=str)
+def test_list_field(case, key, value):
+    assert _list_value(parse_list(case.body), key) == value
+
+
+@pytest.mark.parametrize("case", REFUSED_CASES, ids=str)
+def test_parser_refuses_refusal_page(case):
+    """The parser raises the reason the body alone shows (status and URL are not its input)."""
+    with pytest.raises(RefusedPage) as info:
+        parse_case(case)
+    assert info.value.reason == case.expected["parser_refusal"]
+
+
+# -- behaviours the fixtures do not isolate -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "label"),
+    [
+        (" 申请（专利）号：", "申请(专利)号"),
+        ("申请日:", "申请日"),
+        ("  地 址 ：", "地址"),
+        ("doi：", "DOI"),
+    ],
+)
+def test_normalize_label(raw, label):
+    assert normalize_label(raw) == label
+
+
+def test_no_content_block_with_retry_text_is_not_zero():
+    """Decision: 请稍后重试 means "try later" wherever it appears, even in a no-content block."""
+    body = '<div id="briefBox"><p class="no-content">抱歉，暂无数据，请稍后重试</p></div>'
+    with pytest.raises(RefusedPage) as info:
+        parse_list(body)
+    assert info.value.reason == "no-data-retry"
+
+
+def test_no_content_marker_without_its_text_is_not_zero():
+    """An empty p.no-content (no 暂无数据) is not a well-formed zero page."""
+    with pytest.raises(RefusedPage):
+        parse_list(
+            '<div id="briefBox"><p class="no-content"></p><div class="x">'
+            + "x" * 80
+            + "</div></div>"
+        )
+
+
+def _grid(rows_html: str, pager: str = "") -> str:
+    return (
+        f'<div id="briefBox">{pager}<table class="result-table-list"><tbody>{rows_html}'
+        "</tbody></table></div>"
+    )
+
+
+_ROW = (
+    '<tr><td class="seq">1</td><td class="name"><a class="fz14" href="/kcms2/article/abstract?v=t">'
+    'T</a></td><td class="operat"><a class="icon-collect" data-dbname="CJFQ" data-filename="F1">'
+    "</a></td></tr>"
+)
+_PAGER_TOTAL = '<span class="pagerTitleCell">共找到<em>{}</em>条结果</span>'
+
+
+def test_pager_saying_zero_with_rows_is_refused():
+    with pytest.raises(RefusedPage) as info:
+        parse_list(_grid(_ROW, _PAGER_TOTAL.format(0)))
+    assert info.value.reason == "unexpected"
+
+
+def test_page_count_missing_with_a_next_link_is_refused():
+    body = _grid(_ROW, _PAGER_TOTAL.format(120)) + '<a id="PageNext" data-curpage="2">下一页</a>'
+    with pytest.raises(RefusedPage) as info:
+        parse_list(body)
+    assert info.value.reason == "no-pager"
+
+
+def test_page_count_missing_without_a_next_link_is_the_current_page():
+    """A single page of results may come without its page mark: then it is the last page."""
+    assert parse_list(_grid(_ROW, _PAGER_TOTAL.format(1))).page_count == 1
+
+
+def test_total_falls_back_to_the_hidden_total_input():
+    body = _grid(_ROW, '<span class="pagerTitleCell">共找到条结果</span>') + (
+        '<input id="totalCnt" type="hidden" value="1,234">'
+        '<span class="countPageMark" data-pagenum="25">1/25</span>'
+    )
+    assert parse_list(body).total == 1234
+
+
+def test_row_without_collect_ids_keeps_empty_ids():
+    """The row is kept (the spider records it) rather than silently dropped."""
+    row = _ROW.replace('data-dbname="CJFQ" data-filename="F1"', "")
+    page = parse_list(_grid(row, _PAGER_TOTAL.format(1)))
+    assert (page.rows[0].dbname, page.rows[0].filename, page.rows[0].title) == ("", "", "T")
+
+
+def test_detail_title_without_text_is_refused():
+    with pytest.raises(RefusedPage) as info:
+        parse_patent(
+            '<div class="wx-tit"><h1><span style="display:none">x</span></h1></div>' + "x" * 80
+        )
+    assert info.value.reason == "unexpected"
+
+
+def test_repeated_label_keeps_the_first_value():
+    body = (
+        '<div class="wx-tit"><h1>T</h1></div>'
+        '<div class="row"><span class="rowtit">专利类型：</span><p class="funds">发明公开</p></div>'
+        '<div class="row"><span class="rowtit">专利类型：</span><p class="funds">外观设计</p></div>'
+    )
+    assert parse_patent(body)["patent_type"] == "发明公开"
+
+
+def test_value_written_after_the_label_without_an_element():
+    body = '<div class="wx-tit"><h1>T</h1></div><div class="row"><span class="rowtit">页数：</span> 12 </div>'
+    assert parse_patent(body)["pages"] == "12"
+
+
+def test_gbk_bytes_are_decoded_by_their_meta_charset():
+    case = load("patent_sparse")
+    gbk = case.body.decode("utf-8").replace('charset="utf-8"', 'charset="gbk"').encode("gbk")
+    assert parse_patent(gbk) == parse_patent(case.body)
+
+
+def test_text_input_ignores_a_stale_meta_charset():
+    """A str is already decoded: its <meta charset=gbk> must not make it be decoded again."""
+    case = load("patent_sparse")
+    text = case.body.decode("utf-8").replace('charset="utf-8"', 'charset="gbk"')
+    assert parse_patent(text) == parse_patent(case.body)
+
+
+def test_unknown_doc_type_is_an_error():
+    with pytest.raises(ValueError):
+        parse_detail("standard", "<html></html>")
+
+
+def test_detail_fields_table_matches_items():
+    assert {t: list(f) for t, f in DETAIL_FIELDS.items()} == {
+        t: [f for f in fields if f not in LIST_FIELDS] for t, fields in FIELDS.items()
+    }
+
+
+# -- the old KCMS detail pages (fallback for papers) ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def old_journal():
+    return parse_paper(real_page("old_journal_detail.html"))
+
+
+def test_old_journal_title_and_doi(old_journal):
+    assert (old_journal["title"], old_journal["doi"]) == (
+        "荨麻疹证治",
+        "10.13288/j.11-2166/r.1987.12.002",
+    )
+
+
+def test_old_journal_authors(old_journal):
+    assert old_journal["authors"] == "朱仁康;周鸣岐;任继学;何任;宋祚民;奚凤霖;李寿山;刘学勤;张宇庆"
+
+
+def test_old_journal_institutions(old_journal):
+    assert old_journal["institutions"].split(";")[:2] == [
+        "中国中医研究院广安门医院",
+        "大连市第三人民医院",
+    ]
+
+
+def test_old_journal_abstract_drops_the_hidden_more_links(old_journal):
+    assert old_journal["abstract"].startswith("<正> 朱仁康")
+    assert old_journal["abstract"].endswith("证见疹发大片")
+
+
+def test_old_thesis_fields():
+    page = parse_paper(real_page("old_thesis_detail.html"))
+    assert (page["title"], page["authors"], page["institutions"], page["clc"], page["doi"]) == (
+        "中国科学技术奖励制度研究",
+        "姚昆仑",
+        "中国科学技术大学",
+        "N01;N092",
+        "",
+    )
+
+
+def test_old_markup_is_not_read_as_a_patent():
+    with pytest.raises(RefusedPage) as info:
+        parse_patent(real_page("old_journal_detail.html"))
+    assert info.value.reason == "unexpected"
