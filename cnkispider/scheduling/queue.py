@@ -1,0 +1,398 @@
+"""The leased request queue of one task namespace: Redis structures and the one script that moves them.
+
+Keys under the namespace ``{ns}`` (``SCHEDULER_NAMESPACE``, e.g. ``cnki:task:7``):
+
+==============================  =======  ==================================================
+key                             type     holds
+==============================  =======  ==================================================
+``{ns}:queue``                  zset     request id -> score; lowest score first
+``{ns}:requests``               hash     request id -> ``round_id "\\n" request JSON``
+``{ns}:leases``                 zset     request id -> lease expiry (ms, Redis server clock)
+``{ns}:attempts``               hash     request id -> times it was handed out
+``{ns}:seq``                    string   sequence of request ids (INCR)
+``{ns}:round:{r}:outstanding``  string   requests of round ``r`` queued or leased
+``{ns}:drained``                zset     round id -> deadline for its drain to be confirmed
+``{ns}:epoch``                  string   random id written when the namespace is new
+``{ns}:unreadable``             hash     request id -> stored value no worker could read
+``{ns}:bloom``, ``{ns}:bloom:i``         the dedupe filter (:mod:`.dupefilter`)
+==============================  =======  ==================================================
+
+A request's id is its score: ``-priority * 2**33 + seq``, an integer below 2**53 (exact as a Redis
+score and a Lua number), so the queue pops by priority and first-in first-out within a priority,
+and a request that comes back keeps its place in line.
+
+Life of a request (the invariants; every move is one atomic step of :data:`SYNC_LUA`)::
+
+    enqueue ──> queued ──pop──> leased ──ack──> gone (its outcome is written)
+                  ^               │ │
+                  └──lease ran out┘ └──lease ran out with attempts >= max──> abandoned
+                  └────release────┘                 (handed to one worker, acked after
+                                                     request_abandoned has been handled)
+
+- *enqueue* (any worker): a request whose fingerprint the Bloom filter has seen is dropped in the
+  same step; a new one gets an id, is queued, and its round's outstanding count goes up by one.
+  That happens once per request: requeues and hand-outs never count again.
+- *pop* (any worker): moves up to N ids from the queue to the leases, with expiry
+  ``now + lease``, and increments their attempts. The attempts at the hand-out are the lease's
+  token: only that hand-out may renew, release or acknowledge it.
+- *renew* (the holder, every third of a lease): pushes the expiry back. A holder whose lease ran
+  out but whose request is still queued takes it back instead of letting it run twice.
+- *ack* (the holder, once the request's outcome is written): deletes the request and decrements
+  its round's count. The ack that brings the count to 0 reports the round as drained to the
+  worker that sent it (and only to it); a drained round is also recorded in ``{ns}:drained``
+  until that worker confirms it has told flow control, so a worker dying in between makes
+  another worker report it after ``DRAINED_CONFIRM_SECONDS``. Children are written in the same
+  step before their parent's ack, so a round never reaches 0 while work remains.
+- *lease ran out* (found by any worker's next call): back to the queue with its attempts, for any
+  worker; once its attempts reach ``SCHEDULER_MAX_ATTEMPTS`` it is instead handed to the caller
+  as *abandoned* (not to be crawled: to be recorded in the error tables, then acked).
+- *release* (the holder, for popped requests it never started, e.g. at shutdown): back to the
+  queue and the attempt is not counted.
+
+Settings: none (the scheduler passes its values in).
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from cnkispider.exceptions import RedisUnavailable
+from cnkispider.scheduling import defaults
+from cnkispider.scheduling.dupefilter import BLOOM_LUA
+
+if TYPE_CHECKING:
+    import redis
+
+#: The one script: writes (new requests, acks, renewals, releases, confirmations) first, in that
+#: order, then expired leases, then the pop. One call = one round trip, atomic.
+SYNC_LUA = (
+    BLOOM_LUA
+    + r"""
+local P = KEYS[1]
+local Q, R, L, A = P .. ':queue', P .. ':requests', P .. ':leases', P .. ':attempts'
+local SEQ, DRAINED, EPOCH, UNREAD = P .. ':seq', P .. ':drained', P .. ':epoch', P .. ':unreadable'
+
+local now = tonumber(ARGV[1])
+if now == 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local lease_ms, max_attempts = tonumber(ARGV[2]), tonumber(ARGV[3])
+local pop_n, max_expired, confirm_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local n_enq, n_ack, n_bury = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
+local n_renew, n_rel, n_conf = tonumber(ARGV[15]), tonumber(ARGV[16]), tonumber(ARGV[17])
+local i = 18
+
+local epoch = redis.call('GET', EPOCH)
+if not epoch then
+  epoch = ARGV[7]
+  redis.call('SET', EPOCH, epoch)
+end
+
+local function round_of(value)
+  local nl = string.find(value, '\n', 1, true)
+  if nl == nil or nl == 1 then return nil end
+  return string.sub(value, 1, nl - 1)
+end
+
+-- 1. new requests: dedupe, queue, count once
+local enqueued, dups, B = 0, 0, nil
+for _ = 1, n_enq do
+  local prio, fp, rid, data = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  i = i + 4
+  local dup = false
+  if fp ~= '' then
+    if B == nil then B = bloom_open(P .. ':bloom', ARGV[8], ARGV[9], ARGV[10], ARGV[11]) end
+    dup = bloom_check_and_add(B, fp)
+  end
+  if dup then
+    dups = dups + 1
+  else
+    local seq = redis.call('INCR', SEQ)
+    local id = string.format('%.0f', -prio * 8589934592 + seq)
+    redis.call('ZADD', Q, id, id)
+    redis.call('HSET', R, id, rid .. '\n' .. data)
+    if rid ~= '' then redis.call('INCR', P .. ':round:' .. rid .. ':outstanding') end
+    enqueued = enqueued + 1
+  end
+end
+if B ~= nil then bloom_close(B) end
+
+-- 2. acknowledgements (and burials of unreadable requests), by the current holder only
+local acked, stale, drained = 0, 0, {}
+for n = 1, n_ack + n_bury do
+  local id, token = ARGV[i], ARGV[i + 1]
+  i = i + 2
+  local removed = 0
+  if redis.call('HGET', A, id) == token then
+    removed = redis.call('ZREM', L, id)
+    if removed == 0 then removed = redis.call('ZREM', Q, id) end
+  end
+  if removed == 1 then
+    local value = redis.call('HGET', R, id) or ''
+    if n > n_ack then redis.call('HSET', UNREAD, id, value) end
+    redis.call('HDEL', R, id)
+    redis.call('HDEL', A, id)
+    acked = acked + 1
+    local rid = round_of(value)
+    if rid and redis.call('DECR', P .. ':round:' .. rid .. ':outstanding') == 0 then
+      redis.call('ZADD', DRAINED, now + confirm_ms, rid)
+      drained[#drained + 1] = rid
+    end
+  else
+    stale = stale + 1
+  end
+end
+
+-- 3. renewals
+for _ = 1, n_renew do
+  local id, token = ARGV[i], ARGV[i + 1]
+  i = i + 2
+  if redis.call('HGET', A, id) == token then
+    if redis.call('ZSCORE', L, id) then
+      redis.call('ZADD', L, now + lease_ms, id)
+    elseif redis.call('ZREM', Q, id) == 1 then
+      redis.call('ZADD', L, now + lease_ms, id)
+    end
+  end
+end
+
+-- 4. releases: handed back unstarted, the attempt does not count
+for _ = 1, n_rel do
+  local id, token = ARGV[i], ARGV[i + 1]
+  i = i + 2
+  if redis.call('HGET', A, id) == token and redis.call('ZREM', L, id) == 1 then
+    if redis.call('HINCRBY', A, id, -1) <= 0 then redis.call('HDEL', A, id) end
+    redis.call('ZADD', Q, id, id)
+  end
+end
+
+-- 5. drained rounds whose worker has told flow control
+for _ = 1, n_conf do
+  redis.call('ZREM', DRAINED, ARGV[i])
+  i = i + 1
+end
+
+-- 6. leases that ran out: back in line, or abandoned to this caller after too many hand-outs
+local abandoned = {}
+local expired = redis.call('ZRANGEBYSCORE', L, '-inf', now, 'LIMIT', 0, max_expired)
+for _, id in ipairs(expired) do
+  local att = tonumber(redis.call('HGET', A, id) or '0')
+  if att < max_attempts then
+    redis.call('ZREM', L, id)
+    redis.call('ZADD', Q, id, id)
+  elseif pop_n > 0 then
+    redis.call('ZADD', L, now + lease_ms, id)
+    abandoned[#abandoned + 1] = id
+    abandoned[#abandoned + 1] = att
+    abandoned[#abandoned + 1] = redis.call('HGET', R, id) or ''
+  end
+end
+
+-- 7. drained rounds nobody confirmed in time: report them again (to this caller only)
+if pop_n > 0 then
+  for _, rid in ipairs(redis.call('ZRANGEBYSCORE', DRAINED, '-inf', now, 'LIMIT', 0, 10)) do
+    redis.call('ZADD', DRAINED, now + confirm_ms, rid)
+    drained[#drained + 1] = rid
+  end
+end
+
+-- 8. the pop
+local popped = {}
+if pop_n > 0 then
+  local got = redis.call('ZPOPMIN', Q, pop_n)
+  for j = 1, #got, 2 do
+    local id = got[j]
+    local data = redis.call('HGET', R, id)
+    if data then
+      popped[#popped + 1] = id
+      popped[#popped + 1] = redis.call('HINCRBY', A, id, 1)
+      popped[#popped + 1] = data
+      redis.call('ZADD', L, now + lease_ms, id)
+    else
+      redis.call('HDEL', A, id)
+    end
+  end
+end
+
+return {epoch, redis.call('ZCARD', Q), redis.call('ZCARD', L), enqueued, dups, acked, stale,
+        popped, abandoned, drained}
+"""
+)
+
+
+@dataclass(frozen=True)
+class Enqueue:
+    """A new request: ``fingerprint`` is ``None`` to skip the dupefilter (``dont_filter``)."""
+
+    data: bytes
+    priority: int = 0
+    fingerprint: bytes | None = None
+    round_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Held:
+    """A lease as its holder knows it: the request id and the token of the hand-out."""
+
+    lease_id: str
+    token: int
+
+
+@dataclass
+class SyncBatch:
+    """Everything one call writes (in this order) and how many requests it pops."""
+
+    enqueues: list[Enqueue] = field(default_factory=list)
+    acks: list[Held] = field(default_factory=list)
+    burials: list[Held] = field(default_factory=list)
+    renewals: list[Held] = field(default_factory=list)
+    releases: list[Held] = field(default_factory=list)
+    confirms: list[str] = field(default_factory=list)
+    pop: int = 0
+
+    def ops(self) -> int:
+        return (
+            len(self.enqueues)
+            + len(self.acks)
+            + len(self.burials)
+            + len(self.renewals)
+            + len(self.releases)
+            + len(self.confirms)
+        )
+
+
+@dataclass(frozen=True)
+class Popped:
+    lease_id: str
+    attempts: int
+    round_id: str | None
+    data: bytes
+
+
+@dataclass
+class SyncResult:
+    epoch: str
+    queued: int
+    leased: int
+    enqueued: int
+    duplicates: int
+    acked: int
+    stale: int  # acks and burials that no longer held their lease
+    popped: list[Popped]
+    abandoned: list[Popped]
+    drained: list[str]
+
+
+class LeasedQueue:
+    """Blocking access to one namespace's queue; the scheduler runs it off the reactor thread."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        namespace: str,
+        *,
+        lease_seconds: float = defaults.LEASE_SECONDS,
+        max_attempts: int = defaults.MAX_ATTEMPTS,
+        bloom_args: list | None = None,
+        drained_confirm_seconds: float = defaults.DRAINED_CONFIRM_SECONDS,
+        max_expired: int = defaults.MAX_EXPIRED_PER_SYNC,
+    ):
+        self.client = client
+        self.namespace = namespace
+        self.lease_ms = max(1, round(lease_seconds * 1000))
+        self.max_attempts = max_attempts
+        self.bloom_args = bloom_args or [
+            defaults.DUPEFILTER_CAPACITY,
+            repr(defaults.DUPEFILTER_ERROR_RATE),
+            defaults.DUPEFILTER_GROWTH,
+            defaults.DUPEFILTER_TIGHTENING,
+        ]
+        self.confirm_ms = round(drained_confirm_seconds * 1000)
+        self.max_expired = max_expired
+        self._sync = client.register_script(SYNC_LUA)
+
+    def key(self, name: str) -> str:
+        return f"{self.namespace}:{name}"
+
+    def round_key(self, round_id: str | int) -> str:
+        return f"{self.namespace}:round:{round_id}:outstanding"
+
+    def open(self) -> str:
+        """Check the server can run the script and return the namespace's epoch (created if new)."""
+        version = self.client.info("server").get("redis_version", "0")
+        if tuple(int(x) for x in str(version).split(".")[:2]) < (5, 0):
+            raise RedisUnavailable(f"Redis {version} is too old: the scheduler needs 5.0 or newer")
+        self.client.set(self.key("epoch"), secrets.token_hex(8), nx=True)
+        return self.client.get(self.key("epoch")).decode()
+
+    def sync(self, batch: SyncBatch, *, now_ms: int | None = None) -> SyncResult:
+        """Apply ``batch`` and pop, in one atomic script call (one round trip)."""
+        args: list = [
+            now_ms or 0,
+            self.lease_ms,
+            self.max_attempts,
+            batch.pop,
+            self.max_expired,
+            self.confirm_ms,
+            secrets.token_hex(8),
+            *self.bloom_args,
+            len(batch.enqueues),
+            len(batch.acks),
+            len(batch.burials),
+            len(batch.renewals),
+            len(batch.releases),
+            len(batch.confirms),
+        ]
+        for e in batch.enqueues:
+            args += [e.priority, e.fingerprint or b"", e.round_id or "", e.data]
+        for held in (*batch.acks, *batch.burials, *batch.renewals, *batch.releases):
+            args += [held.lease_id, held.token]
+        args += batch.confirms
+        raw = self._sync(keys=[self.namespace], args=args)
+        epoch, queued, leased, enqueued, dups, acked, stale, popped, abandoned, drained = raw
+        return SyncResult(
+            epoch=epoch.decode(),
+            queued=queued,
+            leased=leased,
+            enqueued=enqueued,
+            duplicates=dups,
+            acked=acked,
+            stale=stale,
+            popped=_popped(popped),
+            abandoned=_popped(abandoned),
+            drained=[r.decode() for r in drained],
+        )
+
+    # --- reads for flow control, tools and tests --------------------------------------------
+
+    def outstanding(self, round_id: str | int) -> int | None:
+        """The round's count of queued and leased requests; ``None`` if the key does not exist."""
+        value = self.client.get(self.round_key(round_id))
+        return None if value is None else int(value)
+
+    def rounds_at_zero(self) -> list[str]:
+        """Rounds whose count is 0 but whose key still exists: drained, not yet marked done."""
+        found = []
+        prefix = self.key("round:")
+        for key in self.client.scan_iter(match=f"{prefix}*:outstanding", count=1000):
+            if self.client.get(key) == b"0":
+                found.append(key.decode()[len(prefix) : -len(":outstanding")])
+        return found
+
+    def sizes(self) -> dict[str, int]:
+        return {
+            "queued": self.client.zcard(self.key("queue")),
+            "leased": self.client.zcard(self.key("leases")),
+        }
+
+
+def _popped(flat: list) -> list[Popped]:
+    out = []
+    for j in range(0, len(flat), 3):
+        lease_id, attempts, value = flat[j].decode(), int(flat[j + 1]), flat[j + 2]
+        round_id, _, data = value.partition(b"\n")
+        out.append(Popped(lease_id, attempts, round_id.decode() or None, data))
+    return out
