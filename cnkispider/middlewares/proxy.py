@@ -1,0 +1,269 @@
+"""Proxies from a paid pool, behind one global switch.
+
+Thin: the decisions are :class:`proxy.pool.ProxyPool` (which proxy, how often, when to buy) and
+:class:`proxy.policy.BanPolicy` (whose fault a failure was). This middleware sets
+``request.meta["proxy"]`` (Scrapy's HttpProxyMiddleware then moves the credentials into a
+header), buys a batch when the pool is dry (waiting out the provider's interval on the event
+loop, never spinning, one purchase at a time for all waiting requests), and on the way back
+releases the proxy, or evicts it when the failure was its fault.
+
+A CNKI session (meta ``cnki_session``) stays on the proxy it was opened through while that proxy
+is not evicted. A retried request (meta ``retry_times`` grew since this middleware last saw it;
+the retry middleware also renews its session) never gets the proxy it failed through again,
+unless that is the only one left; neither does the warm-up of the fresh session that replaces
+the failed one (private meta ``_proxy_avoid``, set by the session middleware). Meta
+``dont_proxy`` sends a request directly.
+
+Proxy credentials never reach a log line: only :func:`proxy.provider.mask` forms are logged.
+
+Settings:
+- ``PROXY_ENABLED`` (False): the global switch (the seed's PROXY_OPEN); off -> NotConfigured.
+- ``PROXY_API_URL``: the provider's API; ``PROXY_API_FORMAT`` (``lines`` | ``json``);
+  ``PROXY_API_JSON_PATH`` (``data``), ``PROXY_API_JSON_IP`` (``ip``), ``PROXY_API_JSON_PORT``
+  (``port``); ``PROXY_API_TIMEOUT`` (10 s).
+- ``PROXY_STATIC`` ([]): fixed proxies (``[user:pass@]host:port``) instead of an API.
+- ``PROXY_CREDENTIALS`` (""): ``user:pass`` for proxies that come without.
+- ``PROXY_REUSE`` (10): average uses per proxy; ``PROXY_MAX_AGE`` (0 = none): seconds a proxy is
+  handed out after purchase.
+- ``PROXY_FETCH_INTERVAL`` (5 s): at least this long between provider calls.
+- ``PROXY_BAN_STATUSES`` ([403, 407, 429]), ``PROXY_BAN_REASONS`` (["captcha"]): responses
+  that evict the proxy; ``PROXY_BAN_TIME`` (600 s): an evicted address offered again is refused
+  this long.
+- ``PROXY_WAIT_MAX`` (600 s): a request that found no proxy for this long fails with
+  :class:`~cnkispider.exceptions.GaveUp` (reason ``no-proxy``).
+
+Stats (``proxy/...``): ``assigned``, ``session_kept``, ``fetch/count``, ``fetch/added``,
+``fetch/error``, ``evicted/<reason>``, ``released/ok``, ``released/refused``, ``wait_gave_up``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from scrapy.exceptions import NotConfigured
+from scrapy.utils.asyncio import sleep as loop_sleep
+from scrapy.utils.defer import maybe_deferred_to_future
+from twisted.internet.defer import Deferred
+
+from cnkispider.cnki.refusals import classify
+from cnkispider.exceptions import ConfigError, GaveUp
+from cnkispider.middlewares import DEFAULTS, Recent, refusal_of
+from proxy.policy import BanPolicy
+from proxy.pool import Proxy, ProxyPool
+from proxy.provider import ProviderClient, mask, proxy_key
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from scrapy.statscollectors import StatsCollector
+
+logger = logging.getLogger(__name__)
+
+EMPTY_BATCH_PAUSE = 1.0  # seconds, after a purchase that brought no usable proxy
+
+
+def _setting(settings, name: str, getter: str = "get"):
+    return getattr(settings, getter)(name, DEFAULTS[name])
+
+
+class ProxyMiddleware:
+    """Assigns pool proxies to requests and reports their fate back to the pool."""
+
+    def __init__(
+        self,
+        pool: ProxyPool,
+        policy: BanPolicy | None = None,
+        *,
+        stats: StatsCollector | None = None,
+        wait_max: float = 600.0,
+        classify: Callable[..., str | None] | None = classify,
+        sleep: Callable[[float], Awaitable[None]] = loop_sleep,
+        clock: Callable[[], float] = time.monotonic,
+        source: str = "",
+    ):
+        self.pool = pool
+        self.policy = policy or BanPolicy()
+        self.stats = stats
+        self.wait_max = wait_max
+        self.classify = classify
+        self.sleep = sleep
+        self.clock = clock
+        self.source = source  # masked description of where proxies come from, for logs
+        self._by_key: Recent = Recent(16384)  # host:port -> the Proxy last assigned there
+        self._by_session: Recent = Recent(4096)  # cnki_session -> its Proxy
+        self._refilling = False
+        self._refill_waiters: list[Deferred] = []
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> ProxyMiddleware:
+        s = crawler.settings
+        if not _setting(s, "PROXY_ENABLED", "getbool"):
+            raise NotConfigured
+        api_url = _setting(s, "PROXY_API_URL") or ""
+        static = _setting(s, "PROXY_STATIC", "getlist")
+        if not api_url and not static:
+            raise ConfigError(
+                "settings",
+                "proxy",
+                "PROXY_API_URL",
+                "proxies are enabled but neither an API URL nor a static list is given",
+            )
+        try:
+            client = ProviderClient(
+                api_url,
+                _setting(s, "PROXY_API_FORMAT"),
+                json_path=_setting(s, "PROXY_API_JSON_PATH"),
+                ip_field=_setting(s, "PROXY_API_JSON_IP"),
+                port_field=_setting(s, "PROXY_API_JSON_PORT"),
+                credentials=_setting(s, "PROXY_CREDENTIALS") or "",
+                timeout=_setting(s, "PROXY_API_TIMEOUT", "getfloat"),
+                static=static,
+            )
+        except ValueError as exc:
+            raise ConfigError(
+                "settings", "proxy", "PROXY_API_FORMAT/PROXY_STATIC", str(exc)
+            ) from None
+        pool = ProxyPool(
+            client.fetch_batch,
+            reuse=_setting(s, "PROXY_REUSE", "getint"),
+            min_fetch_interval=_setting(s, "PROXY_FETCH_INTERVAL", "getfloat"),
+            max_age=_setting(s, "PROXY_MAX_AGE", "getfloat"),
+            ban_time=_setting(s, "PROXY_BAN_TIME", "getfloat"),
+        )
+        policy = BanPolicy(
+            [int(x) for x in _setting(s, "PROXY_BAN_STATUSES", "getlist")],
+            _setting(s, "PROXY_BAN_REASONS", "getlist"),
+        )
+        return cls(
+            pool,
+            policy,
+            stats=crawler.stats,
+            wait_max=_setting(s, "PROXY_WAIT_MAX", "getfloat"),
+            source=repr(client),
+        )
+
+    def _inc_stat(self, key: str, count: int = 1) -> None:
+        if self.stats is not None:
+            self.stats.inc_value(f"proxy/{key}", count)
+
+    # -- way out -------------------------------------------------------------------------------
+
+    async def process_request(self, request: Request, spider: Spider | None = None) -> None:
+        meta = request.meta
+        if meta.get("dont_proxy"):
+            return
+        attempt = meta.get("retry_times", 0)
+        exclude: tuple[str, ...] = ()
+        if meta.pop("_proxy_attempt", attempt) != attempt and meta.get("proxy"):
+            exclude = (proxy_key(meta["proxy"]),)  # the one this request just failed through
+        if meta.get("_proxy_avoid"):  # a fresh session's warm-up, after a failure through it
+            exclude += (proxy_key(meta["_proxy_avoid"]),)
+        session_id = meta.get("cnki_session")
+        proxy = self._by_session.get(session_id) if session_id is not None else None
+        if proxy is not None and proxy.key not in exclude and self.pool.use(proxy):
+            self._inc_stat("session_kept")
+        else:
+            proxy = await self._acquire(exclude, attempt)
+            if session_id is not None:
+                self._by_session[session_id] = proxy
+        self._by_key[proxy.key] = proxy
+        self._inc_stat("assigned")
+        meta["proxy"] = proxy.url
+        meta["_proxy_attempt"] = attempt
+
+    async def _acquire(self, exclude: tuple[str, ...], attempt: int) -> Proxy:
+        deadline = self.clock() + self.wait_max
+        while True:
+            proxy = self.pool.get(exclude)
+            if proxy is None and exclude:
+                proxy = self.pool.get()  # the failed one, when it is all there is
+            if proxy is not None:
+                return proxy
+            if self.clock() >= deadline:
+                self._inc_stat("wait_gave_up")
+                raise GaveUp("no-proxy", attempt + 1)
+            await self._refill()
+
+    async def _refill(self) -> None:
+        """Buy one batch; callers arriving while a purchase runs wait for that one."""
+        if self._refilling:
+            waiter: Deferred = Deferred()
+            self._refill_waiters.append(waiter)
+            await maybe_deferred_to_future(waiter)
+            return
+        self._refilling = True
+        try:
+            self._inc_stat("fetch/count")
+            try:
+                added = await self.pool.refill(self.sleep)
+            except Exception as exc:  # the provider is down or refuses: try at the next slot
+                added = 0
+                self._inc_stat("fetch/error")
+                logger.warning("Proxy provider %s failed: %s", self.source, exc)
+            else:
+                self._inc_stat("fetch/added", added)
+                logger.info(
+                    "Bought %d new proxies from %s (%d live)", added, self.source, len(self.pool)
+                )
+            if added == 0:
+                # Nothing new (an error, an empty batch, only banned addresses): pause even
+                # when the provider allows calls back to back, so that nobody spins.
+                await self.sleep(EMPTY_BATCH_PAUSE)
+        finally:
+            self._refilling = False
+            waiters, self._refill_waiters = self._refill_waiters, []
+            for waiter in waiters:
+                waiter.callback(None)
+
+    # -- way back -------------------------------------------------------------------------------
+
+    def process_response(
+        self, request: Request, response: Response, spider: Spider | None = None
+    ) -> Response:
+        proxy = self._proxy_of(request)
+        if proxy is None:
+            return response
+        refusal = refusal_of(self.classify, request, response)
+        ban = self.policy.response_ban(response.status, refusal)
+        if ban is not None:
+            self._evict(proxy, ban)
+        else:
+            self.pool.release(proxy, ok=refusal is None)
+            self._inc_stat("released/ok" if refusal is None else "released/refused")
+        return response
+
+    def process_exception(
+        self, request: Request, exception: Exception, spider: Spider | None = None
+    ) -> None:
+        proxy = self._proxy_of(request)
+        if proxy is None:
+            return
+        ban = self.policy.exception_ban(exception)
+        if ban is not None:
+            self._evict(proxy, ban)
+        else:
+            self.pool.release(proxy, ok=False)
+
+    def _proxy_of(self, request: Request) -> Proxy | None:
+        """The proxy this middleware gave this attempt of ``request`` (a retry copy carries the
+        previous attempt's ``_proxy_attempt`` until process_request replaces it)."""
+        meta = request.meta
+        if meta.get("dont_proxy") or meta.get("_proxy_attempt") != meta.get("retry_times", 0):
+            return None
+        return self._by_key.get(proxy_key(meta.get("proxy")))
+
+    def _evict(self, proxy: Proxy, reason: str) -> None:
+        self.pool.release(proxy, ok=False)
+        if self.pool.evict(proxy, reason):
+            self._inc_stat(f"evicted/{reason}")
+            logger.info(
+                "Evicted proxy %s (%s) after %d uses; %d live",
+                mask(proxy.url),
+                reason,
+                proxy.uses,
+                len(self.pool),
+            )

@@ -1,0 +1,168 @@
+"""Retries for CNKI: on errors and on CNKI's ways of saying no, each time with a fresh session,
+another proxy, and a growing pause; then :class:`~cnkispider.exceptions.GaveUp`.
+
+Replaces Scrapy's RetryMiddleware (disable that one: see ``DOWNLOADER_MIDDLEWARES`` in
+:mod:`cnkispider.middlewares`, which also explains why this one sits above RedirectMiddleware).
+A request is retried when:
+
+- it has meta ``cnki_kind`` and ``cnkispider.cnki.refusals.classify`` names a reason (verify
+  redirect, captcha, blank page, JavaScript page, list without pager, ...); a redirect is
+  classified by its target, so CNKI's ``302 -> /verify`` is caught before it is followed;
+- its status is in ``RETRY_HTTP_CODES`` (reason ``http-<status>``);
+- it failed with one of ``RETRY_EXCEPTIONS`` (reason: the exception's class name), or with a
+  :class:`~cnkispider.exceptions.RefusedPage` raised by a downloader middleware (its reason).
+
+Each retry is a copy (Scrapy's ``get_retry_request``: ``retry_times``, ``dont_filter``,
+priority) with meta ``cnki_renew_session`` set, so the session middleware retires the old
+session and the proxy middleware picks another proxy. Before the copy is handed back, the
+middleware waits ``min(RETRY_BACKOFF_MAX, RETRY_BACKOFF_BASE * 2 ** (n - 1))`` seconds, jittered
+into its upper half, for retry ``n``; the wait is a sleep on the event loop (an ``async``
+``process_response``, as Scrapy >= 2.14 allows), so other requests go on meanwhile. After
+``RETRY_TIMES`` retries the request fails with ``GaveUp(reason, attempts)``, which its errback
+receives (``attempts`` = RETRY_TIMES + 1). Meta ``dont_retry`` and ``max_retry_times`` are
+honoured as in Scrapy.
+
+Settings: ``RETRY_ENABLED``, ``RETRY_TIMES``, ``RETRY_HTTP_CODES``, ``RETRY_EXCEPTIONS``,
+``RETRY_PRIORITY_ADJUST``, ``RETRY_GIVE_UP_LOG_LEVEL`` (Scrapy's), ``RETRY_BACKOFF_BASE`` (0.5 s),
+``RETRY_BACKOFF_MAX`` (30 s).
+
+Stats: ``retry/count``, ``retry/reason_count/<reason>``, ``retry/max_reached`` (written by
+Scrapy's ``get_retry_request``, which this middleware reuses as asked, under the same names as
+Scrapy's own middleware); ``retry/backoff_seconds`` and ``retry/gave_up/<reason>`` through
+``_inc_stat``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from scrapy.downloadermiddlewares.retry import get_retry_request
+from scrapy.exceptions import NotConfigured
+from scrapy.utils.asyncio import sleep as loop_sleep
+from scrapy.utils.misc import load_object
+
+from cnkispider.cnki.refusals import classify
+from cnkispider.exceptions import GaveUp, RefusedPage
+from cnkispider.middlewares import DEFAULTS, refusal_of
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+logger = logging.getLogger(__name__)
+
+
+def backoff_delay(retry: int, base: float, cap: float, rng: random.Random) -> float:
+    """Seconds to wait before retry number ``retry`` (1, 2, ...): exponential, capped, and
+    jittered into [d/2, d] so that requests refused together do not come back together."""
+    if base <= 0 or retry < 1:
+        return 0.0
+    delay = min(cap, base * 2 ** (retry - 1))
+    return delay / 2 + rng.uniform(0, delay / 2)
+
+
+class CnkiRetryMiddleware:
+    """Retries with a fresh session, another proxy and backoff; see the module docstring."""
+
+    crawler: Crawler
+
+    def __init__(
+        self,
+        *,
+        max_retry_times: int = 5,
+        retry_http_codes: set[int] | frozenset[int] = frozenset(),
+        exceptions: tuple[type[BaseException], ...] = (),
+        priority_adjust: int = 0,
+        give_up_log_level: int | str = "ERROR",
+        backoff_base: float = 0.5,
+        backoff_max: float = 30.0,
+        classify: Callable[..., str | None] | None = classify,
+        sleep: Callable[[float], Awaitable[None]] = loop_sleep,
+        rng: random.Random | None = None,
+    ):
+        self.max_retry_times = max_retry_times
+        self.retry_http_codes = frozenset(retry_http_codes)
+        self.exceptions = tuple(exceptions) + (RefusedPage,)
+        self.priority_adjust = priority_adjust
+        self.give_up_log_level = give_up_log_level
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.classify = classify
+        self.sleep = sleep
+        self.rng = rng or random.Random()
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> CnkiRetryMiddleware:
+        s = crawler.settings
+        if not s.getbool("RETRY_ENABLED"):
+            raise NotConfigured
+        o = cls(
+            max_retry_times=s.getint("RETRY_TIMES"),
+            retry_http_codes={int(x) for x in s.getlist("RETRY_HTTP_CODES")},
+            exceptions=tuple(
+                load_object(x) if isinstance(x, str) else x for x in s.getlist("RETRY_EXCEPTIONS")
+            ),
+            priority_adjust=s.getint("RETRY_PRIORITY_ADJUST"),
+            give_up_log_level=s.get("RETRY_GIVE_UP_LOG_LEVEL", "ERROR"),
+            backoff_base=s.getfloat("RETRY_BACKOFF_BASE", DEFAULTS["RETRY_BACKOFF_BASE"]),
+            backoff_max=s.getfloat("RETRY_BACKOFF_MAX", DEFAULTS["RETRY_BACKOFF_MAX"]),
+        )
+        o.crawler = crawler
+        return o
+
+    def _inc_stat(self, key: str, count: float = 1) -> None:
+        self.crawler.stats.inc_value(f"retry/{key}", count)
+
+    async def process_response(
+        self, request: Request, response: Response, spider: Spider | None = None
+    ) -> Request | Response:
+        if request.meta.get("dont_retry"):
+            return response
+        reason = refusal_of(self.classify, request, response)
+        if reason is None and response.status in self.retry_http_codes:
+            reason = f"http-{response.status}"
+        if reason is None:
+            return response
+        return await self._retry(request, reason)
+
+    async def process_exception(
+        self, request: Request, exception: Exception, spider: Spider | None = None
+    ) -> Request | None:
+        if request.meta.get("dont_retry") or not isinstance(exception, self.exceptions):
+            return None
+        if isinstance(exception, RefusedPage):
+            reason = exception.reason
+        else:
+            reason = type(exception).__name__
+        return await self._retry(request, reason)
+
+    async def _retry(self, request: Request, reason: str) -> Request:
+        meta = request.meta
+        retry = get_retry_request(
+            request,
+            spider=self.crawler.spider,
+            reason=reason,
+            max_retry_times=meta.get("max_retry_times", self.max_retry_times),
+            priority_adjust=meta.get("priority_adjust", self.priority_adjust),
+            give_up_log_level=meta.get("give_up_log_level", self.give_up_log_level),
+            logger=logger,
+        )
+        if retry is None:
+            self._inc_stat(f"gave_up/{reason}")
+            raise GaveUp(reason, meta.get("retry_times", 0) + 1)
+        retry.meta["cnki_renew_session"] = True
+        # The copy must not carry the old proxy's credentials anywhere (it may be queued in
+        # Redis); the proxy middleware assigns the next proxy and HttpProxyMiddleware its header.
+        retry.headers.pop(b"Proxy-Authorization", None)
+        retry.meta.pop("_auth_proxy", None)
+        delay = backoff_delay(
+            retry.meta["retry_times"], self.backoff_base, self.backoff_max, self.rng
+        )
+        if delay > 0:
+            self._inc_stat("backoff_seconds", round(delay, 3))
+            await self.sleep(delay)
+        return retry
