@@ -1,0 +1,207 @@
+"""Command line of the CNKI stand-in site.
+
+Serve (the first stdout line is exactly ``CNKI stand-in at http://HOST:PORT``, then one line
+per proxy and one for the provider; it serves until SIGTERM or SIGINT)::
+
+    python -m tests.cnki_site [--host 127.0.0.1] [--port 0] [--seed 1] [--scale 1.0]
+        [--max-pages 120] [--turn-limit 15] [--token-ttl 600] [--session-ttl 1200]
+        [--latency 0|0.05|0.02-0.08] [--proxies N] [--dead-proxies K] [--proxy-auth user:pass]
+        [--provider-interval 5] [--provider-batch 5]
+        [--rate-limit R --burst B --ban-seconds S]
+        [--fault NAME=RATE ...] [--slow-seconds 3] [--doomed N]
+        [--overflow TYPE:YYYY-MM-DD:CODE:COUNT ...] [--categories-file TYPE=PATH ...]
+        [--span YYYY-MM-DD:YYYY-MM-DD]
+
+Faults: reset, e500, e502, e503, verify, captcha, blank, javascript, slow (rates 0..1).
+
+Ground truth (JSON lines, one document per line with every item field)::
+
+    python -m tests.cnki_site truth --type patent --start 2024-01-01 --end 2024-01-03
+        [--categories H04,G06] [--seed 1] [--scale ...] [--overflow ...] [--categories-file ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+
+from tests.cnki_site.corpus import DOC_TYPES, Corpus, CorpusOptions
+from tests.cnki_site.limits import ALL_FAULTS
+from tests.cnki_site.site import Site, SiteOptions, parse_latency
+
+
+def _pair(text: str, what: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key or not value:
+        raise argparse.ArgumentTypeError(f"{what}: expected NAME=VALUE, got {text!r}")
+    return key, value
+
+
+def _fault(text: str) -> tuple[str, float]:
+    name, rate = _pair(text, "--fault")
+    if name not in ALL_FAULTS:
+        raise argparse.ArgumentTypeError(
+            f"--fault: unknown fault {name!r} (known: {', '.join(ALL_FAULTS)})"
+        )
+    try:
+        value = float(rate)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--fault {text!r}: rate is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"--fault {text!r}: rate must be within 0..1")
+    return name, value
+
+
+def _tree(text: str) -> tuple[str, str]:
+    doc_type, path = _pair(text, "--categories-file")
+    if doc_type not in DOC_TYPES:
+        raise argparse.ArgumentTypeError(f"--categories-file: unknown type {doc_type!r}")
+    return doc_type, path
+
+
+def _latency(text: str) -> str:
+    try:
+        parse_latency(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _add_corpus_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--scale", type=float, default=1.0, help="multiplies the natural counts")
+    parser.add_argument(
+        "--overflow", action="append", default=[], metavar="TYPE:YYYY-MM-DD:CODE:COUNT"
+    )
+    parser.add_argument(
+        "--categories-file", action="append", type=_tree, default=[], metavar="TYPE=PATH"
+    )
+    parser.add_argument(
+        "--doomed", type=int, default=0, help="documents per (type, day) whose detail always fails"
+    )
+    parser.add_argument(
+        "--span",
+        default="2024-01-01:2024-12-31",
+        help="days a search without a PT range covers (START:END)",
+    )
+
+
+def _corpus_options(args) -> CorpusOptions:
+    start, _, end = args.span.partition(":")
+    return CorpusOptions(
+        seed=args.seed,
+        scale=args.scale,
+        overflow=list(args.overflow),
+        trees=dict(args.categories_file),
+        doomed=args.doomed,
+        span=(start, end or start),
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.cnki_site", description="The local CNKI stand-in site."
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--max-pages", type=int, default=120, help="pages reachable per search")
+    parser.add_argument(
+        "--turn-limit", type=int, default=15, help="grid requests a session allows after its first"
+    )
+    parser.add_argument(
+        "--token-ttl", type=float, default=600.0, help="seconds a detail token lives"
+    )
+    parser.add_argument(
+        "--session-ttl", type=float, default=1200.0, help="idle seconds before a session expires"
+    )
+    parser.add_argument(
+        "--latency", type=_latency, default="0", help="seconds, fixed (0.05) or uniform (0.02-0.08)"
+    )
+    parser.add_argument("--proxies", type=int, default=0, help="proxy ports to open")
+    parser.add_argument("--dead-proxies", type=int, default=0, help="how many of them are dead")
+    parser.add_argument("--proxy-auth", default=None, metavar="USER:PASS")
+    parser.add_argument("--provider-interval", type=float, default=5.0)
+    parser.add_argument("--provider-batch", type=int, default=5)
+    parser.add_argument(
+        "--rate-limit", type=float, default=0.0, help="requests per second per IP (0: off)"
+    )
+    parser.add_argument("--burst", type=float, default=10.0)
+    parser.add_argument("--ban-seconds", type=float, default=60.0)
+    parser.add_argument("--fault", action="append", type=_fault, default=[], metavar="NAME=RATE")
+    parser.add_argument("--slow-seconds", type=float, default=3.0)
+    _add_corpus_options(parser)
+    return parser
+
+
+def build_truth_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.cnki_site truth",
+        description="Print the ground truth of a task's rounds as JSON lines.",
+    )
+    parser.add_argument("--type", required=True, choices=DOC_TYPES)
+    parser.add_argument("--start", required=True)
+    parser.add_argument("--end", required=True)
+    parser.add_argument(
+        "--categories", default="", help="comma-separated codes (prefixes); empty: all"
+    )
+    _add_corpus_options(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["truth"]:
+        args = build_truth_parser().parse_args(argv[1:])
+        try:
+            corpus = Corpus(_corpus_options(args))
+            categories = [c.strip() for c in args.categories.split(",") if c.strip()]
+            rows = corpus.truth(args.type, args.start, args.end, categories)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        out = sys.stdout
+        if hasattr(out, "reconfigure"):
+            out.reconfigure(encoding="utf-8")  # the Windows console default is not UTF-8
+        for row in rows:
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
+        out.flush()
+        return 0
+    args = build_parser().parse_args(argv)
+    options = SiteOptions(
+        host=args.host,
+        port=args.port,
+        max_pages=args.max_pages,
+        turn_limit=args.turn_limit,
+        token_ttl=args.token_ttl,
+        session_ttl=args.session_ttl,
+        latency=args.latency,
+        proxies=args.proxies,
+        dead_proxies=args.dead_proxies,
+        proxy_auth=args.proxy_auth,
+        provider_interval=args.provider_interval,
+        provider_batch=args.provider_batch,
+        rate_limit=args.rate_limit,
+        burst=args.burst,
+        ban_seconds=args.ban_seconds,
+        faults=dict(args.fault),
+        slow_seconds=args.slow_seconds,
+        corpus=_corpus_options(args),
+    )
+    try:
+        site = Site(options)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from tests.cnki_site.server import serve
+
+    try:
+        asyncio.run(serve(site, args.host, args.port, args.proxies))
+    except KeyboardInterrupt:  # pragma: no cover - a second Ctrl-C
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,368 @@
+"""Start a stand-in site in a subprocess and talk to it (stdlib only: http.client, no crawler code).
+
+``start_site(**options)`` runs ``python -m tests.cnki_site --port 0 ...`` and returns a
+:class:`SiteHandle` once the site has printed its base URL (well under a second). Options are the
+command line's, in Python spelling: ``seed=2``, ``max_pages=3``, ``turn_limit=2``,
+``faults={"captcha": 1.0}``, ``overflow=["patent:2024-01-01:H04:9000"]``, ``latency="0.02-0.08"``,
+``categories_file={"patent": path}``, ``proxies=3, dead_proxies=1``, ...
+
+:class:`CnkiClient` speaks the kns8s protocol the way a browser would (warm-up, cookies, grid
+form, detail link), for tests and the benchmark. It uses ``http.client`` directly, so proxy
+environment variables never reroute it.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from urllib.parse import urlencode, urlsplit
+
+REPO = Path(__file__).resolve().parents[2]
+SEARCH_RESOURCES = {
+    "patent": ("PATENT", "VUDIXAIY", "VUDIXAIY", "Both"),
+    "paper": ("CROSSDB", "WD0FTY92", "YSTT4HG0,LSTPFY1C", "CHINESE"),
+    "achievement": ("ACHIEVEMENTS", "BLZOG7CK", "BLZOG7CK", "CHINESE"),
+}
+
+
+def site_argv(**options) -> list[str]:
+    """Command-line arguments for the given options (see the module docstring)."""
+    argv: list[str] = []
+    for key, value in options.items():
+        if value is None:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if key == "faults":
+            for name, rate in value.items():
+                argv += ["--fault", f"{name}={rate}"]
+        elif key == "categories_file":
+            for doc_type, path in value.items():
+                argv += ["--categories-file", f"{doc_type}={path}"]
+        elif isinstance(value, list | tuple):
+            for item in value:
+                argv += [flag, str(item)]
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+def _request(
+    base_url: str,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict | None = None,
+    timeout: float = 30.0,
+) -> tuple[int, dict, bytes]:
+    parts = urlsplit(base_url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, dict(resp.getheaders()), resp.read()
+    finally:
+        conn.close()
+
+
+class SiteHandle:
+    """A running stand-in: its URLs, its control endpoints, and stop()."""
+
+    def __init__(self, process: subprocess.Popen, base_url: str):
+        self.process = process
+        self.base_url = base_url
+        state = self.state()
+        self.proxies = state["proxies"]
+        self.proxy_urls = [p["url"] for p in self.proxies]
+        self.provider_url = state["provider_url"]
+
+    def request(
+        self, method: str, path: str, body: bytes | None = None, headers: dict | None = None
+    ):
+        return _request(self.base_url, method, path, body, headers)
+
+    def _json(self, method: str, path: str, body: bytes | None = None):
+        status, _, data = self.request(
+            method, path, body, {"Content-Type": "application/json"} if body else None
+        )
+        if status != 200:
+            raise RuntimeError(f"{method} {path}: {status} {data[:200]!r}")
+        return json.loads(data)
+
+    def state(self) -> dict:
+        return self._json("GET", "/_control")
+
+    def control(self, **changes) -> dict:
+        """Change the running site (fault rates, latency, limits, doomed, ...); returns its state."""
+        return self._json("POST", "/_control", json.dumps(changes).encode())
+
+    def stats(self) -> dict:
+        return self._json("GET", "/_stats")
+
+    @staticmethod
+    def _scope(doc_type, start, end, categories) -> str:
+        return urlencode(
+            {
+                "type": doc_type,
+                "start": start,
+                "end": end or start,
+                "categories": ",".join(categories or ()),
+            }
+        )
+
+    def truth(self, doc_type: str, start: str, end: str | None = None, categories=()) -> list[dict]:
+        status, _, data = self.request(
+            "GET", "/_truth?" + self._scope(doc_type, start, end, categories)
+        )
+        if status != 200:
+            raise RuntimeError(f"/_truth: {status} {data[:200]!r}")
+        return [json.loads(line) for line in data.decode("utf-8").splitlines() if line]
+
+    def rounds(
+        self, doc_type: str, start: str, end: str | None = None, categories=()
+    ) -> list[dict]:
+        return self._json("GET", "/_rounds?" + self._scope(doc_type, start, end, categories))[
+            "rounds"
+        ]
+
+    def doomed(self, doc_type: str, start: str, end: str | None = None, categories=()) -> list[str]:
+        return self._json("GET", "/_doomed?" + self._scope(doc_type, start, end, categories))
+
+    def client(self, proxy: str | None = None, proxy_auth: str | None = None) -> CnkiClient:
+        return CnkiClient(self.base_url, proxy=proxy, proxy_auth=proxy_auth)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def start_site(cpu: int | None = None, timeout: float = 15.0, **options) -> SiteHandle:
+    """Start ``python -m tests.cnki_site --port 0`` with the options; ``cpu`` pins it to one core."""
+    options.setdefault("port", 0)
+    argv = [sys.executable, "-m", "tests.cnki_site", *site_argv(**options)]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + (
+        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+    )
+    env["PYTHONIOENCODING"] = "utf-8"
+    preexec = None
+    if cpu is not None and hasattr(os, "sched_setaffinity"):
+
+        def preexec():
+            os.sched_setaffinity(0, {cpu})
+
+    process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, preexec_fn=preexec)
+    first: list[bytes] = []
+    reader = threading.Thread(target=lambda: first.append(process.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    line = first[0].decode("utf-8", "replace").strip() if first else ""
+    if not line.startswith("CNKI stand-in at http://"):
+        process.kill()
+        process.wait()
+        raise RuntimeError(
+            f"the stand-in did not start ({' '.join(argv[1:])}): first line {line!r}"
+        )
+    # keep draining stdout so the site can never block on a full pipe
+    threading.Thread(target=lambda: [None for _ in process.stdout], daemon=True).start()
+    return SiteHandle(process, line.rsplit(" ", 1)[1])
+
+
+# -- a browser-like client of the kns8s protocol ----------------------------------------------
+
+
+def query_json(
+    doc_type: str,
+    start: str,
+    end: str | None = None,
+    code: str | None = None,
+    title: str | None = None,
+    page_turn: bool = False,
+) -> str:
+    """A QueryJson like the real site's, for one date range and optionally one code and title."""
+    resource, classid, _products, rlang = SEARCH_RESOURCES[doc_type]
+    subject = []
+    if code:
+        subject.append(
+            {
+                "Field": "CLC",
+                "Value": code,
+                "Operator": "TOPRANK",
+                "Logic": 0,
+                "Title": "中图分类号",
+            }
+        )
+    if title:
+        subject.append(
+            {"Field": "TI", "Value": title, "Operator": "DEFAULT", "Logic": 0, "Title": "题名"}
+        )
+    groups = []
+    if subject:
+        groups.append(
+            {"Key": "Subject", "Title": "", "Logic": 0, "Items": subject, "ChildItems": []}
+        )
+    groups.append(
+        {
+            "Key": "ControlGroup",
+            "Title": "",
+            "Logic": 0,
+            "Items": [
+                {
+                    "Key": "span[value=PT]",
+                    "Title": "发表时间",
+                    "Logic": 0,
+                    "Field": "PT",
+                    "Operator": 7,
+                    "Value": start,
+                    "Value2": end or start,
+                }
+            ],
+            "ChildItems": [],
+        }
+    )
+    return json.dumps(
+        {
+            "Platform": "",
+            "Resource": resource,
+            "Classid": classid,
+            "Products": "",
+            "QNode": {"QGroup": groups},
+            "ExScope": 1,
+            "SearchType": 2,
+            "Rlang": rlang,
+            "KuaKuCode": "",
+            "Expands": {},
+            "SearchFrom": 4 if page_turn else 1,
+        },
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+
+
+def grid_form(
+    doc_type: str,
+    start: str,
+    end: str | None = None,
+    code: str | None = None,
+    title: str | None = None,
+    page: int = 1,
+    size: int = 50,
+    sort_field: str = "",
+    sort_type: str = "desc",
+    turnpage: str = "",
+) -> bytes:
+    products = SEARCH_RESOURCES[doc_type][2]
+    return urlencode(
+        {
+            "boolSearch": "true" if page == 1 else "false",
+            "QueryJson": query_json(doc_type, start, end, code, title, page_turn=page > 1),
+            "pageNum": page,
+            "pageSize": size,
+            "sortField": sort_field,
+            "sortType": sort_type,
+            "dstyle": "listmode",
+            "boolSortSearch": "false",
+            "sentenceSearch": "false",
+            "productStr": products,
+            "aside": "",
+            "searchFrom": "资源范围：总库",
+            "CurPage": page,
+            "turnpage": turnpage,
+        }
+    ).encode()
+
+
+class CnkiClient:
+    """One CNKI session seen from a browser: a keep-alive connection and its cookies."""
+
+    def __init__(
+        self,
+        base_url: str,
+        proxy: str | None = None,
+        proxy_auth: str | None = None,
+        timeout: float = 30,
+    ):
+        self.base_url = base_url
+        self.proxy = proxy
+        self.timeout = timeout
+        self.cookies: dict[str, str] = {}
+        self.extra_headers = {}
+        if proxy_auth:
+            self.extra_headers["Proxy-Authorization"] = (
+                "Basic " + base64.b64encode(proxy_auth.encode()).decode()
+            )
+        self._conn = None
+
+    def _connection(self):
+        if self._conn is None:
+            target = urlsplit(self.proxy or self.base_url)
+            self._conn = http.client.HTTPConnection(
+                target.hostname, target.port, timeout=self.timeout
+            )
+        return self._conn
+
+    def close(self):
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def request(
+        self, method: str, path_or_url: str, body: bytes | None = None, headers: dict | None = None
+    ):
+        """(status, headers, body); follows no redirects; keeps cookies."""
+        parts = urlsplit(path_or_url)
+        path = parts.path + ("?" + parts.query if parts.query else "")
+        target = f"{self.base_url}{path}" if self.proxy else path  # absolute form via a proxy
+        all_headers = dict(self.extra_headers)
+        if self.cookies:
+            all_headers["Cookie"] = "; ".join(f"{k}={v}" for k, v in self.cookies.items())
+        all_headers.update(headers or {})
+        conn = self._connection()
+        try:
+            conn.request(method, target, body=body, headers=all_headers)
+            resp = conn.getresponse()
+            data = resp.read()
+        except (ConnectionError, http.client.HTTPException, OSError):
+            self.close()
+            raise
+        for name, value in resp.getheaders():
+            if name.lower() == "set-cookie":
+                key, _, rest = value.partition("=")
+                self.cookies[key.strip()] = rest.split(";", 1)[0]
+        if resp.getheader("Connection", "").lower() == "close":
+            self.close()
+        return resp.status, dict(resp.getheaders()), data
+
+    def warmup(self):
+        return self.request("GET", "/kns8s/defaultresult/index")
+
+    def grid(self, doc_type: str, start: str, end: str | None = None, **kw):
+        body = grid_form(doc_type, start, end, **kw)
+        return self.request(
+            "POST",
+            "/kns8s/brief/grid",
+            body,
+            {
+                "Content-Type": "application/x-www-form-urlencoded; charset=UTF-8",
+                "X-Requested-With": "XMLHttpRequest",
+            },
+        )
+
+    def get(self, url: str):
+        return self.request("GET", url)

@@ -1,0 +1,214 @@
+"""CNKI's limits and the stand-in's faults as plain state classes (time is passed in).
+
+- ``SessionTable``: warm-up sessions. A session allows ``1 + turn_limit`` grid requests and
+  expires after ``ttl`` idle seconds.
+  Invariant: a session id is in the table iff it was issued and has not been idle longer
+  than ``ttl`` (expired ones are dropped when met, and swept now and then).
+- ``TokenSigner``: detail ``v=`` tokens, a keyed-BLAKE2 MAC over (session id, dbname, filename,
+  issue time) in base64url. Opaque to the crawler, unforgeable, and tied to its session.
+- ``RateLimiter``: a token bucket per client address (``rate``/s, ``burst``); an address that
+  empties its bucket is banned for ``ban_seconds`` and starts with a full bucket afterwards.
+- ``FaultPlan``: which fault (if any) a request gets. The draw is hash(seed, fault, request
+  identity, occurrence of that identity) < rate, so one seed and one request sequence give the
+  same faults, and a retried request (same identity, next occurrence) draws afresh.
+- ``ProxyProvider``: the proxy-provider API, a few proxies per call round-robin, at most one
+  successful call per ``interval`` seconds.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from dataclasses import dataclass, field
+
+# Order of precedence when several faults are drawn for one request.
+FAULTS = ("reset", "e500", "e502", "e503", "verify", "captcha", "blank", "javascript")
+ALL_FAULTS = FAULTS + ("slow",)
+
+
+class Session:
+    __slots__ = ("sid", "client_id", "last_used", "grid_requests")
+
+    def __init__(self, sid: str, client_id: str, now: float):
+        self.sid, self.client_id, self.last_used, self.grid_requests = sid, client_id, now, 0
+
+
+class SessionTable:
+    def __init__(self, seed: int, ttl: float, turn_limit: int):
+        self.ttl, self.turn_limit = ttl, turn_limit
+        self._key = hashlib.blake2b(f"sessions|{seed}".encode(), digest_size=32).digest()
+        self._sessions: dict[str, Session] = {}
+        self.created = 0
+
+    def create(self, now: float) -> Session:
+        self.created += 1
+        digest = hashlib.blake2b(
+            str(self.created).encode(), key=self._key, digest_size=16
+        ).hexdigest()
+        session = Session(digest[:24], f"v{digest[24:32]}{self.created:08d}", now)
+        self._sessions[session.sid] = session
+        if self.created % 1024 == 0:
+            self.sweep(now)
+        return session
+
+    def get(self, sid: str | None, now: float) -> Session | None:
+        """The live session, or None; does not count as use."""
+        session = self._sessions.get(sid) if sid else None
+        if session is not None and now - session.last_used > self.ttl:
+            del self._sessions[sid]
+            return None
+        return session
+
+    def grid(self, sid: str | None, now: float) -> str:
+        """Count one grid request: ``ok``, ``unknown`` (no live session) or ``turn-limit``."""
+        session = self.get(sid, now)
+        if session is None:
+            return "unknown"
+        session.last_used = now
+        session.grid_requests += 1
+        return "ok" if session.grid_requests <= 1 + self.turn_limit else "turn-limit"
+
+    def touch(self, sid: str, now: float) -> bool:
+        session = self.get(sid, now)
+        if session is None:
+            return False
+        session.last_used = now
+        return True
+
+    def sweep(self, now: float) -> None:
+        for sid in [s for s, v in self._sessions.items() if now - v.last_used > self.ttl]:
+            del self._sessions[sid]
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+
+class TokenSigner:
+    MAC_SIZE = 12
+
+    def __init__(self, seed: int):
+        self._key = hashlib.blake2b(f"tokens|{seed}".encode(), digest_size=32).digest()
+
+    def _mac(self, payload: bytes) -> bytes:
+        return hashlib.blake2b(payload, key=self._key, digest_size=self.MAC_SIZE).digest()
+
+    def prefix(self, sid: str, issued_ms: int) -> bytes:
+        """The per-response part of the payload (shared by all rows of one list page)."""
+        return f"{sid}\x1f{issued_ms}\x1f".encode()
+
+    def issue(self, prefix: bytes, dbname: str, filename: str) -> bytes:
+        payload = prefix + f"{dbname}\x1f{filename}".encode()
+        return base64.urlsafe_b64encode(self._mac(payload) + payload)
+
+    def check(self, token: str) -> tuple[str, int, str, str] | None:
+        """(session id, issue time in ms, dbname, filename) of a genuine token, else None."""
+        try:
+            raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        except (binascii.Error, ValueError):
+            return None
+        mac, payload = raw[: self.MAC_SIZE], raw[self.MAC_SIZE :]
+        if len(mac) != self.MAC_SIZE or mac != self._mac(payload):
+            return None
+        try:
+            sid, issued, dbname, filename = payload.decode().split("\x1f")
+            return sid, int(issued), dbname, filename
+        except ValueError:
+            return None
+
+
+class RateLimiter:
+    def __init__(self, rate: float, burst: float, ban_seconds: float):
+        self.rate, self.burst, self.ban_seconds = rate, max(1.0, burst), ban_seconds
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._banned_until: dict[str, float] = {}
+        self.bans = 0
+
+    @property
+    def active(self) -> bool:
+        return self.rate > 0
+
+    def allow(self, ip: str, now: float) -> bool:
+        until = self._banned_until.get(ip)
+        if until is not None:
+            if now < until:
+                return False
+            del self._banned_until[ip]
+            self._buckets.pop(ip, None)
+        tokens, last = self._buckets.get(ip, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        if tokens < 1.0:
+            self._banned_until[ip] = now + self.ban_seconds
+            self._buckets.pop(ip, None)
+            self.bans += 1
+            return False
+        self._buckets[ip] = (tokens - 1.0, now)
+        return True
+
+    def banned(self, now: float) -> list[str]:
+        return sorted(ip for ip, until in self._banned_until.items() if until > now)
+
+    def unban(self) -> None:
+        self._banned_until.clear()
+        self._buckets.clear()
+
+
+class FaultPlan:
+    def __init__(self, seed: int, rates: dict[str, float] | None = None):
+        self._key = hashlib.blake2b(f"faults|{seed}".encode(), digest_size=32).digest()
+        self.rates = dict.fromkeys(ALL_FAULTS, 0.0)
+        self._seen: dict[bytes, int] = {}
+        self.update(rates or {})
+
+    def update(self, rates: dict[str, float]) -> None:
+        for name, rate in rates.items():
+            if name not in self.rates:
+                raise ValueError(f"unknown fault {name!r} (known: {', '.join(ALL_FAULTS)})")
+            rate = float(rate)
+            if not 0.0 <= rate <= 1.0:
+                raise ValueError(f"fault {name}: rate {rate} is not within 0..1")
+            self.rates[name] = rate
+        self.active = any(self.rates.values())
+
+    def _u(self, name: str, identity: bytes, occurrence: int) -> float:
+        digest = hashlib.blake2b(
+            b"%s|%d|" % (name.encode(), occurrence) + identity, key=self._key, digest_size=8
+        ).digest()
+        return int.from_bytes(digest, "big") / 2.0**64
+
+    def draw(self, identity: bytes) -> tuple[str | None, bool]:
+        """(fault to answer with or None, whether to answer slowly) for one request."""
+        key = hashlib.blake2b(identity, digest_size=16).digest()
+        occurrence = self._seen.get(key, 0)
+        self._seen[key] = occurrence + 1
+        slow = self.rates["slow"] > 0 and self._u("slow", key, occurrence) < self.rates["slow"]
+        for name in FAULTS:
+            rate = self.rates[name]
+            if rate > 0 and self._u(name, key, occurrence) < rate:
+                return name, slow
+        return None, slow
+
+
+@dataclass
+class ProxyProvider:
+    ports: list[int]
+    interval: float = 5.0
+    batch: int = 5
+    _next: int = 0
+    _last_ok: float | None = None
+    calls: dict[str, int] = field(default_factory=lambda: {"ok": 0, "refused": 0})
+
+    def take(self, num: int, now: float) -> list[int] | None:
+        """Ports handed out by one call, or None when called again too soon."""
+        if self._last_ok is not None and now - self._last_ok < self.interval:
+            self.calls["refused"] += 1
+            return None
+        self._last_ok = now
+        self.calls["ok"] += 1
+        if not self.ports:
+            return []
+        out = []
+        for _ in range(max(0, min(num, self.batch))):
+            out.append(self.ports[self._next % len(self.ports)])
+            self._next += 1
+        return out

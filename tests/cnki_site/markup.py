@@ -1,0 +1,360 @@
+"""The stand-in's HTML: CNKI's real list markup and the hand-made detail pages of CONTRACTS.md.
+
+The list fragment follows ``shared/cnki/pages/kns8s_list_crossdb_p1.html`` (the ``#briefBox``
+part a ``POST /kns8s/brief/grid`` returns): ``span.pagerTitleCell em``, ``span.countPageMark``
+with ``data-pagenum``, ``a#PageNext[data-curpage]``, the hidden ``#curPageHid``, ``#totalCnt`` and
+``#hidTurnPage``, and ``table.result-table-list`` rows with the real td classes and ``td.operat
+a.icon-collect[data-dbname][data-filename]``. Detail pages are hand-made (no real kcms2 page
+could be found) with the classes and the irregularities CONTRACTS.md lists.
+
+Speed matters (the site must serve 800 pages a second on one core), so a document's row is
+rendered once into three byte strings around the parts that change per response (page number,
+sequence number, session-bound ``v=`` token) and its detail page once into bytes; both are kept
+on the cached :class:`~tests.cnki_site.corpus.Document`.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from tests.cnki_site.corpus import Document
+
+RESOURCES = {"patent": "PATENT", "paper": "JOURNAL", "achievement": "ACHIEVEMENTS"}
+DBCODES = {
+    "SCPD": "SCPD",
+    "CJFQ": "CJFD",
+    "CAPJ": "CJFD",
+    "CMFD": "CDMD",
+    "CDFD": "CDMD",
+    "SNAD": "SNAD",
+}
+HEADERS = {
+    "patent": ("题名", "发明人", "申请人", "公开日", "数据库", "被引", "下载", "操作"),
+    "paper": ("题名", "作者", "来源", "发表时间", "数据库", "被引", "下载", "操作"),
+    "achievement": ("题名", "完成人", "完成单位", "入库时间", "数据库", "被引", "下载", "操作"),
+}
+TURN_TITLE = "键盘的“← →”可以实现快速翻页"
+
+
+def _e(text: str) -> str:
+    return escape(text, quote=True)
+
+
+# -- the list fragment ------------------------------------------------------------------------
+
+ROW_HEAD = b'<tr><td class="seq"><input class="cbItem" type="checkbox" data-cur="'
+
+
+def row_parts(doc: Document, base: str) -> tuple[bytes, bytes, bytes]:
+    """A row as (after page number, after sequence number, after token): see ``list_fragment``."""
+    if doc.row_parts is not None:
+        return doc.row_parts
+    f, x = doc.fields, doc.extra
+    people = {"patent": "inventors", "paper": "authors", "achievement": "completers"}[doc.doc_type]
+    authors = "".join(
+        f'<a class="KnowledgeNetLink" target="knet" href="{base}/kcms2/author/detail?v={x["cookie"][:24]}{k:02d}'
+        f'&amp;uniplatform=NZKPT&amp;language=CHS">{_e(name)}</a>'
+        for k, name in enumerate(f[people].split(";"))
+    )
+    if doc.doc_type == "paper":
+        source = (
+            f'<p><a target="_blank" href="{base}/knavi/detail?p={x["cookie"][24:48]}'
+            f'&amp;uniplatform=NZKPT&amp;language=CHS">{_e(f["source"])}</a></p>'
+        )
+    else:
+        source = f"<p>{_e(f['source'])}</p>"
+    marktip = '<b class="marktip">网络首发</b>' if x.get("first_online") else ""
+    quote = str(x["cites"]) if x["cites"] else ""
+    resource = RESOURCES[doc.doc_type]
+    a = f'" name="CookieName" value="{x["cookie"]}" onclick="$(this).filenameClick()">'
+    b = f'</td><td class="name"><a class="fz14" target="_blank" href="{base}/kcms2/article/abstract?v='
+    c = (
+        f'&amp;uniplatform=NZKPT&amp;language=CHS">{_e(f["title"])}</a>{marktip}'
+        '<i class="freeIdent is-hide" title="Free" style="display: none;">免费</i></td>'
+        f'<td class="author">{authors}</td>'
+        f'<td class="source"><!-- 会议 表名是 IPFDTEMP 或者 IPFDPREP 的跳转knavi不加链接 -->{source}</td>'
+        f'<td class="date">{_e(f["date"])}</td><td class="data"><span>{f["database"]}</span></td>'
+        f'<td class="quote">{quote}</td>'
+        f'<td class="download"><div><a class="downloadCnt" href="javascript:void(0);">{x["downloads"]}</a></div></td>'
+        f'<td class="operat"><a href="{base}/bar/download/order?id={x["cookie"]}&amp;language=CHS" target="_blank" '
+        'class="downloadlink icon-download" title="下载"><i></i><b>下载</b></a>'
+        f'<a class="icon-collect" title="收藏" data-dbname="{f["dbname"]}" data-resource="{resource}" '
+        f'data-filename="{f["filename"]}"><i></i></a>'
+        '<a class="icon-quote" title="引用" href="javascript:void(0)"><i></i></a></td></tr>'
+    )
+    doc.row_parts = (a.encode(), b.encode(), c.encode())
+    return doc.row_parts
+
+
+def list_fragment(
+    doc_type: str, total: int, page: int, pages: int, rows: list[bytes], turn: str
+) -> bytes:
+    """The grid response for one page; ``rows`` are the rendered ``<tr>`` of that page."""
+    nxt = page + 1
+    top_turn = (
+        f'<span class="topTurnSpan"><a id="Page_next_top" title="{TURN_TITLE}" data-curpage="{nxt}">&gt;&gt;</a></span>'
+        if page < pages
+        else ""
+    )
+    heads = "".join(f"<th>{h}</th>" for h in HEADERS[doc_type])
+    first = max(1, min(page - 4, pages - 8))
+    cur = ' class="cur"'
+    nums = "".join(
+        f'<div class="pagesnums"><a href="javascript:void(0);" title="{TURN_TITLE}"'
+        f'{cur if n == page else ""} data-curpage="{n}">{n}</a></div>'
+        for n in range(first, min(pages, first + 8) + 1)
+    )
+    prev = (
+        f'<a class="pagesnums" href="javascript:void(0);" title="{TURN_TITLE}" id="PagePrev" '
+        f'data-curpage="{page - 1}">上一页</a>'
+        if page > 1
+        else ""
+    )
+    nxt_link = (
+        f'<a class="pagesnums" href="javascript:void(0);" title="{TURN_TITLE}" id="PageNext" '
+        f'data-curpage="{nxt}">下一页</a>'
+        if page < pages
+        else ""
+    )
+    head = (
+        '<div id="briefBox">\n      <div>\n        <div class="toolbar">\n'
+        '    <div id="countPageDiv" class="result-con-r">\n'
+        f'        <span class="pagerTitleCell"><span>共找到</span>\n            <em>{total:,}</em>\n'
+        "            <span>条结果</span>\n        </span>\n"
+        f'            <span class="countPageMark" data-pagenum="{pages}">{page}/{pages}</span>\n'
+        f"            {top_turn}\n    </div>\n    </div>\n      </div>\n      <div>\n"
+        '<div id="main-content" method="post" name="gridTableForm">\n'
+        '    <div id="gridTable" class="search-result">\n        <div>\n'
+        f'            <div><div><table class="result-table-list"><thead><tr><th></th>{heads}</tr></thead><tbody>'
+    )
+    tail = (
+        '</tbody></table></div></div>\n        </div>\n    </div>\n    <div class="pages">\n'
+        f'{prev}{nums}<div class="clear"></div>\n        {nxt_link}\n    </div>\n</div>\n      </div>\n'
+        f'      <input id="curPageHid" type="hidden" value="{page}">\n'
+        f'      <input id="totalCnt" type="hidden" value="{total}">\n'
+        '      <input id="isSortHid" type="hidden" value="false">\n'
+        f'      <input id="hidTurnPage" type="hidden" value="{turn}">\n</div>\n'
+    )
+    return head.encode() + b"".join(rows) + tail.encode()
+
+
+NO_CONTENT = (
+    '<div id="briefBox"><p class="no-content">抱歉，暂无数据，请调整检索条件</p></div>'.encode()
+)
+NO_DATA_RETRY = (
+    '<div id="briefBox"><p class="no-content">抱歉，暂无数据，请稍后重试。</p></div>'.encode()
+)
+
+
+# -- detail pages -----------------------------------------------------------------------------
+
+
+def _links(value: str, sep: str = ";") -> str:
+    """People and other multi-valued values: <a> children separated by ';'."""
+    return sep.join(f"<a>{_e(v)}</a>" for v in value.split(";")) if value else ""
+
+
+def _row(label: str, value_html: str, cls: str = "rowtit") -> str:
+    return f'<div class="row"><span class="{cls}">{label}：</span><p class="funds">{value_html}</p></div>'
+
+
+def _pair(label1: str, value1: str, label2: str, value2: str) -> str:
+    return (
+        f'<div class="row"><div class="row-1"><span class="rowtit">{label1}：</span><p class="funds">{value1}</p></div>'
+        f'<div class="row-2"><span class="rowtit2">{label2}：</span><p class="funds">{value2}</p></div></div>'
+    )
+
+
+def _page(doc: Document, top: str, body: str) -> bytes:
+    f = doc.fields
+    return (
+        '<!DOCTYPE html>\n<html lang="zh-CN">\n<head>\n<meta charset="utf-8">\n'
+        f'<title>{_e(f["title"])} - 中国知网</title>\n</head>\n<body>\n<div class="wrapper">\n'
+        f'<input id="paramdbcode" type="hidden" value="{DBCODES[f["dbname"]]}">\n'
+        f'<input id="paramdbname" type="hidden" value="{f["dbname"]}">\n'
+        f'<input id="paramfilename" type="hidden" value="{f["filename"]}">\n'
+        '<div class="container"><div class="doc"><div class="doc-top">\n'
+        f'{top}<div class="wx-tit"><h1>{_e(f["title"])}<span style="display:none">{f["filename"]}</span></h1>\n'
+        f"{body}\n</div></div></div></div>\n</body>\n</html>\n"
+    ).encode()
+
+
+def _patent_body(doc: Document) -> str:
+    f, x = doc.fields, doc.extra
+    no_label = "申请（专利）号" if x["fullwidth_no"] else "申请(专利)号"
+    date_label = " 申请日" if x["space_date"] else "申请日"
+    address_label = " 地址" if x["space_address"] else "地址"
+    rows = ["</div>", _row("专利类型", _e(f["patent_type"]))]
+    rows.append(_pair(no_label, _e(f["application_no"]), date_label, _e(f["application_date"])))
+    if f["publication_no"]:
+        rows.append(
+            _pair("申请公布号", _e(f["publication_no"]), "公开公告日", _e(f["publication_date"]))
+        )
+    else:
+        rows.append(_row("公开公告日", _e(f["publication_date"])))
+    if f["grant_no"]:
+        rows.append(_pair("授权公布号", _e(f["grant_no"]), "授权公告日", _e(f["grant_date"])))
+    rows.append(_row("申请人", _links(f["applicant"])))
+    rows.append(_row(address_label, _e(f["address"])))
+    if f["co_applicants"]:
+        rows.append(_row("共同申请人", _links(f["co_applicants"])))
+    rows.append(_row("发明人", _links(f["inventors"])))
+    rows.append(_pair("分类号", _links(f["ipc"]), "主分类号", _e(f["main_ipc"])))
+    if f["agency"] and f["agent"]:
+        rows.append(_pair("代理机构", _e(f["agency"]), "代理人", _links(f["agent"])))
+    elif f["agency"]:
+        rows.append(_row("代理机构", _e(f["agency"])))
+    if f["pages"]:
+        rows.append(_pair("国省代码", _e(f["province_code"]), "页数", _e(f["pages"])))
+    else:
+        rows.append(_row("国省代码", _e(f["province_code"])))
+    rows.append(
+        f'<div class="row"><span class="rowtit">摘要：</span><div class="abstract-text">{_e(f["abstract"])}</div></div>'
+    )
+    rows.append(
+        f'<div class="row"><span class="rowtit">主权项：</span><div class="claim-text">{_e(f["claim"])}</div></div>'
+    )
+    return "\n".join(rows)
+
+
+def _paper_top(doc: Document) -> str:
+    f = doc.fields
+    if f["database"] != "期刊":
+        return ""
+    return (
+        f'<div class="top-tip"><span><a>{_e(f["source"])}</a>. {_e(f["date"][:10])}</span></div>\n'
+    )
+
+
+def _paper_body(doc: Document) -> str:
+    f, x = doc.fields, doc.extra
+    institutions = f["institutions"].split(";")
+    numbered = len(institutions) > 1  # CNKI numbers affiliations only when there are several
+    authors = "".join(
+        f"<span><a>{_e(name)}{'<sup>' + ','.join(map(str, aff)) + '</sup>' if numbered else ''}</a></span>"
+        for name, aff in zip(f["authors"].split(";"), x["affiliations"], strict=True)
+    )
+    insts = "".join(
+        f"<span><a>{f'{k}. ' if numbered else ''}{_e(inst)}</a></span>"
+        for k, inst in enumerate(institutions, 1)
+    )
+    parts = [
+        f'<h3 class="author" id="authorpart">{authors}</h3>',
+        f'<h3 class="author">{insts}</h3>',
+        "</div>",
+        '<div class="row"><span class="rowtit">摘要：</span>'
+        f'<span class="abstract-text" id="ChDivSummary" name="ChDivSummary">{_e(f["abstract"])}</span></div>',
+        '<div class="row"><span class="rowtit">关键词：</span><p class="keywords">'
+        + "".join(f"<a>{_e(k)};</a>" for k in f["keywords"].split(";"))
+        + "</p></div>",
+    ]
+    if f["fund"]:
+        parts.append(
+            '<div class="row"><span class="rowtit">基金：</span><p class="funds">'
+            + "".join(f"<a>{_e(v)};</a>" for v in f["fund"].split(";"))
+            + "</p></div>"
+        )
+    items = []
+    if f["doi"]:
+        items.append(
+            f'<li class="top-space"><span class="rowtit">DOI：</span><p>{_e(f["doi"])}</p></li>'
+        )
+    items.append(
+        f'<li class="top-space"><span class="rowtit">专辑：</span><p>{_e(f["album"])}</p></li>'
+    )
+    items.append(
+        f'<li class="top-space"><span class="rowtit">专题：</span><p>{_e(f["topic"])}</p></li>'
+    )
+    items.append(
+        f'<li class="top-space"><span class="rowtit">分类号：</span><p class="clc-code">{_e(f["clc"])}</p></li>'
+    )
+    parts.append('<ul class="top-space-ul">' + "".join(items) + "</ul>")
+    return "\n".join(parts)
+
+
+def _achievement_body(doc: Document) -> str:
+    f = doc.fields
+    rows = [
+        "</div>",
+        _row("成果完成人", _links(f["completers"])),
+        _row("第一完成单位", _e(f["first_unit"])),
+        _row("关键词", _links(f["keywords"])),
+        _pair("中图分类号", _e(f["clc"]), "学科分类号", _e(f["subject_code"])),
+        _row("成果简介", _e(f["summary"])),
+    ]
+    rows.append(_pair("成果类别", _e(f["achievement_type"]), "成果入库时间", _e(f["entry_date"])))
+    if f["level"]:
+        rows.append(_row("成果水平", _e(f["level"])))
+    if f["period"]:
+        rows.append(_row("研究起止时间", _e(f["period"])))
+    if f["evaluation"]:
+        rows.append(_row("评价形式", _e(f["evaluation"])))
+    return "\n".join(rows)
+
+
+def detail_page(doc: Document) -> bytes:
+    if doc.detail_html is None:
+        if doc.doc_type == "patent":
+            doc.detail_html = _page(doc, "", _patent_body(doc))
+        elif doc.doc_type == "paper":
+            doc.detail_html = _page(doc, _paper_top(doc), _paper_body(doc))
+        else:
+            doc.detail_html = _page(doc, "", _achievement_body(doc))
+    return doc.detail_html
+
+
+# -- the other pages --------------------------------------------------------------------------
+
+WARMUP_PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+    <meta charset="UTF-8">
+    <title>检索-中国知网</title>
+    <script type="text/javascript">
+        var APPPATH = "\\/kns8s";
+        var UNIPLATFORM = "NZKPT";
+        var LANGUAGE = "CHS";
+    </script>
+</head>
+<body>
+<div id="ModuleHeader"></div>
+<div class="search-box">
+    <input type="hidden" id="CheckedDB" value="YSTT4HG0,LSTPFY1C,EMRPGLPA,JUP3MUPD,MPMFIG1A,WQ0UVIAA,BLZOG7CK,PWFIRAGL,NLBO1Z6R,NN3FJMUV">
+    <ul class="doctype-menus">
+        <li><a href="javascript:void(0)" name="classify" classid="WD0FTY92" resource="CROSSDB">总库</a></li>
+        <li><a href="javascript:void(0)" name="classify" classid="YSTT4HG0" resource="JOURNAL" data-chs="CJFQ,CAPJ,ZHYX,CJTL">学术期刊</a></li>
+        <li><a href="javascript:void(0)" name="classify" classid="LSTPFY1C" resource="DISSERTATION" data-chs="CDFD,CMFD">学位论文</a></li>
+        <li><a href="javascript:void(0)" name="classify" classid="VUDIXAIY" resource="PATENT" data-lang="Both" data-chs="SCPD">专利</a></li>
+        <li><a href="javascript:void(0)" name="classify" classid="BLZOG7CK" resource="ACHIEVEMENTS" data-chs="SNAD">成果</a></li>
+    </ul>
+</div>
+<div id="ModuleSearchResult"></div>
+</body>
+</html>
+""".encode()
+
+HOME_PAGE = """<!DOCTYPE html>
+<html lang="zh-CN"><head><meta charset="utf-8"><title>中国知网</title></head>
+<body><div class="search-main"><a href="/kns8s/defaultresult/index">检索</a></div></body></html>
+""".encode()
+
+VERIFY_PAGE = """<!DOCTYPE html>
+<html lang="zh-CN"><head><meta charset="utf-8"><title>超时验证</title></head>
+<body><div class="verify-wrap"><p>您的访问超时或操作过于频繁，请完成验证后继续。</p>
+<div id="verifyBox"></div></div></body></html>
+""".encode()
+
+CAPTCHA_PAGE = """<!DOCTYPE html>
+<html lang="zh-CN"><head><meta charset="utf-8"><title>安全验证</title>
+<script src="https://turing.captcha.qcloud.com/TJCaptcha.js"></script></head>
+<body><div class="verify-wrap"><p>请拖动下方滑块完成拼图验证</p>
+<div id="TencentCaptcha" data-appid="2039519451" data-cbfn="callback"></div></div></body></html>
+""".encode()
+
+
+def javascript_page(ident: str) -> bytes:
+    """A 200 that holds only a script sending the browser elsewhere (an anti-bot hop)."""
+    return (
+        f'<script type="text/javascript">var _cnki_t="{ident}";'
+        f'window.location.href="/verify/home?captchaType=clickWord&ident="+_cnki_t;</script>'
+    ).encode()

@@ -1,0 +1,634 @@
+"""The stand-in's application: routes, CNKI's protocol, limits, faults, control endpoints.
+
+``Site.handle(request)`` is synchronous and returns a :class:`Response` (with a delay for
+latency and slow faults, which the HTTP layer honours without blocking other connections).
+
+Routes:
+  GET  /kns8s/defaultresult/index   warm-up: new session, cookies SID_kns8s and Ecp_ClientId
+  POST /kns8s/brief/grid            list fragment (QueryJson search, cap, turn limit)
+  GET  /kcms2/article/abstract?v=   detail page (token checked: signature, age, session)
+  GET  /verify/home                 where refusals redirect to
+  GET  /                            a home page (some clients visit www first)
+  GET|POST /_control                state; POST JSON changes it (faults, latency, limits, ...)
+  GET  /_stats                      counters (requests by path and status, faults, bans, ...)
+  GET  /_truth?type=&start=&end=&categories=A,B    ground truth, JSON lines
+  GET  /_rounds?type=&start=&end=&categories=      documents per (day, category)
+  GET  /_doomed?type=&start=&end=&categories=      filenames whose detail always fails
+  GET  /proxy-api?num=5&format=text|json           the proxy provider
+
+Faults, the rate limit and latency apply to grid and detail requests only. A request comes from
+IP ``127.0.0.1`` when direct and ``10.0.0.{i+1}`` through proxy port ``i``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from urllib.parse import parse_qs, quote
+
+from tests.cnki_site import markup
+from tests.cnki_site.corpus import DOC_TYPES, Corpus, CorpusOptions, Search, parse_day
+from tests.cnki_site.limits import (
+    ALL_FAULTS,
+    FaultPlan,
+    ProxyProvider,
+    RateLimiter,
+    SessionTable,
+    TokenSigner,
+)
+
+CLASS_TYPES = {
+    "VUDIXAIY": "patent",
+    "OORPU5FE": "patent",
+    "BLZOG7CK": "achievement",
+    "WD0FTY92": "paper",
+    "YSTT4HG0": "paper",
+    "LSTPFY1C": "paper",
+    "RMJLXHZ3": "paper",
+    "JQIRZIYA": "paper",
+}
+RESOURCE_TYPES = {
+    "PATENT": "patent",
+    "ACHIEVEMENTS": "achievement",
+    "CROSSDB": "paper",
+    "JOURNAL": "paper",
+    "DISSERTATION": "paper",
+}
+REASONS = {
+    200: "OK",
+    302: "Found",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    407: "Proxy Authentication Required",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+}
+HTML = "text/html; charset=utf-8"
+JSON = "application/json; charset=utf-8"
+MAX_RANGE_DAYS = 3660
+
+
+@dataclass
+class SiteOptions:
+    host: str = "127.0.0.1"
+    port: int = 0
+    max_pages: int = 120
+    turn_limit: int = 15
+    token_ttl: float = 600.0
+    session_ttl: float = 1200.0
+    latency: tuple[float, float] = (0.0, 0.0)
+    proxies: int = 0
+    dead_proxies: int = 0
+    proxy_auth: str | None = None  # "user:pass"
+    provider_interval: float = 5.0
+    provider_batch: int = 5
+    rate_limit: float = 0.0  # requests per second per IP; 0 = off
+    burst: float = 10.0
+    ban_seconds: float = 60.0
+    faults: dict[str, float] = field(default_factory=dict)
+    slow_seconds: float = 3.0
+    corpus: CorpusOptions = field(default_factory=CorpusOptions)
+
+
+class Request:
+    __slots__ = ("method", "target", "path", "query", "headers", "body", "ip", "proxy")
+
+    def __init__(self, method, target, headers, body, ip, proxy=None):
+        self.method, self.target, self.headers, self.body = method, target, headers, body
+        self.path, _, self.query = target.partition("?")
+        self.ip, self.proxy = ip, proxy
+
+
+class Response:
+    __slots__ = ("status", "body", "ctype", "headers", "delay", "action")
+
+    def __init__(self, status=200, body=b"", ctype=HTML, headers=(), delay=0.0, action=None):
+        self.status, self.body, self.ctype, self.headers = status, body, ctype, list(headers)
+        self.delay, self.action = delay, action  # action: None, "reset" or "close"
+
+
+def parse_latency(value) -> tuple[float, float]:
+    """``0.05`` (fixed) or ``0.02-0.08`` (uniform), also a number or a [lo, hi] pair."""
+    if isinstance(value, int | float):
+        return float(value), float(value)
+    if isinstance(value, list | tuple):
+        lo, hi = (float(v) for v in value)
+    else:
+        lo_s, sep, hi_s = str(value).partition("-")
+        lo = float(lo_s)
+        hi = float(hi_s) if sep else lo
+    if lo < 0 or hi < lo:
+        raise ValueError(f"latency {value!r}: expected SECONDS or LOW-HIGH with 0 <= LOW <= HIGH")
+    return lo, hi
+
+
+def _lower_keys(d) -> dict:
+    return {str(k).lower(): v for k, v in d.items()} if isinstance(d, dict) else {}
+
+
+def _items(group: dict) -> list[dict]:
+    g = _lower_keys(group)
+    out = [_lower_keys(i) for i in g.get("items") or []]
+    for child in g.get("childitems") or []:
+        out.extend(_items(child))
+    return out
+
+
+class BadQuery(ValueError):
+    """A QueryJson the stand-in cannot read (CNKI answers 抱歉，暂无数据，请稍后重试。)."""
+
+
+class Site:
+    def __init__(self, options: SiteOptions | None = None, clock=time.monotonic):
+        self.options = o = options or SiteOptions()
+        self.clock = clock
+        self.corpus = Corpus(o.corpus)
+        self.sessions = SessionTable(o.corpus.seed, o.session_ttl, o.turn_limit)
+        self.tokens = TokenSigner(o.corpus.seed)
+        self.faults = FaultPlan(o.corpus.seed, o.faults)
+        self.limiter = RateLimiter(o.rate_limit, o.burst, o.ban_seconds)
+        self.latency = parse_latency(o.latency)
+        self._random = random.Random(o.corpus.seed)
+        self.doomed_extra: set[str] = set()
+        self.base = f"http://{o.host}:{o.port}"
+        self.host_ports = {f"{o.host}:{o.port}"}
+        self.proxy_ports: list[int] = []
+        self.dead: set[int] = set()
+        self.provider = ProxyProvider([], o.provider_interval, o.provider_batch)
+        self._proxy_auth = None
+        if o.proxy_auth:
+            self._proxy_auth = "Basic " + base64.b64encode(o.proxy_auth.encode()).decode()
+        self.reset_stats()
+
+    # -- wiring (the server tells the site where it listens) --------------------------------
+
+    def bind(self, host: str, port: int, proxy_ports: list[int]) -> None:
+        host = "127.0.0.1" if host in ("", "0.0.0.0") else host
+        self.base = f"http://{host}:{port}"
+        self.host_ports = {f"{host}:{port}", f"localhost:{port}", f"127.0.0.1:{port}"}
+        self.proxy_ports = proxy_ports
+        self.provider.ports = proxy_ports
+        n = len(proxy_ports)
+        k = min(self.options.dead_proxies, n)
+        # which proxies are dead is drawn from the seed, so it is the same on every run
+        self.dead = set(random.Random(f"dead|{self.options.corpus.seed}").sample(range(n), k))
+
+    def proxy_ip(self, index: int) -> str:
+        return f"10.0.0.{index + 1}"
+
+    def is_dead(self, index: int) -> bool:
+        return index in self.dead
+
+    # -- stats ------------------------------------------------------------------------------
+
+    def reset_stats(self) -> None:
+        self.stats = {
+            "requests": {},
+            "by_ip": {},
+            "faults": dict.fromkeys(ALL_FAULTS, 0),
+            "pages": {"warmup": 0, "list": 0, "no_content": 0, "detail": 0},
+            "sessions_created": 0,
+            "turn_refusals": 0,
+            "no_session_refusals": 0,
+            "page_refusals": 0,
+            "token_refusals": {"bad": 0, "expired": 0, "session": 0},
+            "doomed_responses": 0,
+            "banned_responses": 0,
+            "proxy_auth_refusals": 0,
+            "dead_proxy_drops": 0,
+        }
+        self._bans_base = self.limiter.bans
+        self._provider_base = dict(self.provider.calls)
+
+    def count(self, path: str, status) -> None:
+        per_path = self.stats["requests"].setdefault(path, {})
+        key = str(status)
+        per_path[key] = per_path.get(key, 0) + 1
+
+    def stats_view(self) -> dict:
+        out = dict(self.stats)
+        out["bans"] = self.limiter.bans - self._bans_base
+        out["provider"] = {
+            k: v - self._provider_base.get(k, 0) for k, v in self.provider.calls.items()
+        }
+        out["live_sessions"] = len(self.sessions)
+        return out
+
+    # -- dispatch ---------------------------------------------------------------------------
+
+    def handle(self, req: Request) -> Response:
+        if (
+            req.proxy is not None
+            and self._proxy_auth
+            and req.headers.get("proxy-authorization") != self._proxy_auth
+        ):
+            self.stats["proxy_auth_refusals"] += 1
+            resp = Response(
+                407,
+                b"proxy authentication required",
+                "text/plain",
+                [("Proxy-Authenticate", 'Basic realm="cnki-proxy"')],
+            )
+        else:
+            route = self.ROUTES.get(req.path)
+            if route is None:
+                resp = Response(404, b"not found", "text/plain")
+            else:
+                resp = route(self, req)
+        if req.path in self.ROUTES:
+            self.count(req.path, resp.action or resp.status)
+        else:
+            self.count("other", resp.status)
+        by_ip = self.stats["by_ip"]
+        by_ip[req.ip] = by_ip.get(req.ip, 0) + 1
+        return resp
+
+    def _verify_redirect(self, req: Request) -> Response:
+        location = (
+            f"{self.base}/verify/home?captchaType=clickWord&ident={self._random.getrandbits(24):06x}"
+            f"&platform=kns&returnUrl={quote(self.base + req.path, safe='')}"
+        )
+        return Response(302, b"", HTML, [("Location", location)])
+
+    def _guarded(self, req: Request, handler) -> Response:
+        """Latency, the per-IP ban and injected faults in front of a grid or detail request."""
+        lo, hi = self.latency
+        delay = lo if hi <= lo else self._random.uniform(lo, hi)
+        if self.limiter.active and not self.limiter.allow(req.ip, self.clock()):
+            self.stats["banned_responses"] += 1
+            return Response(200, markup.CAPTCHA_PAGE, delay=delay)
+        if self.faults.active:
+            fault, slow = self.faults.draw(
+                b"%s %s\n%s" % (req.method.encode(), req.target.encode(), req.body)
+            )
+            if slow:
+                self.stats["faults"]["slow"] += 1
+                delay += self.options.slow_seconds
+            if fault is not None:
+                self.stats["faults"][fault] += 1
+                resp = self._fault(fault, req)
+                resp.delay = delay
+                return resp
+        resp = handler(self, req)
+        resp.delay = delay
+        return resp
+
+    def _fault(self, fault: str, req: Request) -> Response:
+        if fault == "reset":
+            return Response(action="reset")
+        if fault in ("e500", "e502", "e503"):
+            status = int(fault[1:])
+            return Response(
+                status, f"<html><body><h1>{status} {REASONS[status]}</h1></body></html>".encode()
+            )
+        if fault == "verify":
+            return self._verify_redirect(req)
+        if fault == "captcha":
+            return Response(200, markup.CAPTCHA_PAGE)
+        if fault == "blank":
+            return Response(200, b"")
+        return Response(200, markup.javascript_page(f"{self._random.getrandbits(32):08x}"))
+
+    # -- CNKI pages -------------------------------------------------------------------------
+
+    def home(self, req: Request) -> Response:
+        return Response(200, markup.HOME_PAGE)
+
+    def warmup(self, req: Request) -> Response:
+        session = self.sessions.create(self.clock())
+        self.stats["sessions_created"] += 1
+        self.stats["pages"]["warmup"] += 1
+        return Response(
+            200,
+            markup.WARMUP_PAGE,
+            HTML,
+            [
+                (
+                    "Set-Cookie",
+                    f"Ecp_ClientId={session.client_id}; expires=Fri, 31-Dec-2038 00:00:00 GMT; path=/",
+                ),
+                ("Set-Cookie", f"SID_kns8s={session.sid}; path=/; HttpOnly"),
+            ],
+        )
+
+    def verify(self, req: Request) -> Response:
+        return Response(200, markup.VERIFY_PAGE)
+
+    def _cookie(self, req: Request, name: str) -> str | None:
+        for part in req.headers.get("cookie", "").split(";"):
+            k, _, v = part.strip().partition("=")
+            if k == name:
+                return v
+        return None
+
+    def _search(self, form: dict) -> tuple[Search, int, int]:
+        """(search, page number, page size) from the grid form; BadQuery if unreadable."""
+        try:
+            q = _lower_keys(json.loads(form["QueryJson"][0]))
+        except (KeyError, ValueError) as exc:
+            raise BadQuery(str(exc)) from None
+        doc_type = CLASS_TYPES.get(str(q.get("classid", "")).upper()) or RESOURCE_TYPES.get(
+            str(q.get("resource", "")).upper()
+        )
+        if doc_type is None:
+            raise LookupError("no documents of this resource")
+        start = end = None
+        codes: list[str] = []
+        title = ""
+        for group in _lower_keys(q.get("qnode")).get("qgroup") or []:
+            for item in _items(group):
+                name = str(item.get("field", "")).upper()
+                value = str(item.get("value") or "").strip()
+                if name == "PT":
+                    start, end = value, str(item.get("value2") or value).strip()
+                elif name == "CLC" and value:
+                    codes.append(value)
+                elif name == "TI":
+                    title = value
+        try:
+            if start is None:
+                first, last = self.corpus.span
+            else:
+                first, last = parse_day(start[:10]), parse_day(end[:10])
+            page = int((form.get("pageNum") or form.get("CurPage") or ["1"])[0] or 1)
+            size = int((form.get("pageSize") or ["20"])[0] or 20)
+        except ValueError as exc:
+            raise BadQuery(str(exc)) from None
+        if last - first > MAX_RANGE_DAYS:
+            raise BadQuery("date range too long for the stand-in")
+        sort_field = (form.get("sortField") or [""])[0]
+        if sort_field not in ("", "PT", "FFD", "CF", "DFR"):
+            sort_field = "PT"
+        desc = (form.get("sortType") or ["desc"])[0].lower() != "asc"
+        search = Search(
+            doc_type, first, last, tuple(sorted(set(codes))), title, sort_field or "PT", desc
+        )
+        return search, page, max(1, min(50, size))
+
+    def grid(self, req: Request) -> Response:
+        if req.method != "POST":
+            return Response(405, b"POST only", "text/plain")
+        now = self.clock()
+        sid = self._cookie(req, "SID_kns8s")
+        verdict = self.sessions.grid(sid, now)
+        if verdict != "ok":
+            self.stats["turn_refusals" if verdict == "turn-limit" else "no_session_refusals"] += 1
+            return self._verify_redirect(req)
+        if "json" in req.headers.get("content-type", ""):
+            return Response(200, markup.NO_DATA_RETRY)  # CNKI wants a form, not a JSON body
+        form = parse_qs(req.body.decode("utf-8", "replace"), keep_blank_values=True)
+        try:
+            search, page, size = self._search(form)
+        except BadQuery:
+            return Response(200, markup.NO_DATA_RETRY)
+        except LookupError:
+            search = None
+        refs = self.corpus.results(search) if search is not None else ()
+        total = len(refs)
+        if total == 0:
+            self.stats["pages"]["no_content"] += 1
+            return Response(200, markup.NO_CONTENT)
+        pages = min(math.ceil(total / size), self.options.max_pages)
+        if not 1 <= page <= pages:
+            self.stats["page_refusals"] += 1
+            return self._verify_redirect(req)
+        prefix = self.tokens.prefix(sid, int(now * 1000))
+        issue, document, base = self.tokens.issue, self.corpus.document, self.base
+        page_b = str(page).encode()
+        rows = []
+        first = (page - 1) * size
+        for seq, ref in enumerate(refs[first : first + size], first + 1):
+            doc = document(search.doc_type, *ref)
+            a, b, c = doc.row_parts or markup.row_parts(doc, base)
+            f = doc.fields
+            rows.append(
+                markup.ROW_HEAD
+                + page_b
+                + a
+                + str(seq).encode()
+                + b
+                + issue(prefix, f["dbname"], f["filename"])
+                + c
+            )
+        # hidTurnPage: opaque, and echoed back leniently (never checked), like CNKI's
+        turn = hashlib.blake2b(f"{sid}|{search}|{page}".encode(), digest_size=16).digest()
+        turn_token = base64.urlsafe_b64encode(turn).decode().replace("=", "!")
+        self.stats["pages"]["list"] += 1
+        return Response(
+            200, markup.list_fragment(search.doc_type, total, page, pages, rows, turn_token)
+        )
+
+    def detail(self, req: Request) -> Response:
+        token = ""
+        for part in req.query.split("&"):
+            if part.startswith("v="):
+                token = part[2:]
+                break
+        info = self.tokens.check(token)
+        refusals = self.stats["token_refusals"]
+        if info is None:
+            refusals["bad"] += 1
+            return self._verify_redirect(req)
+        sid, issued_ms, dbname, filename = info
+        now = self.clock()
+        if now * 1000 - issued_ms > self.options.token_ttl * 1000:
+            refusals["expired"] += 1
+            return self._verify_redirect(req)
+        if not self.sessions.touch(sid, now):
+            refusals["session"] += 1
+            return self._verify_redirect(req)
+        doc = self.corpus.locate(dbname, filename)
+        if doc is None:
+            return Response(404, b"not found", "text/plain")
+        if filename in self.doomed_extra or self.corpus.is_doomed(doc):
+            self.stats["doomed_responses"] += 1
+            return Response(500, b"<html><body><h1>500 Internal Server Error</h1></body></html>")
+        self.stats["pages"]["detail"] += 1
+        return Response(200, markup.detail_page(doc))
+
+    def grid_guarded(self, req: Request) -> Response:
+        return self._guarded(req, Site.grid)
+
+    def detail_guarded(self, req: Request) -> Response:
+        return self._guarded(req, Site.detail)
+
+    # -- control and inspection -------------------------------------------------------------
+
+    def state(self) -> dict:
+        o = self.options
+        return {
+            "base_url": self.base,
+            "seed": o.corpus.seed,
+            "scale": o.corpus.scale,
+            "max_pages": o.max_pages,
+            "turn_limit": self.sessions.turn_limit,
+            "token_ttl": o.token_ttl,
+            "session_ttl": self.sessions.ttl,
+            "latency": list(self.latency),
+            "faults": dict(self.faults.rates),
+            "slow_seconds": o.slow_seconds,
+            "rate_limit": self.limiter.rate,
+            "burst": self.limiter.burst,
+            "ban_seconds": self.limiter.ban_seconds,
+            "banned": self.limiter.banned(self.clock()),
+            "doomed_count": o.corpus.doomed,
+            "doomed": sorted(self.doomed_extra),
+            "proxies": [
+                {
+                    "index": i,
+                    "url": f"http://127.0.0.1:{p}",
+                    "ip": self.proxy_ip(i),
+                    "dead": i in self.dead,
+                }
+                for i, p in enumerate(self.proxy_ports)
+            ],
+            "proxy_auth": bool(self._proxy_auth),
+            "provider_url": f"{self.base}/proxy-api",
+            "provider_interval": self.provider.interval,
+            "provider_batch": self.provider.batch,
+        }
+
+    def apply(self, changes: dict) -> None:
+        """Apply a /_control request; raises ValueError naming the first bad key."""
+        o = self.options
+        faults = dict(changes.pop("faults", None) or {})
+        faults.update({k: changes.pop(k) for k in list(changes) if k in ALL_FAULTS})
+        self.faults.update(faults)
+        limiter = {
+            k: changes.pop(k) for k in ("rate_limit", "burst", "ban_seconds") if k in changes
+        }
+        if limiter:
+            self.limiter.rate = float(limiter.get("rate_limit", self.limiter.rate))
+            self.limiter.burst = max(1.0, float(limiter.get("burst", self.limiter.burst)))
+            self.limiter.ban_seconds = float(limiter.get("ban_seconds", self.limiter.ban_seconds))
+        for key, value in changes.items():
+            if key == "latency":
+                self.latency = parse_latency(value)
+            elif key == "slow_seconds":
+                o.slow_seconds = float(value)
+            elif key == "unban":
+                if value:
+                    self.limiter.unban()
+            elif key == "doomed":
+                self.doomed_extra = set(value)
+            elif key == "doomed_count":
+                o.corpus.doomed = int(value)
+                self.corpus.doomed_refs.cache_clear()
+            elif key == "turn_limit":
+                self.sessions.turn_limit = int(value)
+            elif key == "token_ttl":
+                o.token_ttl = float(value)
+            elif key == "session_ttl":
+                self.sessions.ttl = float(value)
+            elif key == "max_pages":
+                o.max_pages = int(value)
+            elif key == "dead_proxies":
+                self.dead = {int(i) for i in value}
+            elif key == "provider_interval":
+                self.provider.interval = float(value)
+            elif key == "provider_batch":
+                self.provider.batch = int(value)
+            elif key == "reset_stats":
+                if value:
+                    self.reset_stats()
+            else:
+                raise ValueError(f"unknown control key {key!r}")
+
+    def control(self, req: Request) -> Response:
+        if req.method == "POST":
+            try:
+                changes = json.loads(req.body or b"{}")
+                if not isinstance(changes, dict):
+                    raise ValueError("expected a JSON object")
+                self.apply(changes)
+            except (ValueError, TypeError) as exc:
+                return Response(400, json.dumps({"error": str(exc)}).encode(), JSON)
+        return Response(200, json.dumps(self.state(), ensure_ascii=False).encode(), JSON)
+
+    def stats_page(self, req: Request) -> Response:
+        return Response(200, json.dumps(self.stats_view(), ensure_ascii=False).encode(), JSON)
+
+    def _scope(self, req: Request) -> tuple[str, str, str, list[str]]:
+        params = parse_qs(req.query)
+        doc_type = params.get("type", [""])[0]
+        if doc_type not in DOC_TYPES:
+            raise ValueError(f"type must be one of {', '.join(DOC_TYPES)}")
+        start = params.get("start", [""])[0]
+        end = params.get("end", [start])[0]
+        parse_day(start), parse_day(end)
+        categories = [c for c in ",".join(params.get("categories", [])).split(",") if c.strip()]
+        return doc_type, start, end, [c.strip() for c in categories]
+
+    def truth(self, req: Request) -> Response:
+        try:
+            scope = self._scope(req)
+        except ValueError as exc:
+            return Response(400, json.dumps({"error": str(exc)}).encode(), JSON)
+        lines = (json.dumps(row, ensure_ascii=False) + "\n" for row in self.corpus.truth(*scope))
+        return Response(200, "".join(lines).encode(), "application/x-ndjson; charset=utf-8")
+
+    def rounds(self, req: Request) -> Response:
+        try:
+            scope = self._scope(req)
+        except ValueError as exc:
+            return Response(400, json.dumps({"error": str(exc)}).encode(), JSON)
+        rows = self.corpus.rounds(*scope)
+        body = {"type": scope[0], "rounds": rows, "cap": self.options.max_pages * 50}
+        return Response(200, json.dumps(body, ensure_ascii=False).encode(), JSON)
+
+    def doomed(self, req: Request) -> Response:
+        try:
+            scope = self._scope(req)
+        except ValueError as exc:
+            return Response(400, json.dumps({"error": str(exc)}).encode(), JSON)
+        by_rule = self.corpus.doomed_in(*scope)
+        extra = (
+            [
+                row["filename"]
+                for row in self.corpus.truth(*scope)
+                if row["filename"] in self.doomed_extra
+            ]
+            if self.doomed_extra
+            else []
+        )
+        return Response(200, json.dumps(sorted(set(by_rule) | set(extra))).encode(), JSON)
+
+    def proxy_api(self, req: Request) -> Response:
+        params = parse_qs(req.query)
+        fmt = params.get("format", ["text"])[0]
+        try:
+            num = int(params.get("num", [str(self.provider.batch)])[0])
+        except ValueError:
+            num = self.provider.batch
+        ports = self.provider.take(num, self.clock())
+        if fmt == "json":
+            if ports is None:
+                body = {"code": 1, "msg": "请求过于频繁"}
+            else:
+                body = {"code": 0, "data": [{"ip": "127.0.0.1", "port": p} for p in ports]}
+            return Response(200, json.dumps(body, ensure_ascii=False).encode(), JSON)
+        text = (
+            "ERROR 请求过于频繁" if ports is None else "".join(f"127.0.0.1:{p}\r\n" for p in ports)
+        )
+        return Response(200, text.encode(), "text/plain; charset=utf-8")
+
+    ROUTES = {
+        "/": home,
+        "/kns8s/defaultresult/index": warmup,
+        "/kns8s/brief/grid": grid_guarded,
+        "/kcms2/article/abstract": detail_guarded,
+        "/verify/home": verify,
+        "/_control": control,
+        "/_stats": stats_page,
+        "/_truth": truth,
+        "/_rounds": rounds,
+        "/_doomed": doomed,
+        "/proxy-api": proxy_api,
+    }
