@@ -18,9 +18,10 @@ The universe of classification codes is the leaves of the type's tree. ``count(t
 comes from hash(seed, type, day, leaf): 40% are 0, 45% 1-30, 10% 31-300, 4% 301-1500 and 1%
 1501-4000, so most rounds are empty or small and a few top-level codes pass CNKI's 6000 cap.
 Document ``i`` of (type, day, leaf) is generated from hash(seed, type, day, leaf, i). Its main
-classification code starts with the leaf; a third of the documents carry one or two more codes of
-other leaves, and a search matches any of them, so one document can turn up in several rounds,
-as on CNKI. Titles are a bijection of (leaf, i) into 1,080,000 combinations per (type, day), so
+classification code starts with the leaf; a quarter of the documents carry one or two more codes of
+related leaves, and a search matches any of them, so one document can turn up in several rounds,
+as on CNKI. Extra codes come from leaves under the same top-level class that have documents of
+their own that day, so an empty leaf stays empty. Titles are a bijection of (leaf, i) into 1,080,000 combinations per (type, day), so
 they are unique within a day and type (for trees of at most 108 leaves).
 
 Filenames encode (day, leaf index, i): patents ``CN{yyyymmdd}{leaf:03d}{i:04d}{A|B|U}``, papers
@@ -140,6 +141,12 @@ class CategoryTree:
         self.top = [c for c in self.codes if self.parent[c] is None]
         self.leaves = [c for c in self.codes if not self.children[c]]
         self.leaf_index = {c: i for i, c in enumerate(self.leaves)}
+        # leaf index -> the other leaves under the same top-level class
+        top = [self.top_of(c) for c in self.leaves]
+        self.family = [
+            tuple(j for j in range(len(self.leaves)) if j != i and top[j] == top[i])
+            for i in range(len(self.leaves))
+        ]
         # longest leaf first, so owner() finds the most specific leaf that prefixes a code
         self._by_length = sorted(self.leaves, key=len, reverse=True)
 
@@ -268,6 +275,7 @@ class Corpus:
         self._secondary_index = functools.lru_cache(maxsize=256)(self._make_secondary_index)
         self.doomed_refs = functools.lru_cache(maxsize=1024)(self._doomed_refs)
         self.leaf_base = functools.lru_cache(maxsize=65536)(self._leaf_base)
+        self.family = functools.lru_cache(maxsize=65536)(self._family)
         self.title_offset = functools.lru_cache(maxsize=4096)(functools.partial(self.h, "title"))
 
     # -- hashing ---------------------------------------------------------------------------
@@ -344,16 +352,25 @@ class Corpus:
     def _leaf_base(self, doc_type: str, day: int, li: int) -> int:
         return self.h("leaf", doc_type, day, li)
 
+    def _family(self, doc_type: str, day: int, li: int) -> tuple[int, ...]:
+        """Leaves an extra code of leaf ``li`` may come from: its relatives under the same
+        top-level class that have documents of their own that day (so an empty leaf's round
+        stays empty)."""
+        counts = self.counts(doc_type, day)
+        return tuple(s for s in self.trees[doc_type].family[li] if counts[s])
+
     def secondary_leaves(self, doc_type: str, day: int, li: int, i: int) -> tuple[int, ...]:
         """Leaves of the extra classification codes a document carries (most carry none)."""
         x = _mix(self.leaf_base(doc_type, day, li), i, 1)
-        nleaves = len(self.trees[doc_type].leaves)
-        if nleaves < 2 or (x & 0xFF) >= 85:  # about a third of the documents
+        if (x & 0xFF) >= 64:  # three documents in four carry one code only
             return ()
-        first = (li + 1 + (x >> 8 & 0xFFFF) % (nleaves - 1)) % nleaves
-        if (x & 0xFF) >= 21 or nleaves < 3:
+        family = self.family(doc_type, day, li)
+        if not family:
+            return ()
+        first = family[(x >> 8 & 0xFFFF) % len(family)]
+        if (x & 0xFF) >= 16 or len(family) < 2:
             return (first,)
-        second = (li + 1 + (x >> 24 & 0xFFFF) % (nleaves - 1)) % nleaves
+        second = family[(x >> 24 & 0xFFFF) % len(family)]
         return (first,) if second == first else (first, second)
 
     def rank(self, doc_type: str, day: int, li: int, i: int) -> tuple[int, int, int]:

@@ -265,9 +265,7 @@ class Site:
             self.stats["banned_responses"] += 1
             return Response(200, markup.CAPTCHA_PAGE, delay=delay)
         if self.faults.active:
-            fault, slow = self.faults.draw(
-                b"%s %s\n%s" % (req.method.encode(), req.target.encode(), req.body)
-            )
+            fault, slow = self.faults.draw(self._identity(req))
             if slow:
                 self.stats["faults"]["slow"] += 1
                 delay += self.options.slow_seconds
@@ -279,6 +277,23 @@ class Site:
         resp = handler(self, req)
         resp.delay = delay
         return resp
+
+    def _identity(self, req: Request) -> bytes:
+        """What makes two requests "the same request" for the fault draw: method, path and body.
+        A detail request is named by the document its token names, not by the token, whose
+        issue time differs from run to run (so one seed gives the same faults on every run)."""
+        if req.path == "/kcms2/article/abstract":
+            info = self.tokens.check(self._token(req))
+            if info is not None:
+                return f"GET {req.path} {info[2]}/{info[3]}".encode()
+        return b"%s %s\n%s" % (req.method.encode(), req.target.encode(), req.body)
+
+    @staticmethod
+    def _token(req: Request) -> str:
+        for part in req.query.split("&"):
+            if part.startswith("v="):
+                return part[2:]
+        return ""
 
     def _fault(self, fault: str, req: Request) -> Response:
         if fault == "reset":
@@ -426,12 +441,7 @@ class Site:
         )
 
     def detail(self, req: Request) -> Response:
-        token = ""
-        for part in req.query.split("&"):
-            if part.startswith("v="):
-                token = part[2:]
-                break
-        info = self.tokens.check(token)
+        info = self.tokens.check(self._token(req))
         refusals = self.stats["token_refusals"]
         if info is None:
             refusals["bad"] += 1
