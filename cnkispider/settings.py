@@ -58,7 +58,7 @@ def crawler_settings(config: Config) -> dict:
         # Redis scheduling: one key namespace per task
         "SCHEDULER": "cnkispider.scheduling.scheduler.LeasedScheduler",
         "DUPEFILTER_CLASS": "cnkispider.scheduling.dupefilter.BloomDupeFilter",
-        "REQUEST_FINGERPRINTER_CLASS": "cnkispider.scheduling.fingerprint.DocumentFingerprinter",
+        "REQUEST_FINGERPRINTER_CLASS": "cnkispider.scheduling.fingerprint.DocKeyFingerprinter",
         "SCHEDULER_NAMESPACE": f"cnki:{task.name}",
         "SCHEDULER_LEASE_SECONDS": crawl["lease_seconds"],
         "SCHEDULER_MAX_ATTEMPTS": crawl["max_attempts"],
@@ -72,10 +72,7 @@ def crawler_settings(config: Config) -> dict:
         "PROXY_STATIC": [p.strip() for p in proxy["static"].split(",") if p.strip()],
         # components
         "DOWNLOADER_MIDDLEWARES": DOWNLOADER_MIDDLEWARES,
-        "SPIDER_MIDDLEWARES": {
-            "cnkispider.scheduling.outcome.OutcomeMiddleware": 50,
-            "errors.middleware.ErrorRecordingMiddleware": 60,
-        },
+        "SPIDER_MIDDLEWARES": {"errors.middleware.ErrorRecordingMiddleware": 60},
         "ITEM_PIPELINES": {"cnkispider.pipelines.DocumentPipeline": 800},
         "EXTENSIONS": {"tasks.feeder.RoundFeeder": 500},
     }

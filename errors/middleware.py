@@ -27,12 +27,18 @@ class ErrorRecordingMiddleware:
         middleware.crawler = crawler
         return middleware
 
-    async def process_spider_exception(self, response, exception):
-        spider = self.crawler.spider
-        record = getattr(spider, "record_exception", None)
+    def process_spider_exception(self, response, exception):
+        record = getattr(self.crawler.spider, "record_exception", None)
         if record is None:
             return None  # not one of our spiders: let Scrapy handle it
         self.stats.inc_value(f"errors/exception/{type(exception).__name__}")
         logger.warning("recorded %s on %s: %s", type(exception).__name__, response.url, exception)
+        # Scrapy consumes this (empty) output before it is done with the response, so the
+        # error row is written before the scheduler acknowledges the request.
+        return self._recorded(record, response, exception)
+
+    @staticmethod
+    async def _recorded(record, response, exception):
         await record(response, exception)
-        return []
+        return
+        yield  # pragma: no cover - makes this an async generator
