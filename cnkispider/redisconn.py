@@ -230,4 +230,3 @@ def stop_embedded(data_dir: Path | str) -> None:
         server = _servers.pop(folder, None)
     if server is not None:
         server.stop()
-

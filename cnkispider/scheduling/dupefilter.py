@@ -234,7 +234,12 @@ class BloomDupeFilter(BaseDupeFilter):
 
     def script_args(self) -> list[Any]:
         """The configuration arguments of ``bloom_open`` (used when the filter is created)."""
-        return [self.capacity, repr(float(self.error_rate)), self.growth, defaults.DUPEFILTER_TIGHTENING]
+        return [
+            self.capacity,
+            repr(float(self.error_rate)),
+            self.growth,
+            defaults.DUPEFILTER_TIGHTENING,
+        ]
 
     def fingerprint(self, request: Request) -> bytes:
         """The bytes the filter hashes: the request fingerprint (at least 8 bytes)."""

@@ -1,0 +1,537 @@
+"""``LeasedScheduler``: Scrapy's scheduler on the leased Redis queue of :mod:`.queue`.
+
+Enable with::
+
+    SCHEDULER = "cnkispider.scheduling.scheduler.LeasedScheduler"
+    DUPEFILTER_CLASS = "cnkispider.scheduling.dupefilter.BloomDupeFilter"
+    REQUEST_FINGERPRINTER_CLASS = "cnkispider.scheduling.fingerprint.DocKeyFingerprinter"
+
+How it talks to Redis. Every Redis call is one run of the queue's script, on one thread of its
+own (never the reactor's), and does everything that is due at once: it writes the new requests
+(dedupe included), the acks, the lease renewals and releases, and pops the next batch. The engine
+takes requests from a local buffer, so ``next_request`` never waits for Redis:
+
+- a call is made when the buffer falls to half of ``SCHEDULER_BATCH_SIZE``, when writes have
+  waited ``SCHEDULER_FLUSH_INTERVAL``, when leases are due for renewal (every third of
+  ``SCHEDULER_LEASE_SECONDS``), and every ``SCHEDULER_IDLE_POLL`` while the queue looks empty;
+- calls never overlap, so writes land in the order they were made;
+- a request's children are written before (in the same atomic call as, or a call before) the
+  ack of the request that produced them.
+
+Acknowledgement: see :mod:`.outcome`. A request popped from Redis carries meta ``lease_id`` and
+``lease_attempts``; it is acked once the engine is done with it and nobody holds it.
+
+A request made from a leased one (a redirect, a retry: Scrapy copies the meta, so it carries the
+same ``lease_id``) with the same fingerprint is a continuation of the same document: it skips the
+dupefilter (which has seen that fingerprint already, from its parent) and is queued as a new
+request with its own lease, while its parent is acked when the engine is done with it.
+
+``has_pending_requests`` is true while anything is local (the buffer, unsent writes, leases whose
+acks are pending, a call in flight, signal handlers running) or while the last Redis view showed
+requests queued or leased by other workers, and before the first view. So a worker keeps its
+spider open while another worker's leases may still come back to the queue; when the whole
+namespace is empty it reports nothing pending and the engine goes idle. Whether an idle spider
+closes is the spider's decision (flow control raises ``DontCloseSpider`` while its task runs); the
+scheduler never decides that a crawl is over by a timeout.
+
+Signals sent (see :mod:`cnkispider.signals`):
+
+- ``request_abandoned(request, reason="lease-expired", attempts, spider)`` for a request whose
+  lease ran out ``SCHEDULER_MAX_ATTEMPTS`` times; it is acked once every handler has finished
+  (handlers may return Deferreds), and left to come back if a handler failed;
+- ``round_drained(round_id, spider)`` on the one worker whose ack brought the round's
+  outstanding count to 0 (see :mod:`.queue` for the redelivery if that worker dies before its
+  handlers finish).
+
+``scheduler.epoch`` is the namespace's epoch in Redis: it changes if Redis lost the namespace
+(flow control then replays the rounds whose state is gone).
+
+Settings: ``SCHEDULER_NAMESPACE``, ``SCHEDULER_LEASE_SECONDS``, ``SCHEDULER_MAX_ATTEMPTS``,
+``SCHEDULER_BATCH_SIZE``, ``SCHEDULER_FLUSH_INTERVAL``, ``SCHEDULER_IDLE_POLL``, ``REDIS_URL``,
+``CNKI_DATA_DIR``, ``DUPEFILTER_CLASS`` (and the dupefilter's own).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from scrapy.core.scheduler import BaseScheduler
+from scrapy.dupefilters import BaseDupeFilter
+from scrapy.utils.asyncio import call_later, create_looping_call
+from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
+from scrapy.utils.misc import build_from_crawler, load_object
+from scrapy.utils.reactor import is_reactor_installed
+from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.python.failure import Failure
+
+from cnkispider import redisconn, signals
+from cnkispider.scheduling import defaults
+from cnkispider.scheduling.dupefilter import BloomDupeFilter
+from cnkispider.scheduling.outcome import ABANDONED, BUFFERED, OutcomeTracker
+from cnkispider.scheduling.queue import Enqueue, Held, LeasedQueue, SyncBatch, SyncResult
+from cnkispider.scheduling.serialize import request_from_json, request_to_json
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+
+
+class ThreadIO:
+    """Runs blocking calls on one thread of its own; results come back on the reactor thread."""
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cnki-redis")
+        if is_reactor_installed():
+            from twisted.internet import reactor
+
+            self._call_soon = reactor.callFromThread
+        else:
+            self._call_soon = asyncio.get_running_loop().call_soon_threadsafe
+
+    def run(self, fn: Any, *args: Any) -> Deferred:
+        d: Deferred = Deferred()
+
+        def done(future: Future) -> None:
+            self._call_soon(_fire, d, future)
+
+        self._pool.submit(fn, *args).add_done_callback(done)
+        return d
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=False)
+
+
+def _fire(d: Deferred, future: Future) -> None:
+    exc = future.exception()
+    if exc is not None:
+        d.errback(Failure(exc))
+    else:
+        d.callback(future.result())
+
+
+class InlineIO:
+    """Runs calls at once on the calling thread (tests that drive the scheduler by hand)."""
+
+    def run(self, fn: Any, *args: Any) -> Deferred:
+        return maybeDeferred(fn, *args)
+
+    def shutdown(self) -> None:
+        pass
+
+
+class LeasedScheduler(BaseScheduler):
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> LeasedScheduler:
+        settings = crawler.settings
+        dupefilter = build_from_crawler(load_object(settings["DUPEFILTER_CLASS"]), crawler)
+        if type(dupefilter) is BaseDupeFilter:
+            dupefilter = None  # explicitly no dedupe
+        elif not isinstance(dupefilter, BloomDupeFilter):
+            raise ValueError(
+                f"LeasedScheduler dedupes inside its Redis script: set DUPEFILTER_CLASS to "
+                f"cnkispider.scheduling.dupefilter.BloomDupeFilter (or "
+                f"scrapy.dupefilters.BaseDupeFilter for none), not {settings['DUPEFILTER_CLASS']}"
+            )
+        return cls(
+            crawler,
+            dupefilter=dupefilter,
+            namespace=settings.get("SCHEDULER_NAMESPACE") or defaults.NAMESPACE,
+            lease_seconds=settings.getfloat("SCHEDULER_LEASE_SECONDS", defaults.LEASE_SECONDS),
+            max_attempts=settings.getint("SCHEDULER_MAX_ATTEMPTS", defaults.MAX_ATTEMPTS),
+            batch_size=settings.getint("SCHEDULER_BATCH_SIZE", defaults.BATCH_SIZE),
+            flush_interval=settings.getfloat("SCHEDULER_FLUSH_INTERVAL", defaults.FLUSH_INTERVAL),
+            idle_poll=settings.getfloat("SCHEDULER_IDLE_POLL", defaults.IDLE_POLL),
+            redis_url=settings.get("REDIS_URL", defaults.REDIS_URL) or "",
+            data_dir=settings.get("CNKI_DATA_DIR", defaults.DATA_DIR),
+        )
+
+    def __init__(
+        self,
+        crawler: Crawler,
+        *,
+        dupefilter: BloomDupeFilter | None,
+        namespace: str = defaults.NAMESPACE,
+        lease_seconds: float = defaults.LEASE_SECONDS,
+        max_attempts: int = defaults.MAX_ATTEMPTS,
+        batch_size: int = defaults.BATCH_SIZE,
+        flush_interval: float = defaults.FLUSH_INTERVAL,
+        idle_poll: float = defaults.IDLE_POLL,
+        redis_url: str = "",
+        data_dir: str = defaults.DATA_DIR,
+        io: ThreadIO | InlineIO | None = None,
+        client: Any = None,
+    ):
+        if lease_seconds <= 0 or max_attempts < 1 or batch_size < 1 or flush_interval <= 0:
+            raise ValueError(
+                "SCHEDULER_LEASE_SECONDS and SCHEDULER_FLUSH_INTERVAL must be positive, "
+                "SCHEDULER_MAX_ATTEMPTS and SCHEDULER_BATCH_SIZE at least 1"
+            )
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.df = dupefilter
+        self.namespace = namespace
+        self.lease_seconds, self.max_attempts = lease_seconds, max_attempts
+        self.batch_size, self.flush_interval, self.idle_poll = batch_size, flush_interval, idle_poll
+        self.redis_url, self.data_dir = redis_url, data_dir
+        self.outcomes = OutcomeTracker()
+        self.epoch: str | None = None
+        self.queue: LeasedQueue | None = None
+        self.spider: Spider | None = None
+        self._io = io
+        self._client = client
+        self._buffer: deque[Request] = deque()
+        self._writes = SyncBatch()
+        self._syncing = False
+        self._again = False
+        self._closing = False
+        self._timer: Any = None
+        self._view_queued: int | None = None  # None until the first call answered
+        self._view_others = 0  # leases held by other workers at the last call
+        self._last_poll = self._last_renew = time.monotonic()
+        self._retry_at = 0.0
+        self._failures = 0
+        self._handlers_running = 0
+
+    # --- Scrapy's scheduler interface -----------------------------------------------------
+
+    def open(self, spider: Spider) -> Deferred:
+        self.spider = spider
+        if self._io is None:
+            self._io = ThreadIO()
+        if self.df is not None:
+            self.df.open()
+        return self._io.run(self._connect).addCallback(self._opened)
+
+    def _connect(self) -> tuple[LeasedQueue, str]:
+        client = self._client or redisconn.connect(self.redis_url, self.data_dir)
+        queue = LeasedQueue(
+            client,
+            self.namespace,
+            lease_seconds=self.lease_seconds,
+            max_attempts=self.max_attempts,
+            bloom_args=self.df.script_args() if self.df is not None else None,
+        )
+        return queue, queue.open()
+
+    def _opened(self, opened: tuple[LeasedQueue, str]) -> None:
+        self.queue, self.epoch = opened
+        logger.info(
+            "Leased Redis scheduler on namespace %(ns)s (epoch %(epoch)s)",
+            {"ns": self.namespace, "epoch": self.epoch},
+        )
+        if isinstance(self._io, ThreadIO):
+            self._timer = create_looping_call(self._tick)
+            self._timer.start(self.flush_interval, now=False)
+        self._kick()
+
+    def close(self, reason: str) -> Deferred:
+        self._closing = True
+        if self._timer is not None and self._timer.running:
+            self._timer.stop()
+        return deferred_from_coro(self._close(reason))
+
+    async def _close(self, reason: str) -> None:
+        # A call in flight finishes first (it takes milliseconds); holds and signal handlers get
+        # a bounded wait, after which their leases are left to run out and return.
+        while self._syncing:
+            await maybe_deferred_to_future(_sleep(0.01))
+        deadline = time.monotonic() + min(10.0, self.lease_seconds / 3)
+        while (self._handlers_running or self.outcomes.holding()) and time.monotonic() < deadline:
+            await maybe_deferred_to_future(_sleep(0.02))
+        if self.queue is not None:
+            self._writes.acks.extend(self.outcomes.finished(()))
+            released = self.outcomes.take_buffered()
+            self._writes.releases.extend(released)
+            self._buffer.clear()
+            self._inc("scheduler/released", len(released))
+            while self._writes.ops():
+                batch = self._take_batch(pop=0)
+                try:
+                    result = await maybe_deferred_to_future(self._io.run(self.queue.sync, batch))
+                except Exception:
+                    logger.exception(
+                        "Final Redis write of the scheduler failed; leases will expire"
+                    )
+                    break
+                self._apply(result, batch)
+            unacked = len(self.outcomes)
+            if unacked:
+                logger.warning(
+                    "Closing with %(n)d leases not acknowledged (held or still being handled); "
+                    "they return to the queue after %(s)s s",
+                    {"n": unacked, "s": self.lease_seconds},
+                )
+        if self._io is not None:
+            self._io.shutdown()
+        if self.df is not None:
+            self.df.close(reason)
+
+    def has_pending_requests(self) -> bool:
+        return bool(
+            self._buffer
+            or self._writes.ops()
+            or self._syncing
+            or len(self.outcomes)
+            or self._handlers_running
+            or self._view_queued is None
+            or self._view_queued > 0
+            or self._view_others > 0
+        )
+
+    def enqueue_request(self, request: Request) -> bool:
+        fingerprint = None
+        if self.df is not None and not request.dont_filter:
+            fingerprint = self.df.fingerprint(request)
+            parent = self.outcomes.request_of(request.meta.get("lease_id"))
+            if parent is not None and self.df.fingerprint(parent) == fingerprint:
+                fingerprint = None  # a redirect or retry of the same document
+        round_id = request.meta.get("round_id")
+        round_id = None if round_id is None else str(round_id)
+        if round_id is not None and ("\n" in round_id or not round_id):
+            raise ValueError(f"{request}: meta round_id {round_id!r} cannot be a round id")
+        priority = max(
+            -defaults.PRIORITY_LIMIT + 1, min(defaults.PRIORITY_LIMIT - 1, request.priority)
+        )
+        self._writes.enqueues.append(
+            Enqueue(request_to_json(request, self.spider), priority, fingerprint, round_id)
+        )
+        self._inc("scheduler/enqueued")
+        self._inc("scheduler/enqueued/redis")
+        if len(self._writes.enqueues) >= defaults.MAX_OPS_PER_SYNC:
+            self._kick()
+        return True
+
+    def next_request(self) -> Request | None:
+        if not self._buffer:
+            if self._view_queued or self._writes.enqueues:
+                self._kick()
+            return None
+        request = self._buffer.popleft()
+        if len(self._buffer) <= self.batch_size // 2 and (
+            self._view_queued or self._writes.enqueues
+        ):
+            self._kick()
+        # Only now: a call started above must not see this request as handed out, because
+        # the engine adds it to its in-progress set after this method returns.
+        self.outcomes.handed_out(request)
+        self._inc("scheduler/dequeued")
+        self._inc("scheduler/dequeued/redis")
+        return request
+
+    def __len__(self) -> int:
+        return len(self._buffer) + (self._view_queued or 0)
+
+    # --- the Redis calls --------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        """Every SCHEDULER_FLUSH_INTERVAL: make a call if anything is due."""
+        if self._syncing or self.queue is None or self._closing:
+            return
+        now = time.monotonic()
+        if now < self._retry_at:
+            return
+        low = len(self._buffer) <= self.batch_size // 2
+        if (
+            self._writes.ops()
+            or self.outcomes.finished_any(self._inprogress())
+            or (now - self._last_renew >= self.lease_seconds / 3 and len(self.outcomes))
+            or (low and (self._view_queued or now - self._last_poll >= self.idle_poll))
+        ):
+            self._kick()
+
+    def _kick(self) -> None:
+        """Make a call now (or right after the one in flight)."""
+        if self.queue is None or time.monotonic() < self._retry_at:
+            return
+        if self._syncing:
+            self._again = True
+            return
+        pop = 0 if self._closing else max(0, self.batch_size - len(self._buffer))
+        batch = self._take_batch(pop)
+        self._syncing, self._again = True, False
+        d = self._io.run(self.queue.sync, batch)
+        d.addCallbacks(self._synced, self._sync_failed, callbackArgs=(batch,), errbackArgs=(batch,))
+        d.addErrback(self._log_failure)
+
+    def _take_batch(self, pop: int) -> SyncBatch:
+        now = time.monotonic()
+        finished = self.outcomes.finished(self._inprogress())
+        if finished and logger.isEnabledFor(logging.DEBUG):
+            logger.debug("Acknowledging %(ids)s", {"ids": [h.lease_id for h in finished]})
+        self._writes.acks.extend(finished)
+        pending, batch = self._writes, SyncBatch(pop=pop)
+        room = defaults.MAX_OPS_PER_SYNC
+        batch.enqueues, pending.enqueues = pending.enqueues[:room], pending.enqueues[room:]
+        if not pending.enqueues:  # acks only once every child before them is in the batch
+            for name in ("acks", "burials", "releases", "confirms"):
+                setattr(batch, name, getattr(pending, name))
+                setattr(pending, name, [])
+        if now - self._last_renew >= self.lease_seconds / 3:
+            batch.renewals = self.outcomes.held()
+            self._last_renew = now
+        if pop:
+            self._last_poll = now
+        return batch
+
+    def _synced(self, result: SyncResult, batch: SyncBatch) -> None:
+        self._syncing = False
+        self._failures = 0
+        self._apply(result, batch)
+        if not self._closing:
+            self._wake_engine()
+            if self._again or len(self._writes.enqueues) >= defaults.MAX_OPS_PER_SYNC:
+                self._kick()
+
+    def _apply(self, result: SyncResult, batch: SyncBatch) -> None:
+        self._inc("scheduler/redis/calls")
+        if result.epoch != self.epoch:
+            logger.error(
+                "Redis namespace %(ns)s has a new epoch (%(old)s -> %(new)s): Redis lost its "
+                "state; rounds whose requests were there must be replayed",
+                {"ns": self.namespace, "old": self.epoch, "new": result.epoch},
+            )
+            self.epoch = result.epoch
+        self._inc("dupefilter/filtered", result.duplicates)
+        self._inc("scheduler/acked", result.acked)
+        self._inc("scheduler/acked/stale", result.stale)
+        for popped in result.popped:
+            request = self._read(popped)
+            if request is not None:
+                self.outcomes.leased(Held(popped.lease_id, popped.attempts), request, BUFFERED)
+                self._buffer.append(request)
+        for popped in result.abandoned:
+            request = self._read(popped)
+            if request is not None:
+                self._abandon(request, popped)
+        for round_id in result.drained:
+            self._drained(round_id)
+        self._view_queued = result.queued
+        self._view_others = max(0, result.leased - len(self.outcomes))
+
+    def _sync_failed(self, failure: Failure, batch: SyncBatch) -> None:
+        """Keep the writes for the next call (same order); the pop is simply not made."""
+        self._syncing = False
+        self._failures += 1
+        pending = self._writes
+        for name in ("enqueues", "acks", "burials", "releases", "confirms"):
+            setattr(pending, name, getattr(batch, name) + getattr(pending, name))
+        delay = min(5.0, 0.1 * 2 ** min(self._failures, 6))
+        self._retry_at = time.monotonic() + delay
+        self._inc("scheduler/redis/errors")
+        logger.error(
+            "Redis call of the scheduler failed (%(n)d in a row), retrying in %(d).1f s: %(e)s",
+            {"n": self._failures, "d": delay, "e": failure.getErrorMessage()},
+        )
+        if not self._closing:
+            call_later(delay, self._kick)
+
+    def _log_failure(self, failure: Failure) -> None:
+        logger.error("Scheduler bug", exc_info=(failure.type, failure.value, failure.tb))
+
+    def _read(self, popped: Any) -> Request | None:
+        try:
+            request = request_from_json(popped.data, self.spider)
+        except Exception as exc:
+            logger.error(
+                "Request %(id)s in Redis cannot be read (%(e)s); moved to %(ns)s:unreadable",
+                {"id": popped.lease_id, "e": exc, "ns": self.namespace},
+            )
+            self._writes.burials.append(Held(popped.lease_id, popped.attempts))
+            self._inc("scheduler/unreadable")
+            return None
+        request.meta["lease_id"] = popped.lease_id
+        request.meta["lease_attempts"] = popped.attempts
+        return request
+
+    # --- signals ------------------------------------------------------------------------
+
+    def _abandon(self, request: Request, popped: Any) -> None:
+        held = Held(popped.lease_id, popped.attempts)
+        self.outcomes.leased(held, request, ABANDONED)
+        self._inc("scheduler/abandoned")
+        logger.warning(
+            "Abandoning %(request)s: its lease ran out %(n)d times",
+            {"request": request, "n": popped.attempts},
+        )
+        self._handlers_running += 1
+        d = deferred_from_coro(
+            self.crawler.signals.send_catch_log_async(
+                signals.request_abandoned,
+                request=request,
+                reason="lease-expired",
+                attempts=popped.attempts,
+                spider=self.spider,
+            )
+        )
+        d.addCallback(self._abandon_handled, request, held)
+
+    def _abandon_handled(self, results: list, request: Request, held: Held) -> None:
+        self._handlers_running -= 1
+        if _any_failed(results):
+            logger.error(
+                "A request_abandoned handler failed for %(request)s; it is not acknowledged "
+                "and will be abandoned again",
+                {"request": request},
+            )
+            self.outcomes.forget(held.lease_id)
+            return
+        if not results:
+            logger.warning("No handler recorded abandoned %(request)s", {"request": request})
+        if self.outcomes.settle(held.lease_id) is not None:
+            self._writes.acks.append(held)
+
+    def _drained(self, round_id: str) -> None:
+        value: int | str = int(round_id) if round_id.lstrip("-").isdigit() else round_id
+        self._inc("scheduler/rounds_drained")
+        logger.info("Round %(round)s drained", {"round": value})
+        self._handlers_running += 1
+        d = deferred_from_coro(
+            self.crawler.signals.send_catch_log_async(
+                signals.round_drained, round_id=value, spider=self.spider
+            )
+        )
+        d.addCallback(self._drain_handled, round_id)
+
+    def _drain_handled(self, results: list, round_id: str) -> None:
+        self._handlers_running -= 1
+        if _any_failed(results):
+            logger.error(
+                "A round_drained handler failed for round %(round)s; it will be reported again",
+                {"round": round_id},
+            )
+            return
+        self._writes.confirms.append(round_id)
+
+    # --- the engine -----------------------------------------------------------------------
+
+    def _inprogress(self) -> Any:
+        """The requests the engine is working on (downloading or scraping)."""
+        slot = getattr(getattr(self.crawler, "engine", None), "_slot", None)
+        return slot.inprogress if slot is not None else ()
+
+    def _wake_engine(self) -> None:
+        """Have the engine ask for requests again now, not at its next 5 s heartbeat."""
+        slot = getattr(getattr(self.crawler, "engine", None), "_slot", None)
+        if slot is not None:
+            slot.nextcall.schedule()
+
+    def _inc(self, key: str, count: int = 1) -> None:
+        if count and self.stats is not None:
+            self.stats.inc_value(key, count)
+
+
+def _any_failed(results: list) -> bool:
+    return any(isinstance(r, (Failure, BaseException)) for _, r in results)
+
+
+def _sleep(seconds: float) -> Deferred:
+    d: Deferred = Deferred()
+    call_later(seconds, d.callback, None)
+    return d
