@@ -652,3 +652,15 @@ def test_grid_form_helper_round_trips():
         and query["SearchFrom"] == 4
     )
     assert form["boolSearch"] == ["false"] and form["pageNum"] == ["2"]
+
+
+def test_a_category_file_of_ones_own(cnki_site, tmp_path):
+    """Codes come from the leaves of the given tree; overflow on an inner code reaches its leaf."""
+    tree = tmp_path / "tree.txt"
+    tree.write_text(
+        "# hand-made\nX 甲\n  X1 甲一\n  X2 甲二\n    X21 甲二一\nY 乙\n", encoding="utf-8"
+    )
+    site = cnki_site(seed=1, categories_file={"patent": tree}, overflow=[f"patent:{DAY}:X2:40"])
+    truth = site.truth("patent", DAY)
+    assert all(t["main_ipc"].startswith(("X1", "X21", "Y")) for t in truth)
+    assert len(site.truth("patent", DAY, categories=["X21"])) >= 40

@@ -270,7 +270,7 @@ class Corpus:
         self.span = (parse_day(options.span[0]), parse_day(options.span[1]))
         self._overrides = self._parse_overflow(options.overflow)
         self.counts = functools.lru_cache(maxsize=4096)(self._counts)
-        self.document = functools.lru_cache(maxsize=16384)(self._document)
+        self.document = functools.lru_cache(maxsize=8192)(self._document)
         self.results = functools.lru_cache(maxsize=256)(self._results)
         self._secondary_index = functools.lru_cache(maxsize=256)(self._make_secondary_index)
         self.doomed_refs = functools.lru_cache(maxsize=1024)(self._doomed_refs)
