@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import threading
 
-from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import defer, reactor, threads
@@ -57,11 +56,7 @@ class DocumentPipeline:
             crawler.stats,
         )
         pipeline.crawler = crawler
-        crawler.signals.connect(pipeline._spider_opened, signal=signals.spider_opened)
         return pipeline
-
-    def _spider_opened(self, spider):
-        self.task_id = getattr(spider, "task_id", None)
 
     async def open_spider(self):
         self.engine = await maybe_deferred_to_future(threads.deferToThread(open_database, self.database_url))
@@ -96,17 +91,21 @@ class DocumentPipeline:
             return defer.succeed(None)
         d = threads.deferToThread(self._write, batch)
 
-        def settle(result):
+        def stored(_):
             for _, _, done in batch:
-                if isinstance(result, Exception) or hasattr(result, "raiseException"):
-                    done.errback(result)
-                else:
-                    done.callback(None)
+                done.callback(None)
 
-        d.addBoth(settle)
+        def failed(failure):
+            logger.error("storing %d documents failed: %s", len(batch), failure.getErrorMessage())
+            for _, _, done in batch:
+                done.errback(failure)
+
+        d.addCallbacks(stored, failed)
         return d
 
     def _write(self, batch):
+        # Read at write time: flow control learns the task id after the spider opened.
+        self.task_id = getattr(self.crawler.spider, "task_id", None)
         by_type: dict[str, list[dict]] = {}
         with self._write_lock, self.engine.begin() as conn:
             now = db_now(conn)

@@ -50,11 +50,15 @@ class ErrorRecorder:
         reason: str,
         detail: str = "",
         replay_of: int | None = None,
+        permanent: bool = False,
     ) -> None:
-        """A list-stage failure. A failed replay updates its own row instead of adding one."""
+        """A list-stage failure. A failed replay updates its own row instead of adding one.
+
+        ``permanent``: no replay can mend it (an overflow beyond every cut); kept, never replayed.
+        """
         with self.engine.begin() as conn:
             now = db_now(conn)
-            if replay_of is not None:
+            if replay_of is not None and not permanent:
                 conn.execute(
                     error_code.update()
                     .where(error_code.c.id == replay_of)
@@ -81,7 +85,7 @@ class ErrorRecorder:
                     reason=reason[:200],
                     detail=detail,
                     attempts=1,
-                    state="open",
+                    state="permanent" if permanent else "open",
                     created_at=now,
                     updated_at=now,
                 )

@@ -203,7 +203,7 @@ class RoundFeeder:
         low_water = self.crawler.settings.getint("CONCURRENT_REQUESTS", 16)
         seeded = 0
         while seeded < self.rounds_in_flight and not self.closing:
-            if await in_thread(scheduler.queue_length) >= low_water:
+            if (await in_thread(self._sizes))["queued"] >= low_water:
                 return
             round_ = await in_thread(self.store.claim, self.task_id, self.worker_id, scheduler.epoch)
             if round_ is None:
@@ -212,7 +212,7 @@ class RoundFeeder:
                 self.crawler.engine.crawl(request)
             # Seeded only once the first request is in Redis: a crash before that leaves the
             # round claimed, and its lease hands it to another worker.
-            await scheduler.flush()
+            await self._flushed()
             await in_thread(self.store.mark_seeded, round_.id, self.worker_id, scheduler.epoch)
             seeded += 1
             logger.info("round %s seeded: %s %s (attempt %s)", round_.id, round_.day, round_.category, round_.attempts)
@@ -259,12 +259,26 @@ class RoundFeeder:
             self.crawler.engine.crawl(request)
         if requests:
             self.crawler.stats.inc_value("recrawl/requests", len(requests))
-            await self.scheduler.flush()
+            await self._flushed()
         return bool(requests)
 
     async def _idle_everywhere(self) -> bool:
-        """Nothing queued or leased in Redis for this task, by any worker."""
-        return await in_thread(self.scheduler.queue_length) == 0 and await in_thread(self.scheduler.lease_count) == 0
+        """Nothing queued or leased in Redis for this task, by any worker, nor pending here."""
+        sizes = await in_thread(self._sizes)
+        return sizes["queued"] == 0 and sizes["leased"] == 0 and not self.scheduler.has_pending_requests()
+
+    def _sizes(self) -> dict[str, int]:
+        return self.scheduler.queue.sizes()
+
+    async def _flushed(self) -> None:
+        """Wait until what this worker enqueued is written to Redis."""
+        scheduler = self.scheduler
+        flush = getattr(scheduler, "flush", None)
+        if flush is not None:
+            await maybe_deferred_to_future(flush())
+            return
+        while scheduler._writes.ops() or scheduler._syncing:
+            await maybe_deferred_to_future(twisted_task.deferLater(_reactor(), 0.02, lambda: None))
 
     # -- completion --------------------------------------------------------------------------
 
@@ -274,5 +288,10 @@ class RoundFeeder:
             self.crawler.stats.inc_value("rounds/done")
             info = await in_thread(self.store.round_info, round_id)
             logger.info("round %s done: %s %s, %s listed", round_id, info.day, info.category, info.total)
-        await in_thread(self.scheduler.forget_round, round_id)
         self._kick()
+
+
+def _reactor():
+    from twisted.internet import reactor
+
+    return reactor

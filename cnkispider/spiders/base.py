@@ -151,7 +151,7 @@ class RoundSpider(scrapy.Spider):
         if unreachable > 0:
             self.crawler.stats.inc_value("rounds/overflow")
             await self._record_code(
-                meta, "overflow", f"{total} listed; both PT orders reach {2 * self.protocol.cap}; "
+                meta, "overflow", permanent=True, detail=f"{total} listed; both PT orders reach {2 * self.protocol.cap}; "
                 f"at least {unreachable} unreachable"
             )
 
@@ -217,7 +217,7 @@ class RoundSpider(scrapy.Spider):
         else:
             await self._record_code(meta, reason, detail)
 
-    async def _record_code(self, meta, reason, detail=""):
+    async def _record_code(self, meta, reason, detail="", permanent=False):
         search = meta.get("search") or {}
         args = (
             self.task_id,
@@ -229,6 +229,7 @@ class RoundSpider(scrapy.Spider):
             reason,
             detail,
             meta.get("error_code_id"),
+            permanent,
         )
         await _in_thread(self.errors.record_code, *args)
 

@@ -1,0 +1,113 @@
+"""Whole crawls of the stand-in, compared with its ground truth field by field (issue: spiders).
+
+The site runs with 3 reachable pages per search and the crawler with 20 rows a page, so the cap
+is 60 documents a search: rounds overflow and are split along the category tree, leaves that
+still overflow are walked in both sort orders, and one round is beyond even that.
+"""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from cnkispider.schema import error_code, error_link, round_
+from tests.crawl_harness import CrawlSetup, compare
+
+SITE = {
+    "seed": 5,
+    "max_pages": 3,
+    "overflow": ["patent:2024-01-02:H04:150", "patent:2024-01-01:G06F:70"],
+}
+SMALL_CAP = {"page_size": 20, "max_pages": 3}
+
+CASES = [
+    # doc_type, categories, database
+    ("patent", "G06,H04", "mysql"),
+    ("paper", "TP3,F0", "sqlite"),
+    ("achievement", "TP3,O1", "mysql"),
+]
+
+
+@pytest.fixture
+def setup_crawl(tmp_path, cnki_site, request):
+    made = []
+
+    def make(doc_type, categories, db, start="2024-01-01", end="2024-01-02", site=None, **kw):
+        handle = cnki_site(**(site or SITE))
+        setup = CrawlSetup(
+            tmp_path / f"{doc_type}-{len(made)}",
+            handle,
+            request.getfixturevalue(f"{db}_url"),
+            doc_type,
+            start,
+            end,
+            categories,
+            **kw,
+        )
+        setup.tmp_path.mkdir()
+        made.append(setup)
+        return setup
+
+    yield make
+    for setup in made:
+        setup.cleanup_redis()
+
+
+@pytest.mark.parametrize(("doc_type", "categories", "db"), CASES)
+def test_crawl_equals_ground_truth_and_a_second_crawl_adds_no_row(setup_crawl, doc_type, categories, db):
+    setup = setup_crawl(doc_type, categories, db, cnki=SMALL_CAP)
+    result = setup.run()
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:] + setup.log()[-3000:]
+    truth = setup.truth()
+    assert len(truth) > 100
+    diff = compare(setup.stored(), truth, doc_type)
+    assert diff == {"missing": [], "extra": [], "differing": {}}
+    rounds = setup.query(sa.select(round_.c.state, round_.c.total))
+    assert {state for state, _ in rounds} == {"done"} and len(rounds) == 4
+    assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] == 0
+
+    # The operator moves the cursor back to the start: every round is crawled again, no row is added.
+    again = setup.run("task", "move", setup.task, "2024-01-01")
+    assert again.returncode == 0, again.stderr
+    rerun = setup.run()
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"documents       {len(truth)} stored" in rerun.stdout
+    assert len(setup.stored()) == len(truth)
+
+
+def test_a_round_beyond_both_sort_orders_is_recorded_as_overflow(setup_crawl):
+    setup = setup_crawl("paper", "O1", "sqlite", end="2024-01-01", cnki=SMALL_CAP)
+    result = setup.run()
+    assert result.returncode == 0, result.stderr[-3000:]
+    truth = setup.truth()
+    assert len(truth) > 120
+    diff = compare(setup.stored(), truth, "paper")
+    assert diff["extra"] == [] and diff["differing"] == {}
+    assert len(diff["missing"]) == len(truth) - 120  # both PT orders reach 60 each, no more
+    rows = setup.query(sa.select(error_code.c.reason, error_code.c.detail, error_code.c.state))
+    assert [r.reason for r in rows] == ["overflow"]
+    assert f"at least {len(truth) - 120} unreachable" in rows[0].detail
+
+
+def test_a_session_cut_off_after_15_page_turns_still_yields_every_document(setup_crawl):
+    site = {"seed": 5, "turn_limit": 15}
+    # 5 rows a page: the search has about 37 pages; the crawler does not renew its sessions in
+    # time (turn_limit 50), so the site cuts them off and the crawler must recover.
+    setup = setup_crawl("paper", "TP3", "sqlite", end="2024-01-01", site=site, cnki={"page_size": 5, "turn_limit": 50})
+    result = setup.run()
+    assert result.returncode == 0, result.stderr[-3000:]
+    truth = setup.truth()
+    assert len(truth) > 15 * 5
+    assert compare(setup.stored(), truth, "paper") == {"missing": [], "extra": [], "differing": {}}
+    assert setup.site.stats()["turn_refusals"] >= 1  # the site really did cut sessions off
+    assert setup.query(sa.select(sa.func.count()).select_from(error_link))[0][0] == 0
+
+
+def test_sessions_are_renewed_before_cnki_cuts_them_off(setup_crawl):
+    site = {"seed": 5, "turn_limit": 15}
+    setup = setup_crawl("paper", "TP3", "sqlite", end="2024-01-01", site=site, cnki={"page_size": 5, "turn_limit": 14})
+    result = setup.run()
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert compare(setup.stored(), setup.truth(), "paper") == {"missing": [], "extra": [], "differing": {}}
+    stats = setup.site.stats()
+    assert stats["turn_refusals"] == 0 and stats["sessions_created"] >= 3
