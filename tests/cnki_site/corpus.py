@@ -271,7 +271,7 @@ class Corpus:
         self._overrides = self._parse_overflow(options.overflow)
         self.counts = functools.lru_cache(maxsize=4096)(self._counts)
         self.document = functools.lru_cache(maxsize=8192)(self._document)
-        self.results = functools.lru_cache(maxsize=256)(self._results)
+        self.results = functools.lru_cache(maxsize=128)(self._results)
         self._secondary_index = functools.lru_cache(maxsize=256)(self._make_secondary_index)
         self.doomed_refs = functools.lru_cache(maxsize=1024)(self._doomed_refs)
         self.leaf_base = functools.lru_cache(maxsize=65536)(self._leaf_base)

@@ -34,6 +34,7 @@ class HttpProtocol(asyncio.Protocol):
         self.transport = None
         self.buf = b""
         self.busy = False  # a delayed response is pending
+        self.continued = False  # "100 Continue" sent for the request being read
         self.closed = False
         self.timer = None
 
@@ -96,7 +97,11 @@ class HttpProtocol(asyncio.Protocol):
             return None
         total = end + 4 + length
         if len(buf) < total:
+            if headers.get("expect", "").lower() == "100-continue" and not self.continued:
+                self.continued = True  # curl waits for this before sending a larger body
+                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             return None
+        self.continued = False
         body = buf[end + 4 : total]
         self.buf = buf[total:]
         if target.startswith("http://"):
