@@ -167,8 +167,10 @@ class OutcomeTracker:
 
 
 def _tracker(crawler: Crawler) -> OutcomeTracker | None:
-    engine = getattr(crawler, "engine", None)
-    scheduler = getattr(engine, "scheduler", None) if engine is not None else None
+    try:
+        scheduler = crawler.engine.scheduler
+    except (AttributeError, RuntimeError):  # not crawling
+        return None
     return getattr(scheduler, "outcomes", None)
 
 

@@ -511,14 +511,23 @@ class LeasedScheduler(BaseScheduler):
 
     # --- the engine -----------------------------------------------------------------------
 
+    def _engine_slot(self) -> Any:
+        # The engine's slot is private in Scrapy 2.19; these two reads are the scheduler's only
+        # use of it (there is no public "the engine is done with this request" signal).
+        try:
+            engine = self.crawler.engine
+        except (AttributeError, RuntimeError):  # not crawling (yet)
+            return None
+        return getattr(engine, "_slot", None)
+
     def _inprogress(self) -> Any:
         """The requests the engine is working on (downloading or scraping)."""
-        slot = getattr(getattr(self.crawler, "engine", None), "_slot", None)
+        slot = self._engine_slot()
         return slot.inprogress if slot is not None else ()
 
     def _wake_engine(self) -> None:
         """Have the engine ask for requests again now, not at its next 5 s heartbeat."""
-        slot = getattr(getattr(self.crawler, "engine", None), "_slot", None)
+        slot = self._engine_slot()
         if slot is not None:
             slot.nextcall.schedule()
 

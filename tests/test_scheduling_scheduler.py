@@ -1,0 +1,262 @@
+"""LeasedScheduler driven by hand on real Redis: Redis calls run inline (``InlineIO``), the
+engine's in-progress set is a plain set, and each test runs inside an asyncio loop so that
+signal handlers may be asynchronous."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+
+import pytest
+import redis
+import scrapy
+from scrapy.utils.test import get_crawler
+
+from cnkispider import signals
+from cnkispider.scheduling.scheduler import InlineIO, LeasedScheduler
+from cnkispider.scheduling.serialize import UnserializableRequest
+
+
+class Spider(scrapy.Spider):
+    name = "s"
+
+    def parse(self, response):
+        pass
+
+
+def in_loop(test):
+    @functools.wraps(test)
+    def run(*args, **kwargs):
+        asyncio.run(test(*args, **kwargs))
+
+    return run
+
+
+@pytest.fixture
+def client(redis_url):
+    c = redis.Redis.from_url(redis_url)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def make(redis_url, redis_namespace):
+    made = []
+
+    def make(opened: bool = True, **settings) -> LeasedScheduler:
+        crawler = get_crawler(
+            Spider,
+            {
+                "SCHEDULER_NAMESPACE": redis_namespace,
+                "REDIS_URL": redis_url,
+                "DUPEFILTER_CLASS": "cnkispider.scheduling.dupefilter.BloomDupeFilter",
+                "REQUEST_FINGERPRINTER_CLASS": "cnkispider.scheduling.fingerprint.DocKeyFingerprinter",
+                "SCHEDULER_BATCH_SIZE": 4,
+                **settings,
+            },
+        )
+        crawler.spider = Spider.from_crawler(crawler)
+        scheduler = LeasedScheduler.from_crawler(crawler)
+        scheduler._io = InlineIO()
+        scheduler.engine_inprogress = set()
+        scheduler._inprogress = lambda: scheduler.engine_inprogress
+        if opened:
+            scheduler.open(crawler.spider)
+        made.append(scheduler)
+        return scheduler
+
+    yield make
+    for scheduler in made:
+        if scheduler.queue is not None:
+            scheduler.queue.client.close()
+
+
+def take(scheduler: LeasedScheduler) -> scrapy.Request | None:
+    """What the engine does: take a request and mark it in progress."""
+    request = scheduler.next_request()
+    if request is not None:
+        scheduler.engine_inprogress.add(request)
+    return request
+
+
+def done(scheduler: LeasedScheduler, request: scrapy.Request) -> None:
+    scheduler.engine_inprogress.discard(request)
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0.01)
+
+
+@in_loop
+async def test_a_request_just_handed_out_is_not_acked_by_the_call_its_hand_out_starts(
+    make, client, redis_namespace
+):
+    scheduler = make()
+    for i in range(6):
+        scheduler.enqueue_request(scrapy.Request(f"https://x/{i}"))
+    scheduler._kick()
+    first = take(scheduler)  # the buffer runs low: this starts a call
+    take(scheduler)
+    take(scheduler)  # and another
+    assert client.zscore(f"{redis_namespace}:leases", first.meta["lease_id"]) is not None
+    done(scheduler, first)
+    scheduler._kick()
+    assert client.zscore(f"{redis_namespace}:leases", first.meta["lease_id"]) is None
+
+
+@in_loop
+async def test_popped_requests_carry_their_lease(make):
+    scheduler = make()
+    scheduler.enqueue_request(scrapy.Request("https://x/a", meta={"round_id": 3}))
+    scheduler._kick()
+    request = take(scheduler)
+    assert request.meta["lease_attempts"] == 1 and request.meta["lease_id"]
+    assert request.meta["round_id"] == 3 and request.callback is None
+
+
+@in_loop
+async def test_round_drained_is_sent_by_the_worker_whose_ack_drained_it(
+    make, client, redis_namespace
+):
+    scheduler = make()
+    told = []
+
+    def on_drained(round_id, spider):
+        told.append(round_id)
+
+    scheduler.crawler.signals.connect(on_drained, signal=signals.round_drained)
+    scheduler.enqueue_request(scrapy.Request("https://x/a", meta={"round_id": 12}))
+    scheduler._kick()
+    done(scheduler, take(scheduler))
+    scheduler._kick()
+    await settle()
+    assert told == [12]
+    scheduler._kick()  # confirms it
+    assert client.zcard(f"{redis_namespace}:drained") == 0
+
+
+@in_loop
+async def test_an_abandoned_request_is_signalled_and_acked_after_its_handlers(
+    make, client, redis_namespace
+):
+    dead = make(SCHEDULER_LEASE_SECONDS=0.1, SCHEDULER_MAX_ATTEMPTS=1)
+    dead.enqueue_request(scrapy.Request("https://x/hangs", meta={"round_id": 1}))
+    dead._kick()
+    assert take(dead) is not None  # then the worker dies: nobody renews the lease
+    await asyncio.sleep(0.15)
+    alive = make(SCHEDULER_LEASE_SECONDS=0.1, SCHEDULER_MAX_ATTEMPTS=1)
+    recorded: list = []
+    written = asyncio.Event()
+
+    async def record(request, reason, attempts, spider):
+        recorded.append((request.url, reason, attempts))
+        await written.wait()  # the error-table write, still running
+
+    alive.crawler.signals.connect(record, signal=signals.request_abandoned)
+    alive._kick()
+    await settle()
+    assert recorded == [("https://x/hangs", "lease-expired", 1)]
+    assert alive.next_request() is None  # not handed to the engine
+    alive._kick()
+    assert client.zcard(f"{redis_namespace}:leases") == 1  # not acked while the write runs
+    written.set()
+    await settle()
+    alive._kick()
+    assert client.zcard(f"{redis_namespace}:leases") == 0
+    assert client.get(f"{redis_namespace}:round:1:outstanding") == b"0"
+
+
+@in_loop
+async def test_a_failed_abandon_handler_leaves_the_request_to_come_back(
+    make, client, redis_namespace
+):
+    dead = make(SCHEDULER_LEASE_SECONDS=0.1, SCHEDULER_MAX_ATTEMPTS=1)
+    dead.enqueue_request(scrapy.Request("https://x/hangs"))
+    dead._kick()
+    take(dead)
+    await asyncio.sleep(0.15)
+    alive = make(SCHEDULER_LEASE_SECONDS=0.1, SCHEDULER_MAX_ATTEMPTS=1)
+
+    def broken(request, reason, attempts, spider):
+        raise RuntimeError("database down")
+
+    alive.crawler.signals.connect(broken, signal=signals.request_abandoned)
+    alive._kick()
+    await settle()
+    alive._kick()
+    assert client.hlen(f"{redis_namespace}:requests") == 1  # still there, to be abandoned again
+
+
+@in_loop
+async def test_a_redirect_of_a_leased_document_is_queued_not_dropped_as_a_duplicate(make):
+    scheduler = make()
+    detail = scrapy.Request("https://x/abstract?v=old", meta={"doc_key": "CJFQ/A1"})
+    scheduler.enqueue_request(detail)
+    scheduler._kick()
+    leased = take(scheduler)
+    redirected = leased.replace(url="https://x/abstract?v=new")  # meta (and lease_id) copied
+    scheduler.enqueue_request(redirected)
+    scheduler.enqueue_request(scrapy.Request("https://x/abstract?v=3", meta={"doc_key": "CJFQ/A1"}))
+    done(scheduler, leased)
+    scheduler._kick()
+    again = take(scheduler)
+    assert again.url == "https://x/abstract?v=new"
+    assert again.meta["lease_id"] != leased.meta["lease_id"]
+    assert scheduler.stats.get_value("dupefilter/filtered") == 1  # the unrelated copy
+
+
+def test_meta_that_is_not_json_is_refused_at_enqueue(make):
+    scheduler = make()
+    with pytest.raises(UnserializableRequest, match=r"meta\['when'\]"):
+        scheduler.enqueue_request(scrapy.Request("https://x/a", meta={"when": object()}))
+
+
+@in_loop
+async def test_pending_while_anything_is_queued_or_leased_anywhere(make, client, redis_namespace):
+    assert make(opened=False).has_pending_requests()  # before its first view of Redis
+    other = make()
+    scheduler = make()
+    assert not scheduler.has_pending_requests()  # the namespace is empty
+    other.enqueue_request(scrapy.Request("https://x/a"))
+    other._kick()
+    taken = take(other)
+    scheduler._kick()
+    assert scheduler.has_pending_requests()  # another worker holds a lease that may come back
+    done(other, taken)
+    other._kick()
+    scheduler._kick()
+    assert not scheduler.has_pending_requests()
+
+
+@in_loop
+async def test_closing_releases_unstarted_requests_and_acks_finished_ones(
+    make, client, redis_namespace
+):
+    scheduler = make()
+    for i in range(3):
+        scheduler.enqueue_request(scrapy.Request(f"https://x/{i}"))
+    scheduler._kick()
+    done(scheduler, take(scheduler))
+    await scheduler.close("shutdown").asFuture(asyncio.get_running_loop())
+    assert client.zcard(f"{redis_namespace}:leases") == 0
+    assert client.zcard(f"{redis_namespace}:queue") == 2
+    assert scheduler.stats.get_value("scheduler/released") == 2
+    fresh = make()
+    fresh._kick()
+    assert [r.meta["lease_attempts"] for r in (take(fresh), take(fresh))] == [1, 1]
+
+
+@in_loop
+async def test_a_hold_delays_the_ack(make, client, redis_namespace):
+    scheduler = make()
+    scheduler.enqueue_request(scrapy.Request("https://x/a"))
+    scheduler._kick()
+    request = take(scheduler)
+    held = scheduler.outcomes.hold(request)  # e.g. an error row still being written
+    done(scheduler, request)
+    scheduler._kick()
+    assert client.zcard(f"{redis_namespace}:leases") == 1
+    held.release()
+    scheduler._kick()
+    assert client.zcard(f"{redis_namespace}:leases") == 0
