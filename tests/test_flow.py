@@ -51,8 +51,11 @@ def test_builtin_tree_hands_out_its_roots_in_file_order(sqlite_url):
     assert [code for _, code in drain(store, t.id)] == list("ABCDEFGH")
 
 
-def _claim_all(url, task_id, worker, out):
+def _claim_all(url, task_id, worker, out, ready, go):
     store = store_for(url)
+    store.get(task_id)  # connected and warm before the race starts
+    ready.release()
+    go.wait(60)
     got = []
     while True:
         claimed = store.claim(task_id, worker)
@@ -67,10 +70,13 @@ def test_two_processes_claim_1000_rounds_each_exactly_once(db_url):
     codes = ",".join(f"C{i}" for i in range(10))
     t, _ = store.register("race", "paper", "2024-01-01", "2024-04-09", codes)  # 100 days x 10
     ctx = multiprocessing.get_context("spawn")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_claim_all, args=(db_url, t.id, f"w:{i}:x", out)) for i in (1, 2)]
+    out, ready, go = ctx.Queue(), ctx.Semaphore(0), ctx.Event()
+    procs = [ctx.Process(target=_claim_all, args=(db_url, t.id, f"w:{i}:x", out, ready, go)) for i in (1, 2)]
     for proc in procs:
         proc.start()
+    for _ in procs:
+        assert ready.acquire(timeout=120)
+    go.set()  # both claim at once: the race is real
     results = [out.get(timeout=240) for _ in procs]
     for proc in procs:
         proc.join(30)
