@@ -87,6 +87,21 @@ def test_one_worker_gets_every_page_exactly_once(site, redis_url, redis_namespac
     assert stats["scheduler/acked"] == 300
 
 
+def test_requests_scrapy_drops_are_acked_not_leaked(site, redis_url, redis_namespace, tmp_path):
+    """404s (HttpError) and robots.txt refusals (IgnoreRequest in a downloader middleware), none
+    with an errback, end their leases; the round drains. Offsite requests are never queued."""
+    tiny = site(pages=40, fanout=3)
+    proc = worker(tiny, redis_namespace, tmp_path, "a", redis_url=redis_url, broken=3)
+    stats = finish(proc, tmp_path, "a")
+    assert stats["scheduler/acked"] == 40 + 3 + 3
+    assert stats.get("httperror/response_ignored_count") == 3
+    assert stats.get("robotstxt/forbidden") == 3
+    assert stats.get("offsite/filtered") == 3
+    assert [d["drained"] for d in drains_of(tmp_path)] == [1]
+    client = redis.Redis.from_url(redis_url)
+    assert client.zcard(f"{redis_namespace}:leases") == 0
+
+
 def test_kill9_mid_crawl_then_another_worker_loses_no_page(
     site, redis_url, redis_namespace, tmp_path
 ):

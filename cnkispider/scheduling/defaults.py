@@ -35,6 +35,9 @@ DATA_DIR = "data"
 DUPEFILTER_CAPACITY = 100_000
 DUPEFILTER_ERROR_RATE = 1e-9
 DUPEFILTER_GROWTH = 2
+#: Fingerprints a worker remembers having sent to the shared filter (about 90 bytes each), so
+#: duplicates it finds again are dropped locally, without serializing them or a Redis write.
+DUPEFILTER_RECENT = 200_000
 #: Each Bloom layer's error rate is this fraction of the previous one's, so that the sum over
 #: all layers stays below DUPEFILTER_ERROR_RATE (Almeida et al., "Scalable Bloom Filters", 2007).
 DUPEFILTER_TIGHTENING = 0.5

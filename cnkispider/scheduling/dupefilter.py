@@ -184,6 +184,34 @@ def bytes_for(count: int, capacity: int, error_rate: float, growth: float) -> in
         index += 1
 
 
+class RecentFingerprints:
+    """The fingerprints this worker sent to the filter lately (two generations of a set, about
+    ``size`` of them), so that a duplicate found again here is dropped without a trip to Redis.
+
+    It only ever says "seen" for a fingerprint that this worker wrote to the shared filter (or is
+    about to, in the same ordered write), so it drops nothing the shared filter would keep. It
+    must be cleared if Redis loses the filter (a new epoch).
+    """
+
+    def __init__(self, size: int = defaults.DUPEFILTER_RECENT):
+        self.half = max(1, size // 2)
+        self._new: set[bytes] = set()
+        self._old: set[bytes] = set()
+
+    def seen(self, fingerprint: bytes) -> bool:
+        """Whether ``fingerprint`` was sent lately; remembers it either way."""
+        if fingerprint in self._new or fingerprint in self._old:
+            return True
+        if len(self._new) >= self.half:
+            self._old, self._new = self._new, set()
+        self._new.add(fingerprint)
+        return False
+
+    def clear(self) -> None:
+        self._new.clear()
+        self._old.clear()
+
+
 class BloomDupeFilter(BaseDupeFilter):
     """Scrapy dupefilter backed by the Redis Bloom filter of one task namespace."""
 
@@ -229,6 +257,7 @@ class BloomDupeFilter(BaseDupeFilter):
         self._client = client
         self._redis_url, self._data_dir = redis_url, data_dir
         self._script = None
+        self.recent = RecentFingerprints()
 
     # --- what the scheduler's enqueue script needs ---------------------------------------------
 

@@ -21,10 +21,22 @@ takes requests from a local buffer, so ``next_request`` never waits for Redis:
 Acknowledgement: see :mod:`.outcome`. A request popped from Redis carries meta ``lease_id`` and
 ``lease_attempts``; it is acked once the engine is done with it and nobody holds it.
 
+Deduplication happens in the same Redis script that queues a request (see :mod:`.dupefilter`),
+so it costs no round trip. Because that answer comes later, ``enqueue_request`` returns ``True``
+for a request it passes on, and a duplicate caught in Redis is only counted
+(``dupefilter/filtered``); a duplicate of a fingerprint this worker sent lately is caught at once
+(``RecentFingerprints``) and refused as Scrapy's own scheduler does (``False``, so the engine
+sends ``request_dropped``), without being serialized or written.
+
 A request made from a leased one (a redirect, a retry: Scrapy copies the meta, so it carries the
 same ``lease_id``) with the same fingerprint is a continuation of the same document: it skips the
-dupefilter (which has seen that fingerprint already, from its parent) and is queued as a new
-request with its own lease, while its parent is acked when the engine is done with it.
+dupefilter (which has seen that fingerprint already, from its parent; with ``doc_key``
+fingerprints it always has) and is queued as a new request with its own lease, while its parent
+is acked when the engine is done with it.
+
+Two reads of the engine's private slot (Scrapy 2.19) are the only coupling to Scrapy internals:
+its in-progress set (to know the engine is done with a request) and its ``nextcall`` (to ask for
+requests as soon as a pop lands, rather than at the engine's 5 s heartbeat).
 
 ``has_pending_requests`` is true while anything is local (the buffer, unsent writes, leases whose
 acks are pending, a call in flight, signal handlers running) or while the last Redis view showed
@@ -292,6 +304,9 @@ class LeasedScheduler(BaseScheduler):
             parent = self.outcomes.request_of(request.meta.get("lease_id"))
             if parent is not None and self.df.fingerprint(parent) == fingerprint:
                 fingerprint = None  # a redirect or retry of the same document
+            elif self.df.recent.seen(fingerprint):
+                self.df.log(request, self.spider)  # a duplicate this worker sent already
+                return False
         round_id = request.meta.get("round_id")
         round_id = None if round_id is None else str(round_id)
         if round_id is not None and ("\n" in round_id or not round_id):
@@ -398,6 +413,8 @@ class LeasedScheduler(BaseScheduler):
                 {"ns": self.namespace, "old": self.epoch, "new": result.epoch},
             )
             self.epoch = result.epoch
+            if self.df is not None:
+                self.df.recent.clear()  # the shared filter is gone too
         self._inc("dupefilter/filtered", result.duplicates)
         self._inc("scheduler/acked", result.acked)
         self._inc("scheduler/acked/stale", result.stale)
