@@ -87,6 +87,20 @@ def test_one_worker_gets_every_page_exactly_once(site, redis_url, redis_namespac
     assert stats["scheduler/acked"] == 300
 
 
+def test_two_workers_share_a_crawl_and_renewal_keeps_a_slow_page_from_being_stolen(
+    site, redis_url, redis_namespace, tmp_path
+):
+    """Page 4 takes four lease periods; its worker renews the lease, so nobody else takes it."""
+    tiny = site(pages=300, fanout=3, delay=0.005, slow={4: 2.0})
+    options = dict(redis_url=redis_url, lease=0.5, concurrency=4, batch=4)
+    procs = [worker(tiny, redis_namespace, tmp_path, name, **options) for name in ("a", "b")]
+    stats = [finish(proc, tmp_path, name) for proc, name in zip(procs, ("a", "b"), strict=True)]
+    assert tiny.hits == dict.fromkeys(range(300), 1)
+    assert pages_of(tmp_path) == collections.Counter(range(300))
+    assert all(s["scheduler/acked"] > 0 for s in stats)  # both did a share
+    assert len(drains_of(tmp_path)) == 1
+
+
 def test_requests_scrapy_drops_are_acked_not_leaked(site, redis_url, redis_namespace, tmp_path):
     """404s (HttpError) and robots.txt refusals (IgnoreRequest in a downloader middleware), none
     with an errback, end their leases; the round drains. Offsite requests are never queued."""

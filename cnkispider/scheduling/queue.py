@@ -49,6 +49,9 @@ Life of a request (the invariants; every move is one atomic step of :data:`SYNC_
 - *release* (the holder, for popped requests it never started, e.g. at shutdown): back to the
   queue and the attempt is not counted.
 
+The script builds key names from the namespace, so Redis Cluster is not supported (one server,
+or a primary with replicas, is).
+
 Settings: none (the scheduler passes its values in).
 """
 

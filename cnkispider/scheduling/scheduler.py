@@ -280,6 +280,8 @@ class LeasedScheduler(BaseScheduler):
                     "they return to the queue after %(s)s s",
                     {"n": unacked, "s": self.lease_seconds},
                 )
+        if self.queue is not None and self._client is None:
+            self.queue.client.close()  # ours: built in open()
         if self._io is not None:
             self._io.shutdown()
         if self.df is not None:
