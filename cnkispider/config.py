@@ -146,6 +146,7 @@ SCHEMA: dict[str, dict[str, tuple[Any, str]]] = {
         "reuse": (_int(1), "10"),
         "fetch_interval": (_float(0.0), "5"),
         "static": (_text, ""),
+        "ban_seconds": (_float(0.0), "300"),
     },
     "crawl": {
         "data_dir": (_text, "data"),

@@ -69,6 +69,7 @@ def crawler_settings(config: Config) -> dict:
         "PROXY_API_JSON_PATH": proxy["json_path"],
         "PROXY_REUSE": proxy["reuse"],
         "PROXY_FETCH_INTERVAL": proxy["fetch_interval"],
+        "PROXY_BAN_TIME": proxy["ban_seconds"],
         "PROXY_STATIC": [p.strip() for p in proxy["static"].split(",") if p.strip()],
         # components
         "DOWNLOADER_MIDDLEWARES": DOWNLOADER_MIDDLEWARES,

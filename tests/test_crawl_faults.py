@@ -1,0 +1,85 @@
+"""Crawls through CNKI's hostility (issue: middlewares, proxies, error tables and recrawl).
+
+The stand-in answers about one request in ten with a fault (verify redirects, captchas, blank
+and JavaScript pages, 5xx, resets), bans an address that goes faster than its rate limit, and
+hands out ten proxies through its provider API, three of them dead. Crawl plus recrawl must end
+with the database equal to the ground truth and both error tables empty, except for documents
+the site will never serve.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from cnkispider.schema import error_code, error_link
+from tests.crawl_harness import CrawlSetup, compare
+
+FAULTS = {
+    "verify": 0.02,
+    "captcha": 0.02,
+    "blank": 0.015,
+    "javascript": 0.01,
+    "e500": 0.01,
+    "e503": 0.01,
+    "reset": 0.015,
+}
+
+
+def hostile_site(cnki_site, **extra):
+    return cnki_site(
+        seed=11,
+        faults=FAULTS,
+        proxies=10,
+        dead_proxies=3,
+        provider_interval=0.3,
+        provider_batch=5,
+        rate_limit=40,
+        burst=40,
+        ban_seconds=2,
+        **extra,
+    )
+
+
+def proxied(site) -> dict:
+    return {"enabled": "true", "api_url": site.provider_url, "format": "lines", "reuse": 10, "fetch_interval": 0.3,
+            # the stand-in's provider only ever has these ten addresses: a ban ends with the site's
+            "ban_seconds": 2}
+
+
+def test_crawl_and_recrawl_through_faults_bans_and_dead_proxies_equal_the_truth(tmp_path, cnki_site, mysql_url):
+    site = hostile_site(cnki_site)
+    setup = CrawlSetup(tmp_path, site, mysql_url, "patent", "2024-01-01", "2024-01-02", "G06,H04",
+                       proxy=proxied(site), crawl={"retry_times": 6})
+    try:
+        result = setup.run(timeout=400)
+        assert result.returncode == 0, result.stdout[-3000:] + setup.log()[-4000:]
+        truth = setup.truth()
+        assert len(truth) > 100
+        assert compare(setup.stored(), truth, "patent") == {"missing": [], "extra": [], "differing": {}}
+        assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] == 0
+        assert setup.query(sa.select(sa.func.count()).select_from(error_link))[0][0] == 0
+        stats = site.stats()
+        injected = sum(stats["faults"].values())
+        assert injected > 20, stats["faults"]  # the faults really happened
+        assert stats["dead_proxy_drops"] > 0 or stats["provider"]["ok"] > 1
+    finally:
+        setup.cleanup_redis()
+
+
+def test_a_document_that_always_fails_is_the_only_one_left_in_error_link(tmp_path, cnki_site, sqlite_url):
+    site = cnki_site(seed=11)
+    setup = CrawlSetup(tmp_path, site, sqlite_url, "paper", "2024-01-01", "2024-01-01", "TP3,F0")
+    doomed = {setup.truth()[7]["filename"]}
+    site.control(doomed=sorted(doomed))
+    try:
+        result = setup.run(timeout=300)
+        assert result.returncode == 0, result.stdout[-3000:] + setup.log()[-4000:]
+        diff = compare(setup.stored(), setup.truth(), "paper")
+        assert {filename for _, filename in diff["missing"]} == doomed
+        assert diff["extra"] == [] and diff["differing"] == {}
+        rows = setup.query(sa.select(error_link.c.filename, error_link.c.reason, error_link.c.state))
+        assert {r.filename for r in rows} == doomed
+        assert all(r.state == "permanent" and r.reason for r in rows)
+        assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] == 0
+    finally:
+        setup.cleanup_redis()
