@@ -260,3 +260,18 @@ async def test_a_hold_delays_the_ack(make, client, redis_namespace):
     held.release()
     scheduler._kick()
     assert client.zcard(f"{redis_namespace}:leases") == 0
+
+
+def test_a_refused_request_does_not_make_a_later_valid_one_a_duplicate(make):
+    scheduler = make()
+    with pytest.raises(UnserializableRequest):
+        scheduler.enqueue_request(scrapy.Request("https://x/a", meta={"when": object()}))
+    assert scheduler.enqueue_request(scrapy.Request("https://x/a"))
+
+
+def test_a_duplicate_this_worker_sent_is_refused_at_once(make):
+    scheduler = make()
+    assert scheduler.enqueue_request(scrapy.Request("https://x/a"))
+    assert not scheduler.enqueue_request(scrapy.Request("https://x/a"))  # no Redis write
+    assert scheduler.enqueue_request(scrapy.Request("https://x/a", dont_filter=True))
+    assert len(scheduler._writes.enqueues) == 2

@@ -198,14 +198,13 @@ class RecentFingerprints:
         self._new: set[bytes] = set()
         self._old: set[bytes] = set()
 
-    def seen(self, fingerprint: bytes) -> bool:
-        """Whether ``fingerprint`` was sent lately; remembers it either way."""
-        if fingerprint in self._new or fingerprint in self._old:
-            return True
+    def __contains__(self, fingerprint: bytes) -> bool:
+        return fingerprint in self._new or fingerprint in self._old
+
+    def add(self, fingerprint: bytes) -> None:
         if len(self._new) >= self.half:
             self._old, self._new = self._new, set()
         self._new.add(fingerprint)
-        return False
 
     def clear(self) -> None:
         self._new.clear()

@@ -306,7 +306,7 @@ class LeasedScheduler(BaseScheduler):
             parent = self.outcomes.request_of(request.meta.get("lease_id"))
             if parent is not None and self.df.fingerprint(parent) == fingerprint:
                 fingerprint = None  # a redirect or retry of the same document
-            elif self.df.recent.seen(fingerprint):
+            elif fingerprint in self.df.recent:
                 self.df.log(request, self.spider)  # a duplicate this worker sent already
                 return False
         round_id = request.meta.get("round_id")
@@ -316,9 +316,10 @@ class LeasedScheduler(BaseScheduler):
         priority = max(
             -defaults.PRIORITY_LIMIT + 1, min(defaults.PRIORITY_LIMIT - 1, request.priority)
         )
-        self._writes.enqueues.append(
-            Enqueue(request_to_json(request, self.spider), priority, fingerprint, round_id)
-        )
+        data = request_to_json(request, self.spider)  # may refuse it: then nothing is recorded
+        self._writes.enqueues.append(Enqueue(data, priority, fingerprint, round_id))
+        if fingerprint is not None:
+            self.df.recent.add(fingerprint)
         self._inc("scheduler/enqueued")
         self._inc("scheduler/enqueued/redis")
         if len(self._writes.enqueues) >= defaults.MAX_OPS_PER_SYNC:
