@@ -116,12 +116,26 @@ def open_database(url: str, *, create: bool = True) -> Engine:
 
 
 def create_schema(engine: Engine) -> None:
-    """Create every table that is missing (idempotent) and record the schema version."""
-    schema.metadata.create_all(engine, checkfirst=True)
+    """Create every table that is missing (idempotent) and record the schema version.
+
+    Safe when several workers start at once: "check, then create" races, so a table created by
+    another process between the two is taken as created, and the version row has a fixed key.
+    """
+    for attempt in range(5):
+        try:
+            schema.metadata.create_all(engine, checkfirst=True)
+            break
+        except (sa.exc.OperationalError, sa.exc.ProgrammingError) as exc:
+            if "already exists" not in str(exc) or attempt == 4:
+                raise
     with engine.begin() as conn:
         current = conn.execute(sa.select(schema.schema_version.c.version)).scalar()
         if current is None:
-            conn.execute(schema.schema_version.insert().values(version=schema.SCHEMA_VERSION))
+            try:
+                with conn.begin_nested():
+                    conn.execute(schema.schema_version.insert().values(id=1, version=schema.SCHEMA_VERSION))
+            except sa.exc.IntegrityError:
+                pass  # another worker recorded it a moment ago
         elif current < schema.SCHEMA_VERSION:
             upgrade(conn, current)
 

@@ -46,6 +46,7 @@ LongText = Text().with_variant(MEDIUMTEXT(), "mysql", "mariadb")
 schema_version = Table(
     "schema_version",
     metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),  # always 1: one row
     Column("version", Integer, nullable=False),
 )
 

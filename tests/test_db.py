@@ -43,3 +43,19 @@ def test_newer_schema_is_refused(sqlite_url):
         conn.execute(schema.schema_version.update().values(version=schema.SCHEMA_VERSION + 1))
     with pytest.raises(StorageError, match="newer than this cnkispider"):
         open_database(sqlite_url)
+
+
+def _open(url):
+    open_database(url).dispose()
+
+
+def test_many_workers_creating_the_schema_at_once_all_succeed(db_url):
+    """Workers started together race to create the tables; every one of them must start."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(4) as pool:
+        pool.map(_open, [db_url] * 4)
+    engine = open_database(db_url)
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(schema.schema_version)).scalar() == 1
