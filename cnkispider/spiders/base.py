@@ -19,6 +19,7 @@ the document's round, which yields a new link for the same (dbname, filename).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import traceback
 
@@ -27,6 +28,7 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import threads
 
+from cnkispider import signals as cnki_signals
 from cnkispider.cnki import parsers
 from cnkispider.cnki.protocol import Search, protocol_from_settings
 from cnkispider.exceptions import GaveUp, RefusedPage
@@ -51,6 +53,7 @@ class RoundSpider(scrapy.Spider):
     def from_crawler(cls, crawler, *args, **kwargs):
         spider = super().from_crawler(crawler, *args, **kwargs)
         spider.protocol = protocol_from_settings(crawler.settings)
+        crawler.signals.connect(spider.request_abandoned, signal=cnki_signals.request_abandoned)
         return spider
 
     async def start(self):
@@ -193,6 +196,20 @@ class RoundSpider(scrapy.Spider):
         else:
             await self._record_code(meta, reason, detail)
 
+    async def request_abandoned(self, request, reason, attempts, spider=None):
+        """A request whose lease ran out too often (it kills or stalls its workers): record it.
+
+        The scheduler acknowledges it only after this returns, so it is in the error tables
+        before it leaves Redis.
+        """
+        meta = request.meta
+        detail = f"lease ran out {attempts} times"
+        self.crawler.stats.inc_value(f"errors/{meta.get('cnki_kind', 'other')}/{reason}")
+        if meta.get("cnki_kind") == "detail":
+            await self._record_link(meta, request.url, reason, detail)
+        else:
+            await self._record_code(meta, reason, detail)
+
     def refresh_request(self, meta: dict, stale_url: str) -> scrapy.Request:
         listing = meta.get("listing", {})
         origin = Search.from_dict(meta["search"])
@@ -285,5 +302,13 @@ def _carry(meta: dict) -> dict:
 
 
 async def _in_thread(function, *args, **kwargs):
-    """Run blocking database work in Twisted's thread pool, never on the reactor."""
-    return await maybe_deferred_to_future(threads.deferToThread(function, *args, **kwargs))
+    """Run blocking database work in a worker thread, never on the reactor.
+
+    Under Scrapy's asyncio reactor (the default) the running loop is the reactor's; without one
+    (a plain coroutine) Twisted's thread pool is used.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return await maybe_deferred_to_future(threads.deferToThread(function, *args, **kwargs))
+    return await asyncio.to_thread(function, *args, **kwargs)
