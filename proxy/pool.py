@@ -82,7 +82,7 @@ class ProxyPool:
         *,
         reuse_jitter: float = 0.5,
         max_age: float | None = None,
-        ban_time: float = 600.0,
+        ban_time: float = 300.0,
     ):
         if reuse < 1:
             raise ValueError(f"reuse must be at least 1, got {reuse}")

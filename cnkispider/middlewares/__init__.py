@@ -73,7 +73,7 @@ DEFAULTS = {
     "PROXY_MAX_AGE": 0.0,  # seconds a proxy may be handed out after purchase; 0 = no limit
     "PROXY_BAN_STATUSES": [403, 407, 429],
     "PROXY_BAN_REASONS": ["captcha"],
-    "PROXY_BAN_TIME": 600.0,  # seconds an evicted address is refused when offered again
+    "PROXY_BAN_TIME": 300.0,  # seconds an evicted address is refused when offered again
     "PROXY_WAIT_MAX": 600.0,  # seconds a request waits for a proxy before it gives up
     # retry.py (RETRY_ENABLED, RETRY_TIMES, RETRY_HTTP_CODES, RETRY_EXCEPTIONS,
     # RETRY_PRIORITY_ADJUST and RETRY_GIVE_UP_LOG_LEVEL are Scrapy's own)

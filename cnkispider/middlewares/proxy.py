@@ -27,13 +27,13 @@ Settings:
   handed out after purchase.
 - ``PROXY_FETCH_INTERVAL`` (5 s): at least this long between provider calls.
 - ``PROXY_BAN_STATUSES`` ([403, 407, 429]), ``PROXY_BAN_REASONS`` (["captcha"]): responses
-  that evict the proxy; ``PROXY_BAN_TIME`` (600 s): an evicted address offered again is refused
-  this long.
+  that evict the proxy; ``PROXY_BAN_TIME`` (300 s): an evicted address offered again is refused
+  this long (a static list comes back after it).
 - ``PROXY_WAIT_MAX`` (600 s): a request that found no proxy for this long fails with
   :class:`~cnkispider.exceptions.GaveUp` (reason ``no-proxy``).
 
 Stats (``proxy/...``): ``assigned``, ``session_kept``, ``fetch/count``, ``fetch/added``,
-``fetch/error``, ``evicted/<reason>``, ``released/ok``, ``released/refused``, ``wait_gave_up``.
+``fetch/empty``, ``fetch/error``, ``evicted/<reason>``, ``released/ok``, ``released/refused``, ``wait_gave_up``.
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 EMPTY_BATCH_PAUSE = 1.0  # seconds, after a purchase that brought no usable proxy
+DRY_WARNING_INTERVAL = 60.0  # seconds between warnings that the pool stays dry
 
 
 def _setting(settings, name: str, getter: str = "get"):
@@ -97,6 +98,7 @@ class ProxyMiddleware:
         self._by_session: Recent = Recent(4096)  # cnki_session -> its Proxy
         self._refilling = False
         self._refill_waiters: list[Deferred] = []
+        self._dry_warned_at = float("-inf")
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> ProxyMiddleware:
@@ -198,18 +200,21 @@ class ProxyMiddleware:
         self._refilling = True
         try:
             self._inc_stat("fetch/count")
+            error = None
             try:
                 added = await self.pool.refill(self.sleep)
             except Exception as exc:  # the provider is down or refuses: try at the next slot
-                added = 0
+                added, error = 0, exc
                 self._inc_stat("fetch/error")
-                logger.warning("Proxy provider %s failed: %s", self.source, exc)
             else:
                 self._inc_stat("fetch/added", added)
+            if added:
                 logger.info(
                     "Bought %d new proxies from %s (%d live)", added, self.source, len(self.pool)
                 )
-            if added == 0:
+            else:
+                self._inc_stat("fetch/empty")
+                self._log_dry(error)
                 # Nothing new (an error, an empty batch, only banned addresses): pause even
                 # when the provider allows calls back to back, so that nobody spins.
                 await self.sleep(EMPTY_BATCH_PAUSE)
@@ -218,6 +223,22 @@ class ProxyMiddleware:
             waiters, self._refill_waiters = self._refill_waiters, []
             for waiter in waiters:
                 waiter.callback(None)
+
+    def _log_dry(self, error: Exception | None) -> None:
+        """A purchase brought nothing: a warning at most every DRY_WARNING_INTERVAL (an outage
+        of the provider would otherwise log every few seconds), debug otherwise."""
+        now = self.clock()
+        level = logging.DEBUG
+        if now - self._dry_warned_at >= DRY_WARNING_INTERVAL:
+            self._dry_warned_at, level = now, logging.WARNING
+        logger.log(
+            level,
+            "No usable proxy from %s (%s); requests wait for the next purchase "
+            "(evicted addresses are refused for PROXY_BAN_TIME; a request gives up after "
+            "PROXY_WAIT_MAX)",
+            self.source,
+            error if error is not None else "empty batch or only evicted addresses",
+        )
 
     # -- way back -------------------------------------------------------------------------------
 
