@@ -17,11 +17,12 @@ from cnkispider.exceptions import ConfigError
 
 def crawler_settings(config: Config) -> dict:
     """Every Scrapy setting the crawler needs, from the validated configuration."""
-    from cnkispider.middlewares import DOWNLOADER_MIDDLEWARES
+    from cnkispider.middlewares import SETTINGS as MIDDLEWARE_SETTINGS
 
     crawl, cnki, proxy, task = config.crawl, config.cnki, config.proxy, config.task
     data_dir = config.data_dir
     settings = {
+        **MIDDLEWARE_SETTINGS,  # the middlewares' own recommendations (retry priority, cookies)
         "BOT_NAME": "cnkispider",
         "SPIDER_MODULES": ["cnkispider.spiders"],
         "NEWSPIDER_MODULE": "cnkispider.spiders",
@@ -72,7 +73,6 @@ def crawler_settings(config: Config) -> dict:
         "PROXY_BAN_TIME": proxy["ban_seconds"],
         "PROXY_STATIC": [p.strip() for p in proxy["static"].split(",") if p.strip()],
         # components
-        "DOWNLOADER_MIDDLEWARES": DOWNLOADER_MIDDLEWARES,
         "SPIDER_MIDDLEWARES": {"errors.middleware.ErrorRecordingMiddleware": 60},
         "ITEM_PIPELINES": {"cnkispider.pipelines.DocumentPipeline": 800},
         "EXTENSIONS": {"tasks.feeder.RoundFeeder": 500},

@@ -297,8 +297,10 @@ class RoundSpider(scrapy.Spider):
 
 
 def _carry(meta: dict) -> dict:
-    """What a follow-up list request inherits from its parent."""
-    return {k: meta[k] for k in ("round_id", "sort_cut") if meta.get(k) is not None}
+    """What a follow-up list request inherits from its parent: its round, its cut, and its CNKI
+    session, so that one search's pages stay on one session (as a browser's would) until the
+    session middleware renews it before CNKI's page-turn limit."""
+    return {k: meta[k] for k in ("round_id", "sort_cut", "cnki_session") if meta.get(k) is not None}
 
 
 async def _in_thread(function, *args, **kwargs):
