@@ -62,6 +62,9 @@ def _claim_all(url, task_id, worker, out, ready, go):
         if claimed is None:
             break
         got.append(claimed.id)
+        # A real worker crawls between claims. Without any pause, SQLite's busy handler (which
+        # backs off) lets a tight loop re-take the write lock every time and starve the other.
+        time.sleep(0.001)
     out.put(got)
 
 
