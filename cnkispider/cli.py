@@ -171,16 +171,22 @@ def run_processes(args) -> int:
     """N full workers on this machine, each its own process sharing Redis and the database."""
     import subprocess
 
-    base = [sys.executable, "-m", "cnkispider.cli"]
+    # Frozen (the .exe), the program is the command itself: `-m` would mean nothing to it.
+    frozen = getattr(sys, "frozen", False)
+    base = [sys.executable] if frozen else [sys.executable, "-m", "cnkispider.cli"]
     if args.config:
         base += ["--config", args.config]
-    workers = [subprocess.Popen([*base, args.command]) for _ in range(args.processes)]
+    # --processes 1: each is one worker (else each would read [crawl] processes and fork again)
+    workers = [subprocess.Popen([*base, args.command, "--processes", "1"]) for _ in range(args.processes)]
     try:
         codes = [w.wait() for w in workers]
     except KeyboardInterrupt:
-        for w in workers:
-            w.terminate()
-        codes = [w.wait() for w in workers]
+        try:  # the workers got the same Ctrl-C (one console) and are stopping gracefully
+            codes = [w.wait() for w in workers]
+        except KeyboardInterrupt:  # a second Ctrl-C: stop them now
+            for w in workers:
+                w.terminate()
+            codes = [w.wait() for w in workers]
     return max(codes)
 
 

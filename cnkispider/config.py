@@ -28,6 +28,7 @@ from cnkispider.items import DOC_TYPES
 
 CONFIG_NAME = "config.ini"
 ENV_PREFIX = "CNKI_"
+FROZEN_LOG_FILE = "cnkispider.log"  # [crawl] log_file of the .exe when empty
 
 
 def _text(raw: str) -> str:
@@ -265,6 +266,9 @@ def load_config(explicit: str | os.PathLike | None = None, environ=None) -> Conf
                 raise ConfigError(source, section, key, str(exc)) from None
 
     base_dir = path.resolve().parent if path is not None else Path.cwd()
+    if not values["crawl"]["log_file"] and getattr(sys, "frozen", False):
+        # the .exe's console window is no place to keep a log: beside config.ini instead
+        values["crawl"]["log_file"] = FROZEN_LOG_FILE
     task = values["task"]
     if task["start_date"] and task["end_date"] and task["end_date"] < task["start_date"]:
         raise ConfigError(shown, "task", "end_date", "is before start_date")
