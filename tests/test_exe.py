@@ -200,7 +200,12 @@ def test_every_component_scrapy_loads_by_dotted_name_is_a_hidden_import_of_the_s
         if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "OUR_COMPONENTS"
     )
     ini = tmp_path / "config.ini"
-    ini.write_text("[crawl]\nfeed = items.jsonl\n", encoding="utf-8")
+    # every switch that adds a component on
+    ini.write_text(
+        "[crawl]\nfeed = items.jsonl\narchive_html = true\n"
+        "[proxy]\nenabled = true\nstatic = http://127.0.0.1:1\n",
+        encoding="utf-8",
+    )
     settings = crawler_settings(load_config(ini))
     dotted = [settings[k] for k in ("SCHEDULER", "DUPEFILTER_CLASS", "REQUEST_FINGERPRINTER_CLASS")]
     for key in ("DOWNLOADER_MIDDLEWARES", "SPIDER_MIDDLEWARES", "ITEM_PIPELINES", "EXTENSIONS"):
