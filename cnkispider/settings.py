@@ -84,6 +84,11 @@ def crawler_settings(config: Config) -> dict:
         settings["FEEDS"] = {str(feed): {"format": "csv" if feed.suffix == ".csv" else "jsonlines", "encoding": "utf-8"}}
     if crawl["archive_html"]:
         settings["ARCHIVE_DIR"] = str(data_dir / "archive")
+        # below the retry middleware (610): it sees only pages that passed the refusal check
+        settings["DOWNLOADER_MIDDLEWARES"] = {
+            **settings["DOWNLOADER_MIDDLEWARES"],
+            "cnkispider.archive.HtmlArchiveMiddleware": 605,
+        }
     return settings
 
 

@@ -111,3 +111,31 @@ def test_sessions_are_renewed_before_cnki_cuts_them_off(setup_crawl):
     assert compare(setup.stored(), setup.truth(), "paper") == {"missing": [], "extra": [], "differing": {}}
     stats = setup.site.stats()
     assert stats["turn_refusals"] == 0 and stats["sessions_created"] >= 3
+
+
+def test_scrapy_crawl_reads_config_ini_and_writes_the_feed_and_the_html_archive(setup_crawl):
+    """A Scrapy user's `scrapy crawl paper` runs the same crawl as `cnkispider run`."""
+    import gzip
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.crawl_harness import ROOT
+
+    setup = setup_crawl("paper", "F0", "sqlite", end="2024-01-01",
+                        crawl={"feed": "items.jsonl", "archive_html": "true"})
+    setup.write()
+    env = {**os.environ, "CNKI_CONFIG": str(setup.config_path)}
+    result = subprocess.run([sys.executable, "-m", "scrapy", "crawl", "paper"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:] + setup.log()[-3000:]
+    truth = setup.truth()
+    assert truth and compare(setup.stored(), truth, "paper") == {"missing": [], "extra": [], "differing": {}}
+    lines = (setup.tmp_path / "items.jsonl").read_text(encoding="utf-8").splitlines()
+    assert sorted(json.loads(line)["filename"] for line in lines) == sorted(d["filename"] for d in truth)
+    archived = sorted((setup.tmp_path / "data" / "archive").rglob("*.html.gz"))
+    assert len(archived) == len(truth)
+    assert truth[0]["title"] in gzip.decompress(
+        (setup.tmp_path / "data" / "archive" / truth[0]["dbname"] / f"{truth[0]['filename']}.html.gz").read_bytes()
+    ).decode("utf-8")
