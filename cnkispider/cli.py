@@ -7,6 +7,8 @@
     cnkispider run [--processes N]       crawl the task of config.ini, then its recrawl phase
     cnkispider recrawl                   only the recrawl phase (replay errorCode, errorLink)
     cnkispider demo                      the offline demo: the local stand-in site, crawled
+    cnkispider status [--task NAME] [--watch [SECONDS]] [--json]   progress, errors, workers, queue
+    cnkispider export [--type T] [--format csv|jsonl] [--since DATE] [--task NAME] [--out PATH]
 
 Every error the crawler raises on purpose (a bad config key, an unreachable database, a bad task
 row) is printed as one line and the exit status is 2; a traceback means a bug.
@@ -231,6 +233,19 @@ def cmd_demo(config: Config, args) -> int:
         site.wait(10)
 
 
+def cmd_status(config: Config, args) -> int:
+    from cnkispider.status import status_command
+
+    return status_command(config, task_name=args.task, every=args.watch, as_json=args.json)
+
+
+def cmd_export(config: Config, args) -> int:
+    from cnkispider.export import export_command
+
+    return export_command(config, doc_type=args.type or config.task.type, fmt=args.format, out=args.out,
+                          since=args.since, task=args.task, batch=args.batch)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cnkispider", description="Distributed CNKI crawler")
     parser.add_argument("--config", help="config.ini to use (default: ./config.ini, then beside the program)")
@@ -270,6 +285,20 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=cmd_run)
     demo = sub.add_parser("demo", help="offline demo against the local CNKI stand-in")
     demo.set_defaults(func=cmd_demo)
+    status_parser = sub.add_parser("status", help="every task: rounds, ETA, documents, errors, workers, queue")
+    status_parser.add_argument("--task", help="only this task (name or id)")
+    status_parser.add_argument("--watch", nargs="?", type=float, const=5.0, metavar="SECONDS",
+                               help="redraw in place every SECONDS (default 5) until Ctrl-C")
+    status_parser.add_argument("--json", action="store_true", help="JSON for scripts (--watch: one report a line)")
+    status_parser.set_defaults(func=cmd_status)
+    export_parser = sub.add_parser("export", help="stored documents as CSV (opens in Excel) or JSON lines")
+    export_parser.add_argument("--type", choices=DOC_TYPES, help="document type (default: [task] type)")
+    export_parser.add_argument("--format", choices=("csv", "jsonl"), default="csv")
+    export_parser.add_argument("--since", metavar="DATE", help="only documents dated DATE (YYYY-MM-DD) or later")
+    export_parser.add_argument("--task", help="only documents stored by this task (name or id)")
+    export_parser.add_argument("--out", metavar="PATH", help="file to write (default, or -: standard output)")
+    export_parser.add_argument("--batch", type=int, default=1000, help=argparse.SUPPRESS)  # rows a query
+    export_parser.set_defaults(func=cmd_export)
     return parser
 
 

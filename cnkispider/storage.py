@@ -47,7 +47,9 @@ def upsert_documents(conn, doc_type: str, rows: list[dict]) -> None:
     conn.execute(stmt)
 
 
-def iter_documents(engine: Engine, doc_type: str, since: str | None = None, batch: int = 1000) -> Iterator[dict]:
+def iter_documents(
+    engine: Engine, doc_type: str, since: str | None = None, batch: int = 1000, task_id: int | None = None
+) -> Iterator[dict]:
     """Stream stored documents in id order without loading them all (keyset pagination)."""
     table = documents[doc_type]
     last = 0
@@ -55,6 +57,8 @@ def iter_documents(engine: Engine, doc_type: str, since: str | None = None, batc
         query = sa.select(table).where(table.c.id > last).order_by(table.c.id).limit(batch)
         if since:
             query = query.where(table.c.date >= since)
+        if task_id is not None:
+            query = query.where(table.c.task_id == task_id)
         with engine.connect() as conn:
             rows = conn.execute(query).mappings().all()
         if not rows:

@@ -1,0 +1,554 @@
+"""`cnkispider status` and the ProgressLog extension (issue: watching a crawl).
+
+The crawl tests run two real workers on one task against the stand-in (MariaDB and the real
+Redis), ask `cnkispider status --json` in a subprocess (as an operator on another PC would)
+while they run, after one is killed with SIGKILL and after the other has finished, and check
+every figure against the database read directly here. The other tests build the tables by
+hand, with the clock injected, so rates, ETAs and liveness are exact.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+import sqlalchemy as sa
+from scrapy.exceptions import NotConfigured
+from scrapy.http import Request, Response
+from scrapy.utils.test import get_crawler
+
+from cnkispider.cli import main
+from cnkispider.db import open_database
+from cnkispider.progress import ProgressLog
+from cnkispider.schema import documents, error_code, error_link, round_, task, worker
+from cnkispider.status import collect, render, run_summary, watch
+from tests.cnki_site.client import start_site
+from tests.crawl_harness import CrawlSetup
+from tests.fixtures.services import MYSQL_HOST, MYSQL_PORT, REDIS_URL, _mysql_admin
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# -- a crawl with two workers, watched --------------------------------------------------------------
+
+# max_pages 3 x page_size 20: a cap of 60 a search, so rounds split, and G06F (130 documents on
+# the first day, a leaf) is beyond both sort orders: an errorCode "overflow" row. One document
+# always fails: an errorLink row. Latency keeps the crawl going long enough to be watched.
+SITE = {
+    "seed": 5,
+    "max_pages": 3,
+    "latency": "0.02-0.04",
+    "overflow": ["patent:2024-01-01:G06F:130"],
+}
+DAYS = ("2024-01-01", "2024-01-02")
+CATEGORIES = "G06,H04"
+
+
+def status_json(setup: CrawlSetup) -> dict:
+    """`cnkispider status --json` in its own process, as an operator on another machine runs it."""
+    done = subprocess.run(
+        setup.command("status", "--json"), cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)["tasks"][0]
+
+
+def database_view(engine, task_name: str) -> dict:
+    """The figures status reports, read straight from the tables."""
+    with engine.connect() as conn:
+        task_id = conn.execute(sa.select(task.c.id).where(task.c.name == task_name)).scalar()
+        states = dict(
+            conn.execute(
+                sa.select(round_.c.state, sa.func.count())
+                .where(round_.c.task_id == task_id)
+                .group_by(round_.c.state)
+            ).all()
+        )
+        docs = documents["patent"]
+        stored = conn.execute(
+            sa.select(sa.func.count()).select_from(docs).where(docs.c.task_id == task_id)
+        ).scalar()
+        errors = {}
+        for name, table in (("errorCode", error_code), ("errorLink", error_link)):
+            rows = conn.execute(
+                sa.select(table.c.state, table.c.reason).where(table.c.task_id == task_id)
+            ).all()
+            errors[name] = {
+                "total": len(rows),
+                "by_state": _count(r.state for r in rows),
+                "by_reason": _count(r.reason for r in rows),
+            }
+        workers = {
+            w.pid: w for w in conn.execute(sa.select(worker).where(worker.c.task_id == task_id))
+        }
+    return {"rounds": states, "documents": stored, "errors": errors, "workers": workers}
+
+
+def _count(values) -> dict:
+    out: dict = {}
+    for v in values:
+        out[v] = out.get(v, 0) + 1
+    return out
+
+
+@pytest.fixture(scope="module")
+def watched_crawl(tmp_path_factory):
+    """Two workers crawl; status is sampled while both run, after one is killed, and at the end.
+
+    Module-scoped: the three tests below read one crawl (about 20 s) instead of running three.
+    """
+    name = f"cnkit_{uuid.uuid4().hex[:10]}"
+    admin = _mysql_admin()
+    with admin.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+    admin.close()
+    url = f"mysql+pymysql://root@{MYSQL_HOST}:{MYSQL_PORT}/{name}?charset=utf8mb4"
+    site = start_site(**SITE)
+    tmp = tmp_path_factory.mktemp("watched")
+    setup = CrawlSetup(
+        tmp,
+        site,
+        url,
+        "patent",
+        DAYS[0],
+        DAYS[-1],
+        CATEGORIES,
+        cnki={"page_size": 20, "max_pages": 3},
+        # leases at their minimum: the survivor takes the killed worker's work over quickly
+        crawl={
+            "concurrent_requests": 2,
+            "log_file": "",
+            "lease_seconds": 5,
+            "round_lease_seconds": 5,
+            "heartbeat_seconds": 1,
+        },
+    )
+    truth = setup.truth()
+    site.control(doomed=[truth[3]["filename"]])
+    engine = open_database(url)
+    workers = [setup.spawn(), setup.spawn()]
+    observed: dict = {"pids": [w.pid for w in workers]}
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # both registered and heart-beating, documents coming in
+            before = database_view(engine, setup.task) if _has_task(engine, setup.task) else None
+            report = status_json(setup) if before else None
+            after = database_view(engine, setup.task) if before else None
+            if report and report["worker_counts"]["alive"] == 2 and before["documents"] > 0:
+                break
+            assert all(w.poll() is None for w in workers), "a worker ended before it was watched"
+            assert time.monotonic() < deadline, "the workers never both showed as alive"
+            time.sleep(0.2)
+        observed["running"] = (before, report, after)
+
+        victim = workers[0]
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(10)
+        killed_at = time.monotonic()
+        while True:
+            report = status_json(setup)
+            if report["worker_counts"]["gone"] == 1:
+                break
+            assert time.monotonic() - killed_at < 30, "the killed worker never showed as gone"
+            time.sleep(0.2)
+        observed["killed"] = (report, time.monotonic() - killed_at)
+
+        out, _ = workers[1].communicate(timeout=120)
+        assert workers[1].returncode == 0, out[-3000:]
+        observed["final"] = (status_json(setup), database_view(engine, setup.task))
+        client = redis.Redis.from_url(REDIS_URL)
+        ns = f"cnki:{setup.task}"
+        observed["redis"] = {
+            "queued": client.zcard(f"{ns}:queue"),
+            "leased": client.zcard(f"{ns}:leases"),
+        }
+        client.close()
+        observed["summary"] = out
+        yield observed
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+        engine.dispose()
+        setup.cleanup_redis()
+        site.stop()
+        admin = _mysql_admin()
+        with admin.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+        admin.close()
+
+
+def _has_task(engine, name: str) -> bool:
+    with engine.connect() as conn:
+        return conn.execute(sa.select(task.c.id).where(task.c.name == name)).first() is not None
+
+
+def test_status_while_two_workers_run_lies_between_two_reads_of_the_database(watched_crawl):
+    """Counts only grow while a crawl runs: what status says lies between a read before it and one after."""
+    before, report, after = watched_crawl["running"]
+    pids = watched_crawl["pids"]
+    assert sorted(w["pid"] for w in report["workers"] if w["state"] == "alive") == sorted(pids)
+    assert report["rounds"]["total"] == len(DAYS) * 2
+    finished = lambda view: view["rounds"].get("done", 0) + view["rounds"].get("failed", 0)  # noqa: E731
+    assert finished(before) <= report["rounds"]["finished"] <= finished(after)
+    assert before["documents"] <= report["documents"] <= after["documents"]
+    assert report["queue"] is not None and report["activity"] == "running"
+    for w in report["workers"]:  # heartbeats carry the workers' counters
+        row = after["workers"][w["pid"]]
+        assert w["host"] == row.host and 0 <= w["pages"] <= row.pages
+
+
+def test_a_worker_killed_with_sigkill_shows_as_gone_once_its_heartbeat_expires(watched_crawl):
+    report, waited = watched_crawl["killed"]
+    killed, survivor = watched_crawl["pids"]
+    states = {w["pid"]: w["state"] for w in report["workers"]}
+    assert states == {killed: "gone", survivor: "alive"}
+    gone = next(w for w in report["workers"] if w["pid"] == killed)
+    assert gone["last_seen_age_seconds"] > 3 * 1  # three heartbeats of 1 s
+    assert waited < 15
+
+
+def test_status_after_the_run_equals_the_database(watched_crawl):
+    report, view = watched_crawl["final"]
+    killed, survivor = watched_crawl["pids"]
+    assert report["rounds"]["by_state"] == view["rounds"] == {"done": 4}
+    assert (
+        report["rounds"]["total"] == report["rounds"]["finished"] == 4 and report["progress"] == 1.0
+    )
+    assert report["documents"] == view["documents"] > 0
+    assert report["errors"] == view["errors"]
+    assert report["errors"]["errorCode"]["by_reason"].get("overflow", 0) >= 1
+    assert report["errors"]["errorLink"]["total"] == 1
+    assert report["worker_counts"] == {"alive": 0, "gone": 1, "stopped": 1}
+    assert {w["pid"]: w["state"] for w in report["workers"]} == {
+        killed: "gone",
+        survivor: "stopped",
+    }
+    final = view["workers"][survivor]
+    listed = next(w for w in report["workers"] if w["pid"] == survivor)
+    assert (listed["pages"], listed["items"], listed["errors"]) == (
+        final.pages,
+        final.items,
+        final.errors,
+    )
+    assert report["queue"] == watched_crawl["redis"] == {"queued": 0, "leased": 0}
+    assert report["phase"] == "done" and report["activity"] == "finished"
+
+
+# -- status from tables built by hand -----------------------------------------------------------------
+
+NOW = dt.datetime(2024, 3, 1, 12, 0, 0)
+
+
+@pytest.fixture
+def engine(sqlite_url):
+    engine = open_database(sqlite_url)
+    yield engine
+    engine.dispose()
+
+
+def add_task(conn, name="t", **values) -> int:
+    row = {
+        "name": name,
+        "type": "patent",
+        "start_date": "2024-01-01",
+        "end_date": "2024-01-05",
+        "cur_date": "2024-01-01",
+        "categories": "G06,H04",
+        "phase": "crawl",
+        **values,
+    }
+    return conn.execute(task.insert().values(**row)).inserted_primary_key[0]
+
+
+def add_round(conn, task_id, day, category, state, updated_at, worker_id=None):
+    conn.execute(
+        round_.insert().values(
+            task_id=task_id,
+            day=day,
+            category=category,
+            state=state,
+            worker=worker_id,
+            created_at=updated_at,
+            updated_at=updated_at,
+        )
+    )
+
+
+def add_worker(conn, task_id, pid, last_seen, state="running", pages=600, started_minutes=10):
+    conn.execute(
+        worker.insert().values(
+            id=f"pc:{pid}:x",
+            task_id=task_id,
+            host="pc",
+            pid=pid,
+            state=state,
+            pages=pages,
+            items=pages // 2,
+            errors=1,
+            started_at=last_seen - dt.timedelta(minutes=started_minutes),
+            last_seen=last_seen,
+        )
+    )
+
+
+def test_eta_comes_from_the_rounds_finished_lately(engine):
+    """Four rounds finished 10, 20 and 30 minutes ago and now: 3 rounds in 30 min = 6 rounds/h."""
+    with engine.begin() as conn:
+        tid = add_task(conn)  # 5 days x 2 categories = 10 rounds
+        for i, minutes in enumerate((30, 20, 10, 0)):
+            add_round(
+                conn,
+                tid,
+                f"2024-01-0{i // 2 + 1}",
+                ("G06", "H04")[i % 2],
+                "done",
+                NOW - dt.timedelta(minutes=minutes),
+            )
+        add_round(
+            conn, tid, "2024-01-01", "X99", "done", NOW - dt.timedelta(days=3)
+        )  # too old to count
+        add_worker(conn, tid, 1, NOW)  # with no live worker there is no ETA
+    t = collect(engine, None, NOW)["tasks"][0]
+    # X99 is no longer among the task's categories: counted in the total, so progress stays <= 100 %
+    assert t["rounds"]["total"] == 11 and t["rounds"]["finished"] == 5
+    assert t["rate"] == {"rounds_per_hour": 6.0, "rounds_counted": 4}
+    assert t["eta_seconds"] == 3600 and t["eta_at"] == "2024-03-01T13:00:00Z"  # 6 rounds left
+
+
+def test_a_worker_is_alive_within_three_heartbeats_then_gone(engine):
+    with engine.begin() as conn:
+        tid = add_task(conn)
+        add_worker(conn, tid, 1, NOW - dt.timedelta(seconds=44))
+        add_worker(conn, tid, 2, NOW - dt.timedelta(seconds=46))
+        add_worker(conn, tid, 3, NOW - dt.timedelta(seconds=5), state="stopped")
+        add_worker(conn, tid, 4, NOW - dt.timedelta(days=3))  # long gone: counted, not listed
+    t = collect(engine, None, NOW, heartbeat_seconds=15)["tasks"][0]
+    assert {w["pid"]: w["state"] for w in t["workers"]} == {1: "alive", 2: "gone", 3: "stopped"}
+    assert t["worker_counts"] == {"alive": 1, "gone": 2, "stopped": 1}
+    assert t["workers"][0]["pages_per_minute"] == 60.0  # 600 pages in 10 minutes
+
+
+def test_a_bad_task_row_is_shown_with_its_reason(engine):
+    with engine.begin() as conn:
+        add_task(conn, "good")
+        add_task(conn, "typo", end_date="2024-13-45")
+    report = collect(engine, None, NOW)
+    bad = report["tasks"][1]
+    assert (bad["ok"], bad["problem"]) == (
+        False,
+        "end_date '2024-13-45' is not a date (YYYY-MM-DD)",
+    )
+    assert "task 2 'typo': BAD ROW, skipped by workers: end_date '2024-13-45'" in render(report)
+
+
+def test_status_says_redis_is_unreachable_and_still_reports_the_database(
+    tmp_path, sqlite_url, capsys
+):
+    engine = open_database(sqlite_url)
+    with engine.begin() as conn:
+        add_task(conn)
+    engine.dispose()
+    config = tmp_path / "config.ini"
+    config.write_text(
+        f"[database]\nurl = {sqlite_url}\n[redis]\nurl = redis://127.0.0.1:1/0\n", encoding="utf-8"
+    )
+    assert main(["--config", str(config), "status", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["redis"]["reachable"] is False and "not reachable" in report["redis"]["error"]
+    assert report["tasks"][0]["queue"] is None and report["tasks"][0]["rounds"]["total"] == 10
+
+
+def test_render_shows_progress_eta_errors_and_workers(engine):
+    with engine.begin() as conn:
+        tid = add_task(conn)
+        for i, minutes in enumerate((30, 20, 10, 0)):
+            add_round(
+                conn,
+                tid,
+                f"2024-01-0{i // 2 + 1}",
+                ("G06", "H04")[i % 2],
+                "done",
+                NOW - dt.timedelta(minutes=minutes),
+            )
+        add_round(conn, tid, "2024-01-03", "G06", "seeded", NOW, worker_id="pc:1:x")
+        add_worker(conn, tid, 1, NOW)
+        conn.execute(
+            error_link.insert().values(
+                task_id=tid,
+                doc_type="patent",
+                url="u",
+                dbname="SCPD",
+                filename="CN1",
+                reason="verify",
+                state="open",
+            )
+        )
+    text = render(collect(engine, None, NOW))
+    assert "[############..................]  40.0%  4 of 10 finished (4 done), 1 in flight" in text
+    assert "6.0 rounds/h; ETA 60 min (2024-03-01 13:00:00 UTC)" in text
+    assert "errorLink  1 (open 1); by reason: verify 1" in text
+    assert "alive" in text and "2024-01-03 G06" in text
+
+
+def test_watch_redraws_in_place_and_adds_the_rate_between_heartbeats(engine):
+    stamps = iter([NOW, NOW + dt.timedelta(seconds=15)])
+    pages = iter([600, 900])
+
+    def sample():
+        with engine.begin() as conn:
+            conn.execute(worker.delete())
+            add_worker(conn, tid, 1, next(stamps), pages=next(pages))
+        return collect(engine, None, NOW + dt.timedelta(seconds=15))
+
+    with engine.begin() as conn:
+        tid = add_task(conn)
+    out = _Stream()
+    assert watch(sample, 1, as_json=True, stream=out, sleep=lambda s: None, count=2) == 0
+    reports = [json.loads(line) for line in out.text.splitlines()]
+    assert (
+        reports[1]["tasks"][0]["workers"][0]["recent_pages_per_minute"] == 1200.0
+    )  # 300 pages in 15 s
+
+
+def test_watch_exits_0_on_ctrl_c(tmp_path, sqlite_url):
+    engine = open_database(sqlite_url)
+    engine.dispose()
+    config = tmp_path / "config.ini"
+    config.write_text(
+        f"[database]\nurl = {sqlite_url}\n[redis]\nurl = {REDIS_URL}\n", encoding="utf-8"
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cnkispider.cli",
+            "--config",
+            str(config),
+            "status",
+            "--watch",
+            "0.2",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    first = proc.stdout.read(len(b"\x1b[H\x1b[2J"))
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=10)
+    assert (first, proc.returncode) == (b"\x1b[H\x1b[2J", 0), err.decode()[-2000:]
+    assert out.count(b"\x1b[H\x1b[2J") >= 1 and b"no tasks yet" in out
+
+
+class _Stream:
+    def __init__(self):
+        self.text = ""
+
+    def write(self, text):
+        self.text += text
+
+    def flush(self):
+        pass
+
+
+# -- ProgressLog --------------------------------------------------------------------------------------
+
+
+def test_progress_log_line_has_worker_rounds_rates_and_new_errors(caplog):
+    crawler = get_crawler(settings_dict={"PROGRESS_INTERVAL": 30})
+    progress = ProgressLog.from_crawler(crawler)
+    progress.worker_id = "srv:42:abc"
+    stats = crawler.stats
+    stats.set_value("response_received_count", 120)
+    stats.set_value("item_scraped_count", 50)
+    stats.set_value("rounds/done", 3)
+    stats.set_value("errors/detail/verify", 2)
+    stats.set_value("errors/list/captcha", 1)
+    for round_id, category in ((7, "G06"), (7, "G06F"), (8, "H04")):
+        request = Request(
+            "https://example.com",
+            meta={
+                "round_id": round_id,
+                "search": {"day_start": "2024-01-03", "category": category},
+            },
+        )
+        progress.response_received(Response("https://example.com", request=request), request)
+    with caplog.at_level("INFO", logger="cnkispider.progress"):
+        progress.log()
+        stats.set_value("errors/detail/verify", 3)
+        progress.log()
+    first, second = (r.getMessage() for r in caplog.records)
+    assert first == (
+        "Progress of worker srv:42:abc: rounds 2024-01-03 G06, 2024-01-03 H04; 240 pages/min, "
+        "100 items/min (120 pages, 50 items, 3 rounds done); 3 errors (+3: detail/verify 2, list/captcha 1)"
+    )
+    assert second.endswith(
+        "rounds none; 0 pages/min, 0 items/min (120 pages, 50 items, 3 rounds done); "
+        "4 errors (+1: detail/verify 1)"
+    )
+
+
+def test_progress_log_switched_off():
+    for settings in ({"PROGRESS_ENABLED": False}, {"PROGRESS_INTERVAL": 0}):
+        with pytest.raises(NotConfigured):
+            ProgressLog.from_crawler(get_crawler(settings_dict=settings))
+
+
+def test_status_runs_without_a_database_file_and_says_so(tmp_path):
+    config = tmp_path / "config.ini"
+    config.write_text(f"[database]\nurl = sqlite:///{tmp_path / 'none.db'}\n", encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "cnkispider.cli", "--config", str(config), "status"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "no database at" in done.stderr
+    assert not (tmp_path / "none.db").exists()
+
+
+def test_run_summary_gives_rounds_documents_errors_by_reason_time_and_rate(engine):
+    with engine.begin() as conn:
+        tid = add_task(conn, "sum")
+        for i in range(4):
+            add_round(conn, tid, f"2024-01-0{i // 2 + 1}", ("G06", "H04")[i % 2], "done", NOW)
+        for reason in ("overflow", "overflow", "captcha"):
+            conn.execute(
+                error_code.insert().values(
+                    task_id=tid,
+                    day="2024-01-01",
+                    category="G06",
+                    reason=reason,
+                    state="permanent" if reason == "overflow" else "open",
+                )
+            )
+    stats = {
+        "elapsed_seconds": 120.0,
+        "response_received_count": 600,
+        "item_scraped_count": 500,
+        "rounds/done": 4,
+        "finish_reason": "finished",
+        "errors/list/captcha": 1,
+    }
+    text = run_summary(engine, "sum", stats)
+    assert (
+        "rounds          4 of 10 finished (4 done, 0 in flight); 4 completed by this worker" in text
+    )
+    assert "documents       0 stored for this task (500 this run)" in text
+    assert "time            2 min (120.0 s)" in text
+    assert "rate            5.0 pages/s, 250 items/min, 120.0 rounds/h (this worker)" in text
+    assert (
+        "errorCode       3 rows (open 1, permanent 2)\n  overflow                     2\n  captcha"
+        in text
+    )
+    assert "  list/captcha                 1" in text
