@@ -135,33 +135,21 @@ def _today() -> str:
 
 
 def print_summary(config: Config, stats: dict) -> None:
-    from cnkispider.db import open_database
-    from cnkispider.storage import count_documents
+    """Rounds, documents, errors by reason, time and rate, from the database and this run's stats."""
+    from cnkispider.status import open_database_readonly, run_summary
 
-    engine = open_database(config.database_url)
-    store = _store(config)
+    engine = open_database_readonly(config.database_url)
     try:
-        current = store.get(config.task.name)
-        progress = store.progress(current.id)
-        stored = count_documents(engine, config.task.type, current.id)
+        print(run_summary(engine, config.task.name, stats, heartbeat_seconds=config.crawl["heartbeat_seconds"]), end="")
     finally:
         engine.dispose()
-    elapsed = stats.get("elapsed_seconds", 0.0)
-    pages = stats.get("response_received_count", 0)
-    errors = {k.split("/", 1)[1]: v for k, v in stats.items() if k.startswith("errors/")}
-    rounds = ", ".join(f"{k} {v}" for k, v in sorted(progress["rounds"].items())) or "none"
-    print()
-    print(f"== cnkispider summary: task {current.name!r} ({current.type}), phase {current.phase} ==")
-    print(f"finish reason   {stats.get('finish_reason', '?')}")
-    print(f"rounds          {rounds}")
-    print(f"documents       {stored} stored for this task ({stats.get('item_scraped_count', 0)} this run)")
-    print(f"pages           {pages} in {elapsed:.1f} s ({pages / elapsed if elapsed else 0:.1f} pages/s)")
-    print(f"errorCode       {progress['error_code']} rows; errorLink {progress['error_link']} rows")
-    for reason, count in sorted(errors.items()):
-        print(f"  error {reason}: {count}")
 
 
 def cmd_run(config: Config, args) -> int:
+    if getattr(args, "reload", False):  # workers as children, restarted on a code change
+        from cnkispider.reload import supervise
+
+        return supervise(args.config, args.command, args.processes or 1)
     if args.processes and args.processes > 1:
         return run_processes(args)
     stats = crawl(config, recrawl_only=args.command == "recrawl")
@@ -282,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
                        ("recrawl", "only replay errorCode and errorLink")):
         p = sub.add_parser(name, help=text)
         p.add_argument("--processes", type=int, default=0, help="worker processes (default [crawl] processes)")
+        p.add_argument("--reload", action="store_true", help="restart the workers when the project's code changes")
         p.set_defaults(func=cmd_run)
     demo = sub.add_parser("demo", help="offline demo against the local CNKI stand-in")
     demo.set_defaults(func=cmd_demo)

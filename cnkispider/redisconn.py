@@ -95,7 +95,10 @@ def connect(url: str, data_dir: Path | str, *, check_policy: bool = True) -> red
 def _connect_url(url: str) -> redis.Redis:
     masked = mask_url(url)
     try:
-        client = redis.Redis.from_url(url, **CLIENT_OPTIONS)
+        options = dict(CLIENT_OPTIONS)
+        if url.startswith("unix://"):
+            options.pop("socket_keepalive")  # TCP-only: a Unix socket connection refuses it
+        client = redis.Redis.from_url(url, **options)
     except ValueError as exc:
         raise RedisUnavailable(f"Redis URL {masked} is not valid: {_scrub(exc, url)}") from None
     try:

@@ -172,6 +172,7 @@ def _document_table(doc_type: str) -> Table:
         Column("crawled_at", DateTime),
         UniqueConstraint("dbname", "filename", name=f"uq_{doc_type}_doc"),
         Index(f"ix_{doc_type}_crawled", "crawled_at"),
+        Index(f"ix_{doc_type}_task", "task_id"),  # per-task counts for status and summaries
     )
 
 

@@ -72,10 +72,14 @@ def crawler_settings(config: Config) -> dict:
         "PROXY_FETCH_INTERVAL": proxy["fetch_interval"],
         "PROXY_BAN_TIME": proxy["ban_seconds"],
         "PROXY_STATIC": [p.strip() for p in proxy["static"].split(",") if p.strip()],
+        # one rate limit per site and per proxy for the whole cluster (middlewares/ratelimit.py)
+        "RATELIMIT_RATE": crawl["rate_limit"],
+        "RATELIMIT_PROXY_RATE": proxy["rate_limit"],
+        "RATELIMIT_BURST": crawl["rate_burst"],
         # components
         "SPIDER_MIDDLEWARES": {"errors.middleware.ErrorRecordingMiddleware": 60},
         "ITEM_PIPELINES": {"cnkispider.pipelines.DocumentPipeline": 800},
-        "EXTENSIONS": {"tasks.feeder.RoundFeeder": 500},
+        "EXTENSIONS": {"tasks.feeder.RoundFeeder": 500, "cnkispider.progress.ProgressLog": 600},
     }
     if crawl["log_file"]:
         settings["LOG_FILE"] = str(config.resolve(crawl["log_file"]))
@@ -89,6 +93,12 @@ def crawler_settings(config: Config) -> dict:
             **settings["DOWNLOADER_MIDDLEWARES"],
             "cnkispider.archive.HtmlArchiveMiddleware": 605,
         }
+    # after the session and proxy middlewares, last before the wire (see its module for why);
+    # it switches itself off (NotConfigured) while both rates are 0
+    settings["DOWNLOADER_MIDDLEWARES"] = {
+        **settings["DOWNLOADER_MIDDLEWARES"],
+        "cnkispider.middlewares.ratelimit.RateLimitMiddleware": 760,
+    }
     return settings
 
 

@@ -189,3 +189,24 @@ def test_a_killed_process_leaves_the_embedded_redis_running_for_the_next_one(tmp
         assert time.monotonic() - started < 3
     finally:
         redisconn.stop_embedded(tmp_path)
+
+
+def test_a_unix_socket_url_connects(tmp_path):
+    """config.ini accepts unix:// URLs; TCP-only client options must not break them."""
+    import subprocess
+    import time
+
+    sock = tmp_path / "redis.sock"
+    server = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", str(sock), "--save", "",
+                               "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            if sock.exists():
+                break
+            time.sleep(0.05)
+        client = redisconn.connect(f"unix://{sock}", tmp_path)
+        assert client.ping()
+        client.close()
+    finally:
+        server.terminate()
+        server.wait()
