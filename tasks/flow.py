@@ -400,43 +400,25 @@ class TaskStore:
 
     def mark_seeded(self, round_id: int, worker_id: str, epoch: str) -> bool:
         """The round's first request is in Redis: from now on Redis leases guard it."""
-        with self.engine.begin() as conn:
-            return (
-                conn.execute(
-                    round_.update()
-                    .where(round_.c.id == round_id, round_.c.state == "claimed", round_.c.worker == worker_id)
-                    .values(state="seeded", epoch=epoch, updated_at=db_now(conn))
-                ).rowcount
-                == 1
-            )
+        return self._transition(
+            round_, [round_.c.id == round_id, round_.c.state == "claimed", round_.c.worker == worker_id],
+            state="seeded", epoch=epoch,
+        )
 
     def mark_done(self, round_id: int, total: int | None = None, note: str | None = None) -> bool:
         """Done; True for exactly the one caller that moved it (idempotent for the others)."""
-        with self.engine.begin() as conn:
-            values = {"state": "done", "lease_until": None, "updated_at": db_now(conn)}
-            if total is not None:
-                values["total"] = total
-            if note is not None:
-                values["note"] = note[:500]
-            return (
-                conn.execute(
-                    round_.update()
-                    .where(round_.c.id == round_id, round_.c.state.in_(IN_FLIGHT))
-                    .values(**values)
-                ).rowcount
-                == 1
-            )
+        values = {"state": "done", "lease_until": None}
+        if total is not None:
+            values["total"] = total
+        if note is not None:
+            values["note"] = note[:500]
+        return self._transition(round_, [round_.c.id == round_id, round_.c.state.in_(IN_FLIGHT)], **values)
 
     def mark_failed(self, round_id: int, note: str) -> bool:
-        with self.engine.begin() as conn:
-            return (
-                conn.execute(
-                    round_.update()
-                    .where(round_.c.id == round_id, round_.c.state.in_(IN_FLIGHT))
-                    .values(state="failed", lease_until=None, note=note[:500], updated_at=db_now(conn))
-                ).rowcount
-                == 1
-            )
+        return self._transition(
+            round_, [round_.c.id == round_id, round_.c.state.in_(IN_FLIGHT)],
+            state="failed", lease_until=None, note=note[:500],
+        )
 
     def add_total(self, round_id: int, listed: int) -> None:
         """Add a search's listed total to its round (a split round sums its searches)."""
@@ -485,25 +467,23 @@ class TaskStore:
         current = self.get(task_id)
         if current.end_date is None or not self.exhausted(task_id) or self.in_flight(task_id):
             return False
-        with self.engine.begin() as conn:
-            return (
-                conn.execute(
-                    task.update()
-                    .where(task.c.id == task_id, task.c.phase == "crawl")
-                    .values(phase="recrawl", updated_at=db_now(conn))
-                ).rowcount
-                == 1
-            )
+        return self._transition(task, [task.c.id == task_id, task.c.phase == "crawl"], phase="recrawl")
 
     def set_phase(self, task_id: int, phase: str, expect: str | None = None) -> bool:
+        where = [task.c.id == task_id]
+        if expect is not None:
+            where.append(task.c.phase == expect)
+        return self._transition(task, where, phase=phase)
+
+    def _transition(self, table, where: list, **values) -> bool:
+        """One state move: a conditional UPDATE, true for exactly the one caller that made it.
+
+        Every move of a round or a task goes through here, so "two workers can never both win
+        the same transition" holds by construction.
+        """
         with self.engine.begin() as conn:
-            where = [task.c.id == task_id]
-            if expect is not None:
-                where.append(task.c.phase == expect)
-            return (
-                conn.execute(task.update().where(*where).values(phase=phase, updated_at=db_now(conn))).rowcount
-                == 1
-            )
+            values["updated_at"] = db_now(conn)
+            return conn.execute(table.update().where(*where).values(**values)).rowcount == 1
 
     # -- workers -------------------------------------------------------------------------
 
