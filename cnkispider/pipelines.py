@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import maybe_deferred_to_future
@@ -104,6 +105,17 @@ class DocumentPipeline:
         return d
 
     def _write(self, batch):
+        """Write one batch; a failure is retried twice (a database blip), then raised."""
+        for attempt in range(3):
+            try:
+                return self._write_once(batch)
+            except Exception:
+                if attempt == 2:
+                    raise
+                logger.warning("storing %d documents failed; retrying", len(batch), exc_info=True)
+                time.sleep(0.5 * 2**attempt)  # a worker thread, never the reactor
+
+    def _write_once(self, batch):
         # Read at write time: flow control learns the task id after the spider opened.
         self.task_id = getattr(self.crawler.spider, "task_id", None)
         by_type: dict[str, list[dict]] = {}

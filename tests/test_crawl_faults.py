@@ -83,3 +83,37 @@ def test_a_document_that_always_fails_is_the_only_one_left_in_error_link(tmp_pat
         assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] == 0
     finally:
         setup.cleanup_redis()
+
+
+def test_a_document_whose_storing_fails_is_recorded_in_error_link_not_lost(tmp_path, cnki_site, sqlite_url):
+    """A pipeline exception (the seed's global exception handler) lands in errorLink with its
+    traceback; the recrawl phase retries it until it is permanent; every other document is stored."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.crawl_harness import ROOT
+
+    site = cnki_site(seed=11)
+    setup = CrawlSetup(tmp_path, site, sqlite_url, "paper", "2024-01-01", "2024-01-01", "TP3,F0")
+    truth = setup.truth()
+    failing = truth[3]["filename"]
+    setup.write()
+    pipelines = {"tests.fixtures.failing_pipeline.FailOnSomeDocuments": 100,
+                 "cnkispider.pipelines.DocumentPipeline": 800}
+    env = {**os.environ, "CNKI_CONFIG": str(setup.config_path), "CNKI_TEST_FAIL_FILENAMES": failing}
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "scrapy", "crawl", "paper", "-s", f"ITEM_PIPELINES={json.dumps(pipelines)}"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        )
+        assert result.returncode == 0, result.stderr[-3000:] + setup.log()[-3000:]
+        diff = compare(setup.stored(), truth, "paper")
+        assert [filename for _, filename in diff["missing"]] == [failing] and not diff["extra"]
+        rows = setup.query(sa.select(error_link.c.filename, error_link.c.reason, error_link.c.state,
+                                     error_link.c.detail))
+        assert [(r.filename, r.reason, r.state) for r in rows] == [(failing, "pipeline:RuntimeError", "permanent")]
+        assert f"storage refused {failing} (test)" in rows[0].detail
+    finally:
+        setup.cleanup_redis()

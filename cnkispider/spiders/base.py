@@ -24,6 +24,7 @@ import json
 import traceback
 
 import scrapy
+from scrapy import signals
 from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import threads
@@ -33,6 +34,7 @@ from cnkispider.cnki import parsers
 from cnkispider.cnki.protocol import Search, protocol_from_settings
 from cnkispider.exceptions import GaveUp, RefusedPage
 from cnkispider.items import ITEM_CLASSES, LIST_FIELDS
+from cnkispider.scheduling.outcome import hold
 
 # Detail requests get few retries: a verify page on a detail link is most often a stale token,
 # which no retry cures; a title search for a fresh link does.
@@ -54,6 +56,7 @@ class RoundSpider(scrapy.Spider):
         spider = super().from_crawler(crawler, *args, **kwargs)
         spider.protocol = protocol_from_settings(crawler.settings)
         crawler.signals.connect(spider.request_abandoned, signal=cnki_signals.request_abandoned)
+        crawler.signals.connect(spider.item_error, signal=signals.item_error)
         return spider
 
     async def start(self):
@@ -195,6 +198,27 @@ class RoundSpider(scrapy.Spider):
             await self._record_link(meta, request.url, reason, detail)
         else:
             await self._record_code(meta, reason, detail)
+
+    async def item_error(self, item, response, spider=None, failure=None):
+        """A document parsed but not stored (a pipeline raised): record its link.
+
+        Scrapy awaits this before the request is acknowledged, so the document is in errorLink
+        before its request leaves Redis. If even that write fails (the database is gone), the
+        worker stops: the request is not acknowledged, its lease runs out, and another worker (or
+        this one, restarted) crawls it again. Either way the document is not lost.
+        """
+        meta = response.meta if response is not None else {}
+        reason = f"pipeline:{type(failure.value).__name__}" if failure is not None else "pipeline"
+        detail = failure.getTraceback() if failure is not None else ""
+        self.crawler.stats.inc_value(f"errors/detail/{reason}")
+        try:
+            await self._record_link(meta, response.url if response is not None else "", reason, detail)
+        except Exception:
+            self.logger.critical("cannot store a document nor record its failure; stopping this worker",
+                                 exc_info=True)
+            if response is not None:
+                hold(self.crawler, response.request)  # never released: its lease brings it back
+            self.crawler.engine.close_spider(self, "database_error")
 
     async def request_abandoned(self, request, reason, attempts, spider=None):
         """A request whose lease ran out too often (it kills or stalls its workers): record it.
