@@ -148,6 +148,7 @@ SCHEMA: dict[str, dict[str, tuple[Any, str]]] = {
         "fetch_interval": (_float(0.0), "5"),
         "static": (_text, ""),
         "ban_seconds": (_float(0.0), "300"),
+        "rate_limit": (_float(0.0), "0"),
     },
     "crawl": {
         "data_dir": (_text, "data"),
@@ -156,6 +157,7 @@ SCHEMA: dict[str, dict[str, tuple[Any, str]]] = {
         "download_timeout": (_float(1.0), "30"),
         "retry_times": (_int(0, 100), "5"),
         "rate_limit": (_float(0.0), "0"),
+        "rate_burst": (_int(1, 1000), "1"),
         "lease_seconds": (_int(1), "60"),
         "round_lease_seconds": (_int(1), "300"),
         "max_attempts": (_int(1), "5"),

@@ -1,0 +1,78 @@
+"""`cnkispider run --reload` (cnkispider/reload.py): what counts as a code change, and a crawl
+whose worker is restarted by a code change half-way that still ends equal to the ground truth."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import sqlalchemy as sa
+
+from cnkispider.reload import ROOT, changed, snapshot, watched_paths, worker_command
+from cnkispider.schema import documents, round_
+from tests.crawl_harness import CrawlSetup, compare, count_rows
+
+
+def test_added_modified_and_removed_files_are_changes_and_caches_are_not(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("A = 1\n")
+    (tmp_path / "pkg" / "gone.py").write_text("")
+    before = snapshot([tmp_path])
+    (tmp_path / "pkg" / "a.py").write_text("A = 22\n")
+    (tmp_path / "pkg" / "gone.py").unlink()
+    (tmp_path / "pkg" / "new.py").write_text("")
+    (tmp_path / "pkg" / "notes.txt").write_text("not code")
+    (tmp_path / "pkg" / "__pycache__").mkdir()
+    (tmp_path / "pkg" / "__pycache__" / "a.cpython-311.py").write_text("")
+    names = [os.path.basename(p) for p in changed(before, snapshot([tmp_path]))]
+    assert names == ["a.py", "gone.py", "new.py"]
+
+
+def test_the_project_packages_are_watched_unless_the_environment_says_otherwise(tmp_path):
+    assert watched_paths({}) == [ROOT / p for p in ("cnkispider", "tasks", "proxy", "errors")]
+    assert any(path.endswith("reload.py") for path in snapshot(watched_paths({})))
+    spec = os.pathsep.join([str(tmp_path / "a"), str(tmp_path / "b.py")])
+    assert watched_paths({"CNKI_RELOAD_WATCH": spec}) == [tmp_path / "a", tmp_path / "b.py"]
+    assert worker_command("x.ini")[-5:] == ["--config", "x.ini", "run", "--processes", "1"]
+
+
+def test_a_code_change_mid_crawl_restarts_the_worker_and_nothing_is_lost(
+    tmp_path, cnki_site, mysql_url, monkeypatch
+):
+    """The watched code is a stand-in folder (the repository's files are never touched)."""
+    watch = tmp_path / "code"
+    watch.mkdir()
+    (watch / "module.py").write_text("VALUE = 1\n")
+    monkeypatch.setenv("CNKI_RELOAD_WATCH", str(watch))
+    site = cnki_site(seed=21, latency="0.1")
+    setup = CrawlSetup(
+        tmp_path, site, mysql_url, "paper", "2024-01-01", "2024-01-02", "TP3,F0,O1,R4",
+        crawl={"log_file": "", "concurrent_requests": 4, "lease_seconds": 5,
+               "round_lease_seconds": 5},
+    )
+    truth = setup.truth()
+    try:
+        supervisor = setup.spawn("run", "--reload")
+        deadline = time.monotonic() + 60
+        stored_then = 0
+        while time.monotonic() < deadline:
+            time.sleep(0.3)
+            try:
+                stored_then = count_rows(setup, documents["paper"])
+            except sa.exc.SQLAlchemyError:  # the worker has not made the tables yet
+                continue
+            if stored_then >= 20:
+                break
+        (watch / "module.py").write_text("VALUE = 2  # a change\n")
+        out, _ = supervisor.communicate(timeout=120)
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+        setup.cleanup_redis()
+    assert supervisor.returncode == 0, out[-4000:]
+    assert 20 <= stored_then < len(truth), "the change landed mid-crawl"
+    assert "reload: code changed" in out and "reload: restarted 1 worker(s)" in out, out[-4000:]
+    assert "reload: every worker finished" in out
+    assert compare(setup.stored(), truth, "paper") == {"missing": [], "extra": [], "differing": {}}
+    rounds = setup.query(sa.select(round_.c.state))
+    assert {r.state for r in rounds} == {"done"}
