@@ -1,6 +1,7 @@
 """The shared rate limit (cnkispider/middlewares/ratelimit.py): reservations in the real Redis,
-the keys a request counts against, the config.ini mapping, and two worker processes that
-together stay within one limit, as the site's own clock sees it."""
+the keys a request counts against, the config.ini mapping, two worker processes that together
+stay within one limit as the site's own clock sees it, and the real crawler kept under the
+stand-in's own per-IP ban limit."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from scrapy.utils.test import get_crawler
 from cnkispider.config import load_config
 from cnkispider.middlewares.ratelimit import ORDER, RateLimitMiddleware, SharedRateLimit
 from cnkispider.settings import crawler_settings
+from tests.crawl_harness import CrawlSetup, compare
 from tests.fixtures.tiny_site import TinySite, read_lines
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -187,3 +189,25 @@ def test_two_workers_under_a_shared_limit_stay_within_it(tmp_path, redis_url, re
           f"burst {BURST})")
     assert busiest <= RATE + BURST
     assert (PAGES - BURST) / RATE - 0.1 <= took <= PAGES / RATE * 1.3 + 1
+
+
+@pytest.mark.slow
+def test_two_crawlers_under_the_sites_own_per_ip_limit_are_never_banned(
+    tmp_path, cnki_site, mysql_url
+):
+    """The real crawler (`cnkispider run --processes 2`, [crawl] rate_limit just under the
+    stand-in's own per-IP limit, which bans an address that goes faster): no ban, full data."""
+    site = cnki_site(seed=3, latency="0.01", rate_limit=20, burst=5, ban_seconds=30)
+    setup = CrawlSetup(
+        tmp_path, site, mysql_url, "patent", "2024-03-01", "2024-03-01", "A,B,E,F",
+        crawl={"concurrent_requests": 16, "rate_limit": 18, "rate_burst": 3, "lease_seconds": 20},
+    )
+    try:
+        result = setup.run("run", "--processes", "2", timeout=120)
+    finally:
+        setup.cleanup_redis()
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    stats = site.stats()
+    assert (stats["banned_responses"], stats["bans"]) == (0, 0)
+    assert compare(setup.stored(), setup.truth(), "patent") == {
+        "missing": [], "extra": [], "differing": {}}
