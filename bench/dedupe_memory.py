@@ -122,11 +122,14 @@ def layers_at(count: int, capacity: int, rate: float, growth: float) -> list[tup
         return out
 
 
+def any_of(rates) -> float:
+    """Probability that at least one of independent events with these rates happens (exact in
+    floating point for tiny rates, where 1 - prod(1 - f) would round to 0)."""
+    return -math.expm1(sum(math.log1p(-f) for f in rates))
+
+
 def drop_rate(layers: list[tuple]) -> float:
-    keep = 1.0
-    for _, m, k, n in layers:
-        keep *= 1.0 - layer_fpr(k, m, n)
-    return 1.0 - keep
+    return any_of(layer_fpr(k, m, n) for _, m, k, n in layers)
 
 
 def crawl_drops(count: int, capacity: int, rate: float, growth: float, step: int = 1000):
@@ -217,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         used = client.info("memory")["used_memory"] - base
         real_bytes = memory_of(client, "real:bloom*")
         layers = measured_layers(client, real)
-        measured_p = 1.0 - math.prod(1.0 - (s / m) ** k for m, k, s in layers)
+        measured_p = any_of((s / m) ** k for m, k, s in layers)
         planned = layers_at(args.insert, capacity, rate, growth)
         say(f"  done in {seconds:.0f} s ({args.insert / seconds:,.0f}/s); false drops among them: "
             f"{dropped}; probing {args.probe:,} fresh fingerprints ...")
@@ -251,8 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         weak_layers = measured_layers(client, weak)
         weak_predicted = (drop_rate(layers_at(weak_n, capacity, args.weak_rate, growth))
                           * args.weak_probe)
-        weak_measured_bits = (
-            1.0 - math.prod(1.0 - (s / m) ** k for m, k, s in weak_layers)) * args.weak_probe
+        weak_measured_bits = any_of((s / m) ** k for m, k, s in weak_layers) * args.weak_probe
         client.delete(*client.scan_iter(match="weak:bloom*"))
 
         # theirs: a SET of hex SHA1 (what scrapy-redis's RFPDupeFilter stores)
@@ -281,12 +283,12 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"Dedupe memory, {time.strftime('%Y-%m-%d')}, {machine()}, Redis of its own")
     print(f"command: {command}")
-    head = (f"{'filter':<26}{'fingerprints':>13}{'MEMORY USAGE':>14}{'B/fp':>7}{'used_memory':>13}"
+    head = (f"{'filter':<26}{'fingerprints':>13}{'MEMORY USAGE':>15}{'B/fp':>7}{'used_memory':>15}"
             f"{'B/fp':>7}{'layers':>7}{'P(drop) formula':>17}{'P(drop) bits':>14}  false drops seen")
     print(head)
     print("-" * len(head))
     for name, n, usage, used, n_layers, p_formula, p_bits, note in rows:
-        print(f"{name:<26}{n:>13,}{usage:>14,}{usage / n:>7.2f}{used:>13,}{used / n:>7.2f}"
+        print(f"{name:<26}{n:>13,}{usage:>15,}{usage / n:>7.2f}{used:>15,}{used / n:>7.2f}"
               f"{n_layers if n_layers is not None else '-':>7}"
               f"{f'{p_formula:.2e}' if p_formula is not None else '0':>17}"
               f"{f'{p_bits:.2e}' if p_bits is not None else '-':>14}  {note}")
