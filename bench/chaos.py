@@ -20,7 +20,6 @@ import argparse
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,54 +35,12 @@ import pymysql  # noqa: E402
 import redis  # noqa: E402
 import sqlalchemy as sa  # noqa: E402
 
+from bench.compare_schedulers import BenchRedis  # noqa: E402
 from cnkispider.schema import round_  # noqa: E402
 from tests.cnki_site.client import start_site  # noqa: E402
 from tests.crawl_harness import CrawlSetup, compare  # noqa: E402
 
 LEASE = 4  # seconds: request leases and round leases, short so that the run stays short
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class RedisServer:
-    """A redis-server of our own, so that killing it harms nobody else."""
-
-    def __init__(self):
-        self.port = free_port()
-        self.dir = tempfile.mkdtemp(prefix="chaos-redis-")
-        self.process = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self):
-        self.process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", self.dir],
-            stdout=subprocess.DEVNULL,
-        )
-        client = redis.Redis(port=self.port)
-        for _ in range(100):
-            try:
-                client.ping()
-                return
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        raise RuntimeError("redis-server did not start")
-
-    def kill(self):
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait()
-
-    def stop(self):
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait()
 
 
 def expired_leases(client: redis.Redis, namespace: str) -> int:
@@ -123,8 +80,7 @@ def run(kills: int, workers: int, seed: int, redis_crash: bool, days: int = 3, q
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     database = f"cnkichaos_{uuid.uuid4().hex[:8]}"
     db_url = f"mysql+pymysql://root@127.0.0.1:3306/{database}?charset=utf8mb4"
-    server = RedisServer()
-    server.start()
+    server = BenchRedis()  # of its own, so that killing it harms nobody else
     site = start_site(seed=seed, latency="0.02-0.05", scale=scale)
     tmp = Path(tempfile.mkdtemp(prefix="chaos-"))
     end = f"2024-01-{days:02d}"
@@ -159,7 +115,7 @@ def run(kills: int, workers: int, seed: int, redis_crash: bool, days: int = 3, q
             if redis_crash and not redis_killed and killed == max(1, kills // 2):
                 say("  killing Redis")
                 server.kill()
-                server.start()
+                server.restart()
                 redis_killed = True
             else:
                 watch.kills.append(time.monotonic())

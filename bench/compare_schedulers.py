@@ -127,25 +127,39 @@ class BenchRedis:
     """A redis-server of the benchmark's own on a free port: nothing else sends it commands."""
 
     def __init__(self, cpus: set[int] | None = None):
+        import redis
+
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="bench-redis-")
+        self.cpus = cpus
+        self.client = redis.Redis(port=self.port)
+        self._start()
+
+    def _start(self) -> None:
+        import redis
+
         self.process = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no", "--dir", self.dir],
             stdout=subprocess.DEVNULL,
-            preexec_fn=pin(cpus),
+            preexec_fn=pin(self.cpus),
         )
-        import redis
-
-        self.client = redis.Redis(port=self.port)
         for _ in range(200):
             try:
                 self.client.ping()
-                break
+                return
             except redis.ConnectionError:
                 time.sleep(0.05)
-        else:
-            raise RuntimeError("redis-server did not start")
+        raise RuntimeError("redis-server did not start")
+
+    def kill(self) -> None:
+        """A crash: SIGKILL, so everything it held (no persistence) is gone."""
+        self.process.kill()
+        self.process.wait()
+
+    def restart(self) -> None:
+        """Start again, empty, on the same port (clients reconnect by themselves)."""
+        self._start()
 
     @property
     def url(self) -> str:

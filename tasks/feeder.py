@@ -44,14 +44,11 @@ from twisted.internet import threads
 from cnkispider import signals as cnki_signals
 from cnkispider.db import open_database
 from cnkispider.exceptions import CnkiSpiderError
+from cnkispider.offload import in_thread
 from errors.recorder import ErrorRecorder
 from tasks.flow import TaskStore, new_worker_id
 
 logger = logging.getLogger(__name__)
-
-
-async def in_thread(function, *args, **kwargs):
-    return await maybe_deferred_to_future(threads.deferToThread(function, *args, **kwargs))
 
 
 class RoundFeeder:

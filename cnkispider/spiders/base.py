@@ -19,21 +19,19 @@ the document's round, which yields a new link for the same (dbname, filename).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import traceback
 
 import scrapy
 from scrapy import signals
 from scrapy.exceptions import IgnoreRequest
-from scrapy.utils.defer import maybe_deferred_to_future
-from twisted.internet import threads
 
 from cnkispider import signals as cnki_signals
 from cnkispider.cnki import parsers
 from cnkispider.cnki.protocol import Search, protocol_from_settings
 from cnkispider.exceptions import GaveUp, RefusedPage
 from cnkispider.items import ITEM_CLASSES, LIST_FIELDS
+from cnkispider.offload import in_thread as _in_thread
 from cnkispider.scheduling.outcome import hold
 
 # Detail requests get few retries: a verify page on a detail link is most often a stale token,
@@ -325,16 +323,3 @@ def _carry(meta: dict) -> dict:
     session, so that one search's pages stay on one session (as a browser's would) until the
     session middleware renews it before CNKI's page-turn limit."""
     return {k: meta[k] for k in ("round_id", "sort_cut", "cnki_session") if meta.get(k) is not None}
-
-
-async def _in_thread(function, *args, **kwargs):
-    """Run blocking database work in a worker thread, never on the reactor.
-
-    Under Scrapy's asyncio reactor (the default) the running loop is the reactor's; without one
-    (a plain coroutine) Twisted's thread pool is used.
-    """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return await maybe_deferred_to_future(threads.deferToThread(function, *args, **kwargs))
-    return await asyncio.to_thread(function, *args, **kwargs)
