@@ -14,48 +14,84 @@ import subprocess
 import sys
 import threading
 import time
+from urllib.parse import parse_qs, quote, urlsplit
 
 import lxml.html
 import pytest
 
-from tests.cnki_site.client import REPO, grid_form, start_site
+from tests.cnki_site.client import FULL_KUAKU, REPO, grid_form, start_site
 from tests.cnki_site.corpus import FIELDS
 
 REAL_LIST = REPO.parent / "shared" / "cnki" / "pages" / "kns8s_list_crossdb_p1.html"
 DAY = "2024-03-05"
 CAPTCHA_TITLE = "<title>安全验证</title>".encode()
+# CNKI's 2026 answers, byte for byte
+SOFT_BLOCK = (
+    '<div id="briefBox"><p class="no-content" value="">抱歉，暂无数据，请稍后重试。</p></div>   '
+).encode()
+NO_CATEGORY = (
+    '<div id="briefBox"><p class="no-content" value="查询对象结构错误, 没有指定检索分类！">'
+    "抱歉，暂无数据，请稍后重试。</p></div>"
+).encode()
+BAD_PAGE_SIZE = (
+    '<div id="briefBox"><p class="no-content" value="参数校验;字段【pageSize】校验失败">'
+    "抱歉，暂无数据，请稍后重试。</p></div>"
+).encode()
+CURSOR_PAST_CAP = (
+    '<div id="briefBox"><p class="no-content" value="起始游标越界">抱歉，暂无数据，请稍后重试。</p></div>'
+).encode()
+GENUINE_ZERO = (
+    '<div id="briefBox"><p class="no-content">抱歉，暂无数据，请调整检索条件</p></div>'.encode()
+)
 
 
 # -- reference parsers (the real page's selectors; deliberately independent of cnkispider) -----
 
 
+def _link_key(href: str) -> tuple[str | None, str | None]:
+    query = {k.lower(): v[0] for k, v in parse_qs(urlsplit(href).query).items()}
+    return query.get("dbname"), query.get("filename")
+
+
 def parse_list(body: bytes) -> dict:
     doc = lxml.html.fromstring(body.decode("utf-8"))  # the charset is in the Content-Type header
     if doc.cssselect("#briefBox p.no-content"):
+        p = doc.cssselect("p.no-content")[0]
         return {
             "total": 0,
             "pages": 0,
             "rows": [],
-            "no_content": doc.cssselect("p.no-content")[0].text_content(),
+            "no_content": p.text_content(),
+            "value": p.get("value"),
         }
     nxt = doc.cssselect("a#PageNext")
     rows = []
     for tr in doc.cssselect("table.result-table-list tbody tr"):
-        collect = tr.cssselect("td.operat a.icon-collect")[0]
         link = tr.cssselect("td.name a.fz14")[0]
-        rows.append(
-            {
-                "seq": int(tr.cssselect("td.seq")[0].text_content().strip()),
-                "dbname": collect.get("data-dbname"),
-                "filename": collect.get("data-filename"),
-                "title": link.text_content().strip(),
-                "href": link.get("href"),
-                "people": [a.text_content() for a in tr.cssselect("td.author a.KnowledgeNetLink")],
-                "source": tr.cssselect("td.source")[0].text_content().strip(),
-                "date": tr.cssselect("td.date")[0].text_content().strip(),
-                "database": tr.cssselect("td.data")[0].text_content().strip(),
-            }
-        )
+        collect = tr.cssselect("td.operat a.icon-collect")
+        if collect:
+            key = collect[0].get("data-dbname"), collect[0].get("data-filename")
+        else:  # CNKI's rows without icon-collect carry the key in the link's own query
+            key = _link_key(link.get("href"))
+        row = {
+            "seq": int(tr.cssselect("td.seq")[0].text_content().strip()),
+            "dbname": key[0],
+            "filename": key[1],
+            "collect": bool(collect),
+            "title": link.text_content().strip(),
+            "href": link.get("href"),
+            "database": tr.cssselect("td.data")[0].text_content().strip(),
+        }
+        dates = [td.text_content().strip() for td in tr.cssselect("td.date")]
+        if tr.cssselect("td.inventor"):  # patent markup: 申请日, then 公开日
+            row["people"] = [a.text_content() for a in tr.cssselect("td.inventor a")]
+            row["source"] = tr.cssselect("td.applicant")[0].text_content().strip()
+            row["application_date"], row["date"] = dates
+        else:
+            row["people"] = [a.text_content() for a in tr.cssselect("td.author a.KnowledgeNetLink")]
+            row["source"] = tr.cssselect("td.source")[0].text_content().strip()
+            (row["date"],) = dates
+        rows.append(row)
     return {
         "total": int(
             doc.cssselect("span.pagerTitleCell em")[0].text_content().strip().replace(",", "")
@@ -68,6 +104,24 @@ def parse_list(body: bytes) -> dict:
         "turn": doc.cssselect("#hidTurnPage")[0].get("value"),
         "rows": rows,
     }
+
+
+def parse_journal_style(body: bytes) -> list[dict]:
+    """The pre-2026 crawler's reading of a list page: every row as a journal row (td.author,
+    td.source, the first td.date, the key only from icon-collect)."""
+    doc = lxml.html.fromstring(body.decode("utf-8"))
+    out = []
+    for tr in doc.cssselect("table.result-table-list tbody tr"):
+        collect = tr.cssselect("td.operat a.icon-collect")
+        out.append(
+            {
+                "filename": collect[0].get("data-filename") if collect else "",
+                "people": [a.text_content() for a in tr.cssselect("td.author a")],
+                "source": "".join(td.text_content() for td in tr.cssselect("td.source")),
+                "date": tr.cssselect("td.date")[0].text_content().strip(),
+            }
+        )
+    return out
 
 
 PATENT_LABELS = {
@@ -101,13 +155,17 @@ def parse_detail(doc_type: str, body: bytes) -> tuple[dict, list[str]]:
     out["dbname"] = doc.cssselect("#paramdbname")[0].get("value")
     out["filename"] = doc.cssselect("#paramfilename")[0].get("value")
     raw_labels = []
+    # the full abstract is the hidden input; what the page shows may be cut at 100 characters
+    full = doc.cssselect("input#abstract_text")[0].get("value")
     if doc_type == "paper":
         out["authors"] = ";".join(a.text.strip() for a in doc.cssselect("h3#authorpart span a"))
         insts = doc.cssselect("h3.author")[1].cssselect("span a")
         out["institutions"] = ";".join(
             re.sub(r"^\d+\.\s*", "", a.text_content().strip()) for a in insts
         )
-        out["abstract"] = doc.cssselect("#ChDivSummary")[0].text_content().strip()
+        shown = doc.cssselect("#ChDivSummary")[0].text_content().strip()
+        assert shown == (full if len(full) <= 100 else full[:100] + "…")
+        out["abstract"] = full
         out["keywords"] = ";".join(
             a.text_content().strip().rstrip(";") for a in doc.cssselect("p.keywords a")
         )
@@ -129,16 +187,30 @@ def parse_detail(doc_type: str, body: bytes) -> tuple[dict, list[str]]:
         value = span.getnext()
         if label in labels and value is not None and value.tag == "p":
             out[labels[label]] = value.text_content().strip()
+    shown = doc.cssselect("div.abstract-text")[0].text_content().strip()
+    assert shown == (full if len(full) <= 100 else full[:100] + "…")
     if doc_type == "patent":
-        out["abstract"] = doc.cssselect("div.abstract-text")[0].text_content().strip()
-        out["claim"] = doc.cssselect("div.claim-text")[0].text_content().strip()
+        out["abstract"] = full
+        claim = doc.cssselect(".claim > h5 + div") or doc.cssselect("div.claim-text")
+        out["claim"] = claim[0].text_content().strip()
+    else:
+        out["summary"] = full
     return out, raw_labels
 
 
 def crawl_round(
-    client, doc_type, day, code=None, size=50, sort_field="", sort_type="desc", turn_limit=15
+    client,
+    doc_type,
+    day,
+    code=None,
+    size=50,
+    sort_field="",
+    sort_type="desc",
+    turn_limit=15,
+    **query,
 ):
-    """Every row of a round's list pages, renewing the session before its turn limit."""
+    """Every row of a round's list pages, renewing the session before its turn limit; ``query``
+    goes to the QueryJson (kuaku, resource, operator, facet)."""
     first, rows, turn, page, pages = None, [], "", 1, 1
     while page <= pages:
         if (page - 1) % (turn_limit + 1) == 0:
@@ -152,6 +224,7 @@ def crawl_round(
             sort_field=sort_field,
             sort_type=sort_type,
             turnpage=turn,
+            **query,
         )
         assert status == 200, page
         parsed = parse_list(body)
@@ -164,6 +237,24 @@ def crawl_round(
 
 def is_verify(status, headers) -> bool:
     return status == 302 and "/verify/home" in headers.get("Location", "")
+
+
+def is_json_403(status, headers, body, statuses=(403,)) -> bool:
+    """The 2026 grid challenge: {"code":-403,"message":".../verify/home?captchaType=blockPuzzle..."}."""
+    if status not in statuses or not headers.get("Content-Type", "").startswith("application/json"):
+        return False
+    data = json.loads(body)
+    return (
+        set(data) == {"code", "message"}
+        and data["code"] == -403
+        and bool(
+            re.fullmatch(
+                r"http://127\.0\.0\.1:\d+/verify/home\?captchaType=blockPuzzle&ident=[0-9a-f]+"
+                r"&captchaId=[0-9a-f]+&returnUrl=[^&]+",
+                data["message"],
+            )
+        )
+    )
 
 
 # -- markup and ground truth --------------------------------------------------------------------
@@ -204,6 +295,9 @@ def test_list_pages_match_truth(cnki_site, doc_type, code):
         assert {k: row[k] for k in ("title", "source", "date", "database")} == {
             k: expected[k] for k in ("title", "source", "date", "database")
         }
+        if doc_type == "patent":
+            assert row["application_date"] == expected["application_date"]
+            assert row["date"] == expected["publication_date"]
 
 
 @pytest.mark.parametrize(
@@ -215,17 +309,23 @@ def test_detail_pages_match_truth_field_by_field(cnki_site, doc_type, code):
     client = site.client()
     _, rows = crawl_round(client, doc_type, DAY, code=code)
     labels: list[str] = []
+    claims = set()
     for row in rows[:120]:
         status, _, body = client.get(row["href"])
         assert status == 200
+        claims.add("claim" if b'<div class="claim"><h5>' in body else "claim-text")
         fields, raw = parse_detail(doc_type, body)
         labels += raw
         for name in ("source", "date", "database"):  # these come from the list row
             fields[name] = row[name]
+        if doc_type == "patent":  # the list's 申请日 and 公开日 are the page's
+            assert row["application_date"] == fields["application_date"]
+            assert row["date"] == fields["publication_date"]
         assert fields == truth[row["filename"]]
         assert fields["title"] == row["title"]
     if doc_type == "patent":  # CNKI's irregularities are all represented
         assert " 申请日：" in labels and " 地址：" in labels
+        assert claims == {"claim", "claim-text"}  # the 2026 .claim > h5 + div and the older one
         assert "申请（专利）号：" in labels and "申请(专利)号：" in labels
         assert any(not truth[r["filename"]]["publication_no"] for r in rows)
         assert any(not truth[r["filename"]]["agent"] for r in rows)
@@ -286,44 +386,57 @@ def test_truth_deduplicates_categories_and_documents_appear_in_several_rounds(cn
 # -- CNKI's limits ------------------------------------------------------------------------------
 
 
-def test_page_cap_and_the_two_orders(cnki_site):
-    """At most max_pages pages; the total stays the real one; asc is the exact reverse of desc."""
-    site = cnki_site(seed=1, max_pages=3, overflow=["patent:2024-03-05:G06F:200"])
+def test_cap_is_rows_and_the_two_orders(cnki_site):
+    """At most cap_rows rows whatever the page size; the total stays the real one; asc is the
+    exact reverse of desc."""
+    site = cnki_site(seed=1, cap_rows=100, overflow=["patent:2024-03-05:G06F:200"])
     leaf = [t["filename"] for t in site.truth("patent", DAY, categories=["G06F"])]
     client = site.client()
     first, desc = crawl_round(client, "patent", DAY, code="G06F", size=20)
-    assert first["total"] == len(leaf) >= 200 and first["pages"] == 3 and len(desc) == 60
+    assert first["total"] == len(leaf) >= 200 and first["pages"] == 5 and len(desc) == 100
     _, asc = crawl_round(client, "patent", DAY, code="G06F", size=20, sort_type="asc")
-    assert len({r["filename"] for r in desc} | {r["filename"] for r in asc}) == 120
-    status, headers, _ = client.grid("patent", DAY, code="G06F", size=20, page=4)
-    assert is_verify(status, headers)
+    assert len({r["filename"] for r in desc} | {r["filename"] for r in asc}) == 200
+    assert parse_list(client.grid("patent", DAY, code="G06F", size=50)[2])["pages"] == 2
+    assert parse_list(client.grid("patent", DAY, code="G06F", size=10)[2])["pages"] == 10
+    body = client.grid("patent", DAY, code="G06F", size=20, page=6)[2]
+    assert body == CURSOR_PAST_CAP
 
-    small_site = cnki_site(seed=1, max_pages=120)
+    small_site = cnki_site(seed=1)
     client = small_site.client()
     _, desc = crawl_round(client, "patent", DAY, code="H04", sort_field="CF")
     _, asc = crawl_round(client, "patent", DAY, code="H04", sort_field="CF", sort_type="asc")
     assert [r["filename"] for r in asc] == [r["filename"] for r in reversed(desc)]
 
 
-def test_turn_limit_then_verify_and_a_new_session_works(cnki_site):
+def test_max_pages_is_the_older_spelling_of_the_cap(cnki_site):
+    site = cnki_site(seed=1, max_pages=3, overflow=["patent:2024-03-05:G06F:200"])
+    assert site.state()["cap_rows"] == 150
+    client = site.client()
+    client.warmup()
+    assert parse_list(client.grid("patent", DAY, code="G06F", size=50)[2])["pages"] == 3
+
+
+def test_turn_limit_gives_the_soft_block_and_a_new_session_works(cnki_site):
     site = cnki_site(seed=1, turn_limit=3)
     client = site.client()
-    status, headers, _ = client.grid("patent", DAY)
-    assert is_verify(status, headers)  # no session yet
+    client.client_id()
+    status, headers, body = client.grid("patent", DAY)
+    assert is_json_403(status, headers, body)  # no session yet
     client.warmup()
     for page in range(1, 5):  # the first request and three turns
-        status, _, _ = client.grid("patent", DAY, page=page, size=20)
-        assert status == 200, page
-    status, headers, _ = client.grid("patent", DAY, page=5, size=20)
-    assert is_verify(status, headers)
+        status, _, body = client.grid("patent", DAY, page=page, size=20)
+        assert status == 200 and b"pagerTitleCell" in body, page
+    status, _, body = client.grid("patent", DAY, page=5, size=20)
+    assert status == 200 and body == SOFT_BLOCK
     client.warmup()
-    assert client.grid("patent", DAY, page=5, size=20)[0] == 200
+    assert b"pagerTitleCell" in client.grid("patent", DAY, page=5, size=20)[2]
     stats = site.stats()
     assert (
         stats["turn_refusals"] == 1
         and stats["no_session_refusals"] == 1
         and stats["sessions_created"] == 2
     )
+    assert stats["challenged"]["soft_block"] == 1 and stats["challenged_by"]["turn_limit"] == 1
 
 
 def test_detail_tokens_expire_and_need_no_cookie(cnki_site):
@@ -499,6 +612,482 @@ def test_overflow_leaf_is_reachable_through_both_orders(cnki_site):
     assert {r["filename"] for r in desc} | {r["filename"] for r in asc} == truth
 
 
+# -- the 2026 protocol: cookies, client id, resources, categories, page size, cap ---------------
+
+
+def _total(body: bytes) -> int:
+    return parse_list(body)["total"]
+
+
+def test_warmup_sets_the_2026_cookies_and_the_client_id_endpoint_issues_ids(cnki_site):
+    site = cnki_site(seed=1)
+    client = site.client()
+    status, headers, body = client.warmup(client_id=False)
+    assert status == 200 and b"<title>" in body
+    assert set(client.cookies) == {"KNS2COOKIE", "SID_kns_new", "dblang"}
+    assert client.cookies["dblang"] == "both"
+    status, headers, body = client.request("GET", "/RCDService/api/UtilityOpenApi/GenerateClientID")
+    assert status == 200 and headers["Content-Type"].startswith("application/json")
+    data = json.loads(body)
+    assert set(data) == {"Success", "Data"} and data["Success"] is True and data["Data"]
+    other = client.client_id()
+    assert other and other != data["Data"]  # each call its own id
+    assert site.stats()["client_ids_issued"] == 2
+
+
+def test_grid_without_an_issued_client_id_gets_the_403_json(cnki_site):
+    site = cnki_site(seed=1)
+    client = site.client()
+    client.warmup(client_id=False)
+    referer = {"Referer": site.base_url + "/kns8s/defaultresult/index?korder=SU&kw=x"}
+    status, headers, body = client.request(
+        "POST",
+        "/kns8s/brief/grid",
+        grid_form("patent", DAY),
+        {"Content-Type": "application/x-www-form-urlencoded; charset=UTF-8", **referer},
+    )
+    assert is_json_403(status, headers, body)
+    message = json.loads(body)["message"]
+    assert message.endswith("&returnUrl=" + quote(referer["Referer"], safe=""))
+    client.cookies["Ecp_ClientId"] = "o000000000001deadbeef"  # never issued here
+    assert is_json_403(*client.grid("patent", DAY))
+    stranger = site.client()
+    client.cookies["Ecp_ClientId"] = stranger.client_id()  # an id is not tied to a session
+    assert b"pagerTitleCell" in client.grid("patent", DAY)[2]
+    assert site.stats()["no_client_id_refusals"] == 2
+
+
+def test_crossdb_without_kuakucode_is_rejected_with_cnkis_words(cnki_site):
+    site = cnki_site(seed=1)
+    client = site.client()
+    client.warmup()
+    status, _, body = client.grid("paper", DAY, code="TP", kuaku="")
+    assert status == 200 and body == NO_CATEGORY
+    assert site.stats()["rejections"]["no_category"] == 1
+
+
+@pytest.mark.parametrize(
+    ("doc_type", "resource"),
+    [("patent", None), ("achievement", None), ("paper", ("JOURNAL", "YSTT4HG0"))],
+)
+def test_a_single_database_with_the_full_list_is_a_genuine_zero(cnki_site, doc_type, resource):
+    site = cnki_site(seed=1)
+    client = site.client()
+    client.warmup()
+    assert _total(client.grid(doc_type, DAY, resource=resource, kuaku="")[2]) > 0
+    status, _, body = client.grid(doc_type, DAY, resource=resource, kuaku=FULL_KUAKU)
+    assert status == 200 and body == GENUINE_ZERO
+
+
+def test_single_database_resources_keep_their_own_databases(cnki_site):
+    site = cnki_site(seed=1)
+    truth = site.truth("paper", DAY, categories=["TP"])
+    client = site.client()
+    client.warmup()
+    for resource, dbs in (
+        (("JOURNAL", "YSTT4HG0"), {"CJFQ", "CAPJ"}),
+        (("DISSERTATION", "LSTPFY1C"), {"CMFD", "CDFD"}),
+    ):
+        _, rows = crawl_round(client, "paper", DAY, code="TP", resource=resource, kuaku="")
+        assert {(r["dbname"], r["filename"]) for r in rows} == {
+            (t["dbname"], t["filename"]) for t in truth if t["dbname"] in dbs
+        }
+
+
+def test_crossdb_lists_exactly_the_databases_of_its_kuakucode(cnki_site):
+    site = cnki_site(seed=2)
+    truth = site.truth("paper", DAY, categories=["TP3"])
+    keys = {(t["dbname"], t["filename"]) for t in truth}
+    assert {t["dbname"] for t in site.truth("paper", DAY)} == {"CJFQ", "CAPJ", "CMFD", "CDFD"}
+    client = site.client()
+    _, rows = crawl_round(client, "paper", DAY, code="TP3")  # journals + theses: the truth
+    assert {(r["dbname"], r["filename"]) for r in rows} == keys
+    for kuaku, dbs in (("YSTT4HG0", {"CJFQ", "CAPJ"}), ("LSTPFY1C", {"CMFD", "CDFD"})):
+        _, rows = crawl_round(client, "paper", DAY, code="TP3", kuaku=kuaku)
+        assert {(r["dbname"], r["filename"]) for r in rows} == {k for k in keys if k[0] in dbs}
+    # the browser's full list mixes in rows of other databases, which are not papers to keep
+    _, rows = crawl_round(client, "paper", DAY, code="TP3", kuaku=FULL_KUAKU)
+    got = {(r["dbname"], r["filename"]) for r in rows}
+    foreign = got - keys
+    assert keys < got and len(foreign) > 10
+    assert {db for db, _ in foreign}.isdisjoint({"CJFQ", "CAPJ", "CMFD", "CDFD"})
+    assert {(db, f) for db, f in got if db in ("CJFQ", "CAPJ", "CMFD", "CDFD")} == keys
+    href = next(r["href"] for r in rows if (r["dbname"], r["filename"]) in foreign)
+    assert client.get(href)[0] == 200  # a foreign row is a real document of its own database
+
+
+def test_toprank_matches_the_exact_code_only_suffix_and_the_facet_match_prefixes(cnki_site):
+    site = cnki_site(seed=2)
+    truth = site.truth("paper", DAY, categories=["TP3"])
+    client = site.client()
+    client.warmup()
+    suffix = _total(client.grid("paper", DAY, code="TP3")[2])
+    facet = _total(client.grid("paper", DAY, code="TP3", facet=True)[2])
+    assert suffix == facet == len(truth) > 0
+    assert client.grid("paper", DAY, code="TP3", operator="TOPRANK")[2] == GENUINE_ZERO
+    code = truth[0]["clc"].split(";")[0]  # a document's full code, e.g. TP311.5
+    exact = [t for t in truth if code in t["clc"].split(";")]
+    prefixed = site.truth("paper", DAY, categories=[code])
+    assert _total(client.grid("paper", DAY, code=code, operator="TOPRANK")[2]) == len(exact)
+    assert _total(client.grid("paper", DAY, code=code)[2]) == len(prefixed) >= len(exact)
+    patents = site.truth("patent", DAY, categories=["H04"])
+    assert _total(client.grid("patent", DAY, code="H04")[2]) == len(patents)
+    assert _total(client.grid("patent", DAY, code="H04", facet=True)[2]) == len(patents)
+    assert client.grid("patent", DAY, code="H04", operator="TOPRANK")[2] == GENUINE_ZERO
+
+
+@pytest.mark.parametrize("size", ["5", "30", "100", "", "abc"])
+def test_page_size_must_be_10_20_or_50(cnki_site, size):
+    site = cnki_site(seed=1)
+    client = site.client()
+    client.warmup()
+    status, _, body = client.grid("patent", DAY, code="H04", size=size)
+    assert status == 200 and body == BAD_PAGE_SIZE
+    for good in (10, 20, 50):
+        page = parse_list(client.grid("patent", DAY, code="H04", size=good)[2])
+        assert len(page["rows"]) == min(good, page["total"])
+    assert site.stats()["rejections"]["page_size"] == 1
+
+
+def test_the_cap_is_6000_rows_whatever_the_page_size(cnki_site):
+    site = cnki_site(seed=1, overflow=["patent:2024-03-06:G06F:7000"])
+    client = site.client()
+    client.warmup()
+    day = "2024-03-06"
+    for size in (10, 20, 50):
+        page = parse_list(client.grid("patent", day, code="G06F", size=size)[2])
+        assert page["total"] >= 7000 and page["pages"] == 6000 // size
+        last = parse_list(client.grid("patent", day, code="G06F", size=size, page=6000 // size)[2])
+        assert last["rows"][-1]["seq"] == 6000
+        past = client.grid("patent", day, code="G06F", size=size, page=6000 // size + 1)[2]
+        assert past == CURSOR_PAST_CAP
+    assert site.stats()["rejections"]["cursor"] == 3
+    assert site.rounds("patent", day, categories=["G06F"])  # and /_rounds still answers
+    assert site.request("GET", f"/_rounds?type=patent&start={day}&end={day}")[0] == 200
+
+
+# -- patent rows and detail pages ---------------------------------------------------------------
+
+
+def test_patent_rows_are_patent_markup_and_journal_style_parsing_gets_them_wrong(cnki_site):
+    site = cnki_site(seed=2)
+    truth = {t["filename"]: t for t in site.truth("patent", DAY, categories=["H04"])}
+    client = site.client()
+    client.warmup()
+    body = client.grid("patent", DAY, code="H04")[2]
+    rows = parse_list(body)["rows"]
+    assert len(rows) == 50
+    for row in rows:
+        t = truth[row["filename"]]
+        assert row["people"] == t["inventors"].split(";") and row["source"] == t["applicant"]
+        assert (row["application_date"], row["date"]) == (t["application_date"], t["date"])
+        assert t["date"] == t["publication_date"] == DAY  # a round is a day of 公开日
+    keyless = [r for r in rows if not r["collect"]]
+    assert 5 <= len(keyless) <= 30  # about 30% without icon-collect, key in the link's query
+    assert all("dbname=SCPD" in r["href"] and r["filename"] in r["href"] for r in keyless)
+    assert all("filename=" not in r["href"] for r in rows if r["collect"])
+    # the pre-2026 reading: no authors, no source, the 申请日 as the date, empty keys
+    wrong = parse_journal_style(body)
+    assert all(w["people"] == [] and w["source"] == "" for w in wrong)
+    assert all(w["date"] != truth[r["filename"]]["date"] for w, r in zip(wrong, rows, strict=True))
+    assert sum(w["filename"] == "" for w in wrong) == len(keyless)
+
+
+def test_header_rows_in_td_cells(cnki_site):
+    site = cnki_site(seed=2, header_rows=1.0)
+    client = site.client()
+    client.warmup()
+    body = client.grid("patent", DAY, code="H04")[2]
+    first = lxml.html.fromstring(body.decode()).cssselect("table.result-table-list tbody tr")[0]
+    assert [td.text_content() for td in first.cssselect("td")][:3] == ["序号", "题名", "发明人"]
+    assert not first.cssselect("a")  # no link, no key: a crawler must skip it, not choke
+    site.control(header_rows=0.0)
+    body = client.grid("patent", DAY, code="H04")[2]
+    assert b'<tr class="header">' not in body and parse_list(body)["rows"]
+
+
+def test_rows_without_keys_mode(cnki_site):
+    site = cnki_site(seed=2, rows_without_keys=True)
+    client = site.client()
+    client.warmup()
+    rows = parse_list(client.grid("patent", DAY, code="H04")[2])["rows"]
+    assert rows and all(
+        not r["collect"] and r["dbname"] is None and r["filename"] is None for r in rows
+    )
+    paper = parse_list(client.grid("paper", DAY, code="TP")[2])["rows"]
+    assert all(r["collect"] for r in paper)  # only patent rows are affected
+    site.control(rows_without_keys=False, collect_missing=0.0)
+    rows = parse_list(client.grid("patent", DAY, code="H04")[2])["rows"]
+    assert all(r["collect"] for r in rows)
+
+
+@pytest.mark.parametrize("doc_type", ["patent", "paper", "achievement"])
+def test_detail_pages_have_the_2026_markup(cnki_site, doc_type):
+    site = cnki_site(seed=2)
+    code = {"patent": "H04", "paper": "TP", "achievement": "R"}[doc_type]
+    truth = {t["filename"]: t for t in site.truth(doc_type, DAY, categories=[code])}
+    client = site.client()
+    client.warmup()
+    rows = parse_list(client.grid(doc_type, DAY, code=code)[2])["rows"]
+    cut = long = 0
+    for row in rows[:20]:
+        page = lxml.html.fromstring(client.get(row["href"])[2].decode())
+        t = truth[row["filename"]]
+        full = t["summary" if doc_type == "achievement" else "abstract"]
+        assert page.cssselect("input#abstract_text")[0].get("value") == full
+        shown = page.cssselect("#ChDivSummary" if doc_type == "paper" else ".abstract-text")[0]
+        cut += shown.text_content().endswith("…")
+        long += len(full) > 100
+        if doc_type == "patent":
+            labels = {
+                s.text_content().strip(): s.getnext().text_content()
+                for s in page.cssselect(".row > .row-2 > .rowtit2")
+            }
+            assert (
+                labels[next(k for k in labels if k.endswith("申请日："))] == t["application_date"]
+            )
+            claim = page.cssselect(".claim > h5 + div") or page.cssselect("div.claim-text")
+            assert claim[0].text_content() == t["claim"]
+        elif doc_type == "paper":
+            assert page.cssselect("li.top-space p.clc-code")[0].text_content() == t["clc"]
+    assert cut == long >= 3  # an abstract longer than 100 characters is shown cut
+
+
+# -- pace-driven challenges ---------------------------------------------------------------------
+
+
+def test_pace_guard_window_and_the_two_recoveries():
+    """The pure core, time injected: over limit * 2 s blocks; a session recovers block_seconds
+    after going over, an IP only after block_seconds of quiet."""
+    from tests.cnki_site.limits import PaceGuard
+
+    for quiet in (False, True):
+        guard = PaceGuard(limit=2, block_seconds=10, quiet=quiet)
+        assert [guard.hit("k", t) for t in (0.0, 0.5, 1.0, 1.5)] == [False] * 4
+        assert guard.hit("k", 2.1) is False  # the hit at 0.0 has left the 2 s window
+        assert guard.hit("k", 2.2) is True and guard.blocks == 1  # 5 in (0.2, 2.2]
+        assert guard.hit("other", 2.2) is False
+        assert guard.hit("k", 11.0) is True  # still blocked; for an IP, the quiet restarts
+        assert guard.hit("k", 12.3) is quiet  # a session's block ended at 12.2
+        assert guard.hit("k", 22.4) is False  # 10 s after the last hit: both recovered
+
+
+def _href(site) -> str:
+    client = site.client()
+    client.warmup()
+    return parse_list(client.grid("patent", DAY, code="H04")[2])["rows"][0]["href"]
+
+
+def test_a_session_over_the_pace_gets_the_soft_block_and_verify_redirects(cnki_site):
+    # the session's requests go through three proxies (three IPs), so only the session is over
+    site = cnki_site(seed=1, proxies=3, pace_limit=5, pace_block_seconds=1.0)
+    lanes = [site.client(proxy=url) for url in site.proxy_urls]
+    lanes[0].warmup()
+    for lane in lanes[1:]:
+        lane.cookies = lanes[0].cookies
+    href = _href(site)
+    answers = [lanes[k % 3].grid("patent", DAY, code="H04") for k in range(10)]
+    assert all(b"pagerTitleCell" in b for _, _, b in answers)  # 10 in 2 s is the limit
+    status, _, body = lanes[0].grid("patent", DAY, code="H04")
+    assert status == 200 and body == SOFT_BLOCK and len(body) == 105
+    status, headers, _ = lanes[1].get(href)  # the same session's page GETs
+    location = headers.get("Location", "")
+    assert status == 302 and re.search(
+        r"/verify/home\?captchaType=(blockPuzzle|clickWord)&ident=[0-9a-f]+&.*returnUrl=http",
+        location,
+    )
+    assert lanes[2].warmup(client_id=False)[0] == 302  # a warm-up with its cookies too
+    fresh = site.client(proxy=site.proxy_urls[0])
+    fresh.warmup()  # another session from the same IPs is not blocked
+    assert b"pagerTitleCell" in fresh.grid("patent", DAY, code="H04")[2]
+    time.sleep(1.1)
+    assert b"pagerTitleCell" in lanes[0].grid("patent", DAY, code="H04")[2]  # blocked a while
+    stats = site.stats()
+    assert stats["challenged"]["soft_block"] == 1 and stats["challenged"]["verify_redirect"] == 2
+    assert stats["challenged_by"] == {"session": 3, "ip": 0, "turn_limit": 0}
+    assert stats["pace_blocks"] == {"session": 1, "ip": 0}
+
+
+def test_an_ip_over_the_pace_gets_the_403_json_and_vericode_until_quiet(cnki_site):
+    site = cnki_site(seed=1, pace_limit=5, pace_block_seconds=0.6)
+    href = _href(site)  # warm-up, client id, grid: 3 paced requests... of 10 allowed in 2 s
+    site.control(unblock=True)
+    grids, gets = [], []
+    sessions = [site.client() for _ in range(12)]
+    for client in sessions:  # fresh sessions do not help: the IP is over
+        client.request("GET", "/RCDService/api/UtilityOpenApi/GenerateClientID")
+    for k in range(40):
+        client = sessions[k % 12]
+        if not client.cookies.get("SID_kns_new"):
+            client.warmup()
+        grids.append(client.grid("patent", DAY, code="H04"))
+        gets.append(client.get(href))
+    challenged_grids = [g for g in grids if b"pagerTitleCell" not in g[2]]
+    assert len(challenged_grids) >= 30
+    assert all(is_json_403(*g, statuses=(200, 403)) for g in challenged_grids)
+    assert {g[0] for g in challenged_grids} == {200, 403}  # mostly 403, a share as 200
+    assert sum(g[0] == 403 for g in challenged_grids) > sum(g[0] == 200 for g in challenged_grids)
+    vericode = [b for s, _, b in gets if s == 200 and b'<form id="vericodeForm"' in b]
+    redirects = [h for s, h, _ in gets if is_verify(s, h)]
+    assert vericode and redirects
+    assert b'action="/kns8s/brief/checkcode"' in vericode[0]
+    assert site.state()["pace_blocked"]["ips"] == ["127.0.0.1"]
+    # requests while blocked restart the quiet period
+    for _ in range(4):
+        time.sleep(0.3)
+        assert b"pagerTitleCell" not in sessions[0].grid("patent", DAY, code="H04")[2]
+    time.sleep(0.7)
+    assert b"pagerTitleCell" in sessions[0].grid("patent", DAY, code="H04")[2]
+    assert site.state()["pace_blocked"]["ips"] == []
+
+
+def test_a_crawl_under_the_pace_gets_the_truth_unchallenged(cnki_site):
+    site = cnki_site(seed=2, pace_limit=20, pace_block_seconds=30)  # 40 requests in 2 s
+    leaves = ["TP31", "TP18", "TN9", "F8", "R5", "O1"]
+    small = next(
+        r for r in site.rounds("achievement", DAY, categories=leaves) if 20 <= r["count"] <= 60
+    )
+    truth = {
+        t["filename"]: t for t in site.truth("achievement", DAY, categories=[small["category"]])
+    }
+    client = site.client()
+    _, rows = crawl_round(client, "achievement", DAY, code=small["category"], size=20)
+    for row in rows:
+        time.sleep(0.06)  # about 16 requests a second, under the hidden 20
+        status, _, body = client.get(row["href"])
+        assert status == 200
+        fields, _ = parse_detail("achievement", body)
+        for name in ("source", "date", "database"):
+            fields[name] = row[name]
+        assert fields == truth[row["filename"]]
+    assert {r["filename"] for r in rows} == set(truth)
+    stats = site.stats()
+    pages = -(-len(truth) // 20)
+    assert stats["challenged"]["total"] == 0 and stats["pace_blocks"] == {"session": 0, "ip": 0}
+    assert stats["requests"] == 2 + pages + len(rows)  # warm-up, client id, lists, details
+
+
+def test_stats_count_requests_and_challenges_per_form(cnki_site):
+    site = cnki_site(seed=1, pace_limit=2, pace_block_seconds=30)
+    client = site.client()
+    client.warmup()  # 2 requests (warm-up page, client id), 1 of them paced
+    answers = [client.grid("patent", DAY, code="H04") for _ in range(8)]
+    ok = sum(b"pagerTitleCell" in b for _, _, b in answers)
+    assert ok == 3  # 4 paced requests in 2 s are the limit; the 5th goes over
+    stats = site.stats()
+    assert stats["requests"] == 2 + 8
+    forms = {k: v for k, v in stats["challenged"].items() if k != "total" and v}
+    assert stats["challenged"]["total"] == 8 - ok == sum(forms.values())
+    assert set(forms) <= {"json_403", "json_200"}  # IP and session over together: the IP wins
+    assert stats["challenged_by"]["ip"] == 8 - ok
+    assert sum(1 for s, h, b in answers if is_json_403(s, h, b, (200, 403))) == 8 - ok
+
+
+def test_pace_off_by_default_and_switchable(cnki_site):
+    site = cnki_site(seed=1)
+    client = site.client()
+    client.warmup()
+    assert all(
+        b"pagerTitleCell" in client.grid("patent", DAY, code="H04", size=10, page=1 + k % 5)[2]
+        for k in range(15)
+    )
+    site.control(pace_limit=1, turn_limit=0)
+    answers = [client.grid("patent", DAY, code="H04")[2] for _ in range(4)]
+    assert b"pagerTitleCell" not in answers[-1] and site.stats()["challenged"]["total"] >= 1
+
+
+# -- break_ modes (each makes one assumption of `cnkispider probe` false) ------------------------
+
+
+def test_break_client_id(cnki_site):
+    site = cnki_site(seed=1, break_="client-id")
+    client = site.client()
+    client.warmup(client_id=False)
+    assert client.request("GET", "/RCDService/api/UtilityOpenApi/GenerateClientID")[0] == 404
+    assert client.client_id() is None
+    assert is_json_403(*client.grid("patent", DAY))
+
+
+def test_break_date_filter(cnki_site):
+    days = ("2024-01-01", "2024-01-31")
+    normal, broken = cnki_site(seed=1), cnki_site(seed=1, break_="date-filter")
+    totals = {}
+    for name, site in (("normal", normal), ("broken", broken)):
+        client = site.client()
+        client.warmup()
+        totals[name] = [_total(client.grid("paper", days[0], end, code="TP")[2]) for end in days]
+    assert totals["normal"][0] < totals["normal"][1]
+    assert totals["broken"][0] == totals["broken"][1] > 0  # the date does not narrow
+
+
+def test_break_category_filter(cnki_site):
+    site = cnki_site(seed=1, break_="category-filter")
+    client = site.client()
+    client.warmup()
+    whole = _total(client.grid("patent", DAY)[2])
+    assert _total(client.grid("patent", DAY, code="H04")[2]) == whole
+    assert _total(client.grid("patent", DAY, code="H04", facet=True)[2]) == whole
+    assert len(site.truth("patent", DAY, categories=["H04"])) < whole  # the truth is unbroken
+
+
+def test_break_turn_token(cnki_site):
+    site = cnki_site(seed=1, break_="turn-token")
+    client = site.client()
+    client.warmup()
+    first = parse_list(client.grid("patent", DAY, code="H04", size=20)[2])
+    assert first["pages"] > 2
+    for turn in (first["turn"], "", "anything"):
+        assert (
+            client.grid("patent", DAY, code="H04", size=20, page=2, turnpage=turn)[2] == SOFT_BLOCK
+        )
+
+
+def test_break_detail_fields(cnki_site):
+    site = cnki_site(seed=2, break_=["detail-fields"])
+    client = site.client()
+    client.warmup()
+    for doc_type, code, gone in (
+        ("patent", "H04", ("申请日", "申请人")),
+        ("paper", "TP", ()),
+        ("achievement", "R", ("成果完成人",)),
+    ):
+        row = parse_list(client.grid(doc_type, DAY, code=code)[2])["rows"][0]
+        page = lxml.html.fromstring(client.get(row["href"])[2].decode())
+        labels = {s.text_content().strip().rstrip("：") for s in page.cssselect("[class^=rowtit]")}
+        assert not labels & set(gone), doc_type
+        if doc_type == "paper":
+            assert page.cssselect("h3#authorpart a") == []
+        assert page.cssselect("input#abstract_text")  # the rest of the page is there
+
+
+def test_break_patent_keys_and_several_breaks(cnki_site):
+    site = cnki_site(seed=2, break_=["patent-keys", "turn-token"])
+    assert site.state()["break"] == ["patent-keys", "turn-token"]
+    client = site.client()
+    client.warmup()
+    rows = parse_list(client.grid("patent", DAY, code="H04")[2])["rows"]
+    assert rows and all(r["filename"] is None for r in rows)
+    assert client.grid("patent", DAY, code="H04", page=2)[2] == SOFT_BLOCK
+    site.control(**{"break": []})
+    assert all(r["filename"] for r in parse_list(client.grid("patent", DAY, code="H04")[2])["rows"])
+
+
+def test_unknown_break_is_refused():
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.cnki_site", "--break", "nothing"],
+        cwd=REPO,
+        capture_output=True,
+    )
+    assert out.returncode == 2 and b"--break" in out.stderr
+
+
+def test_truth_lists_only_documents_to_store(cnki_site):
+    site = cnki_site(seed=2)
+    truth = site.truth("paper", DAY)
+    assert {t["dbname"] for t in truth} <= {"CJFQ", "CAPJ", "CMFD", "CDFD"}
+    assert {t["database"] for t in site.truth("patent", DAY)} == {"中国专利"}
+
+
 # -- proxies and the provider -------------------------------------------------------------------
 
 
@@ -513,7 +1102,8 @@ def test_proxy_port_is_its_own_address(cnki_site):
     proxied.warmup()
     assert b"pagerTitleCell" in proxied.grid("patent", DAY, code="H04")[2]
     stats = site.stats()
-    assert stats["by_ip"]["10.0.0.1"] == 2 and site.state()["banned"] == ["127.0.0.1"]
+    # warm-up, client id, grid
+    assert stats["by_ip"]["10.0.0.1"] == 3 and site.state()["banned"] == ["127.0.0.1"]
 
 
 def test_dead_proxy_closes_without_answering(cnki_site):
@@ -636,22 +1226,32 @@ def test_sessions_unknown_to_a_restarted_site_are_refused(cnki_site):
     site = cnki_site(seed=1)
     client = site.client()
     client.warmup()
-    client.cookies["SID_kns8s"] = "0" * 24
-    assert is_verify(*client.grid("patent", DAY)[:2])
+    client.cookies["SID_kns_new"] = "0" * 24
+    assert is_json_403(*client.grid("patent", DAY))
 
 
 def test_grid_form_helper_round_trips():
     """The test client's form is what the contract describes (QueryJson as a JSON string)."""
-    from urllib.parse import parse_qs
 
-    form = parse_qs(grid_form("patent", DAY, code="H04", page=2).decode())
+    form = parse_qs(grid_form("patent", DAY, code="H04", page=2).decode(), keep_blank_values=True)
     query = json.loads(form["QueryJson"][0])
     assert (
         query["Resource"] == "PATENT"
         and query["Classid"] == "VUDIXAIY"
+        and query["KuaKuCode"] == ""
         and query["SearchFrom"] == 4
     )
+    assert query["QNode"]["QGroup"][0]["Items"][0] == {
+        "Field": "CLC", "Value": "H04", "Operator": "SUFFIX", "Logic": 0, "Title": "分类号",
+    }  # fmt: skip
     assert form["boolSearch"] == ["false"] and form["pageNum"] == ["2"]
+    assert form["productStr"] == [""]
+    paper = json.loads(parse_qs(grid_form("paper", DAY).decode())["QueryJson"][0])
+    assert (paper["Resource"], paper["Classid"], paper["KuaKuCode"]) == (
+        "CROSSDB",
+        "WD0FTY92",
+        "YSTT4HG0,LSTPFY1C",
+    )
 
 
 def test_a_category_file_of_ones_own(cnki_site, tmp_path):

@@ -1,15 +1,80 @@
 """The local stand-in of the CNKI site: kns8s protocol, CNKI's markup, limits and faults.
 
 No machine here reaches cnki.net, so the crawler is proven against this site: the test bed of
-every other part, the offline demo and the target of the benchmarks. Modules:
+every other part, the offline demo and the target of the benchmarks. It is at least as strict as
+CNKI in 2026 (docs/CONTRACTS.md, the 2026 contract, points 1-9), and it never imports the
+crawler's code, so that it stays an independent judge. Modules:
 
   corpus    the deterministic corpus (counts, documents, orders, ground truth) from a seed
   vocab     the word lists titles, people and institutions are drawn from
   markup    CNKI's list fragment and the hand-made detail pages, rendered once per document
-  limits    sessions, detail tokens, the per-IP rate limit, the fault plan, the proxy provider
-  site      routes and CNKI's rules (cap, turn limit, token checks), control endpoints
+  limits    sessions, client ids, detail tokens, the pace guard, the per-IP rate limit, the
+            fault plan, the proxy provider
+  site      routes and CNKI's rules (resources, cap, pace, token checks), control endpoints
   server    the asyncio HTTP/1.1 server and the proxy ports
   client    start a site in a subprocess, and a browser-like http.client of the protocol
   fixture   the ``cnki_site`` pytest factory fixture
   __main__  ``python -m tests.cnki_site [options]`` and ``python -m tests.cnki_site truth ...``
+
+What the site does (each is a test in tests/test_cnki_site.py):
+
+- Warm-up. ``GET /kns8s/defaultresult/index`` starts a session: cookies ``KNS2COOKIE``,
+  ``SID_kns_new`` (the session) and ``dblang=both``; no ``Ecp_ClientId``.
+- Client id. ``GET /RCDService/api/UtilityOpenApi/GenerateClientID`` answers
+  ``{"Success":true,"Data":"<id>"}`` (application/json). A grid POST whose ``Ecp_ClientId``
+  cookie is missing or was never issued here, or whose ``SID_kns_new`` names no live session,
+  gets HTTP 403 ``{"code":-403,"message":"<base>/verify/home?captchaType=blockPuzzle&ident=..
+  &captchaId=..&returnUrl=<the Referer, urlencoded>"}``.
+- Resources (QueryJson ``Resource``/``Classid``/``KuaKuCode``; ``productStr`` is ignored):
+  ``CROSSDB`` (总库) without KuaKuCode is rejected: ``<p class="no-content" value="查询对象结构错误,
+  没有指定检索分类！">抱歉，暂无数据，请稍后重试。</p>``. With a list it shows exactly the listed
+  databases: ``YSTT4HG0`` CJFQ+CAPJ, ``LSTPFY1C`` CMFD+CDFD, and for each of the other eight ids of
+  the browser's full list rows of a "foreign" database (CPFD, CCND, ...) that are not in the paper
+  ground truth. A single database (``PATENT``, ``ACHIEVEMENTS``, ``JOURNAL``, ``DISSERTATION``)
+  with a non-empty KuaKuCode is a genuine zero (``抱歉，暂无数据，请调整检索条件``).
+- Categories. A ``CLC`` item with ``Operator SUFFIX`` (or any operator but TOPRANK) and a ``CCL``
+  item of the facet group (``SCDBGroup``/``MutiGroup``) match code prefixes; ``CLC`` with
+  ``TOPRANK`` matches only documents carrying exactly that code (so ``H04`` finds nothing).
+- Page size and cap. ``pageSize`` other than 10, 20, 50: ``value="参数校验;字段【pageSize】校验失败"``.
+  A search reaches ``cap_rows`` rows (6000) whatever the page size: pages shown =
+  min(ceil(total / size), cap // size); a page whose first row is past the cap or the total:
+  ``value="起始游标越界"``.
+- Patent list rows are patent markup: ``td.inventor a``, ``td.applicant``, two ``td.date``
+  (申请日, then 公开日 = the round's day = the truth's ``date``), ``td.data`` 中国专利. On a share
+  of rows (``collect_missing``, default 0.3) ``a.icon-collect`` is absent and the detail link
+  carries ``dbcode``/``dbname``/``filename``; ``rows_without_keys`` drops the key from both.
+  ``header_rows`` (default 0) is the share of list pages whose ``tbody`` starts with a header
+  row in ``<td>`` cells (序号 / 题名 / ...), which a crawler must skip.
+- Detail pages carry ``input#abstract_text`` (the full abstract; an achievement's 成果简介); the
+  visible ``#ChDivSummary`` / ``.abstract-text`` is cut to 100 characters + "…". Patent label
+  pairs use ``.row-1 .rowtit`` / ``.row-2 .rowtit2``; the main claim is ``.claim > h5 + div``
+  (one page in five the older ``div.claim-text``); a paper's CLC is ``p.clc-code``.
+- Pace (``pace_limit`` requests/s, 0 = off, hidden from the crawler): warm-up, grid and detail
+  requests are counted per session (``SID_kns_new``, or a detail token's session) and per IP over
+  a sliding 2 s window. A session over it is blocked ``pace_block_seconds`` (30): its grid POSTs
+  get the 105-byte soft block ``<div id="briefBox"><p class="no-content" value="">抱歉，暂无数据，
+  请稍后重试。</p></div>`` (+3 spaces), its page GETs 302 to ``/verify/home?captchaType=
+  blockPuzzle|clickWord&ident=..&returnUrl=..``. An IP over it, until quiet for
+  ``pace_block_seconds``: grid POSTs get the -403 JSON (403, one in four as 200), page GETs a
+  ``<form id="vericodeForm" action="/kns8s/brief/checkcode">`` page (three in ten) or the 302.
+  The fixed ``turn_limit`` (15 turns per session; 0 = none) also answers with the soft block.
+- ``/_stats``: ``requests`` (to CNKI's routes), ``challenged`` (``total`` and per form:
+  soft_block, verify_redirect, json_403, json_200, vericode_form), ``challenged_by`` (session,
+  ip, turn_limit), ``rejections`` (no_category, page_size, cursor), ``pace_blocks`` and the rest.
+- Ground truth: ``/_truth``, ``/_rounds``, ``/_doomed`` and ``python -m tests.cnki_site truth``
+  list only documents a correct crawler stores (no foreign 总库 rows); none of the above changes it.
+- Also: detail tokens tied to their session, the old per-IP token-bucket ban, injected faults,
+  latency, proxies (dead ones, auth) and a proxy provider, as before.
+
+Probe support. ``break_`` (fixture ``break_="NAME"`` or a list, CLI ``--break NAME``, repeatable,
+``/_control {"break": [...]}``) makes one assumption of ``cnkispider probe`` false:
+
+  client-id        GenerateClientID answers 404 (so every grid POST gets the -403 JSON)
+  date-filter      the PT condition is ignored: every search covers the span's first 7 days,
+                   so a one-day total equals a month's
+  category-filter  the category condition (CLC or CCL) is ignored: totals do not narrow
+  turn-token       every page turn (pageNum > 1) gets the soft block, whatever ``turnpage`` says
+  detail-fields    detail pages lose their main labelled fields: patents 申请日 and 申请人, papers
+                   their authors, achievements 成果完成人
+  patent-keys      as ``rows_without_keys``: patent rows carry no key at all
 """

@@ -4,7 +4,9 @@ Serve (the first stdout line is exactly ``CNKI stand-in at http://HOST:PORT``, t
 per proxy and one for the provider; it serves until SIGTERM or SIGINT)::
 
     python -m tests.cnki_site [--host 127.0.0.1] [--port 0] [--seed 1] [--scale 1.0]
-        [--max-pages 120] [--turn-limit 15] [--token-ttl 600] [--session-ttl 1200]
+        [--cap-rows 6000 | --max-pages N] [--turn-limit 15] [--token-ttl 600] [--session-ttl 1200]
+        [--pace-limit RPS --pace-block-seconds 30]
+        [--collect-missing 0.3] [--rows-without-keys] [--header-rows 0] [--break NAME ...]
         [--latency 0|0.05|0.02-0.08] [--proxies N] [--dead-proxies K] [--proxy-auth user:pass]
         [--provider-interval 5] [--provider-batch 5]
         [--rate-limit R --burst B --ban-seconds S]
@@ -13,6 +15,8 @@ per proxy and one for the provider; it serves until SIGTERM or SIGINT)::
         [--span YYYY-MM-DD:YYYY-MM-DD]
 
 Faults: reset, e500, e502, e503, verify, captcha, blank, javascript, slow (rates 0..1).
+Breaks (each makes one assumption of ``cnkispider probe`` false): client-id, date-filter,
+category-filter, turn-token, detail-fields, patent-keys.
 
 Ground truth (JSON lines, one document per line with every item field)::
 
@@ -29,7 +33,7 @@ import sys
 
 from tests.cnki_site.corpus import DOC_TYPES, Corpus, CorpusOptions
 from tests.cnki_site.limits import ALL_FAULTS
-from tests.cnki_site.site import Site, SiteOptions, parse_latency
+from tests.cnki_site.site import BREAKS, Site, SiteOptions, parse_latency
 
 
 def _pair(text: str, what: str) -> tuple[str, str]:
@@ -106,9 +110,48 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
-    parser.add_argument("--max-pages", type=int, default=120, help="pages reachable per search")
     parser.add_argument(
-        "--turn-limit", type=int, default=15, help="grid requests a session allows after its first"
+        "--cap-rows", type=int, default=6000, help="rows a search reaches, whatever the page size"
+    )
+    parser.add_argument(
+        "--max-pages", type=int, default=None, help="the older cap spelling: cap-rows = N * 50"
+    )
+    parser.add_argument(
+        "--turn-limit",
+        type=int,
+        default=15,
+        help="grid requests a session allows after its first (0: no limit)",
+    )
+    parser.add_argument(
+        "--pace-limit",
+        type=float,
+        default=0.0,
+        help="hidden requests/s per session and per IP over 2 s before a challenge (0: off)",
+    )
+    parser.add_argument("--pace-block-seconds", type=float, default=30.0)
+    parser.add_argument(
+        "--collect-missing",
+        type=float,
+        default=0.3,
+        help="share of patent rows without a.icon-collect (key in the link instead)",
+    )
+    parser.add_argument(
+        "--rows-without-keys", action="store_true", help="patent rows carry no key at all"
+    )
+    parser.add_argument(
+        "--header-rows",
+        type=float,
+        default=0.0,
+        help="share of list pages whose table starts with a header row in <td> cells",
+    )
+    parser.add_argument(
+        "--break",
+        dest="breaks",
+        action="append",
+        choices=BREAKS,
+        default=[],
+        metavar="NAME",
+        help=f"make one probe assumption false ({', '.join(BREAKS)}); repeatable",
     )
     parser.add_argument(
         "--token-ttl", type=float, default=600.0, help="seconds a detail token lives"
@@ -172,8 +215,15 @@ def main(argv: list[str] | None = None) -> int:
     options = SiteOptions(
         host=args.host,
         port=args.port,
+        cap_rows=args.cap_rows,
         max_pages=args.max_pages,
         turn_limit=args.turn_limit,
+        pace_limit=args.pace_limit,
+        pace_block_seconds=args.pace_block_seconds,
+        collect_missing=args.collect_missing,
+        rows_without_keys=args.rows_without_keys,
+        header_rows=args.header_rows,
+        breaks=list(args.breaks),
         token_ttl=args.token_ttl,
         session_ttl=args.session_ttl,
         latency=args.latency,

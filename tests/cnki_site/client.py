@@ -4,10 +4,12 @@
 :class:`SiteHandle` once the site has printed its base URL (well under a second). Options are the
 command line's, in Python spelling: ``seed=2``, ``max_pages=3``, ``turn_limit=2``,
 ``faults={"captcha": 1.0}``, ``overflow=["patent:2024-01-01:H04:9000"]``, ``latency="0.02-0.08"``,
-``categories_file={"patent": path}``, ``proxies=3, dead_proxies=1``, ...
+``categories_file={"patent": path}``, ``proxies=3, dead_proxies=1``, ``pace_limit=5``,
+``rows_without_keys=True``, ``break_="turn-token"`` or ``break_=["client-id", "date-filter"]``, ...
 
 :class:`CnkiClient` speaks the kns8s protocol the way a browser would (warm-up, cookies, grid
-form, detail link), for tests and the benchmark. It uses ``http.client`` directly, so proxy
+form, detail link), for tests and the benchmark: its defaults are the 2026 contract's correct
+requests (Ecp_ClientId, the resource table, SUFFIX), and each can be made wrong on purpose. It uses ``http.client`` directly, so proxy
 environment variables never reroute it.
 """
 
@@ -24,11 +26,17 @@ from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
 REPO = Path(__file__).resolve().parents[2]
+# doc type -> (Resource, Classid, KuaKuCode, Rlang): the 2026 contract's resource table
 SEARCH_RESOURCES = {
-    "patent": ("PATENT", "VUDIXAIY", "VUDIXAIY", "Both"),
+    "patent": ("PATENT", "VUDIXAIY", "", "Both"),
     "paper": ("CROSSDB", "WD0FTY92", "YSTT4HG0,LSTPFY1C", "CHINESE"),
-    "achievement": ("ACHIEVEMENTS", "BLZOG7CK", "BLZOG7CK", "CHINESE"),
+    "achievement": ("ACHIEVEMENTS", "BLZOG7CK", "", "CHINESE"),
 }
+# the browser's full 总库 list (a crawler sending it gets rows of other databases too)
+FULL_KUAKU = (
+    "YSTT4HG0,LSTPFY1C,JUP3MUPD,MPMFIG1A,EMRPGLPA,WQ0UVIAA,BLZOG7CK,PWFIRAGL,NN3FJMUV,NLBO1Z6R"
+)
+CLIENT_ID_PATH = "/RCDService/api/UtilityOpenApi/GenerateClientID"
 
 
 def site_argv(**options) -> list[str]:
@@ -37,8 +45,12 @@ def site_argv(**options) -> list[str]:
     for key, value in options.items():
         if value is None:
             continue
-        flag = "--" + key.replace("_", "-")
-        if key == "faults":
+        flag = "--" + key.rstrip("_").replace("_", "-")  # break_ -> --break
+        if value is True:
+            argv.append(flag)
+        elif value is False:
+            continue
+        elif key == "faults":
             for name, rate in value.items():
                 argv += ["--fault", f"{name}={rate}"]
         elif key == "categories_file":
@@ -189,24 +201,26 @@ def start_site(cpu: int | None = None, timeout: float = 15.0, **options) -> Site
 
 def query_json(
     doc_type: str,
-    start: str,
+    start: str | None,
     end: str | None = None,
     code: str | None = None,
     title: str | None = None,
     page_turn: bool = False,
+    kuaku: str | None = None,
+    operator: str = "SUFFIX",
+    facet: bool = False,
+    resource: tuple[str, str] | None = None,
 ) -> str:
-    """A QueryJson like the real site's, for one date range and optionally one code and title."""
-    resource, classid, _products, rlang = SEARCH_RESOURCES[doc_type]
+    """A QueryJson like the real site's, for one date range (None: no PT condition) and
+    optionally one code (a Subject CLC item with ``operator``, or with ``facet`` the CCL group)
+    and title. ``kuaku`` and ``resource`` (Resource, Classid) override the contract's values."""
+    res, classid, kuaku_default, rlang = SEARCH_RESOURCES[doc_type]
+    if resource is not None:
+        res, classid = resource
     subject = []
-    if code:
+    if code and not facet:
         subject.append(
-            {
-                "Field": "CLC",
-                "Value": code,
-                "Operator": "TOPRANK",
-                "Logic": 0,
-                "Title": "中图分类号",
-            }
+            {"Field": "CLC", "Value": code, "Operator": operator, "Logic": 0, "Title": "分类号"}
         )
     if title:
         subject.append(
@@ -217,36 +231,53 @@ def query_json(
         groups.append(
             {"Key": "Subject", "Title": "", "Logic": 0, "Items": subject, "ChildItems": []}
         )
-    groups.append(
-        {
-            "Key": "ControlGroup",
-            "Title": "",
-            "Logic": 0,
-            "Items": [
-                {
-                    "Key": "span[value=PT]",
-                    "Title": "发表时间",
-                    "Logic": 0,
-                    "Field": "PT",
-                    "Operator": 7,
-                    "Value": start,
-                    "Value2": end or start,
-                }
-            ],
-            "ChildItems": [],
-        }
-    )
+    if start is not None:
+        groups.append(
+            {
+                "Key": "ControlGroup",
+                "Title": "",
+                "Logic": 0,
+                "Items": [
+                    {
+                        "Key": "span[value=PT]",
+                        "Title": "发表时间",
+                        "Logic": 0,
+                        "Field": "PT",
+                        "Operator": 7,
+                        "Value": start,
+                        "Value2": end or start,
+                    }
+                ],
+                "ChildItems": [],
+            }
+        )
+    if code and facet:
+        ccl = {
+            "Key": code, "Title": "", "Logic": 1, "Field": "CCL", "Operator": "DEFAULT",
+            "Value": code, "Value2": "", "Name": "CCL",
+        }  # fmt: skip
+        groups.append(
+            {
+                "Key": "SCDBGroup" if res == "CROSSDB" else "MutiGroup",
+                "Title": "",
+                "Logic": 0,
+                "Items": [],
+                "ChildItems": [
+                    {"Key": "CCL", "Title": "", "Logic": 0, "Items": [ccl], "ChildItems": []}
+                ],
+            }
+        )
     return json.dumps(
         {
             "Platform": "",
-            "Resource": resource,
+            "Resource": res,
             "Classid": classid,
             "Products": "",
             "QNode": {"QGroup": groups},
             "ExScope": 1,
             "SearchType": 2,
             "Rlang": rlang,
-            "KuaKuCode": "",
+            "KuaKuCode": kuaku_default if kuaku is None else kuaku,
             "Expands": {},
             "SearchFrom": 4 if page_turn else 1,
         },
@@ -257,21 +288,22 @@ def query_json(
 
 def grid_form(
     doc_type: str,
-    start: str,
+    start: str | None,
     end: str | None = None,
     code: str | None = None,
     title: str | None = None,
     page: int = 1,
-    size: int = 50,
+    size: int | str = 50,
     sort_field: str = "",
     sort_type: str = "desc",
     turnpage: str = "",
+    **query,
 ) -> bytes:
-    products = SEARCH_RESOURCES[doc_type][2]
+    """The grid POST body; ``query`` goes to :func:`query_json` (kuaku, operator, facet, resource)."""
     return urlencode(
         {
             "boolSearch": "true" if page == 1 else "false",
-            "QueryJson": query_json(doc_type, start, end, code, title, page_turn=page > 1),
+            "QueryJson": query_json(doc_type, start, end, code, title, page > 1, **query),
             "pageNum": page,
             "pageSize": size,
             "sortField": sort_field,
@@ -279,7 +311,7 @@ def grid_form(
             "dstyle": "listmode",
             "boolSortSearch": "false",
             "sentenceSearch": "false",
-            "productStr": products,
+            "productStr": "",
             "aside": "",
             "searchFrom": "资源范围：总库",
             "CurPage": page,
@@ -349,8 +381,22 @@ class CnkiClient:
             self.close()
         return resp.status, dict(resp.getheaders()), data
 
-    def warmup(self):
-        return self.request("GET", "/kns8s/defaultresult/index")
+    def warmup(self, client_id: bool = True):
+        """The warm-up page (session cookies), then, as the 2026 site wants, an Ecp_ClientId from
+        GenerateClientID; returns the warm-up page's (status, headers, body)."""
+        answer = self.request("GET", "/kns8s/defaultresult/index")
+        if client_id:
+            self.client_id()
+        return answer
+
+    def client_id(self) -> str | None:
+        """Ask GenerateClientID for an id and keep it as the ``Ecp_ClientId`` cookie."""
+        status, _, body = self.request("GET", CLIENT_ID_PATH)
+        if status != 200:
+            return None
+        value = json.loads(body)["Data"]
+        self.cookies["Ecp_ClientId"] = value
+        return value
 
     def grid(self, doc_type: str, start: str, end: str | None = None, **kw):
         body = grid_form(doc_type, start, end, **kw)

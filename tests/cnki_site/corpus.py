@@ -24,9 +24,13 @@ as on CNKI. Extra codes come from leaves under the same top-level class that hav
 their own that day, so an empty leaf stays empty. Titles are a bijection of (leaf, i) into 1,080,000 combinations per (type, day), so
 they are unique within a day and type (for trees of at most 108 leaves).
 
+Papers searched through 总库 with the browser's full KuaKuCode list also meet "foreign" rows of
+other databases (``FOREIGN_DATABASES``): a few per (day, leaf) of papers, paper-like documents
+with negative indices, never in the ground truth. A patent's ``date`` is its 公开日.
+
 Filenames encode (day, leaf index, i): patents ``CN{yyyymmdd}{leaf:03d}{i:04d}{A|B|U}``, papers
 ``{journal or university code}{yyyymmdd}{leaf:03d}{i:04d}``, achievements
-``SNAD{yyyymmdd}{leaf:03d}{i:04d}``. Field values are exactly what a correct parser extracts
+``SNAD{yyyymmdd}{leaf:03d}{i:04d}``, foreign rows ``{db}{yyyymmdd}{leaf:03d}{k:04d}``. Field values are exactly what a correct parser extracts
 (``cnkispider.items.FIELDS``): strings, several values joined by ``;``, ``""`` when absent.
 """
 
@@ -105,6 +109,23 @@ FIELDS = {
         "evaluation",
     ),
 }
+# 总库 (CROSSDB) KuaKuCode class ids. A paper crawl lists journals and theses; the other ids of
+# the browser's full list mix in rows of other databases, named here for illustration, that are
+# not papers of this corpus's ground truth (a crawler must drop them by dbname).
+PAPER_CLASSES = {"YSTT4HG0": ("CJFQ", "CAPJ"), "LSTPFY1C": ("CDFD", "CMFD")}
+FOREIGN_DATABASES = {
+    "JUP3MUPD": ("CPFD", "会议"),
+    "MPMFIG1A": ("CCND", "报纸"),
+    "EMRPGLPA": ("CYFD", "年鉴"),
+    "WQ0UVIAA": ("IPFD", "国际会议"),
+    "BLZOG7CK": ("CSAD", "成果"),
+    "PWFIRAGL": ("CBBD", "图书"),
+    "NN3FJMUV": ("SCSF", "标准"),
+    "NLBO1Z6R": ("CCJD", "辑刊"),
+}
+FOREIGN_INDEX = {db: k for k, (db, _name) in enumerate(FOREIGN_DATABASES.values())}
+PAPER_DBNAMES = ("CJFQ", "CAPJ", "CMFD", "CDFD")
+
 DBNAME_TYPES = {
     "SCPD": "patent",
     "CJFQ": "paper",
@@ -191,10 +212,13 @@ class Search:
     doc_type: str
     start: int
     end: int
-    codes: tuple[str, ...] = ()  # empty: every code
+    codes: tuple[str, ...] = ()  # prefixes (SUFFIX, CCL facet); no codes and no exact: every code
     title: str = ""  # "": no title filter
     sort_field: str = "PT"
     desc: bool = True
+    exact: tuple[str, ...] = ()  # codes a document must carry exactly (CLC with TOPRANK)
+    dbnames: tuple[str, ...] = ()  # papers: the databases kept (empty: all four)
+    foreign: tuple[str, ...] = ()  # 总库 databases outside the corpus whose rows are mixed in
 
 
 @dataclass
@@ -218,7 +242,7 @@ class Document:
         self.fields = fields
         self.codes = codes  # classification codes, main first (what a CLC search matches)
         self.extra = extra
-        self.row_parts = None  # cached by the markup module
+        self.row_parts = None  # variant -> parts, cached by the markup module
         self.detail_html = None
 
     @property
@@ -449,11 +473,88 @@ class Corpus:
             refs.extend((day, li, i) for li, i in sorted(found))
         return refs
 
+    def exact_refs(
+        self, doc_type: str, start: int, end: int, codes: tuple[str, ...]
+    ) -> list[tuple]:
+        """Documents carrying one of ``codes`` exactly (TOPRANK: no child codes)."""
+        tree = self.trees[doc_type]
+        leaves = {
+            li
+            for c in codes
+            for li, leaf in enumerate(tree.leaves)
+            if c.startswith(leaf) or leaf.startswith(c)
+        }
+        refs = []
+        for day in range(start, end + 1):
+            counts = self.counts(doc_type, day)
+            index = self._secondary_index(doc_type, day)
+            found = set()
+            for li in leaves:
+                for ref in [(li, i) for i in range(counts[li])] + index.get(li, []):
+                    if ref not in found and set(self.document(doc_type, day, *ref).codes) & set(
+                        codes
+                    ):
+                        found.add(ref)
+            refs.extend((day, li, i) for li, i in sorted(found))
+        return refs
+
+    def paper_dbname(self, day: int, li: int, i: int) -> str:
+        """A paper's database without generating it (the first draw of ``_paper``)."""
+        u = random.Random(_mix(self.leaf_base("paper", day, li), i, 4)).random()
+        return "CJFQ" if u < 0.55 else "CAPJ" if u < 0.70 else "CMFD" if u < 0.92 else "CDFD"
+
+    def foreign_count(self, day: int, li: int, db: str) -> int:
+        """Rows of the foreign database ``db`` under paper leaf ``li`` that day (a few where the
+        leaf has papers, none where it has none)."""
+        n = self.counts("paper", day)[li]
+        return self.h("foreign", day, li, db) % (2 + n // 8) if n else 0
+
+    @staticmethod
+    def foreign_ref(db: str, k: int) -> int:
+        """The (negative) document index of foreign row ``k`` of ``db``."""
+        return -1 - FOREIGN_INDEX[db] * 10000 - k
+
+    def foreign_refs(self, start: int, end: int, codes, exact, dbs) -> list[tuple]:
+        tree = self.trees["paper"]
+        out = []
+        for day in range(start, end + 1):
+            for li, leaf in enumerate(tree.leaves):
+                if codes or exact:
+                    whole = any(leaf.startswith(c) for c in codes)
+                    maybe = whole or any(
+                        c.startswith(leaf) or leaf.startswith(c) for c in codes + exact
+                    )
+                    if not maybe:
+                        continue
+                else:
+                    whole = True
+                for db in dbs:
+                    for k in range(self.foreign_count(day, li, db)):
+                        ref = (day, li, self.foreign_ref(db, k))
+                        if not whole:
+                            doc_codes = self.document("paper", *ref).codes
+                            if not any(
+                                code.startswith(codes) or code in exact for code in doc_codes
+                            ):
+                                continue
+                        out.append(ref)
+        return out
+
     def _results(self, search: Search) -> tuple[tuple[int, int, int], ...]:
         """The search's documents in the order the list pages show them."""
         start, end = search.start, search.end
-        refs = self.match_refs(search.doc_type, start, end, search.codes)
         t = search.doc_type
+        if search.exact:
+            refs = self.exact_refs(t, start, end, search.exact)
+            if search.codes:
+                refs = sorted(set(refs) | set(self.match_refs(t, start, end, search.codes)))
+        else:
+            refs = self.match_refs(t, start, end, search.codes)
+        if search.dbnames and set(PAPER_DBNAMES) - set(search.dbnames):
+            keep = set(search.dbnames)
+            refs = [r for r in refs if self.paper_dbname(*r) in keep]
+        if search.foreign:
+            refs = refs + self.foreign_refs(start, end, search.codes, search.exact, search.foreign)
         if search.title:
             refs = [r for r in refs if search.title in self.title(t, *r)]
         rank = self.rank
@@ -476,7 +577,7 @@ class Corpus:
         """The document behind a (dbname, filename), or None if this corpus has none."""
         doc_type = DBNAME_TYPES.get(dbname)
         if doc_type is None:
-            return None
+            return self._locate_foreign(dbname, filename)
         core = filename[2:-1] if doc_type == "patent" else filename[4:]
         if len(core) != 15 or not core.isdigit():
             return None
@@ -489,6 +590,20 @@ class Corpus:
         if li >= len(tree.leaves) or i >= self.counts(doc_type, day)[li]:
             return None
         doc = self.document(doc_type, day, li, i)
+        return doc if doc.key == (dbname, filename) else None
+
+    def _locate_foreign(self, dbname: str, filename: str) -> Document | None:
+        core = filename[4:]
+        if dbname not in FOREIGN_INDEX or len(core) != 15 or not core.isdigit():
+            return None
+        try:
+            day = date(int(core[:4]), int(core[4:6]), int(core[6:8])).toordinal()
+        except ValueError:
+            return None
+        li, k = int(core[8:11]), int(core[11:])
+        if li >= len(self.trees["paper"].leaves) or k >= self.foreign_count(day, li, dbname):
+            return None
+        doc = self.document("paper", day, li, self.foreign_ref(dbname, k))
         return doc if doc.key == (dbname, filename) else None
 
     def doc_type_of(self, dbname: str) -> str | None:
@@ -555,6 +670,16 @@ class Corpus:
             doc_type
         ]
         fields, codes, extra = make(rnd, day, li, i, leaf, title, words)
+        if i < 0:  # a foreign 总库 row: a paper-like document of another database
+            db_index, k = divmod(-1 - i, 10000)
+            db, name = list(FOREIGN_DATABASES.values())[db_index]
+            fields.update(
+                dbname=db,
+                filename=f"{db}{_day_digits(day)}{li:03d}{k:04d}",
+                database=name,
+                date=_iso(day),
+            )
+            extra["first_online"] = False
         extra["cites"] = cites
         extra["downloads"] = downloads
         base = self.leaf_base(doc_type, day, li)
@@ -694,7 +819,7 @@ class Corpus:
             "title": title,
             "source": applicant,
             "date": _iso(day),
-            "database": "专利",
+            "database": "中国专利",
             "patent_type": patent_type,
             "application_no": application_no,
             "application_date": _iso(app_day),
@@ -721,6 +846,8 @@ class Corpus:
             "space_date": rnd.random() < 0.15,
             "space_address": rnd.random() < 0.15,
             "fullwidth_no": rnd.random() < 0.3,
+            "old_claim": rnd.random() < 0.2,  # the claim as an older page's div.claim-text
+            "keyless": rnd.random(),  # under the collect_missing share: no a.icon-collect
         }
         return fields, codes, extra
 

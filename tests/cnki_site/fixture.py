@@ -5,7 +5,8 @@
 ``.base_url``, ``.proxy_urls``, ``.provider_url``, ``.control(**kw)``, ``.stats()``,
 ``.truth(doc_type, start, end, categories)``, ``.rounds(...)``, ``.doomed(...)``, ``.client()``
 and ``.stop()``. Options are the command line's in Python spelling (see
-:func:`tests.cnki_site.client.site_argv`). Every site a test started is stopped at teardown.
+:func:`tests.cnki_site.client.site_argv`): ``pace_limit=5``, ``rows_without_keys=True``,
+``break_="turn-token"`` (or a list), ``cap_rows=6000``, ... Every site a test started is stopped at teardown.
 """
 
 from __future__ import annotations

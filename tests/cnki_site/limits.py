@@ -1,11 +1,19 @@
 """CNKI's limits and the stand-in's faults as plain state classes (time is passed in).
 
-- ``SessionTable``: warm-up sessions. A session allows ``1 + turn_limit`` grid requests and
-  expires after ``ttl`` idle seconds.
+- ``SessionTable``: warm-up sessions. A session allows ``1 + turn_limit`` grid requests (0: no
+  limit) and expires after ``ttl`` idle seconds.
   Invariant: a session id is in the table iff it was issued and has not been idle longer
   than ``ttl`` (expired ones are dropped when met, and swept now and then).
 - ``TokenSigner``: detail ``v=`` tokens, a keyed-BLAKE2 MAC over (session id, dbname, filename,
   issue time) in base64url. Opaque to the crawler, unforgeable, and tied to its session.
+- ``ClientIds``: the ``Ecp_ClientId`` values GenerateClientID hands out, keyed-BLAKE2 MACed, so
+  "was it issued here" needs no table (a forged or foreign id fails the MAC).
+- ``PaceGuard``: CNKI's 2026 challenge trigger. Requests per key (a session or an IP) over a
+  sliding window; a key whose count in the window passes ``limit * window`` is blocked. A blocked
+  session stays blocked ``block_seconds`` from the moment it went over; a blocked IP stays blocked
+  until it has been quiet for ``block_seconds`` (every request while blocked restarts the quiet).
+  Invariant: a key is in ``_blocked`` iff it went over and its block has not been seen to end;
+  its window is emptied when it is blocked, so it starts afresh after recovery.
 - ``RateLimiter``: a token bucket per client address (``rate``/s, ``burst``); an address that
   empties its bucket is banned for ``ban_seconds`` and starts with a full bucket afterwards.
 - ``FaultPlan``: which fault (if any) a request gets. The draw is hash(seed, fault, request
@@ -20,6 +28,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+from collections import deque
 from dataclasses import dataclass, field
 
 # Order of precedence when several faults are drawn for one request.
@@ -28,10 +37,10 @@ ALL_FAULTS = FAULTS + ("slow",)
 
 
 class Session:
-    __slots__ = ("sid", "client_id", "last_used", "grid_requests")
+    __slots__ = ("sid", "kns2", "last_used", "grid_requests")
 
-    def __init__(self, sid: str, client_id: str, now: float):
-        self.sid, self.client_id, self.last_used, self.grid_requests = sid, client_id, now, 0
+    def __init__(self, sid: str, kns2: str, now: float):
+        self.sid, self.kns2, self.last_used, self.grid_requests = sid, kns2, now, 0
 
 
 class SessionTable:
@@ -46,7 +55,7 @@ class SessionTable:
         digest = hashlib.blake2b(
             str(self.created).encode(), key=self._key, digest_size=16
         ).hexdigest()
-        session = Session(digest[:24], f"v{digest[24:32]}{self.created:08d}", now)
+        session = Session(digest[:24], f"{digest[24:32]}{self.created:08d}", now)
         self._sessions[session.sid] = session
         if self.created % 1024 == 0:
             self.sweep(now)
@@ -67,7 +76,9 @@ class SessionTable:
             return "unknown"
         session.last_used = now
         session.grid_requests += 1
-        return "ok" if session.grid_requests <= 1 + self.turn_limit else "turn-limit"
+        if self.turn_limit <= 0 or session.grid_requests <= 1 + self.turn_limit:
+            return "ok"
+        return "turn-limit"
 
     def touch(self, sid: str, now: float) -> bool:
         session = self.get(sid, now)
@@ -115,6 +126,81 @@ class TokenSigner:
             return sid, int(issued), dbname, filename
         except ValueError:
             return None
+
+
+class ClientIds:
+    """Issue and check ``Ecp_ClientId`` values (``o`` + 12 digits + 8 hex of MAC)."""
+
+    def __init__(self, seed: int):
+        self._key = hashlib.blake2b(f"client-ids|{seed}".encode(), digest_size=32).digest()
+        self.issued = 0
+
+    def _mac(self, serial: str) -> str:
+        return hashlib.blake2b(serial.encode(), key=self._key, digest_size=4).hexdigest()
+
+    def issue(self) -> str:
+        self.issued += 1
+        serial = f"{self.issued:012d}"
+        return f"o{serial}{self._mac(serial)}"
+
+    def valid(self, value: str | None) -> bool:
+        if not value or len(value) != 21 or value[0] != "o":
+            return False
+        return self._mac(value[1:13]) == value[13:]
+
+
+class PaceGuard:
+    """Requests per key over a sliding window; going over blocks the key (see the module doc)."""
+
+    def __init__(self, limit: float, block_seconds: float, window: float = 2.0, quiet=False):
+        self.limit, self.block_seconds, self.window, self.quiet = (
+            limit,
+            block_seconds,
+            window,
+            quiet,
+        )
+        self._hits: dict[str, deque] = {}
+        self._blocked: dict[str, float] = {}
+        self.blocks = 0
+        self._calls = 0
+
+    @property
+    def active(self) -> bool:
+        return self.limit > 0
+
+    def hit(self, key: str, now: float) -> bool:
+        """Count one request of ``key`` at ``now``; True if the key is (now) blocked."""
+        until = self._blocked.get(key)
+        if until is not None:
+            if now < until:
+                if self.quiet:  # an IP must be quiet for block_seconds to recover
+                    self._blocked[key] = now + self.block_seconds
+                return True
+            del self._blocked[key]
+        hits = self._hits.get(key)
+        if hits is None:
+            hits = self._hits[key] = deque()
+        horizon = now - self.window
+        while hits and hits[0] <= horizon:
+            hits.popleft()
+        hits.append(now)
+        if len(hits) > self.limit * self.window:
+            del self._hits[key]
+            self._blocked[key] = now + self.block_seconds
+            self.blocks += 1
+            return True
+        self._calls += 1
+        if self._calls % 4096 == 0:  # forget keys that have been idle a whole window
+            for k in [k for k, h in self._hits.items() if not h or h[-1] <= horizon]:
+                del self._hits[k]
+        return False
+
+    def blocked(self, now: float) -> list[str]:
+        return sorted(k for k, until in self._blocked.items() if until > now)
+
+    def clear(self) -> None:
+        self._hits.clear()
+        self._blocked.clear()
 
 
 class RateLimiter:

@@ -4,8 +4,14 @@ The list fragment follows ``shared/cnki/pages/kns8s_list_crossdb_p1.html`` (the 
 part a ``POST /kns8s/brief/grid`` returns): ``span.pagerTitleCell em``, ``span.countPageMark``
 with ``data-pagenum``, ``a#PageNext[data-curpage]``, the hidden ``#curPageHid``, ``#totalCnt`` and
 ``#hidTurnPage``, and ``table.result-table-list`` rows with the real td classes and ``td.operat
-a.icon-collect[data-dbname][data-filename]``. Detail pages are hand-made (no real kcms2 page
-could be found) with the classes and the irregularities CONTRACTS.md lists.
+a.icon-collect[data-dbname][data-filename]``. Patent rows are patent markup (``td.inventor``,
+``td.applicant``, two ``td.date``: 申请日 then 公开日), some without ``icon-collect`` (the key then
+in the link's query). Detail pages are hand-made (no real kcms2 page could be found) with the
+classes of the 2026 Zotero translator and the irregularities CONTRACTS.md lists; the full
+abstract is ``input#abstract_text``, the visible one cut at 100 characters.
+
+The refusals are CNKI's own bytes: ``SOFT_BLOCK`` (105 bytes), the rejections with their reason
+in ``no-content@value``, the -403 JSON, the ``vericodeForm`` page.
 
 Speed matters (the site must serve 800 pages a second on one core), so a document's row is
 rendered once into three byte strings around the parts that change per response (page number,
@@ -17,7 +23,7 @@ from __future__ import annotations
 
 from html import escape
 
-from tests.cnki_site.corpus import Document
+from tests.cnki_site.corpus import FOREIGN_DATABASES, Document
 
 RESOURCES = {"patent": "PATENT", "paper": "JOURNAL", "achievement": "ACHIEVEMENTS"}
 DBCODES = {
@@ -27,13 +33,15 @@ DBCODES = {
     "CMFD": "CDMD",
     "CDFD": "CDMD",
     "SNAD": "SNAD",
+    **{db: db for db, _name in FOREIGN_DATABASES.values()},
 }
 HEADERS = {
-    "patent": ("题名", "发明人", "申请人", "公开日", "数据库", "被引", "下载", "操作"),
+    "patent": ("题名", "发明人", "申请人", "申请日", "公开日", "数据库", "操作"),
     "paper": ("题名", "作者", "来源", "发表时间", "数据库", "被引", "下载", "操作"),
     "achievement": ("题名", "完成人", "完成单位", "入库时间", "数据库", "被引", "下载", "操作"),
 }
 TURN_TITLE = "键盘的“← →”可以实现快速翻页"
+ABSTRACT_SHOWN = 100  # characters of the abstract a detail page shows before "…"
 
 
 def _e(text: str) -> str:
@@ -45,45 +53,88 @@ def _e(text: str) -> str:
 ROW_HEAD = b'<tr><td class="seq"><input class="cbItem" type="checkbox" data-cur="'
 
 
-def row_parts(doc: Document, base: str) -> tuple[bytes, bytes, bytes]:
-    """A row as (after page number, after sequence number, after token): see ``list_fragment``."""
-    if doc.row_parts is not None:
-        return doc.row_parts
-    f, x = doc.fields, doc.extra
-    people = {"patent": "inventors", "paper": "authors", "achievement": "completers"}[doc.doc_type]
-    authors = "".join(
+def _people_links(doc: Document, names: str, base: str) -> str:
+    x = doc.extra
+    return "".join(
         f'<a class="KnowledgeNetLink" target="knet" href="{base}/kcms2/author/detail?v={x["cookie"][:24]}{k:02d}'
         f'&amp;uniplatform=NZKPT&amp;language=CHS">{_e(name)}</a>'
-        for k, name in enumerate(f[people].split(";"))
+        for k, name in enumerate(names.split(";"))
     )
-    if doc.doc_type == "paper":
-        source = (
-            f'<p><a target="_blank" href="{base}/knavi/detail?p={x["cookie"][24:48]}'
-            f'&amp;uniplatform=NZKPT&amp;language=CHS">{_e(f["source"])}</a></p>'
-        )
-    else:
-        source = f"<p>{_e(f['source'])}</p>"
-    marktip = '<b class="marktip">网络首发</b>' if x.get("first_online") else ""
-    quote = str(x["cites"]) if x["cites"] else ""
-    resource = RESOURCES[doc.doc_type]
-    a = f'" name="CookieName" value="{x["cookie"]}" onclick="$(this).filenameClick()">'
-    b = f'</td><td class="name"><a class="fz14" target="_blank" href="{base}/kcms2/article/abstract?v='
-    c = (
-        f'&amp;uniplatform=NZKPT&amp;language=CHS">{_e(f["title"])}</a>{marktip}'
-        '<i class="freeIdent is-hide" title="Free" style="display: none;">免费</i></td>'
-        f'<td class="author">{authors}</td>'
-        f'<td class="source"><!-- 会议 表名是 IPFDTEMP 或者 IPFDPREP 的跳转knavi不加链接 -->{source}</td>'
-        f'<td class="date">{_e(f["date"])}</td><td class="data"><span>{f["database"]}</span></td>'
-        f'<td class="quote">{quote}</td>'
-        f'<td class="download"><div><a class="downloadCnt" href="javascript:void(0);">{x["downloads"]}</a></div></td>'
+
+
+def _operat(doc: Document, collect: bool, base: str) -> str:
+    f, x = doc.fields, doc.extra
+    icon = (
+        f'<a class="icon-collect" title="收藏" data-dbname="{f["dbname"]}" '
+        f'data-resource="{RESOURCES[doc.doc_type]}" data-filename="{f["filename"]}"><i></i></a>'
+        if collect
+        else ""
+    )
+    return (
         f'<td class="operat"><a href="{base}/bar/download/order?id={x["cookie"]}&amp;language=CHS" target="_blank" '
         'class="downloadlink icon-download" title="下载"><i></i><b>下载</b></a>'
-        f'<a class="icon-collect" title="收藏" data-dbname="{f["dbname"]}" data-resource="{resource}" '
-        f'data-filename="{f["filename"]}"><i></i></a>'
-        '<a class="icon-quote" title="引用" href="javascript:void(0)"><i></i></a></td></tr>'
+        f'{icon}<a class="icon-quote" title="引用" href="javascript:void(0)"><i></i></a></td></tr>'
     )
-    doc.row_parts = (a.encode(), b.encode(), c.encode())
-    return doc.row_parts
+
+
+def row_parts(doc: Document, base: str, variant: str = "collect") -> tuple[bytes, bytes, bytes]:
+    """A row as (after page number, after sequence number, after token): see ``list_fragment``.
+
+    ``variant`` (patents only): ``collect`` (the key in ``a.icon-collect``), ``link`` (no
+    icon-collect; the key in the detail link's own query) or ``bare`` (the key nowhere)."""
+    cache = doc.row_parts
+    if cache is None:
+        cache = doc.row_parts = {}
+    parts = cache.get(variant)
+    if parts is not None:
+        return parts
+    f, x = doc.fields, doc.extra
+    a = f'" name="CookieName" value="{x["cookie"]}" onclick="$(this).filenameClick()">'
+    b = f'</td><td class="name"><a class="fz14" target="_blank" href="{base}/kcms2/article/abstract?v='
+    marktip = '<b class="marktip">网络首发</b>' if x.get("first_online") else ""
+    link_key = (
+        f"&amp;dbcode={DBCODES[f['dbname']]}&amp;dbname={f['dbname']}&amp;filename={f['filename']}"
+        if variant == "link"
+        else ""
+    )
+    head = (
+        f'&amp;uniplatform=NZKPT&amp;language=CHS{link_key}">{_e(f["title"])}</a>{marktip}'
+        '<i class="freeIdent is-hide" title="Free" style="display: none;">免费</i></td>'
+    )
+    if doc.doc_type == "patent":
+        # CNKI's patent list: inventors, applicant, then two dates (申请日, then 公开日)
+        c = (
+            head + f'<td class="inventor">{_people_links(doc, f["inventors"], base)}</td>'
+            f'<td class="applicant">{_e(f["applicant"])}</td>'
+            f'<td class="date">{_e(f["application_date"])}</td><td class="date">{_e(f["date"])}</td>'
+            f'<td class="data">{f["database"]}</td>' + _operat(doc, variant == "collect", base)
+        )
+    else:
+        people = "authors" if doc.doc_type == "paper" else "completers"
+        if doc.doc_type == "paper":
+            source = (
+                f'<p><a target="_blank" href="{base}/knavi/detail?p={x["cookie"][24:48]}'
+                f'&amp;uniplatform=NZKPT&amp;language=CHS">{_e(f["source"])}</a></p>'
+            )
+        else:
+            source = f"<p>{_e(f['source'])}</p>"
+        quote = str(x["cites"]) if x["cites"] else ""
+        c = (
+            head + f'<td class="author">{_people_links(doc, f[people], base)}</td>'
+            f'<td class="source"><!-- 会议 表名是 IPFDTEMP 或者 IPFDPREP 的跳转knavi不加链接 -->{source}</td>'
+            f'<td class="date">{_e(f["date"])}</td><td class="data"><span>{f["database"]}</span></td>'
+            f'<td class="quote">{quote}</td>'
+            f'<td class="download"><div><a class="downloadCnt" href="javascript:void(0);">{x["downloads"]}</a></div></td>'
+            + _operat(doc, True, base)
+        )
+    parts = cache[variant] = (a.encode(), b.encode(), c.encode())
+    return parts
+
+
+def td_header(doc_type: str) -> bytes:
+    """A header row written in ``<td>`` cells inside ``tbody``, as some CNKI list pages have."""
+    cells = "".join(f"<td>{h}</td>" for h in ("序号",) + HEADERS[doc_type])
+    return f'<tr class="header">{cells}</tr>'.encode()
 
 
 def list_fragment(
@@ -144,6 +195,23 @@ NO_CONTENT = (
 NO_DATA_RETRY = (
     '<div id="briefBox"><p class="no-content">抱歉，暂无数据，请稍后重试。</p></div>'.encode()
 )
+# The soft block, byte for byte as CNKI serves it (105 bytes: the fragment and three spaces).
+SOFT_BLOCK = (
+    '<div id="briefBox"><p class="no-content" value="">抱歉，暂无数据，请稍后重试。</p></div>'.encode()
+).ljust(105, b" ")
+
+
+def rejection(value: str) -> bytes:
+    """CNKI's answer to a query it rejects: the reason in ``no-content@value``."""
+    return (
+        f'<div id="briefBox"><p class="no-content" value="{_e(value)}">'
+        "抱歉，暂无数据，请稍后重试。</p></div>"
+    ).encode()
+
+
+NO_CATEGORY = rejection("查询对象结构错误, 没有指定检索分类！")
+BAD_PAGE_SIZE = rejection("参数校验;字段【pageSize】校验失败")
+CURSOR_PAST_CAP = rejection("起始游标越界")
 
 
 # -- detail pages -----------------------------------------------------------------------------
@@ -165,7 +233,13 @@ def _pair(label1: str, value1: str, label2: str, value2: str) -> str:
     )
 
 
-def _page(doc: Document, top: str, body: str) -> bytes:
+def visible(text: str) -> str:
+    """The abstract as the page shows it: cut at 100 characters (the full text is in
+    ``input#abstract_text``)."""
+    return text if len(text) <= ABSTRACT_SHOWN else text[:ABSTRACT_SHOWN] + "…"
+
+
+def _page(doc: Document, top: str, body: str, abstract: str) -> bytes:
     f = doc.fields
     return (
         '<!DOCTYPE html>\n<html lang="zh-CN">\n<head>\n<meta charset="utf-8">\n'
@@ -173,19 +247,23 @@ def _page(doc: Document, top: str, body: str) -> bytes:
         f'<input id="paramdbcode" type="hidden" value="{DBCODES[f["dbname"]]}">\n'
         f'<input id="paramdbname" type="hidden" value="{f["dbname"]}">\n'
         f'<input id="paramfilename" type="hidden" value="{f["filename"]}">\n'
+        f'<input type="hidden" id="abstract_text" value="{_e(abstract)}">\n'
         '<div class="container"><div class="doc"><div class="doc-top">\n'
         f'{top}<div class="wx-tit"><h1>{_e(f["title"])}<span style="display:none">{f["filename"]}</span></h1>\n'
         f"{body}\n</div></div></div></div>\n</body>\n</html>\n"
     ).encode()
 
 
-def _patent_body(doc: Document) -> str:
+def _patent_body(doc: Document, broken: bool) -> str:
     f, x = doc.fields, doc.extra
     no_label = "申请（专利）号" if x["fullwidth_no"] else "申请(专利)号"
     date_label = " 申请日" if x["space_date"] else "申请日"
     address_label = " 地址" if x["space_address"] else "地址"
     rows = ["</div>", _row("专利类型", _e(f["patent_type"]))]
-    rows.append(_pair(no_label, _e(f["application_no"]), date_label, _e(f["application_date"])))
+    if broken:  # break_ detail-fields: the page lost 申请日 and 申请人
+        rows.append(_row(no_label, _e(f["application_no"])))
+    else:
+        rows.append(_pair(no_label, _e(f["application_no"]), date_label, _e(f["application_date"])))
     if f["publication_no"]:
         rows.append(
             _pair("申请公布号", _e(f["publication_no"]), "公开公告日", _e(f["publication_date"]))
@@ -194,7 +272,8 @@ def _patent_body(doc: Document) -> str:
         rows.append(_row("公开公告日", _e(f["publication_date"])))
     if f["grant_no"]:
         rows.append(_pair("授权公布号", _e(f["grant_no"]), "授权公告日", _e(f["grant_date"])))
-    rows.append(_row("申请人", _links(f["applicant"])))
+    if not broken:
+        rows.append(_row("申请人", _links(f["applicant"])))
     rows.append(_row(address_label, _e(f["address"])))
     if f["co_applicants"]:
         rows.append(_row("共同申请人", _links(f["co_applicants"])))
@@ -209,11 +288,14 @@ def _patent_body(doc: Document) -> str:
     else:
         rows.append(_row("国省代码", _e(f["province_code"])))
     rows.append(
-        f'<div class="row"><span class="rowtit">摘要：</span><div class="abstract-text">{_e(f["abstract"])}</div></div>'
+        f'<div class="row"><span class="rowtit">摘要：</span><div class="abstract-text">{_e(visible(f["abstract"]))}</div></div>'
     )
-    rows.append(
-        f'<div class="row"><span class="rowtit">主权项：</span><div class="claim-text">{_e(f["claim"])}</div></div>'
-    )
+    if x.get("old_claim"):  # older pages: the claim as a labelled row
+        rows.append(
+            f'<div class="row"><span class="rowtit">主权项：</span><div class="claim-text">{_e(f["claim"])}</div></div>'
+        )
+    else:
+        rows.append(f'<div class="claim"><h5>主权项：</h5><div>{_e(f["claim"])}</div></div>')
     return "\n".join(rows)
 
 
@@ -226,7 +308,7 @@ def _paper_top(doc: Document) -> str:
     )
 
 
-def _paper_body(doc: Document) -> str:
+def _paper_body(doc: Document, broken: bool) -> str:
     f, x = doc.fields, doc.extra
     institutions = f["institutions"].split(";")
     numbered = len(institutions) > 1  # CNKI numbers affiliations only when there are several
@@ -234,6 +316,8 @@ def _paper_body(doc: Document) -> str:
         f"<span><a>{_e(name)}{'<sup>' + ','.join(map(str, aff)) + '</sup>' if numbered else ''}</a></span>"
         for name, aff in zip(f["authors"].split(";"), x["affiliations"], strict=True)
     )
+    if broken:  # break_ detail-fields: the page lost its authors
+        authors = ""
     insts = "".join(
         f"<span><a>{f'{k}. ' if numbered else ''}{_e(inst)}</a></span>"
         for k, inst in enumerate(institutions, 1)
@@ -243,7 +327,7 @@ def _paper_body(doc: Document) -> str:
         f'<h3 class="author">{insts}</h3>',
         "</div>",
         '<div class="row"><span class="rowtit">摘要：</span>'
-        f'<span class="abstract-text" id="ChDivSummary" name="ChDivSummary">{_e(f["abstract"])}</span></div>',
+        f'<span class="abstract-text" id="ChDivSummary" name="ChDivSummary">{_e(visible(f["abstract"]))}</span></div>',
         '<div class="row"><span class="rowtit">关键词：</span><p class="keywords">'
         + "".join(f"<a>{_e(k)};</a>" for k in f["keywords"].split(";"))
         + "</p></div>",
@@ -272,15 +356,17 @@ def _paper_body(doc: Document) -> str:
     return "\n".join(parts)
 
 
-def _achievement_body(doc: Document) -> str:
+def _achievement_body(doc: Document, broken: bool) -> str:
     f = doc.fields
-    rows = [
-        "</div>",
-        _row("成果完成人", _links(f["completers"])),
+    rows = ["</div>"]
+    if not broken:  # break_ detail-fields: the page lost 成果完成人
+        rows.append(_row("成果完成人", _links(f["completers"])))
+    rows += [
         _row("第一完成单位", _e(f["first_unit"])),
         _row("关键词", _links(f["keywords"])),
         _pair("中图分类号", _e(f["clc"]), "学科分类号", _e(f["subject_code"])),
-        _row("成果简介", _e(f["summary"])),
+        '<div class="row"><span class="rowtit">成果简介：</span>'
+        f'<div class="abstract-text">{_e(visible(f["summary"]))}</div></div>',
     ]
     rows.append(_pair("成果类别", _e(f["achievement_type"]), "成果入库时间", _e(f["entry_date"])))
     if f["level"]:
@@ -292,15 +378,19 @@ def _achievement_body(doc: Document) -> str:
     return "\n".join(rows)
 
 
-def detail_page(doc: Document) -> bytes:
-    if doc.detail_html is None:
-        if doc.doc_type == "patent":
-            doc.detail_html = _page(doc, "", _patent_body(doc))
-        elif doc.doc_type == "paper":
-            doc.detail_html = _page(doc, _paper_top(doc), _paper_body(doc))
-        else:
-            doc.detail_html = _page(doc, "", _achievement_body(doc))
-    return doc.detail_html
+def detail_page(doc: Document, broken: bool = False) -> bytes:
+    """The kcms2 page of a document; ``broken``: without its main labelled fields."""
+    if doc.detail_html is not None and not broken:
+        return doc.detail_html
+    if doc.doc_type == "patent":
+        html = _page(doc, "", _patent_body(doc, broken), doc.fields["abstract"])
+    elif doc.doc_type == "paper":
+        html = _page(doc, _paper_top(doc), _paper_body(doc, broken), doc.fields["abstract"])
+    else:
+        html = _page(doc, "", _achievement_body(doc, broken), doc.fields["summary"])
+    if not broken:
+        doc.detail_html = html
+    return html
 
 
 # -- the other pages --------------------------------------------------------------------------
@@ -350,6 +440,20 @@ CAPTCHA_PAGE = """<!DOCTYPE html>
 <body><div class="verify-wrap"><p>请拖动下方滑块完成拼图验证</p>
 <div id="TencentCaptcha" data-appid="2039519451" data-cbfn="callback"></div></div></body></html>
 """.encode()
+
+
+VERICODE_PAGE = """<!DOCTYPE html>
+<html lang="zh-CN"><head><meta charset="utf-8"><title>验证码</title></head>
+<body><div class="verify-wrap"><p>请输入验证码</p>
+<form id="vericodeForm" action="/kns8s/brief/checkcode" method="post">
+<img id="vericodeImg" src="/kns8s/brief/checkcode?t=1"><input id="vericode" name="vericode" type="text">
+<input type="submit" value="提交"></form></div></body></html>
+""".encode()
+
+
+def json_403(message: str) -> bytes:
+    """The 2026 grid challenge: ``{"code":-403,"message":"<verify URL>"}``."""
+    return ('{"code":-403,"message":"' + message + '"}').encode()
 
 
 def javascript_page(ident: str) -> bytes:

@@ -4,10 +4,12 @@
 latency and slow faults, which the HTTP layer honours without blocking other connections).
 
 Routes:
-  GET  /kns8s/defaultresult/index   warm-up: new session, cookies SID_kns8s and Ecp_ClientId
-  POST /kns8s/brief/grid            list fragment (QueryJson search, cap, turn limit)
+  GET  /kns8s/defaultresult/index   warm-up: new session, cookies KNS2COOKIE, SID_kns_new, dblang
+  GET  /RCDService/api/UtilityOpenApi/GenerateClientID   {"Success":true,"Data":"<Ecp_ClientId>"}
+  POST /kns8s/brief/grid            list fragment (client id, session, QueryJson rules, cap, pace)
   GET  /kcms2/article/abstract?v=   detail page (token checked: signature, age, session)
-  GET  /verify/home                 where refusals redirect to
+  GET  /verify/home                 where challenges redirect to
+  POST /kns8s/brief/checkcode       where the vericodeForm posts (always "wrong code")
   GET  /                            a home page (some clients visit www first)
   GET|POST /_control                state; POST JSON changes it (faults, latency, limits, ...)
   GET  /_stats                      counters (requests by path and status, faults, bans, ...)
@@ -16,8 +18,9 @@ Routes:
   GET  /_doomed?type=&start=&end=&categories=      filenames whose detail always fails
   GET  /proxy-api?num=5&format=text|json           the proxy provider
 
-Faults, the rate limit and latency apply to grid and detail requests only. A request comes from
-IP ``127.0.0.1`` when direct and ``10.0.0.{i+1}`` through proxy port ``i``.
+Faults, the rate limit and latency apply to grid and detail requests only; the pace guard to the
+warm-up, grid and detail requests (the client-id endpoint is another CNKI host). A request comes
+from IP ``127.0.0.1`` when direct and ``10.0.0.{i+1}`` through proxy port ``i``.
 """
 
 from __future__ import annotations
@@ -32,37 +35,61 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qs, quote
 
 from tests.cnki_site import markup
-from tests.cnki_site.corpus import DOC_TYPES, Corpus, CorpusOptions, Search, parse_day
+from tests.cnki_site.corpus import (
+    DOC_TYPES,
+    FOREIGN_DATABASES,
+    PAPER_CLASSES,
+    Corpus,
+    CorpusOptions,
+    Search,
+    parse_day,
+)
 from tests.cnki_site.limits import (
     ALL_FAULTS,
+    ClientIds,
     FaultPlan,
+    PaceGuard,
     ProxyProvider,
     RateLimiter,
     SessionTable,
     TokenSigner,
 )
 
-CLASS_TYPES = {
-    "VUDIXAIY": "patent",
-    "OORPU5FE": "patent",
-    "BLZOG7CK": "achievement",
-    "WD0FTY92": "paper",
-    "YSTT4HG0": "paper",
-    "LSTPFY1C": "paper",
-    "RMJLXHZ3": "paper",
-    "JQIRZIYA": "paper",
+CROSSDB_CLASS = "WD0FTY92"
+# single-database resources (Resource, or Classid when Resource is absent): type and databases
+SINGLE_RESOURCES = {
+    "PATENT": ("patent", ()),
+    "ACHIEVEMENTS": ("achievement", ()),
+    "JOURNAL": ("paper", PAPER_CLASSES["YSTT4HG0"]),
+    "DISSERTATION": ("paper", PAPER_CLASSES["LSTPFY1C"]),
 }
-RESOURCE_TYPES = {
-    "PATENT": "patent",
-    "ACHIEVEMENTS": "achievement",
-    "CROSSDB": "paper",
-    "JOURNAL": "paper",
-    "DISSERTATION": "paper",
+SINGLE_CLASSES = {
+    "VUDIXAIY": "PATENT",
+    "BLZOG7CK": "ACHIEVEMENTS",
+    "YSTT4HG0": "JOURNAL",
+    "LSTPFY1C": "DISSERTATION",
 }
+PAGE_SIZES = ("10", "20", "50")
+CLIENT_ID_PATH = "/RCDService/api/UtilityOpenApi/GenerateClientID"
+# what each break_ mode makes false (see the package docstring)
+BREAKS = (
+    "client-id",
+    "date-filter",
+    "category-filter",
+    "turn-token",
+    "detail-fields",
+    "patent-keys",
+)
+# an IP over the pace: the share of its grid challenges sent as 200 (not 403), and of its page
+# GETs answered with the vericodeForm page (the rest 302 to /verify/home)
+JSON_200_SHARE = 0.25
+VERICODE_SHARE = 0.3
+BROKEN_DATE_DAYS = 7  # date-filter: every search covers the span's first week, whatever its PT
 REASONS = {
     200: "OK",
     302: "Found",
     400: "Bad Request",
+    403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
     407: "Proxy Authentication Required",
@@ -79,8 +106,9 @@ MAX_RANGE_DAYS = 3660
 class SiteOptions:
     host: str = "127.0.0.1"
     port: int = 0
-    max_pages: int = 120
-    turn_limit: int = 15
+    cap_rows: int = 6000  # rows a search reaches, whatever the page size
+    max_pages: int | None = None  # the older spelling: cap_rows = max_pages * 50
+    turn_limit: int = 15  # grid requests a session allows after its first (0: no limit)
     token_ttl: float = 600.0
     session_ttl: float = 1200.0
     latency: tuple[float, float] = (0.0, 0.0)
@@ -94,7 +122,20 @@ class SiteOptions:
     ban_seconds: float = 60.0
     faults: dict[str, float] = field(default_factory=dict)
     slow_seconds: float = 3.0
+    pace_limit: float = 0.0  # hidden requests/s per session and per IP over 2 s; 0 = off
+    pace_block_seconds: float = 30.0
+    collect_missing: float = 0.3  # share of patent rows without a.icon-collect
+    rows_without_keys: bool = False  # patent rows carry their key nowhere
+    header_rows: float = 0.0  # share of list pages whose tbody starts with a <td> header row
+    breaks: list[str] = field(default_factory=list)  # break_ modes (BREAKS)
     corpus: CorpusOptions = field(default_factory=CorpusOptions)
+
+    def __post_init__(self):
+        if self.max_pages is not None:
+            self.cap_rows = int(self.max_pages) * 50
+        unknown = set(self.breaks) - set(BREAKS)
+        if unknown:
+            raise ValueError(f"unknown break {sorted(unknown)[0]!r} (known: {', '.join(BREAKS)})")
 
 
 class Request:
@@ -141,6 +182,16 @@ def _items(group: dict) -> list[dict]:
     return out
 
 
+CHALLENGE_FORMS = ("soft_block", "verify_redirect", "json_403", "json_200", "vericode_form")
+REJECTIONS = ("no_category", "page_size", "cursor")
+REJECTION_BODIES = {
+    markup.NO_CATEGORY: "no_category",
+    markup.BAD_PAGE_SIZE: "page_size",
+    markup.CURSOR_PAST_CAP: "cursor",
+}
+CONTROL_PATHS = ("/_control", "/_stats", "/_truth", "/_rounds", "/_doomed", "/proxy-api")
+
+
 class BadQuery(ValueError):
     """A QueryJson the stand-in cannot read (CNKI answers 抱歉，暂无数据，请稍后重试。)."""
 
@@ -152,9 +203,13 @@ class Site:
         self.corpus = Corpus(o.corpus)
         self.sessions = SessionTable(o.corpus.seed, o.session_ttl, o.turn_limit)
         self.tokens = TokenSigner(o.corpus.seed)
+        self.client_ids = ClientIds(o.corpus.seed)
         self.faults = FaultPlan(o.corpus.seed, o.faults)
         self.limiter = RateLimiter(o.rate_limit, o.burst, o.ban_seconds)
+        self.session_pace = PaceGuard(o.pace_limit, o.pace_block_seconds)
+        self.ip_pace = PaceGuard(o.pace_limit, o.pace_block_seconds, quiet=True)
         self.latency = parse_latency(o.latency)
+        self.breaks = set(o.breaks)
         self._random = random.Random(o.corpus.seed)
         self.doomed_extra: set[str] = set()
         self.base = f"http://{o.host}:{o.port}"
@@ -190,13 +245,19 @@ class Site:
 
     def reset_stats(self) -> None:
         self.stats = {
-            "requests": {},
+            "requests": 0,  # requests to CNKI's own routes (not the control endpoints)
+            "by_path": {},
             "by_ip": {},
             "faults": dict.fromkeys(ALL_FAULTS, 0),
             "pages": {"warmup": 0, "list": 0, "no_content": 0, "detail": 0},
+            "challenged": dict.fromkeys(CHALLENGE_FORMS, 0),
+            "challenged_by": {"session": 0, "ip": 0, "turn_limit": 0},
+            "rejections": dict.fromkeys(REJECTIONS, 0),
             "sessions_created": 0,
+            "client_ids_issued": 0,
             "turn_refusals": 0,
             "no_session_refusals": 0,
+            "no_client_id_refusals": 0,
             "page_refusals": 0,
             "token_refusals": {"bad": 0, "expired": 0, "session": 0},
             "doomed_responses": 0,
@@ -204,22 +265,34 @@ class Site:
             "proxy_auth_refusals": 0,
             "dead_proxy_drops": 0,
         }
+        self.stats["challenged"]["total"] = 0
         self._bans_base = self.limiter.bans
+        self._pace_base = (self.session_pace.blocks, self.ip_pace.blocks)
         self._provider_base = dict(self.provider.calls)
 
     def count(self, path: str, status) -> None:
-        per_path = self.stats["requests"].setdefault(path, {})
+        per_path = self.stats["by_path"].setdefault(path, {})
         key = str(status)
         per_path[key] = per_path.get(key, 0) + 1
 
     def stats_view(self) -> dict:
         out = dict(self.stats)
         out["bans"] = self.limiter.bans - self._bans_base
+        out["pace_blocks"] = {
+            "session": self.session_pace.blocks - self._pace_base[0],
+            "ip": self.ip_pace.blocks - self._pace_base[1],
+        }
         out["provider"] = {
             k: v - self._provider_base.get(k, 0) for k, v in self.provider.calls.items()
         }
         out["live_sessions"] = len(self.sessions)
         return out
+
+    def _challenge(self, form: str, cause: str) -> None:
+        challenged = self.stats["challenged"]
+        challenged[form] += 1
+        challenged["total"] += 1
+        self.stats["challenged_by"][cause] += 1
 
     # -- dispatch ---------------------------------------------------------------------------
 
@@ -246,24 +319,81 @@ class Site:
             self.count(req.path, resp.action or resp.status)
         else:
             self.count("other", resp.status)
+        if req.path not in CONTROL_PATHS:
+            self.stats["requests"] += 1
         by_ip = self.stats["by_ip"]
         by_ip[req.ip] = by_ip.get(req.ip, 0) + 1
         return resp
 
-    def _verify_redirect(self, req: Request) -> Response:
-        location = (
-            f"{self.base}/verify/home?captchaType=clickWord&ident={self._random.getrandbits(24):06x}"
-            f"&platform=kns&returnUrl={quote(self.base + req.path, safe='')}"
+    def _verify_url(self, return_url: str, puzzle: bool | None = None) -> str:
+        if puzzle is None:
+            puzzle = self._random.random() < 0.5
+        kind = "blockPuzzle" if puzzle else "clickWord"
+        extra = f"&captchaId={self._random.getrandbits(64):016x}" if puzzle else "&platform=kns"
+        return (
+            f"{self.base}/verify/home?captchaType={kind}&ident={self._random.getrandbits(24):06x}"
+            f"{extra}&returnUrl={quote(return_url, safe='')}"
         )
+
+    def _verify_redirect(self, req: Request, puzzle: bool | None = False) -> Response:
+        location = self._verify_url(self.base + req.target, puzzle)
         return Response(302, b"", HTML, [("Location", location)])
 
+    def _json_403(self, req: Request, status: int = 403) -> Response:
+        """The 2026 grid challenge: the -403 JSON naming a block-puzzle verify page."""
+        referer = req.headers.get("referer") or f"{self.base}/kns8s/defaultresult/index"
+        body = json.dumps(
+            {"code": -403, "message": self._verify_url(referer, puzzle=True)},
+            separators=(",", ":"),
+        ).encode()
+        return Response(status, body, JSON)
+
+    def _session_of(self, req: Request) -> str | None:
+        sid = self._cookie(req, "SID_kns_new")
+        if sid is None and req.path == "/kcms2/article/abstract":
+            info = self.tokens.check(self._token(req))
+            sid = info[0] if info is not None else None
+        return sid
+
+    def _paced(self, req: Request) -> Response | None:
+        """The 2026 challenge when this request's IP or session went over the hidden pace."""
+        now = self.clock()
+        grid = req.path == "/kns8s/brief/grid"
+        ip_blocked = self.ip_pace.hit(req.ip, now)
+        sid = self._session_of(req)
+        session_blocked = sid is not None and self.session_pace.hit(sid, now)
+        if ip_blocked:
+            if grid:
+                if self._random.random() < JSON_200_SHARE:
+                    self._challenge("json_200", "ip")
+                    return self._json_403(req, 200)
+                self._challenge("json_403", "ip")
+                return self._json_403(req)
+            if self._random.random() < VERICODE_SHARE:
+                self._challenge("vericode_form", "ip")
+                return Response(200, markup.VERICODE_PAGE)
+            self._challenge("verify_redirect", "ip")
+            return self._verify_redirect(req, None)
+        if session_blocked:
+            if grid:
+                self._challenge("soft_block", "session")
+                return Response(200, markup.SOFT_BLOCK)
+            self._challenge("verify_redirect", "session")
+            return self._verify_redirect(req, None)
+        return None
+
     def _guarded(self, req: Request, handler) -> Response:
-        """Latency, the per-IP ban and injected faults in front of a grid or detail request."""
+        """Latency, the per-IP ban, the pace and injected faults in front of a grid or detail."""
         lo, hi = self.latency
         delay = lo if hi <= lo else self._random.uniform(lo, hi)
         if self.limiter.active and not self.limiter.allow(req.ip, self.clock()):
             self.stats["banned_responses"] += 1
             return Response(200, markup.CAPTCHA_PAGE, delay=delay)
+        if self.session_pace.active:
+            resp = self._paced(req)
+            if resp is not None:
+                resp.delay = delay
+                return resp
         if self.faults.active:
             fault, slow = self.faults.draw(self._identity(req))
             if slow:
@@ -317,6 +447,10 @@ class Site:
         return Response(200, markup.HOME_PAGE)
 
     def warmup(self, req: Request) -> Response:
+        if self.session_pace.active:
+            resp = self._paced(req)  # a blocked session's (or IP's) warm-up is challenged too
+            if resp is not None:
+                return resp
         session = self.sessions.create(self.clock())
         self.stats["sessions_created"] += 1
         self.stats["pages"]["warmup"] += 1
@@ -325,16 +459,26 @@ class Site:
             markup.WARMUP_PAGE,
             HTML,
             [
-                (
-                    "Set-Cookie",
-                    f"Ecp_ClientId={session.client_id}; expires=Fri, 31-Dec-2038 00:00:00 GMT; path=/",
-                ),
-                ("Set-Cookie", f"SID_kns8s={session.sid}; path=/; HttpOnly"),
+                ("Set-Cookie", f"KNS2COOKIE={session.kns2}; path=/; HttpOnly"),
+                ("Set-Cookie", f"SID_kns_new={session.sid}; path=/"),
+                ("Set-Cookie", "dblang=both; path=/"),
             ],
         )
 
+    def client_id(self, req: Request) -> Response:
+        if "client-id" in self.breaks:
+            return Response(404, b"not found", "text/plain")
+        self.stats["client_ids_issued"] += 1
+        body = json.dumps({"Success": True, "Data": self.client_ids.issue()})
+        return Response(200, body.encode(), JSON)
+
     def verify(self, req: Request) -> Response:
         return Response(200, markup.VERIFY_PAGE)
+
+    def checkcode(self, req: Request) -> Response:
+        return Response(
+            200, json.dumps({"code": 1, "msg": "验证码错误"}, ensure_ascii=False).encode(), JSON
+        )
 
     def _cookie(self, req: Request, name: str) -> str | None:
         for part in req.headers.get("cookie", "").split(";"):
@@ -343,19 +487,46 @@ class Site:
                 return v
         return None
 
-    def _search(self, form: dict) -> tuple[Search, int, int]:
-        """(search, page number, page size) from the grid form; BadQuery if unreadable."""
+    def _search(self, form: dict) -> tuple[Search | bytes, int, int]:
+        """(search, page number, page size) from the grid form.
+
+        The search is bytes (the answer) when CNKI rejects the query or finds nothing by rule
+        (a single database asked with a KuaKuCode list); BadQuery if unreadable."""
         try:
             q = _lower_keys(json.loads(form["QueryJson"][0]))
         except (KeyError, ValueError) as exc:
             raise BadQuery(str(exc)) from None
-        doc_type = CLASS_TYPES.get(str(q.get("classid", "")).upper()) or RESOURCE_TYPES.get(
-            str(q.get("resource", "")).upper()
-        )
-        if doc_type is None:
-            raise LookupError("no documents of this resource")
+        size_text = (form.get("pageSize") or [""])[0].strip()
+        try:
+            page = int((form.get("pageNum") or form.get("CurPage") or ["1"])[0] or 1)
+        except ValueError as exc:
+            raise BadQuery(str(exc)) from None
+        if size_text not in PAGE_SIZES:
+            return markup.BAD_PAGE_SIZE, page, 0
+        size = int(size_text)
+        resource = str(q.get("resource") or "").upper()
+        classid = str(q.get("classid") or "").upper()
+        kuaku = [c.strip().upper() for c in str(q.get("kuakucode") or "").split(",") if c.strip()]
+        dbnames: tuple[str, ...] = ()
+        foreign: tuple[str, ...] = ()
+        if resource == "CROSSDB" or (not resource and classid == CROSSDB_CLASS):
+            if not kuaku:  # 总库 needs the list of its databases
+                return markup.NO_CATEGORY, page, size
+            doc_type = "paper"
+            dbnames = tuple(db for c in kuaku for db in PAPER_CLASSES.get(c, ()))
+            foreign = tuple(FOREIGN_DATABASES[c][0] for c in kuaku if c in FOREIGN_DATABASES)
+            if not dbnames and not foreign:
+                return markup.NO_CONTENT, page, size
+        else:
+            single = SINGLE_RESOURCES.get(resource or SINGLE_CLASSES.get(classid, ""))
+            if single is None:
+                raise LookupError("no documents of this resource")
+            if kuaku:  # a single database asked with a 总库 list: a genuine zero
+                return markup.NO_CONTENT, page, size
+            doc_type, dbnames = single
         start = end = None
         codes: list[str] = []
+        exact: list[str] = []
         title = ""
         for group in _lower_keys(q.get("qnode")).get("qgroup") or []:
             for item in _items(group):
@@ -363,19 +534,26 @@ class Site:
                 value = str(item.get("value") or "").strip()
                 if name == "PT":
                     start, end = value, str(item.get("value2") or value).strip()
-                elif name == "CLC" and value:
-                    codes.append(value)
+                elif name in ("CLC", "CCL") and value:
+                    # TOPRANK ranks by relevance to the exact code: no prefix (child) matches
+                    if name == "CLC" and str(item.get("operator", "")).upper() == "TOPRANK":
+                        exact.append(value)
+                    else:  # SUFFIX (the form's 分类号) and the CCL facet: a prefix
+                        codes.append(value)
                 elif name == "TI":
                     title = value
+        if "category-filter" in self.breaks:
+            codes, exact = [], []
         try:
             if start is None:
                 first, last = self.corpus.span
             else:
                 first, last = parse_day(start[:10]), parse_day(end[:10])
-            page = int((form.get("pageNum") or form.get("CurPage") or ["1"])[0] or 1)
-            size = int((form.get("pageSize") or ["20"])[0] or 20)
         except ValueError as exc:
             raise BadQuery(str(exc)) from None
+        if "date-filter" in self.breaks:
+            first = self.corpus.span[0]
+            last = first + BROKEN_DATE_DAYS - 1
         if last - first > MAX_RANGE_DAYS:
             raise BadQuery("date range too long for the stand-in")
         sort_field = (form.get("sortField") or [""])[0]
@@ -383,19 +561,41 @@ class Site:
             sort_field = "PT"
         desc = (form.get("sortType") or ["desc"])[0].lower() != "asc"
         search = Search(
-            doc_type, first, last, tuple(sorted(set(codes))), title, sort_field or "PT", desc
+            doc_type,
+            first,
+            last,
+            tuple(sorted(set(codes))),
+            title,
+            sort_field or "PT",
+            desc,
+            tuple(sorted(set(exact))),
+            tuple(sorted(set(dbnames))),
+            tuple(sorted(set(foreign))),
         )
-        return search, page, max(1, min(50, size))
+        return search, page, size
+
+    def _variant(self, doc) -> str:
+        """How a patent row carries its key: icon-collect, the link's query, or nowhere."""
+        if self.options.rows_without_keys or "patent-keys" in self.breaks:
+            return "bare"
+        return "link" if doc.extra["keyless"] < self.options.collect_missing else "collect"
 
     def grid(self, req: Request) -> Response:
         if req.method != "POST":
             return Response(405, b"POST only", "text/plain")
         now = self.clock()
-        sid = self._cookie(req, "SID_kns8s")
+        if not self.client_ids.valid(self._cookie(req, "Ecp_ClientId")):
+            self.stats["no_client_id_refusals"] += 1
+            return self._json_403(req)
+        sid = self._cookie(req, "SID_kns_new")
         verdict = self.sessions.grid(sid, now)
-        if verdict != "ok":
-            self.stats["turn_refusals" if verdict == "turn-limit" else "no_session_refusals"] += 1
-            return self._verify_redirect(req)
+        if verdict == "unknown":
+            self.stats["no_session_refusals"] += 1
+            return self._json_403(req)
+        if verdict == "turn-limit":
+            self.stats["turn_refusals"] += 1
+            self._challenge("soft_block", "turn_limit")
+            return Response(200, markup.SOFT_BLOCK)
         if "json" in req.headers.get("content-type", ""):
             return Response(200, markup.NO_DATA_RETRY)  # CNKI wants a form, not a JSON body
         form = parse_qs(req.body.decode("utf-8", "replace"), keep_blank_values=True)
@@ -404,24 +604,41 @@ class Site:
         except BadQuery:
             return Response(200, markup.NO_DATA_RETRY)
         except LookupError:
-            search = None
-        refs = self.corpus.results(search) if search is not None else ()
+            self.stats["pages"]["no_content"] += 1
+            return Response(200, markup.NO_CONTENT)
+        if isinstance(search, bytes):
+            name = REJECTION_BODIES.get(search)
+            if name is not None:
+                self.stats["rejections"][name] += 1
+            else:
+                self.stats["pages"]["no_content"] += 1
+            return Response(200, search)
+        if page > 1 and "turn-token" in self.breaks:
+            self._challenge("soft_block", "turn_limit")
+            return Response(200, markup.SOFT_BLOCK)
+        refs = self.corpus.results(search)
         total = len(refs)
         if total == 0:
             self.stats["pages"]["no_content"] += 1
             return Response(200, markup.NO_CONTENT)
-        pages = min(math.ceil(total / size), self.options.max_pages)
-        if not 1 <= page <= pages:
+        cap = self.options.cap_rows
+        first = (page - 1) * size
+        if page < 1 or first >= min(total, cap):
             self.stats["page_refusals"] += 1
-            return self._verify_redirect(req)
+            self.stats["rejections"]["cursor"] += 1
+            return Response(200, markup.CURSOR_PAST_CAP)
+        pages = max(1, min(math.ceil(total / size), cap // size))
         prefix = self.tokens.prefix(sid, int(now * 1000))
         issue, document, base = self.tokens.issue, self.corpus.document, self.base
+        patent = search.doc_type == "patent"
         page_b = str(page).encode()
         rows = []
-        first = (page - 1) * size
-        for seq, ref in enumerate(refs[first : first + size], first + 1):
+        for seq, ref in enumerate(refs[first : min(first + size, cap)], first + 1):
             doc = document(search.doc_type, *ref)
-            a, b, c = doc.row_parts or markup.row_parts(doc, base)
+            variant = self._variant(doc) if patent else "collect"
+            cached = doc.row_parts
+            parts = cached.get(variant) if cached else None
+            a, b, c = parts or markup.row_parts(doc, base, variant)
             f = doc.fields
             rows.append(
                 markup.ROW_HEAD
@@ -432,6 +649,12 @@ class Site:
                 + issue(prefix, f["dbname"], f["filename"])
                 + c
             )
+        if self.options.header_rows > 0:
+            draw = hashlib.blake2b(
+                f"header|{self.options.corpus.seed}|{search}|{page}".encode(), digest_size=8
+            ).digest()
+            if int.from_bytes(draw, "big") / 2.0**64 < self.options.header_rows:
+                rows.insert(0, markup.td_header(search.doc_type))
         # hidTurnPage: opaque, and echoed back leniently (never checked), like CNKI's
         turn = hashlib.blake2b(f"{sid}|{search}|{page}".encode(), digest_size=16).digest()
         turn_token = base64.urlsafe_b64encode(turn).decode().replace("=", "!")
@@ -461,7 +684,7 @@ class Site:
             self.stats["doomed_responses"] += 1
             return Response(500, b"<html><body><h1>500 Internal Server Error</h1></body></html>")
         self.stats["pages"]["detail"] += 1
-        return Response(200, markup.detail_page(doc))
+        return Response(200, markup.detail_page(doc, "detail-fields" in self.breaks))
 
     def grid_guarded(self, req: Request) -> Response:
         return self._guarded(req, Site.grid)
@@ -477,8 +700,18 @@ class Site:
             "base_url": self.base,
             "seed": o.corpus.seed,
             "scale": o.corpus.scale,
-            "max_pages": o.max_pages,
+            "cap_rows": o.cap_rows,
             "turn_limit": self.sessions.turn_limit,
+            "pace_limit": self.session_pace.limit,
+            "pace_block_seconds": self.session_pace.block_seconds,
+            "pace_blocked": {
+                "sessions": len(self.session_pace.blocked(self.clock())),
+                "ips": self.ip_pace.blocked(self.clock()),
+            },
+            "collect_missing": o.collect_missing,
+            "rows_without_keys": o.rows_without_keys,
+            "header_rows": o.header_rows,
+            "break": sorted(self.breaks),
             "token_ttl": o.token_ttl,
             "session_ttl": self.sessions.ttl,
             "latency": list(self.latency),
@@ -519,7 +752,31 @@ class Site:
             self.limiter.burst = max(1.0, float(limiter.get("burst", self.limiter.burst)))
             self.limiter.ban_seconds = float(limiter.get("ban_seconds", self.limiter.ban_seconds))
         for key, value in changes.items():
-            if key == "latency":
+            if key in ("pace_limit", "pace_block_seconds"):
+                for guard in (self.session_pace, self.ip_pace):
+                    if key == "pace_limit":
+                        guard.limit = float(value)
+                    else:
+                        guard.block_seconds = float(value)
+            elif key == "unblock":
+                if value:
+                    self.session_pace.clear()
+                    self.ip_pace.clear()
+            elif key == "collect_missing":
+                o.collect_missing = float(value)
+            elif key == "rows_without_keys":
+                o.rows_without_keys = bool(value)
+            elif key == "header_rows":
+                o.header_rows = float(value)
+            elif key == "break":
+                names = [value] if isinstance(value, str) else list(value)
+                unknown = set(names) - set(BREAKS)
+                if unknown:
+                    raise ValueError(f"unknown break {sorted(unknown)[0]!r}")
+                self.breaks = set(names)
+            elif key == "cap_rows":
+                o.cap_rows = int(value)
+            elif key == "latency":
                 self.latency = parse_latency(value)
             elif key == "slow_seconds":
                 o.slow_seconds = float(value)
@@ -537,8 +794,8 @@ class Site:
                 o.token_ttl = float(value)
             elif key == "session_ttl":
                 self.sessions.ttl = float(value)
-            elif key == "max_pages":
-                o.max_pages = int(value)
+            elif key == "max_pages":  # the older spelling of the cap
+                o.cap_rows = int(value) * 50
             elif key == "dead_proxies":
                 self.dead = {int(i) for i in value}
             elif key == "provider_interval":
@@ -590,7 +847,7 @@ class Site:
         except ValueError as exc:
             return Response(400, json.dumps({"error": str(exc)}).encode(), JSON)
         rows = self.corpus.rounds(*scope)
-        body = {"type": scope[0], "rounds": rows, "cap": self.options.max_pages * 50}
+        body = {"type": scope[0], "rounds": rows, "cap": self.options.cap_rows}
         return Response(200, json.dumps(body, ensure_ascii=False).encode(), JSON)
 
     def doomed(self, req: Request) -> Response:
@@ -634,7 +891,9 @@ class Site:
         "/kns8s/defaultresult/index": warmup,
         "/kns8s/brief/grid": grid_guarded,
         "/kcms2/article/abstract": detail_guarded,
+        CLIENT_ID_PATH: client_id,
         "/verify/home": verify,
+        "/kns8s/brief/checkcode": checkcode,
         "/_control": control,
         "/_stats": stats_page,
         "/_truth": truth,
