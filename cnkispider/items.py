@@ -1,7 +1,7 @@
 """Items: one class per document type, each field named in the crawler's words.
 
 A document's natural key is ``(dbname, filename)`` (CNKI's stable ids, from the list row's
-``a.icon-collect``), never the detail URL, whose ``v=`` token changes per session. Every
+``a.icon-collect`` or its detail link's own parameters), never the detail URL, whose ``v=`` token changes per session. Every
 field is a plain string ("" when the page does not carry it); fields with several values
 (people, keywords) are joined with ``;`` the way CNKI writes them, so rows stay flat for
 SQL and CSV.
@@ -19,11 +19,19 @@ import scrapy
 # 来源 / 日期 / 数据库 cells; ``title`` comes from the detail page's ``.wx-tit h1``.
 COMMON_FIELDS = ("dbname", "filename", "title", "source", "date", "database")
 LIST_FIELDS = ("source", "date", "database")
+# What a list row gives per type, carried to its detail request (a non-empty value of the
+# detail page wins). A patent's row also holds its 申请日 (the first td.date; the second,
+# 公开日, is its ``date``); the detail page repeats it, so it stays a detail field as well.
+ROW_FIELDS = {
+    "patent": LIST_FIELDS + ("application_date",),
+    "paper": LIST_FIELDS,
+    "achievement": LIST_FIELDS,
+}
 
 PATENT_FIELDS = COMMON_FIELDS + (
     "patent_type",  # 专利类型
     "application_no",  # 申请(专利)号 / 申请（专利）号
-    "application_date",  # 申请日
+    "application_date",  # 申请日 (also the first td.date of its list row)
     "publication_no",  # 申请公布号
     "publication_date",  # 公开公告日
     "grant_no",  # 授权公布号
@@ -38,18 +46,18 @@ PATENT_FIELDS = COMMON_FIELDS + (
     "agency",  # 代理机构
     "agent",  # 代理人
     "pages",  # 页数
-    "abstract",  # div.abstract-text
-    "claim",  # 主权项: div.claim-text
+    "abstract",  # input#abstract_text@value (the visible div.abstract-text may be cut)
+    "claim",  # 主权项: .claim > h5 + div (older pages div.claim-text)
 )
 
 PAPER_FIELDS = COMMON_FIELDS + (
     "authors",  # h3#authorpart span a (affiliation <sup> dropped)
     "institutions",  # the second h3.author
-    "abstract",  # #ChDivSummary
+    "abstract",  # input#abstract_text@value (the visible #ChDivSummary may be cut)
     "keywords",  # p.keywords a (trailing ";" dropped)
     "fund",  # 基金
     "doi",  # DOI
-    "clc",  # 分类号 (中图分类号)
+    "clc",  # 分类号 (中图分类号): p.clc-code
     "album",  # 专辑
     "topic",  # 专题
 )
@@ -60,7 +68,7 @@ ACHIEVEMENT_FIELDS = COMMON_FIELDS + (
     "keywords",  # 关键词
     "clc",  # 中图分类号
     "subject_code",  # 学科分类号
-    "summary",  # 成果简介
+    "summary",  # 成果简介 (input#abstract_text@value when the page has it)
     "achievement_type",  # 成果类别
     "entry_date",  # 成果入库时间
     "level",  # 成果水平

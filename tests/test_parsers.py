@@ -39,7 +39,7 @@ def real_page(name: str) -> bytes:
 
 def parse_case(case):
     if case.expected["kind"] == "list":
-        return parse_list(case.body)
+        return parse_list(case.body, case.expected.get("doc_type"))
     return parse_detail(case.expected.get("doc_type", "paper"), case.body)
 
 
@@ -210,7 +210,7 @@ def _list_value(page, key):
 
 @pytest.mark.parametrize(("case", "key", "value"), list(_list_expectations()), ids=str)
 def test_list_field(case, key, value):
-    assert _list_value(parse_list(case.body), key) == value
+    assert _list_value(parse_case(case), key) == value
 
 
 @pytest.mark.parametrize("case", REFUSED_CASES, ids=str)
@@ -296,11 +296,139 @@ def test_total_falls_back_to_the_hidden_total_input():
     assert parse_list(body).total == 1234
 
 
-def test_row_without_collect_ids_keeps_empty_ids():
-    """The row is kept (the spider records it) rather than silently dropped."""
+def _refusal(body, doc_type=None) -> RefusedPage:
+    with pytest.raises(RefusedPage) as info:
+        parse_list(body, doc_type)
+    return info.value
+
+
+def test_row_without_any_key_makes_the_page_unexpected_naming_page_and_row():
+    """Old mistake: a keyless row got the empty key "/" and the dupefilter kept one of them."""
     row = _ROW.replace('data-dbname="CJFQ" data-filename="F1"', "")
+    error = _refusal(_grid(_ROW + row, _PAGER_TOTAL.format(2)))
+    assert error.reason == "unexpected"
+    assert "list page 1, row 2" in str(error) and "no key" in str(error)
+
+
+def test_key_from_the_detail_links_own_parameters_when_icon_collect_is_absent():
+    row = _ROW.replace('data-dbname="CJFQ" data-filename="F1"', "").replace(
+        "abstract?v=t",
+        "abstract?v=t&amp;uniplatform=NZKPT&amp;dbcode=CJFD&amp;dbname=CAPJ&amp;filename=F9",
+    )
     page = parse_list(_grid(row, _PAGER_TOTAL.format(1)))
-    assert (page.rows[0].dbname, page.rows[0].filename, page.rows[0].title) == ("", "", "T")
+    assert (page.rows[0].dbname, page.rows[0].filename) == ("CAPJ", "F9")
+
+
+def test_icon_collect_wins_over_the_link_parameters():
+    row = _ROW.replace("abstract?v=t", "abstract?v=t&amp;dbname=XXXX&amp;filename=OTHER")
+    page = parse_list(_grid(row, _PAGER_TOTAL.format(1)))
+    assert (page.rows[0].dbname, page.rows[0].filename) == ("CJFQ", "F1")
+
+
+def test_row_without_a_detail_link_makes_the_page_unexpected():
+    """Old mistake: such a row raised ValueError later and the page's other rows were lost."""
+    row = '<tr><td class="seq">2</td><td class="name">T2</td><td class="operat"></td></tr>'
+    error = _refusal(_grid(_ROW + row, _PAGER_TOTAL.format(2)), "paper")
+    assert error.reason == "unexpected" and "paper list page 1, row 2" in str(error)
+
+
+def test_a_header_row_in_td_cells_is_skipped():
+    header = (
+        "<tr><td>序号</td><td>题名</td><td>作者</td><td>来源</td><td>发表时间</td><td></td></tr>"
+    )
+    page = parse_list(_grid(header + _ROW, _PAGER_TOTAL.format(1)))
+    assert [r.filename for r in page.rows] == ["F1"]
+
+
+def test_a_header_only_page_under_a_total_is_unexpected():
+    header = "<tr><td>序号</td><td>题名</td><td>发明人</td></tr>"
+    assert _refusal(_grid(header, _PAGER_TOTAL.format(3))).reason == "unexpected"
+
+
+_PATENT_ROW = (
+    '<tr><td class="seq">1</td><td class="name"><a class="fz14" href="/kcms2/article/abstract?v=p">'
+    'P</a></td><td class="inventor"><a class="KnowledgeNetLink">甲</a>;<a class="KnowledgeNetLink">乙</a>'
+    '</td><td class="applicant">某大学</td><td class="date">2023-05-06</td>'
+    '<td class="date">2024-03-01</td><td class="data">中国专利</td><td class="operat">'
+    '<a class="icon-collect" data-dbname="SCPD" data-filename="CN1A"></a></td></tr>'
+)
+
+
+def test_patent_row_dates_are_application_then_publication():
+    """Old mistake: the first td.date (申请日) became the document's date; a round is a day of 公开日."""
+    row = parse_list(_grid(_PATENT_ROW, _PAGER_TOTAL.format(1)), "patent").rows[0]
+    assert (row.date, row.application_date, row.authors, row.source) == (
+        "2024-03-01",
+        "2023-05-06",
+        "甲;乙",
+        "某大学",
+    )
+
+
+def test_a_patent_row_in_journal_markup_is_refused_for_a_patent_search():
+    """One td.date cannot be told apart as 申请日 or 公开日: loud, never a guess."""
+    error = _refusal(_grid(_ROW, _PAGER_TOTAL.format(1)), "patent")
+    assert error.reason == "unexpected" and "journal markup" in str(error)
+
+
+def test_journal_rows_are_read_for_papers_and_achievements():
+    for doc_type in ("paper", "achievement", None):
+        assert parse_list(_grid(_ROW, _PAGER_TOTAL.format(1)), doc_type).rows[0].filename == "F1"
+
+
+def test_a_patent_row_with_one_date_is_unexpected():
+    row = _PATENT_ROW.replace('<td class="date">2023-05-06</td>', "")
+    assert "1 td.date" in str(_refusal(_grid(row, _PAGER_TOTAL.format(1)), "patent"))
+
+
+def test_a_patent_date_cell_without_a_date_is_unexpected():
+    row = _PATENT_ROW.replace("2024-03-01", "明天")
+    assert "公开日" in str(_refusal(_grid(row, _PAGER_TOTAL.format(1)), "patent"))
+
+
+@pytest.mark.parametrize(
+    ("total", "words"),
+    [("-5", "negative total"), ("10000000000000000000000", "absurd total"), ("−5", "negative")],
+)
+def test_negative_or_absurd_totals_are_unexpected(total, words):
+    """Old mistake: -5 was read as 5 and 10^22 trusted."""
+    error = _refusal(_grid(_ROW, _PAGER_TOTAL.format(total)))
+    assert error.reason == "unexpected" and words in str(error)
+
+
+def test_negative_hidden_total_is_unexpected():
+    body = _grid(_ROW) + '<input id="totalCnt" type="hidden" value="-5">'
+    assert "negative total" in str(_refusal(body))
+
+
+def test_negative_page_count_is_unexpected():
+    body = (
+        _grid(_ROW, _PAGER_TOTAL.format(5))
+        + '<span class="countPageMark" data-pagenum="-3">1/-3</span>'
+    )
+    assert "negative page count" in str(_refusal(body))
+
+
+def test_a_pager_claiming_a_million_pages_is_read_as_written():
+    """The parser reports it; the spider caps the walk (RoundSpider.last_page)."""
+    body = _grid(_ROW, _PAGER_TOTAL.format(232)) + (
+        '<span class="countPageMark" data-pagenum="1000000">1/1000000</span>'
+    )
+    assert (parse_list(body).total, parse_list(body).page_count) == (232, 1_000_000)
+
+
+def test_full_abstract_wins_over_a_cut_visible_one():
+    case = load("patent_2026")
+    visible = parse_patent(case.body.replace(b'id="abstract_text"', b'id="other"'))["abstract"]
+    assert visible.endswith("…") and len(visible) == 101
+    assert parse_patent(case.body)["abstract"] == case.expected["fields"]["abstract"]
+
+
+def test_old_claim_text_is_still_read():
+    body = load("patent_2026").body.replace(
+        b'<div class="claim"><h5>', b'<div class="claim-text"><h5 style="display:none">'
+    )
+    assert parse_patent(body)["claim"] == load("patent_2026").expected["fields"]["claim"]
 
 
 def test_detail_title_without_text_is_refused():
@@ -395,3 +523,17 @@ def test_old_markup_is_not_read_as_a_patent():
     with pytest.raises(RefusedPage) as info:
         parse_patent(real_page("old_journal_detail.html"))
     assert info.value.reason == "unexpected"
+
+
+def test_real_journal_list_read_as_a_patent_search_is_unexpected(real_list_raw):
+    """Journal rows have one td.date: a patent search must never guess which date it is."""
+    with pytest.raises(RefusedPage) as info:
+        parse_list(real_list_raw, "patent")
+    assert info.value.reason == "unexpected" and "patent list page 1, row 1" in str(info.value)
+
+
+@pytest.mark.parametrize("doc_type", ["paper", "achievement"])
+def test_real_journal_list_is_read_alike_for_papers_and_achievements(
+    real_list_raw, real_list, doc_type
+):
+    assert parse_list(real_list_raw, doc_type) == real_list

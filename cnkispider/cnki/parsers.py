@@ -21,6 +21,7 @@ from __future__ import annotations
 import codecs
 import re
 from dataclasses import dataclass, field
+from urllib.parse import parse_qsl, urlsplit
 
 from lxml import etree
 
@@ -66,6 +67,7 @@ LABELS: dict[str, dict[str, str]] = {
         "代理机构": "agency",
         "代理人": "agent",
         "页数": "pages",
+        "公开日": "publication_date",
         "摘要": "abstract",
         "主权项": "claim",
     },
@@ -117,11 +119,14 @@ class ListRow:
     seq: str
     title: str
     url: str  # the kcms2 detail link as found (resolve it with Protocol.absolute)
-    authors: str  # ";"-joined
-    source: str
-    date: str
+    authors: str  # ";"-joined (a patent's inventors, td.inventor)
+    source: str  # td.source (a patent's applicant, td.applicant)
+    date: str  # td.date (a patent's second td.date: 公开日, the day of its round)
+    application_date: str  # a patent's first td.date (申请日); "" for other rows
     database: str  # 期刊, 硕士, 博士, 专利, ...
-    dbname: str  # the natural key, from a.icon-collect: never dedupe on url
+    # The natural key, from a.icon-collect or else from the detail link's own dbname/filename
+    # parameters; never empty (a row without a key makes the page unexpected); never the url.
+    dbname: str
     filename: str
     quote: str
     download: str
@@ -162,45 +167,84 @@ _X_PAGE_NEXT = etree.XPath("//a[@id='PageNext']")
 _X_NO_CONTENT = etree.XPath(f"//p[{_cls('no-content')}]")
 
 _NUMBER_RE = re.compile(r"\d[\d,]*")
-_PAGER_TOTAL_RE = re.compile(r"(\d[\d,]*)\s*条")
+_PAGER_TOTAL_RE = re.compile(r"(-\s*)?(\d[\d,]*)\s*条")
+_NEGATIVE_RE = re.compile(r"[-−－]\s*\d")
 _NO_DATA = "暂无数据"
 _RETRY = "请稍后重试"
 
 
-def parse_list(page: str | bytes) -> ListPage:
-    """Parse a kns8s result list (the grid fragment, or a whole saved page)."""
+# More results than CNKI holds in all (about 3 x 10^8 documents): a pager saying more is broken.
+MAX_TOTAL = 10**9
+
+
+def parse_list(page: str | bytes, doc_type: str | None = None) -> ListPage:
+    """Parse a kns8s result list (the grid fragment, or a whole saved page).
+
+    Rows are read by their own markup: journal/thesis/achievement rows (``td.author``,
+    ``td.source``, one ``td.date``) and patent rows (``td.inventor``, ``td.applicant``, two
+    ``td.date``: 申请日 then 公开日). With ``doc_type="patent"`` a row in journal markup is
+    refused: its one date cannot be told apart as 申请日 or 公开日. A header row written in
+    ``<td>`` cells is skipped; any other row that cannot be read (no detail link, no key)
+    makes the whole page ``unexpected`` with a message naming the page and the row: never
+    an exception of another kind, never a page that silently lost some of its rows.
+    """
     data = _as_bytes(page)
     reason = refusals.body_reason("list", data)
     if reason:
-        raise RefusedPage(reason, "list page")
+        raise RefusedPage(reason, f"{doc_type or 'a'} list page")
     root = _document(data, page)
 
     hidden = _hidden_inputs(root)
-    rows = [_list_row(tr) for tr in _X_ROWS(root)]
-    pagers = _X_PAGER(root) or _X_OLD_PAGER(root)
     page_no = _current_page(root, hidden)
+    where = f"{doc_type + ' ' if doc_type else ''}list page {page_no}"
+    rows = _rows(root, doc_type, where)
+    pagers = _X_PAGER(root) or _X_OLD_PAGER(root)
     turn_token = hidden.get("hidTurnPage", "")
     if not pagers and "totalCnt" not in hidden:
         if _says_no_content(root) and not rows:
             return ListPage(total=0, page_count=0, page=page_no, turn_token=turn_token)
         raise RefusedPage("no-pager", "no pagerTitleCell, no #totalCnt, no no-content block")
 
-    total = _total(pagers, hidden)
+    total = _total(pagers, hidden, where)
     if total == 0:
         if rows:
-            raise RefusedPage("unexpected", f"pager says 0 results but {len(rows)} rows")
+            raise RefusedPage("unexpected", f"{where}: pager says 0 results but {len(rows)} rows")
         return ListPage(total=0, page_count=0, page=page_no, turn_token=turn_token)
     if not rows:
         # A header without rows under a non-zero total is a truncated or broken answer; an
         # empty result here would silently drop the page's documents.
-        raise RefusedPage("unexpected", f"total {total} but no rows on page {page_no}")
+        raise RefusedPage("unexpected", f"{where}: total {total} but no rows")
     return ListPage(
         total=total,
-        page_count=_page_count(root, page_no),
+        page_count=_page_count(root, page_no, where),
         page=page_no,
         turn_token=turn_token,
         rows=rows,
     )
+
+
+# The labels of a table header written in <td> cells instead of <th> (seen on kns8 grids).
+_HEADER_LABELS = frozenset(
+    "序号 题名 作者 发明人 完成人 来源 申请人 完成单位 发表时间 日期 申请日 公开日 入库时间 "
+    "数据库 被引 下载 操作 阅读 收藏 引用".split()
+)
+
+
+def _is_header(tr) -> bool:
+    """A header row in <td> cells: no link anywhere, and every non-empty cell a column label."""
+    if any(a.get("href") for a in tr.iter("a")):
+        return False
+    texts = [t for t in (_text(td) for td in tr.iterchildren("td")) if t]
+    return len(texts) >= 2 and all(t in _HEADER_LABELS for t in texts)
+
+
+def _rows(root, doc_type: str | None, where: str) -> list[ListRow]:
+    rows = []
+    for number, tr in enumerate(_X_ROWS(root), 1):
+        if _is_header(tr):
+            continue
+        rows.append(_list_row(tr, doc_type, f"{where}, row {number}"))
+    return rows
 
 
 def _hidden_inputs(root) -> dict[str, str]:
@@ -213,21 +257,36 @@ def _hidden_inputs(root) -> dict[str, str]:
     return found
 
 
-def _total(pagers, hidden: dict[str, str]) -> int:
+def _checked_total(text: str, where: str) -> int | None:
+    """The total written in ``text``, or None; a negative or absurd one is refused (a pager
+    claiming -5 or 10^22 results is broken, and reading "-5" as 5 would hide it)."""
+    number = _to_int(text)
+    if number is None:
+        return None
+    if _NEGATIVE_RE.search(text):
+        raise RefusedPage("unexpected", f"{where}: negative total {text.strip()!r} in the pager")
+    if number > MAX_TOTAL:
+        raise RefusedPage(
+            "unexpected", f"{where}: absurd total {number} (more than CNKI holds, {MAX_TOTAL})"
+        )
+    return number
+
+
+def _total(pagers, hidden: dict[str, str], where: str = "list page") -> int:
     for pager in pagers:
         for em in pager.iter("em"):
-            number = _to_int(_text(em))
+            number = _checked_total(_text(em), where)
             if number is not None:
                 return number
-    number = _to_int(hidden.get("totalCnt"))
+    number = _checked_total(hidden.get("totalCnt") or "", where)
     if number is not None:
         return number
     # The old KNS pager writes "找到 1,934,679 条结果" without an <em>.
     for pager in pagers:
         match = _PAGER_TOTAL_RE.search(_text(pager))
         if match:
-            return int(match.group(1).replace(",", ""))
-    raise RefusedPage("no-pager", "pager without a readable total")
+            return _checked_total(match.group(0), where)
+    raise RefusedPage("no-pager", f"{where}: pager without a readable total")
 
 
 def _current_page(root, hidden: dict[str, str]) -> int:
@@ -242,16 +301,21 @@ def _current_page(root, hidden: dict[str, str]) -> int:
     return 1
 
 
-def _page_count(root, page_no: int) -> int:
+def _page_count(root, page_no: int, where: str = "list page") -> int:
+    """The page count the pager shows. Not trusted further than its sign: the spider walks
+    at most ``min(this, Protocol.page_count(total))`` pages (a pager may claim a million)."""
     for mark in _X_PAGE_MARK(root):
-        number = _to_int(mark.get("data-pagenum"))
-        if number is None:
-            number = _to_int(_text(mark).partition("/")[2])
+        raw = mark.get("data-pagenum")
+        if raw is None or _to_int(raw) is None:
+            raw = _text(mark).partition("/")[2]
+        number = _to_int(raw)
         if number is not None:
+            if _NEGATIVE_RE.search(raw):
+                raise RefusedPage("unexpected", f"{where}: negative page count {raw.strip()!r}")
             return number
     if not _X_PAGE_NEXT(root):
         return page_no  # no page mark and no next link: this is the last page
-    raise RefusedPage("no-pager", "rows and a next link but no page count")
+    raise RefusedPage("no-pager", f"{where}: rows and a next link but no page count")
 
 
 def _says_no_content(root) -> bool:
@@ -270,10 +334,34 @@ def _links(el, cls: str) -> list:
     return marked or links
 
 
-def _list_row(tr) -> ListRow:
+_DATE_RE = re.compile(r"\d{4}-\d{1,2}-\d{1,2}(?:\s+\d{1,2}:\d{2}(?::\d{2})?)?")
+
+
+def _key_from_link(url: str) -> tuple[str, str]:
+    """``dbname`` and ``filename`` from a detail link's own query (parameter names in any case)."""
+    query = {k.lower(): v.strip() for k, v in parse_qsl(urlsplit(url).query) if v.strip()}
+    return query.get("dbname", ""), query.get("filename", "")
+
+
+def _patent_date(td, what: str, where: str) -> str:
+    """The date in a patent row's td.date (its text may carry the label: 申请日 2024-01-30)."""
+    text = _text(td)
+    match = _DATE_RE.search(text)
+    if match:
+        return match.group(0)
+    if text:
+        raise RefusedPage("unexpected", f"{where}: {what} cell {text[:40]!r} holds no date")
+    return ""
+
+
+def _list_row(tr, doc_type: str | None = None, where: str = "list row") -> ListRow:
     cells: dict[str, object] = {}
+    dates = []
     for td in tr.iterchildren("td"):
-        for name in (td.get("class") or "").split():
+        names = (td.get("class") or "").split()
+        if "date" in names:
+            dates.append(td)
+        for name in names:
             cells.setdefault(name, td)
 
     def cell(name: str) -> str:
@@ -288,12 +376,10 @@ def _list_row(tr) -> ListRow:
             title, url = _text(links[0]), (links[0].get("href") or "").strip()
         else:
             title = _text(name_td)
-
-    authors = ""
-    author_td = cells.get("author")
-    if author_td is not None:
-        links = _links(author_td, "KnowledgeNetLink")
-        authors = _join(_text(a) for a in links) if links else _join([_text(author_td)])
+    if not url:
+        raise RefusedPage(
+            "unexpected", f"{where} ({title[:40]!r}): no detail link in td.name a.fz14"
+        )
 
     dbname = filename = ""
     # The ids sit in td.operat; the whole row is searched only if a page moves them.
@@ -303,14 +389,54 @@ def _list_row(tr) -> ListRow:
             dbname = (a.get("data-dbname") or "").strip()
             filename = (a.get("data-filename") or "").strip()
             break
+    if not (dbname and filename):
+        # Some rows come without a.icon-collect; their detail link names the document itself.
+        dbname, filename = _key_from_link(url)
+    if not (dbname and filename):
+        raise RefusedPage(
+            "unexpected",
+            f"{where} ({title[:40]!r}): no key: neither a.icon-collect[data-dbname][data-filename] "
+            "nor dbname and filename parameters in its detail link",
+        )
+
+    # Patent markup: td.inventor, td.applicant and two td.date (申请日, then 公开日).
+    patent_markup = "inventor" in cells or "applicant" in cells or len(dates) >= 2
+    people_td, people_class = cells.get("author"), "KnowledgeNetLink"
+    source = cell("source")
+    application_date = ""
+    if patent_markup:
+        if len(dates) != 2:
+            raise RefusedPage(
+                "unexpected",
+                f"{where} ({title[:40]!r}): patent markup with {len(dates)} td.date; expected "
+                "two (申请日, then 公开日)",
+            )
+        application_date = _patent_date(dates[0], "申请日", where)
+        date = _patent_date(dates[1], "公开日", where)
+        people_td = cells.get("inventor", people_td)
+        source = cell("applicant") or source
+    elif doc_type == "patent":
+        raise RefusedPage(
+            "unexpected",
+            f"{where} ({title[:40]!r}): a patent row in journal markup (td.author, one td.date): "
+            "its date cannot be told apart as 申请日 or 公开日",
+        )
+    else:
+        date = _text(dates[0]) if dates else ""
+
+    authors = ""
+    if people_td is not None:
+        links = _links(people_td, people_class)
+        authors = _join(_text(a) for a in links) if links else _join([_text(people_td)])
 
     return ListRow(
         seq=cell("seq"),
         title=title,
         url=url,
         authors=authors,
-        source=cell("source"),
-        date=cell("date"),
+        source=source,
+        date=date,
+        application_date=application_date,
         database=cell("data"),
         dbname=dbname,
         filename=filename,
@@ -325,6 +451,9 @@ _X_TITLE = etree.XPath(f"//div[{_cls('wx-tit')}]//h1")
 _X_ROWTIT = etree.XPath(f"//span[{_cls('rowtit')} or {_cls('rowtit2')}]")
 _X_ABSTRACT_TEXT = etree.XPath(f"//*[{_cls('abstract-text')}]")
 _X_CLAIM_TEXT = etree.XPath(f"//*[{_cls('claim-text')}]")
+# 2026 kcms2: <div class="claim"><h5>主权项：</h5><div>TEXT</div></div> (.claim > h5 + div)
+_X_CLAIM = etree.XPath(f"//div[{_cls('claim')}]/h5/following-sibling::*[1][self::div]")
+_X_CLC_CODE = etree.XPath(f"//p[{_cls('clc-code')}]")
 _X_SUMMARY = etree.XPath("//*[@id='ChDivSummary']")
 _X_AUTHOR_H3 = etree.XPath(f"//h3[{_cls('author')}]")
 _X_KEYWORDS = etree.XPath(f"//p[{_cls('keywords')}]")
@@ -394,14 +523,24 @@ def parse_detail(doc_type: str, page: str | bytes) -> dict[str, str]:
 
     if doc_type == "patent":
         _override(out, "abstract", _X_ABSTRACT_TEXT(root), multi)
-        _override(out, "claim", _X_CLAIM_TEXT(root), multi)
+        _override(out, "claim", _X_CLAIM(root) or _X_CLAIM_TEXT(root), multi)
     elif doc_type == "paper":
         _paper_people(root, out)
         _override(out, "abstract", _X_SUMMARY(root) or _X_ABSTRACT_TEXT(root), multi)
         keywords = _X_KEYWORDS(root)
         if keywords:
             out["keywords"] = _value(keywords[0], multi=True) or out["keywords"]
+        _override(out, "clc", _X_CLC_CODE(root), multi)
+    # The visible abstract is cut to 100 characters + "…" when longer; the page keeps the
+    # whole text in a hidden input, which wins whenever it is there.
+    full = hidden.get("abstract_text", "")
+    if full:
+        out[ABSTRACT_FIELD[doc_type]] = " ".join(full.split())
     return out
+
+
+# Where input#abstract_text goes: an achievement's abstract is its 成果简介.
+ABSTRACT_FIELD = {"patent": "abstract", "paper": "abstract", "achievement": "summary"}
 
 
 def _row_value(span, multi: bool) -> str:
@@ -466,6 +605,8 @@ def _old_paper(root, out: dict[str, str], multi: frozenset[str]) -> dict[str, st
         # The value is the rest of the label's paragraph.
         out[name] = _value(label.getparent(), name in multi, exclude=label)
     _override(out, "abstract", _X_SUMMARY(root), multi)
+    if hidden.get("abstract_text"):
+        out["abstract"] = " ".join(hidden["abstract_text"].split())
     return out
 
 

@@ -2,15 +2,25 @@
 
 Everything here is pure (no network, no Scrapy engine): the spider builds its requests from
 these values, the session/Referer middlewares read the URLs from here, and the stand-in site
-speaks the same protocol (docs/CONTRACTS.md, shared/cnki/PROTOCOL.md). When CNKI changes its
-interface again, this module and :mod:`cnkispider.cnki.parsers` are what changes.
+speaks the same protocol (docs/CONTRACTS.md, shared/cnki/PROTOCOL.md, whose "2026 evidence"
+section this module follows). When CNKI changes its interface again, this module and
+:mod:`cnkispider.cnki.parsers` are what changes.
 
 Settings read by :func:`protocol_from_settings` (defaults in :data:`DEFAULTS`):
 
 - ``CNKI_BASE_URL``: scheme and host of the site (``https://kns.cnki.net``, or the stand-in).
-- ``CNKI_PAGE_SIZE``: rows per list page (CNKI offers 10, 20 and 50).
-- ``CNKI_MAX_PAGES``: how many list pages CNKI lets a search reach (120, so 6000 rows at 50).
-- ``CNKI_CATEGORY_FIELD``: the QueryJson field a round's category code goes into (``CLC``).
+- ``CNKI_CLIENT_ID_URL``: where a session's ``Ecp_ClientId`` is issued (CNKI's recsys host).
+- ``CNKI_PAGE_SIZE``: rows per list page; CNKI accepts only 10, 20 and 50 (anything else is
+  rejected with 参数校验;字段【pageSize】校验失败).
+- ``CNKI_CAP_ROWS``: rows one search order can reach, whatever the page size (6000: at 20 a
+  page CNKI shows 300 pages, at 50 it shows 120).
+- ``CNKI_MAX_PAGES``: an optional lower limit on the pages walked (0 or empty: ``cap_rows //
+  page_size``); tests use it to get small caps.
+- ``CNKI_CATEGORY_MODE``: ``subject`` (a Subject-group item, the search form's 分类号) or
+  ``facet`` (the left-hand 学科 facet: the ``CCL`` group inside ``SCDBGroup``/``MutiGroup``).
+- ``CNKI_CATEGORY_FIELD`` / ``CNKI_CATEGORY_OPERATOR``: the Subject item's field and operator
+  (``CLC`` / ``SUFFIX``: the form's 分类号 is a prefix match; ``TOPRANK`` is relevance ranking
+  for 主题 and matches a code only exactly).
 """
 
 from __future__ import annotations
@@ -19,19 +29,30 @@ import dataclasses
 import datetime
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin
 
 DEFAULTS: dict[str, Any] = {
     "CNKI_BASE_URL": "https://kns.cnki.net",
+    "CNKI_CLIENT_ID_URL": "https://recsys.cnki.net/RCDService/api/UtilityOpenApi/GenerateClientID",
     "CNKI_PAGE_SIZE": 50,
-    "CNKI_MAX_PAGES": 120,
+    "CNKI_CAP_ROWS": 6000,
+    "CNKI_MAX_PAGES": 0,
+    "CNKI_CATEGORY_MODE": "subject",
     "CNKI_CATEGORY_FIELD": "CLC",
+    "CNKI_CATEGORY_OPERATOR": "SUFFIX",
 }
 
 HOME_PATH = "/kns8s/defaultresult/index"
 GRID_PATH = "/kns8s/brief/grid"
+CLIENT_ID_PATH = "/RCDService/api/UtilityOpenApi/GenerateClientID"
+CLIENT_ID_COOKIE = "Ecp_ClientId"
+
+PAGE_SIZES = (10, 20, 50)  # the only pageSize values CNKI accepts
+CATEGORY_MODES = ("subject", "facet")
+FACET_GROUP = "CCL"  # the 学科 facet's group id (and field) inside SCDBGroup / MutiGroup
 
 # "" is CNKI's relevance order (the stand-in treats it as PT); the others are 发表时间, 被引,
 # 下载 and 综合. Each order is deterministic, so desc + asc of one field reach twice the cap.
@@ -39,9 +60,9 @@ SORT_FIELDS = ("", "PT", "CF", "DFR", "FFD")
 SORT_TYPES = ("desc", "asc")
 
 # QueryJson item titles, as the search form labels the fields. The server matches on
-# ``Field``; the title only mirrors what a browser sends.
+# ``Field``; the title only mirrors what a browser sends (the form labels CLC 分类号).
 FIELD_TITLES = {
-    "CLC": "中图分类号",
+    "CLC": "分类号",
     "SU": "主题",
     "TKA": "篇关摘",
     "KY": "关键词",
@@ -53,6 +74,15 @@ FIELD_TITLES = {
 
 _SEARCH_FROM_NEW = 1  # QueryJson SearchFrom of a new search ...
 _SEARCH_FROM_TURN = 4  # ... and of a page turn
+_OPERATOR_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+
+# The 总库 (CROSSDB) database list a browser sends, in its order (PROTOCOL.md, 2026 point 1).
+# A 总库 search without a KuaKuCode is rejected (查询对象结构错误, 没有指定检索分类！); listing
+# only some class ids searches only those databases.
+CROSSDB_ALL = (
+    "YSTT4HG0,LSTPFY1C,JUP3MUPD,MPMFIG1A,EMRPGLPA,WQ0UVIAA,BLZOG7CK,PWFIRAGL,NN3FJMUV,NLBO1Z6R"
+)
+CROSSDB = "CROSSDB"
 
 
 @dataclass(frozen=True)
@@ -62,11 +92,16 @@ class Resource:
     doc_type: str
     resource: str  # QueryJson "Resource"
     classid: str  # QueryJson "Classid"
-    product_str: str  # grid form "productStr": comma list of class ids
+    kuaku_code: str  # QueryJson "KuaKuCode": the 总库 class ids searched; "" for one database
     rlang: str  # QueryJson "Rlang"
     search_from: str  # grid form "searchFrom": the 资源范围 label
     referer_path: str  # the advanced-search page a browser would POST the grid from
-    dbnames: tuple[str, ...]  # the dbname values its documents carry
+    dbnames: tuple[str, ...]  # the dbname values kept; rows of other databases are dropped
+
+    @property
+    def facet_group(self) -> str:
+        """The QGroup key of the left-hand facets: SCDBGroup in 总库, MutiGroup in one database."""
+        return "SCDBGroup" if self.resource == CROSSDB else "MutiGroup"
 
 
 RESOURCES: dict[str, Resource] = {
@@ -74,7 +109,7 @@ RESOURCES: dict[str, Resource] = {
         doc_type="patent",
         resource="PATENT",
         classid="VUDIXAIY",
-        product_str="VUDIXAIY",
+        kuaku_code="",  # a single-database resource: the 总库 list here turns every hit into 0
         rlang="Both",  # patents are searched in Chinese and foreign text at once
         search_from="资源范围：专利",
         referer_path="/kns8s/AdvSearch?classid=VUDIXAIY",
@@ -82,9 +117,11 @@ RESOURCES: dict[str, Resource] = {
     ),
     "paper": Resource(
         doc_type="paper",
-        resource="CROSSDB",
+        resource=CROSSDB,
         classid="WD0FTY92",
-        product_str="YSTT4HG0,LSTPFY1C",  # 学术期刊 + 学位论文 inside 总库
+        # 学术期刊 (CJFQ, CAPJ) + 学位论文 (CDFD, CMFD) inside 总库: one search per round for
+        # both, instead of one per database.
+        kuaku_code="YSTT4HG0,LSTPFY1C",
         rlang="CHINESE",
         search_from="资源范围：总库",
         referer_path="/kns8s/AdvSearch?classid=WD0FTY92",
@@ -94,7 +131,7 @@ RESOURCES: dict[str, Resource] = {
         doc_type="achievement",
         resource="ACHIEVEMENTS",
         classid="BLZOG7CK",
-        product_str="BLZOG7CK",
+        kuaku_code="",
         rlang="CHINESE",
         search_from="资源范围：成果",
         referer_path="/kns8s/AdvSearch?classid=BLZOG7CK",
@@ -178,30 +215,66 @@ class Search:
 
 
 class Protocol:
-    """Builds kns8s URLs, QueryJson and grid forms for one site (CNKI or the stand-in)."""
+    """Builds kns8s URLs, QueryJson and grid forms for one site (CNKI or the stand-in).
+
+    Every argument is validated here (ValueError naming it), so a wrong value stops the crawler
+    at start instead of being sent to CNKI round after round; config.py turns the same checks
+    into a ConfigError naming the file, section and key.
+    """
 
     def __init__(
         self,
         base_url: str = DEFAULTS["CNKI_BASE_URL"],
         page_size: int = DEFAULTS["CNKI_PAGE_SIZE"],
-        max_pages: int = DEFAULTS["CNKI_MAX_PAGES"],
+        max_pages: int | None = None,
         category_field: str = DEFAULTS["CNKI_CATEGORY_FIELD"],
+        category_operator: str = DEFAULTS["CNKI_CATEGORY_OPERATOR"],
+        category_mode: str = DEFAULTS["CNKI_CATEGORY_MODE"],
+        client_id_url: str = DEFAULTS["CNKI_CLIENT_ID_URL"],
+        cap_rows: int = DEFAULTS["CNKI_CAP_ROWS"],
     ):
-        if not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url: expected http(s)://host, got {base_url!r}")
-        if int(page_size) < 1 or int(max_pages) < 1:
+        for name, url in (("base_url", base_url), ("client_id_url", client_id_url)):
+            if not str(url).startswith(("http://", "https://")):
+                raise ValueError(f"{name}: expected an http(s):// URL, got {url!r}")
+        if int(page_size) not in PAGE_SIZES:
             raise ValueError(
-                f"page_size and max_pages must be positive, got {page_size}, {max_pages}"
+                f"page_size: expected one of {', '.join(map(str, PAGE_SIZES))} (CNKI rejects "
+                f"any other), got {page_size!r}"
+            )
+        if int(cap_rows) < int(page_size):
+            raise ValueError(f"cap_rows: expected at least one page ({page_size}), got {cap_rows}")
+        if max_pages is not None and int(max_pages) < 0:
+            raise ValueError(
+                f"max_pages: expected 0 (= cap_rows / page_size) or more, got {max_pages}"
+            )
+        if category_mode not in CATEGORY_MODES:
+            raise ValueError(
+                f"category_mode: expected one of {', '.join(CATEGORY_MODES)}, got {category_mode!r}"
+            )
+        if not _OPERATOR_RE.match(category_field or ""):
+            raise ValueError(
+                f"category_field: expected a field code such as CLC, got {category_field!r}"
+            )
+        if not _OPERATOR_RE.match(category_operator or ""):
+            raise ValueError(
+                f"category_operator: expected an operator such as SUFFIX, got {category_operator!r}"
             )
         self.base_url = base_url.rstrip("/")
+        self.client_id_url = client_id_url
         self.page_size = int(page_size)
-        self.max_pages = int(max_pages)
-        self.category_field = category_field
+        self.cap_rows = int(cap_rows)
+        # CNKI's own limit is in rows (6000 whatever the page size); max_pages may only lower it.
+        pages = self.cap_rows // self.page_size
+        self.max_pages = min(pages, int(max_pages)) if max_pages else pages
+        self.category_field = category_field.upper()
+        self.category_operator = category_operator.upper()
+        self.category_mode = category_mode
 
     def __repr__(self) -> str:
         return (
             f"Protocol({self.base_url!r}, page_size={self.page_size}, "
-            f"max_pages={self.max_pages}, category_field={self.category_field!r})"
+            f"max_pages={self.max_pages}, category={self.category_mode}:"
+            f"{self.category_field}/{self.category_operator})"
         )
 
     # -- URLs ---------------------------------------------------------------------------
@@ -229,22 +302,57 @@ class Protocol:
         url = (url or "").strip()
         return urljoin(self.base_url + "/", url) if url else ""
 
+    # -- which rows a search keeps ----------------------------------------------------------
+
+    @staticmethod
+    def keeps(doc_type: str, dbname: str) -> bool:
+        """True if a list row of database ``dbname`` belongs to ``doc_type``'s documents.
+
+        A 总库 search lists every database its KuaKuCode names (and CNKI may add others):
+        rows are kept by their own dbname, never by the search that listed them.
+        """
+        return (dbname or "").strip().upper() in RESOURCES[doc_type].dbnames
+
     # -- list requests ------------------------------------------------------------------
+
+    def _category_item(self, code: str) -> dict[str, Any]:
+        return {
+            "Field": self.category_field,
+            "Value": code,
+            "Operator": self.category_operator,
+            "Logic": 0,
+            "Title": FIELD_TITLES.get(self.category_field, ""),
+        }
+
+    @staticmethod
+    def _facet_group(res: Resource, code: str) -> dict[str, Any]:
+        """The left-hand 学科 facet as a browser sends it (PROTOCOL.md, 2026 point 6)."""
+        item = {
+            "Key": code,
+            "Title": "",
+            "Logic": 1,
+            "Field": FACET_GROUP,
+            "Operator": "DEFAULT",
+            "Value": code,
+            "Value2": "",
+            "Name": FACET_GROUP,
+        }
+        return {
+            "Key": res.facet_group,
+            "Title": "",
+            "Logic": 0,
+            "Items": [],
+            "ChildItems": [
+                {"Key": FACET_GROUP, "Title": "", "Logic": 0, "Items": [item], "ChildItems": []}
+            ],
+        }
 
     def query_json(self, search: Search, new_search: bool) -> str:
         """The QueryJson form value (a JSON string inside the form, never a JSON body)."""
         res = RESOURCES[search.doc_type]
         subject_items = []
-        if search.category:
-            subject_items.append(
-                {
-                    "Field": self.category_field,
-                    "Value": search.category,
-                    "Operator": "TOPRANK",
-                    "Logic": 0,
-                    "Title": FIELD_TITLES.get(self.category_field, ""),
-                }
-            )
+        if search.category and self.category_mode == "subject":
+            subject_items.append(self._category_item(search.category))
         if search.title:
             subject_items.append(
                 {
@@ -264,35 +372,30 @@ class Protocol:
             "Value": search.day_start,
             "Value2": search.day_end,
         }
+        qgroups = [
+            # The Subject group is always sent, empty when there is no condition, so the
+            # shape of the query never depends on the round.
+            {"Key": "Subject", "Title": "", "Logic": 0, "Items": subject_items, "ChildItems": []},
+            {
+                "Key": "ControlGroup",
+                "Title": "",
+                "Logic": 0,
+                "Items": [date_item],
+                "ChildItems": [],
+            },
+        ]
+        if search.category and self.category_mode == "facet":
+            qgroups.append(self._facet_group(res, search.category))
         query = {
             "Platform": "",
             "Resource": res.resource,
             "Classid": res.classid,
             "Products": "",
-            "QNode": {
-                "QGroup": [
-                    # The Subject group is always sent, empty when there is no condition, so
-                    # the shape of the query never depends on the round.
-                    {
-                        "Key": "Subject",
-                        "Title": "",
-                        "Logic": 0,
-                        "Items": subject_items,
-                        "ChildItems": [],
-                    },
-                    {
-                        "Key": "ControlGroup",
-                        "Title": "",
-                        "Logic": 0,
-                        "Items": [date_item],
-                        "ChildItems": [],
-                    },
-                ]
-            },
+            "QNode": {"QGroup": qgroups},
             "ExScope": 1,
             "SearchType": 2,
             "Rlang": res.rlang,
-            "KuaKuCode": "",
+            "KuaKuCode": res.kuaku_code,
             "Expands": {},
             "SearchFrom": _SEARCH_FROM_NEW if new_search else _SEARCH_FROM_TURN,
         }
@@ -322,7 +425,9 @@ class Protocol:
             "dstyle": "listmode",
             "boolSortSearch": "false",
             "sentenceSearch": "false",
-            "productStr": res.product_str,
+            # Not a database filter (KuaKuCode is): a browser sends it empty or as the page's
+            # full product list, so it is sent empty.
+            "productStr": "",
             "searchFrom": res.search_from,
             "CurPage": str(page),
             "turnpage": turn_token or "",
@@ -344,16 +449,41 @@ class Protocol:
 
     @property
     def cap(self) -> int:
-        """How many rows one search order can reach (6000 at 50 rows x 120 pages)."""
-        return self.page_size * self.max_pages
+        """How many rows one search order can reach (6000, whatever the page size)."""
+        return min(self.cap_rows, self.page_size * self.max_pages)
 
     def reachable(self, total: int) -> int:
         """How many of ``total`` results one search order can list."""
         return max(0, min(int(total), self.cap))
 
     def page_count(self, total: int) -> int:
-        """How many list pages a search with ``total`` results has, within the cap."""
+        """How many list pages a search with ``total`` results has, within the cap:
+        ``min(ceil(total / page_size), cap_rows // page_size)`` (and ``max_pages``)."""
         return min(math.ceil(max(0, int(total)) / self.page_size), self.max_pages)
+
+
+def parse_client_id(body: bytes | str) -> str:
+    """The id in CNKI's client-id answer ``{"Success":true,"Data":"<id>"}``.
+
+    Raises ValueError (with what was wrong) for anything else: a session without its
+    ``Ecp_ClientId`` is refused by CNKI later, so the warm-up must fail now, loudly.
+    """
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    try:
+        data = json.loads(body)
+    except ValueError:
+        raise ValueError(f"client-id answer is not JSON: {body[:80]!r}") from None
+    if not isinstance(data, dict) or data.get("Success") is not True:
+        raise ValueError(f"client-id answer without Success true: {body[:80]!r}")
+    value = data.get("Data")
+    if not isinstance(value, (str, int)) or not str(value).strip():
+        raise ValueError(f"client-id answer without an id in Data: {body[:80]!r}")
+    value = str(value).strip()
+    if any(c in value for c in ';,= \t\r\n"'):
+        # it becomes a cookie value as is: never let the answer inject other cookies
+        raise ValueError(f"client-id {value[:40]!r} is not a plain token")
+    return value
 
 
 def protocol_from_settings(settings: Any) -> Protocol:
@@ -366,6 +496,10 @@ def protocol_from_settings(settings: Any) -> Protocol:
     return Protocol(
         base_url=str(get("CNKI_BASE_URL")),
         page_size=int(get("CNKI_PAGE_SIZE")),
-        max_pages=int(get("CNKI_MAX_PAGES")),
+        max_pages=int(get("CNKI_MAX_PAGES")) or None,
         category_field=str(get("CNKI_CATEGORY_FIELD")),
+        category_operator=str(get("CNKI_CATEGORY_OPERATOR")),
+        category_mode=str(get("CNKI_CATEGORY_MODE")).lower(),
+        client_id_url=str(get("CNKI_CLIENT_ID_URL")),
+        cap_rows=int(get("CNKI_CAP_ROWS")),
     )

@@ -8,9 +8,15 @@ middleware give the same reason for the same body.
 Reasons (the slugs of :class:`cnkispider.exceptions.RefusedPage`):
 
 ========================= =================================================================
+``rejected``              CNKI refused the query itself: a non-empty ``p.no-content@value``
+                          (查询对象结构错误, 没有指定检索分类！ / 起始游标越界 / 参数校验;...);
+                          :func:`rejection_text` gives CNKI's words
 ``verify``                a redirect to, or a page at, ``/verify/...``; a <title> with 超时验证;
-                          a 安全验证 page that points at ``/verify/``
-``captcha``               a Tencent slider captcha (TJCaptcha.js) or a 安全验证 page
+                          a 安全验证 page that points at ``/verify/``; the 2026 ``{"code":-403,
+                          "message":".../verify/home?captchaType=..."}`` JSON (as 403 or as 200)
+``captcha``               a captcha page: AJ-Captcha (``verify-api``, ``captchaType=blockPuzzle``
+                          / ``clickWord``), the letters form ``vericodeForm``, the older Tencent
+                          slider (TJCaptcha.js), or a 安全验证 page
 ``blank``                 2xx with an empty or near-empty body
 ``javascript``            a page that is only script (a cookie/redirect challenge)
 ``no-data-retry``         抱歉，暂无数据，请稍后重试 (anywhere: it is never a zero result)
@@ -21,10 +27,21 @@ Reasons (the slugs of :class:`cnkispider.exceptions.RefusedPage`):
 
 The usable-page markers are checked before the captcha markers on purpose: real kns8s list
 pages load TJCaptcha.js and carry a hidden slider, in case they need it later.
+
+Three kinds of "no" (:func:`kind_of`), three answers (PROTOCOL.md, 2026 evidence points 2-3):
+
+- ``rejection``: the request itself is wrong (or CNKI changed). No new session or proxy cures
+  it, so it is never retried: the task halts with CNKI's words.
+- ``challenge``: CNKI suspects a robot (verify, captcha, the soft block ``no-data-retry``, a
+  JavaScript cookie page). The pace that caused it is the signal: slow down, retire the session
+  and proxy, retry; when challenges persist across fresh sessions the task pauses.
+- ``fault``: anything else (5xx, resets, timeouts, blank bodies, markup not understood): retried
+  as usual; when one fault repeats across rounds the circuit breaker halts the task.
 """
 
 from __future__ import annotations
 
+import html
 import re
 from urllib.parse import urljoin, urlsplit
 
@@ -49,6 +66,10 @@ _RETRY_MARKERS = (
     (b"\\u8BF7\\u7A0D\\u540E\\u91CD\\u8BD5", b"\\u6682\\u65E0\\u6570\\u636E"),
 )
 _CAPTCHA_MARKERS = (
+    b"verify-api",  # AJ-Captcha's endpoints (/verify-api/get, /verify-api/web/check), 2026
+    b"captchaType=blockPuzzle",
+    b"captchaType=clickWord",
+    b"vericodeForm",  # the letters-and-digits form (POST /kns8s/brief/checkcode)
     b"TJCaptcha",
     b"TencentCaptcha",
     b"tencent-captcha",
@@ -59,6 +80,19 @@ _CAPTCHA_MARKERS = (
 _TIMEOUT_VERIFY = "超时验证".encode()
 _SAFETY_VERIFY = "安全验证".encode()
 _VERIFY_PATH_IN_BODY = b"/verify/"
+
+# The 2026 challenge of a grid POST: {"code":-403,"message":"https://.../verify/home?..."}.
+_JSON_403_RE = re.compile(rb'^\s*\{\s*"code"\s*:\s*-403\b')
+# <p class="no-content" value="...">: a non-empty value is CNKI rejecting the query.
+_NO_CONTENT_VALUE_RE = re.compile(
+    rb'<p\b[^>]*\bclass\s*=\s*["\'][^"\']*\bno-content\b[^>]*>', re.I | re.S
+)
+_VALUE_ATTR_RE = re.compile(rb'\bvalue\s*=\s*(?:"([^"]*)"|\'([^\']*)\')', re.I | re.S)
+
+REJECTION = "rejection"
+CHALLENGE = "challenge"
+FAULT = "fault"
+_CHALLENGES = frozenset({"verify", "captcha", "no-data-retry", "javascript"})
 
 _TITLE_RE = re.compile(rb"<title[^>]*>(.*?)</title", re.I | re.S)
 _VERIFY_PATH_RE = re.compile(r"/verify(?:/|$)", re.I)
@@ -102,6 +136,35 @@ def _is_blank(body: bytes) -> bool:
     return b"<script" not in lowered and not _text_without_markup(body)
 
 
+def rejection_text(body: bytes | str | None) -> str | None:
+    """CNKI's words when it rejects a query (a non-empty ``p.no-content@value``), else None."""
+    data = _as_bytes(body)
+    if _NO_CONTENT not in data:
+        return None
+    for tag in _NO_CONTENT_VALUE_RE.finditer(data):
+        attr = _VALUE_ATTR_RE.search(tag.group(0))
+        if attr:
+            value = (attr.group(1) or attr.group(2) or b"").decode("utf-8", "replace").strip()
+            if value:
+                return html.unescape(value)
+    return None
+
+
+def kind_of(reason: str | None) -> str | None:
+    """``rejection``, ``challenge`` or ``fault`` for a refusal reason (None for None)."""
+    if reason is None:
+        return None
+    if reason == "rejected":
+        return REJECTION
+    if reason in _CHALLENGES:
+        return CHALLENGE
+    return FAULT
+
+
+def _json_403(body: bytes) -> bool:
+    return bool(_JSON_403_RE.match(body[:64]))
+
+
 def _says_retry(body: bytes) -> bool:
     return any(retry in body and no_data in body for retry, no_data in _RETRY_MARKERS)
 
@@ -141,8 +204,17 @@ def body_reason(kind: str, body: bytes | str | None) -> str | None:
     if kind not in KINDS:
         raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
     data = _as_bytes(body)
-    if _is_blank(data):
+    if kind == "home":
+        # A warm-up page only has to set cookies: any non-empty answer that is not a refusal
+        # will do (a short page is not "blank").
+        if not data.strip():
+            return "blank"
+    elif _is_blank(data):
         return "blank"
+    if _json_403(data):
+        return "verify"
+    if rejection_text(data) is not None:
+        return "rejected"
     if _says_retry(data):
         return "no-data-retry"
     if _looks_usable(kind, data):
@@ -184,7 +256,9 @@ def classify(
         return f"http-{status}"
     data = _as_bytes(body)
     if status >= 400:
-        # A 403 that carries a captcha says more than its status.
+        # A 403 that carries a captcha (or the 2026 -403 JSON) says more than its status.
+        if _json_403(data):
+            return "verify"
         return _challenge(data) or f"http-{status}"
     return body_reason(kind, data)
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 # Invariants of the session pool (the state lives here and nowhere else):
 # - `warmed` and `retired` are set once and never cleared. `warmed` is set (by the middleware,
-#   through mark_warmed) when the session's warm-up page came back; `retired` by retire(), for
+#   through mark_warmed) when the session's warm-up page came back AND its Ecp_ClientId was
+#   issued (`client_id`; a warm-up without one fails as a whole); `retired` by retire(), for
 #   good. A session that is retired before it is warmed (its warm-up failed) is never used.
 # - A retired session is never handed out again, and its id is never reused: ids are random
 #   (uuid4), so a request replayed by another worker, carrying a session id this worker never
@@ -49,6 +50,7 @@ class Session:
     retired_reason: str = ""
     user_agent: str = ""  # as recorded after the warm-up
     proxy: str = ""  # the address it was opened through, without credentials
+    client_id: str = ""  # its Ecp_ClientId, obtained during the warm-up (never "" once warmed)
 
     @property
     def turns(self) -> int:
@@ -112,10 +114,13 @@ class SessionPool:
                 self.retire(session.id, "turn-limit")
         return session, created
 
-    def mark_warmed(self, session: Session, user_agent: str = "", proxy: str = "") -> bool:
+    def mark_warmed(
+        self, session: Session, user_agent: str = "", proxy: str = "", client_id: str = ""
+    ) -> bool:
         """Record a finished warm-up (even of a session retired meanwhile: the request that
         warmed it may still use it). False if the session is no longer live."""
         session.warmed, session.user_agent, session.proxy = True, user_agent, proxy
+        session.client_id = client_id
         return not session.retired
 
     def retire(self, session_id: str, reason: str) -> bool:

@@ -4,42 +4,69 @@ For each request with meta ``cnki_kind`` ``list`` or ``detail`` the middleware p
 from :class:`~cnkispider.cnki.session.SessionPool` (the one named by meta ``cnki_session`` while
 it may still serve, so that the pages of one search stay together), and sets meta
 ``cnki_session`` and ``cookiejar`` (Scrapy's CookiesMiddleware keeps one cookie jar per session).
-A session that is not warmed yet is warmed first: its warm-up page (``Protocol.home_url``, meta
-``cnki_kind`` ``home``, same cookie jar, hence the same User-Agent and proxy) is downloaded
-through the engine, with every downloader middleware (retries included), and only then does the
-request go on. Requests that share a session being warmed wait for that one warm-up.
 
-Meta ``cnki_renew_session`` (set by the retry middleware on every retry) retires the request's
-old session and gives it a fresh one, whose warm-up avoids the proxy the request failed through
-(private meta ``_proxy_avoid``, read by the proxy middleware). ``home`` requests, requests with another kind or none, and
-requests with meta ``dont_cnki_session`` pass untouched: the warm-up request is one of them,
-which is what keeps this middleware from recursing into itself.
+A session that is not warmed yet is warmed first, in two steps, both downloaded through the
+engine with every downloader middleware (retries, proxy, User-Agent, the shared rate limit:
+neither sets ``dont_ratelimit``; the client id is asked of CNKI's recsys host, which the rate
+limiter keeps under its own ``host:port`` key), in the session's cookie jar, hence with its
+User-Agent and proxy, meta ``cnki_kind`` ``home``:
+
+1. ``GET Protocol.home_url`` (``defaultresult/index``): sets KNS2COOKIE, SID_kns_new, dblang;
+2. ``GET Protocol.client_id_url`` (``CNKI_CLIENT_ID_URL``): ``{"Success":true,"Data":"<id>"}``.
+   The id becomes the session's ``Ecp_ClientId`` cookie (path ``/``) on the kns host, which
+   CNKI requires on a grid POST (without it: ``403 {"code":-403,...}``).
+
+A warm-up that fails at either step (an HTTP error, a challenge, an answer without an id)
+retires the session and raises :class:`~cnkispider.exceptions.RefusedPage` (reason
+``warm-up`` or ``client-id``, or the refusal the retry middleware named), so the request is
+retried with a fresh session: never sent on in a session CNKI will refuse.
+
+How the cookie gets into the jar: every list/detail request of the session carries
+``Ecp_ClientId`` in ``Request.cookies`` (path ``/``), which Scrapy's CookiesMiddleware merges into
+the session's jar for the request's own host before it writes the Cookie header. This uses only
+Scrapy's public API (no reaching into the cookies middleware's jars), scopes the cookie to the
+kns host by construction (it is never sent to recsys or anywhere else), and survives anything
+that empties or replaces the jar (CNKI expiring the cookie, a jar freed after its session
+retired, a request replayed by another worker: the session middleware always writes the id of
+the session the request is about to use).
+
+Requests requeued with meta ``cnki_renew_session`` (set by the retry middleware on every
+retry) retire their old session and get a fresh one, whose warm-up avoids the proxy the request
+failed through (private meta ``_proxy_avoid``, read by the proxy middleware). ``home`` requests,
+requests with another kind or none, and requests with meta ``dont_cnki_session`` pass
+untouched: the warm-up requests are among them, which keeps this middleware from recursing.
 
 Settings:
 - ``SESSION_ENABLED`` (True): off -> NotConfigured.
 - ``SESSION_TURN_LIMIT`` (14): grid requests a session serves after its first (CNKI allows 15).
 - ``SESSION_MAX_AGE`` (600 s; 0 = none): a session older than this is retired.
 - ``SESSION_POOL_SIZE`` (4): sessions live at once.
-- ``CNKI_BASE_URL`` (the site protocol's): where the warm-up page is.
+- ``SESSION_JAR_GRACE`` (660 s): a retired session's cookie jar is dropped this long after it
+  retired (longer than a request may take from getting its session to its response).
+- ``CNKI_BASE_URL``, ``CNKI_CLIENT_ID_URL`` (the site protocol's): where the warm-up goes.
 
-Stats (``session/...``): ``opened``, ``warmed``, ``warmup_failed``, ``retired/<reason>``
-(``turn-limit``, ``max-age``, ``renewed``, ``warmup-failed``), ``requests/<kind>``.
+Stats (``session/...``): ``opened``, ``warmed``, ``warmup_failed``, ``client_id/failed``,
+``retired/<reason>`` (``turn-limit``, ``max-age``, ``renewed``, ``warmup-failed``),
+``requests/<kind>``, ``jars_freed``.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from scrapy import Request
+from scrapy.downloadermiddlewares.cookies import CookiesMiddleware
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
+from cnkispider.cnki.protocol import CLIENT_ID_COOKIE, parse_client_id, protocol_from_settings
 from cnkispider.cnki.session import Session, SessionPool
 from cnkispider.exceptions import RefusedPage
-from cnkispider.middlewares import DEFAULTS, cnki_protocol
+from cnkispider.middlewares import DEFAULTS
 from proxy.provider import proxy_key
 
 if TYPE_CHECKING:
@@ -62,13 +89,37 @@ class SessionMiddleware:
         home_url: str,
         download: Callable[[Request], Awaitable[Response]],
         stats: StatsCollector | None = None,
+        client_id_url: str = "",
+        cookie_jars: Callable[[], dict | None] | None = None,
+        jar_grace: float = DEFAULTS["SESSION_JAR_GRACE"],
+        clock: Callable[[], float] = time.monotonic,
     ):
+        if not client_id_url:
+            raise ValueError("client_id_url: a session cannot be warmed up without one")
         self.pool = pool
         self.home_url = home_url
+        self.client_id_url = client_id_url
         self.download = download  # the engine's: through every downloader middleware
         self.stats = stats
         self._warming: dict[str, list[Deferred]] = {}
         pool.on_retire = self._retired
+        # Freeing retired sessions' cookie jars. Scrapy's CookiesMiddleware keeps one jar per
+        # meta["cookiejar"] key forever (about 2.8 KB a session, 1.3 GB per 10 million pages at
+        # an 18% fault rate). Invariants:
+        # - every cookiejar key other than None is the id of a session of this pool (this
+        #   middleware sets meta["cookiejar"] on every request with a session, and the warm-up
+        #   requests use their session's id);
+        # - a jar is kept while its session is live, and for `jar_grace` seconds after it was
+        #   retired: a request that got the session before it retired may still be waiting for
+        #   a proxy or on the wire, and its cookies are written into the jar and read from it;
+        # - any other jar is dropped at the next sweep (at most one every `jar_grace / 10`
+        #   seconds, on a request), including one a straggler re-created after a sweep.
+        # `_retired_at` holds retirements in order, only those younger than `jar_grace`.
+        self.cookie_jars = cookie_jars or (lambda: None)
+        self.jar_grace = float(jar_grace)
+        self.clock = clock
+        self._retired_at: dict[str, float] = {}
+        self._next_sweep = 0.0
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> SessionMiddleware:
@@ -80,12 +131,16 @@ class SessionMiddleware:
             max_age=settings.getfloat("SESSION_MAX_AGE", DEFAULTS["SESSION_MAX_AGE"]),
             size=settings.getint("SESSION_POOL_SIZE", DEFAULTS["SESSION_POOL_SIZE"]),
         )
+        protocol = protocol_from_settings(settings)
         # crawler.engine does not exist yet while the downloader builds its middlewares.
         return cls(
             pool,
-            cnki_protocol(settings).home_url,
+            protocol.home_url,
             lambda request: crawler.engine.download_async(request),
             crawler.stats,
+            client_id_url=protocol.client_id_url,
+            cookie_jars=_CookieJars(crawler),
+            jar_grace=settings.getfloat("SESSION_JAR_GRACE", DEFAULTS["SESSION_JAR_GRACE"]),
         )
 
     def _inc_stat(self, key: str, count: int = 1) -> None:
@@ -94,9 +149,31 @@ class SessionMiddleware:
 
     def _retired(self, session: Session, reason: str) -> None:
         self._inc_stat(f"retired/{reason}")
+        self._retired_at[session.id] = self.clock()
         logger.debug(
             "CNKI session %s retired (%s) after %d turns", session.id, reason, session.turns
         )
+
+    def _sweep_jars(self) -> None:
+        """Drop the cookie jars of sessions retired more than ``jar_grace`` seconds ago."""
+        now = self.clock()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + self.jar_grace / 10
+        jars = self.cookie_jars()
+        if jars is None:
+            return
+        cutoff = now - self.jar_grace
+        for session_id, retired_at in list(self._retired_at.items()):
+            if retired_at > cutoff:
+                break  # in retirement order: the rest are younger
+            del self._retired_at[session_id]
+        live = {s.id for s in self.pool.live()}
+        stale = [k for k in jars if k is not None and k not in live and k not in self._retired_at]
+        for key in stale:
+            del jars[key]
+        if stale:
+            self._inc_stat("jars_freed", len(stale))
 
     async def process_request(self, request: Request, spider: Spider | None = None) -> None:
         meta = request.meta
@@ -122,7 +199,9 @@ class SessionMiddleware:
                 break
             # Its warm-up (someone else's, awaited) failed and retired it: take another.
             meta.pop("cnki_session", None)
+        _set_cookie(request, CLIENT_ID_COOKIE, session.client_id)
         self._inc_stat(f"requests/{kind}")
+        self._sweep_jars()
 
     async def _warm_up(self, session: Session, avoid_proxy: str | None = None) -> None:
         """Download the warm-up page once per session; concurrent callers wait for that one."""
@@ -142,10 +221,12 @@ class SessionMiddleware:
             if response.status >= 400:
                 raise RefusedPage("warm-up", f"HTTP {response.status} from the warm-up page")
             final = response.request or request
+            client_id = await self._client_id(session)
             self.pool.mark_warmed(
                 session,
                 user_agent=(final.headers.get("User-Agent") or b"").decode("latin-1"),
                 proxy=proxy_key(final.meta.get("proxy")),  # host:port, never credentials
+                client_id=client_id,
             )
             self._inc_stat("warmed")
         except BaseException:
@@ -155,3 +236,58 @@ class SessionMiddleware:
         finally:
             for waiter in self._warming.pop(session.id):
                 waiter.callback(None)
+
+    async def _client_id(self, session: Session) -> str:
+        """Step 2 of a warm-up: the session's Ecp_ClientId from CNKI's issuing endpoint."""
+        request = Request(
+            self.client_id_url,
+            # same jar, hence the same User-Agent and proxy as the warm-up page
+            meta={"cnki_kind": "home", "cnki_session": session.id, "cookiejar": session.id},
+            headers={
+                "Accept": "application/json, text/javascript, */*; q=0.01",
+                "Referer": self.home_url,
+            },
+            dont_filter=True,
+        )
+        try:
+            response = await self.download(request)
+            if response.status >= 400:
+                raise RefusedPage("client-id", f"HTTP {response.status} from {self.client_id_url}")
+            try:
+                return parse_client_id(response.body)
+            except ValueError as exc:
+                raise RefusedPage("client-id", str(exc)) from None
+        except BaseException:
+            self._inc_stat("client_id/failed")
+            raise
+
+
+class _CookieJars:
+    """The ``jars`` of the crawler's CookiesMiddleware (one per meta ``cookiejar`` key), found
+    once the downloader exists; None when cookies are off or another middleware handles them.
+    Scrapy has no API to drop a jar: its ``jars`` mapping is the documented per-key store."""
+
+    def __init__(self, crawler: Crawler):
+        self.crawler = crawler
+        self.jars: dict | None = None
+        self.looked = False
+
+    def __call__(self) -> dict | None:
+        if not self.looked and self.crawler.engine is not None:
+            self.looked = True
+            for middleware in self.crawler.engine.downloader.middleware.middlewares:
+                if isinstance(middleware, CookiesMiddleware):
+                    self.jars = middleware.jars
+                    break
+        return self.jars
+
+
+def _set_cookie(request: Request, name: str, value: str) -> None:
+    """Put ``name=value`` (path /) into ``request.cookies``, replacing an older value: Scrapy's
+    CookiesMiddleware stores it in the request's cookie jar for the request's host."""
+    cookies = request.cookies
+    if isinstance(cookies, dict):
+        cookies = [{"name": k, "value": v} for k, v in cookies.items()]
+    kept = [c for c in (cookies or []) if c.get("name") != name]
+    kept.append({"name": name, "value": value, "path": "/"})
+    request.cookies = kept
