@@ -1,0 +1,219 @@
+"""When CNKI keeps saying no: the circuit breaker, the shared challenge cool-down, the halt.
+
+Three kinds of no (:func:`cnkispider.cnki.refusals.kind_of`) get three answers:
+
+- a **rejection** (CNKI refused the query itself) is never retried: the task halts at once with
+  CNKI's words (the retry middleware gives up, the spider's errback records the errorCode row and
+  calls :meth:`tasks.flow.TaskStore.halt`);
+- a **challenge** is retried with a fresh session and another proxy; when challenges persist
+  across fresh sessions (:class:`ChallengeWatch`), every worker of the task pauses for a
+  cool-down (:class:`Cooldown`, one Redis key with a TTL in the task's namespace);
+- a **fault** is retried; when one fault repeats (:class:`Breaker`) the task halts.
+
+A halt is ``task.halt_reason`` (+ ``halted_at``): no round is handed out or marked done while it
+is set, and ``cnkispider task resume NAME`` clears it and re-opens what failed for it.
+
+The cores here (:class:`Breaker`, :class:`ChallengeWatch`) are pure: no I/O, no clock. The
+feeder and the retry middleware feed them events and act on their verdicts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+
+from cnkispider.cnki.refusals import CHALLENGE, REJECTION, kind_of
+
+#: ``cnkispider run`` (and the .exe) exit with this status when the task is halted.
+EXIT_HALTED = 3
+
+#: Failures of the network itself (the exception's class name is the reason). They are never
+#: permanent errorCode rows: the site was not asked, so nothing is known about the page.
+NETWORK_REASONS = {
+    # Scrapy >= 2.14 wraps the download errors in its own exceptions
+    "CannotResolveHostError": "DNS",
+    "DownloadConnectionRefusedError": "connection refused",
+    "DownloadTimeoutError": "timeout",
+    "DownloadFailedError": "connection failed",
+    "ResponseDataLossError": "connection lost",
+    # Twisted's own (older Scrapy, and what passes through unwrapped)
+    "DNSLookupError": "DNS",
+    "ConnectionRefusedError": "connection refused",
+    "NoRouteError": "no route",
+    "TCPTimedOutError": "timeout",
+    "TimeoutError": "timeout",
+    "ConnectError": "connection failed",
+    "ConnectingCancelledError": "connection failed",
+    "ConnectionLost": "connection lost",
+    "ConnectionDone": "connection lost",
+    "ResponseNeverReceived": "no response",
+    "ResponseFailed": "no response",
+    "PotentialDataLoss": "connection lost",
+    "TunnelError": "proxy tunnel failed",
+}
+#: Of those, the ones that mean "the site cannot be reached from here" when nothing ever worked.
+UNREACHABLE_REASONS = frozenset(
+    {
+        "CannotResolveHostError",
+        "DownloadConnectionRefusedError",
+        "DownloadTimeoutError",
+        "DNSLookupError",
+        "ConnectionRefusedError",
+        "NoRouteError",
+        "TCPTimedOutError",
+        "TimeoutError",
+        "ConnectError",
+    }
+)
+
+
+def is_network(reason: str | None) -> bool:
+    return reason in NETWORK_REASONS
+
+
+def slug_of(halt_reason: str | None) -> str | None:
+    """The refusal slug a halt reason starts with (``rejected``, ``http-500``, ``DNSLookupError``)."""
+    if not halt_reason:
+        return None
+    return halt_reason.split(":", 1)[0].strip()
+
+
+def unreachable_line(reason: str) -> str:
+    """The one line an operator reads when CNKI cannot be reached at all."""
+    return f"CNKI is not reachable from here ({NETWORK_REASONS.get(reason, reason)}): try `cnkispider demo`"
+
+
+def halt_line(task_name: str, halt_reason: str) -> str:
+    """The one line `cnkispider run` prints for a halted task: the reason and the fix."""
+    slug = slug_of(halt_reason)
+    if slug in UNREACHABLE_REASONS and "not reachable" in halt_reason:
+        return (
+            f"{unreachable_line(slug)} (task {task_name} halted; when CNKI answers: "
+            f"`cnkispider task resume {task_name}`)"
+        )
+    return f"task {task_name} halted: {halt_reason}; fix the cause, then `cnkispider task resume {task_name}`"
+
+
+class Breaker:
+    """The circuit breaker of one worker: a window of list-page outcomes, one verdict per event.
+
+    Trips (returns the halt reason) when
+
+    - a rejection is seen (at once);
+    - the first ``unreachable_after`` list outcomes of this worker are all network failures of
+      the unreachable kind (DNS, refused, timeout) and no list page ever came back: the site is
+      not reachable from here;
+    - the last ``consecutive`` outcomes failed for one and the same reason;
+    - at least half of the last ``window`` outcomes (once there are that many) failed for one
+      reason.
+
+    Outcomes are keyed (by the caller's request) so that a page counted ok when it arrived and
+    then found not understood by its parser turns into that failure instead of adding one.
+    """
+
+    def __init__(self, consecutive: int = 10, window: int = 50, unreachable_after: int = 3):
+        self.consecutive = max(1, consecutive)
+        self.window = max(self.consecutive, window)
+        self.unreachable_after = max(1, unreachable_after)
+        self.outcomes: deque[tuple[object, str | None]] = deque(maxlen=self.window)
+        self.ever_ok = False
+        self.tripped: str | None = None
+
+    def ok(self, key: object = None) -> None:
+        self.ever_ok = True
+        self.outcomes.append((key, None))
+
+    def failed(self, reason: str, detail: str = "", key: object = None) -> str | None:
+        """Record a failure; the halt reason if the breaker trips now (once), else None."""
+        if key is not None:
+            for i, (k, _) in enumerate(self.outcomes):
+                if k == key:  # the page arrived (ok) but was not understood: that is the outcome
+                    del self.outcomes[i]
+                    break
+        self.outcomes.append((key, reason))
+        if self.tripped is not None:
+            return None
+        verdict = self._verdict(reason, detail)
+        if verdict is not None:
+            self.tripped = verdict
+        return verdict
+
+    def _verdict(self, reason: str, detail: str) -> str | None:
+        if kind_of(reason) == REJECTION:
+            return f"rejected: {detail}" if detail else "rejected"
+        reasons = [r for _, r in self.outcomes]
+        if (
+            not self.ever_ok
+            and reason in UNREACHABLE_REASONS
+            and len(reasons) >= self.unreachable_after
+            and all(r in UNREACHABLE_REASONS for r in reasons)
+        ):
+            return f"{reason}: {unreachable_line(reason)} (every list request of the first rounds failed)"
+        recent = reasons[-self.consecutive :]
+        if len(recent) == self.consecutive and all(r == reason for r in recent):
+            return f"{reason}: the last {self.consecutive} list pages all failed with {reason}"
+        common = Counter(r for r in reasons if r is not None).most_common(1)
+        if len(reasons) == self.window and common:
+            top, count = common[0]
+            if 2 * count >= self.window:
+                return f"{top}: {count} of the last {self.window} list pages failed with {top}"
+        return None
+
+
+class ChallengeWatch:
+    """Challenges that persist across fresh sessions: ``sessions`` challenged answers in a row,
+    from that many distinct CNKI sessions, without one clean page in between.
+
+    One session challenged ten times is that session's bad luck (it is retired anyway); several
+    fresh sessions challenged one after another mean CNKI is wary of all of us: pause.
+    """
+
+    def __init__(self, sessions: int = 4):
+        self.sessions = max(1, sessions)
+        self.challenged: set[object] = set()
+
+    def clean(self) -> None:
+        self.challenged.clear()
+
+    def seen(self, reason: str | None, session: object) -> bool:
+        """Feed one refused answer; True when the task should pause now (the watch restarts)."""
+        if kind_of(reason) != CHALLENGE:
+            return False
+        self.challenged.add(session)
+        if len(self.challenged) >= self.sessions:
+            self.challenged.clear()
+            return True
+        return False
+
+
+class Cooldown:
+    """The task's shared pause: the key ``{namespace}:cooldown`` with a TTL, in the task's Redis.
+
+    Every worker of the task reads it: the feeder seeds no round and retries wait while it
+    exists. Blocking calls: run them off the reactor.
+    """
+
+    def __init__(self, client, namespace: str):
+        self.client = client
+        self.key = f"{namespace}:cooldown"
+
+    def start(self, seconds: float, why: str = "challenges") -> bool:
+        """Start the pause unless one runs already; True for the one caller that started it."""
+        if seconds <= 0:
+            return False
+        return bool(self.client.set(self.key, why, nx=True, px=max(1, int(seconds * 1000))))
+
+    def remaining(self) -> float:
+        """Seconds left of the pause, 0 when none runs."""
+        left = self.client.pttl(self.key)
+        return left / 1000.0 if left and left > 0 else 0.0
+
+
+def scheduler_cooldown(crawler) -> Cooldown | None:
+    """The task's shared cool-down, in the Redis of the leased scheduler (None without one)."""
+    engine = getattr(crawler, "engine", None)
+    scheduler = getattr(engine, "scheduler", None) if engine is not None else None
+    client = getattr(getattr(scheduler, "queue", None), "client", None)
+    namespace = getattr(scheduler, "namespace", None)
+    if client is None or not namespace:
+        return None
+    return Cooldown(client, namespace)

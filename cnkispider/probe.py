@@ -1,0 +1,584 @@
+"""`cnkispider probe`: a live self-check of every assumption the crawler makes about CNKI.
+
+No machine of ours reaches kns.cnki.net, so what the crawler believes about the live site is
+second-hand (``shared/cnki/PROTOCOL.md``). A user who can reach CNKI runs ``cnkispider probe``
+once before a long crawl: about 30 requests, at most one every ``--delay`` seconds (3 by default),
+each answer judged by the crawler's own code (:mod:`cnkispider.cnki.protocol`,
+:mod:`cnkispider.cnki.parsers`, :mod:`cnkispider.cnki.refusals`), so a FAIL here is a FAIL of
+the crawler, not of a second implementation. Every raw answer can be saved (``--save DIR``,
+gzip, with an ``index.json`` of the requests) to become a test fixture; docs/PROBE.md says how
+to turn a FAIL into a fix.
+
+One line per assumption: ``PASS``, ``FAIL`` (the site contradicts it: the crawler would lose
+data or be refused) or ``UNKNOWN`` (the probe could not tell, e.g. an earlier step failed).
+Exit status: 0 when nothing failed, 1 when something did, 2 for a configuration error.
+
+The probe is deliberately plain and sequential (urllib, one cookie jar per CNKI session): it
+must run where the crawl cannot yet, and ~30 requests need no engine.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import http.cookiejar
+import json
+import logging
+import math
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cnkispider.cnki import parsers, refusals
+from cnkispider.cnki.protocol import RESOURCES, Protocol, Search, protocol_from_settings
+from cnkispider.exceptions import RefusedPage
+
+logger = logging.getLogger(__name__)
+
+CLIENT_ID_URL = "https://recsys.cnki.net/RCDService/api/UtilityOpenApi/GenerateClientID"
+# Fields a detail page of each type must yield for the crawler to be worth running.
+REQUIRED_DETAIL_FIELDS = {
+    "patent": ("title", "application_no", "application_date", "applicant", "inventors", "abstract"),
+    "paper": ("title", "authors", "abstract"),
+    "achievement": ("title", "completers", "first_unit", "summary"),
+}
+PASS, FAIL, UNKNOWN = "PASS", "FAIL", "UNKNOWN"
+
+
+@dataclass
+class Check:
+    """The verdict on one assumption, with the evidence a maintainer needs to act on it."""
+
+    name: str
+    verdict: str
+    evidence: str
+
+    def line(self) -> str:
+        return f"{self.verdict:<8}{self.name:<36}{self.evidence}"
+
+
+@dataclass
+class Answer:
+    url: str
+    status: int
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+    location: str | None = None
+    error: str | None = None  # a network error: no answer at all
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Redirects are answers to judge (CNKI's 302 to /verify), never to follow."""
+
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+class CnkiSession:
+    """One CNKI session: its own cookie jar, paced requests, every answer recorded."""
+
+    def __init__(self, probe: Probe, label: str):
+        self.probe, self.label = probe, label
+        self.jar = http.cookiejar.CookieJar()
+        self.grid_posts = 0  # CNKI soft-blocks a session after about a dozen page turns
+        self.opener = urllib.request.build_opener(
+            urllib.request.HTTPCookieProcessor(self.jar), _NoRedirect()
+        )
+
+    def cookie_names(self) -> list[str]:
+        return sorted({c.name for c in self.jar})
+
+    def set_cookie(self, name: str, value: str) -> None:
+        host = urllib.parse.urlsplit(self.probe.protocol.base_url).hostname or ""
+        self.jar.set_cookie(
+            http.cookiejar.Cookie(
+                0,
+                name,
+                value,
+                None,
+                False,
+                host,
+                False,
+                False,
+                "/",
+                True,
+                False,
+                None,
+                False,
+                None,
+                None,
+                {},
+            )
+        )
+
+    def get(self, url: str, name: str, referer: str | None = None) -> Answer:
+        return self._send(urllib.request.Request(url, method="GET"), name, referer)
+
+    def post(self, url: str, form: dict[str, str], name: str, referer: str | None = None) -> Answer:
+        data = urllib.parse.urlencode(form).encode()
+        request = urllib.request.Request(url, data=data, method="POST")
+        for key, value in self.probe.protocol.grid_headers().items():
+            request.add_header(key, value)
+        self.grid_posts += 1
+        return self._send(request, name, referer, form=form)
+
+    def _send(self, request, name: str, referer: str | None, form=None) -> Answer:
+        request.add_header("User-Agent", self.probe.user_agent)
+        request.add_header("Accept-Language", "zh-CN,zh;q=0.9,en;q=0.8")
+        if referer:
+            request.add_header("Referer", referer)
+        self.probe.pace()
+        try:
+            with self.opener.open(request, timeout=self.probe.timeout) as response:
+                answer = Answer(
+                    request.full_url,
+                    response.status,
+                    response.read(),
+                    dict(response.headers.items()),
+                )
+        except urllib.error.HTTPError as exc:  # 3xx (not followed), 4xx, 5xx: still an answer
+            headers = dict(exc.headers.items()) if exc.headers else {}
+            answer = Answer(
+                request.full_url,
+                exc.code,
+                exc.read() or b"",
+                headers,
+                location=headers.get("Location"),
+            )
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            answer = Answer(request.full_url, 0, b"", error=f"{type(reason).__name__}: {reason}")
+        self.probe.record(name, request, form, answer, self.label)
+        return answer
+
+
+class Probe:
+    """Runs the checks in order; later checks use what earlier ones found (links, totals)."""
+
+    def __init__(
+        self,
+        protocol: Protocol,
+        *,
+        client_id_url: str = CLIENT_ID_URL,
+        day: dt.date | None = None,
+        delay: float = 3.0,
+        timeout: float = 20.0,
+        save_dir: Path | None = None,
+        user_agent: str | None = None,
+        categories: dict[str, list[tuple[str, list[str]]]] | None = None,
+        turns_per_session: int = 9,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        out: Callable[[str], None] = print,
+    ):
+        self.protocol = protocol
+        self.client_id_url = client_id_url
+        self.day = day or default_day()
+        self.delay, self.timeout = delay, timeout
+        self.save_dir = save_dir
+        self.user_agent = user_agent or _user_agent()
+        # per type: candidate (parent code, its child codes) pairs for the category check
+        self.categories = categories or {}
+        self.clock, self.sleep, self.out = clock, sleep, out
+        self._last: float | None = None
+        self.requests = 0
+        self.index: list[dict[str, Any]] = []
+        self.checks: list[Check] = []
+        self.first_pages: dict[str, parsers.ListPage] = {}
+        self.sessions: list[CnkiSession] = []
+        self.current: CnkiSession | None = None
+        self.turns_per_session = turns_per_session
+        if save_dir is not None:
+            save_dir.mkdir(parents=True, exist_ok=True)
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def pace(self) -> None:
+        now = self.clock()
+        if self._last is not None and now - self._last < self.delay:
+            self.sleep(self.delay - (now - self._last))
+        self._last = self.clock()
+        self.requests += 1
+
+    def record(self, name: str, request, form, answer: Answer, session: str) -> None:
+        entry = {
+            "n": len(self.index) + 1,
+            "name": name,
+            "session": session,
+            "method": request.get_method(),
+            "url": request.full_url,
+            "form": form,
+            "status": answer.status,
+            "error": answer.error,
+            "location": answer.location,
+            "bytes": len(answer.body),
+        }
+        if self.save_dir is not None:
+            file = f"{entry['n']:02d}-{_slug(name)}.html.gz"
+            (self.save_dir / file).write_bytes(gzip.compress(answer.body))
+            entry["file"] = file
+            self.index.append(entry)
+            (self.save_dir / "index.json").write_text(
+                json.dumps(self.index, ensure_ascii=False, indent=1), encoding="utf-8"
+            )
+        else:
+            self.index.append(entry)
+
+    def verdict(self, name: str, verdict: str, evidence: str) -> Check:
+        check = Check(name, verdict, evidence)
+        self.checks.append(check)
+        self.out(check.line())
+        return check
+
+    # -- the checks --------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run every check, print one line each; 1 if any FAILed, else 0."""
+        self.out(
+            f"probing {self.protocol.base_url} (day {self.day}, at most one request per "
+            f"{self.delay:g} s)"
+        )
+        main = self.current = self.open_session("session-1", check=True)
+        if main is not None:
+            for doc_type in RESOURCES:
+                self.check_search(main, doc_type)
+            self.check_page_two(main)
+            for doc_type in RESOURCES:
+                self.check_date_narrows(main, doc_type)
+            for doc_type in RESOURCES:
+                self.check_categories(main, doc_type)
+            for doc_type in RESOURCES:
+                self.check_detail(main, doc_type)
+            self.check_foreign_session()
+        failed = [c for c in self.checks if c.verdict == FAIL]
+        unknown = [c for c in self.checks if c.verdict == UNKNOWN]
+        self.out(
+            f"{len(self.checks) - len(failed) - len(unknown)} passed, {len(failed)} failed, "
+            f"{len(unknown)} unknown; {self.requests} requests"
+            + (f"; raw answers in {self.save_dir}" if self.save_dir else "")
+        )
+        return 1 if failed else 0
+
+    def open_session(self, label: str, check: bool) -> CnkiSession | None:
+        """Warm-up page, then the client id; None when the session could not be opened."""
+        session = CnkiSession(self, label)
+        self.sessions.append(session)
+        home = session.get(self.protocol.home_url, f"{label} warm-up")
+        reason = _reason("home", home)
+        if reason:
+            if check:
+                self.verdict("session: warm-up", FAIL, f"GET {self.protocol.home_url}: {reason}")
+            return None
+        if check:
+            self.verdict(
+                "session: warm-up",
+                PASS,
+                f"HTTP {home.status}, cookies {', '.join(session.cookie_names()) or 'none'}",
+            )
+        answer = session.get(
+            self.client_id_url, f"{label} client id", referer=self.protocol.home_url
+        )
+        client_id = _client_id(answer)
+        if client_id is None:
+            if check:
+                self.verdict(
+                    "session: Ecp_ClientId",
+                    FAIL,
+                    f"GET {self.client_id_url}: HTTP {answer.status} "
+                    f"{answer.error or _snippet(answer.body)}",
+                )
+            return None
+        session.set_cookie("Ecp_ClientId", client_id)
+        if check:
+            self.verdict("session: Ecp_ClientId", PASS, f"issued ({len(client_id)} characters)")
+        return session
+
+    def search(
+        self,
+        session: CnkiSession,
+        search: Search,
+        page: int,
+        name: str,
+        turn_token: str | None = None,
+    ) -> tuple[parsers.ListPage | None, str]:
+        session = self.current or session
+        if session.grid_posts >= self.turns_per_session and page == 1:
+            # Renew before CNKI's soft block, as the crawler does; a new search starts at page 1.
+            fresh = self.open_session(f"session-{len(self.sessions) + 1}", check=False)
+            if fresh is not None:
+                session = self.current = fresh
+        form = self.protocol.grid_form(search, page, turn_token)
+        answer = session.post(
+            self.protocol.grid_url, form, name, referer=self.protocol.referer(search.doc_type)
+        )
+        reason = _reason("list", answer)
+        if reason:
+            words = refusals.rejection_text(answer.body)
+            return None, f"{reason}" + (f" ({words})" if words else "")
+        try:
+            return parsers.parse_list(answer.body), ""
+        except RefusedPage as exc:
+            return None, str(exc)
+
+    def check_search(self, session: CnkiSession, doc_type: str) -> None:
+        name = f"search: {doc_type}"
+        search = Search.for_day(doc_type, self.day)
+        page, why = self.search(session, search, 1, name)
+        if page is None:
+            self.verdict(name, FAIL, f"{self.day}: {why}")
+            return
+        if page.total <= 0:
+            self.verdict(
+                name,
+                FAIL,
+                f"{self.day} lists 0 documents: a busy day should not; "
+                "the query shape is probably wrong",
+            )
+            return
+        self.first_pages[doc_type] = page
+        expected_pages = min(
+            math.ceil(page.total / self.protocol.page_size), self.protocol.max_pages
+        )
+        keys = sum(1 for r in page.rows if r.dbname and r.filename)
+        evidence = (
+            f"{self.day}: {page.total} listed, {page.page_count} pages "
+            f"(expected {expected_pages}), {len(page.rows)} rows, {keys} with keys"
+        )
+        if len(page.rows) > self.protocol.page_size or keys < len(page.rows):
+            self.verdict(name, FAIL, evidence)
+        elif page.page_count != expected_pages:
+            self.verdict(name, FAIL, evidence + f"; the cap is not {self.protocol.cap} rows")
+        else:
+            self.verdict(name, PASS, evidence)
+
+    def check_page_two(self, session: CnkiSession) -> None:
+        name = "page turn: page 2"
+        doc_type = next((t for t, p in self.first_pages.items() if p.page_count >= 2), None)
+        if doc_type is None:
+            self.verdict(name, UNKNOWN, "no search of this day has two pages")
+            return
+        first = self.first_pages[doc_type]
+        page, why = self.search(
+            session, Search.for_day(doc_type, self.day), 2, name, turn_token=first.turn_token
+        )
+        if page is None:
+            self.verdict(name, FAIL, f"{doc_type}: {why}")
+            return
+        seen = {r.doc_key for r in first.rows}
+        new = [r for r in page.rows if r.doc_key not in seen]
+        if page.page != 2 or not new:
+            self.verdict(name, FAIL, f"{doc_type}: page {page.page}, {len(new)} rows not on page 1")
+        else:
+            self.verdict(
+                name,
+                PASS,
+                f"{doc_type}: page 2 has {len(new)} new rows "
+                f"(turn token {first.turn_token[:12] or 'empty'}…)",
+            )
+
+    def check_date_narrows(self, session: CnkiSession, doc_type: str) -> None:
+        name = f"date: one day ({doc_type})"
+        day_page = self.first_pages.get(doc_type)
+        if day_page is None:
+            self.verdict(name, UNKNOWN, "the day's search failed")
+            return
+        week = Search(doc_type, self.day - dt.timedelta(days=6), self.day)
+        page, why = self.search(session, week, 1, name)
+        if page is None:
+            self.verdict(name, FAIL, f"week search: {why}")
+        elif page.total > day_page.total:
+            self.verdict(name, PASS, f"{self.day}: {day_page.total} < week: {page.total}")
+        else:
+            self.verdict(
+                name,
+                FAIL,
+                f"the date condition does not narrow: {self.day}: "
+                f"{day_page.total}, week: {page.total}",
+            )
+
+    def check_categories(self, session: CnkiSession, doc_type: str) -> None:
+        name = f"category: prefix ({doc_type})"
+        day_page = self.first_pages.get(doc_type)
+        candidates = self.categories.get(doc_type) or []
+        if day_page is None or not candidates:
+            self.verdict(name, UNKNOWN, "the day's search failed" if day_page is None else "no category to try")
+            return
+        # A small category may list nothing on one day: try a few before calling it a failure.
+        tried = []
+        for parent, children in candidates[:3]:  # noqa: B007 - the pair found is used below
+            page, why = self.search(session, Search.for_day(doc_type, self.day, parent), 1, name)
+            if page is None:
+                self.verdict(name, FAIL, f"{parent}: {why}")
+                return
+            tried.append(f"{parent}: {page.total}")
+            if page.total > 0:
+                break
+        else:
+            self.verdict(name, FAIL, f"{'; '.join(tried)} of the day's {day_page.total}: "
+                                     "no category lists anything")
+            return
+        if not page.total < day_page.total:
+            self.verdict(name, FAIL, f"{parent}: {page.total} of the day's {day_page.total}: "
+                                     "the category condition does not narrow")
+            return
+        if not children:
+            self.verdict(name, PASS, f"{parent}: {page.total} of {day_page.total}")
+            return
+        total = 0
+        for code in children:
+            child, why = self.search(session, Search.for_day(doc_type, self.day, code), 1, f"{name} {code}")
+            if child is None:
+                self.verdict(name, FAIL, f"{code}: {why}")
+                return
+            total += child.total
+        # A document may carry several codes, so children may add up to a little more.
+        evidence = f"{parent}: {page.total} of {day_page.total}; its {len(children)} children: {total}"
+        if page.total <= total <= page.total * 1.5:
+            self.verdict(name, PASS, evidence)
+        else:
+            self.verdict(name, FAIL, evidence + " (children should add up to about the parent)")
+
+    def check_detail(self, session: CnkiSession, doc_type: str) -> None:
+        name = f"detail: {doc_type}"
+        first = self.first_pages.get(doc_type)
+        row = next((r for r in (first.rows if first else []) if r.url), None)
+        if row is None:
+            self.verdict(name, UNKNOWN, "no list row to follow")
+            return
+        url = self.protocol.absolute(row.url)
+        answer = session.get(url, name, referer=self.protocol.grid_url)
+        reason = _reason("detail", answer)
+        if reason:
+            self.verdict(name, FAIL, f"{row.doc_key}: {reason}")
+            return
+        try:
+            fields = parsers.parse_detail(doc_type, answer.body)
+        except RefusedPage as exc:
+            self.verdict(name, FAIL, f"{row.doc_key}: {exc}")
+            return
+        fields.setdefault("title", row.title)
+        missing = [f for f in REQUIRED_DETAIL_FIELDS[doc_type] if not fields.get(f)]
+        filled = sum(1 for v in fields.values() if v)
+        if missing:
+            self.verdict(name, FAIL, f"{row.doc_key}: missing {', '.join(missing)}")
+        else:
+            self.verdict(name, PASS, f"{row.doc_key}: {filled} fields filled")
+        self._detail_link = (doc_type, row, url)
+
+    def check_foreign_session(self) -> None:
+        """A detail link listed by one session, opened by another (how replays reach links).
+
+        Either it works, or CNKI answers with a challenge the crawler recognises (it then
+        refreshes the link by a title search); anything else would lose the document.
+        """
+        name = "detail: link from another session"
+        link = getattr(self, "_detail_link", None)
+        if link is None:
+            self.verdict(name, UNKNOWN, "no detail page was fetched")
+            return
+        doc_type, row, url = link
+        other = self.open_session("session-2", check=False)
+        if other is None:
+            self.verdict(name, UNKNOWN, "a second session could not be opened")
+            return
+        answer = other.get(url, name, referer=self.protocol.grid_url)
+        reason = _reason("detail", answer)
+        if reason is None:
+            self.verdict(name, PASS, f"{row.doc_key}: the link works in a fresh session")
+        elif refusals.kind_of(reason) == refusals.CHALLENGE or reason == "http-302":
+            self.verdict(
+                name,
+                PASS,
+                f"{row.doc_key}: refused ({reason}); the crawler refreshes "
+                "such links by a title search",
+            )
+        else:
+            self.verdict(name, FAIL, f"{row.doc_key}: {reason}: a replayed link would be lost")
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def default_day(today: dt.date | None = None) -> dt.date:
+    """A busy day: the Wednesday four weeks back (CNKI's calendar), well indexed by now."""
+    today = today or (dt.datetime.now(dt.UTC) + dt.timedelta(hours=8)).date()
+    day = today - dt.timedelta(days=28)
+    return day - dt.timedelta(days=(day.weekday() - 2) % 7)
+
+
+def _reason(kind: str, answer: Answer) -> str | None:
+    if answer.error:
+        return f"no answer ({answer.error})"
+    return refusals.classify(kind, answer.status, answer.url, answer.body, location=answer.location)
+
+
+def _client_id(answer: Answer) -> str | None:
+    if answer.error or answer.status != 200:
+        return None
+    try:
+        payload = json.loads(answer.body.decode("utf-8", "replace"))
+    except ValueError:
+        return None
+    data = payload.get("Data") if isinstance(payload, dict) else None
+    return str(data) if data else None
+
+
+def _snippet(body: bytes, size: int = 80) -> str:
+    text = body.decode("utf-8", "replace").strip().replace("\n", " ")
+    return text[:size] + ("…" if len(text) > size else "")
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in name).strip("-").lower()[:40]
+
+
+def _user_agent() -> str:
+    try:
+        from fake_useragent import UserAgent
+
+        return UserAgent(browsers=["Chrome", "Edge"], os=["Windows"]).random
+    except Exception:  # the probe must run even where fake-useragent's data is missing
+        return (
+            "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 "
+            "(KHTML, like Gecko) Chrome/136.0.0.0 Safari/537.36"
+        )
+
+
+def category_samples(tree, most_children: int = 6, count: int = 3) -> list[tuple[str, list[str]]]:
+    """Up to ``count`` parent codes with a few children each, from a category tree (for the
+    prefix check): parents with 2..most_children children first, then any with children."""
+    if tree is None:
+        return []
+    few = [(r, list(tree.children(r))) for r in tree.roots if 2 <= len(tree.children(r)) <= most_children]
+    some = [(r, list(tree.children(r))[:most_children]) for r in tree.roots if tree.children(r)]
+    picked = few + [c for c in some if c not in few]
+    return (picked or [(r, []) for r in tree.roots])[:count]
+
+
+def probe_from_config(config, *, day=None, delay=3.0, save_dir=None, out=print) -> Probe:
+    """The probe for the site config.ini points at, with the shipped category trees."""
+    from cnkispider.settings import crawler_settings
+    from tasks.categories import load_tree
+
+    settings = crawler_settings(config)
+    protocol = protocol_from_settings(settings)
+    categories = {}
+    for doc_type in RESOURCES:
+        try:
+            categories[doc_type] = category_samples(load_tree("builtin", doc_type))
+        except Exception:  # a tree that cannot load leaves the category check UNKNOWN
+            categories[doc_type] = []
+    return Probe(
+        protocol,
+        client_id_url=settings.get("CNKI_CLIENT_ID_URL") or CLIENT_ID_URL,
+        day=day,
+        delay=delay,
+        save_dir=save_dir,
+        categories=categories,
+        out=out,
+    )

@@ -1,0 +1,498 @@
+"""When CNKI says no: rejections halt at once, persisting challenges pause every worker, repeating
+faults trip the circuit breaker, an unreachable CNKI halts within a minute; `task resume` goes on
+and the crawl then equals the truth (real workers, real MariaDB/SQLite and Redis)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import pytest
+import redis
+import sqlalchemy as sa
+
+from cnkispider import schema
+from cnkispider.db import open_database
+from cnkispider.halting import Breaker, ChallengeWatch, Cooldown, halt_line
+from cnkispider.schema import error_code, round_, task
+from errors.recorder import ErrorRecorder
+from tasks.flow import TaskStore
+from tests.crawl_harness import ROOT, CrawlSetup, compare
+from tests.fixtures.gate import REJECTION_WORDS, Gate
+
+HALTED = 3  # cnkispider.halting.EXIT_HALTED, spelled out: the documented contract
+
+# -- the pure cores ------------------------------------------------------------------------------
+
+
+def test_breaker_halts_on_a_rejection_at_once_with_cnki_words():
+    breaker = Breaker(consecutive=10)
+    breaker.ok("a")
+    assert breaker.failed("rejected", REJECTION_WORDS) == f"rejected: {REJECTION_WORDS}"
+    assert breaker.failed("rejected", REJECTION_WORDS) is None  # trips once
+
+
+def test_breaker_halts_after_k_failures_of_one_reason_in_a_row():
+    breaker = Breaker(consecutive=3, window=50)
+    breaker.ok()
+    assert breaker.failed("http-500") is None
+    assert breaker.failed("http-502") is None  # another reason breaks the run
+    assert breaker.failed("http-500") is None
+    breaker.ok()
+    assert breaker.failed("http-500") is None
+    assert breaker.failed("http-500") is None
+    verdict = breaker.failed("http-500")
+    assert verdict is not None and verdict.startswith("http-500: the last 3 list pages")
+
+
+def test_breaker_halts_when_half_the_window_fails_for_one_reason():
+    breaker = Breaker(consecutive=10, window=10)
+    verdicts = []
+    for i in range(10):
+        if i % 2 == 0:
+            breaker.ok(i)
+        else:
+            verdicts.append(breaker.failed("no-pager", key=i))
+    assert verdicts[:-1] == [None] * 4
+    assert verdicts[-1] == "no-pager: 5 of the last 10 list pages failed with no-pager"
+
+
+def test_a_page_counted_ok_then_not_understood_counts_once_as_its_failure():
+    breaker = Breaker(consecutive=2, window=50)
+    for key in ("p1", "p2"):
+        breaker.ok(key)  # the page came back...
+        verdict = breaker.failed("unexpected", key=key)  # ...and its parser did not understand it
+    assert verdict is not None and verdict.startswith("unexpected: the last 2")
+    assert len(breaker.outcomes) == 2
+
+
+def test_breaker_calls_an_unreachable_site_by_its_name():
+    breaker = Breaker(consecutive=10, unreachable_after=3)
+    assert breaker.failed("DNSLookupError") is None
+    assert breaker.failed("DNSLookupError") is None
+    verdict = breaker.failed("DNSLookupError")
+    assert verdict.startswith(
+        "DNSLookupError: CNKI is not reachable from here (DNS): try `cnkispider demo`"
+    )
+    # a site that answered once is not "unreachable": that is a fault repeating
+    answered = Breaker(consecutive=10, unreachable_after=3)
+    answered.ok()
+    assert [answered.failed("DNSLookupError") for _ in range(3)] == [None] * 3
+    assert halt_line("t", verdict).startswith(
+        "CNKI is not reachable from here (DNS): try `cnkispider demo`"
+    )
+    assert "\n" not in halt_line("t", verdict)
+
+
+def test_challenge_watch_wants_distinct_sessions_without_a_clean_page():
+    watch = ChallengeWatch(sessions=3)
+    assert not watch.seen("verify", "s1")
+    assert not watch.seen("captcha", "s1")  # the same session again is that session's luck
+    assert not watch.seen("no-data-retry", "s2")
+    watch.clean()  # one clean page: start over
+    assert not watch.seen("verify", "s3")
+    assert not watch.seen("http-500", "s4")  # a fault is not a challenge
+    assert not watch.seen("javascript", "s4")
+    assert watch.seen("no-data-retry", "s5")
+
+
+def test_the_cooldown_is_one_shared_key_with_a_ttl(redis_url, redis_namespace):
+    client = redis.Redis.from_url(redis_url)
+    try:
+        first, second = Cooldown(client, redis_namespace), Cooldown(client, redis_namespace)
+        assert first.remaining() == 0
+        assert first.start(2.0) is True
+        assert second.start(2.0) is False  # one pause at a time, whoever asks
+        assert 1.0 < second.remaining() <= 2.0
+        assert client.exists(f"{redis_namespace}:cooldown")
+    finally:
+        client.close()
+
+
+# -- flow control: the halt, in the table ----------------------------------------------------------
+
+
+def _store(db_url) -> TaskStore:
+    store = TaskStore(open_database(db_url), round_lease=60)
+    store.register("t", "patent", "2024-01-01", "2024-01-03", "G06,H04")
+    return store
+
+
+def test_a_halted_task_hands_out_nothing_marks_nothing_done_and_resume_reopens(db_url):
+    store = _store(db_url)
+    first = store.claim(1, "w1")
+    store.mark_seeded(first.id, "w1", "e1")
+    errors = ErrorRecorder(store.engine)
+    errors.record_code(1, first.id, first.day, first.category, None, 1, "rejected", "words")
+    assert store.halt(1, f"rejected: {REJECTION_WORDS}") is True
+    assert store.halt(1, "http-500: later") is False  # the first reason stays
+    current = store.get("t")
+    assert current.halt_reason == f"rejected: {REJECTION_WORDS}" and current.halted_at is not None
+    assert store.claim(1, "w2") is None
+    assert store.mark_done(first.id) is False
+    assert store.mark_halted(first.id) is True
+    assert store.finish_crawl_phase(1) is False and store.set_phase(1, "done") is False
+    assert store.get("t").phase == "crawl"
+    resumed, counts = store.resume_halted("t")
+    assert (
+        resumed.halt_reason is None
+        and counts["rounds"] == 1
+        and resumed.end_date.isoformat() == "2024-01-03"
+    )
+    again = store.claim(1, "w2")  # the re-opened round first, from its first page
+    assert (again.id, again.day, again.category) == (first.id, first.day, first.category)
+    with store.engine.connect() as conn:  # re-opened: its stale errorCode row is gone
+        assert conn.execute(sa.select(sa.func.count()).select_from(error_code)).scalar() == 0
+
+
+def test_a_round_crawled_again_after_a_failure_leaves_no_error_code_row(db_url):
+    store = _store(db_url)
+    errors = ErrorRecorder(store.engine, max_attempts=1)
+    failed = store.claim(1, "w1")
+    errors.record_code(1, failed.id, failed.day, failed.category, None, 1, "http-500")
+    errors.record_code(
+        1, failed.id, failed.day, failed.category, None, 1, "overflow", permanent=True
+    )
+    store.mark_seeded(failed.id, "w1", "e1")
+    store.mark_done(failed.id)
+    store.move_cursor("t", failed.day, None)  # the operator sends the cursor back over it
+    again = store.claim(1, "w1")
+    assert again is not None and again.id == failed.id
+    store.mark_seeded(again.id, "w1", "e1")
+    assert store.mark_done(again.id)
+    with store.engine.connect() as conn:
+        assert (
+            conn.execute(
+                sa.select(error_code.c.reason).where(error_code.c.round_id == failed.id)
+            ).all()
+            == []
+        )
+
+
+def test_network_failures_are_never_permanent(db_url):
+    engine = open_database(db_url)
+    errors = ErrorRecorder(engine, max_attempts=2)
+    for reason in ("DNSLookupError", "http-500"):
+        errors.record_code(1, 1, "2024-01-01", "G06", None, 1, reason)
+    with engine.connect() as conn:
+        ids = dict(conn.execute(sa.select(error_code.c.reason, error_code.c.id)).all())
+    for _ in range(3):
+        for reason, row_id in ids.items():
+            errors.record_code(1, 1, "2024-01-01", "G06", None, 1, reason, replay_of=row_id)
+    with engine.connect() as conn:
+        states = dict(conn.execute(sa.select(error_code.c.reason, error_code.c.state)).all())
+    assert states == {"DNSLookupError": "open", "http-500": "permanent"}
+
+
+def test_a_version_1_database_is_upgraded_with_the_halt_columns(db_url):
+    engine = open_database(db_url)
+    with engine.begin() as conn:  # make it what a version-1 cnkispider left behind
+        for column in ("halt_reason", "halted_at"):
+            conn.exec_driver_sql(f"ALTER TABLE task DROP COLUMN {column}")
+        conn.execute(schema.schema_version.update().values(version=1))
+        conn.execute(
+            task.insert().values(
+                name="old", type="patent", start_date="2024-01-01", categories="G06", phase="crawl"
+            )
+        )
+    engine.dispose()
+    upgraded = open_database(db_url)
+    with upgraded.connect() as conn:
+        assert (
+            conn.execute(sa.select(schema.schema_version.c.version)).scalar()
+            == schema.SCHEMA_VERSION
+            == 2
+        )
+        columns = {c["name"] for c in sa.inspect(conn).get_columns("task")}
+    assert {"halt_reason", "halted_at"} <= columns
+    store = TaskStore(upgraded)
+    assert store.get("old").halt_reason is None
+    assert (
+        store.halt(store.get("old").id, "rejected: x")
+        and store.get("old").halt_reason == "rejected: x"
+    )
+    open_database(db_url).dispose()  # opening it again is a no-op
+
+
+# -- real crawls through a gate that says no -------------------------------------------------------
+
+
+@pytest.fixture
+def gate(cnki_site):
+    gates = []
+
+    def make(**options):
+        gates.append(Gate(cnki_site(seed=5, **options)))
+        return gates[-1]
+
+    yield make
+    for g in gates:
+        g.close()
+
+
+def _setup(tmp_path, site, db_url, categories="G06,H04", end="2024-01-02", **crawl) -> CrawlSetup:
+    return CrawlSetup(
+        tmp_path,
+        site,
+        db_url,
+        "patent",
+        "2024-01-01",
+        end,
+        categories,
+        crawl={"retry_times": 2, **crawl},
+        # the gate stands in front of the stand-in, whose pages link to the stand-in's own host
+        cnki={"allowed_hosts": site.site.base_url} if hasattr(site, "upstream") else {},
+    )
+
+
+def _status(setup: CrawlSetup) -> dict:
+    done = subprocess.run(
+        setup.command("status", "--json", "--task", setup.task),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)["tasks"][0]
+
+
+def _task_row(setup: CrawlSetup):
+    return setup.query(
+        sa.select(task.c.phase, task.c.halt_reason, task.c.halted_at).where(
+            task.c.name == setup.task
+        )
+    )[0]
+
+
+def _rounds(setup: CrawlSetup) -> dict[str, int]:
+    return dict(setup.query(sa.select(round_.c.state, sa.func.count()).group_by(round_.c.state)))
+
+
+def _error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.strip()]
+
+
+def test_a_rejection_halts_the_task_within_one_round_and_resume_ends_equal_to_the_truth(
+    tmp_path, gate, db_url
+):
+    g = gate()
+    g.reject = True
+    setup = _setup(tmp_path, g, db_url, retry_times=5)
+    try:
+        started = time.monotonic()
+        result = setup.run(timeout=120)
+        assert result.returncode == HALTED, (
+            result.stdout[-2000:] + result.stderr[-2000:] + setup.log()[-3000:]
+        )
+        lines = _error_lines(result.stderr)
+        assert len(lines) == 1, result.stderr
+        assert REJECTION_WORDS in lines[0] and f"cnkispider task resume {setup.task}" in lines[0]
+        assert time.monotonic() - started < 60
+        # within one round: the first list requests, never N rounds x retries
+        assert 1 <= len(g.grids) <= 4, g.grids  # at most the rounds seeded at once, one try each
+        phase, reason, halted_at = _task_row(setup)
+        assert (phase, reason) == (
+            "crawl",
+            f"rejected: {REJECTION_WORDS}",
+        ) and halted_at is not None
+        assert "done" not in _rounds(setup)
+        report = _status(setup)
+        assert report["halted"] == f"rejected: {REJECTION_WORDS}" and report["activity"] == "halted"
+        text = subprocess.run(
+            setup.command("status", "--task", setup.task),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
+        assert f"halted: rejected: {REJECTION_WORDS}" in text
+
+        # the .exe's entry (no arguments: `run` with the config.ini of its folder) says the same
+        frozen = subprocess.run(
+            [sys.executable, "-m", "cnkispider.frozen"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert frozen.returncode == HALTED, frozen.stderr[-2000:]
+        assert [line for line in _error_lines(frozen.stderr) if REJECTION_WORDS in line]
+
+        g.reject = False  # the cause is fixed (here: CNKI accepts the query again)
+        resumed = subprocess.run(
+            setup.command("task", "resume", setup.task),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert resumed.returncode == 0, resumed.stderr
+        assert "resumed:" in resumed.stdout and "halt cleared" in resumed.stdout
+        again = setup.run(timeout=300)
+        assert again.returncode == 0, (
+            again.stdout[-2000:] + again.stderr[-2000:] + setup.log()[-3000:]
+        )
+        truth = setup.truth()
+        assert len(truth) > 20
+        assert compare(setup.stored(), truth, "patent") == {
+            "missing": [],
+            "extra": [],
+            "differing": {},
+        }
+        assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] == 0
+        phase, reason, _ = _task_row(setup)
+        assert (phase, reason) == ("done", None)
+        assert _status(setup)["halted"] is None
+    finally:
+        setup.cleanup_redis()
+
+
+def test_challenges_across_fresh_sessions_pause_every_worker_and_the_crawl_finishes(
+    tmp_path, gate, sqlite_url
+):
+    g = gate()
+    g.soft_blocks = 4  # three fresh sessions challenged in a row (the pause), then one more
+    pause = 4.0
+    setup = _setup(
+        tmp_path,
+        g,
+        sqlite_url,
+        categories="G06,H04",
+        end="2024-01-01",
+        retry_times=8,
+        challenge_sessions=3,
+        challenge_cooldown=pause,
+    )
+    try:
+        result = setup.run(timeout=300)
+        log = setup.log()
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:] + log[-3000:]
+        warnings = [line for line in log.splitlines() if "pauses for 4 s" in line]
+        assert len(warnings) == 1, log[-3000:]
+        # the pause really happened: after the third challenged session, no grid request for ~4 s
+        times = [t for t, _ in g.grids]
+        challenged = [t for t, what in g.grids if what == "soft-block"]
+        assert len(challenged) == 4
+        third = challenged[2]
+        after = [t for t in times if t > third]
+        assert after and after[0] - third >= pause - 1.0, [round(t - third, 2) for t in after[:5]]
+        truth = setup.truth()
+        assert compare(setup.stored(), truth, "patent") == {
+            "missing": [],
+            "extra": [],
+            "differing": {},
+        }
+        assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] == 0
+    finally:
+        setup.cleanup_redis()
+
+
+def test_k_rounds_failing_for_one_fault_halt_the_task_and_resume_clears_their_rows(
+    tmp_path, gate, mysql_url
+):
+    g = gate()
+    g.grid_status = 500
+    setup = _setup(
+        tmp_path,
+        g,
+        mysql_url,
+        categories="G06,H04,H01",
+        end="2024-01-02",
+        retry_times=1,
+        halt_after=3,
+    )
+    try:
+        result = setup.run(timeout=180)
+        assert result.returncode == HALTED, (
+            result.stdout[-2000:] + result.stderr[-2000:] + setup.log()[-3000:]
+        )
+        lines = _error_lines(result.stderr)
+        assert len(lines) == 1 and "http-500" in lines[0] and "task resume" in lines[0], (
+            result.stderr
+        )
+        phase, reason, _ = _task_row(setup)
+        assert phase == "crawl" and reason.startswith("http-500: the last 3 list pages")
+        assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] >= 3
+
+        g.grid_status = None
+        resumed = subprocess.run(
+            setup.command("task", "resume", setup.task),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert resumed.returncode == 0, resumed.stderr
+        again = setup.run(timeout=300)
+        assert again.returncode == 0, (
+            again.stdout[-2000:] + again.stderr[-2000:] + setup.log()[-3000:]
+        )
+        assert compare(setup.stored(), setup.truth(), "patent") == {
+            "missing": [],
+            "extra": [],
+            "differing": {},
+        }
+        # every round that failed before now succeeded: no errorCode row is left behind
+        assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] == 0
+    finally:
+        setup.cleanup_redis()
+
+
+def test_an_unreachable_cnki_halts_within_a_minute_with_one_line(tmp_path, sqlite_url):
+    nowhere = SimpleNamespace(base_url="http://nonexistent.invalid")
+    setup = _setup(tmp_path, nowhere, sqlite_url, retry_times=5, end="2024-03-01")
+    try:
+        started = time.monotonic()
+        result = setup.run(timeout=120)
+        elapsed = time.monotonic() - started
+        assert result.returncode == HALTED, (
+            result.stdout[-2000:] + result.stderr[-2000:] + setup.log()[-3000:]
+        )
+        assert elapsed < 60, elapsed
+        lines = _error_lines(result.stderr)
+        assert len(lines) == 1, result.stderr
+        assert lines[0].startswith("CNKI is not reachable from here (DNS): try `cnkispider demo`")
+        phase, reason, _ = _task_row(setup)
+        assert phase == "crawl" and reason.startswith(
+            "CannotResolveHostError: CNKI is not reachable"
+        )
+        states = {s for (s,) in setup.query(sa.select(error_code.c.state))}
+        assert states <= {"open"}  # network errors are never permanent
+        second = setup.run(timeout=60)  # still halted: says so at once
+        assert second.returncode == HALTED and len(_error_lines(second.stderr)) == 1
+    finally:
+        setup.cleanup_redis()
+
+
+def test_status_json_of_a_task_never_halted_says_null(tmp_path, sqlite_url):
+    setup = _setup(tmp_path, SimpleNamespace(base_url="http://127.0.0.1:9"), sqlite_url)
+    setup.write()
+    store = TaskStore(open_database(sqlite_url))
+    store.register(setup.task, "patent", "2024-01-01", "2024-01-02", "G06")
+    report = _status(setup)
+    assert report["halted"] is None and report["halted_at"] is None
+    store.halt(
+        store.get(setup.task).id, "no-pager: 25 of the last 50 list pages failed with no-pager"
+    )
+    report = _status(setup)
+    assert report["halted"].startswith("no-pager") and dt.datetime.fromisoformat(
+        report["halted_at"].rstrip("Z")
+    )
+
+
+def test_requests_refused_by_the_trust_boundary_halt_the_task(tmp_path, gate, sqlite_url):
+    """Detail links to a host the configuration does not allow are set aside unfetched: the task
+    halts with the reason instead of ending "done" without those documents."""
+    g = gate()
+    setup = _setup(tmp_path, g, sqlite_url, categories="G06", end="2024-01-01")
+    setup.cnki = {}  # the stand-in's own host (where its pages link) is not allowed
+    result = setup.run(timeout=300)
+    assert result.returncode == HALTED, result.stdout[-2000:] + result.stderr[-2000:]
+    lines = _error_lines(result.stderr)
+    assert len(lines) == 1 and "unreadable" in lines[0] and "not one of the configured CNKI hosts" in lines[0]
+    assert "done" not in _rounds(setup) or len(setup.stored()) == len(setup.truth())

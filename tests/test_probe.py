@@ -1,0 +1,123 @@
+"""`cnkispider probe` against the stand-in: PASS on a faithful site, FAIL naming the assumption
+on a site that breaks exactly one (the stand-in's ``break_`` modes)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cnkispider.cnki.protocol import protocol_from_settings
+from cnkispider.probe import FAIL, PASS, Probe, category_samples, default_day
+from tasks.categories import load_tree
+
+DAY = dt.date(2024, 1, 10)
+CLIENT_ID_PATH = "/RCDService/api/UtilityOpenApi/GenerateClientID"
+
+
+def make_probe(site, lines, **kw) -> Probe:
+    protocol = protocol_from_settings({"CNKI_BASE_URL": site.base_url})
+    categories = {t: category_samples(load_tree("builtin", t)) for t in ("patent", "paper", "achievement")}
+    return Probe(
+        protocol,
+        client_id_url=site.base_url + CLIENT_ID_PATH,
+        day=DAY,
+        delay=0,
+        categories=categories,
+        out=lines.append,
+        **kw,
+    )
+
+
+def verdicts(probe: Probe) -> dict[str, str]:
+    return {c.name: c.verdict for c in probe.checks}
+
+
+def test_every_assumption_passes_on_the_stand_in(cnki_site, tmp_path):
+    site = cnki_site()
+    lines: list[str] = []
+    probe = make_probe(site, lines, save_dir=tmp_path / "raw")
+    assert probe.run() == 0, "\n".join(lines)
+    found = verdicts(probe)
+    assert set(found.values()) == {PASS}, "\n".join(lines)
+    # every assumption of docs/PROBE.md was checked, for every type
+    for name in ("session: warm-up", "session: Ecp_ClientId", "page turn: page 2",
+                 "detail: link from another session"):
+        assert name in found
+    for t in ("patent", "paper", "achievement"):
+        for prefix in ("search", "date: one day", "category: prefix", "detail"):
+            key = f"{prefix}: {t}" if prefix in ("search", "detail") else f"{prefix} ({t})"
+            assert key in found, key
+    assert probe.requests <= 40
+    index = json.loads((tmp_path / "raw" / "index.json").read_text(encoding="utf-8"))
+    assert len(index) == probe.requests
+    first = gzip.decompress((tmp_path / "raw" / index[0]["file"]).read_bytes())
+    assert first, "the warm-up page was saved"
+
+
+@pytest.mark.parametrize(
+    "broken, assumption",
+    [
+        ("client-id", "session: Ecp_ClientId"),
+        ("date-filter", "date: one day (paper)"),
+        ("category-filter", "category: prefix (paper)"),
+        ("turn-token", "page turn: page 2"),
+        ("detail-fields", "detail: patent"),
+        ("patent-keys", "search: patent"),
+    ],
+)
+def test_a_site_that_breaks_one_assumption_fails_that_line(cnki_site, broken, assumption):
+    site = cnki_site(break_=[broken])
+    lines: list[str] = []
+    probe = make_probe(site, lines)
+    assert probe.run() == 1
+    found = verdicts(probe)
+    assert found[assumption] == FAIL, "\n".join(lines)
+    failed_line = next(line for line in lines if assumption in line)
+    assert failed_line.startswith("FAIL"), failed_line
+
+
+def test_probe_paces_its_requests():
+    """At most one request per delay, measured on an injected clock."""
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        now[0] += seconds
+
+    probe = Probe(protocol_from_settings({}), delay=3.0, clock=lambda: now[0], sleep=sleep, out=lambda s: None)
+    for _ in range(4):
+        probe.pace()
+        now[0] += 0.5
+    assert slept == [2.5, 2.5, 2.5]
+    assert probe.requests == 4
+
+
+def test_default_day_is_a_wednesday_weeks_back():
+    day = default_day(dt.date(2026, 11, 23))
+    assert day.weekday() == 2
+    assert dt.timedelta(days=28) <= dt.date(2026, 11, 23) - day < dt.timedelta(days=35)
+
+
+def test_probe_command_prints_one_line_per_assumption(cnki_site, tmp_path):
+    site = cnki_site()
+    config = tmp_path / "config.ini"
+    config.write_text(
+        f"[cnki]\nbase_url = {site.base_url}\nclient_id_url = {site.base_url}{CLIENT_ID_PATH}\n",
+        encoding="utf-8",
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "cnkispider.cli", "probe", "--config", str(config), "--day", DAY.isoformat(),
+         "--delay", "0", "--save", str(tmp_path / "raw")],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.startswith(("PASS", "FAIL", "UNKNOWN"))]
+    assert len(lines) >= 15 and all(line.startswith("PASS") for line in lines), done.stdout
+    assert (tmp_path / "raw" / "index.json").is_file()
