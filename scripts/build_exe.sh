@@ -6,8 +6,8 @@
 # The result is DIST_DIR/cnkispider (Linux) or DIST_DIR/cnkispider.exe (Windows, e.g. from Git
 # Bash); DIST_DIR defaults to dist/, WORK_DIR (PyInstaller's build cache) to build/exe/.
 # PyInstaller runs under $PYTHON: default .venv's python (set up by `make setup`), else python3.
-# PyInstaller cannot cross-compile: the Windows .exe is built on Windows
-# (.github/workflows/windows-exe.yml).
+# PyInstaller cannot cross-compile: the Windows .exe is built by a Windows Python, on Windows
+# (.github/workflows/windows-exe.yml) or here under Wine (scripts/build_exe_windows.sh).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 DIST="${1:-$ROOT/dist}"

@@ -1,0 +1,438 @@
+"""The Windows executable, cnkispider.exe, built and run on this Linux machine under Wine (issue 16).
+
+scripts/build_exe_windows.sh builds it once per session: Wine, the embeddable Windows CPython and
+the Windows wheels of the pinned dependencies come from the package registries and are cached in
+~/.cache/cnkispider-wine, and PyInstaller runs under Wine every time (about two minutes). Each
+test copies the .exe alone into an empty folder beside a config.ini and starts it with no
+arguments, as a double-click would, under Wine, against the stand-in CNKI, MariaDB and Redis of
+this machine. The folder, the config, the ground truth and its comparison are those of
+tests/test_exe.py (the Linux executable's tests), so both follow what the crawl tests check.
+
+Two Windows locales: Wine started with LANG=C.UTF-8 is an English Windows (code page 1252), with
+LANG=zh_CN.UTF-8 a Chinese one (code page 936, GBK). The program's console output is in that code
+page, as a redirected console on Windows is, and is decoded here the same way.
+
+Not a Windows matter but Wine's: a Windows Python under Wine cannot have a regular Linux file as a
+standard stream ("[WinError 6] Invalid handle"), so the program's output always goes into pipes.
+Never skipped: the build installs Wine (as root, like CI) when it is missing.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import pty
+import select
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from cnkispider.schema import documents, error_code, error_link, task
+from tests import test_exe
+from tests.crawl_harness import REDIS_URL, ROOT, compare
+from tests.test_exe import (
+    LOG_NAME,
+    SAME,
+    SITE,
+    Install,
+    _count,
+    _stop,
+    crawl_config,
+    truth,
+)
+
+task_name = test_exe.task_name  # the fixture: a unique task whose Redis keys go afterwards
+
+# The session's first test also waits for the build (several minutes on a busy machine).
+pytestmark = pytest.mark.timeout(1800)
+
+EXE = "cnkispider.exe"
+CACHE = Path(
+    os.environ.get("CNKISPIDER_WINE_CACHE")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cnkispider-wine"
+)
+#: Wine's Windows locale comes from the Linux one; the console output is in its ANSI code page.
+LOCALES = {"english": ("C.UTF-8", "cp1252"), "chinese": ("zh_CN.UTF-8", "gbk")}
+CHINESE_FOLDER = "家用 电脑 中文"  # where the Chinese PC keeps cnkispider.exe: spaces and 中文
+
+
+def _wine() -> str:
+    for candidate in (shutil.which("wine64"), "/usr/lib/wine/wine64", shutil.which("wine")):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    raise AssertionError("no Wine after scripts/build_exe_windows.sh")
+
+
+def windows_path(path: Path) -> str:
+    """A Linux path as the program under Wine sees it (drive Z: is /)."""
+    return "Z:" + str(path).replace("/", "\\")
+
+
+@pytest.fixture(scope="session")
+def exe(tmp_path_factory) -> Path:
+    """cnkispider.exe, built once per session under Wine into a temporary folder."""
+    out = tmp_path_factory.mktemp("exe-windows-build")
+    started = time.monotonic()
+    result = subprocess.run(
+        [
+            "bash",
+            str(ROOT / "scripts" / "build_exe_windows.sh"),
+            str(out / "dist"),
+            str(out / "work"),
+        ],
+        cwd=out,
+        env={**os.environ, "CNKISPIDER_WINE_CACHE": str(CACHE)},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    path = out / "dist" / EXE
+    assert path.is_file(), result.stdout[-3000:]
+    print(
+        f"built {path} ({path.stat().st_size / 2**20:.0f} MiB) under Wine in "
+        f"{time.monotonic() - started:.0f} s: {result.stdout.strip().splitlines()[-1]}"
+    )
+    return path
+
+
+class WindowsInstall(Install):
+    """A folder with only cnkispider.exe and a config.ini, run under Wine in a Windows locale."""
+
+    def __init__(self, exe: Path, folder: Path, config: dict[str, dict], locale: str = "english"):
+        folder.mkdir(parents=True)
+        shutil.copy2(exe, folder / EXE)
+        self.folder, self.program, self.config = folder, folder / EXE, config
+        self.lang, self.encoding = LOCALES[locale]
+        text = "".join(
+            f"[{name}]\n" + "".join(f"{k} = {v}\n" for k, v in values.items())
+            for name, values in config.items()
+        )
+        (folder / "config.ini").write_text(text, encoding="utf-8")
+
+    def env(self) -> dict:
+        env = {k: v for k, v in super().env().items() if not k.startswith(("LC_", "LANG"))}
+        return {
+            **env,
+            "WINEPREFIX": str(CACHE / "prefix"),  # the build's prefix: Windows as the .exe needs it
+            "WINEDEBUG": "-all",
+            "WINEDLLOVERRIDES": "mscoree,mshtml=",
+            "LANG": self.lang,
+        }
+
+    def run(self, *args: str, cwd: Path | None = None, timeout: float = 300):
+        """Start it (with no arguments: a double-click) and wait; its output decoded from the
+        Windows code page."""
+        result = subprocess.run(
+            [_wine(), str(self.program), *args],
+            cwd=cwd or self.folder,
+            env=self.env(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout,
+        )
+        result.stdout = result.stdout.decode(self.encoding, errors="replace")
+        result.stderr = result.stderr.decode(self.encoding, errors="replace")
+        return result
+
+    def start(self) -> subprocess.Popen:
+        """Start it with no arguments; its console (a pipe, see the module) goes to
+        :meth:`console`, outside the folder."""
+        process = subprocess.Popen(
+            [_wine(), str(self.program)],
+            cwd=self.folder,
+            env=self.env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        console = self.folder.parent / "console.txt"
+
+        def copy() -> None:
+            with open(console, "wb") as out:
+                for chunk in iter(lambda: process.stdout.read1(65536), b""):
+                    out.write(chunk)
+                    out.flush()
+
+        self._copier = threading.Thread(target=copy, daemon=True)
+        self._copier.start()
+        return process
+
+    def console(self) -> str:
+        self._copier.join(timeout=30)
+        raw = (self.folder.parent / "console.txt").read_bytes()
+        return raw.decode(self.encoding, errors="replace")
+
+    @property
+    def db_url(self) -> str:
+        url = self.config["database"]["url"]
+        if not url.startswith("sqlite:///"):
+            return url
+        path = url[len("sqlite:///") :].replace("\\", "/")
+        if path.startswith("Z:"):
+            return f"sqlite:///{path[2:]}"
+        return f"sqlite:///{self.folder / path}"
+
+
+def test_the_build_is_a_64_bit_windows_console_program_without_the_wine_only_dll(exe):
+    from PyInstaller.archive.readers import CArchiveReader
+
+    header = exe.read_bytes()[:4096]
+    pe = int.from_bytes(header[0x3C:0x40], "little")
+    assert header[:2] == b"MZ" and header[pe : pe + 4] == b"PE\0\0"
+    assert int.from_bytes(header[pe + 4 : pe + 6], "little") == 0x8664  # x86-64
+    optional = pe + 24
+    assert int.from_bytes(header[optional : optional + 2], "little") == 0x20B  # PE32+
+    assert int.from_bytes(header[optional + 68 : optional + 70], "little") == 3  # console
+    bundled = {name.lower() for name in CArchiveReader(str(exe)).toc}
+    assert "python311.dll" in bundled
+    # the ProcessPrng forwarder stands in for Windows' own DLL in the Wine prefix only
+    assert not any("bcryptprimitives" in name for name in bundled)
+
+
+@pytest.mark.parametrize("locale", ["english", "chinese"])
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (
+            "[database]\nurll = sqlite:///data/cnki.db\n",
+            "config.ini: [database] urll: unknown key; expected one of url",
+        ),
+        (
+            "[database]\nurl = mysql+pymysql://root@127.0.0.1:1/cnki\n"
+            "[redis]\nurl = redis://127.0.0.1:6379/0\n",
+            "error: cannot use the database mysql+pymysql://root@127.0.0.1:1/cnki",
+        ),
+        (
+            "[database]\nurl = sqlite:///data/cnki.db\n[redis]\nurl =\n"
+            "[task]\nname = smoke\nstart_date = 2024-01-01\nend_date = 2024-01-02\n",
+            "error: No Redis URL is configured and Windows has no embedded Redis: set [redis] url",
+        ),
+    ],
+    ids=["typo-in-a-key", "unreachable-database", "empty-redis-url"],
+)
+@pytest.mark.slow
+def test_a_bad_config_ini_stops_with_one_clear_line_and_no_traceback(
+    exe, tmp_path, locale, config, message
+):
+    # The Chinese PC's folder has spaces and 中文 in its name; the typo's line names it.
+    folder = tmp_path / (CHINESE_FOLDER if locale == "chinese" else "pc")
+    install = WindowsInstall(exe, folder, {}, locale)
+    (install.folder / "config.ini").write_text(config, encoding="utf-8")
+    result = install.run(timeout=180)
+    output = result.stdout + result.stderr
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert result.returncode != 0 and len(lines) == 1 and message in lines[0], install.explain(
+        result
+    )
+    assert "Traceback" not in output and "Press Enter" not in output
+    if locale == "chinese" and "unknown key" in message:
+        # GBK on the console, the folder's name readable in it
+        assert f"{CHINESE_FOLDER}\\config.ini" in lines[0], lines
+
+
+class Console:
+    """The program in a console window: Wine started on a terminal (a pseudo-terminal here) gives
+    its Windows programs a real console, as a double-click on Windows opens one."""
+
+    def __init__(self, install: WindowsInstall, *argv: str):
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: exec Wine, never return into pytest
+            os.chdir(install.folder)
+            os.execve(_wine(), [_wine(), *argv], install.env())
+        self.screen = b""
+
+    def read_until(self, text: bytes, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while text not in self.screen and time.monotonic() < deadline:
+            if select.select([self.fd], [], [], 0.2)[0]:
+                try:
+                    chunk = os.read(self.fd, 4096)
+                except OSError:  # the terminal closed: every program on it has ended
+                    return False
+                if not chunk:
+                    return False
+                self.screen += chunk
+        return text in self.screen
+
+    def exit_code(self, timeout: float) -> int | None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                return os.waitstatus_to_exitcode(status)
+            self.read_until(b"\0", 0.2)  # keep the terminal drained
+            time.sleep(0.05)  # (once the terminal has closed, read_until returns at once)
+        return None
+
+    def close(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        os.close(self.fd)
+
+
+@pytest.mark.slow
+def test_a_console_window_of_its_own_waits_for_enter_and_one_shared_with_cmd_does_not(
+    exe, tmp_path
+):
+    """Double-clicked, the window waits so the last line can be read; started from cmd.exe, the
+    window stays anyway and the program must not wait. (Without a console at all, e.g. input
+    from NUL, the other tests see no prompt.)"""
+    install = WindowsInstall(exe, tmp_path / "pc", {})
+    (install.folder / "config.ini").write_text("[database]\nurll = x\n", encoding="utf-8")
+
+    console = Console(install, EXE)
+    try:
+        assert console.read_until(b"Press Enter to close this window.", 120), console.screen
+        time.sleep(1)
+        assert console.exit_code(0.5) is None, console.screen  # still waiting for Enter
+        os.write(console.fd, b"\r")
+        assert console.exit_code(60) == 2, console.screen
+    finally:
+        console.close()
+    assert b"unknown key" in console.screen and b"Traceback" not in console.screen
+
+    shared = Console(install, "cmd", "/c", EXE)
+    try:
+        assert shared.exit_code(120) is not None, shared.screen  # it ended without an Enter
+    finally:
+        shared.close()
+    assert b"unknown key" in shared.screen and b"Press Enter" not in shared.screen, shared.screen
+
+
+@pytest.mark.slow
+def test_the_exe_alone_creates_the_database_and_task_crawls_recrawls_and_a_second_start_adds_nothing(
+    exe, tmp_path, cnki_site, mysql_missing_db_url, task_name
+):
+    """An English Windows and the shared MariaDB, which the program creates."""
+    # One document fails every time during the crawl, so it lands in errorLink; once it is
+    # there the site serves it again, and only the recrawl phase can store it.
+    site = cnki_site(**SITE, latency="0.01")
+    expected = truth(site)
+    assert len(expected) > 100
+    doomed = expected[0]["filename"]
+    site.control(doomed=[doomed])
+    install = WindowsInstall(
+        exe, tmp_path / "pc", crawl_config(site, mysql_missing_db_url, REDIS_URL, task_name)
+    )
+    started = time.monotonic()
+    process = install.start()
+    try:
+        deadline = time.monotonic() + 300
+        while not _count(install, error_link):
+            assert process.poll() is None and time.monotonic() < deadline, install.console()
+            time.sleep(0.1)
+        site.control(doomed=[])
+        process.wait(timeout=600)
+    finally:
+        _stop(process)
+    output = install.console()
+    print(f"crawl of {len(expected)} patents under Wine: {time.monotonic() - started:.0f} s")
+    assert process.returncode == 0 and "Traceback" not in output, (
+        output[-3000:] + install.log()[-3000:]
+    )
+    assert "Press Enter" not in output  # not double-clicked: its input is no console
+    assert sorted(p.name for p in install.folder.iterdir()) == sorted([EXE, "config.ini", LOG_NAME])
+    assert f"== cnkispider summary: task '{task_name}' (patent), phase done ==" in output
+    rows = install.query(sa.select(task.c.name, task.c.phase))
+    assert [(r.name, r.phase) for r in rows] == [(task_name, "done")]
+    assert compare(install.stored(), expected, "patent") == SAME
+    assert "'recrawl/requests'" in install.log()
+    assert _count(install, error_link) == 0 and _count(install, error_code) == 0
+
+    # Started again, from another working directory: it finds config.ini beside itself, sees the
+    # task done and stores nothing new.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    again = install.run(cwd=elsewhere)
+    assert again.returncode == 0, install.explain(again)
+    assert f"documents       {len(expected)} stored for this task (0 this run)" in again.stdout
+    assert list(elsewhere.iterdir()) == []
+    assert len(install.stored()) == len(expected)
+
+
+@pytest.mark.slow
+def test_on_a_chinese_windows_sqlite_and_data_dir_paths_with_backslashes_spaces_and_chinese_work(
+    exe, tmp_path, cnki_site, task_name
+):
+    """Code page 936, a folder named with spaces and 中文, a relative SQLite path and an
+    absolute data_dir written the Windows way, a log file named in Chinese; then `export`
+    replaces an existing file (a plain rename onto an existing file fails on Windows)."""
+    site = cnki_site(**SITE)
+    expected = truth(site)
+    folder = tmp_path / CHINESE_FOLDER
+    data_dir = folder / "数据 目录" / "子 文件夹"
+    config = crawl_config(site, "sqlite:///数据 目录\\专利 库.db", REDIS_URL, task_name)
+    config["crawl"].update(
+        data_dir=windows_path(data_dir), archive_html="true", log_file="爬虫 日志.log"
+    )
+    install = WindowsInstall(exe, folder, config, "chinese")
+    result = install.run()
+    log = (folder / "爬虫 日志.log").read_text(encoding="utf-8")
+    assert result.returncode == 0, install.explain(result) + log[-3000:]
+    output = result.stdout + result.stderr
+    assert "Traceback" not in output and "UnicodeEncodeError" not in log
+    assert f"== cnkispider summary: task '{task_name}' (patent), phase done ==" in result.stdout
+    assert (folder / "数据 目录" / "专利 库.db").is_file()
+    assert compare(install.stored(), expected, "patent") == SAME
+    archived = list((data_dir / "archive").rglob("*.html.gz"))
+    assert len(archived) == len(expected)
+
+    again = install.run()
+    assert again.returncode == 0, install.explain(again)
+    assert f"documents       {len(expected)} stored for this task (0 this run)" in again.stdout
+
+    out = folder / "导出 文件" / "专利.csv"
+    out.parent.mkdir()
+    out.write_text("an older export\n", encoding="utf-8")
+    exported = install.run("export", "--format", "csv", "--out", "导出 文件\\专利.csv")
+    assert exported.returncode == 0, install.explain(exported)
+    rows = list(csv.DictReader(io.StringIO(out.read_text(encoding="utf-8-sig"))))
+    assert sorted(r["filename"] for r in rows) == sorted(d["filename"] for d in expected)
+    assert sorted(r["title"] for r in rows) == sorted(d["title"] for d in expected)
+    assert [p.name for p in out.parent.iterdir()] == [out.name]  # no .part left
+
+
+@pytest.mark.slow
+def test_ctrl_c_under_wine_stops_the_exe_gracefully_and_a_second_start_resumes_to_the_truth(
+    exe, tmp_path, cnki_site, mysql_url, task_name
+):
+    site = cnki_site(**SITE, latency="0.05")  # slow enough to be stopped halfway
+    install = WindowsInstall(
+        exe,
+        tmp_path / "pc",
+        crawl_config(site, mysql_url, REDIS_URL, task_name, concurrent_requests=2),
+    )
+    expected = truth(site)
+    process = install.start()
+    try:
+        deadline = time.monotonic() + 300
+        while _count(install, documents["patent"]) < 20:
+            assert process.poll() is None and time.monotonic() < deadline, install.console()
+            time.sleep(0.2)
+        os.killpg(process.pid, signal.SIGINT)  # Wine turns it into the console's CTRL_C_EVENT
+        process.wait(timeout=120)
+    finally:
+        _stop(process)
+    output = install.console()
+    assert process.returncode == 0 and "Traceback" not in output, (
+        output[-3000:] + install.log()[-3000:]
+    )
+    assert "finish reason   shutdown" in output and "unclean" not in install.log()
+    assert 20 <= len(install.stored()) < len(expected)
+
+    result = install.run()
+    assert result.returncode == 0, install.explain(result)
+    assert compare(install.stored(), expected, "patent") == SAME
