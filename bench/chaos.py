@@ -1,22 +1,27 @@
-"""Chaos: workers killed with kill -9 at random moments, Redis killed once, and nothing lost.
+"""Chaos: workers and Redis killed with kill -9 at random moments, and nothing lost.
 
-    python bench/chaos.py [--kills 20] [--workers 3] [--seed 1] [--redis-crash/--no-redis-crash]
+    python bench/chaos.py [--runs 20] [--kills 20] [--redis-kills 3] [--workers 3] [--seed 1]
 
 Starts the stand-in CNKI site (with a little latency, so kills land mid-round), a MariaDB
 database of its own, and a Redis server of its own on a free port (without persistence, so that
-killing it really loses the queue, the leases and the dedupe filter). Runs N worker processes of
-`cnkispider run` on one task; kills a random worker with SIGKILL at random moments and starts a
-new one in its place; kills Redis once and restarts it empty. Then lets the workers finish and
-compares the database with the stand-in's ground truth.
+killing it really loses the queue, the leases, the round counts and the dedupe filters). Runs N
+worker processes of `cnkispider run` on one task; kills a random worker with SIGKILL at random
+moments and starts a new one in its place (and restarts one that died by itself, as a
+supervisor would); kills Redis (SIGKILL) at random moments of the run,
+restarting it empty after 0.5 to 3 s (workers meanwhile finish pages and hold their writes). Then lets the workers finish and compares the database with the
+stand-in's ground truth. ``--runs`` repeats that with seeds ``seed, seed + 1, ...``.
 
-Prints a table: documents expected, stored, lost, duplicated; rounds expected, done, lost;
-kills; the longest time a dead worker's expired leases took to be handed out again; wall time.
-Exit status 0 only when nothing was lost.
+Prints a table per run: documents expected, stored, lost, duplicated; rounds expected, done,
+lost; kills of workers and of Redis (with when, in seconds from the start); the longest time a
+dead worker's expired leases took to be handed out again; wall time; and the totals of all runs.
+Exit status 0 only when nothing was lost in any run.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import datetime as dt
 import os
 import random
 import signal
@@ -74,16 +79,21 @@ class LeaseWatch(threading.Thread):
             time.sleep(0.05)
 
 
-def run(kills: int, workers: int, seed: int, redis_crash: bool, days: int = 3, quiet: bool = False,
-        scale: float = 2.0) -> dict:
+def run(kills: int, workers: int, seed: int, redis_kills: int = 1, days: int = 3, quiet: bool = False,
+        scale: float = 2.0, fault_rate: float = 0.0) -> dict:
+    """One chaos run. Redis is killed ``redis_kills`` times, each in a random worker-kill interval
+    (not the same one twice) at a random moment of it."""
     rng = random.Random(seed)
+    redis_at = set(rng.sample(range(1, kills + 1), min(redis_kills, kills)))
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     database = f"cnkichaos_{uuid.uuid4().hex[:8]}"
     db_url = f"mysql+pymysql://root@127.0.0.1:3306/{database}?charset=utf8mb4"
     server = BenchRedis()  # of its own, so that killing it harms nobody else
-    site = start_site(seed=seed, latency="0.02-0.05", scale=scale)
+    # Transient faults make retries: continuations of a round queued while Redis may be new.
+    faults = {name: fault_rate / 3 for name in ("e500", "e503", "reset")} if fault_rate else {}
+    site = start_site(seed=seed, latency="0.02-0.05", scale=scale, faults=faults)
     tmp = Path(tempfile.mkdtemp(prefix="chaos-"))
-    end = f"2024-01-{days:02d}"
+    end = (dt.date(2024, 1, 1) + dt.timedelta(days=days - 1)).isoformat()
     setup = CrawlSetup(
         tmp, site, db_url, "patent", "2024-01-01", end, "G06,H04,A61", redis_url=server.url,
         crawl={"lease_seconds": LEASE, "round_lease_seconds": LEASE, "heartbeat_seconds": 1,
@@ -95,14 +105,33 @@ def run(kills: int, workers: int, seed: int, redis_crash: bool, days: int = 3, q
     started = time.monotonic()
     watch = LeaseWatch(server.url, namespace)
     killed = 0
-    redis_killed = False
+    died: list[int] = []
+    redis_killed: list[float] = []
     try:
         subprocess.run(setup.command("init-db"), cwd=ROOT, check=True, capture_output=True)
         for _ in range(workers):
             procs.append(setup.spawn())
         watch.start()
         while killed < kills:
-            time.sleep(rng.uniform(0.3, 1.5))
+            pause = rng.uniform(0.3, 1.5)
+            if killed + 1 in redis_at:  # Redis dies at a random moment of this interval
+                split = rng.uniform(0, pause)
+                time.sleep(split)
+                redis_killed.append(round(time.monotonic() - started, 1))
+                down = rng.uniform(0.5, 3.0)  # as long as a supervisor takes to restart it
+                say(f"  killing Redis at {redis_killed[-1]} s, down {down:.1f} s")
+                server.kill()
+                time.sleep(down)
+                server.restart()
+                time.sleep(pause - split)
+            else:
+                time.sleep(pause)
+            for p in [p for p in procs if p.poll() not in (None, 0)]:
+                # it died by itself (one starting while Redis is down exits with 2): a supervisor
+                # would start it again, and the storm must go on against live workers
+                died.append(p.returncode)
+                procs.remove(p)
+                procs.append(setup.spawn())
             live = [p for p in procs if p.poll() is None]
             if not live:
                 break
@@ -112,12 +141,7 @@ def run(kills: int, workers: int, seed: int, redis_crash: bool, days: int = 3, q
             killed += 1
             procs.remove(victim)
             procs.append(setup.spawn())
-            if redis_crash and not redis_killed and killed == max(1, kills // 2):
-                say("  killing Redis")
-                server.kill()
-                server.restart()
-                redis_killed = True
-            else:
+            if killed not in redis_at:  # (a Redis restart also moves every lease: not measured)
                 watch.kills.append(time.monotonic())
             say(f"  kill {killed}/{kills}")
         for p in procs:
@@ -125,6 +149,10 @@ def run(kills: int, workers: int, seed: int, redis_crash: bool, days: int = 3, q
                 p.wait(timeout=600)
             except subprocess.TimeoutExpired:
                 p.kill()
+        # Workers that ended by themselves (every killed one was replaced): 0 = the task finished.
+        exits = collections.Counter(p.returncode for p in procs)
+        done_before_final = dict(setup.query(
+            sa.select(round_.c.state, sa.func.count()).group_by(round_.c.state))).get("done", 0)
         # a final worker, as an operator would start after the storm: it must find nothing to do
         final = setup.run(timeout=600)
         watch.stop.set()
@@ -146,10 +174,14 @@ def run(kills: int, workers: int, seed: int, redis_crash: bool, days: int = 3, q
             "rounds done": by_state.get("done", 0),
             "rounds lost": expected_rounds - by_state.get("done", 0),
             "worker kills": killed,
-            "redis crashes": int(redis_killed),
+            "redis crashes": len(redis_killed),
+            "redis crashed at (s)": redis_killed,
             "lease period (s)": LEASE,
             "longest lease recovery (s)": round(max(recoveries), 2) if recoveries else None,
             "kills measured for recovery": len(recoveries),
+            "workers restarted after dying by themselves": len(died),
+            "exit codes of the last workers": dict(exits),
+            "rounds done before the final worker": done_before_final,
             "final worker exit": final.returncode,
             "wall time (s)": round(time.monotonic() - started, 1),
         }
@@ -167,23 +199,42 @@ def run(kills: int, workers: int, seed: int, redis_crash: bool, days: int = 3, q
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--runs", type=int, default=1, help="runs, with seeds seed, seed + 1, ...")
+    parser.add_argument("--kills", type=int, default=20, help="worker kills per run")
+    parser.add_argument("--redis-kills", type=int, default=3, help="Redis kills per run (0: none)")
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--days", type=int, default=5)
     parser.add_argument("--scale", type=float, default=4.0, help="documents per round, relative")
-    parser.add_argument("--no-redis-crash", dest="redis_crash", action="store_false")
+    parser.add_argument("--fault-rate", type=float, default=0.05,
+                        help="share of the site's answers that are transient faults (500, 503, reset)")
     args = parser.parse_args(argv)
     os.chdir(ROOT)
-    result = run(args.kills, args.workers, args.seed, args.redis_crash, args.days, scale=args.scale)
-    width = max(len(k) for k in result)
-    print(f"\nchaos: {args.kills} kills of {args.workers} workers, seed {args.seed}, "
-          f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores")
-    for key, value in result.items():
-        print(f"  {key:<{width}}  {value}")
-    ok = result["documents lost"] == 0 and result["rounds lost"] == 0 and result["documents duplicated"] == 0
-    print("PASS" if ok else "FAIL")
-    return 0 if ok else 1
+    totals = {"runs": 0, "failed runs": 0, "documents expected": 0, "documents lost": 0,
+              "documents duplicated": 0, "documents differing": 0, "rounds lost": 0,
+              "worker kills": 0, "redis crashes": 0, "wall time (s)": 0.0}
+    for seed in range(args.seed, args.seed + args.runs):
+        result = run(args.kills, args.workers, seed, args.redis_kills, args.days, scale=args.scale,
+                     fault_rate=args.fault_rate)
+        width = max(len(k) for k in result)
+        print(f"\nchaos: {args.kills} kills of {args.workers} workers, {args.redis_kills} of Redis, "
+              f"{args.fault_rate:.0%} faults, {args.days} days x 3 categories at scale {args.scale}, "
+              f"seed {seed}, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores")
+        for key, value in result.items():
+            print(f"  {key:<{width}}  {value}")
+        ok = (result["documents lost"] == 0 and result["rounds lost"] == 0
+              and result["documents duplicated"] == 0 and result["final worker exit"] == 0)
+        print("PASS" if ok else "FAIL", flush=True)
+        totals["runs"] += 1
+        totals["failed runs"] += not ok
+        for key in totals:
+            if key in result:
+                totals[key] = round(totals[key] + result[key], 1)
+    if args.runs > 1:
+        print(f"\nchaos totals over {totals['runs']} runs (seeds {args.seed}..{args.seed + args.runs - 1}):")
+        for key, value in totals.items():
+            print(f"  {key:<22}  {value}")
+    return 0 if totals["failed runs"] == 0 else 1
 
 
 if __name__ == "__main__":

@@ -14,27 +14,188 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 
-from cnkispider import schema
+from cnkispider import masking, schema
 from cnkispider.exceptions import StorageError
 
 logger = logging.getLogger(__name__)
 
+# -- riding out an outage ----------------------------------------------------------------------
+#
+# A worker that meets a database it cannot reach waits for it instead of stopping: MariaDB
+# restarted for an upgrade, a failover, a home PC's network blinking. Invariants:
+# - An engine that has never connected fails at once: a wrong URL or a server that is not there
+#   when a worker starts is one clear line (StorageError), never minutes of waiting.
+# - Once it has connected, a connection that cannot be made (every engine.connect()/begin() of
+#   every caller: storage, flow control, the error recorder) is retried with backoff for up to
+#   OUTAGE.seconds (``[database] outage_seconds``), one log line per attempt, one line when the
+#   database is back; then the error is raised as it came.
+# - One thread of the process probes the server at a time (_PROBING); the others wait behind it
+#   and find it back, so an outage logs one line per attempt, not one per waiting thread.
+# - A statement that fails mid-transaction (the server went away under it) is not retried by the
+#   engine: only the caller knows whether its transaction can be run again. retrying() runs a
+#   whole function again for callers whose work is idempotent (upserts, deletes by key).
 
-def mask_url(url: str) -> str:
-    """The URL as safe to print: the password replaced by ***."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # a URL too broken to parse has nothing reliable to mask
-        return "<unparseable database URL>"
+DEFAULT_OUTAGE_SECONDS = 600.0
+
+# MySQL/MariaDB error codes that say "the server or the connection is away, or busy for a moment",
+# not "this statement is wrong": try again later.
+TRANSIENT_MYSQL_ERRORS = frozenset(
+    {
+        1040,  # too many connections
+        1053,  # server shutdown in progress
+        1205,  # lock wait timeout
+        1213,  # deadlock found; the transaction was rolled back
+        1927,  # connection was killed (MariaDB)
+        2002,  # cannot connect through the socket
+        2003,  # cannot connect to the server (refused, timed out)
+        2006,  # server has gone away
+        2013,  # lost connection during query
+        2014,  # commands out of sync (a connection broken mid-result)
+        2055,  # lost connection at a given state
+        4031,  # disconnected by the server for inactivity (MariaDB)
+    }
+)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True when ``exc`` says the database is away or busy for a moment, so the same work can
+    succeed later; False for errors of the statement or the data (too long, wrong type, ...)."""
+    if isinstance(exc, sa.exc.TimeoutError):  # no pooled connection came free in time
+        return True
+    if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    orig = getattr(exc, "orig", None) or exc
+    if type(orig).__name__ == "InterfaceError":  # pymysql: the connection is already closed
+        return True
+    if type(orig).__name__ != "OperationalError":
+        return False
+    args = getattr(orig, "args", ())
+    if args and isinstance(args[0], int):
+        return args[0] in TRANSIENT_MYSQL_ERRORS
+    text = str(orig).lower()
+    return "database is locked" in text or "database is busy" in text  # SQLite's busy writer
+
+
+@dataclass
+class OutagePolicy:
+    """How long and how patiently to wait for the database (time and sleep injected for tests)."""
+
+    seconds: float = DEFAULT_OUTAGE_SECONDS
+    first_delay: float = 0.5
+    max_delay: float = 10.0
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+
+
+#: The process's policy: one database per worker process, so one policy. The item pipeline sets
+#: ``seconds`` from DATABASE_OUTAGE_SECONDS when the crawler starts (set_outage_seconds).
+OUTAGE = OutagePolicy()
+_PROBING = threading.Lock()
+
+
+def set_outage_seconds(seconds: float) -> None:
+    OUTAGE.seconds = max(0.0, float(seconds))
+
+
+def retrying(function, *args, what: str, policy: OutagePolicy | None = None, **kwargs):
+    """``function(*args, **kwargs)``, run again with backoff while it fails with a transient
+    database error, for up to ``policy.seconds``; a warning per failed attempt names ``what``.
+    Other errors, and the last transient one, are raised unchanged. Only for idempotent work."""
+    policy = policy or OUTAGE
+    started = policy.clock()
+    delay = policy.first_delay
+    attempt = 0
+    while True:
+        try:
+            result = function(*args, **kwargs)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            attempt += 1
+            waited = policy.clock() - started
+            reason = masking.mask_text(str(getattr(exc, "orig", None) or exc).splitlines()[0])
+            if waited + delay > policy.seconds:
+                logger.error(
+                    "database unreachable while %s: gave up after %d attempts in %.0f s "
+                    "([database] outage_seconds = %g): %s",
+                    what,
+                    attempt,
+                    waited,
+                    policy.seconds,
+                    reason,
+                )
+                raise
+            logger.warning(
+                "database unreachable while %s (attempt %d, %.0f s into the outage, waiting up to "
+                "%g s): %s; next attempt in %.1f s",
+                what,
+                attempt,
+                waited,
+                policy.seconds,
+                reason,
+                delay,
+            )
+            policy.sleep(delay)
+            delay = min(delay * 2, policy.max_delay)
+        else:
+            if attempt:
+                logger.warning(
+                    "database reachable again while %s, after %.0f s and %d failed attempts",
+                    what,
+                    policy.clock() - started,
+                    attempt,
+                )
+            return result
+
+
+def _ride_out_outages(engine: Engine, shown: str) -> None:
+    """Make every new connection of ``engine`` wait out an outage once the engine has connected."""
+    reached = threading.Event()
+
+    @sa.event.listens_for(engine, "do_connect")
+    def _connect(dialect, _record, cargs, cparams):
+        if not reached.is_set():  # the first connection: fail fast (see the invariants above)
+            connection = dialect.connect(*cargs, **cparams)
+            reached.set()
+            return connection
+        try:
+            return dialect.connect(*cargs, **cparams)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+        with _PROBING:
+            return retrying(dialect.connect, *cargs, what=f"connecting to {shown}", **cparams)
+
+
+def mask_url(url) -> str:
+    """The URL as safe to print: its password, in the authority or the query, replaced by ***
+    (:func:`cnkispider.masking.mask_url`; a SQLAlchemy URL object is rendered first)."""
+    if not isinstance(url, str):
+        url = url.render_as_string(hide_password=False)
+    return masking.mask_url(url)
 
 
 def _normalise(url: str) -> str:
     parsed = make_url(url)
+    # A password given as ?password= (or pymysql's ?passwd=) works, since SQLAlchemy hands query
+    # parameters to the driver, but engine.url would then show it to anyone who renders the URL
+    # with hide_password=True (status, --json). Move it where SQLAlchemy knows to hide it.
+    for name in ("password", "passwd"):
+        if name in parsed.query:
+            value = parsed.query[name]
+            value = value[-1] if isinstance(value, tuple) else value
+            parsed = parsed.difference_update_query([name])
+            if parsed.password is None:
+                parsed = parsed.set(password=value)
     if parsed.drivername in ("mysql", "mariadb", "mariadb+pymysql"):
         parsed = parsed.set(drivername="mysql+pymysql")
     if parsed.drivername.startswith("mysql") and "charset" not in parsed.query:
@@ -64,12 +225,16 @@ def make_engine(url: str) -> Engine:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
-    return sa.create_engine(
+    engine = sa.create_engine(
         url,
-        pool_pre_ping=True,  # a home PC's connection may sit idle for hours behind a NAT
+        # a home PC's connection may sit idle for hours behind a NAT; and after an outage every
+        # pooled connection is dead: the ping finds it and a new one is made (and waited for)
+        pool_pre_ping=True,
         pool_recycle=3600,
         isolation_level="READ COMMITTED",  # claims re-read the row they update (see tasks/flow.py)
     )
+    _ride_out_outages(engine, mask_url(url))
+    return engine
 
 
 def _create_mysql_database(url: str) -> None:
@@ -128,12 +293,15 @@ def create_schema(engine: Engine) -> None:
         except (sa.exc.OperationalError, sa.exc.ProgrammingError) as exc:
             if "already exists" not in str(exc) or attempt == 4:
                 raise
+    widen_columns(engine)
     with engine.begin() as conn:
         current = conn.execute(sa.select(schema.schema_version.c.version)).scalar()
         if current is None:
             try:
                 with conn.begin_nested():
-                    conn.execute(schema.schema_version.insert().values(id=1, version=schema.SCHEMA_VERSION))
+                    conn.execute(
+                        schema.schema_version.insert().values(id=1, version=schema.SCHEMA_VERSION)
+                    )
             except sa.exc.IntegrityError:
                 pass  # another worker recorded it a moment ago
         elif current < schema.SCHEMA_VERSION:
@@ -141,8 +309,73 @@ def create_schema(engine: Engine) -> None:
 
 
 def upgrade(conn, from_version: int) -> None:
-    """Bring an older database to SCHEMA_VERSION, one step per version (none yet)."""
+    """Bring an older database to SCHEMA_VERSION, one step per version (schema.UPGRADES)."""
+    for version in range(from_version + 1, schema.SCHEMA_VERSION + 1):
+        for table, name in schema.UPGRADES.get(version, []):
+            present = {c["name"] for c in sa.inspect(conn).get_columns(table.name)}
+            if name in present:
+                continue  # another worker added it a moment ago
+            column = table.c[name]
+            kind = column.type.compile(dialect=conn.dialect)
+            quote = conn.dialect.identifier_preparer.quote
+            conn.exec_driver_sql(f"ALTER TABLE {quote(table.name)} ADD COLUMN {quote(name)} {kind}")
+        logger.info("database schema upgraded to version %s", version)
     conn.execute(schema.schema_version.update().values(version=schema.SCHEMA_VERSION))
+
+
+# Capacity in bytes of the MySQL column types we use, to tell a narrower column from a wider one.
+_TEXT_BYTES = {"tinytext": 255, "text": 65_535, "mediumtext": 16_777_215, "longtext": 4_294_967_295}
+
+
+def _capacity(data_type: str, length: int | None) -> int:
+    data_type = data_type.lower()
+    if data_type in _TEXT_BYTES:
+        return _TEXT_BYTES[data_type]
+    return (length or 0) * 4  # (var)char(n) of utf8mb4: n characters of up to 4 bytes
+
+
+def widen_columns(engine: Engine) -> list[str]:
+    """Widen the text columns of a database created by an older cnkispider to what the schema
+    now declares (document titles VARCHAR(500) -> TEXT, people lists TEXT -> MEDIUMTEXT,
+    errorLink's keys); return the columns changed. Idempotent and version-independent: it
+    compares the live columns with schema.py, so it runs at every start (one query when nothing
+    is to do) and never narrows anything. SQLite does not enforce lengths: nothing to do there.
+    """
+    if engine.dialect.name != "mysql":
+        return []
+    wanted = {}
+    for table in (*schema.documents.values(), schema.error_link):
+        for column in table.columns:
+            if (
+                isinstance(column.type, (sa.String, sa.Text))
+                or column.type.__class__.__name__ == "MEDIUMTEXT"
+            ):
+                wanted[(table.name, column.name)] = column
+    changed = []
+    with engine.begin() as conn:
+        live = conn.execute(
+            sa.text(
+                "SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE, CHARACTER_MAXIMUM_LENGTH "
+                "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE()"
+            )
+        ).all()
+        quote = conn.dialect.identifier_preparer.quote_identifier
+        for table_name, column_name, data_type, length in live:
+            column = wanted.get((table_name, column_name))
+            if column is None:
+                continue
+            target = column.type.compile(dialect=conn.dialect)
+            wanted_bytes = _capacity(target.split("(")[0], getattr(column.type, "length", None))
+            if wanted_bytes <= _capacity(data_type, length):
+                continue
+            null = "NULL" if column.nullable else "NOT NULL"
+            conn.exec_driver_sql(
+                f"ALTER TABLE {quote(table_name)} MODIFY {quote(column_name)} {target} {null}"
+            )
+            changed.append(f"{table_name}.{column_name} {data_type} -> {target}")
+    if changed:
+        logger.info("widened columns: %s", "; ".join(changed))
+    return changed
 
 
 def check_schema_version(engine: Engine) -> None:

@@ -9,11 +9,27 @@ Formats
            GBK on a Chinese Windows) shows the Chinese text; RFC 4180 quoting (Python's ``excel``
            dialect), so commas, quotes and line breaks inside an abstract stay inside their cell.
            Columns: ``cnkispider.items.FIELDS[type]`` then ``crawled_at``.
-    jsonl  one JSON object per line, UTF-8 without a BOM, the same keys.
+    jsonl  one JSON object per line, UTF-8 without a BOM, the same keys, typed values: the
+           fields of ``INT_FIELDS`` (a count: ``pages``) are numbers when their text is a whole
+           number (``"pages": 14``) and null when empty; every other field is text as stored
+           (dates stay ``YYYY-MM-DD``, which JSON has no type for; ``;``-joined lists stay one
+           string, as in the CSV), and ``crawled_at`` is its ``YYYY-MM-DD HH:MM:SS`` text.
+           The choice comes from ``cnkispider/items.py``: every field there is text scraped
+           from a page, and only ``pages`` is a quantity; a field added there that is a count
+           belongs in ``INT_FIELDS``.
 
-Values are written exactly as stored (every field is text, ``;`` joins several values), so the
-CSV read back with Python's ``csv`` module gives every field unchanged. ``crawled_at`` is
-``YYYY-MM-DD HH:MM:SS`` (UTC), a form Excel recognises as a date and time.
+Values are written as stored (every field is text, ``;`` joins several values), with one
+exception in CSV: a cell that starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage
+return would be run by Excel as a formula (CSV injection: a document's text is the site's, not
+ours), so it gets a leading ``'``, which Excel shows as text and hides. ``raw_cells=True``
+(``--raw-cells``) writes every value exactly, for programs that read CSV as data; with it, the
+CSV read back with Python's ``csv`` module gives every field unchanged. JSON lines are
+exact apart from their typed counts (above). ``crawled_at`` is ``YYYY-MM-DD HH:MM:SS`` (UTC), a form Excel recognises as a date and
+time.
+
+A file is written beside its target under a fresh name (``tempfile``, created with O_EXCL, so
+a file or symlink planted there is never opened or followed) and renamed over the target when
+complete. A missing folder, or a target that cannot be written, is one clear line.
 """
 
 from __future__ import annotations
@@ -23,6 +39,7 @@ import io
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,7 +51,9 @@ from cnkispider.schema import task
 from cnkispider.storage import iter_documents
 
 FORMATS = ("csv", "jsonl")
+INT_FIELDS = frozenset({"pages"})  # counts: JSON numbers (see the module docstring)
 BATCH = 1000
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what spreadsheets take for a formula
 
 
 def columns(doc_type: str) -> tuple[str, ...]:
@@ -60,6 +79,7 @@ def write_documents(
     since: str | None = None,
     task_id: int | None = None,
     batch: int = BATCH,
+    raw_cells: bool = False,
 ) -> int:
     """Write the documents of ``doc_type`` to the binary stream ``binary``; return how many."""
     if fmt not in FORMATS:
@@ -75,12 +95,13 @@ def write_documents(
         if fmt == "csv":
             writer = csv.writer(text)
             writer.writerow(names)
+            cell = _text if raw_cells else _safe_cell
             for row in iter_documents(engine, doc_type, since=since, batch=batch, task_id=task_id):
-                writer.writerow([_text(row.get(name)) for name in names])
+                writer.writerow([cell(row.get(name)) for name in names])
                 count += 1
         else:
             for row in iter_documents(engine, doc_type, since=since, batch=batch, task_id=task_id):
-                record = {name: _text(row.get(name)) for name in names}
+                record = {name: _typed(name, row.get(name)) for name in names}
                 text.write(json.dumps(record, ensure_ascii=False) + "\n")
                 count += 1
         text.flush()
@@ -89,12 +110,43 @@ def write_documents(
     return count
 
 
+def _typed(name: str, value):
+    """A JSON value: a count as a number (null when empty), the rest as text."""
+    if name in INT_FIELDS:
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        if text.isdigit():
+            return int(text)
+        return text  # "12+3" or other page text: kept rather than lost
+    return _text(value)
+
+
 def _text(value) -> str:
     if value is None:
         return ""
     if hasattr(value, "strftime"):
         return value.strftime("%Y-%m-%d %H:%M:%S")
     return str(value)
+
+
+def _safe_cell(value) -> str:
+    """The text of a CSV cell that a spreadsheet shows, never runs (see the module's doc)."""
+    text = _text(value)
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
+def _writable_target(out: str) -> Path:
+    """``out`` as a path whose folder exists and which is not a folder itself, or ValueError."""
+    path = Path(out)
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise ValueError(f"--out {out}: the folder {folder} does not exist")
+    if path.is_dir():
+        raise ValueError(f"--out {out}: is a folder; give a file name")
+    return path
 
 
 def export(
@@ -106,29 +158,38 @@ def export(
     since: str | None = None,
     task_id: int | None = None,
     batch: int = BATCH,
+    raw_cells: bool = False,
 ) -> tuple[int, float]:
     """Export to the file ``out`` (``None`` or ``-``: stdout); return (documents, seconds).
 
-    A file is written as ``<out>.part`` and renamed when complete, so an export cut short never
-    leaves a file that looks whole.
+    A file is written under a temporary name in the target's folder (created exclusively, never
+    through a planted file or symlink) and renamed when complete, so an export cut short never
+    leaves a file that looks whole. A missing folder or an unwritable target is a ValueError
+    with one clear line.
     """
     started = time.monotonic()
+    options = {"since": since, "task_id": task_id, "batch": batch, "raw_cells": raw_cells}
     if out in (None, "", "-"):
-        count = write_documents(
-            engine, doc_type, sys.stdout.buffer, fmt, since=since, task_id=task_id, batch=batch
-        )
+        count = write_documents(engine, doc_type, sys.stdout.buffer, fmt, **options)
         sys.stdout.flush()
         return count, time.monotonic() - started
-    path = Path(out)
-    partial = path.with_name(path.name + ".part")
+    path = _writable_target(out)
     try:
-        with open(partial, "wb") as binary:
-            count = write_documents(
-                engine, doc_type, binary, fmt, since=since, task_id=task_id, batch=batch
-            )
+        # mkstemp: O_CREAT | O_EXCL with a random name, mode 0600 until renamed below
+        handle, partial = tempfile.mkstemp(
+            prefix=f".{path.name}.", suffix=".part", dir=path.parent if str(path.parent) else "."
+        )
+    except OSError as exc:
+        raise ValueError(f"--out {out}: cannot write in {path.parent}: {exc.strerror}") from None
+    try:
+        with os.fdopen(handle, "wb") as binary:
+            count = write_documents(engine, doc_type, binary, fmt, **options)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(partial, 0o666 & ~umask)  # what open() would have given the file
         os.replace(partial, path)
     except BaseException:
-        partial.unlink(missing_ok=True)
+        Path(partial).unlink(missing_ok=True)
         raise
     return count, time.monotonic() - started
 
@@ -142,8 +203,10 @@ def export_command(
     since: str | None = None,
     task: str | None = None,
     batch: int = BATCH,
+    raw_cells: bool = False,
 ) -> int:
-    """``cnkispider export --type T --format csv|jsonl [--since DATE] [--task NAME] [--out PATH]``."""
+    """``cnkispider export --type T --format csv|jsonl [--since DATE] [--task NAME] [--out PATH]
+    [--raw-cells]``."""
     import datetime as dt
 
     from cnkispider.status import open_database_readonly
@@ -153,12 +216,21 @@ def export_command(
             since = dt.date.fromisoformat(since).isoformat()
         except ValueError:
             raise ValueError(f"--since {since!r}: expected a date as YYYY-MM-DD") from None
+    if out not in (None, "", "-"):
+        _writable_target(out)  # before opening the database: a typo in the folder fails at once
     engine = open_database_readonly(config.database_url)
     try:
         task_id = resolve_task(engine, task) if task else None
         try:
             count, seconds = export(
-                engine, doc_type, out, fmt, since=since, task_id=task_id, batch=max(batch, 1)
+                engine,
+                doc_type,
+                out,
+                fmt,
+                since=since,
+                task_id=task_id,
+                batch=max(batch, 1),
+                raw_cells=raw_cells,
             )
         except BrokenPipeError:
             # `cnkispider export | head`: the reader has gone, which is not an error of ours.

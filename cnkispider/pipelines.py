@@ -8,33 +8,50 @@ is what lets the scheduler acknowledge a request exactly when its outcome is wri
 ``HtmlArchivePipeline`` is not an item pipeline but a downloader-side switch; see
 ``cnkispider.archive``.
 
+Failures, and what each item's outcome is:
+
+- the database is away (a transient error, cnkispider.db.is_transient): the batch is written
+  again with backoff for up to DATABASE_OUTAGE_SECONDS, one log line per attempt
+  (cnkispider.db.retrying); past that, the items fail and their requests are held (item_error);
+- a document whose key cannot be stored fails alone, before anything is written
+  (:class:`~cnkispider.storage.DocumentRejected`);
+- a value the database refuses (too long for its column) fails the statement, so the batch is
+  written again row by row: the other documents are stored, only that one fails
+  (DocumentRejected, with the database's reason), and item_error records it in errorLink.
+
 Settings
 --------
-DATABASE_URL            SQLAlchemy URL of the database (required)
-DATABASE_BATCH_SIZE     items per write (default 200)
-DATABASE_BATCH_SECONDS  longest an item waits for its batch (default 0.2)
+DATABASE_URL              SQLAlchemy URL of the database (required)
+DATABASE_BATCH_SIZE       items per write (default 200)
+DATABASE_BATCH_SECONDS    longest an item waits for its batch (default 0.2)
+DATABASE_OUTAGE_SECONDS   how long this process waits out an unreachable database (default 600);
+                          it is the process's policy (cnkispider.db.OUTAGE), which flow control and
+                          the error recorder follow too
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 
+import sqlalchemy as sa
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import maybe_deferred_to_future
-from twisted.internet import defer, reactor, threads
+from twisted.internet import defer, threads
 
-from cnkispider.db import db_now, open_database
+from cnkispider import db
+from cnkispider.db import db_now, is_transient, open_database, retrying
 from cnkispider.items import doc_type_of
-from cnkispider.storage import row_for, upsert_documents
+from cnkispider.storage import DocumentRejected, key_problem, row_for, upsert_documents
 from errors.recorder import ErrorRecorder
 
 logger = logging.getLogger(__name__)
 
 
 class DocumentPipeline:
-    def __init__(self, database_url: str, batch_size: int = 200, batch_seconds: float = 0.2, stats=None):
+    def __init__(
+        self, database_url: str, batch_size: int = 200, batch_seconds: float = 0.2, stats=None
+    ):
         self.database_url = database_url
         self.batch_size = batch_size
         self.batch_seconds = batch_seconds
@@ -56,11 +73,16 @@ class DocumentPipeline:
             crawler.settings.getfloat("DATABASE_BATCH_SECONDS", 0.2),
             crawler.stats,
         )
+        db.set_outage_seconds(
+            crawler.settings.getfloat("DATABASE_OUTAGE_SECONDS", db.DEFAULT_OUTAGE_SECONDS)
+        )
         pipeline.crawler = crawler
         return pipeline
 
     async def open_spider(self):
-        self.engine = await maybe_deferred_to_future(threads.deferToThread(open_database, self.database_url))
+        self.engine = await maybe_deferred_to_future(
+            threads.deferToThread(open_database, self.database_url)
+        )
         self.errors = ErrorRecorder(self.engine)
 
     async def close_spider(self):
@@ -83,6 +105,10 @@ class DocumentPipeline:
             if delay > 0:
                 return
             self._timer.cancel()
+        # The reactor is imported here, not at module level: importing it installs one, and the
+        # crawl (or a test) must be free to install Scrapy's asyncio reactor first.
+        from twisted.internet import reactor
+
         self._timer = reactor.callLater(delay, self._flush)
 
     def _flush(self) -> defer.Deferred:
@@ -92,41 +118,99 @@ class DocumentPipeline:
             return defer.succeed(None)
         d = threads.deferToThread(self._write, batch)
 
-        def stored(_):
-            for _, _, done in batch:
-                done.callback(None)
+        def written(failures: dict[int, Exception]):
+            for index, (_, _, done) in enumerate(batch):
+                if index in failures:
+                    done.errback(failures[index])
+                else:
+                    done.callback(None)
 
-        def failed(failure):
+        def failed(failure):  # a bug of ours: every item of the batch fails, none is lost
             logger.error("storing %d documents failed: %s", len(batch), failure.getErrorMessage())
             for _, _, done in batch:
                 done.errback(failure)
 
-        d.addCallbacks(stored, failed)
+        d.addCallbacks(written, failed)
         return d
 
-    def _write(self, batch):
-        """Write one batch; a failure is retried twice (a database blip), then raised."""
-        for attempt in range(3):
+    def _write(self, batch) -> dict[int, Exception]:
+        """Store a batch (in a worker thread); return the items that failed, by index."""
+        failures: dict[int, Exception] = {}
+        todo = []
+        for index, (doc_type, values, _) in enumerate(batch):
+            problem = key_problem(doc_type, values)
+            if problem is None:
+                todo.append(index)
+            else:
+                failures[index] = DocumentRejected(f"{doc_type} {_key(values)}: {problem}")
+                logger.error("not storing %s", failures[index])
+        if not todo:
+            return failures
+        try:
+            retrying(self._write_rows, batch, todo, what=f"storing {len(todo)} documents")
+            return failures
+        except (sa.exc.DataError, sa.exc.IntegrityError) as exc:  # a value, never an outage
+            if len(todo) == 1:
+                return {**failures, **self._refused(batch, todo, exc)}
+            logger.warning(
+                "storing %d documents failed (%s); storing them one at a time to find the one refused",
+                len(todo),
+                _reason(exc),
+            )
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            return {**failures, **dict.fromkeys(todo, exc)}  # the outage outlasted our patience
+        for position, index in enumerate(todo):
             try:
-                return self._write_once(batch)
-            except Exception:
-                if attempt == 2:
+                retrying(self._write_rows, batch, [index], what="storing 1 document")
+            except (sa.exc.DataError, sa.exc.IntegrityError) as exc:
+                failures.update(self._refused(batch, [index], exc))
+            except Exception as exc:
+                if not is_transient(exc):
                     raise
-                logger.warning("storing %d documents failed; retrying", len(batch), exc_info=True)
-                time.sleep(0.5 * 2**attempt)  # a worker thread, never the reactor
+                failures.update(dict.fromkeys(todo[position:], exc))
+                break
+        return failures
 
-    def _write_once(self, batch):
+    def _refused(self, batch, indexes: list[int], exc: Exception) -> dict[int, Exception]:
+        refused = {}
+        for index in indexes:
+            doc_type, values, _ = batch[index]
+            refused[index] = DocumentRejected(
+                f"{doc_type} {_key(values)} refused by the database: {_reason(exc)}"
+            )
+            logger.error("not storing %s", refused[index])
+            if self.stats is not None:
+                self.stats.inc_value("storage/documents_refused")
+        return refused
+
+    def _write_rows(self, batch, indexes: list[int]) -> None:
+        """One transaction: upsert the rows of ``batch`` at ``indexes``; then their errorLink rows go."""
         # Read at write time: flow control learns the task id after the spider opened.
         self.task_id = getattr(self.crawler.spider, "task_id", None)
         by_type: dict[str, list[dict]] = {}
         with self._write_lock, self.engine.begin() as conn:
             now = db_now(conn)
-            for doc_type, values, _ in batch:
-                by_type.setdefault(doc_type, []).append(row_for(doc_type, values, self.task_id, now))
+            for index in indexes:
+                doc_type, values, _ = batch[index]
+                by_type.setdefault(doc_type, []).append(
+                    row_for(doc_type, values, self.task_id, now)
+                )
             for doc_type, rows in by_type.items():
                 upsert_documents(conn, doc_type, rows)
         # A stored document is no longer missing, whoever listed it as failed.
-        self.errors.resolve_links(self.task_id, [(v["dbname"], v["filename"]) for _, v, _ in batch])
+        keys = [(batch[i][1]["dbname"], batch[i][1]["filename"]) for i in indexes]
+        retrying(self.errors.resolve_links, self.task_id, keys, what="clearing errorLink rows")
         if self.stats is not None:
-            self.stats.inc_value("storage/documents_written", len(batch))
+            self.stats.inc_value("storage/documents_written", len(indexes))
             self.stats.inc_value("storage/batches")
+
+
+def _key(values: dict) -> str:
+    return f"{str(values.get('dbname'))[:40]}/{str(values.get('filename'))[:80]}"
+
+
+def _reason(exc: Exception) -> str:
+    """The database's own words (first line), without SQLAlchemy's statement and parameters."""
+    return str(getattr(exc, "orig", None) or exc).splitlines()[0][:300]

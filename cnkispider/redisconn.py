@@ -26,10 +26,10 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 
+from cnkispider import masking
 from cnkispider.exceptions import RedisUnavailable
 
 logger = logging.getLogger(__name__)
@@ -57,23 +57,9 @@ _EVICTING_HELP = (
 
 
 def mask_url(url: str) -> str:
-    """``url`` with its password (in the authority or a ``password=`` parameter) replaced by ``***``."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable Redis URL>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hostport = netloc.rpartition("@")
-        if ":" in userinfo:
-            user = userinfo.split(":", 1)[0]
-            netloc = f"{user}:***@{hostport}"
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        if any(k.lower() == "password" for k, _ in pairs):
-            query = urlencode([(k, "***" if k.lower() == "password" else v) for k, v in pairs])
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    """``url`` with its password (in the authority or a ``password=`` parameter) replaced by ``***``
+    (the one masking helper: :func:`cnkispider.masking.mask_url`)."""
+    return masking.mask_url(url)
 
 
 def connect(url: str, data_dir: Path | str, *, check_policy: bool = True) -> redis.Redis:
@@ -116,11 +102,7 @@ def _connect_url(url: str) -> redis.Redis:
 
 def _scrub(exc: BaseException, url: str) -> str:
     """The exception's text with the URL's password removed, should a library have echoed it."""
-    text = str(exc)
-    password = urlsplit(url).password if "@" in url else None
-    if password:
-        text = text.replace(password, "***")
-    return text
+    return masking.mask_text(str(exc), url)
 
 
 def _check_policy(client: redis.Redis, where: str) -> None:

@@ -36,7 +36,7 @@ from sqlalchemy.dialects.mysql import MEDIUMTEXT
 
 from cnkispider.items import FIELDS
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 metadata = MetaData()
 
@@ -58,13 +58,20 @@ task = Table(
     Column("type", String(20), nullable=False),
     Column("start_date", String(10), nullable=False),
     Column("cur_date", String(10)),  # day of the last round handed out
-    Column("cur_code", String(64)),  # category of the last round handed out; NULL = none yet that day
+    Column(
+        "cur_code", String(64)
+    ),  # category of the last round handed out; NULL = none yet that day
     Column("end_date", String(10)),  # NULL or '' = up to today, moving with the calendar
     Column("categories", String(500), nullable=False, default="builtin"),
     Column("phase", String(16), nullable=False, default="crawl"),  # crawl | recrawl | done
     Column("status", DateTime),  # time of the last heartbeat
     Column("created_at", DateTime),
     Column("updated_at", DateTime),
+    # Set when the task halts (a rejection, a failure repeating, CNKI unreachable): why, as
+    # "<reason slug>: <words>". While set, no round is handed out or marked done and the phase
+    # does not move; `cnkispider task resume NAME` clears both (cnkispider/halting.py).
+    Column("halt_reason", String(500)),
+    Column("halted_at", DateTime),
 )
 
 round_ = Table(
@@ -116,8 +123,11 @@ error_link = Table(
     Column("round_id", Integer),
     Column("doc_type", String(20), nullable=False),
     Column("url", Text, nullable=False),
-    Column("dbname", String(20), nullable=False),
-    Column("filename", String(64), nullable=False),
+    # wider than the documents' keys, so that a document refused for an over-long key can still
+    # be recorded here (cnkispider/storage.py key_problem); the unique key stays within
+    # InnoDB's 3072 bytes: (64 + 255) x 4 + 4
+    Column("dbname", String(64), nullable=False),
+    Column("filename", String(255), nullable=False),
     Column("title", String(500)),  # to search the document again when its link has gone stale
     Column("day", String(10)),
     Column("category", String(64)),
@@ -150,6 +160,34 @@ worker = Table(
 )
 
 
+#: What each schema version adds to the one before, for :func:`cnkispider.db.upgrade`: version ->
+#: (table, column) pairs to add when missing. Columns only; each step is idempotent, so a
+#: database upgraded half-way (two workers starting at once) is finished by the next start.
+UPGRADES: dict[int, list[tuple[Table, str]]] = {
+    2: [(task, "halt_reason"), (task, "halted_at")],
+}
+
+# Document columns that can outgrow TEXT's 65,535 bytes (about 21,000 Chinese characters in
+# utf8mb4): long free text, and the people and institution lists (a large collaboration lists
+# thousands of authors). Everything else is TEXT, which no real CNKI title or code comes near.
+LONG_FIELDS = frozenset(
+    {
+        "abstract",
+        "claim",
+        "summary",
+        "authors",
+        "institutions",
+        "inventors",
+        "applicant",
+        "co_applicants",
+        "completers",
+        "first_unit",
+        "keywords",
+        "fund",
+    }
+)
+
+
 def _document_table(doc_type: str) -> Table:
     columns = []
     for name in FIELDS[doc_type]:
@@ -157,11 +195,9 @@ def _document_table(doc_type: str) -> Table:
             columns.append(Column(name, String(20), nullable=False))
         elif name == "filename":
             columns.append(Column(name, String(64), nullable=False))
-        elif name in ("abstract", "claim", "summary"):
+        elif name in LONG_FIELDS:
             columns.append(Column(name, LongText))
-        elif name == "title":
-            columns.append(Column(name, String(500)))
-        else:
+        else:  # the title too: nothing bounds a CNKI title, and VARCHAR(500) refused a 600-character one
             columns.append(Column(name, Text))
     return Table(
         doc_type,

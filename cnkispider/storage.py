@@ -3,6 +3,11 @@
 A replayed request, a recrawl or a round crawled twice after a cursor move rewrites the same
 row, never adds one. Both dialects get a native upsert (MySQL ``ON DUPLICATE KEY UPDATE``,
 SQLite ``ON CONFLICT DO UPDATE``), one statement per batch.
+
+A document whose key cannot be stored (an empty or over-long ``dbname``/``filename``) is refused
+by :func:`key_problem` before anything is written; one whose value the database refuses (a value
+longer than its column) fails its statement, and with it the whole batch: the pipeline then
+writes the batch row by row, so that only that document fails (see cnkispider/pipelines.py).
 """
 
 from __future__ import annotations
@@ -16,6 +21,27 @@ from sqlalchemy.engine import Engine
 
 from cnkispider.items import FIELDS
 from cnkispider.schema import documents
+
+
+class DocumentRejected(Exception):
+    """This document cannot be stored as it is (a bad key, a value the database refuses); the
+    same write would fail again, unlike an outage. The message names the document and why."""
+
+
+def key_problem(doc_type: str, values: dict) -> str | None:
+    """Why the natural key of ``values`` cannot be stored, or None when it can: each key column
+    must hold a non-empty value, without spaces or control characters, within its width."""
+    table = documents[doc_type]
+    for name in ("dbname", "filename"):
+        value = values.get(name)
+        if not isinstance(value, str) or not value:
+            return f"{name} is empty"
+        width = table.c[name].type.length
+        if len(value) > width:
+            return f"{name} is {len(value)} characters long; its column holds {width}"
+        if any(ch.isspace() or not ch.isprintable() for ch in value):
+            return f"{name} {value[:width]!r} holds spaces or control characters"
+    return None
 
 
 def row_for(doc_type: str, values: dict, task_id: int | None, now: dt.datetime) -> dict:
@@ -48,7 +74,11 @@ def upsert_documents(conn, doc_type: str, rows: list[dict]) -> None:
 
 
 def iter_documents(
-    engine: Engine, doc_type: str, since: str | None = None, batch: int = 1000, task_id: int | None = None
+    engine: Engine,
+    doc_type: str,
+    since: str | None = None,
+    batch: int = 1000,
+    task_id: int | None = None,
 ) -> Iterator[dict]:
     """Stream stored documents in id order without loading them all (keyset pagination)."""
     table = documents[doc_type]

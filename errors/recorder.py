@@ -11,6 +11,12 @@ An error row's life::
       ^                                             |
       '------- lease ran out / failed again --------'--- attempts > limit --> permanent
 
+A list-stage failure of the network itself (DNS, refused, timeout, reset:
+:data:`cnkispider.halting.NETWORK_REASONS`) is never permanent: CNKI was not asked, so nothing is
+known about the page; when the network stays down the circuit breaker halts the task instead.
+A round crawled again deletes its own errorCode rows (tasks/flow.py), and a replayed page that
+parses deletes its row, so a row left is a page still missing.
+
 A document stored by any route deletes its errorLink row, so "errorLink is empty" means no
 document is missing, and a row left is a document not stored (the invariant: each document
 found is stored, or its link is in errorLink).
@@ -19,16 +25,37 @@ found is stored, or its link is in errorLink).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import logging
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from cnkispider.db import db_now
+from cnkispider.db import db_now, retrying
+from cnkispider.halting import is_network
 from cnkispider.schema import error_code, error_link
 
 logger = logging.getLogger(__name__)
+
+
+def _retried(what: str):
+    """Run the method again while the database is away (``cnkispider.db.retrying``).
+
+    Each method so marked is one transaction, rolled back whole when a statement is cut off, so
+    running it again is safe. The one imprecision: a commit whose answer was lost and then run
+    again counts an attempt twice (``record_link``) or adds a second row for the same page
+    (``record_code``); both err toward replaying more, never toward losing a failure.
+    """
+
+    def wrap(method):
+        @functools.wraps(method)
+        def run(*args, **kwargs):
+            return retrying(method, *args, what=what, **kwargs)
+
+        return run
+
+    return wrap
 
 
 class ErrorRecorder:
@@ -39,6 +66,7 @@ class ErrorRecorder:
 
     # -- recording -----------------------------------------------------------------------
 
+    @_retried("recording a list-stage failure")
     def record_code(
         self,
         task_id: int,
@@ -55,11 +83,14 @@ class ErrorRecorder:
         """A list-stage failure. A failed replay updates its own row instead of adding one.
 
         ``permanent``: no replay can mend it (an overflow beyond every cut); kept, never replayed.
+        A network failure is never permanent, whatever its attempts.
         """
+        network = is_network(reason)
+        permanent = permanent and not network
         with self.engine.begin() as conn:
             now = db_now(conn)
             if replay_of is not None and not permanent:
-                conn.execute(
+                updated = conn.execute(
                     error_code.update()
                     .where(error_code.c.id == replay_of)
                     .values(
@@ -68,12 +99,17 @@ class ErrorRecorder:
                         reason=reason[:200],
                         detail=detail,
                         attempts=error_code.c.attempts + 1,
-                        state=sa.case((error_code.c.attempts + 1 >= self.max_attempts, "permanent"), else_="open"),
+                        state="open" if network else sa.case(
+                            (error_code.c.attempts + 1 >= self.max_attempts, "permanent"), else_="open"
+                        ),
                         lease_until=None,
                         updated_at=now,
                     )
-                )
-                return
+                ).rowcount
+                if updated:
+                    return
+                # Its row is gone (the replayed page parsed once, then its worker died before
+                # the ack and the request came back and failed): a new row, never nothing.
             conn.execute(
                 error_code.insert().values(
                     task_id=task_id,
@@ -91,6 +127,7 @@ class ErrorRecorder:
                 )
             )
 
+    @_retried("recording a detail-stage failure")
     def record_link(
         self,
         task_id: int,
@@ -155,6 +192,7 @@ class ErrorRecorder:
                 )
             )
 
+    @_retried("clearing errorLink rows")
     def resolve_links(self, task_id: int | None, keys: list[tuple[str, str]]) -> int:
         """Documents now stored: their errorLink rows go (whatever task listed them)."""
         if not keys:
@@ -163,9 +201,29 @@ class ErrorRecorder:
             condition = sa.tuple_(error_link.c.dbname, error_link.c.filename).in_(keys)
             return conn.execute(error_link.delete().where(condition)).rowcount
 
+    @_retried("clearing an errorCode row")
     def resolve_code(self, code_id: int) -> None:
         with self.engine.begin() as conn:
             conn.execute(error_code.delete().where(error_code.c.id == code_id))
+
+    @_retried("setting an error row permanent")
+    def unreplayable(self, table_name: str, row_id: int, why: str) -> bool:
+        """A claimed row no request can be built from (an empty day, a search that no longer
+        parses): permanent, with the reason in ``detail``, so it is neither claimed again every
+        lease nor keeps its task from finishing. ``table_name``: error_code or error_link."""
+        table = {"error_code": error_code, "error_link": error_link}[table_name]
+        with self.engine.begin() as conn:
+            return conn.execute(
+                table.update()
+                .where(table.c.id == row_id)
+                .values(
+                    state="permanent",
+                    reason="unreplayable",
+                    detail=f"no request can be built from this row: {why}",
+                    lease_until=None,
+                    updated_at=db_now(conn),
+                )
+            ).rowcount == 1
 
     # -- the recrawl phase: claims like rounds --------------------------------------------
 
@@ -193,12 +251,15 @@ class ErrorRecorder:
                 return []
             return list(conn.execute(sa.select(table).where(table.c.id.in_(claimed))).mappings())
 
+    @_retried("claiming errorCode rows")
     def claim_codes(self, task_id: int, worker_id: str, limit: int = 10) -> list:
         return self._claim(error_code, task_id, worker_id, limit)
 
+    @_retried("claiming errorLink rows")
     def claim_links(self, task_id: int, worker_id: str, limit: int = 100) -> list:
         return self._claim(error_link, task_id, worker_id, limit)
 
+    @_retried("counting error rows")
     def outstanding(self, task_id: int) -> dict[str, int]:
         """Error rows still to replay (open or claimed) and permanent ones, per table."""
         counts = {}

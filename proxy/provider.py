@@ -15,6 +15,24 @@ Every proxy comes back as a URL, ``http://[user:pass@]host:port``. Such a URL ho
 only :func:`mask` of it may be logged. The API URL often holds an account key in its query
 string, so it is masked too.
 
+What counts as a proxy address (:func:`address_problem`): ``host:port`` with a port in 1..65535
+and a host that is an IP address or a public-looking DNS name (at least two labels, a last label
+of letters). Refused, each with a warning naming the line: text that is no address
+(``ERROR:10001``: a one-word "host" is a provider's status code, not a machine), ``localhost``
+and single-label names (a machine of the crawler's own network picked by name), ``.local`` /
+``.localhost`` / ``.internal`` names, and IP addresses no proxy can have: unspecified
+(``0.0.0.0``), link-local (``169.254.x.x``: the cloud metadata service), multicast, broadcast and
+reserved ranges. Private (10.x, 172.16-31.x, 192.168.x) and loopback IP addresses are accepted:
+a company may run its proxy gateway on its LAN, and a proxy client (Clash, a local squid) listens
+on 127.0.0.1; they are addresses an operator wrote or a provider of that LAN sells, and the
+crawler only sends CNKI requests through them.
+
+The call to the provider has one deadline for all of it (``timeout``: connecting, the headers,
+the whole answer), enforced by a watchdog that shuts the socket when it passes, so a provider
+that sends one byte every few seconds cannot hold a worker; and the answer is read in chunks
+up to ``max_bytes`` (1 MB, some 40,000 proxies), so a huge answer cannot grow the worker's
+memory.
+
 :class:`ProviderClient` is what the proxy middleware calls. It never blocks the reactor: the
 HTTP call runs in a thread (:func:`scrapy.utils.asyncio.run_in_thread`, which works with and
 without a Twisted reactor). It reads no settings itself; the middleware passes the values of
@@ -24,13 +42,25 @@ without a Twisted reactor). It reads no settings itself; the middleware passes t
 
 from __future__ import annotations
 
+import http.client
+import ipaddress
 import json
+import logging
 import re
-import urllib.request
+import socket
+import ssl
+import threading
+import time
 from collections.abc import Iterable, Sequence
 from urllib.parse import quote, unquote, urlsplit
 
+logger = logging.getLogger(__name__)
+
 FORMATS = ("lines", "json")
+MAX_ANSWER_BYTES = 1 << 20
+REFUSED_LINES_NAMED = 5  # per answer: a page of junk names its first lines, then counts the rest
+_NAME_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+_PRIVATE_SUFFIXES = (".localhost", ".local", ".internal", ".localdomain", ".home.arpa")
 
 _HOSTPORT = re.compile(r"^(?P<host>[A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\]):(?P<port>\d{1,5})$")
 
@@ -77,24 +107,78 @@ def proxy_url(host: str, port: int | str, credentials: str = "", scheme: str = "
     return f"{scheme}://{userinfo}{host}:{port}"
 
 
-def _from_token(token: str, credentials: str) -> str | None:
-    """One ``[scheme://][user:pass@]host:port`` token as a proxy URL, or None if it is none."""
+def address_problem(host: str, port: int | str) -> str | None:
+    """Why ``host:port`` is not a proxy address (see the module's doc), or None when it is one."""
+    try:
+        number = int(port)
+    except (TypeError, ValueError):
+        return f"port {port!r} is not a number"
+    if not 0 < number < 65536:
+        return f"port {number} is out of range"
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        ip = ipaddress.ip_address(bare)
+    except ValueError:
+        ip = None
+    if ip is not None:
+        if ip.version == 4 and int(ip) == 0xFFFFFFFF:
+            return f"{bare} is the broadcast address"
+        if ip.is_unspecified or ip.is_link_local or ip.is_multicast or ip.is_reserved:
+            return f"{bare} is not an address a proxy can have"
+        return None
+    name = host.rstrip(".").lower()
+    labels = name.split(".")
+    if len(labels) < 2 or not all(_NAME_LABEL.match(label) for label in labels):
+        return f"{host!r} is not an IP address or a public host name"
+    if not labels[-1].isalpha():
+        return f"{host!r} is not an IP address or a public host name"  # 1.2.3 or a.123
+    if name == "localhost" or name.endswith(_PRIVATE_SUFFIXES):
+        return f"{host!r} names a machine of the local network"
+    return None
+
+
+def _parse_token(token: str, credentials: str) -> tuple[str | None, str]:
+    """(proxy URL, "") for a valid ``[scheme://][user:pass@]host:port`` token, else (None, why)."""
     scheme, sep, rest = token.partition("://")
     if not sep:
         scheme, rest = "http", token
     userinfo, at, hostport = rest.rpartition("@")
     match = _HOSTPORT.match(hostport.rstrip("/"))
-    if scheme.lower() not in ("http", "https") or not match:
-        return None
+    if scheme.lower() not in ("http", "https"):
+        return None, f"scheme {scheme!r} is not http or https"
+    if not match:
+        return None, "not host:port"
+    problem = address_problem(match["host"], match["port"])
+    if problem is not None:
+        return None, problem
     try:
         return proxy_url(
             match["host"],
             match["port"],
             unquote(userinfo) if at else credentials,
             scheme.lower(),
-        )
-    except ValueError:
-        return None
+        ), ""
+    except ValueError as exc:
+        return None, str(exc)
+
+
+class _Refusals:
+    """The lines of one answer that were not proxies: a warning names each of the first few."""
+
+    def __init__(self):
+        self.count = 0
+
+    def add(self, line: str, why: str) -> None:
+        self.count += 1
+        if self.count <= REFUSED_LINES_NAMED:
+            shown = mask(line) if "@" in line else line
+            logger.warning("Proxy provider line refused: %r (%s)", shown[:120], why)
+
+    def close(self) -> None:
+        if self.count > REFUSED_LINES_NAMED:
+            logger.warning(
+                "Proxy provider answer: %d more lines refused", self.count - REFUSED_LINES_NAMED
+            )
 
 
 def _refusal_text(text: str) -> str:
@@ -119,18 +203,22 @@ def parse_lines(text: str, credentials: str = "") -> list[str]:
     ``ERROR ...`` or a JSON error object). An empty answer is an empty batch.
     """
     proxies: list[str] = []
-    refused = False
+    refused: list[tuple[str, str]] = []
     for raw in text.splitlines():
         line = raw.strip()
-        if not line:
-            continue
-        url = _from_token(line, credentials)
-        if url is None:
-            refused = True
-        else:
-            proxies.append(url)
+        if line:
+            url, why = _parse_token(line, credentials)
+            if url is None:
+                refused.append((line, why))
+            else:
+                proxies.append(url)
     if not proxies and refused:
+        # No proxy at all: a refusal ("ERROR 请2秒后再试"), said once, not a warning per line.
         raise ProviderError(_refusal_text(text))
+    refusals = _Refusals()
+    for line, why in refused:
+        refusals.add(line, why)
+    refusals.close()
     return proxies
 
 
@@ -165,17 +253,23 @@ def parse_json(
     if not isinstance(items, list):
         raise ProviderError(f"no list at {path!r}: {_refusal_text(text)}")
     proxies = []
+    refusals = _Refusals()
     for item in items:
         if isinstance(item, str):
-            url = _from_token(item.strip(), credentials)
+            token = item.strip()
         elif isinstance(item, dict) and item.get(ip_field):
             host = str(item[ip_field]).strip()
             port = item.get(port_field)
-            url = _from_token(f"{host}:{port}" if port else host, credentials)
+            token = f"{host}:{port}" if port else host
         else:
-            url = None
-        if url is not None:
+            refusals.add(json.dumps(item, ensure_ascii=False)[:120], f"no {ip_field!r} field")
+            continue
+        url, why = _parse_token(token, credentials)
+        if url is None:
+            refusals.add(token, why)
+        else:
             proxies.append(url)
+    refusals.close()
     return proxies
 
 
@@ -206,6 +300,7 @@ class ProviderClient:
         credentials: str = "",
         timeout: float = 10.0,
         static: Sequence[str] = (),
+        max_bytes: int = MAX_ANSWER_BYTES,
     ):
         if fmt not in FORMATS:
             raise ValueError(f"unknown proxy API format {fmt!r}; expected one of {FORMATS}")
@@ -216,6 +311,7 @@ class ProviderClient:
         self.port_field = port_field
         self.credentials = credentials
         self.timeout = timeout
+        self.max_bytes = max_bytes
         self.static = _static_urls(static, credentials)
 
     def __repr__(self) -> str:
@@ -239,15 +335,83 @@ class ProviderClient:
         return parse_lines(text, self.credentials)
 
     def _get(self) -> str:
-        """The blocking HTTP call (runs in a thread)."""
-        request = urllib.request.Request(self.api_url, headers={"User-Agent": "cnkispider"})
+        """The blocking HTTP call (runs in a thread): done, or ProviderError, within ``timeout``."""
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
-                charset = answer.headers.get_content_charset() or "utf-8"
-                return answer.read().decode(charset, "replace")
-        except OSError as exc:  # URLError, HTTPError, timeouts
+            return self._get_within_deadline()
+        except ProviderError:
+            raise
+        except (OSError, http.client.HTTPException, ValueError) as exc:
             detail = str(exc).replace(self.api_url, mask(self.api_url))
             raise ProviderError(f"{type(exc).__name__}: {detail}") from None
+
+    def _get_within_deadline(self) -> str:
+        parts = urlsplit(self.api_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ProviderError(f"not an http(s) URL: {mask(self.api_url)}")
+        started = time.monotonic()
+        if parts.scheme == "https":
+            conn = http.client.HTTPSConnection(
+                parts.hostname,
+                parts.port,
+                timeout=self.timeout,
+                context=ssl.create_default_context(),
+            )
+        else:
+            conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=self.timeout)
+        expired = threading.Event()
+
+        def cut():  # the deadline passed: wake the read blocked on the socket, whatever it waits for
+            expired.set()
+            sock = conn.sock
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+        watchdog = threading.Timer(self.timeout, cut)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            conn.request(
+                "GET", path, headers={"User-Agent": "cnkispider", "Accept-Encoding": "identity"}
+            )
+            answer = conn.getresponse()
+            if answer.status != 200:
+                raise ProviderError(f"HTTP {answer.status} {answer.reason}".strip())
+            declared = answer.getheader("Content-Length")
+            if declared and declared.isdigit() and int(declared) > self.max_bytes:
+                raise ProviderError(self._too_big(f"announces {int(declared):,} bytes"))
+            chunks, size = [], 0
+            while True:
+                chunk = answer.read1(65536)
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > self.max_bytes:
+                    raise ProviderError(self._too_big(f"more than {self.max_bytes:,} bytes"))
+                chunks.append(chunk)
+            if expired.is_set():  # the socket was shut under a read: what came is a fragment
+                raise OSError("deadline")
+            charset = answer.headers.get_content_charset() or "utf-8"
+            return b"".join(chunks).decode(charset, "replace")
+        except (OSError, http.client.HTTPException) as exc:
+            if expired.is_set():
+                raise ProviderError(
+                    f"no complete answer within {self.timeout:g} s (PROXY_API_TIMEOUT), "
+                    f"after {time.monotonic() - started:.1f} s"
+                ) from None
+            raise exc from None
+        finally:
+            watchdog.cancel()
+            conn.close()
+
+    def _too_big(self, what: str) -> str:
+        return (
+            f"the answer {what}; a batch of proxies is a few KB, so it was not read "
+            f"(limit {self.max_bytes:,} bytes)"
+        )
 
 
 def _static_urls(static: Iterable[str] | str, credentials: str) -> list[str]:
@@ -258,8 +422,8 @@ def _static_urls(static: Iterable[str] | str, credentials: str) -> list[str]:
         token = token.strip()
         if not token:
             continue
-        url = _from_token(token, credentials)
+        url, why = _parse_token(token, credentials)
         if url is None:
-            raise ValueError(f"not a proxy (expected [user:pass@]host:port): {mask(token)}")
+            raise ValueError(f"not a proxy (expected [user:pass@]host:port): {mask(token)}: {why}")
         urls.append(url)
     return urls

@@ -79,13 +79,55 @@ def test_csv_round_trips_through_the_csv_module_with_every_field_intact(config, 
     docs = [document(i) for i in range(len(AWKWARD) * 2)]
     store(engine, docs)
     out = tmp_path / "patents.csv"
-    export(path, "--type", "patent", "--format", "csv", "--out", str(out))
+    export(path, "--type", "patent", "--format", "csv", "--out", str(out), "--raw-cells")
     raw = out.read_bytes()
     assert raw.startswith(b"\xef\xbb\xbf" + b"dbname,filename,title,")  # the BOM Excel looks for
     rows = read_csv(out)
     assert list(rows[0]) == list(columns("patent"))
     assert rows == [expected(d) for d in docs]
     assert not (tmp_path / "patents.csv.part").exists()
+
+
+def test_csv_cells_a_spreadsheet_would_run_get_a_quote_by_default(config, tmp_path):
+    """CSV injection: a document's text starting with = + - @ (or a tab or CR) reaches Excel as
+    text, not as a formula; everything else is exact, and --raw-cells writes all exactly."""
+    path, engine = config
+    formulas = ['=HYPERLINK("http://x")', "+1+1", "-2+3", "@SUM(A1)", "\tcmd", "\rcmd"]
+    plain = ["007", "a=b", "2024-01-01", "一种-方法", ""]
+    docs = [document(i, abstract=value) for i, value in enumerate(formulas + plain)]
+    store(engine, docs)
+    out = tmp_path / "safe.csv"
+    export(path, "--out", str(out))
+    abstracts = [row["abstract"] for row in read_csv(out)]
+    assert abstracts == ["'" + f for f in formulas] + plain
+    export(path, "--out", str(out), "--raw-cells")
+    assert [row["abstract"] for row in read_csv(out)] == formulas + plain
+
+
+def test_a_symlink_planted_at_the_part_file_is_not_followed(config, tmp_path):
+    """The old export opened OUT.part with O_TRUNC, following a symlink someone planted there."""
+    path, engine = config
+    store(engine, [document(1)])
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious", encoding="utf-8")
+    out = tmp_path / "patents.csv"
+    (tmp_path / "patents.csv.part").symlink_to(victim)
+    export(path, "--out", str(out))
+    assert victim.read_text(encoding="utf-8") == "precious"
+    assert read_csv(out)[0]["filename"] == "CN00000001A"
+    assert (tmp_path / "patents.csv.part").is_symlink()  # not ours: left alone
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".part") and not p.is_symlink()]
+
+
+def test_a_missing_folder_is_one_line_and_exit_2(config, tmp_path, capsys):
+    path, engine = config
+    store(engine, [document(1)])
+    out = tmp_path / "no" / "such" / "patents.csv"
+    assert main(["--config", str(path), "export", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"error: --out {out}: the folder {out.parent} does not exist"
+    assert main(["--config", str(path), "export", "--out", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
 
 
 def test_jsonl_round_trips_with_every_field_intact(config, tmp_path):
@@ -138,7 +180,9 @@ def test_export_to_stdout(config, capfdbinary):
 def test_a_bad_since_is_one_line_and_exit_2(config, capsys):
     path, _ = config
     assert main(["--config", str(path), "export", "--since", "2024-13-01"]) == 2
-    assert "--since '2024-13-01': expected a date as YYYY-MM-DD" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1  # the one date message of every command
+    assert "--since '2024-13-01' is not a real day (month or day out of range); expected YYYY-MM-DD" in err
 
 
 def test_export_streams_one_batch_at_a_time(config):
@@ -177,3 +221,15 @@ class _CountingSink(io.RawIOBase):
     def write(self, data):
         self.rows += bytes(data).count(b"\r\n")
         return len(data)
+
+
+def test_jsonl_writes_counts_as_numbers_and_text_as_text(config, tmp_path):
+    """issue 14 (5): `"pages": 14`, not "14"; an empty count is null; other fields stay text."""
+    path, engine = config
+    store(engine, [document(1, pages="14"), document(2, pages=""), document(3, pages="007", main_ipc="123")])
+    out = tmp_path / "typed.jsonl"
+    export(path, "--format", "jsonl", "--out", str(out))
+    records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["pages"] for r in records] == [14, None, 7]
+    assert records[2]["main_ipc"] == "123" and records[0]["date"] == "2024-01-01"
+    assert records[0]["crawled_at"] == "2024-05-06 07:08:09"

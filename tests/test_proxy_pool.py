@@ -307,3 +307,212 @@ def test_the_middleware_waits_for_proxies_without_spinning_then_gives_up():
         asyncio.run(middleware._acquire((), 0))
     assert info.value.reason == "no-proxy"
     assert len(calls) == len(clock.sleeps) == 10 and min(clock.sleeps) >= 1.0
+
+
+# -- what is a proxy address ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ("ERROR:10001", "not an IP address or a public host name"),
+        ("localhost:6379", "not an IP address or a public host name"),
+        ("proxy.localhost:8080", "local network"),
+        ("printer.local:631", "local network"),
+        ("1.2.3.4:0", "out of range"),
+        ("1.2.3.4:70000", "out of range"),
+        ("169.254.169.254:80", "not an address a proxy can have"),
+        ("0.0.0.0:8080", "not an address a proxy can have"),
+        ("224.0.0.1:8080", "not an address a proxy can have"),
+        ("255.255.255.255:80", "broadcast"),
+        ("1.2.3:8080", "not an IP address or a public host name"),
+        ("请2秒后再试:80", "not host:port"),
+        ("socks5://1.2.3.4:1080", "not http or https"),
+    ],
+)
+def test_lines_that_are_not_proxy_addresses_are_refused_with_a_warning_naming_them(
+    line, why, caplog
+):
+    with caplog.at_level("WARNING", logger="proxy.provider"):
+        assert parse_lines(f"5.6.7.8:3128\n{line}\n") == ["http://5.6.7.8:3128"]
+    warned = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(warned) == 1 and repr(line) in warned[0] and why in warned[0]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "10.1.2.3:3128",
+        "192.168.0.9:8080",
+        "172.16.5.5:80",
+        "127.0.0.1:7890",
+        "proxy.example.com:8080",
+        "[2001:db8::1]:8080",
+        "u:p@gw.corp.example.cn:3128",
+    ],
+)
+def test_public_names_and_ip_addresses_private_ones_included_are_accepted(line):
+    assert len(parse_lines(line)) == 1
+
+
+def test_an_answer_of_nothing_but_junk_is_one_refusal_not_a_warning_per_line(caplog):
+    with (
+        caplog.at_level("WARNING", logger="proxy.provider"),
+        pytest.raises(ProviderError, match="ERROR:10001"),
+    ):
+        parse_lines("ERROR:10001\nlocalhost:6379\n" * 100)
+    assert not caplog.records
+
+
+def test_a_page_of_junk_around_proxies_names_the_first_lines_then_counts(caplog):
+    with caplog.at_level("WARNING", logger="proxy.provider"):
+        got = parse_lines("1.2.3.4:80\n" + "".join(f"junk{i}:1\n" for i in range(40)))
+    assert got == ["http://1.2.3.4:80"]
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 6 and "35 more lines refused" in messages[-1]
+
+
+def test_json_items_are_checked_the_same_way(caplog):
+    text = '{"data":[{"ip":"1.2.3.4","port":80},{"ip":"localhost","port":6379},{"ip":"9.9.9.9","port":0}]}'
+    with caplog.at_level("WARNING", logger="proxy.provider"):
+        assert parse_json(text) == ["http://1.2.3.4:80"]
+    assert len(caplog.records) == 2
+
+
+def test_a_static_list_with_a_non_address_is_a_config_error_naming_it():
+    with pytest.raises(ValueError, match=r"localhost:6379.*not an IP address"):
+        ProviderClient(static="1.2.3.4:80,localhost:6379")
+
+
+# -- a provider that drips or floods (a tiny HTTP server of the test's own) ---------------------
+
+
+class BadProvider:
+    """A local HTTP server answering every request in one of the ways a provider can misbehave:
+    ``drip`` (a byte of a proxy list every ``every`` seconds), ``drip-headers`` (even the status
+    line), ``flood`` (``size`` bytes of proxy lines, no Content-Length), ``huge`` (announces
+    ``size`` bytes), ``ok``."""
+
+    def __init__(self, mode: str, every: float = 0.5, size: int = 100 << 20):
+        import socket
+        import threading
+
+        self.mode, self.every, self.size = mode, every, size
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}/get?key=s3cret&num=5"
+        self.stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        import threading
+
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn):
+
+        try:
+            conn.recv(65536)
+            body = b"1.2.3.4:8080\r\n"
+            if self.mode == "ok":
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            elif self.mode in ("drip", "drip-headers"):
+                head = b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n"
+                if self.mode == "drip":
+                    conn.sendall(head)
+                    head = b""
+                for byte in head + body * 10000:
+                    if self.stop.wait(self.every):
+                        break
+                    conn.sendall(bytes([byte]))
+            elif self.mode == "huge":
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % self.size)
+                conn.sendall(body * 1000)
+            elif self.mode == "flood":
+                conn.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
+                block = body * (1 << 16 // len(body) + 1)
+                sent = 0
+                while sent < self.size and not self.stop.is_set():
+                    conn.sendall(block)
+                    sent += len(block)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def close(self):
+        self.stop.set()
+        self.server.close()
+
+
+@pytest.fixture
+def bad_provider():
+    started = []
+
+    def start(*args, **kw):
+        started.append(BadProvider(*args, **kw))
+        return started[-1]
+
+    yield start
+    for server in started:
+        server.close()
+
+
+@pytest.mark.parametrize("mode", ["drip", "drip-headers"])
+def test_a_dripping_provider_fails_within_the_deadline(bad_provider, mode):
+    """One byte every 0.5 s never trips a per-read timeout of 2 s; the call's one deadline does."""
+    import time
+
+    server = bad_provider(mode, every=0.5)
+    client = ProviderClient(server.url, timeout=2.0)
+    started = time.monotonic()
+    with pytest.raises(ProviderError, match=r"no complete answer within 2 s") as info:
+        asyncio.run(client.fetch_batch())
+    assert time.monotonic() - started < 3.5
+    assert "s3cret" not in str(info.value)
+
+
+@pytest.mark.parametrize("mode", ["huge", "flood"])
+def test_a_100_mb_answer_is_refused_without_growing_memory(bad_provider, mode):
+    import resource
+    import time
+
+    server = bad_provider(mode, size=100 << 20)
+    client = ProviderClient(server.url, timeout=30.0)
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KB on Linux
+    started = time.monotonic()
+    with pytest.raises(ProviderError, match="a batch of proxies is a few KB"):
+        asyncio.run(client.fetch_batch())
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before
+    assert grown < 8 * 1024, f"peak RSS grew by {grown} KB"
+    assert time.monotonic() - started < 10
+
+
+def test_a_well_behaved_provider_still_sells(bad_provider):
+    client = ProviderClient(bad_provider("ok").url, timeout=5.0)
+    assert asyncio.run(client.fetch_batch()) == ["http://1.2.3.4:8080"]
+
+
+def test_a_request_waiting_for_a_proxy_gives_up_as_soon_as_the_crawler_stops():
+    """SIGTERM: Scrapy waits for every request in flight; one waiting for a proxy must not hold
+    the worker for PROXY_WAIT_MAX (it hung for more than 70 s)."""
+    from types import SimpleNamespace
+
+    clock = Clock()
+    pool, calls = make_pool(clock, min_fetch_interval=0.0)
+    middleware = ProxyMiddleware(pool, clock=clock, sleep=clock.sleep, wait_max=600.0)
+    middleware.crawler = SimpleNamespace(crawling=True, engine=SimpleNamespace(running=True))
+
+    async def stop_after_two_purchases(seconds):
+        await clock.sleep(seconds)
+        if len(calls) == 2:
+            middleware.crawler.crawling = False
+
+    middleware.sleep = stop_after_two_purchases
+    with pytest.raises(GaveUp) as info:
+        asyncio.run(middleware._acquire((), 0))
+    assert info.value.reason == "no-proxy" and len(calls) == 2 and clock.now - 1000.0 < 10

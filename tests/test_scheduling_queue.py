@@ -11,7 +11,7 @@ import random
 import pytest
 import redis
 
-from cnkispider.scheduling.queue import Enqueue, Held, LeasedQueue, SyncBatch
+from cnkispider.scheduling.queue import Burial, Enqueue, Held, LeasedQueue, SyncBatch
 
 T0 = 1_700_000_000_000  # ms
 LEASE_MS = 1000
@@ -174,7 +174,57 @@ def test_children_land_before_their_parents_ack(make_queue):
     assert result.drained == [] and q.outstanding("9") == 2
     children = q.sync(SyncBatch(pop=2), now_ms=T0).popped
     assert q.sync(SyncBatch(acks=held(children)), now_ms=T0).drained == ["9"]
-    assert q.outstanding("9") == 0  # left at 0 for flow control to delete
+    assert q.outstanding("9") == 0
+    assert q.client.get(q.round_key("9")) is None  # no key left at 0
+
+
+def test_a_drained_round_takes_its_filter_with_it_so_a_recrawl_queues_it_again(
+    make_queue, client, redis_namespace
+):
+    q = make_queue()
+    q.sync(SyncBatch(enqueues=[new("a", round_id="3")]), now_ms=T0)
+    assert client.exists(f"{redis_namespace}:round:3:bloom")
+    assert q.sync(SyncBatch(enqueues=[new("a", round_id="3")]), now_ms=T0).duplicates == 1
+    popped = q.sync(SyncBatch(pop=1), now_ms=T0).popped
+    q.sync(SyncBatch(acks=held(popped)), now_ms=T0)
+    assert not list(client.scan_iter(match=f"{redis_namespace}:round:*"))
+    assert q.sync(SyncBatch(enqueues=[new("a", round_id="3")]), now_ms=T0).enqueued == 1
+
+
+def test_rounds_dedupe_apart_and_the_roundless_filter_goes_when_the_namespace_is_empty(
+    make_queue, client, redis_namespace
+):
+    q = make_queue()
+    result = q.sync(
+        SyncBatch(enqueues=[new("a", round_id="1"), new("a", round_id="2"), new("a"), new("a")]),
+        now_ms=T0,
+    )
+    assert (result.enqueued, result.duplicates) == (3, 1)
+    popped = q.sync(SyncBatch(pop=3), now_ms=T0).popped
+    q.sync(SyncBatch(acks=held(popped)), now_ms=T0)
+    assert not list(client.scan_iter(match=f"{redis_namespace}:*bloom*"))
+    assert q.sync(SyncBatch(enqueues=[new("a")]), now_ms=T0).enqueued == 1
+
+
+def test_a_recheck_reports_a_drain_again_only_while_the_round_has_nothing_outstanding(make_queue):
+    q = make_queue()
+    q.sync(SyncBatch(enqueues=[new("x", round_id="7")]), now_ms=T0)
+    popped = q.sync(SyncBatch(pop=1), now_ms=T0).popped
+    assert q.sync(SyncBatch(acks=held(popped)), now_ms=T0).drained == ["7"]
+    assert q.sync(SyncBatch(rechecks=["7"]), now_ms=T0).drained == ["7"]
+    q.sync(SyncBatch(enqueues=[new("y", round_id="7")]), now_ms=T0)  # seeded again meanwhile
+    assert q.sync(SyncBatch(rechecks=["7"]), now_ms=T0).drained == []
+    assert q.rounds_at_zero() == []  # forgotten: its own drain will come
+    assert q.sync(SyncBatch(pop=1), now_ms=T0 + 10**6).drained == []
+
+
+def test_an_unconfirmed_drain_of_a_round_seeded_again_is_not_reported_again(make_queue):
+    a = make_queue(drained_confirm_seconds=5)
+    a.sync(SyncBatch(enqueues=[new("x", round_id="8")]), now_ms=T0)
+    popped = a.sync(SyncBatch(pop=1), now_ms=T0).popped
+    assert a.sync(SyncBatch(acks=held(popped)), now_ms=T0).drained == ["8"]
+    a.sync(SyncBatch(enqueues=[new("z", round_id="8")]), now_ms=T0)
+    assert a.sync(SyncBatch(pop=0), now_ms=T0 + 6000).drained == []
 
 
 def test_an_unconfirmed_drain_is_reported_again_by_another_worker(make_queue):
@@ -192,8 +242,13 @@ def test_a_buried_request_is_kept_aside_and_no_longer_counted(make_queue, client
     q = make_queue()
     q.sync(SyncBatch(enqueues=[new("x", round_id="2")]), now_ms=T0)
     popped = q.sync(SyncBatch(pop=1), now_ms=T0).popped
-    assert q.sync(SyncBatch(burials=held(popped)), now_ms=T0).drained == ["2"]
-    assert client.hlen(f"{redis_namespace}:unreadable") == 1
+    burials = [
+        Burial(h, "host evil.example:80 is not one of the configured CNKI hosts")
+        for h in held(popped)
+    ]
+    assert q.sync(SyncBatch(burials=burials), now_ms=T0).drained == ["2"]
+    (value,) = client.hvals(f"{redis_namespace}:unreadable")
+    assert value.startswith(b"host evil.example:80 is not one of the configured CNKI hosts\n2\n")
 
 
 def test_the_epoch_is_created_once_and_changes_when_redis_lost_the_namespace(
@@ -206,12 +261,14 @@ def test_the_epoch_is_created_once_and_changes_when_redis_lost_the_namespace(
     assert q.sync(SyncBatch()).epoch != epoch
 
 
-def test_rounds_at_zero_lists_drained_rounds_not_yet_marked_done(make_queue):
+def test_rounds_at_zero_lists_drained_rounds_not_yet_confirmed(make_queue):
     q = make_queue()
     q.sync(SyncBatch(enqueues=[new("x", round_id="5"), new("y", round_id="6")]), now_ms=T0)
     popped = q.sync(SyncBatch(pop=1), now_ms=T0).popped
     q.sync(SyncBatch(acks=held(popped)), now_ms=T0)
     assert q.rounds_at_zero() == ["5"]
+    q.sync(SyncBatch(confirms=["5"]), now_ms=T0)
+    assert q.rounds_at_zero() == []
 
 
 # --- exactly one round_drained, whatever the interleaving ------------------------------------

@@ -19,10 +19,21 @@ The scheduler runs that function inside its enqueue script, so deduplication cos
 trip of its own: a request is dropped as a duplicate in the same atomic step that would have
 queued it. :meth:`BloomDupeFilter.request_seen` (one round trip) is for use outside the scheduler.
 
+Scope. A filter must not outlive what it describes, or it hides documents that are not stored
+(a re-crawl after ``task move``, a new database on the same Redis). So the scheduler keeps one
+filter per round, ``{namespace}:round:{id}:bloom`` (first layer ``DUPEFILTER_ROUND_CAPACITY``),
+from the round's first request until it drains, when the queue script deletes it; requests
+without a round share ``{namespace}:bloom``, deleted whenever the namespace holds no request. A
+duplicate is thus a second copy of a document *within one crawl of its round* (a list page
+replayed after its worker died, two sort orders of one search): exactly what must not be
+fetched twice. :meth:`BloomDupeFilter.request_seen` and :meth:`add_fingerprints` use
+``{namespace}:bloom`` (standalone use and the memory benchmark).
+
 Requests with ``dont_filter`` are not tested. Fingerprints come from ``crawler.request_fingerprinter``
 (see :mod:`cnkispider.scheduling.fingerprint` for ``doc_key``).
 
-Settings: ``SCHEDULER_NAMESPACE``, ``DUPEFILTER_CAPACITY``, ``DUPEFILTER_ERROR_RATE``,
+Settings: ``SCHEDULER_NAMESPACE``, ``DUPEFILTER_CAPACITY``, ``DUPEFILTER_ROUND_CAPACITY``,
+``DUPEFILTER_ERROR_RATE``,
 ``DUPEFILTER_GROWTH``, ``DUPEFILTER_DEBUG``; for standalone use also ``REDIS_URL`` and
 ``CNKI_DATA_DIR``.
 """
@@ -184,33 +195,6 @@ def bytes_for(count: int, capacity: int, error_rate: float, growth: float) -> in
         index += 1
 
 
-class RecentFingerprints:
-    """The fingerprints this worker sent to the filter lately (two generations of a set, about
-    ``size`` of them), so that a duplicate found again here is dropped without a trip to Redis.
-
-    It only ever says "seen" for a fingerprint that this worker wrote to the shared filter (or is
-    about to, in the same ordered write), so it drops nothing the shared filter would keep. It
-    must be cleared if Redis loses the filter (a new epoch).
-    """
-
-    def __init__(self, size: int = defaults.DUPEFILTER_RECENT):
-        self.half = max(1, size // 2)
-        self._new: set[bytes] = set()
-        self._old: set[bytes] = set()
-
-    def __contains__(self, fingerprint: bytes) -> bool:
-        return fingerprint in self._new or fingerprint in self._old
-
-    def add(self, fingerprint: bytes) -> None:
-        if len(self._new) >= self.half:
-            self._old, self._new = self._new, set()
-        self._new.add(fingerprint)
-
-    def clear(self) -> None:
-        self._new.clear()
-        self._old.clear()
-
-
 class BloomDupeFilter(BaseDupeFilter):
     """Scrapy dupefilter backed by the Redis Bloom filter of one task namespace."""
 
@@ -220,6 +204,9 @@ class BloomDupeFilter(BaseDupeFilter):
         return cls(
             namespace=settings.get("SCHEDULER_NAMESPACE") or defaults.NAMESPACE,
             capacity=settings.getint("DUPEFILTER_CAPACITY", defaults.DUPEFILTER_CAPACITY),
+            round_capacity=settings.getint(
+                "DUPEFILTER_ROUND_CAPACITY", defaults.DUPEFILTER_ROUND_CAPACITY
+            ),
             error_rate=settings.getfloat("DUPEFILTER_ERROR_RATE", defaults.DUPEFILTER_ERROR_RATE),
             growth=settings.getfloat("DUPEFILTER_GROWTH", defaults.DUPEFILTER_GROWTH),
             fingerprinter=crawler.request_fingerprinter,
@@ -234,6 +221,7 @@ class BloomDupeFilter(BaseDupeFilter):
         namespace: str = defaults.NAMESPACE,
         *,
         capacity: int = defaults.DUPEFILTER_CAPACITY,
+        round_capacity: int = defaults.DUPEFILTER_ROUND_CAPACITY,
         error_rate: float = defaults.DUPEFILTER_ERROR_RATE,
         growth: float = defaults.DUPEFILTER_GROWTH,
         fingerprinter: Any = None,
@@ -243,20 +231,23 @@ class BloomDupeFilter(BaseDupeFilter):
         debug: bool = False,
         stats: Any = None,
     ):
-        if capacity < 1:
-            raise ValueError(f"DUPEFILTER_CAPACITY must be at least 1, got {capacity}")
+        if capacity < 1 or round_capacity < 1:
+            raise ValueError(
+                f"DUPEFILTER_CAPACITY and DUPEFILTER_ROUND_CAPACITY must be at least 1, got "
+                f"{capacity} and {round_capacity}"
+            )
         if not 0 < error_rate < 1:
             raise ValueError(f"DUPEFILTER_ERROR_RATE must be between 0 and 1, got {error_rate}")
         if growth < 1:
             raise ValueError(f"DUPEFILTER_GROWTH must be at least 1, got {growth}")
         self.key = f"{namespace}:bloom"
         self.capacity, self.error_rate, self.growth = capacity, error_rate, growth
+        self.round_capacity = round_capacity
         self.fingerprinter = fingerprinter
         self.debug, self.stats = debug, stats
         self._client = client
         self._redis_url, self._data_dir = redis_url, data_dir
         self._script = None
-        self.recent = RecentFingerprints()
 
     # --- what the scheduler's enqueue script needs ---------------------------------------------
 

@@ -10,11 +10,16 @@ key                             type     holds
 ``{ns}:leases``                 zset     request id -> lease expiry (ms, Redis server clock)
 ``{ns}:attempts``               hash     request id -> times it was handed out
 ``{ns}:seq``                    string   sequence of request ids (INCR)
-``{ns}:round:{r}:outstanding``  string   requests of round ``r`` queued or leased
+``{ns}:round:{r}:outstanding``  string   requests of round ``r`` queued or leased; deleted
+                                         when it reaches 0 (no key = nothing outstanding)
+``{ns}:round:{r}:bloom[:i]``             round ``r``'s dedupe filter (:mod:`.dupefilter`),
+                                         deleted with the count when the round drains
+``{ns}:bloom``, ``{ns}:bloom:i``         the dedupe filter of requests without a round,
+                                         deleted whenever nothing is queued or leased
 ``{ns}:drained``                zset     round id -> deadline for its drain to be confirmed
 ``{ns}:epoch``                  string   random id written when the namespace is new
-``{ns}:unreadable``             hash     request id -> stored value no worker could read
-``{ns}:bloom``, ``{ns}:bloom:i``         the dedupe filter (:mod:`.dupefilter`)
+``{ns}:unreadable``             hash     request id -> ``reason "\n" stored value`` of a
+                                         request no worker would read (see :mod:`.serialize`)
 ==============================  =======  ==================================================
 
 A request's id is its score: ``-priority * 2**33 + seq``, an integer below 2**53 (exact as a Redis
@@ -29,9 +34,13 @@ Life of a request (the invariants; every move is one atomic step of :data:`SYNC_
                   └────release────┘                 (handed to one worker, acked after
                                                      request_abandoned has been handled)
 
-- *enqueue* (any worker): a request whose fingerprint the Bloom filter has seen is dropped in the
-  same step; a new one gets an id, is queued, and its round's outstanding count goes up by one.
-  That happens once per request: requeues and hand-outs never count again.
+- *enqueue* (any worker): a request whose fingerprint its round's Bloom filter has seen is
+  dropped in the same step; a new one gets an id, is queued, and its round's outstanding count
+  goes up by one. That happens once per request: requeues and hand-outs never count again.
+  Dedupe is scoped to one life of a round in Redis (from its first request until it drains):
+  it stops a replayed list page from queueing its documents twice, and it never hides a
+  document from a later crawl of the round (``task move``, a new database), whose documents
+  may not be stored.
 - *pop* (any worker): moves up to N ids from the queue to the leases, with expiry
   ``now + lease``, and increments their attempts. The attempts at the hand-out are the lease's
   token: only that hand-out may renew, release or acknowledge it.
@@ -42,7 +51,10 @@ Life of a request (the invariants; every move is one atomic step of :data:`SYNC_
   worker that sent it (and only to it); a drained round is also recorded in ``{ns}:drained``
   until that worker confirms it has told flow control, so a worker dying in between makes
   another worker report it after ``DRAINED_CONFIRM_SECONDS``. Children are written in the same
-  step before their parent's ack, so a round never reaches 0 while work remains.
+  step before their parent's ack, so a round never reaches 0 while work remains. The count and
+  the round's filter are deleted at 0. A drain flow control cannot take yet is *rechecked*: it
+  is reported again while the round still has nothing outstanding, and forgotten once the round
+  has requests again (it was seeded again, and its own drain will be reported).
 - *lease ran out* (found by any worker's next call): back to the queue with its attempts, for any
   worker; once its attempts reach ``SCHEDULER_MAX_ATTEMPTS`` it is instead handed to the caller
   as *abandoned* (not to be crawled: to be recorded in the error tables, then acked).
@@ -86,7 +98,8 @@ local lease_ms, max_attempts = tonumber(ARGV[2]), tonumber(ARGV[3])
 local pop_n, max_expired, confirm_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local n_enq, n_ack, n_bury = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
 local n_renew, n_rel, n_conf = tonumber(ARGV[15]), tonumber(ARGV[16]), tonumber(ARGV[17])
-local i = 18
+local round_capacity, n_recheck = ARGV[18], tonumber(ARGV[19])
+local i = 20
 
 local epoch = redis.call('GET', EPOCH)
 if not epoch then
@@ -100,14 +113,37 @@ local function round_of(value)
   return string.sub(value, 1, nl - 1)
 end
 
--- 1. new requests: dedupe, queue, count once
-local enqueued, dups, B = 0, 0, nil
+local function outstanding_key(rid) return P .. ':round:' .. rid .. ':outstanding' end
+local function filter_key(rid)
+  if rid == '' then return P .. ':bloom' end
+  return P .. ':round:' .. rid .. ':bloom'
+end
+
+-- A filter lives as long as what it describes: a round's, until the round drains; the filter of
+-- requests without a round, until the namespace holds no request at all.
+local function drop_filter(key)
+  local layers = tonumber(redis.call('HGET', key, 'layers') or '0')
+  for l = 0, layers - 1 do redis.call('DEL', key .. ':' .. l) end
+  redis.call('DEL', key)
+end
+
+local function outstanding(rid)
+  return tonumber(redis.call('GET', outstanding_key(rid)) or '0')
+end
+
+-- 1. new requests: dedupe (in the filter of the request's round), queue, count once
+local enqueued, dups, filters = 0, 0, {}
 for _ = 1, n_enq do
   local prio, fp, rid, data = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   i = i + 4
   local dup = false
   if fp ~= '' then
-    if B == nil then B = bloom_open(P .. ':bloom', ARGV[8], ARGV[9], ARGV[10], ARGV[11]) end
+    local B = filters[rid]
+    if B == nil then
+      local capacity = rid == '' and ARGV[8] or round_capacity
+      B = bloom_open(filter_key(rid), capacity, ARGV[9], ARGV[10], ARGV[11])
+      filters[rid] = B
+    end
     dup = bloom_check_and_add(B, fp)
   end
   if dup then
@@ -117,17 +153,23 @@ for _ = 1, n_enq do
     local id = string.format('%.0f', -prio * 8589934592 + seq)
     redis.call('ZADD', Q, id, id)
     redis.call('HSET', R, id, rid .. '\n' .. data)
-    if rid ~= '' then redis.call('INCR', P .. ':round:' .. rid .. ':outstanding') end
+    if rid ~= '' then redis.call('INCR', outstanding_key(rid)) end
     enqueued = enqueued + 1
   end
 end
-if B ~= nil then bloom_close(B) end
+for _, B in pairs(filters) do bloom_close(B) end
 
--- 2. acknowledgements (and burials of unreadable requests), by the current holder only
+-- 2. acknowledgements (and burials of unreadable requests, with the reason), by the current
+--    holder only. The ack that drains a round deletes its count and its filter: a round crawled
+--    again later (`task move`, a new database) starts both afresh.
 local acked, stale, drained = 0, 0, {}
 for n = 1, n_ack + n_bury do
-  local id, token = ARGV[i], ARGV[i + 1]
+  local id, token, reason = ARGV[i], ARGV[i + 1], nil
   i = i + 2
+  if n > n_ack then
+    reason = ARGV[i]
+    i = i + 1
+  end
   local removed = 0
   if redis.call('HGET', A, id) == token then
     removed = redis.call('ZREM', L, id)
@@ -135,12 +177,14 @@ for n = 1, n_ack + n_bury do
   end
   if removed == 1 then
     local value = redis.call('HGET', R, id) or ''
-    if n > n_ack then redis.call('HSET', UNREAD, id, value) end
+    if reason then redis.call('HSET', UNREAD, id, reason .. '\n' .. value) end
     redis.call('HDEL', R, id)
     redis.call('HDEL', A, id)
     acked = acked + 1
     local rid = round_of(value)
-    if rid and redis.call('DECR', P .. ':round:' .. rid .. ':outstanding') == 0 then
+    if rid and redis.call('DECR', outstanding_key(rid)) <= 0 then
+      redis.call('DEL', outstanding_key(rid))
+      drop_filter(filter_key(rid))
       redis.call('ZADD', DRAINED, now + confirm_ms, rid)
       drained[#drained + 1] = rid
     end
@@ -178,6 +222,20 @@ for _ = 1, n_conf do
   i = i + 1
 end
 
+-- 5b. drains flow control could not take yet (the round was not marked seeded): reported
+--     again to this caller if the round still has nothing outstanding, forgotten if it has
+--     (it was seeded again: its own drain will come)
+for _ = 1, n_recheck do
+  local rid = ARGV[i]
+  i = i + 1
+  if outstanding(rid) == 0 then
+    redis.call('ZADD', DRAINED, now + confirm_ms, rid)
+    drained[#drained + 1] = rid
+  else
+    redis.call('ZREM', DRAINED, rid)
+  end
+end
+
 -- 6. leases that ran out: back in line, or abandoned to this caller after too many hand-outs
 local abandoned = {}
 local expired = redis.call('ZRANGEBYSCORE', L, '-inf', now, 'LIMIT', 0, max_expired)
@@ -194,11 +252,16 @@ for _, id in ipairs(expired) do
   end
 end
 
--- 7. drained rounds nobody confirmed in time: report them again (to this caller only)
+-- 7. drained rounds nobody confirmed in time: report them again (to this caller only), unless
+--    the round has requests again (seeded again since: its own drain will be reported)
 if pop_n > 0 then
   for _, rid in ipairs(redis.call('ZRANGEBYSCORE', DRAINED, '-inf', now, 'LIMIT', 0, 10)) do
-    redis.call('ZADD', DRAINED, now + confirm_ms, rid)
-    drained[#drained + 1] = rid
+    if outstanding(rid) == 0 then
+      redis.call('ZADD', DRAINED, now + confirm_ms, rid)
+      drained[#drained + 1] = rid
+    else
+      redis.call('ZREM', DRAINED, rid)
+    end
   end
 end
 
@@ -220,8 +283,9 @@ if pop_n > 0 then
   end
 end
 
-return {epoch, redis.call('ZCARD', Q), redis.call('ZCARD', L), enqueued, dups, acked, stale,
-        popped, abandoned, drained}
+local queued, leased = redis.call('ZCARD', Q), redis.call('ZCARD', L)
+if queued == 0 and leased == 0 and acked > 0 then drop_filter(filter_key('')) end
+return {epoch, queued, leased, enqueued, dups, acked, stale, popped, abandoned, drained}
 """
 )
 
@@ -244,27 +308,32 @@ class Held:
     token: int
 
 
+@dataclass(frozen=True)
+class Burial:
+    """A popped request no worker may run: moved to ``{ns}:unreadable`` with the reason."""
+
+    held: Held
+    reason: str
+
+
 @dataclass
 class SyncBatch:
     """Everything one call writes (in this order) and how many requests it pops."""
 
     enqueues: list[Enqueue] = field(default_factory=list)
     acks: list[Held] = field(default_factory=list)
-    burials: list[Held] = field(default_factory=list)
+    burials: list[Burial] = field(default_factory=list)
     renewals: list[Held] = field(default_factory=list)
     releases: list[Held] = field(default_factory=list)
     confirms: list[str] = field(default_factory=list)
+    rechecks: list[str] = field(default_factory=list)
     pop: int = 0
 
+    #: The write lists, in the order the script applies them.
+    WRITES = ("enqueues", "acks", "burials", "renewals", "releases", "confirms", "rechecks")
+
     def ops(self) -> int:
-        return (
-            len(self.enqueues)
-            + len(self.acks)
-            + len(self.burials)
-            + len(self.renewals)
-            + len(self.releases)
-            + len(self.confirms)
-        )
+        return sum(len(getattr(self, name)) for name in self.WRITES)
 
 
 @dataclass(frozen=True)
@@ -300,6 +369,7 @@ class LeasedQueue:
         lease_seconds: float = defaults.LEASE_SECONDS,
         max_attempts: int = defaults.MAX_ATTEMPTS,
         bloom_args: list | None = None,
+        round_capacity: int = defaults.DUPEFILTER_ROUND_CAPACITY,
         drained_confirm_seconds: float = defaults.DRAINED_CONFIRM_SECONDS,
         max_expired: int = defaults.MAX_EXPIRED_PER_SYNC,
     ):
@@ -313,6 +383,7 @@ class LeasedQueue:
             defaults.DUPEFILTER_GROWTH,
             defaults.DUPEFILTER_TIGHTENING,
         ]
+        self.round_capacity = round_capacity
         self.confirm_ms = round(drained_confirm_seconds * 1000)
         self.max_expired = max_expired
         self._sync = client.register_script(SYNC_LUA)
@@ -348,12 +419,19 @@ class LeasedQueue:
             len(batch.renewals),
             len(batch.releases),
             len(batch.confirms),
+            self.round_capacity,
+            len(batch.rechecks),
         ]
         for e in batch.enqueues:
             args += [e.priority, e.fingerprint or b"", e.round_id or "", e.data]
-        for held in (*batch.acks, *batch.burials, *batch.renewals, *batch.releases):
+        for held in batch.acks:
+            args += [held.lease_id, held.token]
+        for burial in batch.burials:
+            args += [burial.held.lease_id, burial.held.token, burial.reason]
+        for held in (*batch.renewals, *batch.releases):
             args += [held.lease_id, held.token]
         args += batch.confirms
+        args += batch.rechecks
         raw = self._sync(keys=[self.namespace], args=args)
         epoch, queued, leased, enqueued, dups, acked, stale, popped, abandoned, drained = raw
         return SyncResult(
@@ -371,19 +449,14 @@ class LeasedQueue:
 
     # --- reads for flow control, tools and tests --------------------------------------------
 
-    def outstanding(self, round_id: str | int) -> int | None:
-        """The round's count of queued and leased requests; ``None`` if the key does not exist."""
+    def outstanding(self, round_id: str | int) -> int:
+        """The round's count of queued and leased requests (0: none, or the round is unknown)."""
         value = self.client.get(self.round_key(round_id))
-        return None if value is None else int(value)
+        return 0 if value is None else int(value)
 
     def rounds_at_zero(self) -> list[str]:
-        """Rounds whose count is 0 but whose key still exists: drained, not yet marked done."""
-        found = []
-        prefix = self.key("round:")
-        for key in self.client.scan_iter(match=f"{prefix}*:outstanding", count=1000):
-            if self.client.get(key) == b"0":
-                found.append(key.decode()[len(prefix) : -len(":outstanding")])
-        return found
+        """Rounds that drained and whose drain flow control has not confirmed yet."""
+        return sorted(r.decode() for r in self.client.zrange(self.key("drained"), 0, -1))
 
     def sizes(self) -> dict[str, int]:
         return {

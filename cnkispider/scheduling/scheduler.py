@@ -21,12 +21,15 @@ takes requests from a local buffer, so ``next_request`` never waits for Redis:
 Acknowledgement: see :mod:`.outcome`. A request popped from Redis carries meta ``lease_id`` and
 ``lease_attempts``; it is acked once the engine is done with it and nobody holds it.
 
-Deduplication happens in the same Redis script that queues a request (see :mod:`.dupefilter`),
-so it costs no round trip. Because that answer comes later, ``enqueue_request`` returns ``True``
-for a request it passes on, and a duplicate caught in Redis is only counted
-(``dupefilter/filtered``); a duplicate of a fingerprint this worker sent lately is caught at once
-(``RecentFingerprints``) and refused as Scrapy's own scheduler does (``False``, so the engine
-sends ``request_dropped``), without being serialized or written.
+Deduplication happens in the same Redis script that queues a request, in the filter of the
+request's round (see :mod:`.dupefilter`), so it costs no round trip. Because that answer comes
+later, ``enqueue_request`` returns ``True`` for a request it passes on, and a duplicate caught in
+Redis is only counted (``dupefilter/filtered``). Nothing is deduplicated locally: only Redis
+knows whether a round's filter still describes the crawl under way.
+
+A request read from Redis is checked (:class:`.serialize.ReadPolicy`: http(s) on the configured
+CNKI hosts, no Scrapy control meta, headers and callbacks the spiders use); one that fails is
+never run and moves to ``{ns}:unreadable`` with the reason (``scheduler/unreadable``).
 
 A request made from a leased one (a redirect, a retry: Scrapy copies the meta, so it carries the
 same ``lease_id``) with the same fingerprint is a continuation of the same document: it skips the
@@ -51,16 +54,21 @@ Signals sent (see :mod:`cnkispider.signals`):
 - ``request_abandoned(request, reason="lease-expired", attempts, spider)`` for a request whose
   lease ran out ``SCHEDULER_MAX_ATTEMPTS`` times; it is acked once every handler has finished
   (handlers may return Deferreds), and left to come back if a handler failed;
-- ``round_drained(round_id, spider)`` on the one worker whose ack brought the round's
-  outstanding count to 0 (see :mod:`.queue` for the redelivery if that worker dies before its
-  handlers finish).
+- ``round_drained(round_id, epoch, spider)`` on the one worker whose ack brought the round's
+  outstanding count to 0, with the epoch of the Redis it drained in (see :mod:`.queue` for the
+  redelivery if that worker dies before its handlers finish). A handler that returns
+  :data:`DRAIN_LATER` (flow control: the round is not marked seeded yet) has the drain checked
+  again in Redis after a short backoff: reported again while the round has nothing
+  outstanding, forgotten once it has requests again.
 
 ``scheduler.epoch`` is the namespace's epoch in Redis: it changes if Redis lost the namespace
 (flow control then replays the rounds whose state is gone).
 
 Settings: ``SCHEDULER_NAMESPACE``, ``SCHEDULER_LEASE_SECONDS``, ``SCHEDULER_MAX_ATTEMPTS``,
-``SCHEDULER_BATCH_SIZE``, ``SCHEDULER_FLUSH_INTERVAL``, ``SCHEDULER_IDLE_POLL``, ``REDIS_URL``,
-``CNKI_DATA_DIR``, ``DUPEFILTER_CLASS`` (and the dupefilter's own).
+``SCHEDULER_BATCH_SIZE``, ``SCHEDULER_FLUSH_INTERVAL``, ``SCHEDULER_IDLE_POLL``,
+``SCHEDULER_ALLOWED_HOSTS`` (URLs or ``host[:port]`` a request read from Redis may go to, besides
+``CNKI_BASE_URL`` and ``CNKI_CLIENT_ID_URL``), ``REDIS_URL``, ``CNKI_DATA_DIR``,
+``DUPEFILTER_CLASS`` (and the dupefilter's own).
 """
 
 from __future__ import annotations
@@ -85,14 +93,19 @@ from cnkispider import redisconn, signals
 from cnkispider.scheduling import defaults
 from cnkispider.scheduling.dupefilter import BloomDupeFilter
 from cnkispider.scheduling.outcome import ABANDONED, BUFFERED, OutcomeTracker
-from cnkispider.scheduling.queue import Enqueue, Held, LeasedQueue, SyncBatch, SyncResult
-from cnkispider.scheduling.serialize import request_from_json, request_to_json
+from cnkispider.scheduling.queue import Burial, Enqueue, Held, LeasedQueue, SyncBatch, SyncResult
+from cnkispider.scheduling.serialize import ReadPolicy, request_from_json, request_to_json
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
+
+#: What a ``round_drained`` handler returns when it cannot take the drain yet (see above).
+DRAIN_LATER = "drain-later"
+#: CNKI's client-id service, when ``CNKI_CLIENT_ID_URL`` is not set.
+CLIENT_ID_URL = "https://recsys.cnki.net/RCDService/api/UtilityOpenApi/GenerateClientID"
 
 
 class ThreadIO:
@@ -162,6 +175,11 @@ class LeasedScheduler(BaseScheduler):
             idle_poll=settings.getfloat("SCHEDULER_IDLE_POLL", defaults.IDLE_POLL),
             redis_url=settings.get("REDIS_URL", defaults.REDIS_URL) or "",
             data_dir=settings.get("CNKI_DATA_DIR", defaults.DATA_DIR),
+            policy=ReadPolicy.for_urls(
+                settings.get("CNKI_BASE_URL") or "https://kns.cnki.net",
+                settings.get("CNKI_CLIENT_ID_URL") or CLIENT_ID_URL,
+                *settings.getlist("SCHEDULER_ALLOWED_HOSTS"),
+            ),
         )
 
     def __init__(
@@ -179,6 +197,7 @@ class LeasedScheduler(BaseScheduler):
         data_dir: str = defaults.DATA_DIR,
         io: ThreadIO | InlineIO | None = None,
         client: Any = None,
+        policy: ReadPolicy | None = None,
     ):
         if lease_seconds <= 0 or max_attempts < 1 or batch_size < 1 or flush_interval <= 0:
             raise ValueError(
@@ -192,6 +211,7 @@ class LeasedScheduler(BaseScheduler):
         self.lease_seconds, self.max_attempts = lease_seconds, max_attempts
         self.batch_size, self.flush_interval, self.idle_poll = batch_size, flush_interval, idle_poll
         self.redis_url, self.data_dir = redis_url, data_dir
+        self.policy = policy or ReadPolicy.for_urls("https://kns.cnki.net", CLIENT_ID_URL)
         self.outcomes = OutcomeTracker()
         self.epoch: str | None = None
         self.queue: LeasedQueue | None = None
@@ -210,6 +230,7 @@ class LeasedScheduler(BaseScheduler):
         self._retry_at = 0.0
         self._failures = 0
         self._handlers_running = 0
+        self._recheck_delay: dict[str, float] = {}
 
     # --- Scrapy's scheduler interface -----------------------------------------------------
 
@@ -229,6 +250,11 @@ class LeasedScheduler(BaseScheduler):
             lease_seconds=self.lease_seconds,
             max_attempts=self.max_attempts,
             bloom_args=self.df.script_args() if self.df is not None else None,
+            round_capacity=(
+                self.df.round_capacity
+                if self.df is not None
+                else defaults.DUPEFILTER_ROUND_CAPACITY
+            ),
         )
         return queue, queue.open()
 
@@ -306,9 +332,6 @@ class LeasedScheduler(BaseScheduler):
             parent = self.outcomes.request_of(request.meta.get("lease_id"))
             if parent is not None and self.df.fingerprint(parent) == fingerprint:
                 fingerprint = None  # a redirect or retry of the same document
-            elif fingerprint in self.df.recent:
-                self.df.log(request, self.spider)  # a duplicate this worker sent already
-                return False
         round_id = request.meta.get("round_id")
         round_id = None if round_id is None else str(round_id)
         if round_id is not None and ("\n" in round_id or not round_id):
@@ -318,8 +341,6 @@ class LeasedScheduler(BaseScheduler):
         )
         data = request_to_json(request, self.spider)  # may refuse it: then nothing is recorded
         self._writes.enqueues.append(Enqueue(data, priority, fingerprint, round_id))
-        if fingerprint is not None:
-            self.df.recent.add(fingerprint)
         self._inc("scheduler/enqueued")
         self._inc("scheduler/enqueued/redis")
         if len(self._writes.enqueues) >= defaults.MAX_OPS_PER_SYNC:
@@ -388,7 +409,7 @@ class LeasedScheduler(BaseScheduler):
         room = defaults.MAX_OPS_PER_SYNC
         batch.enqueues, pending.enqueues = pending.enqueues[:room], pending.enqueues[room:]
         if not pending.enqueues:  # acks only once every child before them is in the batch
-            for name in ("acks", "burials", "releases", "confirms"):
+            for name in ("acks", "burials", "releases", "confirms", "rechecks"):
                 setattr(batch, name, getattr(pending, name))
                 setattr(pending, name, [])
         if now - self._last_renew >= self.lease_seconds / 3:
@@ -416,8 +437,6 @@ class LeasedScheduler(BaseScheduler):
                 {"ns": self.namespace, "old": self.epoch, "new": result.epoch},
             )
             self.epoch = result.epoch
-            if self.df is not None:
-                self.df.recent.clear()  # the shared filter is gone too
         self._inc("dupefilter/filtered", result.duplicates)
         self._inc("scheduler/acked", result.acked)
         self._inc("scheduler/acked/stale", result.stale)
@@ -431,7 +450,7 @@ class LeasedScheduler(BaseScheduler):
             if request is not None:
                 self._abandon(request, popped)
         for round_id in result.drained:
-            self._drained(round_id)
+            self._drained(round_id, result.epoch)
         self._view_queued = result.queued
         self._view_others = max(0, result.leased - len(self.outcomes))
 
@@ -440,8 +459,9 @@ class LeasedScheduler(BaseScheduler):
         self._syncing = False
         self._failures += 1
         pending = self._writes
-        for name in ("enqueues", "acks", "burials", "releases", "confirms"):
-            setattr(pending, name, getattr(batch, name) + getattr(pending, name))
+        for name in SyncBatch.WRITES:
+            if name != "renewals":  # renewals are recomputed
+                setattr(pending, name, getattr(batch, name) + getattr(pending, name))
         delay = min(5.0, 0.1 * 2 ** min(self._failures, 6))
         self._retry_at = time.monotonic() + delay
         self._inc("scheduler/redis/errors")
@@ -457,14 +477,18 @@ class LeasedScheduler(BaseScheduler):
 
     def _read(self, popped: Any) -> Request | None:
         try:
-            request = request_from_json(popped.data, self.spider)
+            request = request_from_json(popped.data, self.spider, self.policy)
         except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"[:500]
             logger.error(
-                "Request %(id)s in Redis cannot be read (%(e)s); moved to %(ns)s:unreadable",
-                {"id": popped.lease_id, "e": exc, "ns": self.namespace},
+                "Request %(id)s in Redis is not run (%(e)s); moved to %(ns)s:unreadable",
+                {"id": popped.lease_id, "e": reason, "ns": self.namespace},
             )
-            self._writes.burials.append(Held(popped.lease_id, popped.attempts))
+            self._writes.burials.append(Burial(Held(popped.lease_id, popped.attempts), reason))
             self._inc("scheduler/unreadable")
+            self.crawler.signals.send_catch_log(
+                signals.request_unreadable, reason=reason, spider=self.spider
+            )
             return None
         request.meta["lease_id"] = popped.lease_id
         request.meta["lease_attempts"] = popped.attempts
@@ -507,14 +531,14 @@ class LeasedScheduler(BaseScheduler):
         if self.outcomes.settle(held.lease_id) is not None:
             self._writes.acks.append(held)
 
-    def _drained(self, round_id: str) -> None:
+    def _drained(self, round_id: str, epoch: str) -> None:
         value: int | str = int(round_id) if round_id.lstrip("-").isdigit() else round_id
         self._inc("scheduler/rounds_drained")
-        logger.info("Round %(round)s drained", {"round": value})
+        logger.info("Round %(round)s drained (epoch %(epoch)s)", {"round": value, "epoch": epoch})
         self._handlers_running += 1
         d = deferred_from_coro(
             self.crawler.signals.send_catch_log_async(
-                signals.round_drained, round_id=value, spider=self.spider
+                signals.round_drained, round_id=value, epoch=epoch, spider=self.spider
             )
         )
         d.addCallback(self._drain_handled, round_id)
@@ -527,7 +551,20 @@ class LeasedScheduler(BaseScheduler):
                 {"round": round_id},
             )
             return
+        if any(result == DRAIN_LATER for _, result in results):
+            delay = self._recheck_delay.get(round_id, defaults.DRAINED_RECHECK_SECONDS)
+            self._recheck_delay[round_id] = min(2 * delay, defaults.DRAINED_RECHECK_MAX)
+            logger.debug("Round %(round)s: drain to be checked again", {"round": round_id})
+            if not self._closing:
+                call_later(delay, self._recheck, round_id)
+            return  # unconfirmed: if this worker dies, another one is told in time
+        self._recheck_delay.pop(round_id, None)
         self._writes.confirms.append(round_id)
+
+    def _recheck(self, round_id: str) -> None:
+        if not self._closing:
+            self._writes.rechecks.append(round_id)
+            self._kick()
 
     # --- the engine -----------------------------------------------------------------------
 

@@ -17,7 +17,28 @@ Reading is stricter than Scrapy's ``request_from_dict``: ``_class`` must name a 
 in a module that is already imported (nothing is imported because Redis said so), and callbacks
 must be public methods of the spider.
 
-Settings: none.
+The shared Redis is a trust boundary: whoever can write to it must not be able to make a worker
+fetch any URL, go through a proxy of theirs, or call any spider method. So a request read back
+is checked against a :class:`ReadPolicy` (``ValueError`` naming the reason if it fails; the
+scheduler then moves it to ``{ns}:unreadable`` with that reason, unfetched):
+
+- its URL is ``http(s)`` on one of the configured hosts (host and port);
+- its method is GET or POST, it carries no cookies, and its headers are among
+  :data:`HEADERS` (what the spiders set; the downloader middlewares add the rest, the cookie
+  jar's and the proxy's credentials included, at each download);
+- its meta holds none of Scrapy's control keys (:func:`is_control_meta`: ``proxy``,
+  ``cookiejar``, ``bindaddress``, ``download_*``, ``handle_httpstatus*``, ``dont_*`` but the
+  crawler's own :data:`OWN_DONT_KEYS`, ...);
+- its callback and errback are in the spider's ``queue_callbacks`` (``("parse",)`` for a spider
+  without that list).
+
+Writing drops what reading refuses, so the crawler's own requests always read back: cookies and
+control meta keys are dropped (a retry's ``proxy`` is kept only as ``_proxy_avoid``, ``host:port`` without
+credentials, so that the retry avoids the proxy it failed through), and so are headers not in
+:data:`HEADERS`.
+
+Settings: none (the scheduler builds the policy from ``SCHEDULER_ALLOWED_HOSTS``,
+``CNKI_BASE_URL`` and ``CNKI_CLIENT_ID_URL``).
 """
 
 from __future__ import annotations
@@ -27,7 +48,9 @@ import inspect
 import json
 import math
 import sys
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from scrapy import Request, Spider
 
@@ -43,6 +66,107 @@ _DEFAULTS: dict[str, Any] = {
     "dont_filter": False,
 }
 _EMPTY_OK = ("cookies", "flags", "cb_kwargs", "meta", "headers", "body")
+
+#: Header names a stored request may carry (lower case): those the spiders set. Anything else
+#: (Cookie, Authorization, Proxy-Authorization, Host, X-Forwarded-For, ...) is dropped at write
+#: (the middlewares set theirs again at each download) and refused at read.
+HEADERS = frozenset(
+    {
+        "accept",
+        "accept-language",
+        "content-type",
+        "origin",
+        "referer",
+        "user-agent",
+        "x-requested-with",
+    }
+)
+#: ``dont_*`` meta keys of the crawler's own (docs/CONTRACTS.md), kept; every other ``dont_*``
+#: key is Scrapy's control of the download and is not taken from Redis.
+OWN_DONT_KEYS = frozenset({"dont_proxy", "dont_cnki_session", "dont_ratelimit"})
+#: Scrapy meta keys that steer the download (besides the prefixes in :func:`is_control_meta`).
+CONTROL_META = frozenset(
+    {
+        "proxy",
+        "_auth_proxy",
+        "bindaddress",
+        "cookiejar",
+        "ftp_user",
+        "ftp_password",
+        "referrer_policy",
+        "allow_offsite",
+        "is_start_request",
+        "autothrottle_dont_adjust_delay",
+    }
+)
+METHODS = frozenset({"GET", "POST"})
+
+
+def is_control_meta(key: str) -> bool:
+    """A meta key that steers Scrapy's download: never stored, never read from Redis."""
+    return (
+        key in CONTROL_META
+        or key.startswith(("download_", "handle_httpstatus"))
+        or (key.startswith("dont_") and key not in OWN_DONT_KEYS)
+    )
+
+
+@dataclass(frozen=True)
+class ReadPolicy:
+    """What a request read from Redis may be: its URL's hosts (``(host, port)``, lower case)."""
+
+    hosts: frozenset[tuple[str, int]]
+
+    @classmethod
+    def for_urls(cls, *urls: str) -> ReadPolicy:
+        """The hosts of these URLs (``https://host`` also allows ``http://host`` on port 80)."""
+        hosts = set()
+        for url in urls:
+            if not url:
+                continue
+            if "://" not in url:
+                url = f"https://{url}"
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"{url!r} is not an http(s) URL with a host")
+            hosts.add((parts.hostname, _port(parts)))
+            if parts.port is None:  # a default port: the site on either scheme
+                hosts.update({(parts.hostname, 80), (parts.hostname, 443)})
+        return cls(frozenset(hosts))
+
+    def check(self, request: Request, spider: Spider | None) -> None:
+        """Raise ``ValueError`` with the reason if ``request`` must not be run."""
+        parts = urlsplit(request.url)
+        if parts.scheme not in ("http", "https"):
+            raise ValueError(f"URL scheme {parts.scheme!r} is not http(s)")
+        try:
+            where = (parts.hostname or "", _port(parts))
+        except ValueError:
+            raise ValueError(f"URL {request.url[:200]!r} has a bad port") from None
+        if where not in self.hosts:
+            raise ValueError(f"host {where[0]}:{where[1]} is not one of the configured CNKI hosts")
+        if request.method not in METHODS:
+            raise ValueError(f"method {request.method!r} is not GET or POST")
+        if request.cookies:
+            raise ValueError("it carries cookies")
+        for name in request.headers:
+            if name.decode("latin-1").lower() not in HEADERS:
+                raise ValueError(f"header {name.decode('latin-1')!r} is not one the spiders set")
+        for key in request.meta:
+            if is_control_meta(key):
+                raise ValueError(f"meta {key!r} steers Scrapy's download")
+        allowed = getattr(spider, "queue_callbacks", ("parse",)) if spider is not None else None
+        for what in ("callback", "errback"):
+            func = getattr(request, what)
+            if func is None or allowed is None:
+                continue
+            name = getattr(func, "__name__", func)
+            if name not in allowed:
+                raise ValueError(f"{what} {name!r} is not in the spider's queue_callbacks")
+
+
+def _port(parts: Any) -> int:
+    return parts.port or (443 if parts.scheme == "https" else 80)
 
 
 class UnserializableRequest(CnkiSpiderError, TypeError):
@@ -60,17 +184,21 @@ def request_to_json(request: Request, spider: Spider | None) -> bytes:
     if errback:
         data["errback"] = errback
     for attr in request.attributes:
-        if attr in ("url", "callback", "errback"):
+        if attr in ("url", "callback", "errback", "cookies"):
+            # cookies belong to a CNKI session's jar: the session middleware sets its own again
+            # at each download (a retry's copy carries the old session's Ecp_ClientId)
             continue
         value = getattr(request, attr)
         if attr == "headers":
             value = {
-                k.decode("latin-1"): [v.decode("latin-1") for v in vs] for k, vs in value.items()
+                k.decode("latin-1"): [v.decode("latin-1") for v in vs]
+                for k, vs in value.items()
+                if k.decode("latin-1").lower() in HEADERS
             }
         elif attr == "body":
             value = base64.b64encode(value).decode("ascii") if value else ""
         elif attr == "meta":
-            value = {k: v for k, v in value.items() if k not in LEASE_META_KEYS}
+            value = _stored_meta(value)
             _check_json(value, "meta", request)
         elif attr not in _DEFAULTS and attr not in ("headers", "body"):
             _check_json(value, attr, request)
@@ -84,11 +212,22 @@ def request_to_json(request: Request, spider: Spider | None) -> bytes:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 
-def request_from_json(raw: bytes | str, spider: Spider | None) -> Request:
+def _stored_meta(meta: dict) -> dict:
+    stored = {k: v for k, v in meta.items() if k not in LEASE_META_KEYS and not is_control_meta(k)}
+    proxy = meta.get("proxy")
+    if isinstance(proxy, str) and proxy and "_proxy_avoid" not in stored:
+        netloc = urlsplit(proxy if "://" in proxy else f"http://{proxy}").netloc
+        stored["_proxy_avoid"] = netloc.rpartition("@")[2].lower()  # never the credentials
+    return stored
+
+
+def request_from_json(
+    raw: bytes | str, spider: Spider | None, policy: ReadPolicy | None = None
+) -> Request:
     """Rebuild a request stored by :func:`request_to_json`.
 
     Raises ``ValueError`` for data that is not a stored request (bad JSON, a class or callback
-    that is not allowed).
+    that is not allowed) or, with a ``policy``, one that policy refuses (the message says why).
     """
     data = json.loads(raw)
     if not isinstance(data, dict) or not isinstance(data.get("url"), str):
@@ -108,7 +247,13 @@ def request_from_json(raw: bytes | str, spider: Spider | None) -> Request:
         elif attr in ("callback", "errback"):
             value = _spider_method(spider, value)
         kwargs[attr] = value
-    return cls(**kwargs)
+    try:
+        request = cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"not a valid request: {exc}") from None
+    if policy is not None:
+        policy.check(request, spider)
+    return request
 
 
 def _method_name(spider: Spider | None, func: Any, what: str, request: Request) -> str | None:
