@@ -6,19 +6,29 @@
     cnkispider task move NAME DATE [CODE]
     cnkispider run [--processes N]       crawl the task of config.ini, then its recrawl phase
     cnkispider recrawl                   only the recrawl phase (replay errorCode, errorLink)
+    cnkispider task set NAME [--categories SPEC] [--type T]   (type: only before its first round)
+    cnkispider run|recrawl [--verbose] [-s KEY=VALUE] [-o FILE]
     cnkispider demo                      the offline demo: the local stand-in site, crawled
     cnkispider status [--task NAME] [--watch [SECONDS]] [--json]   progress, errors, workers, queue
+    cnkispider probe [--day DATE] [--delay 3] [--save DIR]   check CNKI's assumptions live (docs/PROBE.md)
     cnkispider export [--type T] [--format csv|jsonl] [--since DATE] [--task NAME] [--out PATH]
 
 Every error the crawler raises on purpose (a bad config key, an unreachable database, a bad task
 row) is printed as one line and the exit status is 2; a traceback means a bug.
+
+Exit status of `run` / `recrawl` (and of the .exe): 0 finished (or up to date, or shut down on
+request); 1 the crawl stopped for another reason; 2 an error before crawling (above); 3 the task
+is halted (CNKI rejected a query, one failure repeats, CNKI cannot be reached): one line on
+standard error says why and how to go on (`cnkispider task resume NAME`).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
+from pathlib import Path
 
 from cnkispider.config import Config, load_config
 from cnkispider.exceptions import CnkiSpiderError
@@ -37,6 +47,40 @@ def _store(config: Config):
     )
 
 
+DATE_FORM = "YYYY-MM-DD, e.g. 2024-01-31"
+
+
+def parse_day(value: str | None, what: str) -> str | None:
+    """``value`` as an ISO day, or ValueError in one line naming the value and the expected form.
+
+    Every date an operator types (task add/extend/resume/move, export --since, probe --day)
+    goes through here, so "yesterday" and "2024-02-30" get the same message everywhere.
+    """
+    import datetime as dt
+
+    if value is None or not str(value).strip():
+        return None
+    text = str(value).strip()
+    try:
+        return dt.date.fromisoformat(text).isoformat()
+    except ValueError:
+        pass
+    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):  # the right shape, an impossible day (2024-02-30)
+        raise ValueError(f"{what} {text!r} is not a real day (month or day out of range); expected {DATE_FORM}")
+    raise ValueError(f"{what} {text!r} is not a date; expected {DATE_FORM}") from None
+
+
+def check_task_input(doc_type: str, start: str | None, end: str | None, categories: str, base_dir) -> None:
+    """Everything a new or changed task row needs, checked before anything is written."""
+    from tasks.categories import check_spec
+
+    first = parse_day(start, "start date")
+    last = parse_day(end, "end date")
+    if first and last and last < first:
+        raise ValueError(f"end date {last} is before start date {first}")
+    check_spec(categories, doc_type, base_dir)
+
+
 def _describe(t) -> str:
     end = t.end_date.isoformat() if t.end_date else "(today)"
     cur = f"{t.cur_date or '-'} {t.cur_code or '-'}"
@@ -44,6 +88,7 @@ def _describe(t) -> str:
     return (
         f"task {t.id} {t.name!r}: {t.type} {t.start_date}..{end}, cursor {cur}, "
         f"{len(t.tree.roots)} categories, phase {t.phase}, last heartbeat {status}"
+        + (f", halted: {t.halt_reason}" if t.halt_reason else "")
     )
 
 
@@ -62,10 +107,15 @@ def cmd_task(config: Config, args) -> int:
     store = _store(config)
     action = args.action
     if action == "add":
+        # every check first: an error leaves no row behind
+        check_task_input(args.type, args.start, args.end, args.categories, store.base_dir)
         current, created = store.register(
-            args.name, args.type, args.start, args.end or "", args.categories
+            args.name, args.type, parse_day(args.start, "start date"), parse_day(args.end, "end date") or "",
+            args.categories,
         )
         print(("created " if created else "exists: ") + _describe(current))
+    elif action == "set":
+        print("changed: " + _describe(set_task(store, args.name, args.categories, args.type)))
     elif action == "list":
         rows = store.rows()
         if not rows:
@@ -84,12 +134,112 @@ def cmd_task(config: Config, args) -> int:
     elif action == "stop":
         print("stopped: " + _describe(store.stop(args.name)))
     elif action == "extend":
-        print("extended: " + _describe(store.set_end_date(args.name, args.end)))
+        print("extended: " + _describe(store.set_end_date(args.name, parse_day(args.end, "end date"))))
     elif action == "resume":
-        print("resumed: " + _describe(store.set_end_date(args.name, args.end or None)))
+        current = store.get(args.name)
+        if current.halt_reason:
+            # a halted task goes on where it halted (its end date stays unless --end is given)
+            resumed, reopened = store.resume_halted(args.name, parse_day(args.end, "end date"))
+            print(
+                f"resumed: {_describe(resumed)} (halt cleared: {reopened['reason']}; "
+                f"{reopened['rounds']} rounds re-opened, {reopened['error_code']} errorCode rows to replay)"
+            )
+        else:
+            print("resumed: " + _describe(store.set_end_date(args.name, parse_day(args.end, "end date"))))
     elif action == "move":
-        print("moved: " + _describe(store.move_cursor(args.name, args.date, args.code)))
+        if args.code is not None and len(args.code) > 64:
+            raise ValueError(f"category code {args.code[:20]!r}... is longer than 64 characters")
+        print("moved: " + _describe(store.move_cursor(args.name, parse_day(args.date, "date"), args.code)))
     return 0
+
+
+def set_task(store, name: str, categories: str | None, doc_type: str | None):
+    """Change what the task table allows to change: the categories, and the type while nothing
+    of the task is crawled (its rounds, documents and error rows belong to one type)."""
+    import sqlalchemy as sa
+
+    from cnkispider.schema import round_, task
+
+    current = store.get(name)
+    if categories is None and doc_type is None:
+        raise ValueError("task set: give --categories and/or --type")
+    new_type = doc_type or current.type
+    new_categories = categories if categories is not None else current.categories
+    values = {}
+    if categories is not None:
+        values["categories"] = new_categories
+    if doc_type is not None and doc_type != current.type:
+        with store.engine.connect() as conn:
+            crawled = conn.execute(
+                sa.select(sa.func.count()).select_from(round_).where(round_.c.task_id == current.id)
+            ).scalar()
+        if crawled:
+            raise ValueError(
+                f"task {current.name!r}: the type stays {current.type} because {crawled} rounds are already "
+                f"crawled as {current.type} (add a new task for {doc_type})"
+            )
+        values["type"] = doc_type
+    from tasks.categories import check_spec
+
+    check_spec(new_categories, new_type, store.base_dir)  # after the type: say the real obstacle
+    if current.cur_code and categories is not None:
+        from tasks.categories import load_tree
+
+        if current.cur_code not in load_tree(new_categories, new_type, store.base_dir):
+            values["cur_code"] = None  # the cursor's category is gone: its day starts over
+    if values:
+        with store.engine.begin() as conn:
+            conn.execute(task.update().where(task.c.id == current.id).values(**values))
+    return store.get(current.id)
+
+
+def config_drift(config: Config, row) -> list[str]:
+    """One warning line per [task] key of config.ini that differs from the task's row.
+
+    The row wins (the table is how a task is steered, and another PC may run an older
+    config.ini), so a changed config.ini is said, with the command that applies it.
+    """
+    t = config.task
+    name = t.name
+    lines = []
+
+    def warn(key, ini_value, row_value, command):
+        lines.append(
+            f"warning: config.ini [task] {key} = {ini_value or '(empty)'} but task {name!r} has "
+            f"{row_value or '(empty)'} (the task row wins; to apply: {command})"
+        )
+
+    if t.categories.strip() != (row.categories or "").strip():
+        warn("categories", t.categories, row.categories, f"cnkispider task set {name} --categories {t.categories}")
+    if t.type != row.type:
+        warn("type", t.type, row.type, f"cnkispider task set {name} --type {t.type}")
+    row_end = row.end_date.isoformat() if row.end_date else ""
+    if (t.end_date or "") != row_end:
+        command = f"cnkispider task extend {name} {t.end_date}" if t.end_date else f"cnkispider task resume {name}"
+        warn("end_date", t.end_date, row_end, command)
+    if t.start_date and t.start_date != row.start_date.isoformat():
+        warn("start_date", t.start_date, row.start_date.isoformat(),
+             f"cnkispider task add {name}-2 --start {t.start_date} (a task's start is fixed)")
+    return lines
+
+
+def preflight(config: Config, task_arg: str | None = None) -> None:
+    """The checks before a crawl, the same for `cnkispider run` and `scrapy crawl`: the database
+    and Redis answer, the [task] of config.ini is valid input, a named task exists; a drifted
+    config.ini is warned about. Raises CnkiSpiderError or ValueError (one line)."""
+    _check_services(config)
+    t = config.task
+    store = _store(config)
+    if task_arg:
+        store.get(task_arg)  # LookupError: no such task
+        return
+    try:
+        row = store.get(t.name)
+    except LookupError:
+        check_task_input(t.type, t.start_date or None, t.end_date or None, t.categories, config.base_dir)
+        return
+    for line in config_drift(config, row):
+        print(line, file=sys.stderr)
 
 
 def _check_services(config: Config) -> None:
@@ -107,11 +257,17 @@ def crawl(config: Config, *, recrawl_only: bool = False, settings_overrides: dic
 
     from scrapy.crawler import CrawlerProcess
 
+    from cnkispider import logs
     from cnkispider.settings import crawler_settings
 
-    _check_services(config)
+    preflight(config)
     settings = crawler_settings(config)
-    settings.update(settings_overrides or {})
+    overrides = settings_overrides or {}
+    verbose = not logs.is_quiet(bool(overrides.get("CNKI_VERBOSE")), overrides.get("LOG_FILE", settings.get("LOG_FILE")))
+    logs.apply(verbose)
+    settings.update(logs.quiet_settings(verbose))
+    settings.update(overrides)
+    settings["CNKI_VERBOSE"] = verbose
     if recrawl_only:
         store = _store(config)
         current, _ = store.register(
@@ -122,8 +278,16 @@ def crawl(config: Config, *, recrawl_only: bool = False, settings_overrides: dic
     started = time.monotonic()
     process.crawl(config.task.type)
     crawler = next(iter(process.crawlers))
-    process.start()
+    try:
+        process.start()
+    finally:
+        logs.apply(True)  # the loggers as they were, for whatever runs next in this process
     stats = dict(crawler.stats.get_stats())
+    # a second Ctrl-C stops the reactor before the spider closes: Scrapy never sets a reason
+    if not stats.get("finish_reason"):
+        from cnkispider.status import FORCED_STOP
+
+        stats["finish_reason"] = FORCED_STOP
     stats["elapsed_seconds"] = time.monotonic() - started
     return stats
 
@@ -152,9 +316,44 @@ def cmd_run(config: Config, args) -> int:
         return supervise(args.config, args.command, args.processes or 1)
     if args.processes and args.processes > 1:
         return run_processes(args)
-    stats = crawl(config, recrawl_only=args.command == "recrawl")
+    stats = crawl(config, recrawl_only=args.command == "recrawl", settings_overrides=run_overrides(args))
     print_summary(config, stats)
+    if stats.get("finish_reason") == "halted":
+        return report_halt(config)
     return 0 if stats.get("finish_reason") in ("finished", "up_to_date", "shutdown") else 1
+
+
+def run_overrides(args) -> dict:
+    """Scrapy settings from `run`'s -s KEY=VALUE, -o FILE and --verbose (as `scrapy crawl` has)."""
+    overrides: dict = {"CNKI_VERBOSE": bool(getattr(args, "verbose", False))}
+    for pair in getattr(args, "set", None) or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"-s {pair!r}: expected KEY=VALUE, e.g. -s DOWNLOAD_DELAY=2")
+        overrides[key.strip()] = value
+    feeds = {}
+    for target in getattr(args, "output", None) or []:
+        path, _, fmt = target.partition(":")
+        suffix = Path(path).suffix.lower().lstrip(".")
+        fmt = fmt or {"jsonl": "jsonlines", "jl": "jsonlines", "csv": "csv", "json": "json", "xml": "xml"}.get(suffix)
+        if fmt is None:
+            raise ValueError(f"-o {target!r}: unknown feed format; use .jsonl, .csv, .json or .xml (or FILE:FORMAT)")
+        feeds[path] = {"format": fmt, "encoding": "utf-8"}
+    if feeds:
+        overrides["FEEDS"] = feeds
+    return overrides
+
+
+def report_halt(config: Config) -> int:
+    """The one line of a halted task (its reason and the fix) on standard error; EXIT_HALTED."""
+    from cnkispider.halting import EXIT_HALTED, halt_line
+
+    try:
+        reason = _store(config).get(config.task.name).halt_reason or "unknown reason"
+    except (CnkiSpiderError, LookupError):
+        reason = "unknown reason"
+    print(halt_line(config.task.name, reason), file=sys.stderr)
+    return EXIT_HALTED
 
 
 def run_processes(args) -> int:
@@ -166,8 +365,13 @@ def run_processes(args) -> int:
     base = [sys.executable] if frozen else [sys.executable, "-m", "cnkispider.cli"]
     if args.config:
         base += ["--config", args.config]
+    if getattr(args, "output", None):
+        raise ValueError("-o FILE takes one process (every worker would write the same file); add --processes 1")
+    extra = [arg for pair in (getattr(args, "set", None) or []) for arg in ("-s", pair)]
+    if getattr(args, "verbose", False):
+        extra.append("--verbose")
     # --processes 1: each is one worker (else each would read [crawl] processes and fork again)
-    workers = [subprocess.Popen([*base, args.command, "--processes", "1"]) for _ in range(args.processes)]
+    workers = [subprocess.Popen([*base, args.command, "--processes", "1", *extra]) for _ in range(args.processes)]
     try:
         codes = [w.wait() for w in workers]
     except KeyboardInterrupt:
@@ -180,14 +384,24 @@ def run_processes(args) -> int:
     return max(codes)
 
 
+FROZEN_NO_DEMO = (
+    "the demo is not part of the program: it needs the stand-in site of the repository "
+    "(tests/cnki_site); run it from a checkout: cnkispider demo"
+)
+
+
 def cmd_demo(config: Config, args) -> int:
     """The offline demo: start the local stand-in of CNKI and crawl a small task from it."""
     import subprocess
     from pathlib import Path
 
+    from cnkispider.cnki.protocol import CLIENT_ID_PATH
     from cnkispider.config import load_config
 
     root = Path(__file__).resolve().parent.parent
+    if getattr(sys, "frozen", False):  # the stand-in lives in tests/ and is not bundled
+        print(f"error: {FROZEN_NO_DEMO}", file=sys.stderr)
+        return 2
     if not (root / "tests" / "cnki_site").is_dir():
         print("error: the demo needs the repository checkout (tests/cnki_site)", file=sys.stderr)
         return 2
@@ -207,18 +421,22 @@ def cmd_demo(config: Config, args) -> int:
             "[task]\nname = demo\ntype = patent\nstart_date = 2024-01-01\nend_date = 2024-01-02\n"
             "categories = G06,H04\n"
             f"[cnki]\nbase_url = {base_url}\n"
+            f"client_id_url = {base_url}{CLIENT_ID_PATH}\n"
             "[crawl]\ndata_dir = .\nlease_seconds = 30\nheartbeat_seconds = 2\nlog_level = info\n",
             encoding="utf-8",
         )
         print(f"demo: stand-in CNKI at {base_url}; config {ini}")
         demo = load_config(ini)
-        stats = crawl(demo)
+        stats = crawl(demo, settings_overrides={"CNKI_VERBOSE": bool(getattr(args, "verbose", False))})
         print_summary(demo, stats)
-        print(f"demo data: {demo.database_url}")
+        db_path = demo.database_url.split(":///", 1)[1]
+        print(f"demo data: {db_path} (SQLite; look: cnkispider --config {ini} status; "
+              f"export: cnkispider --config {ini} export --out demo.csv)")
         return 0 if stats.get("finish_reason") == "finished" else 1
     finally:
         site.terminate()
         site.wait(10)
+        site.stdout.close()
 
 
 def cmd_status(config: Config, args) -> int:
@@ -231,13 +449,43 @@ def cmd_export(config: Config, args) -> int:
     from cnkispider.export import export_command
 
     return export_command(config, doc_type=args.type or config.task.type, fmt=args.format, out=args.out,
-                          since=args.since, task=args.task, batch=args.batch)
+                          since=parse_day(args.since, "--since"), task=args.task, batch=args.batch, raw_cells=args.raw_cells)
+
+
+def cmd_probe(config: Config, args) -> int:
+    import datetime as dt
+
+    from cnkispider.probe import probe_from_config
+
+    day = dt.date.fromisoformat(parse_day(args.day, "--day")) if args.day else None
+    save = Path(args.save) if args.save else None
+    return probe_from_config(config, day=day, delay=args.delay, save_dir=save).run()
+
+
+CONFIG_HELP = "config.ini to use (default: ./config.ini, then beside the program)"
+
+
+def _crawl_options(p) -> None:
+    p.add_argument("--verbose", "-v", action="store_true", help="Scrapy's own log lines too (banner, stats dump)")
+    p.add_argument("-s", "--set", action="append", metavar="KEY=VALUE", help="a Scrapy setting, as in scrapy crawl")
+    p.add_argument("-o", "--output", action="append", metavar="FILE",
+                   help="also write the items to FILE (.jsonl, .csv, .json; UTF-8), as in scrapy crawl")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # --config is accepted before the subcommand and after it (`cnkispider run --config x.ini`):
+    # every subparser inherits it, with SUPPRESS so an absent one keeps the top-level value.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", default=argparse.SUPPRESS, help=CONFIG_HELP)
     parser = argparse.ArgumentParser(prog="cnkispider", description="Distributed CNKI crawler")
-    parser.add_argument("--config", help="config.ini to use (default: ./config.ini, then beside the program)")
+    parser.add_argument("--config", help=CONFIG_HELP)
     sub = parser.add_subparsers(dest="command")
+    _add_parser = sub.add_parser
+
+    def add_parser(name, **kw):
+        return _add_parser(name, parents=[common], **kw)
+
+    sub.add_parser = add_parser
 
     init = sub.add_parser("init-db", help="create the database and its tables if missing")
     init.set_defaults(func=cmd_init_db)
@@ -250,6 +498,10 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--start", required=True, help="first day, YYYY-MM-DD")
     add.add_argument("--end", help="last day, YYYY-MM-DD (default: up to today)")
     add.add_argument("--categories", default="builtin", help="category spec (see config.ini)")
+    tset = actions.add_parser("set", help="change a task's categories, or its type while nothing is crawled")
+    tset.add_argument("name")
+    tset.add_argument("--categories", help="new category spec (checked against the category tree)")
+    tset.add_argument("--type", choices=DOC_TYPES, help="new type (only before its first round)")
     actions.add_parser("list", help="every task, bad rows flagged")
     for name, text in (("show", "one task with its progress"), ("stop", "stop after in-flight rounds")):
         p = actions.add_parser(name, help=text)
@@ -257,7 +509,9 @@ def build_parser() -> argparse.ArgumentParser:
     extend = actions.add_parser("extend", help="set a later end date")
     extend.add_argument("name")
     extend.add_argument("end")
-    resume = actions.add_parser("resume", help="go on after a stop (default: up to today)")
+    resume = actions.add_parser(
+        "resume", help="go on after a halt (clears it, crawls again what failed for it) or a stop (default: up to today)"
+    )
     resume.add_argument("name")
     resume.add_argument("--end")
     move = actions.add_parser("move", help="move the cursor (the next round follows it)")
@@ -271,9 +525,12 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text)
         p.add_argument("--processes", type=int, default=0, help="worker processes (default [crawl] processes)")
         p.add_argument("--reload", action="store_true", help="restart the workers when the project's code changes")
+        _crawl_options(p)
         p.set_defaults(func=cmd_run)
-    demo = sub.add_parser("demo", help="offline demo against the local CNKI stand-in")
-    demo.set_defaults(func=cmd_demo)
+    if not getattr(sys, "frozen", False):  # the exe lists only what it can run (no stand-in site)
+        demo = sub.add_parser("demo", help="offline demo against the local CNKI stand-in")
+        demo.add_argument("--verbose", action="store_true", help="Scrapy's own log lines too")
+        demo.set_defaults(func=cmd_demo)
     status_parser = sub.add_parser("status", help="every task: rounds, ETA, documents, errors, workers, queue")
     status_parser.add_argument("--task", help="only this task (name or id)")
     status_parser.add_argument("--watch", nargs="?", type=float, const=5.0, metavar="SECONDS",
@@ -286,13 +543,24 @@ def build_parser() -> argparse.ArgumentParser:
     export_parser.add_argument("--since", metavar="DATE", help="only documents dated DATE (YYYY-MM-DD) or later")
     export_parser.add_argument("--task", help="only documents stored by this task (name or id)")
     export_parser.add_argument("--out", metavar="PATH", help="file to write (default, or -: standard output)")
+    export_parser.add_argument("--raw-cells", action="store_true",
+                               help="CSV: write cells starting with = + - @ exactly (default: prefix a ' "
+                               "so that Excel shows them as text instead of running them)")
     export_parser.add_argument("--batch", type=int, default=1000, help=argparse.SUPPRESS)  # rows a query
     export_parser.set_defaults(func=cmd_export)
+    probe = sub.add_parser("probe", help="check the crawler's assumptions against the live CNKI (~30 requests)")
+    probe.add_argument("--day", metavar="DATE", help="a busy day to search (default: a Wednesday four weeks back)")
+    probe.add_argument("--delay", type=float, default=3.0, help="seconds between requests (default 3)")
+    probe.add_argument("--save", metavar="DIR", help="keep every raw answer here (gzip) with an index.json")
+    probe.set_defaults(func=cmd_probe)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    if getattr(sys, "frozen", False) and (argv if argv is not None else sys.argv[1:])[:1] == ["demo"]:
+        print(f"error: {FROZEN_NO_DEMO}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

@@ -22,6 +22,7 @@ PROGRESS_INTERVAL   seconds between lines (60); 0 switches the extension off
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import time
@@ -32,8 +33,86 @@ from scrapy.utils.asyncio import create_looping_call
 
 logger = logging.getLogger(__name__)
 
+
+def round_rate_eta(
+    finished: list[tuple[float, float]], in_flight: list[float], remaining: int, now: float
+) -> tuple[float | None, float | None]:
+    """(rounds per hour, seconds left) of a task; pure, every time injected (seconds).
+
+    ``finished`` are (started, finished) times of the last finished rounds, ``in_flight`` the
+    start times of the rounds running now, ``remaining`` the rounds not finished (those in
+    flight included). Rounds run several at a time, so this is Little's law rather than
+    "rounds over time since the first finish" (which made four rounds finishing together look
+    instant: "22 s" with 81 s left): a round takes ``mean`` seconds, ``c`` run at once (the
+    rounds in flight now, at least one), so ``c / mean`` rounds finish a second. What is left
+    is ``mean`` for each round not started yet and, for each round in flight, what its mean
+    leaves of it, all shared by ``c`` lanes, and never less than the last rounds need on their
+    own (at the end, lanes fall idle). A stalled crawl keeps a steady ETA (its rounds in
+    flight count as nearly done) instead of a falling one; status shows no ETA at all when no
+    worker is alive. No rate before one round finishes.
+    """
+    durations = [max(end - start, 0.0) for start, end in finished]
+    if not durations:
+        return None, None
+    mean = sum(durations) / len(durations)
+    if mean <= 0:
+        return None, None
+    lanes = max(len(in_flight), 1)
+    per_second = lanes / mean
+    if remaining <= 0:
+        return per_second * 3600, 0.0
+    waiting = max(remaining - len(in_flight), 0)
+    lefts = [max(mean - (now - start), 0.0) for start in in_flight[:remaining]]
+    shared = (waiting * mean + sum(lefts)) / lanes
+    # at the end lanes fall idle: the last rounds take their own time, whatever the lanes
+    if waiting:
+        tail = (min(lefts) if lefts else 0.0) + math.ceil(waiting / lanes) * mean
+    else:
+        tail = max(lefts, default=0.0)
+    return per_second * 3600, max(shared, tail)
+
+
+def _fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = int(round(seconds))
+    if seconds < 90:
+        return f"{seconds} s"
+    if seconds < 5400:
+        return f"{seconds // 60} min"
+    return f"{seconds / 3600:.1f} h"
+
 SHOWN_ROUNDS = 4
 SHOWN_ERROR_KEYS = 3
+
+
+def task_line(entry: dict) -> tuple[str, dict]:
+    """The per-minute line of a task from its status entry: finished rounds (done or failed)
+    apart from rounds in flight, the percentage, the rate and the ETA."""
+    rounds = entry["rounds"]
+    total = rounds.get("total")
+    per_hour = entry["rate"]["rounds_per_hour"]
+    if entry.get("halted"):
+        eta = "halted"
+    elif entry.get("eta_seconds") is not None:
+        eta = "ETA " + _fmt_duration(entry["eta_seconds"])
+    else:
+        eta = "ETA unknown until a round finishes"
+    args = {
+        "task": entry["name"],
+        "phase": entry["phase"],
+        "finished": rounds["finished"],
+        "total": "?" if total is None else total,
+        "percent": 100.0 * (entry["progress"] or 0.0),
+        "in_flight": rounds["in_flight"],
+        "rate": f"{per_hour:.1f} rounds/h" if per_hour else "- rounds/h",
+        "eta": eta,
+    }
+    msg = (
+        "Task %(task)s (%(phase)s): %(finished)s of %(total)s rounds finished (%(percent).1f%%), "
+        "%(in_flight)s in flight; %(rate)s; %(eta)s"
+    )
+    return msg, args
 
 
 class ProgressLog:
@@ -51,6 +130,7 @@ class ProgressLog:
         self.errors_before: dict[str, int] = {}
         self.rounds: dict[int, str] = {}  # round id -> "day category", this interval
         self.started = clock()
+        self.phase: str | None = None  # the task's phase at the last line (its changes are said)
 
     @classmethod
     def from_crawler(cls, crawler):
@@ -60,6 +140,12 @@ class ProgressLog:
         interval = settings.getfloat("PROGRESS_INTERVAL", 60.0)
         if not interval:
             raise NotConfigured
+        from cnkispider import logs
+
+        # `scrapy crawl` too: the same console (-s LOG_FILE=... keeps every line in the file)
+        # (only when a door set CNKI_VERBOSE: a test's own crawler keeps the loggers as they are)
+        if settings.get("CNKI_VERBOSE") is not None:
+            logs.apply(not logs.is_quiet(settings.getbool("CNKI_VERBOSE"), settings.get("LOG_FILE")))
         progress = cls(crawler.stats, interval)
         progress.crawler = crawler
         crawler.signals.connect(progress.spider_opened, signal=signals.spider_opened)
@@ -135,6 +221,54 @@ class ProgressLog:
     def log(self, spider=None):
         msg, args = self.line()
         logger.info(msg, args, extra={"spider": spider})
+        feeder = self._feeder()
+        if feeder is None or getattr(feeder, "task_id", None) is None:
+            return None
+        from twisted.internet import threads
+
+        # The task line reads the database off the reactor and logs when it has it. Nothing is
+        # returned: Scrapy's asyncio looping call refuses a function that returns a Deferred.
+        d = threads.deferToThread(self._task_report, feeder)
+        d.addCallback(self._log_task, spider)
+        d.addErrback(lambda failure: logger.debug("no task progress this minute: %s", failure.value))
+        return None
+
+    def _feeder(self):
+        extensions = getattr(self.crawler, "extensions", None) if self.crawler is not None else None
+        for ext in getattr(extensions, "middlewares", ()):
+            if getattr(ext, "store", None) is not None and hasattr(ext, "task_id"):
+                return ext
+        return None
+
+    @staticmethod
+    def _task_report(feeder) -> dict:
+        from cnkispider.status import collect
+
+        report = collect(feeder.store.engine, None, heartbeat_seconds=feeder.heartbeat_seconds,
+                         base_dir=feeder.base_dir, task_name=feeder.task_name)
+        return report["tasks"][0]
+
+    def _log_task(self, entry: dict, spider=None):
+        msg, args = task_line(entry)
+        logger.info(msg, args, extra={"spider": spider})
+        if self.phase is not None and entry["phase"] != self.phase:
+            errors = entry["errors"]
+            logger.info(
+                "task %(task)s: phase %(old)s -> %(new)s%(what)s",
+                {
+                    "task": entry["name"],
+                    "old": self.phase,
+                    "new": entry["phase"],
+                    "what": (
+                        f" (replaying {errors['errorCode']['total']} errorCode and "
+                        f"{errors['errorLink']['total']} errorLink rows)"
+                        if entry["phase"] == "recrawl"
+                        else ""
+                    ),
+                },
+                extra={"spider": spider},
+            )
+        self.phase = entry["phase"]
 
     def spider_closed(self, spider=None, reason=None):
         if self.task is not None and self.task.running:

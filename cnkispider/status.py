@@ -13,10 +13,11 @@ machine's: a PC whose clock is off still sees the right ages.
 The report (``cnkispider status --json``; times are ISO 8601 UTC, ``...Z``)::
 
     {"generated_at", "clock", "database" (password masked), "heartbeat_seconds", "gone_after_seconds",
-     "redis": {"url", "reachable", "error"},
+     "redis": {"url", "reachable", "error", "state" ("connected" | "idle" | "unreachable")},
      "tasks": [{"id", "name", "ok", "problem" (why a BAD ROW is bad, else null), "type",
                 "start_date", "end_date" (null: up to today), "until" (the last day due now),
-                "phase", "activity" ("running" | "finished" | "no live worker"),
+                "phase", "activity" ("running" | "finished" | "stopped" | "halted" | "no live worker"),
+                "halted" (the halt reason, null when not halted), "halted_at",
                 "cursor": {"date", "category"}, "last_heartbeat", "last_heartbeat_age_seconds",
                 "categories" (root categories),
                 "rounds": {"total", "finished", "done", "failed", "in_flight", "remaining",
@@ -37,9 +38,9 @@ Definitions
                    outside that plan (a task stopped after they were handed out, a category list
                    edited since): progress never passes 100 %.
     finished       rounds done or failed (a failed round's list page sits in errorCode).
-    rate, ETA      the last ``RATE_ROUNDS`` rounds finished within ``RATE_WINDOW``: (k - 1)
-                   rounds over the time from the oldest of them to now, so a crawl that stalls
-                   shows a falling rate instead of its old one. No rate before two rounds finish.
+    rate, ETA      a round's mean time (the last ``RATE_ROUNDS`` rounds finished within
+                   ``RATE_WINDOW``) and the rounds in flight now (Little's law:
+                   :func:`cnkispider.progress.round_rate_eta`, tested on a fixed clock).
     worker alive   state ``running`` and last heartbeat within ``GONE_AFTER_BEATS`` heartbeats;
     worker gone    state ``running`` but silent longer than that (killed, crashed, cut off);
     worker stopped it said goodbye (``state = stopped``).
@@ -103,7 +104,10 @@ def collect(
     gone_after = dt.timedelta(seconds=GONE_AFTER_BEATS * heartbeat_seconds)
     with engine.connect() as conn:
         now = now or db_now(conn)
-        rows = list(conn.execute(sa.select(task).order_by(task.c.id)))
+        # A database not upgraded yet (no worker of this version ran) has no halt columns.
+        present = {c["name"] for c in sa.inspect(conn).get_columns(task.name)}
+        columns = [c for c in task.c if c.name in present]
+        rows = list(conn.execute(sa.select(*columns).order_by(task.c.id)))
         if task_name is not None:
             rows = [r for r in rows if r.name == task_name or str(r.id) == str(task_name)]
             if not rows:
@@ -120,7 +124,12 @@ def collect(
             _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, workers)
             for row in rows
         ]
-    redis_info = {"url": redis_label, "reachable": redis_client is not None, "error": redis_error}
+    redis_info = {
+        "url": redis_label,
+        "reachable": redis_client is not None,
+        "error": redis_error,
+        "state": "connected" if redis_client is not None else ("idle" if redis_error == EMBEDDED_IDLE else "unreachable"),
+    }
     for entry in tasks:
         entry["queue"] = None
         if redis_client is not None:
@@ -253,6 +262,8 @@ def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, w
         "end_date": row.end_date or None,
         "until": None,
         "phase": row.phase,
+        "halted": getattr(row, "halt_reason", None) or None,
+        "halted_at": _iso(getattr(row, "halted_at", None)),
         "cursor": {"date": row.cur_date, "category": row.cur_code},
         "last_heartbeat": _iso(row.status),
         "last_heartbeat_age_seconds": _age(now, row.status),
@@ -286,12 +297,11 @@ def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, w
         rounds["total"] = total
         rounds["remaining"] = max(total - finished, 0)
         entry["progress"] = round(finished / total, 4) if total else 1.0
-        per_hour, counted = _round_rate(conn, row.id, now)
+        per_hour, counted, seconds = _round_rate(conn, row.id, now, rounds["remaining"])
         entry["rate"] = {"rounds_per_hour": per_hour, "rounds_counted": counted}
         if rounds["remaining"] == 0:
             entry["eta_seconds"], entry["eta_at"] = 0, _iso(now)
-        elif per_hour:
-            seconds = round(rounds["remaining"] / per_hour * 3600)
+        elif per_hour and seconds is not None:
             entry["eta_seconds"] = seconds
             entry["eta_at"] = _iso(now + dt.timedelta(seconds=seconds))
     entry["current_rounds"] = in_flight.get(row.id, [])
@@ -306,8 +316,13 @@ def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, w
         ]
     entry["worker_counts"] = listing["counts"]
     entry["workers"] = listing["rows"]
-    if listing["counts"]["alive"]:
+    if entry["halted"]:
+        entry["activity"] = "halted"  # its workers are stopping, or stopped
+        entry["eta_seconds"] = entry["eta_at"] = None
+    elif listing["counts"]["alive"]:
         entry["activity"] = "running"
+    elif row.phase == "done" and _stopped(row):
+        entry["activity"] = "stopped"
     elif row.phase == "done":
         entry["activity"] = "finished"
     else:
@@ -315,6 +330,14 @@ def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, w
         if entry["eta_seconds"]:  # nobody is working: the recent rate promises nothing
             entry["eta_seconds"] = entry["eta_at"] = None
     return entry
+
+
+def _stopped(row) -> bool:
+    """Stopped, not finished: the end date was moved back below the cursor (`task stop`, or an
+    operator's edit). A task that runs to its end leaves the cursor on its end date: rounds are
+    never handed out past it, so only a stop puts the cursor beyond it."""
+    end, cur = (row.end_date or "").strip(), (row.cur_date or "").strip()
+    return bool(end and cur and cur > end)
 
 
 def _unplanned_rounds(conn, current, until: dt.date) -> int:
@@ -331,12 +354,15 @@ def _unplanned_rounds(conn, current, until: dt.date) -> int:
     ).scalar()
 
 
-def _round_rate(conn, task_id: int, now: dt.datetime) -> tuple[float | None, int]:
-    """Rounds per hour from the last RATE_ROUNDS rounds finished within RATE_WINDOW."""
-    stamps = [
-        stamp
-        for (stamp,) in conn.execute(
-            sa.select(round_.c.updated_at)
+def _round_rate(conn, task_id: int, now: dt.datetime, remaining: int) -> tuple[float | None, int, float | None]:
+    """(rounds per hour, rounds counted, ETA seconds) from the last RATE_ROUNDS rounds finished
+    within RATE_WINDOW and the rounds in flight (:func:`cnkispider.progress.round_rate_eta`)."""
+    from cnkispider.progress import round_rate_eta
+
+    finished = [
+        ((created or updated).timestamp(), updated.timestamp())
+        for created, updated in conn.execute(
+            sa.select(round_.c.created_at, round_.c.updated_at)
             .where(
                 round_.c.task_id == task_id,
                 round_.c.state.in_(("done", "failed")),
@@ -345,16 +371,16 @@ def _round_rate(conn, task_id: int, now: dt.datetime) -> tuple[float | None, int
             .order_by(round_.c.updated_at.desc())
             .limit(RATE_ROUNDS)
         )
-        if stamp is not None
+        if updated is not None
     ]
-    if len(stamps) < 2:
-        return None, len(stamps)
-    # The rounds after the oldest one arrived over (now - oldest): counting from now, not from
-    # the newest, lets the rate fall while nothing finishes.
-    span = (now - min(stamps)).total_seconds()
-    if span <= 0:
-        return None, len(stamps)
-    return round((len(stamps) - 1) / span * 3600, 2), len(stamps)
+    in_flight = [
+        (created or now).timestamp()
+        for (created,) in conn.execute(
+            sa.select(round_.c.created_at).where(round_.c.task_id == task_id, round_.c.state.in_(IN_FLIGHT))
+        )
+    ]
+    per_hour, eta = round_rate_eta(finished, in_flight, remaining, now.timestamp())
+    return (round(per_hour, 2) if per_hour else None), len(finished), (round(eta) if eta is not None else None)
 
 
 def _documents(conn, row) -> int:
@@ -390,6 +416,11 @@ def _age(now: dt.datetime, then: dt.datetime | None) -> float | None:
 # -- Redis, optional ------------------------------------------------------------------------------
 
 
+# Not an error: the embedded Redis runs only while a worker of this machine does. Its queue is
+# then simply unknown (and empty for a finished task), not UNREACHABLE.
+EMBEDDED_IDLE = "not running (it runs while a worker of this machine does)"
+
+
 def open_redis(url: str, data_dir: Path) -> tuple[object | None, str, str | None]:
     """(client or None, label, error) for status: Redis being down must not stop status.
 
@@ -402,7 +433,7 @@ def open_redis(url: str, data_dir: Path) -> tuple[object | None, str, str | None
     if not (url or "").strip():
         label = f"embedded Redis in {Path(data_dir) / 'redis'}"
         if not _embedded_running(Path(data_dir)):
-            return None, label, "the embedded Redis is not running (no worker runs on this machine)"
+            return None, label, EMBEDDED_IDLE
         # It runs: the factory joins it (and, with workers still connected, leaves it running).
     else:
         label = mask_url(url)
@@ -433,9 +464,12 @@ def _embedded_running(data_dir: Path) -> bool:
 def render(report: dict) -> str:
     """The text of ``cnkispider status``."""
     redis_info = report["redis"]
-    redis_text = redis_info["url"] + (
-        "" if redis_info["reachable"] else f" UNREACHABLE: {redis_info['error']}"
-    )
+    if redis_info["reachable"]:
+        redis_text = redis_info["url"]
+    elif redis_info.get("state") == "idle":
+        redis_text = f"{redis_info['url']}: {redis_info['error']}; queue unknown"
+    else:
+        redis_text = f"{redis_info['url']} UNREACHABLE: {redis_info['error']}"
     lines = [
         f"cnkispider status at {_clock(report['generated_at'])} (database clock, UTC)",
         f"database {report['database']}",
@@ -458,6 +492,9 @@ def _render_task(t: dict, report: dict) -> list[str]:
         lines = [
             f"{head}  {t['type']}  {t['start_date']} .. {end}  phase {t['phase']}  [{t['activity']}]"
         ]
+    if t.get("halted"):
+        lines.append(f"  halted: {t['halted']}  (since {_clock(t['halted_at'])} UTC; "
+                     f"`cnkispider task resume {t['name']}` goes on)")
     r = t["rounds"]
     cursor = t["cursor"]
     seen = _ago(t["last_heartbeat_age_seconds"])
@@ -473,12 +510,14 @@ def _render_task(t: dict, report: dict) -> list[str]:
         rate = t["rate"]["rounds_per_hour"]
         if r["remaining"] == 0:
             eta = "nothing left" + ("" if t["end_date"] else " until tomorrow")
+        elif t["activity"] == "halted":
+            eta = "no ETA: halted"
         elif t["activity"] != "running":
             eta = "no ETA: no worker is alive"
         elif rate:
             eta = f"ETA {_duration(t['eta_seconds'])} ({_clock(t['eta_at'])} UTC)"
         else:
-            eta = "ETA unknown until two rounds finish"
+            eta = "ETA unknown until a round finishes"
         lines.append(f"  rate       {f'{rate:,.1f} rounds/h' if rate else '-'}; {eta}")
     else:
         states = ", ".join(f"{k} {v}" for k, v in sorted(r["by_state"].items())) or "none"
@@ -503,6 +542,8 @@ def _render_task(t: dict, report: dict) -> list[str]:
     queue = t.get("queue")
     if queue is not None:
         lines.append(f"  queue      {queue['queued']:,} queued, {queue['leased']:,} leased")
+    elif report["redis"].get("state") == "idle":
+        lines.append("  queue      unknown (the embedded Redis is not running)")
     else:
         lines.append("  queue      ? (Redis unreachable)")
     c = t["worker_counts"]
@@ -649,6 +690,10 @@ def to_json(report: dict) -> str:
 # -- end-of-run summary ---------------------------------------------------------------------------
 
 
+# Scrapy records a finish reason when the spider closes; a second Ctrl-C stops the reactor first
+FORCED_STOP = "forced stop (a second Ctrl-C; its rounds are taken over when their leases end)"
+
+
 def run_summary(
     engine: Engine, task_name: str, stats: dict, *, heartbeat_seconds: float = 15
 ) -> str:
@@ -670,7 +715,8 @@ def run_summary(
     lines = [
         "",
         f"== cnkispider summary: task {t['name']!r} ({t['type']}), phase {t['phase']} ==",
-        f"finish reason   {stats.get('finish_reason', '?')}",
+        f"finish reason   {stats.get('finish_reason') or FORCED_STOP}",
+        *([f"halted          {t['halted']}"] if t.get("halted") else []),
         f"rounds          {r['finished']:,}{total} finished ({r['done']:,} done{failed}, {r['in_flight']} in flight); "
         f"{done_here} completed by this worker",
         f"documents       {t['documents']} stored for this task ({items} this run)",

@@ -17,6 +17,7 @@ passes CNKI's cap.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -124,6 +125,91 @@ def load_tree(spec: str, doc_type: str, base_dir: Path | None = None) -> Categor
     for code in codes:
         _copy_subtree(shipped, tree, code)
     return tree
+
+
+MAX_CODE_LENGTH = 64  # the task table's cur_code column is String(64)
+# The shape of a code finer than the shipped trees go (H04L9/32, TP311.13): accepted under a
+# known code only when it has its classification's shape, so "GO6" (letter O) is a typo, not
+# a finer code of G.
+CODE_SHAPES = {
+    "ipc": re.compile(r"[A-H](\d\d([A-Z](\d{1,4}(/\d{1,6})?)?)?)?"),
+    "clc": re.compile(r"[A-Z][A-Z]?(\d+(\.\d+)*)?(-\d+)?"),
+}
+_SEPARATORS = (";", "，", "；", "、", "|", " ")
+
+
+def _known_codes(doc_type: str) -> list[str]:
+    shipped = load_tree("builtin", doc_type)
+    return list(shipped.names)
+
+
+def _nearest(code: str, known: list[str]) -> str:
+    import difflib
+
+    near = difflib.get_close_matches(code.upper(), known, n=3, cutoff=0.5)
+    # letter O for zero, I or l for one (GO6 for G06) first: the commonest typo in a code
+    fixed = code[:1].upper() + code[1:].upper().replace("O", "0").replace("I", "1").replace("L", "1")
+    if fixed in known:
+        near = [fixed] + [k for k in near if k != fixed][:2]
+    if not near:  # the codes that share its first letter, shortest first
+        near = sorted((k for k in known if k[:1] == code[:1].upper()), key=lambda k: (len(k), k))[:3]
+    if not near:  # nothing alike: the top-level codes
+        near = [k for k in known if len(k) == 1][:8]
+    return ", ".join(near) if near else "none"
+
+
+def check_spec(spec: str, doc_type: str, base_dir: Path | None = None) -> CategoryTree:
+    """The tree of ``spec`` after checking it as user input, else CategoryError in one line.
+
+    Stricter than :func:`load_tree` (which reads what is already stored): an inline list's
+    codes must be codes of the type's shipped tree or finer codes under one of them (a search
+    on a code matches every classification starting with it), written in capitals and separated
+    by commas; a file must exist; no code may pass the ``cur_code`` column's 64 characters.
+    """
+    raw = (spec or "builtin").strip()
+    if raw == "builtin" or raw.startswith("builtin:"):
+        return load_tree(raw, doc_type, base_dir)
+    candidate = Path(raw)
+    if base_dir is not None and not candidate.is_absolute():
+        candidate = base_dir / candidate
+    looks_like_file = bool(candidate.suffix) or "/" in raw or "\\" in raw
+    if looks_like_file and not candidate.is_file():
+        for part in (p.strip() for p in raw.split(",")):
+            if part and Path(part).suffix and not (base_dir or Path()).joinpath(part).is_file():
+                raise CategoryError(f"category file {part!r} does not exist (looked in {candidate.parent})")
+        raise CategoryError(f"category file {raw!r} does not exist (looked in {candidate.parent})")
+    if looks_like_file:
+        tree = load_tree(raw, doc_type, base_dir)
+        long = [c for c in tree.names if len(c) > MAX_CODE_LENGTH]
+        if long:
+            raise CategoryError(f"category code {long[0][:20]!r}... is longer than {MAX_CODE_LENGTH} characters")
+        return tree
+    for sep in _SEPARATORS:
+        if sep in raw:
+            fixed = ",".join(p.strip() for p in raw.replace(sep, ",").split(",") if p.strip())
+            raise CategoryError(f"categories {raw!r}: separate codes with commas, e.g. {fixed!r}")
+    codes = [code.strip() for code in raw.split(",") if code.strip()]
+    if not codes:
+        raise CategoryError(f"categories {raw!r}: no codes")
+    known = _known_codes(doc_type)
+    known_set = set(known)
+    shape = CODE_SHAPES[BUILTIN_FOR_TYPE[doc_type]]
+    problems = []
+    for code in codes:
+        if len(code) > MAX_CODE_LENGTH:
+            problems.append(f"{code[:20]!r}... is longer than {MAX_CODE_LENGTH} characters")
+        elif code not in known_set and code.upper() in known_set:
+            problems.append(f"{code!r} should be {code.upper()!r} (codes are in capitals)")
+        elif code not in known_set and not (
+            any(code.startswith(k) for k in known_set) and shape.fullmatch(code)
+        ):
+            problems.append(f"{code!r} is unknown (nearest: {_nearest(code, known)})")
+    if len(set(codes)) != len(codes):
+        problems.append("a code appears twice")
+    if problems:
+        tree_name = BUILTIN_FOR_TYPE[doc_type].upper()
+        raise CategoryError(f"categories for {doc_type} ({tree_name} tree): " + "; ".join(problems))
+    return load_tree(raw, doc_type, base_dir)
 
 
 def _copy_subtree(source: CategoryTree, target: CategoryTree, code: str) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -77,3 +79,207 @@ def test_bad_config_or_unreachable_service_exits_2_with_one_line_and_no_tracebac
     assert result.returncode == 2, output
     assert expected in output and "Traceback" not in output
     assert "topsecret" not in output and ":pw@" not in output
+
+
+def test_task_show_names_a_halt_and_resume_clears_it_keeping_the_end_date(ini, capsys):
+    from cnkispider.config import load_config
+    from cnkispider.db import open_database
+    from tasks.flow import TaskStore
+
+    assert cli(ini, "task", "add", "h1", "--type", "patent", "--start", "2024-01-01", "--end", "2024-01-31",
+               "--categories", "G06") == 0
+    store = TaskStore(open_database(load_config(ini).database_url))
+    store.halt(store.get("h1").id, "http-500: the last 10 list pages all failed with http-500")
+    capsys.readouterr()
+    assert cli(ini, "task", "show", "h1") == 0
+    assert ", halted: http-500: the last 10 list pages all failed with http-500" in capsys.readouterr().out
+    assert cli(ini, "task", "resume", "h1") == 0
+    out = capsys.readouterr().out
+    assert "2024-01-01..2024-01-31" in out and "halt cleared: http-500" in out and ", halted:" not in out
+    assert store.get("h1").halt_reason is None
+
+
+# -- issue 14: input checked before it is saved ------------------------------------------------
+
+
+def _one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("categories", "expected"),
+    [
+        ("H04;G06", "separate codes with commas, e.g. 'H04,G06'"),
+        ("h04", "'h04' should be 'H04' (codes are in capitals)"),
+        ("H04,ZZ9", "'ZZ9' is unknown (nearest: "),
+        ("H04,GO6", "'GO6' is unknown (nearest: G06"),
+        ("mycats.txt", "category file 'mycats.txt' does not exist"),
+        ("ZZ9,mycats.txt", "category file 'mycats.txt' does not exist"),
+        ("H04" + "1" * 70, "is longer than 64 characters"),
+    ],
+)
+def test_task_add_checks_categories_and_leaves_no_row_on_an_error(ini, capsys, categories, expected):
+    assert cli(ini, "task", "add", "t", "--type", "patent", "--start", "2024-01-01", "--categories", categories) == 2
+    assert expected in _one_error_line(capsys.readouterr().err)
+    assert cli(ini, "task", "list") == 0
+    assert capsys.readouterr().out == "no tasks\n"
+
+
+def test_task_add_with_end_before_start_inserts_nothing_and_the_fix_then_works(ini, capsys):
+    args = ("task", "add", "q", "--type", "patent", "--categories", "H04")
+    assert cli(ini, *args, "--start", "2024-02-01", "--end", "2024-01-01") == 2
+    assert _one_error_line(capsys.readouterr().err) == "error: end date 2024-01-01 is before start date 2024-02-01"
+    assert cli(ini, *args, "--start", "2024-01-01", "--end", "2024-02-01") == 0
+    assert "created task 1 'q': patent 2024-01-01..2024-02-01" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("task", "add", "d", "--type", "patent", "--start", "yesterday"),
+         "error: start date 'yesterday' is not a date; expected YYYY-MM-DD, e.g. 2024-01-31"),
+        (("task", "add", "d", "--type", "patent", "--start", "2024-02-30"),
+         "error: start date '2024-02-30' is not a real day (month or day out of range); expected YYYY-MM-DD, e.g. 2024-01-31"),
+        (("task", "extend", "d0", "2024-02-30"), "error: end date '2024-02-30' is not a real day"),
+        (("task", "resume", "d0", "--end", "tomorrow"), "error: end date 'tomorrow' is not a date; expected YYYY-MM-DD"),
+        (("task", "move", "d0", "2024/01/05"), "error: date '2024/01/05' is not a date; expected YYYY-MM-DD"),
+        (("export", "--since", "yesterday"), "error: --since 'yesterday' is not a date; expected YYYY-MM-DD"),
+    ],
+)
+def test_every_date_gets_the_same_one_line_message(ini, capsys, args, expected):
+    assert cli(ini, "task", "add", "d0", "--type", "patent", "--start", "2024-01-01", "--categories", "H04") == 0
+    capsys.readouterr()
+    assert cli(ini, *args) == 2
+    assert _one_error_line(capsys.readouterr().err).startswith(expected)
+
+
+def test_task_set_changes_categories_and_the_type_only_while_nothing_is_crawled(ini, capsys):
+    from cnkispider.config import load_config
+    from cnkispider.db import open_database
+    from cnkispider.schema import round_
+
+    assert cli(ini, "task", "add", "s", "--type", "patent", "--start", "2024-01-01", "--categories", "H04") == 0
+    assert cli(ini, "task", "set", "s", "--categories", "h04,G06") == 2
+    assert "'h04' should be 'H04'" in _one_error_line(capsys.readouterr().err)
+    assert cli(ini, "task", "set", "s", "--categories", "H04,G06") == 0
+    out = capsys.readouterr().out
+    assert "changed: task 1 's': patent" in out and "2 categories" in out
+    assert cli(ini, "task", "set", "s", "--type", "paper", "--categories", "TP3") == 0
+    assert "changed: task 1 's': paper" in capsys.readouterr().out
+    engine = open_database(load_config(ini).database_url)
+    with engine.begin() as conn:
+        conn.execute(round_.insert().values(task_id=1, day="2024-01-01", category="TP3", state="done"))
+    assert cli(ini, "task", "set", "s", "--type", "patent") == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "the type stays paper because 1 rounds are already crawled as paper" in line
+    engine.dispose()
+
+
+def test_a_config_ini_that_differs_from_the_task_row_is_warned_with_the_command(tmp_path, db_url, capsys):
+    from cnkispider.cli import preflight
+    from cnkispider.config import load_config
+
+    path = tmp_path / "config.ini"
+    task = "[task]\nname = w\ntype = patent\nstart_date = 2024-01-01\nend_date = 2024-01-05\ncategories = {}\n"
+    redis = "[redis]\nurl = redis://127.0.0.1:6379/0\n"
+    path.write_text(f"[database]\nurl = {db_url}\n{redis}" + task.format("H04"), encoding="utf-8")
+    assert main(["--config", str(path), "task", "add", "w", "--type", "patent", "--start", "2024-01-01",
+                 "--end", "2024-01-05", "--categories", "H04"]) == 0
+    capsys.readouterr()
+    preflight(load_config(path))
+    assert capsys.readouterr().err == ""  # the same: nothing said
+    path.write_text(f"[database]\nurl = {db_url}\n{redis}" + task.format("H04,G06").replace("01-05", "01-09"),
+                    encoding="utf-8")
+    preflight(load_config(path))
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "warning: config.ini [task] categories = H04,G06 but task 'w' has H04 (the task row wins; "
+        "to apply: cnkispider task set w --categories H04,G06)",
+        "warning: config.ini [task] end_date = 2024-01-09 but task 'w' has 2024-01-05 (the task row wins; "
+        "to apply: cnkispider task extend w 2024-01-09)",
+    ]
+
+
+def test_run_refuses_a_typod_category_in_config_ini_with_one_line(tmp_path, db_url):
+    path = tmp_path / "config.ini"
+    path.write_text(f"[database]\nurl = {db_url}\n[redis]\nurl = redis://127.0.0.1:6379/0\n"
+                    "[task]\nname = typo\nstart_date = 2024-01-01\nend_date = 2024-01-01\ncategories = H04;G06\n",
+                    encoding="utf-8")
+    result = subprocess.run([sys.executable, "-m", "cnkispider.cli", "run", "--config", str(path)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert _one_error_line(result.stderr) == "error: categories 'H04;G06': separate codes with commas, e.g. 'H04,G06'"
+
+
+# -- issue 14: Scrapy parity ------------------------------------------------------------------
+
+
+SCRAPY = str(Path(sys.executable).with_name("scrapy"))
+
+
+@pytest.mark.parametrize(
+    ("ini_text", "args", "expected"),
+    [
+        ("[database]\nurl = mysql+pymysql://root:wrongpw@127.0.0.1:3306/x\n", (),
+         "error: cannot use the database mysql+pymysql://root:***@127.0.0.1:3306/x"),
+        ("[database]\nurl = sqlite:///x.db\n[redis]\nurl = redis://127.0.0.1:1/0\n", (),
+         "error: Redis at redis://127.0.0.1:1/0 is not reachable"),
+        ("[database]\nurl = sqlite:///x.db\n[redis]\nurl = redis://127.0.0.1:6379/0\n", ("-a", "task=nosuch"),
+         "error: no task 'nosuch'"),
+        ("[database]\nurl = sqlite:///x.db\n[redis]\nurl = redis://127.0.0.1:6379/0\n[task]\ncategories = h04\n", (),
+         "error: categories for patent (IPC tree): 'h04' should be 'H04'"),
+    ],
+)
+def test_scrapy_crawl_gives_the_same_one_line_and_exit_code_as_run(tmp_path, ini_text, args, expected):
+    path = tmp_path / "config.ini"
+    path.write_text(ini_text, encoding="utf-8")
+    env = {**os.environ, "CNKI_CONFIG": str(path)}
+    scrapy = subprocess.run([SCRAPY, "crawl", "patent", *args], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert scrapy.returncode == 2, scrapy.stderr[-2000:]
+    assert _one_error_line(scrapy.stderr).startswith(expected) and scrapy.stdout == ""
+    if not args:  # the same through `cnkispider run`
+        run = subprocess.run([sys.executable, "-m", "cnkispider.cli", "run", "--config", str(path)],
+                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 2 and _one_error_line(run.stderr) == _one_error_line(scrapy.stderr)
+
+
+def test_run_takes_scrapy_settings_and_feeds(capsys):
+    from cnkispider.cli import build_parser, run_overrides
+
+    args = build_parser().parse_args(["run", "-s", "DOWNLOAD_DELAY=2", "-o", "x.jsonl", "-o", "y.csv", "--verbose"])
+    assert run_overrides(args) == {
+        "CNKI_VERBOSE": True,
+        "DOWNLOAD_DELAY": "2",
+        "FEEDS": {"x.jsonl": {"format": "jsonlines", "encoding": "utf-8"}, "y.csv": {"format": "csv", "encoding": "utf-8"}},
+    }
+    assert main(["run", "-s", "NOEQUALS"]) == 2
+    assert "-s 'NOEQUALS': expected KEY=VALUE" in _one_error_line(capsys.readouterr().err)
+
+
+def test_feeds_are_utf8_not_escapes():
+    from cnkispider.config import load_config
+    from cnkispider.settings import crawler_settings
+
+    assert crawler_settings(load_config(None, environ={}))["FEED_EXPORT_ENCODING"] == "utf-8"
+
+
+# -- issue 14: small things ---------------------------------------------------------------------
+
+
+def test_the_exe_leaves_demo_out_with_a_clear_message(monkeypatch, capsys):
+    from cnkispider.cli import build_parser
+
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    assert "demo" not in build_parser().format_help()
+    assert main(["demo"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "the demo is not part of the program" in line and "tests/cnki_site" in line
+
+
+def test_a_feed_with_several_processes_is_refused_in_one_line(ini, capsys):
+    assert cli(ini, "run", "--processes", "2", "-o", "x.jsonl") == 2
+    assert "-o FILE takes one process" in _one_error_line(capsys.readouterr().err)

@@ -34,7 +34,9 @@ def test_unknown_key_names_file_section_and_key(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_config(path, environ={})
     message = str(err.value)
-    assert str(path) in message and "[database] urll" in message and "expected one of url" in message
+    assert (
+        str(path) in message and "[database] urll" in message and "expected one of url" in message
+    )
 
 
 def test_unknown_section_is_named(tmp_path):
@@ -47,7 +49,11 @@ def test_unknown_section_is_named(tmp_path):
     ("section", "key", "value", "expected"),
     [
         ("cnki", "page_size", "fifty", "expected a whole number"),
-        ("cnki", "page_size", "80", "<= 50"),
+        ("cnki", "page_size", "80", "expected one of 10, 20, 50"),
+        ("cnki", "page_size", "30", "expected one of 10, 20, 50"),
+        ("cnki", "category_mode", "sidebar", "expected one of subject, facet"),
+        ("cnki", "category_operator", "SUFFIX;x", "expected a code"),
+        ("cnki", "client_id_url", "", "must not be empty"),
         ("task", "type", "thesis", "expected one of patent, paper, achievement"),
         ("task", "start_date", "2024-02-30", "expected a date as YYYY-MM-DD"),
         ("proxy", "enabled", "maybe", "expected true or false"),
@@ -64,7 +70,7 @@ def test_malformed_value_says_what_was_expected(tmp_path, section, key, value, e
 
 def test_environment_overrides_the_file_and_is_named_in_errors(tmp_path):
     path = write(tmp_path, "[cnki]\npage_size = 20\n")
-    assert load_config(path, environ={"CNKI_CNKI_PAGE_SIZE": "30"}).cnki["page_size"] == 30
+    assert load_config(path, environ={"CNKI_CNKI_PAGE_SIZE": "10"}).cnki["page_size"] == 10
     with pytest.raises(ConfigError, match=r"\$CNKI_CNKI_PAGE_SIZE: \[cnki\] page_size"):
         load_config(path, environ={"CNKI_CNKI_PAGE_SIZE": "x"})
 
@@ -87,7 +93,10 @@ def test_missing_explicit_file_is_an_error(tmp_path):
 def test_relative_sqlite_path_is_beside_the_config_file(tmp_path, monkeypatch):
     path = write(tmp_path, "[database]\nurl = sqlite:///data/cnki.db\n")
     monkeypatch.chdir("/")
-    assert load_config(path, environ={}).database_url == f"sqlite:///{(tmp_path / 'data/cnki.db').as_posix()}"
+    assert (
+        load_config(path, environ={}).database_url
+        == f"sqlite:///{(tmp_path / 'data/cnki.db').as_posix()}"
+    )
 
 
 def test_end_before_start_in_config_is_rejected(tmp_path):
@@ -100,3 +109,130 @@ def test_bom_written_by_notepad_is_accepted(tmp_path):
     path = tmp_path / "config.ini"
     path.write_bytes("\ufeff[task]\nname = 中文任务\n".encode())
     assert load_config(path, environ={}).task.name == "中文任务"
+
+
+# -- the environment: CNKI_* variables that override nothing ----------------------------------
+
+
+def test_an_unknown_key_of_a_known_section_in_the_environment_is_an_error_naming_it(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, ""), environ={"CNKI_DATABASE_URLL": "sqlite:///x.db"})
+    message = str(err.value)
+    assert "$CNKI_DATABASE_URLL: [database] urll: unknown key" in message
+    assert "did you mean CNKI_DATABASE_URL?" in message
+
+
+def test_another_unknown_cnki_variable_is_a_warning_naming_it_and_the_nearest(tmp_path, caplog):
+    with caplog.at_level("WARNING", logger="cnkispider.config"):
+        load_config(
+            write(tmp_path, ""), environ={"CNKI_REDISURL": "redis://x", "CNKI_BASE_URL": "http://x"}
+        )
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(
+        "CNKI_REDISURL is not a cnkispider setting" in m and "CNKI_REDIS_URL" in m for m in messages
+    )
+    assert any("CNKI_BASE_URL" in m and "CNKI_CNKI_BASE_URL" in m for m in messages)
+
+
+def test_the_variables_that_are_ours_without_being_keys_are_not_warned_about(tmp_path, caplog):
+    environ = {
+        "CNKI_CONFIG": "x",
+        "CNKI_RELOAD_WATCH": "x",
+        "CNKI_TEST_FAIL_FILENAMES": "x",
+        "CNKI_DATABASE_OUTAGE_SECONDS": "30",
+        "PATH": "/bin",
+    }
+    with caplog.at_level("WARNING", logger="cnkispider.config"):
+        config = load_config(write(tmp_path, ""), environ=environ)
+    assert not caplog.records and config.raw["database"]["outage_seconds"] == 30.0
+
+
+# -- secrets never shown ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("section", "value", "shown"),
+    [
+        ("database", "postgresql://bob:s3cret@db/cnki", "postgresql://bob:***@db/cnki"),
+        ("database", "postgresql://bob@db/cnki?password=s3cret", "password=%2A%2A%2A"),
+        ("redis", "http://:s3cret@r:6379/0", "http://:***@r:6379/0"),
+        ("proxy", "ftp://api.example.com/get?key=s3cret", "key=%2A%2A%2A"),
+    ],
+)
+def test_a_config_error_never_repeats_a_password(tmp_path, section, value, shown):
+    key = "api_url" if section == "proxy" else "url"
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, f"[{section}]\n{key} = {value}\n"), environ={})
+    assert "s3cret" not in str(err.value) and shown in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "masked"),
+    [
+        ("mysql+pymysql://u:pw-1@h:3306/d", "mysql+pymysql://u:***@h:3306/d"),
+        (
+            "mysql+pymysql://u@h/d?charset=utf8mb4&password=pw-1",
+            "mysql+pymysql://u@h/d?charset=utf8mb4&password=%2A%2A%2A",
+        ),
+        ("redis://h:6379/0?PassWord=pw-1&db=2", "redis://h:6379/0?PassWord=%2A%2A%2A&db=2"),
+        (
+            "https://api.example.com/get?token=pw-1&num=5",
+            "https://api.example.com/get?token=%2A%2A%2A&num=5",
+        ),
+        ("sqlite:////data/cnki.db", "sqlite:////data/cnki.db"),
+        ("redis://h:notaport/0", "<unparseable URL>"),
+    ],
+)
+def test_the_one_masking_helper(url, masked):
+    from cnkispider.masking import mask_url
+
+    assert mask_url(url) == masked
+
+
+def test_scrapys_settings_log_line_is_masked(caplog):
+    """Scrapy logs every overridden setting when a crawler starts, DATABASE_URL among them."""
+    import logging
+    import pprint
+
+    from cnkispider.masking import install_log_filter
+
+    install_log_filter()
+    settings = {
+        "DATABASE_URL": "mysql+pymysql://u@h/d?password=pw-1",
+        "REDIS_URL": "redis://:pw-2@h:6379/0",
+    }
+    with caplog.at_level("INFO", logger="scrapy.crawler"):
+        logging.getLogger("scrapy.crawler").info(
+            "Overridden settings:\n%(settings)s", {"settings": pprint.pformat(settings)}
+        )
+    text = caplog.text
+    assert "pw-1" not in text and "pw-2" not in text and "redis://:***@h:6379/0" in text
+
+
+# -- what a worker runs --------------------------------------------------------------------------
+
+
+def test_workers_open_no_remote_shell_and_take_the_outage_time_from_config(tmp_path):
+    from scrapy.exceptions import NotConfigured
+    from scrapy.extensions.telnet import TelnetConsole
+    from scrapy.utils.test import get_crawler
+
+    from cnkispider.settings import crawler_settings
+
+    config = load_config(write(tmp_path, "[database]\noutage_seconds = 90\n"), environ={})
+    settings = crawler_settings(config)
+    assert (
+        settings["TELNETCONSOLE_ENABLED"] is False and settings["REMOTE_CONTROL_ENABLED"] is False
+    )
+    assert settings["DATABASE_OUTAGE_SECONDS"] == 90.0
+    crawler = get_crawler(
+        settings_dict={k: settings[k] for k in ("TELNETCONSOLE_ENABLED", "REMOTE_CONTROL_ENABLED")}
+    )
+    with pytest.raises(NotConfigured):
+        TelnetConsole.from_crawler(crawler)
+    try:
+        from scrapy.extensions.remote_control import RemoteControl
+    except ImportError:  # an older Scrapy has no remote control to switch off
+        return
+    with pytest.raises(NotConfigured):
+        RemoteControl.from_crawler(crawler)
