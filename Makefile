@@ -11,7 +11,7 @@ $(BIN)/cnkispider: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test,exe]'
 	touch $@
 
-.PHONY: setup run demo test lint bench exe
+.PHONY: setup run demo test lint bench exe exe-windows
 setup: $(BIN)/cnkispider
 
 run: setup
@@ -30,3 +30,8 @@ lint: setup
 
 exe: setup
 	$(BIN)/pyinstaller --noconfirm --clean build_exe.spec
+
+# dist/cnkispider.exe, built on this Linux machine: PyInstaller under Wine with the embeddable
+# Windows CPython (scripts/build_exe_windows.sh installs Wine if missing; caches in ~/.cache)
+exe-windows:
+	bash scripts/build_exe_windows.sh

@@ -5,7 +5,8 @@
 Starts the site (``python -m tests.cnki_site``) pinned to one core (``os.sched_setaffinity`` in
 the child, where the platform has it), pins this process (the load generator) to another core,
 and drives a crawl-like mix over persistent HTTP/1.1 connections: each connection warms up a
-session, walks a round's list pages (50 rows each, renewing the session before the turn limit)
+session (the warm-up page, then an Ecp_ClientId from GenerateClientID, which is not counted as a
+page), walks a round's list pages (50 rows each, renewing the session before the turn limit)
 and fetches every detail page a list page links to, as a crawler does. Rounds are taken from the
 site's own /_rounds so that every list page is a real one (cold documents are generated on the
 way, as in a real crawl). The load generator is raw asyncio protocols, cheaper per request than
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import re
 import sys
@@ -28,7 +30,7 @@ from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.cnki_site.client import grid_form, start_site
+from tests.cnki_site.client import CLIENT_ID_PATH, grid_form, start_site
 
 TOKEN = re.compile(rb'href="[^"]*?(/kcms2/article/abstract\?v=[^"&]+)')
 TURN_LIMIT = 15
@@ -120,13 +122,17 @@ async def lane(
                 head, _ = await client.send(request("GET", host, "/kns8s/defaultresult/index"))
                 counts["warmup"] += 1
                 cookie = "; ".join(m.decode() for m in re.findall(rb"Set-Cookie: ([^;]+);", head))
+                # the 2026 site refuses grid POSTs without an Ecp_ClientId it issued
+                _, answer = await client.send(request("GET", host, CLIENT_ID_PATH))
+                counts["client_id"] += 1
+                cookie += f"; Ecp_ClientId={json.loads(answer)['Data']}"
                 used = 0
             body = grid_form(doc_type, day, code=code, page=page, size=50)
             head, page_body = await client.send(
                 request("POST", host, "/kns8s/brief/grid", cookie, body)
             )
             used += 1
-            if not head.startswith(b"HTTP/1.1 200"):
+            if not head.startswith(b"HTTP/1.1 200") or b"pagerTitleCell" not in page_body:
                 counts["errors"] += 1
                 continue
             counts["list"] += 1
@@ -143,7 +149,7 @@ async def lane(
 async def drive(
     base: str, rounds, seconds: float, connections: int, list_only: bool
 ) -> tuple[dict, float]:
-    counts = {"warmup": 0, "list": 0, "detail": 0, "errors": 0}
+    counts = {"warmup": 0, "client_id": 0, "list": 0, "detail": 0, "errors": 0}
     t0 = time.perf_counter()
     deadline = t0 + seconds
     await asyncio.gather(
@@ -202,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         ok = ok and (rate >= args.target or not decides) and counts["errors"] == 0
         print(f"{name:<44}{served:>10}{seconds:>9.1f}{rate:>10.0f}{args.target:>8.0f}  {verdict}")
         print(
-            f"{'':<4}warm-ups {counts['warmup']}, list pages {counts['list']}, "
+            f"{'':<4}warm-ups {counts['warmup']} (+{counts['client_id']} client ids), "
+            f"list pages {counts['list']}, "
             f"details {counts['detail']}, errors {counts['errors']}"
         )
     return 0 if ok else 1

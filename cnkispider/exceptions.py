@@ -54,13 +54,28 @@ class RefusedPage(CnkiSpiderError):
         super().__init__(f"{reason}: {detail}" if detail else reason)
 
 
+class HaltedRequest(IgnoreRequest):
+    """A request dropped because its task halted while it waited for a retry.
+
+    Its lease is held (never acknowledged), so after ``cnkispider task resume`` the lease runs
+    out and the request is crawled again; the errback records nothing for it.
+    """
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(f"task halted: {reason}")
+
+
 class GaveUp(IgnoreRequest):
     """A request failed on every attempt the retry policy allows.
 
     Raised by the retry middleware so that the request's errback records it in errorCode (list
-    stage) or errorLink (detail stage) with ``reason`` and ``attempts``.
+    stage) or errorLink (detail stage) with ``reason`` and ``attempts``. ``detail`` carries what
+    the answer said, when it matters: CNKI's own words for a rejection (reason ``rejected``,
+    given up on the first attempt: no retry cures a query CNKI refuses).
     """
 
-    def __init__(self, reason: str, attempts: int):
-        self.reason, self.attempts = reason, attempts
-        super().__init__(f"gave up after {attempts} attempts: {reason}")
+    def __init__(self, reason: str, attempts: int, detail: str = ""):
+        self.reason, self.attempts, self.detail = reason, attempts, detail
+        words = f" ({detail})" if detail else ""
+        super().__init__(f"gave up after {attempts} attempts: {reason}{words}")

@@ -16,12 +16,18 @@ What differs from ``cnkispider run``, and why:
   see :func:`cnkispider.config.load_config`), and the console shows the progress worth watching
   (tasks, rounds, Scrapy's per-minute counts, warnings and errors) and the summary;
 - on Windows, a double-clicked window waits for Enter before it closes, so the summary or the
-  error can be read. Never when standard input is not a terminal (a script, CI, a scheduled task).
+  error can be read. Never in a console it shares with cmd.exe or PowerShell, and never without
+  a console to type into (a script, CI, a scheduled task, input from NUL).
+
+Its exit status is the command's: 3 when the task is halted (CNKI rejected a query, one failure
+kept repeating, CNKI cannot be reached), with one line saying why and how to go on
+(``cnkispider task resume NAME``); see :mod:`cnkispider.halting`.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 #: Loggers whose INFO lines the console shows; the others only from WARNING up.
@@ -33,7 +39,9 @@ QUIET_LOGGERS = ("tldextract",)
 
 class _ProgressFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.name.startswith(QUIET_LOGGERS):
+        from cnkispider.logs import console_shows
+
+        if record.name.startswith(QUIET_LOGGERS) or not console_shows(record):
             return False
         return record.levelno >= logging.WARNING or record.name.startswith(CONSOLE_LOGGERS)
 
@@ -63,6 +71,27 @@ def _readable_streams() -> None:
             stream.reconfigure(errors="backslashreplace")
 
 
+def _console_window_of_its_own() -> bool:
+    """True when the program runs in a console window opened for it (a double-click): its
+    standard input is that console, and no other program (cmd.exe, PowerShell) is attached to it.
+
+    ``sys.stdin.isatty()`` cannot tell: on Windows NUL is a character device, so a script's
+    ``< NUL`` looks like a terminal, and a window borrowed from cmd.exe stays open anyway."""
+    import ctypes
+    from ctypes import wintypes
+
+    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
+    kernel32.GetStdHandle.restype = wintypes.HANDLE
+    mode = wintypes.DWORD()
+    if not kernel32.GetConsoleMode(kernel32.GetStdHandle(-10), ctypes.byref(mode)):  # STD_INPUT
+        return False  # NUL, a pipe or a file: nobody could press Enter
+    attached = (wintypes.DWORD * 16)()
+    count = kernel32.GetConsoleProcessList(attached, len(attached))
+    # The one-file executable is two processes on the console: the unpacking bootloader (the
+    # parent) and this Python.
+    return 0 < count <= len(attached) and set(attached[:count]) <= {os.getpid(), os.getppid()}
+
+
 def _pause_before_closing() -> None:
     try:
         input("\nPress Enter to close this window.")
@@ -89,13 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         if frozen:  # frozen, the log always goes to a file (config.py), so the console is free
             _console_progress()
         code = cli_main(argv or ["run"])
-    if (
-        double_clicked
-        and sys.platform == "win32"
-        and frozen
-        and sys.stdin is not None
-        and sys.stdin.isatty()
-    ):
+    if double_clicked and sys.platform == "win32" and frozen and _console_window_of_its_own():
         _pause_before_closing()
     return code
 

@@ -12,7 +12,7 @@ import os
 import sys
 
 from cnkispider.config import Config, load_config
-from cnkispider.exceptions import ConfigError
+from cnkispider.exceptions import CnkiSpiderError
 
 
 def crawler_settings(config: Config) -> dict:
@@ -27,7 +27,10 @@ def crawler_settings(config: Config) -> dict:
         "SPIDER_MODULES": ["cnkispider.spiders"],
         "NEWSPIDER_MODULE": "cnkispider.spiders",
         "ROBOTSTXT_OBEY": False,
+        # Scrapy's telnet console and its remote-control HTTP server (2.14+) both run code sent
+        # to them inside the worker: never open either
         "TELNETCONSOLE_ENABLED": False,
+        "REMOTE_CONTROL_ENABLED": False,
         "COOKIES_ENABLED": True,
         "CONCURRENT_REQUESTS": crawl["concurrent_requests"],
         "CONCURRENT_REQUESTS_PER_DOMAIN": crawl["concurrent_requests"],
@@ -36,15 +39,23 @@ def crawler_settings(config: Config) -> dict:
         "RETRY_TIMES": crawl["retry_times"],
         "LOG_LEVEL": crawl["log_level"].upper(),
         "LOGSTATS_INTERVAL": 60.0,
+        # feeds (`-o x.jsonl`, [crawl] feed) in UTF-8: 中文 as it is, not \u escapes
+        "FEED_EXPORT_ENCODING": "utf-8",
         # storage and shared state
         "DATABASE_URL": config.database_url,
+        "DATABASE_OUTAGE_SECONDS": config.raw["database"]["outage_seconds"],
         "REDIS_URL": config.redis_url,
         "CNKI_DATA_DIR": str(data_dir),
         # the site
         "CNKI_BASE_URL": cnki["base_url"],
+        "CNKI_CLIENT_ID_URL": cnki["client_id_url"],
+        "SCHEDULER_ALLOWED_HOSTS": [h.strip() for h in cnki["allowed_hosts"].split(",") if h.strip()],
         "CNKI_PAGE_SIZE": cnki["page_size"],
+        "CNKI_CAP_ROWS": cnki["cap_rows"],
         "CNKI_MAX_PAGES": cnki["max_pages"],
+        "CNKI_CATEGORY_MODE": cnki["category_mode"],
         "CNKI_CATEGORY_FIELD": cnki["category_field"],
+        "CNKI_CATEGORY_OPERATOR": cnki["category_operator"],
         "SESSION_TURN_LIMIT": cnki["turn_limit"],
         # flow control
         "TASKS_NAME": task.name,
@@ -56,6 +67,11 @@ def crawler_settings(config: Config) -> dict:
         "TASKS_ROUND_LEASE": crawl["round_lease_seconds"],
         "TASKS_HEARTBEAT": crawl["heartbeat_seconds"],
         "TASKS_RECRAWL": crawl["recrawl"],
+        # when CNKI keeps saying no (cnkispider/halting.py)
+        "TASKS_HALT_AFTER": crawl["halt_after"],
+        "TASKS_HALT_WINDOW": crawl["halt_window"],
+        "RETRY_CHALLENGE_SESSIONS": crawl["challenge_sessions"],
+        "RETRY_CHALLENGE_COOLDOWN": crawl["challenge_cooldown"],
         # Redis scheduling: one key namespace per task
         "SCHEDULER": "cnkispider.scheduling.scheduler.LeasedScheduler",
         "DUPEFILTER_CLASS": "cnkispider.scheduling.dupefilter.BloomDupeFilter",
@@ -76,6 +92,13 @@ def crawler_settings(config: Config) -> dict:
         "RATELIMIT_RATE": crawl["rate_limit"],
         "RATELIMIT_PROXY_RATE": proxy["rate_limit"],
         "RATELIMIT_BURST": crawl["rate_burst"],
+        # one learned pace per CNKI session and per IP, in the same middleware
+        "PACE_ENABLED": crawl["pace"],
+        "PACE_START": crawl["pace_start"],
+        "PACE_STEP": crawl["pace_step"],
+        "PACE_MAX": crawl["pace_max"],
+        "PACE_COOLDOWN": crawl["pace_cooldown"],
+        "PACE_DIRECT_NAME": proxy["direct_name"],
         # components
         "SPIDER_MIDDLEWARES": {"errors.middleware.ErrorRecordingMiddleware": 60},
         "ITEM_PIPELINES": {"cnkispider.pipelines.DocumentPipeline": 800},
@@ -93,21 +116,62 @@ def crawler_settings(config: Config) -> dict:
             **settings["DOWNLOADER_MIDDLEWARES"],
             "cnkispider.archive.HtmlArchiveMiddleware": 605,
         }
-    # after the session and proxy middlewares, last before the wire (see its module for why);
-    # it switches itself off (NotConfigured) while both rates are 0
+    # after the session and proxy middlewares, nothing that waits between it and the wire, and
+    # after decompression on the way back (see its module for why); it switches itself off
+    # (NotConfigured) while both rates are 0 and the pace is off
     settings["DOWNLOADER_MIDDLEWARES"] = {
         **settings["DOWNLOADER_MIDDLEWARES"],
-        "cnkispider.middlewares.ratelimit.RateLimitMiddleware": 760,
+        "cnkispider.middlewares.ratelimit.RateLimitMiddleware": 630,
     }
     return settings
 
 
 def _load() -> dict:
+    """The settings of `scrapy crawl`: the same config, console and checks as `cnkispider run`."""
+    from cnkispider import logs
+
+    verbose = logs.verbose_from_env()
     try:
-        return crawler_settings(load_config(os.environ.get("CNKI_CONFIG") or None))
-    except ConfigError as exc:
+        config = load_config(os.environ.get("CNKI_CONFIG") or None)
+        settings = crawler_settings(config)
+        if _scrapy_crawl_argv(sys.argv):
+            # the checks `cnkispider run` makes before Scrapy starts, with its lines and codes
+            from cnkispider.cli import preflight
+
+            preflight(config, task_arg=_task_arg(sys.argv))
+    except CnkiSpiderError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    except (LookupError, ValueError) as exc:  # a bad [task], -a task=NOSUCH
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    verbose = not logs.is_quiet(verbose, settings.get("LOG_FILE"))
+    settings.update(logs.quiet_settings(verbose))
+    if _scrapy_crawl_argv(sys.argv):  # not when `cnkispider` or a test imports this module
+        logs.apply(verbose)
+    return settings
+
+
+def _scrapy_crawl_argv(argv: list[str]) -> bool:
+    """Whether this process is `scrapy crawl ...` (not a test or `cnkispider` importing us)."""
+    if not argv or "crawl" not in argv[1:3]:
+        return False
+    program = os.path.normpath(argv[0])
+    # the `scrapy` script (scrapy.exe on Windows), or `python -m scrapy` (.../scrapy/__main__.py)
+    return os.path.basename(program).startswith("scrapy") or os.path.basename(os.path.dirname(program)) == "scrapy"
+
+
+def _task_arg(argv: list[str]) -> str | None:
+    """The value of `-a task=NAME` on the command line, if any."""
+    for i, arg in enumerate(argv):
+        value = None
+        if arg == "-a" and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith("-a") and len(arg) > 2:
+            value = arg[2:]
+        if value and value.startswith("task="):
+            return value.split("=", 1)[1]
+    return None
 
 
 globals().update(_load())

@@ -1,14 +1,33 @@
 """Signals the crawler's own components send to each other (Scrapy-style: plain sentinels).
 
-round_drained(round_id: int, spider)
+round_drained(round_id: int, epoch: str, spider)
     Sent by the Redis scheduler on the one worker whose acknowledgement brought a round's
-    outstanding-request count to zero. Flow control marks the round done in the database.
+    outstanding-request count to zero, with the epoch of the Redis it drained in. Flow control
+    marks the round done in the database if it was seeded under that epoch; a handler returns
+    ``cnkispider.scheduling.scheduler.DRAIN_LATER`` to have the drain checked again later.
 
 request_abandoned(request, reason: str, attempts: int, spider)
     Sent by the Redis scheduler for a request whose lease ran out more often than allowed. The
     handler records it in the error tables and may return a Deferred; the scheduler acknowledges
     the request only after every handler has finished.
+
+list_failed(reason: str, detail: str, request, spider)
+    Sent by the spider after it recorded a list-stage failure in errorCode (``request`` is the
+    failed request, or the request of a response its parser did not understand). The task feeder
+    counts it in its circuit breaker (cnkispider/halting.py), which may halt the task.
+
+request_unreadable(reason: str, spider)
+    Sent by the Redis scheduler when a request read back from Redis is refused (a host, meta key
+    or callback the trust boundary does not allow) and set aside in ``{ns}:unreadable``. What it
+    held is not crawled, so the feeder halts the task with the reason: a configuration that
+    refuses the crawler's own requests must stop the task loudly, never end it "done".
+task_halted(task_id: int, reason: str, spider)
+    Sent on the worker that halted the task (task.halt_reason set by its conditional UPDATE).
+    The feeder stops this worker at once; other workers see the halt at their next feed.
 """
 
 round_drained = object()
 request_abandoned = object()
+list_failed = object()
+task_halted = object()
+request_unreadable = object()

@@ -11,6 +11,17 @@ Phases of a task (``task.phase``)::
       ^                                                                                          |
       '-------------------- end_date extended (the next claim sets crawl again) ------------------'
 
+Halting. The feeder runs the worker's circuit breaker (:class:`cnkispider.halting.Breaker`):
+every list page that comes back counts ok, every list-stage failure the spider records
+(signal ``list_failed``) counts against it; when one reason repeats (``TASKS_HALT_AFTER`` pages
+in a row, or half of the last ``TASKS_HALT_WINDOW``), or CNKI cannot be reached at all (the
+first ``TASKS_UNREACHABLE_AFTER`` list requests all failed on DNS, refusal or timeout), the task
+halts (``task.halt_reason``). A rejection halts it at once (the spider does that). A halted task
+is seen at every feed (each second) by every worker: it seeds nothing, marks no round done (a
+round that drains is marked failed, for ``resume`` to re-open), and its workers stop with finish
+reason ``halted``. While the task's challenge cool-down runs (a Redis key, see the retry
+middleware), nothing is seeded.
+
 A worker never closes on an idle timeout: it closes when its task is done, or when the task
 has no round due (an empty end_date waits for tomorrow; ``TASKS_EXIT_WHEN_IDLE`` says whether to
 wait or exit then).
@@ -26,6 +37,9 @@ TASKS_HEARTBEAT          seconds between heartbeats (15)
 TASKS_ROUNDS_IN_FLIGHT   rounds this worker keeps seeded at once (4)
 TASKS_RECRAWL            run the recrawl phase when the rounds are done (True)
 TASKS_EXIT_WHEN_IDLE     close when no round is due instead of waiting for one (True)
+TASKS_HALT_AFTER         list pages failing in a row for one reason that halt the task (10)
+TASKS_HALT_WINDOW        recent list pages of which half failing for one reason halt it (50)
+TASKS_UNREACHABLE_AFTER  first list requests that, all unreachable, halt it (3)
 DATABASE_URL, ERRORS_MAX_ATTEMPTS
 """
 
@@ -42,8 +56,10 @@ from twisted.internet import task as twisted_task
 from twisted.internet import threads
 
 from cnkispider import signals as cnki_signals
-from cnkispider.db import open_database
-from cnkispider.exceptions import CnkiSpiderError
+from cnkispider.cnki.refusals import REJECTION, kind_of
+from cnkispider.db import is_transient, open_database
+from cnkispider.exceptions import CnkiSpiderError, TaskRowError
+from cnkispider.halting import Breaker, scheduler_cooldown
 from cnkispider.offload import in_thread
 from errors.recorder import ErrorRecorder
 from tasks.flow import TaskStore, new_worker_id
@@ -68,11 +84,19 @@ class RoundFeeder:
         self.recrawl = settings.getbool("TASKS_RECRAWL", True)
         self.exit_when_idle = settings.getbool("TASKS_EXIT_WHEN_IDLE", True)
         self.error_attempts = settings.getint("ERRORS_MAX_ATTEMPTS", 3)
+        self.breaker = Breaker(
+            consecutive=settings.getint("TASKS_HALT_AFTER", 10),
+            window=settings.getint("TASKS_HALT_WINDOW", 50),
+            unreachable_after=settings.getint("TASKS_UNREACHABLE_AFTER", 3),
+        )
+        self.halt_reason: str | None = None
+        self._cooldown = None
         self.worker_id = new_worker_id()
         self.busy = False
         self.closing = False
         self.finished_reason: str | None = None
         self.summary: dict = {}
+        self._feed_errors: set[str] = set()
 
     @classmethod
     def from_crawler(cls, crawler):
@@ -86,6 +110,10 @@ class RoundFeeder:
         crawler.signals.connect(feeder.spider_idle, signal=signals.spider_idle)
         crawler.signals.connect(feeder.spider_closed, signal=signals.spider_closed)
         crawler.signals.connect(feeder.round_drained, signal=cnki_signals.round_drained)
+        crawler.signals.connect(feeder.response_received, signal=signals.response_received)
+        crawler.signals.connect(feeder.list_failed, signal=cnki_signals.list_failed)
+        crawler.signals.connect(feeder.task_halted, signal=cnki_signals.task_halted)
+        crawler.signals.connect(feeder.request_unreadable, signal=cnki_signals.request_unreadable)
         return feeder
 
     # -- start and stop ------------------------------------------------------------------
@@ -102,23 +130,33 @@ class RoundFeeder:
         self.errors = ErrorRecorder(engine, max_attempts=self.error_attempts)
         name = getattr(spider, "task_name", None) or self.task_name
         try:
-            if getattr(spider, "task_name", None):
-                task = await in_thread(self.store.get, name)
-            else:
-                if self.task_type and self.task_type != spider.doc_type:
-                    raise CnkiSpiderError(
-                        f"config.ini [task] type is {self.task_type} but the spider is {spider.doc_type}; "
-                        f"run `scrapy crawl {self.task_type}` or pass -a task=NAME"
-                    )
-                start = self.start_date or (dt.datetime.now(dt.UTC) + dt.timedelta(hours=8)).date().isoformat()
-                task, created = await in_thread(
-                    self.store.register, name, spider.doc_type, start, self.end_date, self.categories
-                )
-                logger.info("%s task %s (%s)", "registered" if created else "joined", task.name, task.id)
+            await self._open_task(spider, name)
         except (CnkiSpiderError, LookupError, ValueError) as exc:
             logger.error("cannot start: %s", exc)
             self._close("task_error")
-            return
+        except Exception as exc:
+            # A database error here (a category list longer than its column, a table missing,
+            # the database gone past its outage time) would leave the worker idle, to say "no
+            # task" later: it stops at once, naming the real cause in one line.
+            logger.error("cannot start: %s", one_line(exc))
+            logger.debug("the cause", exc_info=True)
+            self._close("database_error")
+
+    async def _open_task(self, spider, name: str) -> None:
+        """Register (or join) the task and this worker, then start the heartbeat and feeding."""
+        if getattr(spider, "task_name", None):
+            task = await in_thread(self.store.get, name)
+        else:
+            if self.task_type and self.task_type != spider.doc_type:
+                raise CnkiSpiderError(
+                    f"config.ini [task] type is {self.task_type} but the spider is {spider.doc_type}; "
+                    f"run `scrapy crawl {self.task_type}` or pass -a task=NAME"
+                )
+            start = self.start_date or (dt.datetime.now(dt.UTC) + dt.timedelta(hours=8)).date().isoformat()
+            task, created = await in_thread(
+                self.store.register, name, spider.doc_type, start, self.end_date, self.categories
+            )
+            logger.info("%s task %s (%s)", "registered" if created else "joined", task.name, task.id)
         if task.type != spider.doc_type:
             logger.error("task %s is a %s task, not %s", task.name, task.type, spider.doc_type)
             self._close("task_error")
@@ -136,7 +174,8 @@ class RoundFeeder:
         if not self.closing:
             self.closing = True
             self.finished_reason = reason
-            self.crawler.engine.close_spider(self.spider, reason)
+            d = deferred_from_coro(self.crawler.engine.close_spider_async(reason=reason))
+            d.addErrback(lambda f: logger.debug("closing: %s", f.getErrorMessage()))
 
     async def spider_closed(self, spider, reason):
         for loop in ("heartbeat_loop", "feed_loop"):
@@ -182,9 +221,23 @@ class RoundFeeder:
             return None
         self.busy = True
         d = deferred_from_coro(self.feed())
-        d.addErrback(lambda f: logger.error("flow control: %s", f.getTraceback()))
+        d.addErrback(self._feed_failed)
         d.addBoth(self._not_busy)
         return d
+
+    def _feed_failed(self, failure) -> None:
+        """Feeding runs every second: a failure that repeats is one line each time, its
+        traceback only the first time (a bad task row is the store's to report, once)."""
+        error = failure.value
+        if isinstance(error, TaskRowError):
+            self.store.report_bad_row(error)
+            return
+        line = one_line(error)
+        if line in self._feed_errors or is_transient(error):  # an outage: cnkispider.db says more
+            logger.error("flow control: %s", line)
+            return
+        self._feed_errors.add(line)
+        logger.error("flow control: %s", failure.getTraceback())
 
     def _not_busy(self, result):
         self.busy = False
@@ -194,8 +247,15 @@ class RoundFeeder:
         """Claim and seed rounds while the shared queue is short; when none is due, finish.
 
         The queue length (all workers' requests) is the throttle, not this worker's own rounds:
-        any worker may finish a round another seeded.
+        any worker may finish a round another seeded. A halted task stops this worker; during
+        the task's challenge cool-down nothing is seeded.
         """
+        halt = await in_thread(self.store.halt_of, self.task_id)
+        if halt:
+            self._halted(halt)
+            return
+        if await self._cooling_down():
+            return
         scheduler = self.scheduler
         low_water = self.crawler.settings.getint("CONCURRENT_REQUESTS", 16)
         seeded = 0
@@ -205,6 +265,9 @@ class RoundFeeder:
             round_ = await in_thread(self.store.claim, self.task_id, self.worker_id, scheduler.epoch)
             if round_ is None:
                 break
+            # the task's tree as it is now (its categories file may have been edited): a new
+            # root's children are known when its search has to be split
+            self.spider.tree = (await in_thread(self.store.get, self.task_id)).tree
             for request in self.spider.round_requests(round_):
                 self.crawler.engine.crawl(request)
             # Seeded only once the first request is in Redis: a crash before that leaves the
@@ -215,6 +278,51 @@ class RoundFeeder:
             logger.info("round %s seeded: %s %s (attempt %s)", round_.id, round_.day, round_.category, round_.attempts)
         if seeded == 0:
             await self._maybe_finish()
+
+    async def _cooling_down(self) -> bool:
+        if self._cooldown is None:
+            self._cooldown = scheduler_cooldown(self.crawler) or False
+        if not self._cooldown:
+            return False
+        try:
+            return await in_thread(self._cooldown.remaining) > 0
+        except Exception:  # Redis trouble is the scheduler's to report
+            return False
+
+    # -- halting ---------------------------------------------------------------------------
+
+    def response_received(self, response, request, spider=None):
+        """A list page came back (refused pages never get here: they became retries)."""
+        if request.meta.get("cnki_kind") == "list":
+            self.breaker.ok(request)
+
+    def list_failed(self, reason, detail="", request=None, spider=None):
+        """The spider recorded a list-stage failure: count it; halt when the breaker trips."""
+        verdict = self.breaker.failed(reason, detail, key=request)
+        if verdict is None or kind_of(reason) == REJECTION:
+            return  # a rejection is halted by the spider itself, as it records it
+        d = deferred_from_coro(self.spider.halt(verdict))
+        d.addErrback(lambda f: logger.error("cannot halt the task: %s", f.getErrorMessage()))
+
+    def request_unreadable(self, reason, spider=None):
+        """A request in Redis was refused by the trust boundary: what it held is not crawled, so
+        the task halts with the reason (``task resume`` after fixing the cause)."""
+        if getattr(self, "task_id", None) is None or self.halt_reason is not None:
+            return
+        d = deferred_from_coro(self.spider.halt(f"unreadable: {reason}"))
+        d.addErrback(lambda f: logger.error("cannot halt the task: %s", f.getErrorMessage()))
+
+    def task_halted(self, task_id, reason, spider=None):
+        if task_id == getattr(self, "task_id", None):
+            self._halted(reason)
+
+    def _halted(self, reason: str) -> None:
+        if self.halt_reason is None:
+            self.halt_reason = reason
+            if getattr(self.spider, "halted", False) is None:
+                self.spider.halted = reason  # the retry middleware stops retrying
+            logger.info("task %s is halted: this worker stops", self.task_id)
+        self._close("halted")
 
     async def _maybe_finish(self):
         store = self.store
@@ -248,16 +356,31 @@ class RoundFeeder:
     async def _replay_errors(self) -> bool:
         """Seed a batch of error rows (errorCode first, then errorLink); True if any."""
         codes = await in_thread(self.errors.claim_codes, self.task_id, self.worker_id, 10)
-        requests = [self.spider.replay_code(row) for row in codes]
+        requests = await self._replays("error_code", codes, self.spider.replay_code)
         if not codes:
             links = await in_thread(self.errors.claim_links, self.task_id, self.worker_id, 100)
-            requests = [self.spider.replay_link(row) for row in links]
+            requests = await self._replays("error_link", links, self.spider.replay_link)
         for request in requests:
             self.crawler.engine.crawl(request)
         if requests:
             self.crawler.stats.inc_value("recrawl/requests", len(requests))
             await self._flushed()
         return bool(requests)
+
+    async def _replays(self, table: str, rows: list, build) -> list:
+        """The replay request of each claimed row. A row none can be built from becomes
+        permanent with the reason (one line each); the others replay. Left claimed, it would
+        be claimed again every lease, for ever, and its task would never finish."""
+        requests = []
+        for row in rows:
+            try:
+                requests.append(build(row))
+            except Exception as exc:
+                why = f"{type(exc).__name__}: {exc}"
+                await in_thread(self.errors.unreplayable, table, row["id"], why)
+                self.crawler.stats.inc_value(f"recrawl/unreplayable/{table}")
+                logger.error("%s row %s cannot be replayed (made permanent): %s", table, row["id"], why)
+        return requests
 
     async def _idle_everywhere(self) -> bool:
         """Nothing queued or leased in Redis for this task, by any worker, nor pending here."""
@@ -279,13 +402,33 @@ class RoundFeeder:
 
     # -- completion --------------------------------------------------------------------------
 
-    async def round_drained(self, round_id, spider=None):
-        """This worker acknowledged the round's last request: the round is done."""
-        if await in_thread(self.store.mark_done, round_id):
+    async def round_drained(self, round_id, spider=None, epoch=None):
+        """This worker acknowledged the round's last request: the round is done if it was seeded
+        under the epoch it drained in (else it is replayed); not seeded yet: asked again later.
+        While the task is halted it is failed instead, and ``task resume`` re-opens it."""
+        from cnkispider.scheduling.scheduler import DRAIN_LATER  # (kept local to this method)
+
+        moved = await in_thread(self.store.mark_done, round_id, epoch=epoch)
+        if moved is None:
+            return DRAIN_LATER
+        if moved:
             self.crawler.stats.inc_value("rounds/done")
             info = await in_thread(self.store.round_info, round_id)
             logger.info("round %s done: %s %s, %s listed", round_id, info.day, info.category, info.total)
+        elif await in_thread(self.store.halt_of, self.task_id):
+            if await in_thread(self.store.mark_halted, round_id):
+                self.crawler.stats.inc_value("rounds/halted")
         self._kick()
+
+
+def one_line(error: BaseException) -> str:
+    """``Type: first line of the message`` (a database error's own message, not SQLAlchemy's
+    wrapping of the statement and its parameters), masked."""
+    from cnkispider.masking import mask_text
+
+    cause = getattr(error, "orig", None) or error
+    text = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+    return mask_text(f"{type(cause).__name__}: {text}" if text else type(cause).__name__)
 
 
 def _reactor():

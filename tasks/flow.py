@@ -22,6 +22,14 @@ never both win the same transition)::
                           |   '-- lease ran out -------+-- Redis lost its state (epoch changed)
                           '-- list stage gave up --> failed (and a row in errorCode)
 
+    Halted task (``task.halt_reason`` set, see cnkispider/halting.py): nothing is claimed, and a
+    round that drains is marked failed (note ``halted: ...``), never done; ``resume`` re-opens it
+    (claimed, lease lapsed: the next claim takes it over from its first page).
+
+Re-opening a round (a take-over, the cursor passing it again, a resume) deletes its errorCode
+rows: the round is crawled again from its first page, so what still fails is recorded again and
+what succeeds leaves no stale row behind.
+
     claimed: a worker holds it with a lease (``lease_until``), renewed by its heartbeat; when the
              lease runs out any worker reclaims it (``attempts`` + 1).
     seeded:  its first request is in Redis, whose leases now guard it; ``epoch`` records the Redis
@@ -35,9 +43,11 @@ neither, and of two workers racing for one cursor position exactly one updates a
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import os
 import socket
+import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +55,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from cnkispider.db import db_now
+from cnkispider.db import db_now, retrying
 from cnkispider.exceptions import TaskRowError
 from cnkispider.items import DOC_TYPES
 from cnkispider.schema import error_code, error_link, round_, task, worker
@@ -55,6 +65,31 @@ logger = logging.getLogger(__name__)
 
 BEIJING = dt.timedelta(hours=8)
 IN_FLIGHT = ("claimed", "seeded")
+HALTED_NOTE = "halted"  # round.note of a round that drained while its task was halted
+NOW = object()  # a value for _transition: the database's clock at the move
+
+
+def _forget_errors(conn, round_id: int) -> None:
+    """The round is crawled again from its first page: its old list-stage failures are stale
+    (what still fails is recorded again, an overflow too, by the new crawl of the round)."""
+    conn.execute(error_code.delete().where(error_code.c.round_id == round_id))
+
+
+def _retried(what: str):
+    """Run the method again while the database is away (``cnkispider.db.retrying``): only for
+    reads, and for moves that are one conditional UPDATE (run again after its commit was lost,
+    it matches nothing and says False: another caller's move, which is what the callers already
+    expect). Never for claims (a lost commit's round would stay claimed by a live worker's
+    lease) nor for ``add_total`` (it adds)."""
+
+    def wrap(method):
+        @functools.wraps(method)
+        def run(*args, **kwargs):
+            return retrying(method, *args, what=what, **kwargs)
+
+        return run
+
+    return wrap
 
 
 def new_worker_id() -> str:
@@ -76,6 +111,8 @@ class Task:
     phase: str
     status: dt.datetime | None
     tree: CategoryTree
+    halt_reason: str | None = None
+    halted_at: dt.datetime | None = None
 
     def limit(self, now: dt.datetime) -> dt.date:
         """The last day that may be handed out: end_date, or today on CNKI's calendar."""
@@ -124,6 +161,7 @@ def validate_row(row, base_dir: Path | None = None) -> Task:
     if end is not None and end < start - dt.timedelta(days=1):
         raise TaskRowError(tid, f"end_date {end} is before start_date {start}")
     try:
+        reload_if_changed(row.categories, base_dir)
         tree = load_tree(row.categories, row.type, base_dir)
     except CategoryError as exc:
         raise TaskRowError(tid, f"categories: {exc}") from None
@@ -144,7 +182,48 @@ def validate_row(row, base_dir: Path | None = None) -> Task:
         phase=row.phase,
         status=row.status,
         tree=tree,
+        halt_reason=getattr(row, "halt_reason", None) or None,
+        halted_at=getattr(row, "halted_at", None),
     )
+
+
+# A category file's (mtime, size) when this process last read it: load_tree caches a file's tree
+# per path for the process's life; a file edited while workers run is read again on its next use.
+_FILE_SEEN: dict[str, tuple[int, int]] = {}
+_FILE_LOCK = threading.Lock()
+
+
+def reload_if_changed(spec: str | None, base_dir: Path | None = None) -> bool:
+    """Forget the cached category trees when the file ``spec`` names changed since it was last
+    seen here (True then). Called wherever a task row is validated (each claim, each phase
+    decision), so a worker takes up an edited categories file within a second: new roots get
+    rounds (after the cursor: as it walks; before it: see ``missing_round``). A stat per call;
+    shipped trees (``builtin``) and inline code lists never change."""
+    spec = (spec or "builtin").strip()
+    if spec.startswith("builtin") or not Path(spec).suffix:
+        return False
+    path = Path(spec)
+    if base_dir is not None and not path.is_absolute():
+        path = base_dir / path
+    try:
+        stat = path.stat()
+    except OSError:
+        return False  # load_tree says why
+    key, signature = str(path), (stat.st_mtime_ns, stat.st_size)
+    with _FILE_LOCK:
+        before = _FILE_SEEN.get(key)
+        _FILE_SEEN[key] = signature
+    if before is None or before == signature:
+        return False
+    load_tree_cache_clear()
+    logger.info("categories file %s changed: read again", key)
+    return True
+
+
+def load_tree_cache_clear() -> None:
+    from tasks import categories
+
+    categories._load_file.cache_clear()
 
 
 class TaskStore:
@@ -209,6 +288,7 @@ class TaskStore:
             raise LookupError(f"no task {key!r}")
         return row
 
+    @_retried("reading a task")
     def get(self, key: int | str) -> Task:
         with self.engine.connect() as conn:
             return validate_row(self._row(conn, key), self.base_dir)
@@ -287,16 +367,20 @@ class TaskStore:
         return None
 
     def _claim_one(self, task_id: int, worker_id: str, epoch: str | None) -> Round | None:
+        if self.halt_of(task_id):
+            return None
         taken = self._take_over(task_id, worker_id, epoch)
         if taken is not None:
             return taken
         for _ in range(100):  # each retry means another worker won the race: move on
             with self.engine.begin() as conn:
                 current = validate_row(self._row(conn, task_id), self.base_dir)
+                if current.halt_reason:
+                    return None
                 now = db_now(conn)
                 day, code = current.next_round()
                 if day > current.limit(now):
-                    return None
+                    break
                 moved = conn.execute(
                     task.update()
                     .where(
@@ -318,7 +402,73 @@ class TaskStore:
                 if claimed is not None:
                     return claimed
                 # the cursor passed a round still in flight (the operator moved it back): skip it
-        raise RuntimeError(f"task {task_id}: could not claim a round after 100 tries")
+        else:
+            raise RuntimeError(f"task {task_id}: could not claim a round after 100 tries")
+        return self._claim_missing(task_id, worker_id)
+
+    def _claim_missing(self, task_id: int, worker_id: str) -> Round | None:
+        """The cursor is past its end: open a round the cursor walked past without one (a root
+        category added to the file before the cursor's category, while workers ran)."""
+        try:
+            with self.engine.begin() as conn:
+                current = validate_row(self._row(conn, task_id), self.base_dir)
+                now = db_now(conn)
+                missing = self._missing(conn, current, now, first_only=True)
+                if not missing:
+                    return None
+                day, code = missing[0]
+                logger.info("task %s: round %s %s has no row (category added?): crawling it", task_id, day, code)
+                return self._open_round(conn, task_id, day.isoformat(), code, worker_id, now)
+        except sa.exc.IntegrityError:  # another worker opened it a moment ago
+            return None
+
+    @_retried("looking for missing rounds")
+    def missing_rounds(self, task_id: int) -> list[tuple[dt.date, str]]:
+        """(day, root category) pairs the cursor has walked past (up to end_date or today) that
+        have no round row: the crawl phase is not over while there is one."""
+        with self.engine.connect() as conn:
+            current = validate_row(self._row(conn, task_id), self.base_dir)
+            return self._missing(conn, current, db_now(conn))
+
+    @staticmethod
+    def _missing(conn, current: Task, now: dt.datetime, first_only: bool = False) -> list[tuple[dt.date, str]]:
+        """Of the days the cursor walked (those with a round row, up to the cursor and end_date),
+        the root categories without a round. Days the operator skipped by moving the cursor have
+        no row and stay skipped (steering as documented above)."""
+        if current.cur_date is None:
+            return []
+        roots = current.tree.roots
+        upto = min(current.cur_date, current.limit(now))
+        in_range = [
+            round_.c.task_id == current.id,
+            round_.c.day >= current.start_date.isoformat(),
+            round_.c.day <= upto.isoformat(),
+            round_.c.category.in_(roots),
+        ]
+
+        def due(day: str) -> list[str]:  # the roots the cursor has passed on that day
+            if day == current.cur_date.isoformat():
+                if current.cur_code is None or current.cur_code not in roots:
+                    return []
+                return roots[: roots.index(current.cur_code) + 1]
+            return roots
+
+        per_day = conn.execute(
+            sa.select(round_.c.day, sa.func.count()).where(*in_range).group_by(round_.c.day).order_by(round_.c.day)
+        ).all()
+        short = [day for day, count in per_day if count < len(due(day))]
+        missing = []
+        for day in short:  # the common case: none, after one grouped COUNT
+            have = set(
+                conn.execute(sa.select(round_.c.category).where(*in_range, round_.c.day == day)).scalars()
+            )
+            for code in due(day):
+                if code not in have:
+                    missing.append((dt.date.fromisoformat(day), code))
+                    if first_only:
+                        return missing
+        return missing
+        return missing
 
     def _open_round(self, conn, task_id, day, code, worker_id, now) -> Round | None:
         lease = now + self.round_lease
@@ -344,6 +494,7 @@ class TaskStore:
             return Round(result.inserted_primary_key[0], task_id, day, code, 1)
         if existing.state in IN_FLIGHT:
             return None
+        _forget_errors(conn, existing.id)
         conn.execute(
             round_.update()
             .where(round_.c.id == existing.id)
@@ -392,6 +543,7 @@ class TaskStore:
                     )
                 ).rowcount
                 if won == 1:
+                    _forget_errors(conn, cand.id)
                     logger.info(
                         "took over round %s (%s %s) from a lost worker", cand.id, cand.day, cand.category
                     )
@@ -405,14 +557,108 @@ class TaskStore:
             state="seeded", epoch=epoch,
         )
 
-    def mark_done(self, round_id: int, total: int | None = None, note: str | None = None) -> bool:
-        """Done; True for exactly the one caller that moved it (idempotent for the others)."""
+    def mark_done(
+        self, round_id: int, total: int | None = None, note: str | None = None, epoch: str | None = None
+    ) -> bool | None:
+        """Done; True for exactly the one caller that moved it (idempotent for the others).
+
+        Never while its task is halted (one conditional UPDATE: the halt and this move cannot
+        interleave); the caller then marks it failed with :meth:`mark_halted`.
+
+        ``epoch``: the Redis epoch the round drained in (the scheduler's drain). Only a round
+        seeded under that same epoch is done by it: a round seeded before Redis lost its data
+        had requests only the old Redis held, so it stays seeded under its old epoch and
+        ``claim`` replays it whole, whatever the new Redis counted (False). A round not marked
+        seeded yet (its seeder is between the flush and ``mark_seeded``, or it was taken over
+        and is being seeded again) answers None: ask again later, once it says where it was
+        seeded.
+        """
         values = {"state": "done", "lease_until": None}
         if total is not None:
             values["total"] = total
         if note is not None:
             values["note"] = note[:500]
-        return self._transition(round_, [round_.c.id == round_id, round_.c.state.in_(IN_FLIGHT)], **values)
+        not_halted = ~sa.exists().where(task.c.id == round_.c.task_id, task.c.halt_reason.is_not(None))
+        if epoch is None:
+            return self._transition(
+                round_, [round_.c.id == round_id, round_.c.state.in_(IN_FLIGHT), not_halted], **values
+            )
+        where = [round_.c.id == round_id, round_.c.state == "seeded", round_.c.epoch == epoch, not_halted]
+        if self._transition(round_, where, **values):
+            return True
+        with self.engine.connect() as conn:
+            state = conn.execute(sa.select(round_.c.state).where(round_.c.id == round_id)).scalar()
+        return None if state == "claimed" else False
+
+    def mark_halted(self, round_id: int) -> bool:
+        """A round that drained while its task was halted: failed, re-opened by ``resume``."""
+        return self._transition(
+            round_, [round_.c.id == round_id, round_.c.state.in_(IN_FLIGHT)],
+            state="failed", lease_until=None, note=HALTED_NOTE,
+        )
+
+    # -- halting -------------------------------------------------------------------------
+
+    def halt(self, task_id: int, reason: str) -> bool:
+        """Halt the task with ``reason``: True for the one caller that halted it (a task already
+        halted keeps its first reason). One conditional UPDATE."""
+        return self._transition(
+            task, [task.c.id == task_id, task.c.halt_reason.is_(None)],
+            halt_reason=reason[:500], halted_at=NOW,
+        )
+
+    @_retried("reading a task's halt")
+    def halt_of(self, task_id: int) -> str | None:
+        with self.engine.connect() as conn:
+            return conn.execute(sa.select(task.c.halt_reason).where(task.c.id == task_id)).scalar()
+
+    def resume_halted(self, key: int | str, end_date: str | None = None) -> tuple[Task, dict]:
+        """Clear the task's halt and crawl again what failed for it.
+
+        Rounds that drained while halted are re-opened (claimed with a lapsed lease: the next
+        claim takes them over from their first page, deleting their errorCode rows); errorCode
+        rows that failed for the halt's reason (for a network halt: any network reason) are
+        opened again with their attempts reset, so the recrawl phase replays them.
+        """
+        from cnkispider.halting import NETWORK_REASONS, is_network, slug_of
+
+        with self.engine.begin() as conn:
+            row = self._row(conn, key)
+            now = db_now(conn)
+            slug = slug_of(row.halt_reason)
+            values = {"halt_reason": None, "halted_at": None, "updated_at": now}
+            if end_date:
+                values["end_date"] = dt.date.fromisoformat(end_date).isoformat()
+            conn.execute(task.update().where(task.c.id == row.id).values(**values))
+            reasons: list[str] = []
+            if slug is not None:
+                reasons = list(NETWORK_REASONS) if is_network(slug) else [slug]
+            failed_for_it = sa.select(error_code.c.round_id).where(
+                error_code.c.task_id == row.id, error_code.c.reason.in_(reasons), error_code.c.round_id.is_not(None)
+            )
+            # rounds that drained while halted, and rounds marked done before the breaker tripped
+            # whose list stage failed for the halt's reason: crawled again from their first page
+            reopen = sa.or_(
+                sa.and_(round_.c.state == "failed", round_.c.note == HALTED_NOTE),
+                sa.and_(round_.c.state.in_(("done", "failed")), round_.c.id.in_(failed_for_it)),
+            )
+            reopened = conn.execute(
+                round_.update()
+                .where(round_.c.task_id == row.id, reopen)
+                .values(state="claimed", worker=None, lease_until=now - dt.timedelta(seconds=1),
+                        attempts=0, note=None, updated_at=now)
+            ).rowcount
+            replay = 0
+            if reasons:  # the others (a replay's row, a round not re-opened): replayed by recrawl
+                replay = conn.execute(
+                    error_code.update()
+                    .where(error_code.c.task_id == row.id, error_code.c.reason.in_(reasons))
+                    .values(state="open", attempts=0, lease_until=None, updated_at=now)
+                ).rowcount
+            if (replay or reopened) and row.phase != "crawl":
+                # what failed is crawled again: the task is not done, whatever phase it halted in
+                conn.execute(task.update().where(task.c.id == row.id).values(phase="crawl"))
+        return self.get(row.id), {"rounds": reopened, "error_code": replay, "reason": row.halt_reason}
 
     def mark_failed(self, round_id: int, note: str) -> bool:
         return self._transition(
@@ -429,10 +675,12 @@ class TaskStore:
                 .values(total=sa.func.coalesce(round_.c.total, 0) + listed)
             )
 
+    @_retried("reading a round")
     def round_info(self, round_id: int):
         with self.engine.connect() as conn:
             return conn.execute(sa.select(round_).where(round_.c.id == round_id)).first()
 
+    @_retried("counting rounds in flight")
     def in_flight(self, task_id: int) -> int:
         with self.engine.connect() as conn:
             return conn.execute(
@@ -441,6 +689,7 @@ class TaskStore:
                 .where(round_.c.task_id == task_id, round_.c.state.in_(IN_FLIGHT))
             ).scalar()
 
+    @_retried("reading seeded rounds")
     def seeded_rounds(self, task_id: int) -> list:
         with self.engine.connect() as conn:
             return list(
@@ -451,12 +700,14 @@ class TaskStore:
                 )
             )
 
+    @_retried("reading a task's cursor")
     def exhausted(self, task_id: int) -> bool:
         """No round is due now: the cursor is past end_date (or today)."""
         with self.engine.connect() as conn:
             current = validate_row(self._row(conn, task_id), self.base_dir)
             return current.next_round()[0] > current.limit(db_now(conn))
 
+    @_retried("deciding a task's phase")
     def finish_crawl_phase(self, task_id: int) -> bool:
         """Move the task from crawl to recrawl when its rounds are all done.
 
@@ -465,16 +716,22 @@ class TaskStore:
         waits for tomorrow's rounds.
         """
         current = self.get(task_id)
-        if current.end_date is None or not self.exhausted(task_id) or self.in_flight(task_id):
+        if current.halt_reason or current.end_date is None or not self.exhausted(task_id) or self.in_flight(task_id):
             return False
-        return self._transition(task, [task.c.id == task_id, task.c.phase == "crawl"], phase="recrawl")
+        if self.missing_rounds(task_id):  # a category added behind the cursor: claim opens them
+            return False
+        return self._transition(
+            task, [task.c.id == task_id, task.c.phase == "crawl", task.c.halt_reason.is_(None)], phase="recrawl"
+        )
 
     def set_phase(self, task_id: int, phase: str, expect: str | None = None) -> bool:
-        where = [task.c.id == task_id]
+        """Move the phase (never while halted: a halted task keeps the phase it halted in)."""
+        where = [task.c.id == task_id, task.c.halt_reason.is_(None)]
         if expect is not None:
             where.append(task.c.phase == expect)
         return self._transition(task, where, phase=phase)
 
+    @_retried("moving a round or task")
     def _transition(self, table, where: list, **values) -> bool:
         """One state move: a conditional UPDATE, true for exactly the one caller that made it.
 
@@ -482,7 +739,9 @@ class TaskStore:
         the same transition" holds by construction.
         """
         with self.engine.begin() as conn:
-            values["updated_at"] = db_now(conn)
+            now = db_now(conn)
+            values = {k: now if v is NOW else v for k, v in values.items()}
+            values["updated_at"] = now
             return conn.execute(table.update().where(*where).values(**values)).rowcount == 1
 
     # -- workers -------------------------------------------------------------------------
@@ -497,6 +756,7 @@ class TaskStore:
                 )
             )
 
+    @_retried("sending a heartbeat")
     def heartbeat(
         self,
         worker_id: str,
@@ -531,6 +791,7 @@ class TaskStore:
                 )
             )
 
+    @_retried("counting a task's rounds")
     def progress(self, task_id: int) -> dict:
         """Counts for the operator: rounds by state, error rows."""
         with self.engine.connect() as conn:

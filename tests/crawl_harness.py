@@ -13,6 +13,7 @@ from pathlib import Path
 import redis
 import sqlalchemy as sa
 
+from cnkispider.cnki.protocol import CLIENT_ID_PATH
 from cnkispider.db import open_database
 from cnkispider.items import FIELDS
 from cnkispider.storage import fetch_all
@@ -41,7 +42,13 @@ class CrawlSetup:
         return self.tmp_path / "config.ini"
 
     def write(self) -> Path:
-        cnki = {"base_url": self.site.base_url, "page_size": 50, **self.cnki}
+        cnki = {
+            "base_url": self.site.base_url,
+            # the stand-in issues Ecp_ClientId on its own host (CONTRACT-2026 point 2)
+            "client_id_url": self.site.base_url + CLIENT_ID_PATH,
+            "page_size": 50,
+            **self.cnki,
+        }
         crawl = {
             "data_dir": "data",
             "concurrent_requests": 16,

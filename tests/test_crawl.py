@@ -1,6 +1,6 @@
 """Whole crawls of the stand-in, compared with its ground truth field by field (issue: spiders).
 
-The site runs with 3 reachable pages per search and the crawler with 20 rows a page, so the cap
+The site caps a search at 60 rows (3 pages of 20) and the crawler knows it, so the cap
 is 60 documents a search: rounds overflow and are split along the category tree, leaves that
 still overflow are walked in both sort orders, and one round is beyond even that.
 """
@@ -15,10 +15,10 @@ from tests.crawl_harness import CrawlSetup, compare
 
 SITE = {
     "seed": 5,
-    "max_pages": 3,
+    "cap_rows": 60,
     "overflow": ["patent:2024-01-02:H04:150", "patent:2024-01-01:G06F:70"],
 }
-SMALL_CAP = {"page_size": 20, "max_pages": 3}
+SMALL_CAP = {"page_size": 20, "cap_rows": 60}
 
 CASES = [
     # doc_type, categories, database
@@ -91,13 +91,13 @@ def test_a_round_beyond_both_sort_orders_is_recorded_as_overflow(setup_crawl):
 
 def test_a_session_cut_off_after_15_page_turns_still_yields_every_document(setup_crawl):
     site = {"seed": 5, "turn_limit": 15}
-    # 5 rows a page: the search has about 37 pages; the crawler does not renew its sessions in
-    # time (turn_limit 50), so the site cuts them off and the crawler must recover.
-    setup = setup_crawl("paper", "TP3", "sqlite", end="2024-01-01", site=site, cnki={"page_size": 5, "turn_limit": 50})
+    # 10 rows a page (CNKI's smallest): the search has about 19 pages; the crawler does not renew
+    # its sessions in time (turn_limit 50), so the site cuts them off and the crawler must recover.
+    setup = setup_crawl("paper", "TP3", "sqlite", end="2024-01-01", site=site, cnki={"page_size": 10, "turn_limit": 50})
     result = setup.run()
     assert result.returncode == 0, result.stderr[-3000:]
     truth = setup.truth()
-    assert len(truth) > 15 * 5
+    assert len(truth) > 16 * 10
     assert compare(setup.stored(), truth, "paper") == {"missing": [], "extra": [], "differing": {}}
     assert setup.site.stats()["turn_refusals"] >= 1  # the site really did cut sessions off
     assert setup.query(sa.select(sa.func.count()).select_from(error_link))[0][0] == 0
@@ -105,7 +105,7 @@ def test_a_session_cut_off_after_15_page_turns_still_yields_every_document(setup
 
 def test_sessions_are_renewed_before_cnki_cuts_them_off(setup_crawl):
     site = {"seed": 5, "turn_limit": 15}
-    setup = setup_crawl("paper", "TP3", "sqlite", end="2024-01-01", site=site, cnki={"page_size": 5, "turn_limit": 14})
+    setup = setup_crawl("paper", "TP3", "sqlite", end="2024-01-01", site=site, cnki={"page_size": 10, "turn_limit": 14})
     result = setup.run()
     assert result.returncode == 0, result.stderr[-3000:]
     assert compare(setup.stored(), setup.truth(), "paper") == {"missing": [], "extra": [], "differing": {}}
@@ -123,7 +123,7 @@ def test_scrapy_crawl_reads_config_ini_and_writes_the_feed_and_the_html_archive(
 
     from tests.crawl_harness import ROOT
 
-    setup = setup_crawl("paper", "F0", "sqlite", end="2024-01-01",
+    setup = setup_crawl("paper", "F0", "sqlite", end="2024-01-01", site={"seed": 5},
                         crawl={"feed": "items.jsonl", "archive_html": "true"})
     setup.write()
     env = {**os.environ, "CNKI_CONFIG": str(setup.config_path)}
@@ -139,3 +139,17 @@ def test_scrapy_crawl_reads_config_ini_and_writes_the_feed_and_the_html_archive(
     assert truth[0]["title"] in gzip.decompress(
         (setup.tmp_path / "data" / "archive" / truth[0]["dbname"] / f"{truth[0]['filename']}.html.gz").read_bytes()
     ).decode("utf-8")
+
+
+def test_a_pager_shorter_than_the_total_is_recorded_not_done_quietly(setup_crawl):
+    """The site caps a search at 60 rows while the crawler assumes 6,000: the 79 - 50 rows past
+    the pager's last page are unreachable, and the round says so in errorCode."""
+    setup = setup_crawl("paper", "F0", "sqlite", end="2024-01-01", site={"seed": 5, "cap_rows": 60})
+    result = setup.run()
+    assert result.returncode == 0, result.stderr[-3000:]
+    truth = setup.truth()
+    stored = setup.stored()
+    assert len(truth) == 79 and len(stored) == 50
+    rows = setup.query(sa.select(error_code.c.reason, error_code.c.detail, error_code.c.state))
+    assert [r.reason for r in rows] == ["pager-short"]
+    assert "at least 29 unreachable" in rows[0].detail

@@ -6,8 +6,9 @@ double-click would: against the stand-in CNKI, the real MariaDB and Redis (and, 
 embedded Redis and SQLite it carries). These tests are slow but never skipped: `.ci/run`
 installs PyInstaller (the `exe` extra), and a missing one fails the build fixture.
 
-The Windows .exe is the same spec built on a Windows runner (.github/workflows/windows-exe.yml);
-it cannot be built or run on this Linux CI.
+The Windows .exe is the same spec built by a Windows Python: under Wine on this machine, where
+tests/test_exe_windows.py runs it with these tests' helpers, and on a Windows runner
+(.github/workflows/windows-exe.yml).
 """
 
 from __future__ import annotations
@@ -155,7 +156,10 @@ def crawl_config(site, database_url: str, redis_url: str, name: str, **crawl) ->
             "end_date": DAY,
             "categories": "builtin",
         },
-        "cnki": {"base_url": site.base_url},
+        "cnki": {
+            "base_url": site.base_url,
+            "client_id_url": site.base_url + "/RCDService/api/UtilityOpenApi/GenerateClientID",
+        },
         "crawl": {"lease_seconds": 20, "round_lease_seconds": 15, "heartbeat_seconds": 1, **crawl},
     }
 

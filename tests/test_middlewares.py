@@ -22,7 +22,7 @@ import scrapy
 from scrapy.utils.reactor import is_reactor_installed
 from scrapy.utils.test import get_crawler
 
-from cnkispider.cnki.protocol import HOME_PATH, Protocol
+from cnkispider.cnki.protocol import CLIENT_ID_PATH, HOME_PATH, Protocol
 from cnkispider.exceptions import GaveUp
 from cnkispider.middlewares import DOWNLOADER_MIDDLEWARES
 from cnkispider.middlewares.useragent import UserAgentMiddleware
@@ -49,7 +49,7 @@ class Site:
         self.hits: list[dict] = []
         self.lock = threading.Lock()
         self.proxy_auth = proxy_auth
-        self.routes = {HOME_PATH: self.home, GRID: self.ok}
+        self.routes = {HOME_PATH: self.home, CLIENT_ID_PATH: self.client_id, GRID: self.ok}
         self._sid = itertools.count(1)
         self.servers = [self._serve(is_proxy=False)]
         self.proxy_servers = [self._serve(is_proxy=True) for _ in range(proxies)]
@@ -79,6 +79,9 @@ class Site:
         sid = f"sid{next(self._sid)}"
         hit["set_sid"] = sid
         return 200, {"Set-Cookie": f"SID={sid}; Path=/"}, HOME_PAGE
+
+    def client_id(self, hit):
+        return 200, {"Content-Type": "application/json"}, b'{"Success":true,"Data":"cid%d"}' % len(self.hits)
 
     def ok(self, hit):
         return 200, {}, LIST_PAGE
@@ -181,6 +184,7 @@ def crawl(site: Site, requests, **settings):
     base = {
         "DOWNLOADER_MIDDLEWARES": DOWNLOADER_MIDDLEWARES,
         "CNKI_BASE_URL": site.base_url,
+        "CNKI_CLIENT_ID_URL": site.base_url + CLIENT_ID_PATH,
         "RETRY_BACKOFF_BASE": 0,
         "DOWNLOAD_TIMEOUT": 5,
         "LOG_LEVEL": "DEBUG",
@@ -294,6 +298,26 @@ def test_always_refused_ends_in_gave_up_with_every_attempt(site):
     assert (error.reason, error.attempts) == ("verify", 4)
     assert len(s.on(GRID)) == 4
     assert crawler.stats.get_value("retry/max_reached") == 1
+
+
+REJECTION_PAGE = (
+    '<div id="briefBox"><p class="no-content" value="查询对象结构错误, 没有指定检索分类！">'
+    "抱歉，暂无数据，请稍后重试。</p></div>"
+).encode()
+
+
+def test_a_rejection_is_never_retried_and_gives_up_with_cnki_words(site):
+    s = site(proxies=2)
+    s.routes[GRID] = lambda hit: (200, {}, REJECTION_PAGE)
+    crawler = crawl(s, list_requests(s, 1), RETRY_TIMES=5)
+    spider = crawler.spider
+    assert not spider.responses and len(spider.failures) == 1
+    error = spider.failures[0][1]
+    assert isinstance(error, GaveUp)
+    assert (error.reason, error.attempts, error.detail) == ("rejected", 1, "查询对象结构错误, 没有指定检索分类！")
+    assert len(s.on(GRID)) == 1  # one request, no retry, no fresh session
+    assert crawler.stats.get_value("retry/rejected") == 1
+    assert not crawler.stats.get_value("retry/count")
 
 
 def test_backoff_does_not_block_other_requests(site):

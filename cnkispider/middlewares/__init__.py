@@ -6,7 +6,8 @@
 - :mod:`.referer`: the Referer a browser would send per document type (``REFERER_ENABLED``).
 - :mod:`.proxy`: proxies from the pool in :mod:`proxy` (``PROXY_*``; off unless ``PROXY_ENABLED``).
 - :mod:`.retry`: retries on errors and on CNKI's ways of saying no, each with a fresh session and
-  another proxy, with backoff; then :class:`~cnkispider.exceptions.GaveUp` (``RETRY_*``).
+  another proxy, with backoff; then :class:`~cnkispider.exceptions.GaveUp` (``RETRY_*``). A
+  rejection is never retried; challenges that persist pause the task (a shared cool-down).
 
 ``DEFAULTS`` holds the default of every setting these middlewares read, in one place; the
 project settings (and config.ini through them) override them. ``SETTINGS`` is what the project
@@ -51,6 +52,9 @@ DEFAULTS = {
     "SESSION_TURN_LIMIT": 14,  # CNKI allows 15 turns after the first grid request: renew one early
     "SESSION_MAX_AGE": 600.0,  # seconds; 0 = no limit
     "SESSION_POOL_SIZE": 4,
+    # a retired session's cookie jar is freed after this long: PROXY_WAIT_MAX + DOWNLOAD_TIMEOUT
+    # + RETRY_BACKOFF_MAX, the longest a request holding a session may still be on its way
+    "SESSION_JAR_GRACE": 660.0,
     # useragent.py
     "USERAGENT_ENABLED": True,
     "USERAGENT_BROWSERS": ["Chrome", "Edge", "Firefox", "Safari"],
@@ -79,6 +83,9 @@ DEFAULTS = {
     # RETRY_PRIORITY_ADJUST and RETRY_GIVE_UP_LOG_LEVEL are Scrapy's own)
     "RETRY_BACKOFF_BASE": 0.5,  # seconds before the first retry (x2 each time, jittered)
     "RETRY_BACKOFF_MAX": 30.0,
+    # challenges that persist across this many fresh sessions pause the task for the cool-down
+    "RETRY_CHALLENGE_SESSIONS": 4,
+    "RETRY_CHALLENGE_COOLDOWN": 300.0,  # seconds; shared by every worker (Redis); 0 = no pause
 }
 
 

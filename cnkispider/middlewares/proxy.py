@@ -140,13 +140,24 @@ class ProxyMiddleware:
             [int(x) for x in _setting(s, "PROXY_BAN_STATUSES", "getlist")],
             _setting(s, "PROXY_BAN_REASONS", "getlist"),
         )
-        return cls(
+        middleware = cls(
             pool,
             policy,
             stats=crawler.stats,
             wait_max=_setting(s, "PROXY_WAIT_MAX", "getfloat"),
             source=repr(client),
         )
+        middleware.crawler = crawler
+        return middleware
+
+    def _stopping(self) -> bool:
+        """The crawler is shutting down (SIGTERM, Ctrl-C): Scrapy waits for every request in
+        flight, so one waiting here for a proxy must give up now, not after PROXY_WAIT_MAX."""
+        crawler = getattr(self, "crawler", None)
+        if crawler is None:
+            return False
+        engine = getattr(crawler, "engine", None)
+        return not crawler.crawling or (engine is not None and not engine.running)
 
     def _inc_stat(self, key: str, count: int = 1) -> None:
         if self.stats is not None:
@@ -185,7 +196,7 @@ class ProxyMiddleware:
                 proxy = self.pool.get()  # the failed one, when it is all there is
             if proxy is not None:
                 return proxy
-            if self.clock() >= deadline:
+            if self.clock() >= deadline or self._stopping():
                 self._inc_stat("wait_gave_up")
                 raise GaveUp("no-proxy", attempt + 1)
             await self._refill()

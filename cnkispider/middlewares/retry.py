@@ -12,6 +12,23 @@ A request is retried when:
 - it failed with one of ``RETRY_EXCEPTIONS`` (reason: the exception's class name), or with a
   :class:`~cnkispider.exceptions.RefusedPage` raised by a downloader middleware (its reason).
 
+Three kinds of no (``refusals.kind_of``), three answers:
+
+- a **rejection** (reason ``rejected``: CNKI refused the query itself) is never retried: the
+  request fails at once with ``GaveUp("rejected", 1, detail=<CNKI's words>)`` and its errback
+  halts the task (no fresh session or proxy changes a query CNKI finds wrong);
+- a **challenge** (verify, captcha, the soft block ``no-data-retry``, a JavaScript page) is
+  retried as below; when challenges persist across fresh sessions (``RETRY_CHALLENGE_SESSIONS``
+  challenged answers in a row from that many distinct CNKI sessions, no clean page between),
+  the task pauses for ``RETRY_CHALLENGE_COOLDOWN`` seconds, shared by every worker through one
+  Redis key with a TTL (:class:`cnkispider.halting.Cooldown`), and says so in one warning;
+- a **fault** is retried as below.
+
+While a cool-down runs, every retry waits for it to end before it is handed back (and the
+task feeder seeds no round). Once the task is halted (``spider.halted``), a request that would be
+retried is held instead (never acknowledged: its lease brings it back after ``task resume``) and
+fails with :class:`~cnkispider.exceptions.HaltedRequest`, which its errback does not record.
+
 Each retry is a copy (Scrapy's ``get_retry_request``: ``retry_times``, ``dont_filter``,
 priority) with meta ``cnki_renew_session`` set, so the session middleware retires the old
 session and the proxy middleware picks another proxy. Before the copy is handed back, the
@@ -24,12 +41,14 @@ honoured as in Scrapy.
 
 Settings: ``RETRY_ENABLED``, ``RETRY_TIMES``, ``RETRY_HTTP_CODES``, ``RETRY_EXCEPTIONS``,
 ``RETRY_PRIORITY_ADJUST``, ``RETRY_GIVE_UP_LOG_LEVEL`` (Scrapy's), ``RETRY_BACKOFF_BASE`` (0.5 s),
-``RETRY_BACKOFF_MAX`` (30 s).
+``RETRY_BACKOFF_MAX`` (30 s), ``RETRY_CHALLENGE_SESSIONS`` (4), ``RETRY_CHALLENGE_COOLDOWN`` (300 s; 0: no
+cool-down).
 
 Stats: ``retry/count``, ``retry/reason_count/<reason>``, ``retry/max_reached`` (written by
 Scrapy's ``get_retry_request``, which this middleware reuses as asked, under the same names as
 Scrapy's own middleware); ``retry/backoff_seconds`` and ``retry/gave_up/<reason>`` through
-``_inc_stat``.
+``_inc_stat``; ``retry/rejected``, ``retry/cooldowns`` (started by this worker),
+``retry/cooldown_seconds`` (retries' waits for one).
 """
 
 from __future__ import annotations
@@ -44,9 +63,12 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.asyncio import sleep as loop_sleep
 from scrapy.utils.misc import load_object
 
-from cnkispider.cnki.refusals import classify
-from cnkispider.exceptions import GaveUp, RefusedPage
+from cnkispider.cnki.refusals import REJECTION, classify, kind_of, rejection_text
+from cnkispider.exceptions import GaveUp, HaltedRequest, RefusedPage
+from cnkispider.halting import ChallengeWatch, Cooldown, scheduler_cooldown
 from cnkispider.middlewares import DEFAULTS, refusal_of
+from cnkispider.offload import in_thread
+from cnkispider.scheduling.outcome import hold
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -83,6 +105,9 @@ class CnkiRetryMiddleware:
         classify: Callable[..., str | None] | None = classify,
         sleep: Callable[[float], Awaitable[None]] = loop_sleep,
         rng: random.Random | None = None,
+        challenge_sessions: int = 4,
+        challenge_cooldown: float = 300.0,
+        cooldown: Cooldown | Callable[[], Cooldown | None] | None = None,
     ):
         self.max_retry_times = max_retry_times
         self.retry_http_codes = frozenset(retry_http_codes)
@@ -94,6 +119,11 @@ class CnkiRetryMiddleware:
         self.classify = classify
         self.sleep = sleep
         self.rng = rng or random.Random()
+        self.watch = ChallengeWatch(challenge_sessions)
+        self.challenge_cooldown = challenge_cooldown
+        # The shared pause lives in the task's Redis namespace, known once the engine runs:
+        # a Cooldown, or a callable that finds it (None: no sharing, e.g. plain Scrapy).
+        self._cooldown = cooldown
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> CnkiRetryMiddleware:
@@ -110,9 +140,21 @@ class CnkiRetryMiddleware:
             give_up_log_level=s.get("RETRY_GIVE_UP_LOG_LEVEL", "ERROR"),
             backoff_base=s.getfloat("RETRY_BACKOFF_BASE", DEFAULTS["RETRY_BACKOFF_BASE"]),
             backoff_max=s.getfloat("RETRY_BACKOFF_MAX", DEFAULTS["RETRY_BACKOFF_MAX"]),
+            challenge_sessions=s.getint("RETRY_CHALLENGE_SESSIONS", DEFAULTS["RETRY_CHALLENGE_SESSIONS"]),
+            challenge_cooldown=s.getfloat("RETRY_CHALLENGE_COOLDOWN", DEFAULTS["RETRY_CHALLENGE_COOLDOWN"]),
+            cooldown=lambda: scheduler_cooldown(crawler),
         )
         o.crawler = crawler
         return o
+
+    @property
+    def cooldown(self) -> Cooldown | None:
+        found = self._cooldown
+        if callable(found) and not isinstance(found, Cooldown):
+            found = found()
+            if found is not None:
+                self._cooldown = found
+        return found if isinstance(found, Cooldown) else None
 
     def _inc_stat(self, key: str, count: float = 1) -> None:
         self.crawler.stats.inc_value(f"retry/{key}", count)
@@ -126,8 +168,47 @@ class CnkiRetryMiddleware:
         if reason is None and response.status in self.retry_http_codes:
             reason = f"http-{response.status}"
         if reason is None:
+            if request.meta.get("cnki_kind") in ("list", "detail"):
+                self.watch.clean()  # a page CNKI served (a warm-up page proves nothing)
             return response
+        if kind_of(reason) == REJECTION:
+            # CNKI refused the query itself: the same query on a fresh session is refused again.
+            self._inc_stat("rejected")
+            words = rejection_text(response.body) or ""
+            raise GaveUp(reason, request.meta.get("retry_times", 0) + 1, detail=words)
+        if self.watch.seen(reason, request.meta.get("cnki_session")):
+            await self._pause(reason)
         return await self._retry(request, reason)
+
+    async def _pause(self, reason: str) -> None:
+        """Challenges persist across fresh sessions: pause the whole task (once, shared)."""
+        cooldown = self.cooldown
+        if cooldown is None or self.challenge_cooldown <= 0:
+            return
+        try:
+            started = await in_thread(cooldown.start, self.challenge_cooldown, reason)
+        except Exception as exc:  # Redis trouble: the scheduler reports it; retries go on
+            logger.debug("cannot start the cool-down: %s", exc)
+            return
+        if started:
+            self._inc_stat("cooldowns")
+            logger.warning(
+                "CNKI challenged %d fresh sessions in a row (last: %s): every worker of this task "
+                "pauses for %.0f s",
+                self.watch.sessions, reason, self.challenge_cooldown,
+            )
+
+    async def _wait_for_cooldown(self) -> None:
+        cooldown = self.cooldown
+        if cooldown is None:
+            return
+        try:
+            left = await in_thread(cooldown.remaining)
+        except Exception:
+            return
+        if left > 0:
+            self._inc_stat("cooldown_seconds", round(left, 3))
+            await self.sleep(left)
 
     async def process_exception(
         self, request: Request, exception: Exception, spider: Spider | None = None
@@ -140,7 +221,17 @@ class CnkiRetryMiddleware:
             reason = type(exception).__name__
         return await self._retry(request, reason)
 
+    def _stop_if_halted(self, request: Request) -> None:
+        """The task halted (spider.halted): no more retries. The request is held, never acked,
+        so its lease brings it back after ``task resume``; its errback records nothing."""
+        halted = getattr(getattr(self.crawler, "spider", None), "halted", None)
+        if halted:
+            hold(self.crawler, request)
+            self._inc_stat("halted")
+            raise HaltedRequest(halted)
+
     async def _retry(self, request: Request, reason: str) -> Request:
+        self._stop_if_halted(request)
         meta = request.meta
         retry = get_retry_request(
             request,
@@ -165,4 +256,7 @@ class CnkiRetryMiddleware:
         if delay > 0:
             self._inc_stat("backoff_seconds", round(delay, 3))
             await self.sleep(delay)
+        await self._wait_for_cooldown()
+        self._stop_if_halted(request)
         return retry
+

@@ -25,12 +25,15 @@ import traceback
 import scrapy
 from scrapy import signals
 from scrapy.exceptions import IgnoreRequest
+from scrapy.utils.defer import deferred_from_coro
 
+from cnkispider import masking
 from cnkispider import signals as cnki_signals
 from cnkispider.cnki import parsers
 from cnkispider.cnki.protocol import Search, protocol_from_settings
-from cnkispider.exceptions import GaveUp, RefusedPage
-from cnkispider.items import ITEM_CLASSES, LIST_FIELDS
+from cnkispider.cnki.refusals import REJECTION, kind_of, rejection_text
+from cnkispider.exceptions import GaveUp, HaltedRequest, RefusedPage
+from cnkispider.items import ITEM_CLASSES, ROW_FIELDS
 from cnkispider.offload import in_thread as _in_thread
 from cnkispider.scheduling.outcome import hold
 
@@ -42,12 +45,16 @@ DETAIL_RETRIES = 2
 class RoundSpider(scrapy.Spider):
     doc_type: str = ""
     custom_settings: dict = {}
+    #: The only callbacks and errbacks a request read from the shared Redis may name (the
+    #: scheduler refuses any other: see cnkispider.scheduling.serialize).
+    queue_callbacks = ("parse_list", "parse_detail", "on_error")
 
     def __init__(self, *args, task: str | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.task_name = task  # `scrapy crawl patent -a task=NAME` joins another task
         self.task_id: int | None = None
         self.tree = None
+        self.halted: str | None = None  # the task's halt reason, once known (see halt())
 
     @classmethod
     def from_crawler(cls, crawler, *args, **kwargs):
@@ -88,7 +95,15 @@ class RoundSpider(scrapy.Spider):
         return [self.search_request(search, 1, round_id=round_.id, round_root=True)]
 
     def detail_request(self, row: parsers.ListRow, meta: dict, refreshed: bool = False) -> scrapy.Request:
-        listing = {name: getattr(row, name) for name in LIST_FIELDS}
+        if not (row.dbname.strip() and row.filename.strip()) or "/" in row.dbname:
+            # The dupefilter and the fingerprint key on doc_key: an empty (or ambiguous) one
+            # would make every keyless document "seen" after the first. The parser refuses
+            # such rows already; this keeps any other caller from getting one through.
+            raise RefusedPage(
+                "unexpected",
+                f"list row {row.seq or '?'} ({row.title[:40]!r}) has no dbname/filename key",
+            )
+        listing = {name: getattr(row, name) for name in ROW_FIELDS[self.doc_type]}
         listing["title"] = row.title
         return scrapy.Request(
             self.protocol.absolute(row.url),
@@ -113,14 +128,23 @@ class RoundSpider(scrapy.Spider):
     async def parse_list(self, response):
         meta = response.meta
         search = Search.from_dict(meta["search"])
-        page = parsers.parse_list(response.body)
+        page = parsers.parse_list(response.body, self.doc_type)
         if meta.get("refresh_for"):
-            async for out in self._refreshed(page, meta):
+            async for out in self._refreshed(page, search, meta):
                 yield out
             return
+        async for out in self._listed(page, search, meta):
+            yield out
         if meta.get("error_code_id") and meta["page"] == (meta.get("replay_page") or meta["page"]):
-            # the replayed page of an errorCode row parsed: that failure is mended
+            # The replayed page of an errorCode row is mended only now, once everything that
+            # came of it was handed out (its detail requests, its next page, what it recorded):
+            # a failure before this line still finds its row and counts an attempt on it. A
+            # worker dying between here and the ack brings the request back; if it fails then,
+            # record_code finds its row gone and writes a new one (never an update of nothing).
             await _in_thread(self.errors.resolve_code, meta["error_code_id"])
+
+    async def _listed(self, page, search: Search, meta: dict):
+        """What a list page yields: its detail requests and its next page, or its split."""
         number = meta["page"]
         if number == 1:
             if meta.get("round_root"):
@@ -130,12 +154,70 @@ class RoundSpider(scrapy.Spider):
                 async for out in self._split(search, page.total, meta):
                     yield out
                 return
-        for row in page.rows:
-            yield self.detail_request(row, meta)
-        if number < page.page_count:
+        # Read every row before yielding any: a page that turns out unreadable half-way yields
+        # nothing (it is retried whole), rather than some of its documents.
+        requests = [self.detail_request(row, meta) for row in self.kept_rows(page.rows, meta)]
+        for request in requests:
+            yield request
+        last = self.last_page(page, meta)
+        unreachable = self.unreachable_past_pager(page, meta)
+        if unreachable:
+            # The pager shows fewer pages than the total needs: CNKI caps this search lower than
+            # we think. What lies past its last page cannot be listed: say so, never "done" quietly.
+            self.crawler.stats.inc_value("list/pager-short")
+            await self._record_code(
+                meta, "pager-short", permanent=True,
+                detail=f"{page.total} listed but the pager shows {page.page_count} pages of "
+                f"{self.protocol.page_size}: at least {unreachable} unreachable",
+            )
+        if number < last:
             yield self.search_request(
                 search, number + 1, turn_token=page.turn_token, **_carry(meta)
             )
+
+    def kept_rows(self, rows, meta: dict) -> list:
+        """The rows of this spider's databases. A 总库 search lists whatever its KuaKuCode
+        names (and CNKI may add more): rows are kept by their own dbname, and every dropped
+        one is counted (``rows/dropped/other-database/<dbname>``) and logged, never lost quietly."""
+        kept = []
+        for row in rows:
+            if self.protocol.keeps(self.doc_type, row.dbname):
+                kept.append(row)
+                continue
+            self.crawler.stats.inc_value(f"rows/dropped/other-database/{row.dbname}")
+            self.logger.debug(
+                "dropped a %s row of another database: %s/%s %r (round %s, page %s)",
+                self.doc_type,
+                row.dbname,
+                row.filename,
+                row.title[:40],
+                meta.get("round_id"),
+                meta.get("page"),
+            )
+        return kept
+
+    def last_page(self, page, meta: dict) -> int:
+        """The last page to walk: what the pager shows, but never past what the total and the
+        cap allow (a broken pager may claim a million pages)."""
+        allowed = self.protocol.page_count(page.total)
+        if page.page_count > allowed:
+            self.crawler.stats.inc_value("list/pager-capped")
+            if meta.get("page") == 1:
+                self.logger.warning(
+                    "round %s: the pager shows %d pages for %d results; walking %d",
+                    meta.get("round_id"),
+                    page.page_count,
+                    page.total,
+                    allowed,
+                )
+        return min(page.page_count, allowed)
+
+    def unreachable_past_pager(self, page, meta: dict) -> int:
+        """On page 1: how many of the search's reachable rows lie past the pager's last page."""
+        if meta.get("page") != 1:
+            return 0
+        shown = page.page_count * self.protocol.page_size
+        return max(0, self.protocol.reachable(page.total) - shown)
 
     async def _split(self, search: Search, total: int, meta: dict):
         children = self.tree.children(search.category) if search.category and self.tree else []
@@ -159,14 +241,29 @@ class RoundSpider(scrapy.Spider):
                 f"at least {unreachable} unreachable"
             )
 
-    async def _refreshed(self, page, meta):
-        """A title search made to refresh one stale detail link: take that document's new link."""
+    async def _refreshed(self, page, search: Search, meta):
+        """A title search made to refresh one stale detail link: take that document's new link.
+
+        A common title lists many documents of a day: the search's pages are walked (as far as
+        its pager, the total and the cap allow) until the document's row is found, so a document
+        in row 51 or later is refreshed like one on page 1. Only a document in none of them is
+        recorded as ``not-found-on-refresh``, with how far the search was walked.
+        """
         dbname, filename = meta["refresh_for"].split("/", 1)
-        for row in page.rows:
+        for row in self.kept_rows(page.rows, meta):
             if (row.dbname, row.filename) == (dbname, filename):
                 yield self.detail_request(row, meta, refreshed=True)
                 return
-        await self._record_link(meta, meta.get("stale_url", ""), "not-found-on-refresh")
+        number, last = meta["page"], self.last_page(page, meta)
+        if number < last:
+            self.crawler.stats.inc_value("details/refresh-pages")
+            carried = {k: meta[k] for k in ("refresh_for", "listing", "stale_url") if k in meta}
+            yield self.search_request(search, number + 1, turn_token=page.turn_token, **carried, **_carry(meta))
+            return
+        await self._record_link(
+            meta, meta.get("stale_url", ""), "not-found-on-refresh",
+            f"not among the {page.total} results of its title search ({number} of {last} pages walked)",
+        )
 
     async def parse_detail(self, response):
         meta = response.meta
@@ -180,22 +277,46 @@ class RoundSpider(scrapy.Spider):
     # -- failures ------------------------------------------------------------------------
 
     async def on_error(self, failure):
-        """A request that failed for good (after its retries): refresh, or record it."""
+        """A request that failed for good (after its retries): refresh, or record it.
+
+        A rejection (CNKI refused the query itself) is recorded and halts the task at once: every
+        other round would be refused the same way.
+        """
         request = failure.request
         meta = request.meta
         error = failure.value
+        if isinstance(error, HaltedRequest):
+            return  # held for after `task resume`: not a failure of the page
         reason = error.reason if isinstance(error, (GaveUp, RefusedPage)) else type(error).__name__
         if isinstance(error, IgnoreRequest) and not isinstance(error, GaveUp):
             reason = f"ignored:{reason}"
         detail = failure.getTraceback() if not isinstance(error, (GaveUp, RefusedPage)) else str(error)
+        words = getattr(error, "detail", "") or ""
         self.crawler.stats.inc_value(f"errors/{meta.get('cnki_kind', 'other')}/{reason}")
         if meta.get("cnki_kind") == "detail":
             if not meta.get("refreshed") and reason in ("verify", "captcha", "http-302"):
                 yield self.refresh_request(meta, request.url)
                 return
-            await self._record_link(meta, request.url, reason, detail)
+            recorded = await self._recorded(request, self._record_link(meta, request.url, reason, detail))
         else:
-            await self._record_code(meta, reason, detail)
+            recorded = await self._recorded(
+                request, self._record_code(meta, reason, detail, request=request, words=words)
+            )
+        if not recorded:
+            return
+        if kind_of(reason) == REJECTION:
+            await self.halt(f"{reason}: {words}" if words else reason)
+
+    async def halt(self, reason: str) -> bool:
+        """Halt this spider's task (once across the cluster) and tell this worker's feeder."""
+        self.halted = self.halted or reason  # the retry middleware stops retrying
+        flow = getattr(self, "flow", None)
+        if flow is None or self.task_id is None:
+            return False
+        if await _in_thread(flow.halt, self.task_id, reason):
+            self.logger.error("task %s halted: %s", getattr(getattr(self, "task", None), "name", self.task_id), reason)
+        self.crawler.signals.send_catch_log(cnki_signals.task_halted, task_id=self.task_id, reason=reason, spider=self)
+        return True
 
     async def item_error(self, item, response, spider=None, failure=None):
         """A document parsed but not stored (a pipeline raised): record its link.
@@ -209,14 +330,39 @@ class RoundSpider(scrapy.Spider):
         reason = f"pipeline:{type(failure.value).__name__}" if failure is not None else "pipeline"
         detail = failure.getTraceback() if failure is not None else ""
         self.crawler.stats.inc_value(f"errors/detail/{reason}")
+        url = response.url if response is not None else ""
+        request = response.request if response is not None else None
+        await self._recorded(request, self._record_link(meta, url, reason, detail), what="store a document")
+
+    async def _recorded(self, request, write, what: str = "crawl a page") -> bool:
+        """Await ``write`` (the recording of a failure); True once it is written.
+
+        If even that fails (the database stayed down past ``[database] outage_seconds``, a value
+        its column refuses), the failure would be lost with the request's ack: the request is
+        held instead (never released, so it is not acked: its lease runs out and it comes back
+        to another worker, or this one restarted) and this worker stops, in one line naming the
+        cause. The invariant kept: each document found is stored, or in errorLink, or still
+        leased in Redis.
+        """
         try:
-            await self._record_link(meta, response.url if response is not None else "", reason, detail)
-        except Exception:
-            self.logger.critical("cannot store a document nor record its failure; stopping this worker",
-                                 exc_info=True)
-            if response is not None:
-                hold(self.crawler, response.request)  # never released: its lease brings it back
-            self.crawler.engine.close_spider(self, "database_error")
+            await write
+        except Exception as exc:
+            cause = str(getattr(exc, "orig", None) or exc).splitlines()[0] if str(exc) else ""
+            self.crawler.stats.inc_value("errors/unrecorded")
+            self.logger.critical(
+                "cannot %s nor record its failure (%s: %s); %s is kept for its lease to bring "
+                "back; stopping this worker",
+                what, type(exc).__name__, masking.mask_text(cause), getattr(request, "url", "the request"),
+            )
+            self.logger.debug("the recording's failure", exc_info=True)
+            if request is not None:
+                hold(self.crawler, request)  # never released: its lease brings it back
+            if not getattr(self, "_stopping", False):
+                self._stopping = True
+                d = deferred_from_coro(self.crawler.engine.close_spider_async(reason="database_error"))
+                d.addErrback(lambda f: self.logger.debug("closing: %s", f.getErrorMessage()))
+            return False
+        return True
 
     async def request_abandoned(self, request, reason, attempts, spider=None):
         """A request whose lease ran out too often (it kills or stalls its workers): record it.
@@ -251,12 +397,20 @@ class RoundSpider(scrapy.Spider):
         meta = response.meta
         reason = exception.reason if isinstance(exception, RefusedPage) else type(exception).__name__
         detail = "".join(traceback.format_exception(exception))
+        words = ""
+        if isinstance(exception, RefusedPage) and kind_of(reason) == REJECTION:
+            words = rejection_text(response.body) or exception.detail  # CNKI's own words
         if meta.get("cnki_kind") == "detail":
-            await self._record_link(meta, response.url, reason, detail)
+            recorded = await self._recorded(response.request, self._record_link(meta, response.url, reason, detail))
         else:
-            await self._record_code(meta, reason, detail)
+            recorded = await self._recorded(
+                response.request,
+                self._record_code(meta, reason, detail, request=response.request, words=words),
+            )
+        if recorded and kind_of(reason) == REJECTION:  # a parser saw what the middleware let through
+            await self.halt(f"{reason}: {words}" if words else reason)
 
-    async def _record_code(self, meta, reason, detail="", permanent=False):
+    async def _record_code(self, meta, reason, detail="", permanent=False, *, request=None, words=""):
         search = meta.get("search") or {}
         args = (
             self.task_id,
@@ -271,6 +425,10 @@ class RoundSpider(scrapy.Spider):
             permanent,
         )
         await _in_thread(self.errors.record_code, *args)
+        if not permanent:  # an overflow is a fact about CNKI, not a failure of the crawl
+            self.crawler.signals.send_catch_log(
+                cnki_signals.list_failed, reason=reason, detail=words, request=request, spider=self
+            )
 
     async def _record_link(self, meta, url, reason, detail=""):
         dbname, filename = (meta.get("doc_key") or meta.get("refresh_for") or "/").split("/", 1)
