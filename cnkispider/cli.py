@@ -357,9 +357,8 @@ def report_halt(config: Config) -> int:
 
 
 def run_processes(args) -> int:
-    """N full workers on this machine, each its own process sharing Redis and the database."""
-    import subprocess
-
+    """N full workers on this machine, each its own process sharing Redis and the database; one
+    that dies is started again (cnkispider/workers.py)."""
     # Frozen (the .exe), the program is the command itself: `-m` would mean nothing to it.
     frozen = getattr(sys, "frozen", False)
     base = [sys.executable] if frozen else [sys.executable, "-m", "cnkispider.cli"]
@@ -371,17 +370,9 @@ def run_processes(args) -> int:
     if getattr(args, "verbose", False):
         extra.append("--verbose")
     # --processes 1: each is one worker (else each would read [crawl] processes and fork again)
-    workers = [subprocess.Popen([*base, args.command, "--processes", "1", *extra]) for _ in range(args.processes)]
-    try:
-        codes = [w.wait() for w in workers]
-    except KeyboardInterrupt:
-        try:  # the workers got the same Ctrl-C (one console) and are stopping gracefully
-            codes = [w.wait() for w in workers]
-        except KeyboardInterrupt:  # a second Ctrl-C: stop them now
-            for w in workers:
-                w.terminate()
-            codes = [w.wait() for w in workers]
-    return max(codes)
+    from cnkispider.workers import Workers
+
+    return Workers([*base, args.command, "--processes", "1", *extra], args.processes).run()
 
 
 FROZEN_NO_DEMO = (

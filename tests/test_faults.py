@@ -14,6 +14,8 @@ no secret reaches a log, ``status`` or an error line.
   SIGTERM stops the worker within seconds.
 - Passwords in URLs masked in status, --json, config errors and the crawl log; the export's
   temporary file and a missing folder.
+- A worker of `run --processes 2` killed (kill -9): started again by `run`, the crawl ends equal
+  to the truth.
 - Recording a failure fails (MariaDB down past the worker's outage time while only documents
   whose detail always fails are in flight): each such request is held, the worker stops, and the
   next run records every one of them (errorLink == the doomed documents).
@@ -198,6 +200,53 @@ def test_workers_ride_out_mariadb_outages_of_20_s_and_120_s_and_the_crawl_ends_e
     assert "Traceback" not in log and "database_error" not in log
     assert "Remote control HTTP server" not in log and "Telnet console listening" not in log
     assert_no_secret(log, *outputs)
+
+
+# -- a worker that dies ------------------------------------------------------------------------
+
+
+def children_of(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(p) for p in f.read().split()]
+
+
+def test_run_starts_a_killed_worker_again_and_the_crawl_ends_equal_to_the_truth(
+    tmp_path, cnki_site, services
+):
+    """`run --processes 2` on a server nobody watches: the kernel kills a worker (kill -9). Before:
+    the crawl went on at half speed, and with every worker gone it stayed half done until someone
+    came. Now the parent says so in one line and starts it again; the task finishes by itself."""
+    site = cnki_site(seed=11, latency="0.05")
+    setup = new_setup(tmp_path, site, services, crawl={"concurrent_requests": 4})
+    setup.end = "2024-01-02"
+    parent = setup.spawn("run", "--processes", "2")
+    try:
+        wait_until(lambda: stored_count(setup) >= 150, 120, workers=[parent], log=setup.log)
+        assert stored_count(setup) < len(setup.truth()), "the crawl ended before the kill"
+        workers = children_of(parent.pid)
+        assert len(workers) == 2, workers
+        os.kill(workers[0], signal.SIGKILL)
+        wait_until(
+            lambda: len(children_of(parent.pid)) == 2 and workers[0] not in children_of(parent.pid),
+            60,
+            workers=[parent],
+            log=setup.log,
+        )
+        output = parent.communicate(timeout=300)[0]
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        setup.cleanup_redis()
+    assert parent.returncode == 0, output[-3000:] + setup.log()[-3000:]
+    assert f"worker {workers[0]} died (killed by SIGKILL); starting it again in 2 s" in output, output
+    assert "worker started again: pid" in output, output
+    assert compare(setup.stored(), setup.truth(), "patent") == {
+        "missing": [],
+        "extra": [],
+        "differing": {},
+    }
+    assert setup.query(sa.select(sa.func.count()).select_from(error_link))[0][0] == 0
+    assert_nothing_stuck(setup)
 
 
 # -- a value too long for its column -----------------------------------------------------------
