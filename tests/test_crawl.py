@@ -153,3 +153,28 @@ def test_a_pager_shorter_than_the_total_is_recorded_not_done_quietly(setup_crawl
     rows = setup.query(sa.select(error_code.c.reason, error_code.c.detail, error_code.c.state))
     assert [r.reason for r in rows] == ["pager-short"]
     assert "at least 29 unreachable" in rows[0].detail
+
+
+def test_a_stale_link_deep_in_its_common_titles_search_is_refreshed_and_stored(setup_crawl):
+    """Loss path 4 of issue 13, end to end: every document of the day shares one title (as a
+    common title does on CNKI), so refreshing a stale detail link by a title search lists the
+    whole day, 10 rows a page. Before, only page 1 of that search was read: a document further
+    down became a permanent `not-found-on-refresh`. Now the search's pages are walked."""
+    setup = setup_crawl(
+        "patent",
+        "G06",
+        "mysql",
+        end="2024-01-01",
+        site={"seed": 5, "title_variety": 1},
+        cnki={"page_size": 10},
+    )
+    truth = setup.truth()
+    assert len(truth) > 60 and len({d["title"] for d in truth}) == 1
+    stale = [d["filename"] for d in truth[5::12]]  # spread over the list: most are past page 1
+    setup.site.control(stale=stale)
+    result = setup.run()
+    assert result.returncode == 0, result.stderr[-3000:] + setup.log()[-3000:]
+    assert setup.query(sa.select(error_link.c.filename, error_link.c.reason)) == []
+    assert compare(setup.stored(), truth, "patent") == {"missing": [], "extra": [], "differing": {}}
+    # each stale link was refused (the verify page) before its refresh found the new one
+    assert setup.site.stats()["token_refusals"]["expired"] >= len(stale)

@@ -19,7 +19,8 @@ Three kinds of no (``refusals.kind_of``), three answers:
   halts the task (no fresh session or proxy changes a query CNKI finds wrong);
 - a **challenge** (verify, captcha, the soft block ``no-data-retry``, a JavaScript page) is
   retried as below; when challenges persist across fresh sessions (``RETRY_CHALLENGE_SESSIONS``
-  challenged answers in a row from that many distinct CNKI sessions, no clean page between),
+  challenged answers in a row from that many distinct CNKI sessions, no clean page between; a
+  detail link's retries do not count: :func:`counts_toward_cooldown`),
   the task pauses for ``RETRY_CHALLENGE_COOLDOWN`` seconds, shared by every worker through one
   Redis key with a TTL (:class:`cnkispider.halting.Cooldown`), and says so in one warning;
 - a **fault** is retried as below.
@@ -86,6 +87,18 @@ def backoff_delay(retry: int, base: float, cap: float, rng: random.Random) -> fl
     delay = min(cap, base * 2 ** (retry - 1))
     return delay / 2 + rng.uniform(0, delay / 2)
 
+
+
+def counts_toward_cooldown(request: Request) -> bool:
+    """Whether a challenged answer to ``request`` is evidence that CNKI is wary of our sessions.
+
+    A detail link refused again on a retry is most likely stale (its ``v=`` token expired: CNKI
+    answers that with the verify page too), whatever session asks: the link itself is the cause,
+    and it is refreshed by a title search once its retries are spent. Counting those retries would
+    pause the whole task for a few stale links (4 retries from fresh sessions, no clean page in
+    between, is one stale link and a bit of another). A list page, and a detail's first attempt,
+    count."""
+    return not (request.meta.get("cnki_kind") == "detail" and request.meta.get("retry_times", 0) >= 1)
 
 class CnkiRetryMiddleware:
     """Retries with a fresh session, another proxy and backoff; see the module docstring."""
@@ -176,7 +189,7 @@ class CnkiRetryMiddleware:
             self._inc_stat("rejected")
             words = rejection_text(response.body) or ""
             raise GaveUp(reason, request.meta.get("retry_times", 0) + 1, detail=words)
-        if self.watch.seen(reason, request.meta.get("cnki_session")):
+        if counts_toward_cooldown(request) and self.watch.seen(reason, request.meta.get("cnki_session")):
             await self._pause(reason)
         return await self._retry(request, reason)
 

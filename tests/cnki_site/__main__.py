@@ -86,6 +86,13 @@ def _add_corpus_options(parser: argparse.ArgumentParser) -> None:
         "--doomed", type=int, default=0, help="documents per (type, day) whose detail always fails"
     )
     parser.add_argument(
+        "--title-variety",
+        type=int,
+        default=0,
+        help="distinct titles per (type, day); 0: every document its own (a small number makes a "
+        "title search list many documents, as CNKI's does for a common title)",
+    )
+    parser.add_argument(
         "--span",
         default="2024-01-01:2024-12-31",
         help="days a search without a PT range covers (START:END)",
@@ -100,6 +107,7 @@ def _corpus_options(args) -> CorpusOptions:
         overflow=list(args.overflow),
         trees=dict(args.categories_file),
         doomed=args.doomed,
+        title_variety=args.title_variety,
         span=(start, end or start),
     )
 

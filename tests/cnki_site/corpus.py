@@ -228,6 +228,7 @@ class CorpusOptions:
     overflow: list[str] = field(default_factory=list)
     trees: dict[str, str] = field(default_factory=dict)
     doomed: int = 0
+    title_variety: int = 0  # distinct titles per (type, day); 0: each document its own
     span: tuple[str, str] = ("2024-01-01", "2024-12-31")
 
 
@@ -416,7 +417,10 @@ class Corpus:
         nt, no, na, nk = len(vocab.TECHS), len(vocab.OBJECTS), len(vocab.ACTIONS), len(templates)
         space = nt * no * na * nk
         offset = self.title_offset(doc_type, day) % space
-        n = ((li * 10000 + i) * _TITLE_PRIME + offset) % space
+        slot = li * 10000 + i
+        if self.options.title_variety > 0:  # a common title: many documents of the day share it
+            slot %= self.options.title_variety
+        n = (slot * _TITLE_PRIME + offset) % space
         ti, n = n % nt, n // nt
         oi, n = n % no, n // no
         ai, k = n % na, n // na

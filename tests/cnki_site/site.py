@@ -212,6 +212,9 @@ class Site:
         self.breaks = set(o.breaks)
         self._random = random.Random(o.corpus.seed)
         self.doomed_extra: set[str] = set()
+        # documents whose links on list pages are stale (issued long ago: the detail answers with
+        # the verify page) except on a page of a title search, as a refresh gets a fresh link
+        self.stale_links: set[str] = set()
         self.base = f"http://{o.host}:{o.port}"
         self.host_ports = {f"{o.host}:{o.port}"}
         self.proxy_ports: list[int] = []
@@ -629,6 +632,7 @@ class Site:
             return Response(200, markup.CURSOR_PAST_CAP)
         pages = max(1, min(math.ceil(total / size), cap // size))
         prefix = self.tokens.prefix(sid, int(now * 1000))
+        stale_prefix = self.tokens.prefix(sid, 0) if self.stale_links and not search.title else None
         issue, document, base = self.tokens.issue, self.corpus.document, self.base
         patent = search.doc_type == "patent"
         page_b = str(page).encode()
@@ -646,7 +650,11 @@ class Site:
                 + a
                 + str(seq).encode()
                 + b
-                + issue(prefix, f["dbname"], f["filename"])
+                + issue(
+                    stale_prefix if stale_prefix and f["filename"] in self.stale_links else prefix,
+                    f["dbname"],
+                    f["filename"],
+                )
                 + c
             )
         if self.options.header_rows > 0:
@@ -723,6 +731,7 @@ class Site:
             "banned": self.limiter.banned(self.clock()),
             "doomed_count": o.corpus.doomed,
             "doomed": sorted(self.doomed_extra),
+            "stale": sorted(self.stale_links),
             "proxies": [
                 {
                     "index": i,
@@ -785,6 +794,8 @@ class Site:
                     self.limiter.unban()
             elif key == "doomed":
                 self.doomed_extra = set(value)
+            elif key == "stale":
+                self.stale_links = set(value)
             elif key == "doomed_count":
                 o.corpus.doomed = int(value)
                 self.corpus.doomed_refs.cache_clear()
