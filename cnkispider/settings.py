@@ -1,7 +1,8 @@
 """Scrapy settings, derived from config.ini.
 
-`scrapy crawl patent` reads this module; it loads config.ini (``CNKI_CONFIG`` names another
-file) and maps it with :func:`crawler_settings`, the same function `cnkispider run` uses, so
+`scrapy crawl patent` reads this module; under Scrapy's command line (only) it loads config.ini
+(``CNKI_CONFIG`` names another file) and maps it with :func:`crawler_settings`, the same function
+`cnkispider run` uses (with the file of ``--config``), so
 both ways of starting a crawl behave the same. A bad config.ini stops here with its one-line
 message, not a traceback.
 """
@@ -152,13 +153,18 @@ def _load() -> dict:
     return settings
 
 
-def _scrapy_crawl_argv(argv: list[str]) -> bool:
-    """Whether this process is `scrapy crawl ...` (not a test or `cnkispider` importing us)."""
-    if not argv or "crawl" not in argv[1:3]:
+def _scrapy_argv(argv: list[str]) -> bool:
+    """Whether this process is Scrapy's command line (`scrapy crawl`, `scrapy list`, ...)."""
+    if not argv:
         return False
     program = os.path.normpath(argv[0])
     # the `scrapy` script (scrapy.exe on Windows), or `python -m scrapy` (.../scrapy/__main__.py)
     return os.path.basename(program).startswith("scrapy") or os.path.basename(os.path.dirname(program)) == "scrapy"
+
+
+def _scrapy_crawl_argv(argv: list[str]) -> bool:
+    """Whether this process is `scrapy crawl ...` (not a test or `cnkispider` importing us)."""
+    return _scrapy_argv(argv) and "crawl" in argv[1:3]
 
 
 def _task_arg(argv: list[str]) -> str | None:
@@ -174,4 +180,8 @@ def _task_arg(argv: list[str]) -> str | None:
     return None
 
 
-globals().update(_load())
+# Only Scrapy's own command line reads its settings from this module. `cnkispider --config X`
+# (and a test) imports it for crawler_settings and must not load ./config.ini on the way: a
+# stray or broken file there would override --config, or stop the program naming the wrong file.
+if _scrapy_argv(sys.argv):
+    globals().update(_load())

@@ -283,3 +283,35 @@ def test_the_exe_leaves_demo_out_with_a_clear_message(monkeypatch, capsys):
 def test_a_feed_with_several_processes_is_refused_in_one_line(ini, capsys):
     assert cli(ini, "run", "--processes", "2", "-o", "x.jsonl") == 2
     assert "-o FILE takes one process" in _one_error_line(capsys.readouterr().err)
+
+
+def test_config_names_the_file_even_beside_a_broken_config_ini(tmp_path, cnki_site, sqlite_url):
+    """Issue 15's first defect: `cnkispider.settings` loaded ./config.ini when it was imported,
+    so `cnkispider --config good.ini run` from a folder whose config.ini has a typo stopped with
+    exit 2 naming the stray file. Only Scrapy's own command line reads config.ini that way now."""
+    from tests.crawl_harness import CrawlSetup, compare
+
+    site = cnki_site(seed=3, scale=0.2)
+    setup = CrawlSetup(tmp_path / "good", site, sqlite_url, "patent", "2024-01-01", "2024-01-01", "G06")
+    setup.tmp_path.mkdir()
+    setup.write()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "config.ini").write_text("[crawl]\nconcurrent_requestz = 4\n", encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("CNKI_CONFIG", None)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "cnkispider.cli", "--config", str(setup.config_path), "run"],
+            cwd=elsewhere,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+    finally:
+        setup.cleanup_redis()
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "concurrent_requestz" not in result.stderr
+    truth = setup.truth()
+    assert truth and compare(setup.stored(), truth, "patent") == {"missing": [], "extra": [], "differing": {}}
