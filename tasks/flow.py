@@ -539,6 +539,11 @@ class TaskStore:
                         lease_until=now + self.round_lease,
                         attempts=round_.c.attempts + 1,
                         epoch=None,
+                        # the attempt starts over, as in _open_round: its search adds its total
+                        # again (add_total), so the old one must go, and so must what it counted
+                        total=None,
+                        stored=None,
+                        note=None,
                         updated_at=now,
                     )
                 ).rowcount
