@@ -98,15 +98,6 @@ def iter_documents(
         last = rows[-1]["id"]
 
 
-def count_documents(engine: Engine, doc_type: str, task_id: int | None = None) -> int:
-    table = documents[doc_type]
-    query = sa.select(sa.func.count()).select_from(table)
-    if task_id is not None:
-        query = query.where(table.c.task_id == task_id)
-    with engine.connect() as conn:
-        return conn.execute(query).scalar()
-
-
 def fetch_all(engine: Engine, doc_type: str) -> list[dict]:
     """Every stored document of a type (for tests and small exports)."""
     return list(iter_documents(engine, doc_type))

@@ -392,13 +392,7 @@ class RoundFeeder:
 
     async def _flushed(self) -> None:
         """Wait until what this worker enqueued is written to Redis."""
-        scheduler = self.scheduler
-        flush = getattr(scheduler, "flush", None)
-        if flush is not None:
-            await maybe_deferred_to_future(flush())
-            return
-        while scheduler._writes.ops() or scheduler._syncing:
-            await maybe_deferred_to_future(twisted_task.deferLater(_reactor(), 0.02, lambda: None))
+        await maybe_deferred_to_future(self.scheduler.flush())
 
     # -- completion --------------------------------------------------------------------------
 
@@ -429,9 +423,3 @@ def one_line(error: BaseException) -> str:
     cause = getattr(error, "orig", None) or error
     text = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
     return mask_text(f"{type(cause).__name__}: {text}" if text else type(cause).__name__)
-
-
-def _reactor():
-    from twisted.internet import reactor
-
-    return reactor

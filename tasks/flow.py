@@ -665,12 +665,6 @@ class TaskStore:
                 conn.execute(task.update().where(task.c.id == row.id).values(phase="crawl"))
         return self.get(row.id), {"rounds": reopened, "error_code": replay, "reason": row.halt_reason}
 
-    def mark_failed(self, round_id: int, note: str) -> bool:
-        return self._transition(
-            round_, [round_.c.id == round_id, round_.c.state.in_(IN_FLIGHT)],
-            state="failed", lease_until=None, note=note[:500],
-        )
-
     def add_total(self, round_id: int, listed: int) -> None:
         """Add a search's listed total to its round (a split round sums its searches)."""
         with self.engine.begin() as conn:
@@ -693,17 +687,6 @@ class TaskStore:
                 .select_from(round_)
                 .where(round_.c.task_id == task_id, round_.c.state.in_(IN_FLIGHT))
             ).scalar()
-
-    @_retried("reading seeded rounds")
-    def seeded_rounds(self, task_id: int) -> list:
-        with self.engine.connect() as conn:
-            return list(
-                conn.execute(
-                    sa.select(round_.c.id, round_.c.epoch).where(
-                        round_.c.task_id == task_id, round_.c.state == "seeded"
-                    )
-                )
-            )
 
     @_retried("reading a task's cursor")
     def exhausted(self, task_id: int) -> bool:

@@ -25,13 +25,12 @@ So spider code needs nothing for the ordinary case, errbacks included::
 Only work that outlives the callback, errback, pipeline or signal handler that started it must be
 declared, or the request could be acked before that work is written:
 
-- ``track(crawler, request, deferred_or_coroutine)`` holds the request until it completes;
 - ``hold(crawler, request)`` returns a :class:`Hold`; call ``release()`` (or use it as a context
   manager) when the outcome is written. For the errors component recording a callback
   exception from a ``spider_error`` handler (which Scrapy does not wait for), that is
   ``h = hold(crawler, response.request)`` in the handler and ``h.release()`` after the write.
 
-A hold taken after the request was acked does nothing (and logs why). Both functions do nothing
+A hold taken after the request was acked does nothing (and logs why). It does nothing
 when the crawler does not run the leased scheduler.
 
 A lease held here is in one of these states (the Redis side is described in :mod:`.queue`):
@@ -47,10 +46,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Container
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-from scrapy.utils.defer import deferred_from_coro
-from twisted.internet.defer import Deferred, succeed
+from typing import TYPE_CHECKING
 
 from cnkispider.scheduling.queue import Held
 
@@ -158,9 +154,6 @@ class OutcomeTracker:
         """Every lease this worker holds (to renew them)."""
         return [lease.held for lease in self._leases.values()]
 
-    def count(self, state: str) -> int:
-        return sum(1 for lease in self._leases.values() if lease.state == state)
-
     def holding(self) -> int:
         """Leases the engine is done with but someone still holds."""
         return sum(1 for lease in self._leases.values() if lease.holds)
@@ -180,21 +173,3 @@ def hold(crawler: Crawler, request: Request) -> Hold:
     if tracker is None:
         return Hold(None, None)
     return tracker.hold(request)
-
-
-def track(crawler: Crawler, request: Request, work: Any) -> Deferred:
-    """Hold ``request``'s lease until ``work`` (a Deferred, coroutine or future) completes.
-
-    Returns a Deferred with ``work``'s result (or failure).
-    """
-    held = hold(crawler, request)
-    d = deferred_from_coro(work)
-    if not isinstance(d, Deferred):  # a plain value: nothing to wait for
-        held.release()
-        return succeed(d)
-
-    def release(result: Any) -> Any:
-        held.release()
-        return result
-
-    return d.addBoth(release)

@@ -313,6 +313,19 @@ class LeasedScheduler(BaseScheduler):
         if self.df is not None:
             self.df.close(reason)
 
+    def flush(self) -> Deferred:
+        """A Deferred that fires once every write made so far (enqueues, acks, ...) is in Redis.
+
+        For flow control, which must not mark a round seeded before its first request is in the
+        shared queue. A failing Redis keeps it waiting: the writes are kept and retried."""
+        return deferred_from_coro(self._flush())
+
+    async def _flush(self) -> None:
+        while (self._writes.ops() or self._syncing) and self.queue is not None and not self._closing:
+            if not self._syncing:
+                self._kick()
+            await maybe_deferred_to_future(_sleep(0.01))
+
     def has_pending_requests(self) -> bool:
         return bool(
             self._buffer
