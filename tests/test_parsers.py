@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from pathlib import Path
 
 import pytest
 
@@ -19,22 +18,13 @@ from cnkispider.cnki.parsers import (
 )
 from cnkispider.exceptions import RefusedPage
 from cnkispider.items import FIELDS, LIST_FIELDS
-from tests.fixtures.pages import all_cases, load
-
-REAL_PAGES = Path(__file__).resolve().parents[2] / "shared" / "cnki" / "pages"
+from tests.fixtures.pages import all_cases, load, real_page
 
 CASES = all_cases()
 DETAIL_CASES = [c for c in CASES if "fields" in c.expected]
 LIST_CASES = [c for c in CASES if "list" in c.expected]
 REFUSED_CASES = [c for c in CASES if c.expected.get("parser_refusal")]
 ROW_FIELDS = [f.name for f in dataclasses.fields(ListRow)]
-
-
-def real_page(name: str) -> bytes:
-    path = REAL_PAGES / name
-    if not path.is_file():
-        pytest.skip(f"real CNKI pages not available: {path} is missing (../shared/cnki/pages)")
-    return path.read_bytes()
 
 
 def parse_case(case):
@@ -537,3 +527,15 @@ def test_real_journal_list_is_read_alike_for_papers_and_achievements(
     real_list_raw, real_list, doc_type
 ):
     assert parse_list(real_list_raw, doc_type) == real_list
+
+
+def test_a_missing_real_page_skips_in_a_bare_clone_and_fails_in_ci(tmp_path, monkeypatch):
+    import tests.fixtures.pages as pages
+
+    monkeypatch.setattr(pages, "REAL_PAGES", tmp_path / "no-shared")
+    monkeypatch.delenv(pages.REQUIRE_ENV, raising=False)
+    with pytest.raises(pytest.skip.Exception, match="real CNKI pages not available"):
+        pages.real_page("kns8s_list_crossdb_p1.html")
+    monkeypatch.setenv(pages.REQUIRE_ENV, "1")
+    with pytest.raises(pytest.fail.Exception, match="CNKI_REQUIRE_REAL_PAGES=1 requires them"):
+        pages.real_page("kns8s_list_crossdb_p1.html")

@@ -6,7 +6,6 @@ import asyncio
 import datetime
 import json
 import re
-from pathlib import Path
 
 import pytest
 from scrapy.http import HtmlResponse, Request
@@ -25,6 +24,7 @@ from cnkispider.cnki.protocol import (
 from cnkispider.exceptions import RefusedPage
 from cnkispider.spiders.paper import PaperSpider
 from cnkispider.spiders.patent import PatentSpider
+from tests.fixtures.pages import real_page_path
 
 BASE = "http://127.0.0.1:8731"
 
@@ -666,15 +666,12 @@ def test_an_absurd_pager_is_walked_only_as_far_as_the_total_allows():
 
 # -- the resource table against the real defaultresult/index page (../shared/cnki/pages) ---------
 
-REAL_PAGES = Path(__file__).resolve().parents[2] / "shared" / "cnki" / "pages"
 
 
 @pytest.fixture(scope="module")
 def real_menu() -> dict[str, dict[str, str]]:
     """classid -> {resource, chs} of the real page's database menu (first entry of each id)."""
-    path = REAL_PAGES / "kns8s_defaultresult_index.html"
-    if not path.is_file():
-        pytest.skip(f"real CNKI pages not available: {path} is missing (../shared/cnki/pages)")
+    path = real_page_path("kns8s_defaultresult_index.html")
     text = path.read_text(encoding="utf-8")
     menu: dict[str, dict[str, str]] = {}
     for tag in re.findall(r"<a [^>]*name=\"classify\"[^>]*>", text):
@@ -704,9 +701,7 @@ def test_paper_kuakucode_ids_are_the_real_journal_and_thesis_classes(real_menu):
 
 
 def test_every_row_of_the_real_crossdb_list_is_kept_for_papers_and_none_for_patents():
-    path = REAL_PAGES / "kns8s_list_crossdb_p1.html"
-    if not path.is_file():
-        pytest.skip(f"real CNKI pages not available: {path} is missing (../shared/cnki/pages)")
+    path = real_page_path("kns8s_list_crossdb_p1.html")
     rows = parse_list(path.read_bytes(), "paper").rows
     assert len(rows) == 20
     assert all(Protocol.keeps("paper", r.dbname) for r in rows)

@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from scrapy.http import HtmlResponse, Response
 
 from cnkispider.cnki.refusals import body_reason, classify, refused
-from tests.fixtures.pages import all_cases, load
+from tests.fixtures.pages import all_cases, load, real_page
 
-REAL_PAGES = Path(__file__).resolve().parents[2] / "shared" / "cnki" / "pages"
 GRID = "https://kns.cnki.net/kns8s/brief/grid"
 DETAIL = "https://kns.cnki.net/kcms2/article/abstract?v=t&uniplatform=NZKPT&language=CHS"
 
 CASES = all_cases()
 REFUSAL_CASES = [c for c in CASES if c.expected["refusal"]]
 USABLE_CASES = [c for c in CASES if not c.expected["refusal"]]
-
-
-def real_page(name: str) -> bytes:
-    path = REAL_PAGES / name
-    if not path.is_file():
-        pytest.skip(f"real CNKI pages not available: {path} is missing (../shared/cnki/pages)")
-    return path.read_bytes()
 
 
 def classify_case(case):
