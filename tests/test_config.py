@@ -15,9 +15,17 @@ def write(tmp_path, text, name="config.ini"):
 
 
 def test_defaults_apply_without_a_file(tmp_path, monkeypatch):
+    """No config.ini in the working folder nor beside the program (the repository's own is
+    hidden: it would be found beside cnkispider/): every key takes its schema default."""
+    import cnkispider.config as config_module
+
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(config_module, "executable_dir", lambda: tmp_path / "program")
     config = load_config(environ={})
-    assert config.path is None or config.path.name == "config.ini"
+    assert config.path is None
+    for section, keys in config_module.SCHEMA.items():
+        for key, (convert, default) in keys.items():
+            assert config.raw[section][key] == convert(default), (section, key)
     assert config.cnki["page_size"] == 50 and config.redis_url == ""
 
 
