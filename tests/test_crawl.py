@@ -178,3 +178,31 @@ def test_a_stale_link_deep_in_its_common_titles_search_is_refreshed_and_stored(s
     assert compare(setup.stored(), truth, "patent") == {"missing": [], "extra": [], "differing": {}}
     # each stale link was refused (the verify page) before its refresh found the new one
     assert setup.site.stats()["token_refusals"]["expired"] >= len(stale)
+
+
+def test_an_open_ended_task_crawls_to_today_then_says_it_is_up_to_date(setup_crawl):
+    """A task without end_date follows the calendar: it crawls every day up to its limit, then
+    the run ends by itself, `up_to_date` (exit 0), with the task still in its crawl phase; the
+    next run finds nothing due and adds nothing."""
+    import datetime as dt
+
+    from cnkispider.schema import task as task_table
+    from tasks.flow import BEIJING
+
+    today = (dt.datetime.now(dt.UTC) + BEIJING).date()
+    start = (today - dt.timedelta(days=2)).isoformat()
+    setup = setup_crawl("patent", "G06", "sqlite", start=start, end="", site={"seed": 5, "scale": 0.1})
+    result = setup.run()
+    assert result.returncode == 0, result.stderr[-3000:] + setup.log()[-3000:]
+    assert "up to date" in setup.log()
+    days = sorted({d for (d,) in setup.query(sa.select(round_.c.day))})
+    assert days and str(days[0]) == start and str(days[-1]) <= today.isoformat()
+    assert {s for (s,) in setup.query(sa.select(round_.c.state))} == {"done"}
+    assert setup.query(sa.select(task_table.c.phase)) == [("crawl",)]
+    stored = len(setup.stored())
+    truth = setup.site.truth("patent", start, str(days[-1]), ["G06"])
+    assert compare(setup.stored(), truth, "patent") == {"missing": [], "extra": [], "differing": {}}
+    again = setup.run()
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert len(setup.stored()) == stored
+    assert len(setup.query(sa.select(round_.c.id))) == len(days)
