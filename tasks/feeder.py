@@ -45,6 +45,7 @@ DATABASE_URL, ERRORS_MAX_ATTEMPTS
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 from pathlib import Path
@@ -62,7 +63,7 @@ from cnkispider.exceptions import CnkiSpiderError, TaskRowError
 from cnkispider.halting import Breaker, scheduler_cooldown
 from cnkispider.offload import in_thread
 from errors.recorder import ErrorRecorder
-from tasks.flow import TaskStore, new_worker_id
+from tasks.flow import Action, PhaseFacts, TaskStore, new_worker_id, next_action
 
 logger = logging.getLogger(__name__)
 
@@ -164,6 +165,7 @@ class RoundFeeder:
         spider.task_id, spider.task, spider.tree = task.id, task, task.tree
         spider.flow, spider.errors = self.store, self.errors
         self.task_id = task.id
+        self.task_name = task.name  # the row's (``-a task=NAME`` may have chosen it)
         await in_thread(self.store.register_worker, self.worker_id, task.id)
         self.heartbeat_loop = twisted_task.LoopingCall(self._heartbeat)
         self.heartbeat_loop.start(self.heartbeat_seconds, now=False)
@@ -325,33 +327,42 @@ class RoundFeeder:
         self._close("halted")
 
     async def _maybe_finish(self):
-        store = self.store
-        task = await in_thread(store.get, self.task_id)
-        if task.phase == "crawl":
-            if await in_thread(store.finish_crawl_phase, self.task_id):
-                logger.info("task %s: every round is done; crawl phase finished", task.name)
-            else:
-                if await self._idle_everywhere() and await in_thread(store.exhausted, self.task_id):
-                    if task.end_date is None and self.exit_when_idle:
-                        logger.info("task %s is up to date (no round due until tomorrow)", task.name)
-                        self._close("up_to_date")
-                return
-        task = await in_thread(store.get, self.task_id)
-        if task.phase == "recrawl":
-            if not self.recrawl:
-                await in_thread(store.set_phase, self.task_id, "done", "recrawl")
-            elif await self._replay_errors():
-                return
-            elif await self._idle_everywhere() and not await in_thread(self.errors.pending, self.task_id):
-                if await in_thread(store.set_phase, self.task_id, "done", "recrawl"):
+        """No round was due: ask the phase rules (tasks.flow.next_action) what to do, and do it.
+        A move of the phase is followed by another look (crawl -> recrawl may replay at once)."""
+        for _ in range(3):
+            facts = await self._phase_facts()
+            action = next_action(facts)
+            if action is Action.START_RECRAWL:
+                if await in_thread(self.store.start_recrawl, self.task_id):
+                    logger.info("task %s: every round is done; crawl phase finished", self.task_name)
+                continue
+            if action is Action.SKIP_RECRAWL:
+                await in_thread(self.store.set_phase, self.task_id, "done", "recrawl")
+                continue
+            if action is Action.UP_TO_DATE:
+                logger.info("task %s is up to date (no round due until tomorrow)", self.task_name)
+                self._close("up_to_date")
+            elif action is Action.REPLAY:
+                await self._replay_errors()
+            elif action is Action.FINISH:
+                if await in_thread(self.store.set_phase, self.task_id, "done", "recrawl"):
                     counts = await in_thread(self.errors.outstanding, self.task_id)
-                    logger.info("task %s finished; permanent failures left: %s", task.name, counts or "none")
-                return
-            else:
-                return
-        task = await in_thread(store.get, self.task_id)
-        if task.phase == "done" and await self._idle_everywhere():
-            self._close("finished")
+                    logger.info("task %s finished; permanent failures left: %s", self.task_name, counts or "none")
+            elif action is Action.CLOSE:
+                self._close("finished")
+            return
+
+    async def _phase_facts(self) -> PhaseFacts:
+        """The facts next_action needs for the task's phase: the database's, then the queue's
+        and the error tables' where the phase looks at them."""
+        facts = await in_thread(self.store.phase_facts, self.task_id)
+        changes: dict = {"recrawl": self.recrawl, "exit_when_idle": self.exit_when_idle}
+        crawl_done_for_now = facts.phase == "crawl" and facts.exhausted and facts.open_ended
+        if facts.phase in ("recrawl", "done") or crawl_done_for_now:
+            changes["queue_idle"] = await self._idle_everywhere()
+        if facts.phase == "recrawl" and self.recrawl and changes["queue_idle"]:
+            changes["errors_pending"] = bool(await in_thread(self.errors.pending, self.task_id))
+        return dataclasses.replace(facts, **changes)
 
     async def _replay_errors(self) -> bool:
         """Seed a batch of error rows (errorCode first, then errorLink); True if any."""

@@ -18,13 +18,20 @@ A round's life (only this module moves it, always by a conditional UPDATE, so tw
 never both win the same transition)::
 
     (cursor advance) --> claimed --seed in Redis--> seeded --last request acked--> done
-                          |   ^                        |
-                          |   '-- lease ran out -------+-- Redis lost its state (epoch changed)
-                          '-- list stage gave up --> failed (and a row in errorCode)
+                              ^                        |                      '--> failed
+                              '-- lease ran out -------+-- Redis lost its state (epoch changed)
 
-    Halted task (``task.halt_reason`` set, see cnkispider/halting.py): nothing is claimed, and a
-    round that drains is marked failed (note ``halted: ...``), never done; ``resume`` re-opens it
-    (claimed, lease lapsed: the next claim takes it over from its first page).
+    A list page that fails for good leaves a row in errorCode (replayed in the recrawl phase);
+    its round still ends ``done``. ``failed`` is the round of a halted task (``task.halt_reason``
+    set, see cnkispider/halting.py): nothing is claimed, and a round that drains is marked failed
+    (note ``halted``), never done; ``resume`` re-opens it (claimed, lease lapsed: the next claim
+    takes it over from its first page).
+
+A task's life (its ``phase``) follows one pure rule, :func:`next_action`, table-tested in
+tests/test_flow.py::test_the_phase_rules; the feeder gathers the facts and does what it says::
+
+    crawl --every round done--> recrawl --no error row left to replay--> done
+      '-- open-ended, crawled to today: the run ends (up to date), the phase stays crawl
 
 Re-opening a round (a take-over, the cursor passing it again, a resume) deletes its errorCode
 rows: the round is crawled again from its first page, so what still fails is recorded again and
@@ -50,6 +57,7 @@ import socket
 import threading
 import uuid
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -90,6 +98,56 @@ def _retried(what: str):
         return run
 
     return wrap
+
+
+class Action(StrEnum):
+    """What a worker does about its task's phase now (:func:`next_action`)."""
+
+    WAIT = "wait"  # rounds or replays are under way somewhere: look again later
+    START_RECRAWL = "start-recrawl"  # crawl -> recrawl: every round of the task is done
+    UP_TO_DATE = "up-to-date"  # an open-ended task crawled to today: this run ends
+    SKIP_RECRAWL = "skip-recrawl"  # recrawl -> done at once ([crawl] recrawl = false)
+    REPLAY = "replay"  # claim and seed a batch of error rows (nothing claimable: wait)
+    FINISH = "finish"  # recrawl -> done: nothing queued and no error row left to replay
+    CLOSE = "close"  # the task is done and nothing is queued: this worker stops
+
+
+@dataclass(frozen=True)
+class PhaseFacts:
+    """What the phase rules look at, read once (the feeder reads only what the phase needs)."""
+
+    phase: str
+    halted: bool = False
+    open_ended: bool = False  # end_date empty: the task follows the calendar
+    exhausted: bool = False  # no round is due: the cursor is past end_date (or today)
+    in_flight: int = 0  # rounds claimed or seeded
+    missing: bool = False  # a (day x category) round behind the cursor was never opened
+    queue_idle: bool = False  # nothing queued or leased in Redis, nothing pending in this worker
+    errors_pending: bool = False  # error rows open or claimed (not permanent)
+    recrawl: bool = True  # [crawl] recrawl
+    exit_when_idle: bool = True  # a run ends when an open-ended task is up to date
+
+
+def next_action(facts: PhaseFacts) -> Action:
+    """The phase rules, in one place. A halted task waits (``task resume`` lifts it)."""
+    f = facts
+    if f.halted:
+        return Action.WAIT
+    if f.phase == "crawl":
+        if f.exhausted and not f.in_flight and not f.missing and not f.open_ended:
+            return Action.START_RECRAWL
+        if f.exhausted and f.open_ended and f.queue_idle and f.exit_when_idle:
+            return Action.UP_TO_DATE
+        return Action.WAIT
+    if f.phase == "recrawl":
+        if not f.recrawl:
+            return Action.SKIP_RECRAWL
+        if f.queue_idle and not f.errors_pending:
+            return Action.FINISH
+        return Action.REPLAY
+    if f.phase == "done":
+        return Action.CLOSE if f.queue_idle else Action.WAIT
+    return Action.WAIT
 
 
 def new_worker_id() -> str:
@@ -696,18 +754,40 @@ class TaskStore:
             return current.next_round()[0] > current.limit(db_now(conn))
 
     @_retried("deciding a task's phase")
+    def phase_facts(self, task_id: int) -> PhaseFacts:
+        """What the database says for :func:`next_action` (the queue and error facts are the
+        caller's: Redis and the error recorder). Reads only what the task's phase needs."""
+        current = self.get(task_id)
+        facts = PhaseFacts(
+            phase=current.phase, halted=bool(current.halt_reason), open_ended=current.end_date is None
+        )
+        if current.phase != "crawl" or facts.halted:
+            return facts
+        exhausted = self.exhausted(task_id)
+        in_flight = self.in_flight(task_id) if exhausted else 0
+        # a category added behind the cursor (its file edited): claim opens those rounds
+        missing = bool(self.missing_rounds(task_id)) if exhausted and not in_flight else False
+        return PhaseFacts(
+            phase="crawl",
+            open_ended=facts.open_ended,
+            exhausted=exhausted,
+            in_flight=in_flight,
+            missing=missing,
+        )
+
     def finish_crawl_phase(self, task_id: int) -> bool:
-        """Move the task from crawl to recrawl when its rounds are all done.
+        """Move the task from crawl to recrawl when :func:`next_action` says its rounds are all
+        done (an open-ended task never: it waits for tomorrow's rounds).
 
         True for exactly one caller across the cluster (a conditional UPDATE), so one worker
-        reports the task's crawl finished. A task whose end_date is empty is never finished: it
-        waits for tomorrow's rounds.
+        reports the task's crawl finished.
         """
-        current = self.get(task_id)
-        if current.halt_reason or current.end_date is None or not self.exhausted(task_id) or self.in_flight(task_id):
+        if next_action(self.phase_facts(task_id)) is not Action.START_RECRAWL:
             return False
-        if self.missing_rounds(task_id):  # a category added behind the cursor: claim opens them
-            return False
+        return self.start_recrawl(task_id)
+
+    def start_recrawl(self, task_id: int) -> bool:
+        """crawl -> recrawl (never while halted); True for the one caller that moved it."""
         return self._transition(
             task, [task.c.id == task_id, task.c.phase == "crawl", task.c.halt_reason.is_(None)], phase="recrawl"
         )

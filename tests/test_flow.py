@@ -410,3 +410,57 @@ def test_a_task_row_broken_mid_run_is_reported_once_then_quiet_and_taken_up_agai
     assert "Traceback" not in broken and "flow control:" not in broken
     assert worker.returncode == 0, output[-2000:] + setup.log()[-3000:]
     assert len(setup.stored()) == len(site.truth("patent", "2024-01-01", "2024-01-02", ["G06", "H04"]))
+
+
+# The phase rules (tasks.flow.next_action), one row per case: the facts, then the action.
+PHASE_RULES = [
+    # crawl: every round done (a fixed end) -> recrawl, whatever the queue says
+    (dict(phase="crawl", exhausted=True), "start-recrawl"),
+    (dict(phase="crawl", exhausted=True, queue_idle=True), "start-recrawl"),
+    # ... but not while a round is in flight or a round behind the cursor was never opened
+    (dict(phase="crawl", exhausted=True, in_flight=1), "wait"),
+    (dict(phase="crawl", exhausted=True, missing=True), "wait"),
+    (dict(phase="crawl", exhausted=False, queue_idle=True), "wait"),
+    # open-ended: never recrawled; up to date once the queue is idle (if runs end when idle)
+    (dict(phase="crawl", open_ended=True, exhausted=True), "wait"),
+    (dict(phase="crawl", open_ended=True, exhausted=True, queue_idle=True), "up-to-date"),
+    (dict(phase="crawl", open_ended=True, exhausted=True, queue_idle=True, exit_when_idle=False), "wait"),
+    (dict(phase="crawl", open_ended=True, exhausted=False, queue_idle=True), "wait"),
+    # recrawl: replay while rows are pending or requests queued; done once neither
+    (dict(phase="recrawl", errors_pending=True), "replay"),
+    (dict(phase="recrawl", queue_idle=True, errors_pending=True), "replay"),
+    (dict(phase="recrawl", queue_idle=False), "replay"),
+    (dict(phase="recrawl", queue_idle=True), "finish"),
+    (dict(phase="recrawl", recrawl=False, errors_pending=True), "skip-recrawl"),
+    # done: this worker stops once nothing is queued
+    (dict(phase="done", queue_idle=True), "close"),
+    (dict(phase="done"), "wait"),
+    # halted: nothing moves, in any phase
+    (dict(phase="crawl", halted=True, exhausted=True, queue_idle=True), "wait"),
+    (dict(phase="recrawl", halted=True, queue_idle=True), "wait"),
+    (dict(phase="done", halted=True, queue_idle=True), "wait"),
+]
+
+
+@pytest.mark.parametrize("facts, action", PHASE_RULES, ids=[f"{a}-{i}" for i, (_, a) in enumerate(PHASE_RULES)])
+def test_the_phase_rules(facts, action):
+    from tasks.flow import PhaseFacts, next_action
+
+    assert next_action(PhaseFacts(**facts)) == action
+
+
+def test_phase_facts_read_the_task_and_its_rounds(sqlite_url):
+    from tasks.flow import Action, next_action
+
+    store = store_for(sqlite_url)
+    t, _ = store.register("facts", "paper", "2024-01-01", "2024-01-01", "A")
+    facts = store.phase_facts(t.id)
+    assert (facts.phase, facts.exhausted, facts.open_ended) == ("crawl", False, False)
+    first = store.claim(t.id, "w:1:x")
+    facts = store.phase_facts(t.id)
+    assert (facts.exhausted, facts.in_flight) == (True, 1)
+    assert next_action(facts) is Action.WAIT
+    store.mark_seeded(first.id, "w:1:x", "e1")
+    store.mark_done(first.id, "e1")
+    assert next_action(store.phase_facts(t.id)) is Action.START_RECRAWL
+    assert store.finish_crawl_phase(t.id) and store.phase_facts(t.id).phase == "recrawl"
