@@ -54,13 +54,15 @@ def faults(rate: float) -> dict[str, float]:
     return {name: rate * weight / total for name, weight in FAULT_MIX.items()}
 
 
-def pages_served(site) -> int:
+def served(site) -> tuple[int, int]:
+    """(pages the site served, CNKI sessions it created) so far."""
     stats = site.stats()
-    return sum(
+    pages = sum(
         sum(codes.values())
-        for path, codes in stats["requests"].items()
+        for path, codes in stats["by_path"].items()
         if not path.startswith("/_")
     )
+    return pages, stats["sessions_created"]
 
 
 def slope(points: list[tuple[float, float]]) -> float:
@@ -123,8 +125,9 @@ def run(
                     f"the worker stopped (rc {worker.returncode}):\n{setup.log()[-3000:]}"
                 )
             rss = process.memory_info().rss
+            pages, sessions = served(site)
             samples.append(
-                {"t": time.monotonic() - started, "pages": pages_served(site), "rss": rss}
+                {"t": time.monotonic() - started, "pages": pages, "rss": rss, "sessions": sessions}
             )
             if len(samples) % max(1, int(60 / interval)) == 0:
                 last = samples[-1]

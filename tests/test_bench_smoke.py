@@ -58,3 +58,16 @@ def test_scaling_prints_both_runs_and_each_stored_the_truth():
     assert "speed-up" in run.stdout, run.stdout[-3000:] + run.stderr[-3000:]
     rows = [line for line in run.stdout.splitlines() if line.rstrip().endswith("= truth")]
     assert len(rows) == 2, run.stdout[-3000:]
+
+
+def test_soak_samples_rss_pages_and_sessions_and_prints_the_growth():
+    run = bench("soak.py", "--minutes", "0.25", "--warmup-pages", "50", "--interval", "1")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    values = dict(
+        line.rsplit(None, 1) for line in run.stdout.splitlines()[1:] if line.strip()
+    )
+    values = {k.strip(): v for k, v in values.items()}
+    assert int(values["pages"].replace(",", "")) > 200, run.stdout
+    assert int(values["sessions created after warm-up"].replace(",", "")) > 0, run.stdout
+    assert float(values["RSS at the end (MB)"]) > 20, run.stdout
+    float(values["growth per 100,000 pages (MB, slope)"])  # a number, whatever its sign

@@ -380,7 +380,13 @@ def test_challenges_across_fresh_sessions_pause_every_worker_and_the_crawl_finis
         assert len(challenged) == 4
         third = challenged[2]
         after = [t for t in times if t > third]
-        assert after and after[0] - third >= pause - 1.0, [round(t - third, 2) for t in after[:5]]
+        # The other round's retry may have been released just before the third challenge came
+        # back (the pause cannot recall it): it arrives within its hop to the site, and is the
+        # only one; then nothing for the pause.
+        early = [t for t in after if t - third < 0.6]
+        later = [t for t in after if t - third >= 0.6]
+        shown = [round(t - third, 2) for t in after[:5]]
+        assert len(early) <= 1 and later and later[0] - third >= pause - 1.0, shown
         truth = setup.truth()
         assert compare(setup.stored(), truth, "patent") == {
             "missing": [],

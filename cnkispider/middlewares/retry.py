@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -137,6 +138,9 @@ class CnkiRetryMiddleware:
         # The shared pause lives in the task's Redis namespace, known once the engine runs:
         # a Cooldown, or a callable that finds it (None: no sharing, e.g. plain Scrapy).
         self._cooldown = cooldown
+        # This worker's own copy of a pause it started: set before the Redis write, so that its
+        # other retries cannot slip out while that write is under way (monotonic time).
+        self._paused_until = 0.0
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> CnkiRetryMiddleware:
@@ -198,6 +202,7 @@ class CnkiRetryMiddleware:
         cooldown = self.cooldown
         if cooldown is None or self.challenge_cooldown <= 0:
             return
+        self._paused_until = max(self._paused_until, time.monotonic() + self.challenge_cooldown)
         try:
             started = await in_thread(cooldown.start, self.challenge_cooldown, reason)
         except Exception as exc:  # Redis trouble: the scheduler reports it; retries go on
@@ -218,7 +223,10 @@ class CnkiRetryMiddleware:
         try:
             left = await in_thread(cooldown.remaining)
         except Exception:
-            return
+            left = 0.0
+        # the pause this worker is starting, before its Redis key exists (a `task resume` that
+        # clears the key mid-pause is seen by the others at once, here within this pause)
+        left = max(left, self._paused_until - time.monotonic())
         if left > 0:
             self._inc_stat("cooldown_seconds", round(left, 3))
             await self.sleep(left)
