@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -389,6 +390,52 @@ def test_challenges_across_fresh_sessions_pause_every_worker_and_the_crawl_finis
         assert len(early) <= 1 and later and later[0] - third >= pause - 1.0, shown
         truth = setup.truth()
         assert compare(setup.stored(), truth, "patent") == {
+            "missing": [],
+            "extra": [],
+            "differing": {},
+        }
+        assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] == 0
+    finally:
+        setup.cleanup_redis()
+
+
+def test_a_worker_told_to_stop_during_a_pause_stops_in_seconds_and_loses_nothing(
+    tmp_path, gate, sqlite_url
+):
+    """SIGTERM (a service manager, Ctrl-C) while the task waits out a 5-minute challenge pause:
+    the retries waiting for it are handed back (queued in Redis) and the worker stops within
+    seconds, not when the pause ends. The next run, once the pause is over, crawls everything."""
+    g = gate()
+    g.soft_blocks = 3
+    setup = _setup(
+        tmp_path,
+        g,
+        sqlite_url,
+        categories="G06,H04",
+        end="2024-01-01",
+        retry_times=8,
+        challenge_sessions=3,
+        challenge_cooldown=300,
+    )
+    try:
+        worker = setup.spawn()
+        deadline = time.monotonic() + 60
+        while "pauses for 300 s" not in setup.log():
+            assert time.monotonic() < deadline and worker.poll() is None, setup.log()[-3000:]
+            time.sleep(0.2)
+        time.sleep(1.0)  # the retries are waiting for the pause now
+        asked = time.monotonic()
+        worker.send_signal(signal.SIGTERM)
+        worker.communicate(timeout=60)
+        stopped_in = time.monotonic() - asked
+        assert stopped_in < 15, stopped_in
+        # the pause is over (here: its key removed), and the next run finishes the task
+        client = redis.Redis.from_url(setup.redis_url)
+        client.delete(f"cnki:{setup.task}:cooldown")
+        client.close()
+        again = setup.run(timeout=300)
+        assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:] + setup.log()[-3000:]
+        assert compare(setup.stored(), setup.truth(), "patent") == {
             "missing": [],
             "extra": [],
             "differing": {},

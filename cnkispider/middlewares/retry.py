@@ -89,6 +89,8 @@ def backoff_delay(retry: int, base: float, cap: float, rng: random.Random) -> fl
     return delay / 2 + rng.uniform(0, delay / 2)
 
 
+COOLDOWN_STEP = 1.0  # seconds: how often a retry waiting out a pause looks whether to stop
+
 
 def counts_toward_cooldown(request: Request) -> bool:
     """Whether a challenged answer to ``request`` is evidence that CNKI is wary of our sessions.
@@ -229,7 +231,15 @@ class CnkiRetryMiddleware:
         left = max(left, self._paused_until - time.monotonic())
         if left > 0:
             self._inc_stat("cooldown_seconds", round(left, 3))
-            await self.sleep(left)
+            # in steps, so that a stop (Ctrl-C, SIGTERM) does not wait out a 5-minute pause:
+            # the retry is then handed back and queued in Redis, nothing is lost
+            end = time.monotonic() + left
+            while (now := time.monotonic()) < end and self._crawling():
+                await self.sleep(min(COOLDOWN_STEP, end - now))
+
+    def _crawling(self) -> bool:
+        """False once the crawler was asked to stop (Scrapy's Crawler.stop)."""
+        return bool(getattr(getattr(self, "crawler", None), "crawling", True))
 
     async def process_exception(
         self, request: Request, exception: Exception, spider: Spider | None = None
