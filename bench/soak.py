@@ -111,6 +111,9 @@ def run(
             "retry_times": 10,
             "heartbeat_seconds": 5,
             "log_level": "warning",
+            # at 20% faults, four challenged sessions in a row happen every few minutes and the
+            # task would pause 300 s each time: a soak measures memory per page, so no pause
+            "challenge_cooldown": 0,
         },
     )
     samples: list[dict] = []
