@@ -300,7 +300,8 @@ def _today() -> str:
 
 def print_summary(config: Config, stats: dict) -> None:
     """Rounds, documents, errors by reason, time and rate, from the database and this run's stats."""
-    from cnkispider.status import open_database_readonly, run_summary
+    from cnkispider.db import open_database_readonly
+    from cnkispider.status import run_summary
 
     engine = open_database_readonly(config.database_url)
     try:

@@ -242,7 +242,7 @@ class ProgressLog:
 
     @staticmethod
     def _task_report(feeder) -> dict:
-        from cnkispider.status import collect
+        from cnkispider.status.collecting import collect
 
         report = collect(feeder.store.engine, None, heartbeat_seconds=feeder.heartbeat_seconds,
                          base_dir=feeder.base_dir, task_name=feeder.task_name)

@@ -644,9 +644,9 @@ def test_the_old_eta_said_22_s_with_81_s_left():
 
 
 def test_status_on_an_embedded_redis_that_is_not_running_says_queue_unknown(engine, tmp_path):
-    from cnkispider.status import EMBEDDED_IDLE, open_redis
+    from cnkispider.redisconn import EMBEDDED_IDLE, connect_if_running
 
-    client, label, error = open_redis("", tmp_path)
+    client, label, error = connect_if_running("", tmp_path)
     assert client is None and error == EMBEDDED_IDLE
     with engine.begin() as conn:
         add_task(conn)
