@@ -30,7 +30,7 @@ from cnkispider.db import open_database
 from cnkispider.progress import ProgressLog
 from cnkispider.schema import documents, error_code, error_link, round_, task, worker
 from cnkispider.status import collect, render, run_summary, watch
-from tests.cnki_site.client import start_site
+from standin.client import start_site
 from tests.crawl_harness import CrawlSetup
 from tests.fixtures.services import MYSQL_HOST, MYSQL_PORT, REDIS_URL, _mysql_admin
 
