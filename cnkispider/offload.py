@@ -1,6 +1,7 @@
 """Blocking work off the reactor thread: the one module every component leaves the reactor by.
 
-- :func:`in_thread`: one blocking call (a database read or write), awaited by a coroutine.
+- :func:`in_thread`: one blocking call (a database read or write), awaited by a coroutine;
+  :func:`deferred_in_thread` is the same for code that works with Deferreds.
 - :class:`ThreadIO`: a thread of one's own for a component's Redis calls, so they run in the
   order they were made; :class:`InlineIO` runs them at once instead (tests that drive a
   component by hand).
@@ -19,7 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from scrapy.utils.asyncio import call_later
-from scrapy.utils.defer import maybe_deferred_to_future
+from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from scrapy.utils.reactor import is_reactor_installed
 from twisted.internet import threads
 from twisted.internet.defer import Deferred, maybeDeferred
@@ -40,6 +41,11 @@ async def in_thread(function, *args, **kwargs):
     except RuntimeError:
         return await maybe_deferred_to_future(threads.deferToThread(function, *args, **kwargs))
     return await asyncio.to_thread(function, *args, **kwargs)
+
+
+def deferred_in_thread(function, *args, **kwargs) -> Deferred:
+    """:func:`in_thread` as a Deferred (a looping call's work, a callback chain)."""
+    return deferred_from_coro(in_thread(function, *args, **kwargs))
 
 
 class ThreadIO:
