@@ -279,7 +279,9 @@ def stop_embedded(data_dir: Path | str) -> None:
 EMBEDDED_IDLE = "not running (it runs while a worker of this machine does)"
 
 
-def connect_if_running(url: str, data_dir: Path | str) -> tuple[redis.Redis | None, str, str | None]:
+def connect_if_running(
+    url: str, data_dir: Path | str
+) -> tuple[redis.Redis | None, str, str | None]:
     """(client or None, label, error): the Redis the workers use, for a tool that only looks.
 
     An empty URL means the embedded server of this machine's data folder. It is never started

@@ -122,7 +122,9 @@ def collect(
         "url": redis_label,
         "reachable": redis_client is not None,
         "error": redis_error,
-        "state": "connected" if redis_client is not None else ("idle" if redis_error == EMBEDDED_IDLE else "unreachable"),
+        "state": "connected"
+        if redis_client is not None
+        else ("idle" if redis_error == EMBEDDED_IDLE else "unreachable"),
     }
     for entry in tasks:
         entry["queue"] = None
@@ -348,7 +350,9 @@ def _unplanned_rounds(conn, current, until: dt.date) -> int:
     ).scalar()
 
 
-def _round_rate(conn, task_id: int, now: dt.datetime, remaining: int) -> tuple[float | None, int, float | None]:
+def _round_rate(
+    conn, task_id: int, now: dt.datetime, remaining: int
+) -> tuple[float | None, int, float | None]:
     """(rounds per hour, rounds counted, ETA seconds) from the last RATE_ROUNDS rounds finished
     within RATE_WINDOW and the rounds in flight (:func:`cnkispider.progress.round_rate_eta`)."""
     from cnkispider.progress import round_rate_eta
@@ -370,11 +374,17 @@ def _round_rate(conn, task_id: int, now: dt.datetime, remaining: int) -> tuple[f
     in_flight = [
         (created or now).timestamp()
         for (created,) in conn.execute(
-            sa.select(round_.c.created_at).where(round_.c.task_id == task_id, round_.c.state.in_(IN_FLIGHT))
+            sa.select(round_.c.created_at).where(
+                round_.c.task_id == task_id, round_.c.state.in_(IN_FLIGHT)
+            )
         )
     ]
     per_hour, eta = round_rate_eta(finished, in_flight, remaining, now.timestamp())
-    return (round(per_hour, 2) if per_hour else None), len(finished), (round(eta) if eta is not None else None)
+    return (
+        (round(per_hour, 2) if per_hour else None),
+        len(finished),
+        (round(eta) if eta is not None else None),
+    )
 
 
 def _documents(conn, row) -> int:

@@ -46,8 +46,10 @@ def _render_task(t: dict, report: dict) -> list[str]:
             f"{head}  {t['type']}  {t['start_date']} .. {end}  phase {t['phase']}  [{t['activity']}]"
         ]
     if t.get("halted"):
-        lines.append(f"  halted: {t['halted']}  (since {_clock(t['halted_at'])} UTC; "
-                     f"`cnkispider task resume {t['name']}` goes on)")
+        lines.append(
+            f"  halted: {t['halted']}  (since {_clock(t['halted_at'])} UTC; "
+            f"`cnkispider task resume {t['name']}` goes on)"
+        )
     r = t["rounds"]
     cursor = t["cursor"]
     seen = _ago(t["last_heartbeat_age_seconds"])
