@@ -1264,3 +1264,33 @@ def test_a_category_file_of_ones_own(cnki_site, tmp_path):
     truth = site.truth("patent", DAY)
     assert all(t["main_ipc"].startswith(("X1", "X21", "Y")) for t in truth)
     assert len(site.truth("patent", DAY, categories=["X21"])) >= 40
+
+
+# -- a product part of its own ------------------------------------------------------------------
+
+
+def _imported_packages(folder) -> dict[str, set[str]]:
+    """File -> the top-level packages its import statements name (relative imports left out)."""
+    import ast
+
+    found = {}
+    for path in sorted(folder.rglob("*.py")):
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+        found[str(path.relative_to(REPO))] = names
+    return found
+
+
+def test_the_stand_in_imports_nothing_of_the_crawler():
+    """It judges the crawler, so it must not share its code (and the demo needs no tests/)."""
+    crawler = {"cnkispider", "tasks", "errors", "proxy", "tests"}
+    assert {f: n & crawler for f, n in _imported_packages(REPO / "standin").items() if n & crawler} == {}
+
+
+@pytest.mark.parametrize("package", ["cnkispider", "tasks", "errors", "proxy", "standin"])
+def test_no_product_module_imports_from_tests(package):
+    assert [f for f, n in _imported_packages(REPO / package).items() if "tests" in n] == []
