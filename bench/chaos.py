@@ -42,7 +42,7 @@ import sqlalchemy as sa  # noqa: E402
 
 from bench.compare_schedulers import BenchRedis  # noqa: E402
 from cnkispider.schema import round_  # noqa: E402
-from tests.cnki_site.client import start_site  # noqa: E402
+from standin.client import start_site  # noqa: E402
 from tests.crawl_harness import CrawlSetup, compare  # noqa: E402
 
 LEASE = 4  # seconds: request leases and round leases, short so that the run stays short

@@ -2,7 +2,7 @@
 
     python bench/compare_schedulers.py [--repeat 3] [--days 3] [--concurrency 16] [--latency 0]
 
-The crawl. The CNKI stand-in (``tests/cnki_site``, on loopback, zero latency by default) serves a
+The crawl. The CNKI stand-in (``standin/``, on loopback, zero latency by default) serves a
 fixed corpus: every patent round (day x IPC section) of ``--days`` days from 2024-03-01, about
 3,600 documents a day. A small spider walks it as the real crawler does: one warm-up (session
 cookies), then each round's list pages in turn (50 rows each), and one detail request per row,
@@ -286,7 +286,7 @@ def walker_spider():
 
     import scrapy
 
-    from tests.cnki_site.client import grid_form
+    from standin.client import grid_form
 
     class CorpusWalker(scrapy.Spider):
         name = "walker"
@@ -563,7 +563,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         return child(args)
 
-    from tests.cnki_site.client import start_site
+    from standin.client import start_site
 
     exit_on_sigterm()
     command = "python bench/compare_schedulers.py " + " ".join(argv if argv is not None else sys.argv[1:])

@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.compare_schedulers import BenchRedis, exit_on_sigterm, machine  # noqa: E402
-from tests.cnki_site.client import start_site  # noqa: E402
+from standin.client import start_site  # noqa: E402
 from tests.crawl_harness import CrawlSetup, compare  # noqa: E402
 
 

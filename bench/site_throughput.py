@@ -2,7 +2,7 @@
 
     python bench/site_throughput.py [--seconds 10] [--connections 16] [--seed 1] [--target 800]
 
-Starts the site (``python -m tests.cnki_site``) pinned to one core (``os.sched_setaffinity`` in
+Starts the site (``python -m standin``) pinned to one core (``os.sched_setaffinity`` in
 the child, where the platform has it), pins this process (the load generator) to another core,
 and drives a crawl-like mix over persistent HTTP/1.1 connections: each connection warms up a
 session (the warm-up page, then an Ecp_ClientId from GenerateClientID, which is not counted as a
@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.cnki_site.client import CLIENT_ID_PATH, grid_form, start_site
+from standin.client import CLIENT_ID_PATH, grid_form, start_site
 
 TOKEN = re.compile(rb'href="[^"]*?(/kcms2/article/abstract\?v=[^"&]+)')
 TURN_LIMIT = 15

@@ -33,7 +33,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.cnki_site.client import start_site  # noqa: E402
+from standin.client import start_site  # noqa: E402
 from tests.crawl_harness import CrawlSetup  # noqa: E402
 from tests.fault_services import OwnRedis  # noqa: E402
 

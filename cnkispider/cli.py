@@ -300,7 +300,8 @@ def _today() -> str:
 
 def print_summary(config: Config, stats: dict) -> None:
     """Rounds, documents, errors by reason, time and rate, from the database and this run's stats."""
-    from cnkispider.status import open_database_readonly, run_summary
+    from cnkispider.db import open_database_readonly
+    from cnkispider.status import run_summary
 
     engine = open_database_readonly(config.database_url)
     try:
@@ -377,7 +378,7 @@ def run_processes(args) -> int:
 
 FROZEN_NO_DEMO = (
     "the demo is not part of the program: it needs the stand-in site of the repository "
-    "(tests/cnki_site); run it from a checkout: cnkispider demo"
+    "(standin/); run it from a checkout: cnkispider demo"
 )
 
 
@@ -390,14 +391,14 @@ def cmd_demo(config: Config, args) -> int:
     from cnkispider.config import load_config
 
     root = Path(__file__).resolve().parent.parent
-    if getattr(sys, "frozen", False):  # the stand-in lives in tests/ and is not bundled
+    if getattr(sys, "frozen", False):  # the stand-in (standin/) is not bundled
         print(f"error: {FROZEN_NO_DEMO}", file=sys.stderr)
         return 2
-    if not (root / "tests" / "cnki_site").is_dir():
-        print("error: the demo needs the repository checkout (tests/cnki_site)", file=sys.stderr)
+    if not (root / "standin").is_dir():
+        print("error: the demo needs the repository checkout (standin/)", file=sys.stderr)
         return 2
     site = subprocess.Popen(
-        [sys.executable, "-m", "tests.cnki_site", "--port", "0", "--seed", "7"],
+        [sys.executable, "-m", "standin", "--port", "0", "--seed", "7"],
         cwd=root,
         stdout=subprocess.PIPE,
         text=True,

@@ -4,7 +4,8 @@
 SQLite: it creates the MySQL database itself when it does not exist yet (so a home PC with
 only config.ini can join), creates the tables with ``CREATE TABLE IF NOT EXISTS``, and checks
 the schema version. A database that cannot be reached raises :class:`StorageError` with the
-URL, its password masked: one clear line, never a traceback.
+URL, its password masked: one clear line, never a traceback. ``open_database_readonly(url)``
+is the same for the tools that only read (status, export): it creates nothing.
 
 SQLite: every transaction starts with ``BEGIN IMMEDIATE`` so that concurrent workers on one
 machine serialize their writes instead of failing on lock upgrades; WAL lets readers go on.
@@ -278,6 +279,18 @@ def open_database(url: str, *, create: bool = True) -> Engine:
         reason = getattr(exc, "orig", None) or exc
         raise StorageError(f"cannot use the database {mask_url(url)}: {reason}") from None
     return engine
+
+
+def open_database_readonly(url: str) -> Engine:
+    """The database for reading only (status, export, the end-of-run summary): never creates a
+    database, a file or a table."""
+    if url.startswith("sqlite"):
+        path = make_url(url).database
+        if path and path != ":memory:" and not Path(path).exists():
+            raise StorageError(
+                f"no database at {path} yet: `cnkispider run` (or init-db) creates it"
+            )
+    return open_database(url, create=False)
 
 
 def create_schema(engine: Engine) -> None:

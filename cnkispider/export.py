@@ -209,7 +209,7 @@ def export_command(
     [--raw-cells]``."""
     import datetime as dt
 
-    from cnkispider.status import open_database_readonly
+    from cnkispider.db import open_database_readonly
 
     if since:
         try:

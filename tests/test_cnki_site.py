@@ -1,6 +1,6 @@
 """The CNKI stand-in site keeps its promises: CNKI's markup and limits, its faults, its ground truth.
 
-Talks to the site over plain http.client (``tests.cnki_site.client``) and parses with lxml and the
+Talks to the site over plain http.client (``standin.client``) and parses with lxml and the
 real page's selectors, never with the crawler's code, so that the site is an independent judge.
 """
 
@@ -19,8 +19,8 @@ from urllib.parse import parse_qs, quote, urlsplit
 import lxml.html
 import pytest
 
-from tests.cnki_site.client import FULL_KUAKU, REPO, grid_form, start_site
-from tests.cnki_site.corpus import FIELDS
+from standin.client import FULL_KUAKU, REPO, grid_form, start_site
+from standin.corpus import FIELDS
 
 REAL_LIST = REPO.parent / "shared" / "cnki" / "pages" / "kns8s_list_crossdb_p1.html"
 DAY = "2024-03-05"
@@ -859,7 +859,7 @@ def test_detail_pages_have_the_2026_markup(cnki_site, doc_type):
 def test_pace_guard_window_and_the_two_recoveries():
     """The pure core, time injected: over limit * 2 s blocks; a session recovers block_seconds
     after going over, an IP only after block_seconds of quiet."""
-    from tests.cnki_site.limits import PaceGuard
+    from standin.limits import PaceGuard
 
     for quiet in (False, True):
         guard = PaceGuard(limit=2, block_seconds=10, quiet=quiet)
@@ -1074,7 +1074,7 @@ def test_break_patent_keys_and_several_breaks(cnki_site):
 
 def test_unknown_break_is_refused():
     out = subprocess.run(
-        [sys.executable, "-m", "tests.cnki_site", "--break", "nothing"],
+        [sys.executable, "-m", "standin", "--break", "nothing"],
         cwd=REPO,
         capture_output=True,
     )
@@ -1173,7 +1173,7 @@ def test_same_seed_same_site_other_seed_other_site(cnki_site):
 def test_cli_truth_equals_the_endpoint(cnki_site):
     options = ["--seed", "9", "--scale", "0.5", "--overflow", "paper:2024-03-05:F:700"]
     out = subprocess.run(
-        [sys.executable, "-m", "tests.cnki_site", "truth", "--type", "paper", "--start", DAY, "--end", "2024-03-06", "--categories", "F,O1", *options],
+        [sys.executable, "-m", "standin", "truth", "--type", "paper", "--start", DAY, "--end", "2024-03-06", "--categories", "F,O1", *options],
         cwd=REPO, capture_output=True, check=True,
     )  # fmt: skip
     cli = [json.loads(line) for line in out.stdout.decode("utf-8").splitlines()]
@@ -1183,7 +1183,7 @@ def test_cli_truth_equals_the_endpoint(cnki_site):
 
 def test_command_prints_its_base_url_first_and_stops_on_sigterm():
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.cnki_site", "--port", "0", "--proxies", "1"],
+        [sys.executable, "-m", "standin", "--port", "0", "--proxies", "1"],
         cwd=REPO,
         stdout=subprocess.PIPE,
     )
@@ -1264,3 +1264,33 @@ def test_a_category_file_of_ones_own(cnki_site, tmp_path):
     truth = site.truth("patent", DAY)
     assert all(t["main_ipc"].startswith(("X1", "X21", "Y")) for t in truth)
     assert len(site.truth("patent", DAY, categories=["X21"])) >= 40
+
+
+# -- a product part of its own ------------------------------------------------------------------
+
+
+def _imported_packages(folder) -> dict[str, set[str]]:
+    """File -> the top-level packages its import statements name (relative imports left out)."""
+    import ast
+
+    found = {}
+    for path in sorted(folder.rglob("*.py")):
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+        found[str(path.relative_to(REPO))] = names
+    return found
+
+
+def test_the_stand_in_imports_nothing_of_the_crawler():
+    """It judges the crawler, so it must not share its code (and the demo needs no tests/)."""
+    crawler = {"cnkispider", "tasks", "errors", "proxy", "tests"}
+    assert {f: n & crawler for f, n in _imported_packages(REPO / "standin").items() if n & crawler} == {}
+
+
+@pytest.mark.parametrize("package", ["cnkispider", "tasks", "errors", "proxy", "standin"])
+def test_no_product_module_imports_from_tests(package):
+    assert [f for f, n in _imported_packages(REPO / package).items() if "tests" in n] == []

@@ -28,7 +28,7 @@ from cnkispider.middlewares.ratelimit import (
     RateLimitMiddleware,
     SharedRateLimit,
 )
-from cnkispider.scheduling.scheduler import ThreadIO
+from cnkispider.offload import ThreadIO
 from cnkispider.settings import crawler_settings
 from tests.crawl_harness import CrawlSetup, compare
 from tests.fixtures.tiny_site import TinySite, read_lines

@@ -19,7 +19,8 @@ from scrapy.utils.test import get_crawler
 
 from cnkispider import signals
 from cnkispider.db import open_database
-from cnkispider.scheduling.scheduler import InlineIO, LeasedScheduler
+from cnkispider.offload import InlineIO
+from cnkispider.scheduling.scheduler import LeasedScheduler
 from tasks.feeder import RoundFeeder
 from tasks.flow import TaskStore
 

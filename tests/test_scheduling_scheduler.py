@@ -13,7 +13,8 @@ import scrapy
 from scrapy.utils.test import get_crawler
 
 from cnkispider import signals
-from cnkispider.scheduling.scheduler import InlineIO, LeasedScheduler
+from cnkispider.offload import InlineIO
+from cnkispider.scheduling.scheduler import LeasedScheduler
 from cnkispider.scheduling.serialize import UnserializableRequest
 
 

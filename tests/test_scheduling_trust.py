@@ -17,7 +17,8 @@ import redis
 import scrapy
 from scrapy.utils.test import get_crawler
 
-from cnkispider.scheduling.scheduler import InlineIO, LeasedScheduler
+from cnkispider.offload import InlineIO
+from cnkispider.scheduling.scheduler import LeasedScheduler
 from cnkispider.scheduling.serialize import ReadPolicy, request_from_json, request_to_json
 
 BASE = "https://kns.cnki.net"

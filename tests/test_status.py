@@ -30,7 +30,7 @@ from cnkispider.db import open_database
 from cnkispider.progress import ProgressLog
 from cnkispider.schema import documents, error_code, error_link, round_, task, worker
 from cnkispider.status import collect, render, run_summary, watch
-from tests.cnki_site.client import start_site
+from standin.client import start_site
 from tests.crawl_harness import CrawlSetup
 from tests.fixtures.services import MYSQL_HOST, MYSQL_PORT, REDIS_URL, _mysql_admin
 
@@ -644,9 +644,9 @@ def test_the_old_eta_said_22_s_with_81_s_left():
 
 
 def test_status_on_an_embedded_redis_that_is_not_running_says_queue_unknown(engine, tmp_path):
-    from cnkispider.status import EMBEDDED_IDLE, open_redis
+    from cnkispider.redisconn import EMBEDDED_IDLE, connect_if_running
 
-    client, label, error = open_redis("", tmp_path)
+    client, label, error = connect_if_running("", tmp_path)
     assert client is None and error == EMBEDDED_IDLE
     with engine.begin() as conn:
         add_task(conn)

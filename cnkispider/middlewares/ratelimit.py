@@ -54,8 +54,9 @@ same request, so an overloaded machine still makes progress.
 
 Batching. Requests waiting for a reservation, and answers waiting to be reported, are batched:
 one script call carries all that arrived while the previous call was in flight, on a thread of
-its own (blocking Redis I/O stays off the reactor thread). If Redis cannot be reached, requests
-wait and the call is retried with backoff: a request never goes without its reservation.
+its own (blocking Redis I/O stays off the reactor thread; the loop is
+:class:`cnkispider.offload.RedisCalls`, shared with the scheduler). If Redis cannot be reached,
+requests wait and the call is retried with backoff: a request never goes without its reservation.
 
 Where it sits (``ORDER`` = 630 in ``DOWNLOADER_MIDDLEWARES``; ``process_request`` runs in
 ascending order, ``process_response`` in descending order): after the session middleware (480,
@@ -118,7 +119,6 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from scrapy.exceptions import NotConfigured
-from scrapy.utils.asyncio import call_later
 from scrapy.utils.asyncio import sleep as loop_sleep
 from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
@@ -127,6 +127,7 @@ from twisted.internet.defer import Deferred
 from cnkispider import redisconn
 from cnkispider.cnki import refusals
 from cnkispider.middlewares import Recent, refusal_of
+from cnkispider.offload import RedisCalls
 from proxy.provider import proxy_key
 
 if TYPE_CHECKING:
@@ -609,6 +610,14 @@ class _Waiting(NamedTuple):
     waiter: Deferred
 
 
+class _Call(NamedTuple):
+    """One script call: the requests it reserves for and the answers it reports."""
+
+    waiting: list[_Waiting]
+    limits: list[list[Limit]]
+    answers: list[Answer]
+
+
 class RateLimitMiddleware:
     """Holds each request until the shared limits and paces of its site, proxy, session and IP
     let it go, and tells the paces how CNKI answered."""
@@ -628,12 +637,12 @@ class RateLimitMiddleware:
         self.sleep = sleep
         self.late = late
         self.classify = classify
-        self._io = io
         self._pending: list[_Waiting] = []
         self._answers: list[Answer] = []
-        self._busy = False
-        self._failures = 0
-        self._retry_at = 0.0
+        # one call to Redis in flight at a time, with backoff (see cnkispider.offload)
+        self._calls = RedisCalls(
+            self._next_call, self._call, self._reserved, self._failed, io=io, owner="Rate limit"
+        )
         # the last decrease of each pace key this process has heard of (Redis clock, µs)
         self._decreased_at: Recent = Recent(maxsize=8192)
 
@@ -754,23 +763,19 @@ class RateLimitMiddleware:
     # -- the Redis calls: one at a time, each carrying every request and answer waiting ------
 
     def _send(self) -> None:
-        if self._busy or not (self._pending or self._answers) or time.monotonic() < self._retry_at:
-            return
-        if self._io is None:
-            from cnkispider.scheduling.scheduler import ThreadIO
+        self._calls.kick()
 
-            self._io = ThreadIO()
+    def _next_call(self) -> _Call | None:
+        if not (self._pending or self._answers):
+            return None
         batch, self._pending = self._pending[:MAX_PER_CALL], self._pending[MAX_PER_CALL:]
         answers, self._answers = self._answers, []
-        self._busy = True
-        d = self._io.run(self.limiter.call, [w.limits for w in batch], answers)
-        d.addCallbacks(
-            self._reserved, self._failed, callbackArgs=(batch,), errbackArgs=(batch, answers)
-        )
+        return _Call(batch, [w.limits for w in batch], answers)
 
-    def _reserved(self, reply: Reply, batch: list[_Waiting]) -> None:
-        self._busy = False
-        self._failures = 0
+    def _call(self, call: _Call) -> Reply:
+        return self.limiter.call(call.limits, call.answers)  # on the I/O thread
+
+    def _reserved(self, reply: Reply, call: _Call) -> None:
         self._inc_stat("redis/calls")
         for key, at in reply.decreased_at.items():
             if at > self._decreased_at.get(key, -1):
@@ -786,31 +791,27 @@ class RateLimitMiddleware:
                     "cool": cool,
                 },
             )
-        for waiting, wait, rates in zip(batch, reply.waits, reply.rates, strict=True):
+        for waiting, wait, rates in zip(call.waiting, reply.waits, reply.rates, strict=True):
             waiting.waiter.callback((wait, reply.returned + wait, reply.now, rates))
         self._send()
 
-    def _failed(self, failure: Any, batch: list[_Waiting], answers: list[Answer]) -> None:
-        self._busy = False
-        self._failures += 1
+    def _failed(self, failure: Any, call: _Call, delay: float) -> None:
         self._inc_stat("redis/errors")
-        self._pending = batch + self._pending  # same order, nobody goes unreserved
-        self._answers = answers + self._answers
-        delay = min(5.0, 0.1 * 2 ** min(self._failures, 6))
-        self._retry_at = time.monotonic() + delay
+        self._pending = call.waiting + self._pending  # same order, nobody goes unreserved
+        self._answers = call.answers + self._answers
         logger.error(
             "Rate limit reservation in Redis failed (%(n)d in a row), %(waiting)d requests "
             "wait; retrying in %(d).1f s: %(e)s",
             {
-                "n": self._failures,
+                "n": self._calls.failures,
                 "waiting": len(self._pending),
                 "d": delay,
                 "e": failure.getErrorMessage(),
             },
         )
-        call_later(delay, self._send)
 
     def spider_closed(self, spider: Spider | None = None) -> None:
-        if self._io is not None:
-            self._io.run(self.limiter.close)
-            self._io.shutdown()
+        io = self._calls.io
+        if io is not None:
+            io.run(self.limiter.close)
+            io.shutdown()

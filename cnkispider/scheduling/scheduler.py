@@ -7,7 +7,8 @@ Enable with::
     REQUEST_FINGERPRINTER_CLASS = "cnkispider.scheduling.fingerprint.DocKeyFingerprinter"
 
 How it talks to Redis. Every Redis call is one run of the queue's script, on one thread of its
-own (never the reactor's), and does everything that is due at once: it writes the new requests
+own (never the reactor's; the loop is :class:`cnkispider.offload.RedisCalls`, shared with the rate
+limiter), and does everything that is due at once: it writes the new requests
 (dedupe included), the acks, the lease renewals and releases, and pops the next batch. The engine
 takes requests from a local buffer, so ``next_request`` never waits for Redis:
 
@@ -73,11 +74,9 @@ Settings: ``SCHEDULER_NAMESPACE``, ``SCHEDULER_LEASE_SECONDS``, ``SCHEDULER_MAX_
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from scrapy.core.scheduler import BaseScheduler
@@ -85,11 +84,11 @@ from scrapy.dupefilters import BaseDupeFilter
 from scrapy.utils.asyncio import call_later, create_looping_call
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from scrapy.utils.misc import build_from_crawler, load_object
-from scrapy.utils.reactor import is_reactor_installed
-from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 from cnkispider import redisconn, signals
+from cnkispider.offload import InlineIO, RedisCalls, ThreadIO
 from cnkispider.scheduling import defaults
 from cnkispider.scheduling.dupefilter import BloomDupeFilter
 from cnkispider.scheduling.outcome import ABANDONED, BUFFERED, OutcomeTracker
@@ -106,49 +105,6 @@ logger = logging.getLogger(__name__)
 DRAIN_LATER = "drain-later"
 #: CNKI's client-id service, when ``CNKI_CLIENT_ID_URL`` is not set.
 CLIENT_ID_URL = "https://recsys.cnki.net/RCDService/api/UtilityOpenApi/GenerateClientID"
-
-
-class ThreadIO:
-    """Runs blocking calls on one thread of its own; results come back on the reactor thread."""
-
-    def __init__(self) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cnki-redis")
-        if is_reactor_installed():
-            from twisted.internet import reactor
-
-            self._call_soon = reactor.callFromThread
-        else:
-            self._call_soon = asyncio.get_running_loop().call_soon_threadsafe
-
-    def run(self, fn: Any, *args: Any) -> Deferred:
-        d: Deferred = Deferred()
-
-        def done(future: Future) -> None:
-            self._call_soon(_fire, d, future)
-
-        self._pool.submit(fn, *args).add_done_callback(done)
-        return d
-
-    def shutdown(self) -> None:
-        self._pool.shutdown(wait=False)
-
-
-def _fire(d: Deferred, future: Future) -> None:
-    exc = future.exception()
-    if exc is not None:
-        d.errback(Failure(exc))
-    else:
-        d.callback(future.result())
-
-
-class InlineIO:
-    """Runs calls at once on the calling thread (tests that drive the scheduler by hand)."""
-
-    def run(self, fn: Any, *args: Any) -> Deferred:
-        return maybeDeferred(fn, *args)
-
-    def shutdown(self) -> None:
-        pass
 
 
 class LeasedScheduler(BaseScheduler):
@@ -220,15 +176,15 @@ class LeasedScheduler(BaseScheduler):
         self._client = client
         self._buffer: deque[Request] = deque()
         self._writes = SyncBatch()
-        self._syncing = False
-        self._again = False
+        # one call to Redis in flight at a time, with backoff (see cnkispider.offload)
+        self._calls = RedisCalls(
+            self._next_batch, self._sync, self._synced, self._sync_failed, owner="Scheduler"
+        )
         self._closing = False
         self._timer: Any = None
         self._view_queued: int | None = None  # None until the first call answered
         self._view_others = 0  # leases held by other workers at the last call
         self._last_poll = self._last_renew = time.monotonic()
-        self._retry_at = 0.0
-        self._failures = 0
         self._handlers_running = 0
         self._recheck_delay: dict[str, float] = {}
 
@@ -238,6 +194,7 @@ class LeasedScheduler(BaseScheduler):
         self.spider = spider
         if self._io is None:
             self._io = ThreadIO()
+        self._calls.io = self._io
         if self.df is not None:
             self.df.open()
         return self._io.run(self._connect).addCallback(self._opened)
@@ -271,6 +228,7 @@ class LeasedScheduler(BaseScheduler):
 
     def close(self, reason: str) -> Deferred:
         self._closing = True
+        self._calls.close()
         if self._timer is not None and self._timer.running:
             self._timer.stop()
         return deferred_from_coro(self._close(reason))
@@ -278,7 +236,7 @@ class LeasedScheduler(BaseScheduler):
     async def _close(self, reason: str) -> None:
         # A call in flight finishes first (it takes milliseconds); holds and signal handlers get
         # a bounded wait, after which their leases are left to run out and return.
-        while self._syncing:
+        while self._calls.busy:
             await maybe_deferred_to_future(_sleep(0.01))
         deadline = time.monotonic() + min(10.0, self.lease_seconds / 3)
         while (self._handlers_running or self.outcomes.holding()) and time.monotonic() < deadline:
@@ -321,8 +279,8 @@ class LeasedScheduler(BaseScheduler):
         return deferred_from_coro(self._flush())
 
     async def _flush(self) -> None:
-        while (self._writes.ops() or self._syncing) and self.queue is not None and not self._closing:
-            if not self._syncing:
+        while (self._writes.ops() or self._calls.busy) and self.queue is not None and not self._closing:
+            if not self._calls.busy:
                 self._kick()
             await maybe_deferred_to_future(_sleep(0.01))
 
@@ -330,7 +288,7 @@ class LeasedScheduler(BaseScheduler):
         return bool(
             self._buffer
             or self._writes.ops()
-            or self._syncing
+            or self._calls.busy
             or len(self.outcomes)
             or self._handlers_running
             or self._view_queued is None
@@ -384,10 +342,10 @@ class LeasedScheduler(BaseScheduler):
 
     def _tick(self) -> None:
         """Every SCHEDULER_FLUSH_INTERVAL: make a call if anything is due."""
-        if self._syncing or self.queue is None or self._closing:
+        if self._calls.busy or self.queue is None or self._closing:
             return
         now = time.monotonic()
-        if now < self._retry_at:
+        if now < self._calls.retry_at:
             return
         low = len(self._buffer) <= self.batch_size // 2
         if (
@@ -400,17 +358,15 @@ class LeasedScheduler(BaseScheduler):
 
     def _kick(self) -> None:
         """Make a call now (or right after the one in flight)."""
-        if self.queue is None or time.monotonic() < self._retry_at:
-            return
-        if self._syncing:
-            self._again = True
-            return
+        if self.queue is not None:
+            self._calls.kick()
+
+    def _next_batch(self) -> SyncBatch:
         pop = 0 if self._closing else max(0, self.batch_size - len(self._buffer))
-        batch = self._take_batch(pop)
-        self._syncing, self._again = True, False
-        d = self._io.run(self.queue.sync, batch)
-        d.addCallbacks(self._synced, self._sync_failed, callbackArgs=(batch,), errbackArgs=(batch,))
-        d.addErrback(self._log_failure)
+        return self._take_batch(pop)
+
+    def _sync(self, batch: SyncBatch) -> SyncResult:
+        return self.queue.sync(batch)  # on the I/O thread
 
     def _take_batch(self, pop: int) -> SyncBatch:
         now = time.monotonic()
@@ -433,12 +389,10 @@ class LeasedScheduler(BaseScheduler):
         return batch
 
     def _synced(self, result: SyncResult, batch: SyncBatch) -> None:
-        self._syncing = False
-        self._failures = 0
         self._apply(result, batch)
         if not self._closing:
             self._wake_engine()
-            if self._again or len(self._writes.enqueues) >= defaults.MAX_OPS_PER_SYNC:
+            if self._calls.again or len(self._writes.enqueues) >= defaults.MAX_OPS_PER_SYNC:
                 self._kick()
 
     def _apply(self, result: SyncResult, batch: SyncBatch) -> None:
@@ -467,26 +421,17 @@ class LeasedScheduler(BaseScheduler):
         self._view_queued = result.queued
         self._view_others = max(0, result.leased - len(self.outcomes))
 
-    def _sync_failed(self, failure: Failure, batch: SyncBatch) -> None:
+    def _sync_failed(self, failure: Failure, batch: SyncBatch, delay: float) -> None:
         """Keep the writes for the next call (same order); the pop is simply not made."""
-        self._syncing = False
-        self._failures += 1
         pending = self._writes
         for name in SyncBatch.WRITES:
             if name != "renewals":  # renewals are recomputed
                 setattr(pending, name, getattr(batch, name) + getattr(pending, name))
-        delay = min(5.0, 0.1 * 2 ** min(self._failures, 6))
-        self._retry_at = time.monotonic() + delay
         self._inc("scheduler/redis/errors")
         logger.error(
             "Redis call of the scheduler failed (%(n)d in a row), retrying in %(d).1f s: %(e)s",
-            {"n": self._failures, "d": delay, "e": failure.getErrorMessage()},
+            {"n": self._calls.failures, "d": delay, "e": failure.getErrorMessage()},
         )
-        if not self._closing:
-            call_later(delay, self._kick)
-
-    def _log_failure(self, failure: Failure) -> None:
-        logger.error("Scheduler bug", exc_info=(failure.type, failure.value, failure.tb))
 
     def _read(self, popped: Any) -> Request | None:
         try:

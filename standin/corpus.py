@@ -44,9 +44,9 @@ from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 
-from tests.cnki_site import vocab
+from standin import vocab
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TREES = {
     "patent": REPO / "tasks" / "categories" / "ipc.txt",
     "paper": REPO / "tasks" / "categories" / "clc.txt",

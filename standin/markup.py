@@ -16,14 +16,14 @@ in ``no-content@value``, the -403 JSON, the ``vericodeForm`` page.
 Speed matters (the site must serve 800 pages a second on one core), so a document's row is
 rendered once into three byte strings around the parts that change per response (page number,
 sequence number, session-bound ``v=`` token) and its detail page once into bytes; both are kept
-on the cached :class:`~tests.cnki_site.corpus.Document`.
+on the cached :class:`~standin.corpus.Document`.
 """
 
 from __future__ import annotations
 
 from html import escape
 
-from tests.cnki_site.corpus import FOREIGN_DATABASES, Document
+from standin.corpus import FOREIGN_DATABASES, Document
 
 RESOURCES = {"patent": "PATENT", "paper": "JOURNAL", "achievement": "ACHIEVEMENTS"}
 DBCODES = {

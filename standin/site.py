@@ -34,8 +34,8 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, quote
 
-from tests.cnki_site import markup
-from tests.cnki_site.corpus import (
+from standin import markup
+from standin.corpus import (
     DOC_TYPES,
     FOREIGN_DATABASES,
     PAPER_CLASSES,
@@ -44,7 +44,7 @@ from tests.cnki_site.corpus import (
     Search,
     parse_day,
 )
-from tests.cnki_site.limits import (
+from standin.limits import (
     ALL_FAULTS,
     ClientIds,
     FaultPlan,

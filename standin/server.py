@@ -23,7 +23,7 @@ import socket
 import struct
 import sys
 
-from tests.cnki_site.site import REASONS, Request, Response, Site
+from standin.site import REASONS, Request, Response, Site
 
 MAX_HEAD = 64 * 1024
 

@@ -3,7 +3,7 @@
 Serve (the first stdout line is exactly ``CNKI stand-in at http://HOST:PORT``, then one line
 per proxy and one for the provider; it serves until SIGTERM or SIGINT)::
 
-    python -m tests.cnki_site [--host 127.0.0.1] [--port 0] [--seed 1] [--scale 1.0]
+    python -m standin [--host 127.0.0.1] [--port 0] [--seed 1] [--scale 1.0]
         [--cap-rows 6000 | --max-pages N] [--turn-limit 15] [--token-ttl 600] [--session-ttl 1200]
         [--pace-limit RPS --pace-block-seconds 30]
         [--collect-missing 0.3] [--rows-without-keys] [--header-rows 0] [--break NAME ...]
@@ -20,7 +20,7 @@ category-filter, turn-token, detail-fields, patent-keys.
 
 Ground truth (JSON lines, one document per line with every item field)::
 
-    python -m tests.cnki_site truth --type patent --start 2024-01-01 --end 2024-01-03
+    python -m standin truth --type patent --start 2024-01-01 --end 2024-01-03
         [--categories H04,G06] [--seed 1] [--scale ...] [--overflow ...] [--categories-file ...]
 """
 
@@ -31,9 +31,9 @@ import asyncio
 import json
 import sys
 
-from tests.cnki_site.corpus import DOC_TYPES, Corpus, CorpusOptions
-from tests.cnki_site.limits import ALL_FAULTS
-from tests.cnki_site.site import BREAKS, Site, SiteOptions, parse_latency
+from standin.corpus import DOC_TYPES, Corpus, CorpusOptions
+from standin.limits import ALL_FAULTS
+from standin.site import BREAKS, Site, SiteOptions, parse_latency
 
 
 def _pair(text: str, what: str) -> tuple[str, str]:
@@ -114,7 +114,7 @@ def _corpus_options(args) -> CorpusOptions:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m tests.cnki_site", description="The local CNKI stand-in site."
+        prog="python -m standin", description="The local CNKI stand-in site."
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
@@ -188,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def build_truth_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m tests.cnki_site truth",
+        prog="python -m standin truth",
         description="Print the ground truth of a task's rounds as JSON lines.",
     )
     parser.add_argument("--type", required=True, choices=DOC_TYPES)
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from tests.cnki_site.server import serve
+    from standin.server import serve
 
     try:
         asyncio.run(serve(site, args.host, args.port, args.proxies))

@@ -1,7 +1,8 @@
 """The local stand-in of the CNKI site: kns8s protocol, CNKI's markup, limits and faults.
 
 No machine here reaches cnki.net, so the crawler is proven against this site: the test bed of
-every other part, the offline demo and the target of the benchmarks. It is at least as strict as
+every other part, the offline demo (``cnkispider demo``) and the target of the benchmarks, which
+is why it is a package of its own beside ``cnkispider/`` and not part of ``tests/``. It is at least as strict as
 CNKI in 2026 (docs/CONTRACTS.md, the 2026 contract, points 1-9), and it never imports the
 crawler's code, so that it stays an independent judge. Modules:
 
@@ -13,8 +14,8 @@ crawler's code, so that it stays an independent judge. Modules:
   site      routes and CNKI's rules (resources, cap, pace, token checks), control endpoints
   server    the asyncio HTTP/1.1 server and the proxy ports
   client    start a site in a subprocess, and a browser-like http.client of the protocol
-  fixture   the ``cnki_site`` pytest factory fixture
-  __main__  ``python -m tests.cnki_site [options]`` and ``python -m tests.cnki_site truth ...``
+            (the ``cnki_site`` pytest fixture over it is tests/fixtures/standin.py)
+  __main__  ``python -m standin [options]`` and ``python -m standin truth ...``
 
 What the site does (each is a test in tests/test_cnki_site.py):
 
@@ -61,7 +62,7 @@ What the site does (each is a test in tests/test_cnki_site.py):
 - ``/_stats``: ``requests`` (to CNKI's routes), ``challenged`` (``total`` and per form:
   soft_block, verify_redirect, json_403, json_200, vericode_form), ``challenged_by`` (session,
   ip, turn_limit), ``rejections`` (no_category, page_size, cursor), ``pace_blocks`` and the rest.
-- Ground truth: ``/_truth``, ``/_rounds``, ``/_doomed`` and ``python -m tests.cnki_site truth``
+- Ground truth: ``/_truth``, ``/_rounds``, ``/_doomed`` and ``python -m standin truth``
   list only documents a correct crawler stores (no foreign 总库 rows); none of the above changes it.
 - Also: detail tokens tied to their session, the old per-IP token-bucket ban, injected faults,
   latency, proxies (dead ones, auth) and a proxy provider, as before.

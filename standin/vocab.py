@@ -1,7 +1,7 @@
 """Word lists the stand-in's corpus draws its Chinese titles, people and institutions from.
 
 Plain data, no logic. The title slot lists (``TECHS``, ``OBJECTS``, ``ACTIONS`` and the
-templates) feed a bijection in :mod:`tests.cnki_site.corpus`, so their sizes matter: their
+templates) feed a bijection in :mod:`standin.corpus`, so their sizes matter: their
 product must exceed ``leaves * 10000`` for titles to stay unique within one day and type, and
 no word may occur twice in one list. Changing any list changes every seed's corpus.
 """

@@ -1,6 +1,6 @@
 """Start a stand-in site in a subprocess and talk to it (stdlib only: http.client, no crawler code).
 
-``start_site(**options)`` runs ``python -m tests.cnki_site --port 0 ...`` and returns a
+``start_site(**options)`` runs ``python -m standin --port 0 ...`` and returns a
 :class:`SiteHandle` once the site has printed its base URL (well under a second). Options are the
 command line's, in Python spelling: ``seed=2``, ``max_pages=3``, ``turn_limit=2``,
 ``faults={"captcha": 1.0}``, ``overflow=["patent:2024-01-01:H04:9000"]``, ``latency="0.02-0.08"``,
@@ -25,7 +25,7 @@ import threading
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 # doc type -> (Resource, Classid, KuaKuCode, Rlang): the 2026 contract's resource table
 SEARCH_RESOURCES = {
     "patent": ("PATENT", "VUDIXAIY", "", "Both"),
@@ -165,9 +165,9 @@ class SiteHandle:
 
 
 def start_site(cpu: int | None = None, timeout: float = 15.0, **options) -> SiteHandle:
-    """Start ``python -m tests.cnki_site --port 0`` with the options; ``cpu`` pins it to one core."""
+    """Start ``python -m standin --port 0`` with the options; ``cpu`` pins it to one core."""
     options.setdefault("port", 0)
-    argv = [sys.executable, "-m", "tests.cnki_site", *site_argv(**options)]
+    argv = [sys.executable, "-m", "standin", *site_argv(**options)]
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + (
         os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""

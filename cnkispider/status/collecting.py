@@ -1,0 +1,417 @@
+"""Collecting the status report: the database (and Redis) in, one plain JSON-able dict out.
+
+``collect(engine, redis_client, now)`` reads the task, round, errorCode, errorLink, worker and
+document tables (and the task's Redis queue, when Redis can be reached) into the report below;
+:mod:`cnkispider.status.rendering` turns it into text. Nothing here writes: status runs beside
+the workers, on the server or on any PC that reaches the database, as often as anyone likes.
+
+Clock: every time compared here (heartbeats, round completions) was stamped with the database's
+clock (:func:`cnkispider.db.db_now`), so ``now`` is the database's clock too, never this
+machine's: a PC whose clock is off still sees the right ages.
+
+The report (``cnkispider status --json``; times are ISO 8601 UTC, ``...Z``)::
+
+    {"generated_at", "clock", "database" (password masked), "heartbeat_seconds", "gone_after_seconds",
+     "redis": {"url", "reachable", "error", "state" ("connected" | "idle" | "unreachable")},
+     "tasks": [{"id", "name", "ok", "problem" (why a BAD ROW is bad, else null), "type",
+                "start_date", "end_date" (null: up to today), "until" (the last day due now),
+                "phase", "activity" ("running" | "finished" | "stopped" | "halted" | "no live worker"),
+                "halted" (the halt reason, null when not halted), "halted_at",
+                "cursor": {"date", "category"}, "last_heartbeat", "last_heartbeat_age_seconds",
+                "categories" (root categories),
+                "rounds": {"total", "finished", "done", "failed", "in_flight", "remaining",
+                           "by_state": {state: n}},
+                "progress" (0..1), "rate": {"rounds_per_hour", "rounds_counted"},
+                "eta_seconds", "eta_at", "current_rounds": [{"id", "day", "category", "state",
+                "worker", "attempts"}], "documents",
+                "errors": {"errorCode" | "errorLink": {"total", "by_state", "by_reason"}},
+                "queue": {"queued", "leased"} (null when Redis is unreachable),
+                "worker_counts": {"alive", "gone", "stopped"},
+                "workers": [{"id", "host", "pid", "state" ("alive" | "gone" | "stopped"),
+                             "started_at", "last_seen", "last_seen_age_seconds", "pages", "items",
+                             "errors", "pages_per_minute", "items_per_minute", "rounds"}]}]}
+
+Definitions
+    total rounds   days from start_date to end_date (or today on CNKI's calendar) x root
+                   categories (:func:`tasks.flow.rounds_between`), plus round rows that lie
+                   outside that plan (a task stopped after they were handed out, a category list
+                   edited since): progress never passes 100 %.
+    finished       rounds done or failed (a failed round's list page sits in errorCode).
+    rate, ETA      a round's mean time (the last ``RATE_ROUNDS`` rounds finished within
+                   ``RATE_WINDOW``) and the rounds in flight now (Little's law:
+                   :func:`cnkispider.progress.round_rate_eta`, tested on a fixed clock).
+    worker alive   state ``running`` and last heartbeat within ``GONE_AFTER_BEATS`` heartbeats;
+    worker gone    state ``running`` but silent longer than that (killed, crashed, cut off);
+    worker stopped it said goodbye (``state = stopped``).
+    pages/min      a worker's average since it started (``worker.pages`` over started_at ..
+                   last_seen); ``watch`` adds the rate between its last two heartbeats.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from cnkispider.db import db_now
+from cnkispider.exceptions import TaskRowError
+from cnkispider.items import FIELDS
+from cnkispider.redisconn import EMBEDDED_IDLE
+from cnkispider.schema import documents, error_code, error_link, round_, task, worker
+from tasks.flow import IN_FLIGHT, rounds_between, validate_row
+
+GONE_AFTER_BEATS = 3
+RATE_WINDOW = dt.timedelta(hours=6)
+RATE_ROUNDS = 50
+# Workers that went silent or stopped long ago are counted but no longer listed: a crawl that
+# runs for weeks leaves one worker row per process start.
+LIST_GONE_FOR = dt.timedelta(hours=24)
+LIST_STOPPED_FOR = dt.timedelta(hours=1)
+
+
+def namespace_of(task_name: str) -> str:
+    """The task's Redis namespace (settings.SCHEDULER_NAMESPACE: ``cnki:`` + task name)."""
+    return f"cnki:{task_name}"
+
+
+# -- collecting ---------------------------------------------------------------------------------
+
+
+def collect(
+    engine: Engine,
+    redis_client=None,
+    now: dt.datetime | None = None,
+    *,
+    heartbeat_seconds: float = 15,
+    base_dir: Path | None = None,
+    task_name: str | None = None,
+    redis_label: str = "",
+    redis_error: str | None = None,
+) -> dict:
+    """One status report of every task (or of ``task_name``), JSON-able.
+
+    ``redis_client`` None means Redis was not reachable (``redis_error`` says why): the report
+    then has no queue counts but everything the database knows.
+    """
+    gone_after = dt.timedelta(seconds=GONE_AFTER_BEATS * heartbeat_seconds)
+    with engine.connect() as conn:
+        now = now or db_now(conn)
+        # A database not upgraded yet (no worker of this version ran) has no halt columns.
+        present = {c["name"] for c in sa.inspect(conn).get_columns(task.name)}
+        columns = [c for c in task.c if c.name in present]
+        rows = list(conn.execute(sa.select(*columns).order_by(task.c.id)))
+        if task_name is not None:
+            rows = [r for r in rows if r.name == task_name or str(r.id) == str(task_name)]
+            if not rows:
+                raise LookupError(f"no task {task_name!r}")
+        ids = [r.id for r in rows]
+        rounds_by_state = _grouped(conn, round_, [round_.c.state], ids)
+        errors = {
+            "errorCode": _grouped(conn, error_code, [error_code.c.state, error_code.c.reason], ids),
+            "errorLink": _grouped(conn, error_link, [error_link.c.state, error_link.c.reason], ids),
+        }
+        in_flight = _in_flight_rounds(conn, ids)
+        workers = _workers(conn, ids, now, gone_after)
+        tasks = [
+            _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, workers)
+            for row in rows
+        ]
+    redis_info = {
+        "url": redis_label,
+        "reachable": redis_client is not None,
+        "error": redis_error,
+        "state": "connected"
+        if redis_client is not None
+        else ("idle" if redis_error == EMBEDDED_IDLE else "unreachable"),
+    }
+    for entry in tasks:
+        entry["queue"] = None
+        if redis_client is not None:
+            try:
+                entry["queue"] = _queue_sizes(redis_client, entry["name"])
+            except Exception as exc:  # redis.RedisError and socket errors: Redis went away
+                redis_info.update(reachable=False, error=str(exc))
+                break
+    return {
+        "generated_at": _iso(now),
+        "clock": "database, UTC",
+        "database": engine.url.render_as_string(hide_password=True),
+        "redis": redis_info,
+        "heartbeat_seconds": heartbeat_seconds,
+        "gone_after_seconds": gone_after.total_seconds(),
+        "tasks": tasks,
+    }
+
+
+def _grouped(conn, table, columns, ids) -> dict[int, list[tuple]]:
+    """(task_id -> [(column values..., count)]) for rows of ``table`` grouped by ``columns``."""
+    if not ids:
+        return {}
+    query = (
+        sa.select(table.c.task_id, *columns, sa.func.count())
+        .where(table.c.task_id.in_(ids))
+        .group_by(table.c.task_id, *columns)
+    )
+    out: dict[int, list[tuple]] = {}
+    for row in conn.execute(query):
+        out.setdefault(row[0], []).append(tuple(row[1:]))
+    return out
+
+
+def _in_flight_rounds(conn, ids) -> dict[int, list[dict]]:
+    if not ids:
+        return {}
+    query = (
+        sa.select(
+            round_.c.task_id,
+            round_.c.id,
+            round_.c.day,
+            round_.c.category,
+            round_.c.state,
+            round_.c.worker,
+            round_.c.attempts,
+        )
+        .where(round_.c.task_id.in_(ids), round_.c.state.in_(IN_FLIGHT))
+        .order_by(round_.c.day, round_.c.id)
+    )
+    out: dict[int, list[dict]] = {}
+    for r in conn.execute(query):
+        out.setdefault(r.task_id, []).append(
+            {
+                "id": r.id,
+                "day": r.day,
+                "category": r.category,
+                "state": r.state,
+                "worker": r.worker,
+                "attempts": r.attempts,
+            }
+        )
+    return out
+
+
+def _workers(conn, ids, now, gone_after) -> dict[int, dict]:
+    """Per task: counts of alive, gone and stopped workers, and the ones worth listing."""
+    if not ids:
+        return {}
+    fresh = now - gone_after
+    is_fresh = sa.case((worker.c.last_seen >= fresh, 1), else_=0)
+    counts: dict[int, dict] = {i: {"alive": 0, "gone": 0, "stopped": 0} for i in ids}
+    for task_id, state, fresh_flag, n in conn.execute(
+        sa.select(worker.c.task_id, worker.c.state, is_fresh, sa.func.count())
+        .where(worker.c.task_id.in_(ids))
+        .group_by(worker.c.task_id, worker.c.state, is_fresh)
+    ):
+        counts[task_id][_liveness(state, bool(fresh_flag))] += n
+    listed = sa.or_(
+        sa.and_(worker.c.state == "running", worker.c.last_seen >= now - LIST_GONE_FOR),
+        worker.c.last_seen >= now - LIST_STOPPED_FOR,
+    )
+    out = {i: {"counts": counts[i], "rows": []} for i in ids}
+    for w in conn.execute(
+        sa.select(worker)
+        .where(worker.c.task_id.in_(ids), listed)
+        .order_by(worker.c.started_at, worker.c.id)
+    ):
+        alive = w.last_seen is not None and w.last_seen >= fresh
+        out[w.task_id]["rows"].append(_worker_report(w, now, _liveness(w.state, alive)))
+    return out
+
+
+def _liveness(state: str, fresh: bool) -> str:
+    if state != "running":
+        return "stopped"
+    return "alive" if fresh else "gone"
+
+
+def _worker_report(w, now, liveness: str) -> dict:
+    minutes = None
+    if w.started_at is not None and w.last_seen is not None:
+        minutes = (w.last_seen - w.started_at).total_seconds() / 60
+    return {
+        "id": w.id,
+        "host": w.host,
+        "pid": w.pid,
+        "state": liveness,
+        "started_at": _iso(w.started_at),
+        "last_seen": _iso(w.last_seen),
+        "last_seen_age_seconds": _age(now, w.last_seen),
+        "pages": w.pages,
+        "items": w.items,
+        "errors": w.errors,
+        "pages_per_minute": round(w.pages / minutes, 1) if minutes else None,
+        "items_per_minute": round(w.items / minutes, 1) if minutes else None,
+        "rounds": [],
+    }
+
+
+def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, workers) -> dict:
+    by_state = {state: n for (state, n) in rounds_by_state.get(row.id, [])}
+    entry: dict = {
+        "id": row.id,
+        "name": row.name,
+        "ok": True,
+        "problem": None,
+        "type": row.type,
+        "start_date": row.start_date,
+        "end_date": row.end_date or None,
+        "until": None,
+        "phase": row.phase,
+        "halted": getattr(row, "halt_reason", None) or None,
+        "halted_at": _iso(getattr(row, "halted_at", None)),
+        "cursor": {"date": row.cur_date, "category": row.cur_code},
+        "last_heartbeat": _iso(row.status),
+        "last_heartbeat_age_seconds": _age(now, row.status),
+        "categories": None,
+    }
+    try:
+        current = validate_row(row, base_dir)
+    except TaskRowError as exc:
+        current = None
+        entry.update(ok=False, problem=exc.problem)
+    finished = by_state.get("done", 0) + by_state.get("failed", 0)
+    rounds = {
+        "total": None,
+        "finished": finished,
+        "done": by_state.get("done", 0),
+        "failed": by_state.get("failed", 0),
+        "in_flight": sum(by_state.get(s, 0) for s in IN_FLIGHT),
+        "remaining": None,
+        "by_state": by_state,
+    }
+    entry["rounds"] = rounds
+    entry["progress"] = None
+    entry["rate"] = {"rounds_per_hour": None, "rounds_counted": 0}
+    entry["eta_seconds"] = None
+    entry["eta_at"] = None
+    if current is not None:
+        until = current.limit(now)
+        entry["until"] = until.isoformat()
+        entry["categories"] = len(current.tree.roots)
+        total = rounds_between(current, until) + _unplanned_rounds(conn, current, until)
+        rounds["total"] = total
+        rounds["remaining"] = max(total - finished, 0)
+        entry["progress"] = round(finished / total, 4) if total else 1.0
+        per_hour, counted, seconds = _round_rate(conn, row.id, now, rounds["remaining"])
+        entry["rate"] = {"rounds_per_hour": per_hour, "rounds_counted": counted}
+        if rounds["remaining"] == 0:
+            entry["eta_seconds"], entry["eta_at"] = 0, _iso(now)
+        elif per_hour and seconds is not None:
+            entry["eta_seconds"] = seconds
+            entry["eta_at"] = _iso(now + dt.timedelta(seconds=seconds))
+    entry["current_rounds"] = in_flight.get(row.id, [])
+    entry["documents"] = _documents(conn, row) if row.type in FIELDS else None
+    entry["errors"] = {
+        name: _error_summary(groups.get(row.id, [])) for name, groups in errors.items()
+    }
+    listing = workers.get(row.id, {"counts": {"alive": 0, "gone": 0, "stopped": 0}, "rows": []})
+    for w in listing["rows"]:
+        w["rounds"] = [
+            f"{r['day']} {r['category']}" for r in entry["current_rounds"] if r["worker"] == w["id"]
+        ]
+    entry["worker_counts"] = listing["counts"]
+    entry["workers"] = listing["rows"]
+    if entry["halted"]:
+        entry["activity"] = "halted"  # its workers are stopping, or stopped
+        entry["eta_seconds"] = entry["eta_at"] = None
+    elif listing["counts"]["alive"]:
+        entry["activity"] = "running"
+    elif row.phase == "done" and _stopped(row):
+        entry["activity"] = "stopped"
+    elif row.phase == "done":
+        entry["activity"] = "finished"
+    else:
+        entry["activity"] = "no live worker"
+        if entry["eta_seconds"]:  # nobody is working: the recent rate promises nothing
+            entry["eta_seconds"] = entry["eta_at"] = None
+    return entry
+
+
+def _stopped(row) -> bool:
+    """Stopped, not finished: the end date was moved back below the cursor (`task stop`, or an
+    operator's edit). A task that runs to its end leaves the cursor on its end date: rounds are
+    never handed out past it, so only a stop puts the cursor beyond it."""
+    end, cur = (row.end_date or "").strip(), (row.cur_date or "").strip()
+    return bool(end and cur and cur > end)
+
+
+def _unplanned_rounds(conn, current, until: dt.date) -> int:
+    """Round rows outside (start .. until) x root categories: begun, then planned away."""
+    planned = sa.and_(
+        round_.c.day >= current.start_date.isoformat(),
+        round_.c.day <= until.isoformat(),
+        round_.c.category.in_(current.tree.roots),
+    )
+    return conn.execute(
+        sa.select(sa.func.count())
+        .select_from(round_)
+        .where(round_.c.task_id == current.id, sa.not_(planned))
+    ).scalar()
+
+
+def _round_rate(
+    conn, task_id: int, now: dt.datetime, remaining: int
+) -> tuple[float | None, int, float | None]:
+    """(rounds per hour, rounds counted, ETA seconds) from the last RATE_ROUNDS rounds finished
+    within RATE_WINDOW and the rounds in flight (:func:`cnkispider.progress.round_rate_eta`)."""
+    from cnkispider.progress import round_rate_eta
+
+    finished = [
+        ((created or updated).timestamp(), updated.timestamp())
+        for created, updated in conn.execute(
+            sa.select(round_.c.created_at, round_.c.updated_at)
+            .where(
+                round_.c.task_id == task_id,
+                round_.c.state.in_(("done", "failed")),
+                round_.c.updated_at >= now - RATE_WINDOW,
+            )
+            .order_by(round_.c.updated_at.desc())
+            .limit(RATE_ROUNDS)
+        )
+        if updated is not None
+    ]
+    in_flight = [
+        (created or now).timestamp()
+        for (created,) in conn.execute(
+            sa.select(round_.c.created_at).where(
+                round_.c.task_id == task_id, round_.c.state.in_(IN_FLIGHT)
+            )
+        )
+    ]
+    per_hour, eta = round_rate_eta(finished, in_flight, remaining, now.timestamp())
+    return (
+        (round(per_hour, 2) if per_hour else None),
+        len(finished),
+        (round(eta) if eta is not None else None),
+    )
+
+
+def _documents(conn, row) -> int:
+    table = documents[row.type]
+    return conn.execute(
+        sa.select(sa.func.count()).select_from(table).where(table.c.task_id == row.id)
+    ).scalar()
+
+
+def _error_summary(groups: list[tuple]) -> dict:
+    by_state: dict[str, int] = {}
+    by_reason: dict[str, int] = {}
+    for state, reason, n in groups:
+        by_state[state] = by_state.get(state, 0) + n
+        by_reason[reason] = by_reason.get(reason, 0) + n
+    return {"total": sum(by_state.values()), "by_state": by_state, "by_reason": by_reason}
+
+
+def _queue_sizes(client, task_name: str) -> dict[str, int]:
+    from cnkispider.scheduling.queue import LeasedQueue
+
+    return LeasedQueue(client, namespace_of(task_name)).sizes()
+
+
+def _iso(value: dt.datetime | None) -> str | None:
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ") if value is not None else None
+
+
+def _age(now: dt.datetime, then: dt.datetime | None) -> float | None:
+    return round((now - then).total_seconds(), 1) if then is not None else None
