@@ -50,7 +50,7 @@ ITEM_PIPELINES = {"cnkispider.pipelines.DocumentPipeline": 800}
 EXTENSIONS = {"tasks.feeder.RoundFeeder": 500, "cnkispider.progress.ProgressLog": 600}
 
 # The settings above, before `scrapy crawl` adds config.ini's to this module (at the bottom).
-_STATIC = {name: value for name, value in dict(globals()).items() if name.isupper()}
+_static = {name: value for name, value in dict(globals()).items() if name.isupper() and name[0] != "_"}
 
 
 def crawler_settings(config: Config) -> dict:
@@ -61,7 +61,7 @@ def crawler_settings(config: Config) -> dict:
     crawl, cnki, proxy, task = config.crawl, config.cnki, config.proxy, config.task
     data_dir = config.data_dir
     settings = {
-        **_STATIC,
+        **_static,
         "CONCURRENT_REQUESTS": crawl["concurrent_requests"],
         "CONCURRENT_REQUESTS_PER_DOMAIN": crawl["concurrent_requests"],
         "DOWNLOAD_DELAY": crawl["download_delay"],
