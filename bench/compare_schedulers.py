@@ -73,6 +73,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from cnkispider import default_settings  # noqa: E402
+
 PAGE_SIZE = 50
 MAX_PAGES = 120
 VARIANTS = {
@@ -87,6 +89,8 @@ VARIANTS = {
     "ours": (
         "ours (LeasedScheduler)",
         {
+            # the scheduler's defaults only, so that Scrapy's own settings match the others'
+            **default_settings.starting_with("SCHEDULER_", "DUPEFILTER_", "CNKI_DATA_DIR"),
             "SCHEDULER": "cnkispider.scheduling.scheduler.LeasedScheduler",
             "DUPEFILTER_CLASS": "cnkispider.scheduling.dupefilter.BloomDupeFilter",
             "SCHEDULER_NAMESPACE": "bench",

@@ -59,7 +59,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.compare_schedulers import BenchRedis, exit_on_sigterm, machine  # noqa: E402
-from cnkispider.scheduling import defaults  # noqa: E402
+from cnkispider import default_settings  # noqa: E402
 from cnkispider.scheduling.dupefilter import BLOOM_LUA, BloomDupeFilter, layer_plan  # noqa: E402
 
 TARGET_BYTES = 24
@@ -206,8 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     def say(text):
         print(text, flush=True)
 
-    capacity, rate, growth = (defaults.DUPEFILTER_CAPACITY, defaults.DUPEFILTER_ERROR_RATE,
-                              defaults.DUPEFILTER_GROWTH)
+    capacity, rate, growth = (default_settings.DUPEFILTER_CAPACITY, default_settings.DUPEFILTER_ERROR_RATE,
+                              default_settings.DUPEFILTER_GROWTH)
     server = BenchRedis()
     client = server.client
     rows = []

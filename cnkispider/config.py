@@ -3,7 +3,8 @@
 Lookup order for the file: ``--config PATH``; else ``config.ini`` in the working directory;
 else ``config.ini`` beside the executable (the frozen .exe) or the project folder. Values
 from the file are overridden by environment variables ``CNKI_<SECTION>_<KEY>`` (for example
-``CNKI_DATABASE_URL``), and every key has a default here, so a missing file is fine.
+``CNKI_DATABASE_URL``), and every key has a default (that of the Scrapy setting it maps onto,
+from :mod:`cnkispider.default_settings`), so a missing file is fine.
 
 Every value is checked at start. A wrong section, an unknown key (a typo) or a malformed
 value raises one :class:`ConfigError` naming the file, the section, the key and what was
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cnkispider import default_settings
 from cnkispider.exceptions import ConfigError
 from cnkispider.items import DOC_TYPES
 from cnkispider.masking import install_log_filter, mask_url
@@ -165,81 +167,88 @@ def _token(raw: str) -> str:
     return value
 
 
+def _default(setting: str) -> str:
+    """The default of ``setting`` (its one home: :mod:`cnkispider.default_settings`) as
+    config.ini would write it, for the key that maps onto that setting."""
+    value = getattr(default_settings, setting)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ", ".join(map(str, value))
+    return str(value)
+
+
 # (section, key) -> (parser, default). The one table of every key config.ini may hold;
-# config.ini documents each of them in place.
+# config.ini documents each of them in place. A key that maps onto a Scrapy setting (in
+# cnkispider.settings.crawler_settings) takes that setting's default; the rest are config.ini's own.
 SCHEMA: dict[str, dict[str, tuple[Any, str]]] = {
     "database": {
-        "url": (_database_url, "sqlite:///data/cnki.db"),
-        # seconds a worker waits out an unreachable database (with backoff, a log line per
-        # attempt) before it gives up; minutes, so a restart or failover does not stop a crawl
-        "outage_seconds": (_float(0.0), "600"),
+        "url": (_database_url, _default("DATABASE_URL")),
+        "outage_seconds": (_float(0.0), _default("DATABASE_OUTAGE_SECONDS")),
     },
     "redis": {
-        "url": (_redis_url, ""),
+        "url": (_redis_url, _default("REDIS_URL")),
     },
     "task": {
-        "name": (_text, "default"),
-        "type": (_choice(*DOC_TYPES), "patent"),
-        "start_date": (_date_or_empty, ""),
-        "end_date": (_date_or_empty, ""),
-        "categories": (_text, "builtin"),
+        "name": (_text, _default("TASKS_NAME")),
+        "type": (_choice(*DOC_TYPES), _default("TASKS_TYPE")),
+        "start_date": (_date_or_empty, _default("TASKS_START_DATE")),
+        "end_date": (_date_or_empty, _default("TASKS_END_DATE")),
+        "categories": (_text, _default("TASKS_CATEGORIES")),
     },
     "cnki": {
-        "base_url": (_http_url, "https://kns.cnki.net"),
+        "base_url": (_http_url, _default("CNKI_BASE_URL")),
         "client_id_url": (
-            _required(_http_url),
-            "https://recsys.cnki.net/RCDService/api/UtilityOpenApi/GenerateClientID",
-        ),
-        "page_size": (_int_choice(10, 20, 50), "50"),
-        "cap_rows": (_int(10, 1_000_000), "6000"),
-        "max_pages": (_int(0, 100_000), "0"),
-        "turn_limit": (_int(1, 1000), "14"),
-        "category_mode": (_choice("subject", "facet"), "subject"),
-        "category_field": (_token, "CLC"),
-        "category_operator": (_token, "SUFFIX"),
-        # Hosts besides base_url and client_id_url that a request read back from the shared Redis
-        # may go to (comma list of URLs or host[:port]); everything else is refused, unfetched.
-        "allowed_hosts": (_text, ""),
+_required(_http_url), _default("CNKI_CLIENT_ID_URL")),
+        "page_size": (_int_choice(10, 20, 50), _default("CNKI_PAGE_SIZE")),
+        "cap_rows": (_int(10, 1_000_000), _default("CNKI_CAP_ROWS")),
+        "max_pages": (_int(0, 100_000), _default("CNKI_MAX_PAGES")),
+        "turn_limit": (_int(1, 1000), _default("SESSION_TURN_LIMIT")),
+        "category_mode": (_choice("subject", "facet"), _default("CNKI_CATEGORY_MODE")),
+        "category_field": (_token, _default("CNKI_CATEGORY_FIELD")),
+        "category_operator": (_token, _default("CNKI_CATEGORY_OPERATOR")),
+        # comma list of URLs or host[:port]; everything else is refused, unfetched
+        "allowed_hosts": (_text, _default("SCHEDULER_ALLOWED_HOSTS")),
     },
     "proxy": {
-        "enabled": (_bool, "false"),
-        "api_url": (_http_url, ""),
-        "format": (_choice("lines", "json"), "lines"),
-        "json_path": (_text, "data"),
-        "reuse": (_int(1), "10"),
-        "fetch_interval": (_float(0.0), "5"),
-        "static": (_text, ""),
-        "ban_seconds": (_float(0.0), "300"),
-        "rate_limit": (_float(0.0), "0"),
-        "direct_name": (_text, "direct"),
+        "enabled": (_bool, _default("PROXY_ENABLED")),
+        "api_url": (_http_url, _default("PROXY_API_URL")),
+        "format": (_choice("lines", "json"), _default("PROXY_API_FORMAT")),
+        "json_path": (_text, _default("PROXY_API_JSON_PATH")),
+        "reuse": (_int(1), _default("PROXY_REUSE")),
+        "fetch_interval": (_float(0.0), _default("PROXY_FETCH_INTERVAL")),
+        "static": (_text, _default("PROXY_STATIC")),
+        "ban_seconds": (_float(0.0), _default("PROXY_BAN_TIME")),
+        "rate_limit": (_float(0.0), _default("RATELIMIT_PROXY_RATE")),
+        "direct_name": (_text, _default("PACE_DIRECT_NAME")),
     },
     "crawl": {
-        "data_dir": (_text, "data"),
-        "concurrent_requests": (_int(1, 512), "16"),
-        "download_delay": (_float(0.0), "0"),
-        "download_timeout": (_float(1.0), "30"),
-        "retry_times": (_int(0, 100), "5"),
-        "rate_limit": (_float(0.0), "0"),
-        "rate_burst": (_int(1, 1000), "1"),
-        "pace": (_bool, "false"),
-        "pace_start": (_float(0.001), "0.5"),
-        "pace_step": (_float(0.001), "0.5"),
-        "pace_max": (_float(0.0), "0"),
-        "pace_cooldown": (_float(0.0), "30"),
-        "lease_seconds": (_int(1), "60"),
-        "round_lease_seconds": (_int(1), "300"),
-        "max_attempts": (_int(1), "5"),
-        "heartbeat_seconds": (_int(1), "15"),
+        "data_dir": (_text, _default("CNKI_DATA_DIR")),
+        "concurrent_requests": (_int(1, 512), _default("CONCURRENT_REQUESTS")),
+        "download_delay": (_float(0.0), _default("DOWNLOAD_DELAY")),
+        "download_timeout": (_float(1.0), _default("DOWNLOAD_TIMEOUT")),
+        "retry_times": (_int(0, 100), _default("RETRY_TIMES")),
+        "rate_limit": (_float(0.0), _default("RATELIMIT_RATE")),
+        "rate_burst": (_int(1, 1000), _default("RATELIMIT_BURST")),
+        "pace": (_bool, _default("PACE_ENABLED")),
+        "pace_start": (_float(0.001), _default("PACE_START")),
+        "pace_step": (_float(0.001), _default("PACE_STEP")),
+        "pace_max": (_float(0.0), _default("PACE_MAX")),
+        "pace_cooldown": (_float(0.0), _default("PACE_COOLDOWN")),
+        "lease_seconds": (_int(1), _default("SCHEDULER_LEASE_SECONDS")),
+        "round_lease_seconds": (_int(1), _default("TASKS_ROUND_LEASE")),
+        "max_attempts": (_int(1), _default("SCHEDULER_MAX_ATTEMPTS")),
+        "heartbeat_seconds": (_int(1), _default("TASKS_HEARTBEAT")),
         "processes": (_int(1, 64), "1"),
-        "recrawl": (_bool, "true"),
-        "halt_after": (_int(1, 10000), "10"),
-        "halt_window": (_int(2, 100000), "50"),
-        "challenge_sessions": (_int(1, 1000), "4"),
-        "challenge_cooldown": (_float(0.0), "300"),
+        "recrawl": (_bool, _default("TASKS_RECRAWL")),
+        "halt_after": (_int(1, 10000), _default("TASKS_HALT_AFTER")),
+        "halt_window": (_int(2, 100000), _default("TASKS_HALT_WINDOW")),
+        "challenge_sessions": (_int(1, 1000), _default("RETRY_CHALLENGE_SESSIONS")),
+        "challenge_cooldown": (_float(0.0), _default("RETRY_CHALLENGE_COOLDOWN")),
         "archive_html": (_bool, "false"),
         "feed": (_text, ""),
         "log_file": (_text, ""),
-        "log_level": (_choice("debug", "info", "warning", "error"), "info"),
+        "log_level": (_choice("debug", "info", "warning", "error"), _default("LOG_LEVEL")),
     },
 }
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 
-from cnkispider import masking, schema
+from cnkispider import default_settings, masking, schema
 from cnkispider.exceptions import StorageError
 
 logger = logging.getLogger(__name__)
@@ -45,7 +45,6 @@ logger = logging.getLogger(__name__)
 #   engine: only the caller knows whether its transaction can be run again. retrying() runs a
 #   whole function again for callers whose work is idempotent (upserts, deletes by key).
 
-DEFAULT_OUTAGE_SECONDS = 600.0
 
 # MySQL/MariaDB error codes that say "the server or the connection is away, or busy for a moment",
 # not "this statement is wrong": try again later.
@@ -90,7 +89,7 @@ def is_transient(exc: BaseException) -> bool:
 class OutagePolicy:
     """How long and how patiently to wait for the database (time and sleep injected for tests)."""
 
-    seconds: float = DEFAULT_OUTAGE_SECONDS
+    seconds: float = default_settings.DATABASE_OUTAGE_SECONDS
     first_delay: float = 0.5
     max_delay: float = 10.0
     sleep: Callable[[float], None] = time.sleep

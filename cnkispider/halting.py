@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 
+from cnkispider import default_settings
 from cnkispider.cnki.refusals import CHALLENGE, REJECTION, kind_of
 
 #: ``cnkispider run`` (and the .exe) exit with this status when the task is halted.
@@ -110,7 +111,12 @@ class Breaker:
     then found not understood by its parser turns into that failure instead of adding one.
     """
 
-    def __init__(self, consecutive: int = 10, window: int = 50, unreachable_after: int = 3):
+    def __init__(
+        self,
+        consecutive: int = default_settings.TASKS_HALT_AFTER,
+        window: int = default_settings.TASKS_HALT_WINDOW,
+        unreachable_after: int = default_settings.TASKS_UNREACHABLE_AFTER,
+    ):
         self.consecutive = max(1, consecutive)
         self.window = max(self.consecutive, window)
         self.unreachable_after = max(1, unreachable_after)
@@ -167,7 +173,7 @@ class ChallengeWatch:
     fresh sessions challenged one after another mean CNKI is wary of all of us: pause.
     """
 
-    def __init__(self, sessions: int = 4):
+    def __init__(self, sessions: int = default_settings.RETRY_CHALLENGE_SESSIONS):
         self.sessions = max(1, sessions)
         self.challenged: set[object] = set()
 

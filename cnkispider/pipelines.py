@@ -69,13 +69,11 @@ class DocumentPipeline:
             raise NotConfigured("DATABASE_URL is not set")
         pipeline = cls(
             url,
-            crawler.settings.getint("DATABASE_BATCH_SIZE", 200),
-            crawler.settings.getfloat("DATABASE_BATCH_SECONDS", 0.2),
+            crawler.settings.getint("DATABASE_BATCH_SIZE"),
+            crawler.settings.getfloat("DATABASE_BATCH_SECONDS"),
             crawler.stats,
         )
-        db.set_outage_seconds(
-            crawler.settings.getfloat("DATABASE_OUTAGE_SECONDS", db.DEFAULT_OUTAGE_SECONDS)
-        )
+        db.set_outage_seconds(crawler.settings.getfloat("DATABASE_OUTAGE_SECONDS"))
         pipeline.crawler = crawler
         return pipeline
 

@@ -34,13 +34,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cnkispider import default_settings
 from cnkispider.cnki import parsers, refusals
 from cnkispider.cnki.protocol import RESOURCES, Protocol, Search, protocol_from_settings
 from cnkispider.exceptions import RefusedPage
 
 logger = logging.getLogger(__name__)
 
-CLIENT_ID_URL = "https://recsys.cnki.net/RCDService/api/UtilityOpenApi/GenerateClientID"
+CLIENT_ID_URL = default_settings.CNKI_CLIENT_ID_URL
 # Fields a detail page of each type must yield for the crawler to be worth running.
 REQUIRED_DETAIL_FIELDS = {
     "patent": ("title", "application_no", "application_date", "applicant", "inventors", "abstract"),

@@ -135,9 +135,9 @@ class ProgressLog:
     @classmethod
     def from_crawler(cls, crawler):
         settings = crawler.settings
-        if not settings.getbool("PROGRESS_ENABLED", True):
+        if not settings.getbool("PROGRESS_ENABLED"):
             raise NotConfigured
-        interval = settings.getfloat("PROGRESS_INTERVAL", 60.0)
+        interval = settings.getfloat("PROGRESS_INTERVAL")
         if not interval:
             raise NotConfigured
         from cnkispider import logs

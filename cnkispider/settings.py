@@ -1,6 +1,8 @@
-"""Scrapy settings, derived from config.ini.
+"""Scrapy settings: the project's static ones, and config.ini's.
 
-`scrapy crawl patent` reads this module; under Scrapy's command line (only) it loads config.ini
+The defaults of every setting live in :mod:`cnkispider.default_settings`, installed by the
+add-on in ``ADDONS``; this module names the components and what never changes.
+`scrapy crawl patent` reads this module; under Scrapy's command line (only) it also loads config.ini
 (``CNKI_CONFIG`` names another file) and maps it with :func:`crawler_settings`, the same function
 `cnkispider run` uses (with the file of ``--config``), so
 both ways of starting a crawl behave the same. A bad config.ini stops here with its one-line
@@ -12,36 +14,60 @@ from __future__ import annotations
 import os
 import sys
 
+from cnkispider import middlewares as _middlewares
+from cnkispider.addon import ADDONS as ADDONS  # the defaults of every setting (default_settings)
 from cnkispider.config import Config, load_config
 from cnkispider.exceptions import CnkiSpiderError
+from cnkispider.middlewares import ratelimit as _ratelimit
+
+BOT_NAME = "cnkispider"
+SPIDER_MODULES = ["cnkispider.spiders"]
+NEWSPIDER_MODULE = "cnkispider.spiders"
+ROBOTSTXT_OBEY = False
+# Scrapy's telnet console and its remote-control HTTP server (2.14+) both run code sent to them
+# inside the worker: never open either
+TELNETCONSOLE_ENABLED = False
+REMOTE_CONTROL_ENABLED = False
+LOGSTATS_INTERVAL = 60.0
+# feeds (`-o x.jsonl`, [crawl] feed) in UTF-8: 中文 as it is, not \u escapes
+FEED_EXPORT_ENCODING = "utf-8"
+
+# Redis scheduling: one key namespace per task (SCHEDULER_NAMESPACE, from config.ini)
+SCHEDULER = "cnkispider.scheduling.scheduler.LeasedScheduler"
+DUPEFILTER_CLASS = "cnkispider.scheduling.dupefilter.BloomDupeFilter"
+REQUEST_FINGERPRINTER_CLASS = "cnkispider.scheduling.fingerprint.DocKeyFingerprinter"
+
+# components
+DOWNLOADER_MIDDLEWARES = {
+    **_middlewares.DOWNLOADER_MIDDLEWARES,  # their order and why: cnkispider/middlewares/__init__.py
+    # after the session and proxy middlewares, nothing that waits between it and the wire, and
+    # after decompression on the way back (see its module for why); it switches itself off
+    # (NotConfigured) while both rates are 0 and the pace is off
+    "cnkispider.middlewares.ratelimit.RateLimitMiddleware": _ratelimit.ORDER,
+}
+SPIDER_MIDDLEWARES = {"errors.middleware.ErrorRecordingMiddleware": 60}
+ITEM_PIPELINES = {"cnkispider.pipelines.DocumentPipeline": 800}
+EXTENSIONS = {"tasks.feeder.RoundFeeder": 500, "cnkispider.progress.ProgressLog": 600}
+
+# The settings above, before `scrapy crawl` adds config.ini's to this module (at the bottom).
+_static = {name: value for name, value in dict(globals()).items() if name.isupper() and name[0] != "_"}
 
 
 def crawler_settings(config: Config) -> dict:
-    """Every Scrapy setting the crawler needs, from the validated configuration."""
-    from cnkispider.middlewares import SETTINGS as MIDDLEWARE_SETTINGS
+    """Every Scrapy setting the crawler needs: the static ones above and config.ini's.
 
+    The defaults of the rest are installed by the add-on in ``ADDONS`` when the crawler is built.
+    """
     crawl, cnki, proxy, task = config.crawl, config.cnki, config.proxy, config.task
     data_dir = config.data_dir
     settings = {
-        **MIDDLEWARE_SETTINGS,  # the middlewares' own recommendations (retry priority, cookies)
-        "BOT_NAME": "cnkispider",
-        "SPIDER_MODULES": ["cnkispider.spiders"],
-        "NEWSPIDER_MODULE": "cnkispider.spiders",
-        "ROBOTSTXT_OBEY": False,
-        # Scrapy's telnet console and its remote-control HTTP server (2.14+) both run code sent
-        # to them inside the worker: never open either
-        "TELNETCONSOLE_ENABLED": False,
-        "REMOTE_CONTROL_ENABLED": False,
-        "COOKIES_ENABLED": True,
+        **_static,
         "CONCURRENT_REQUESTS": crawl["concurrent_requests"],
         "CONCURRENT_REQUESTS_PER_DOMAIN": crawl["concurrent_requests"],
         "DOWNLOAD_DELAY": crawl["download_delay"],
         "DOWNLOAD_TIMEOUT": crawl["download_timeout"],
         "RETRY_TIMES": crawl["retry_times"],
         "LOG_LEVEL": crawl["log_level"].upper(),
-        "LOGSTATS_INTERVAL": 60.0,
-        # feeds (`-o x.jsonl`, [crawl] feed) in UTF-8: 中文 as it is, not \u escapes
-        "FEED_EXPORT_ENCODING": "utf-8",
         # storage and shared state
         "DATABASE_URL": config.database_url,
         "DATABASE_OUTAGE_SECONDS": config.raw["database"]["outage_seconds"],
@@ -73,10 +99,7 @@ def crawler_settings(config: Config) -> dict:
         "TASKS_HALT_WINDOW": crawl["halt_window"],
         "RETRY_CHALLENGE_SESSIONS": crawl["challenge_sessions"],
         "RETRY_CHALLENGE_COOLDOWN": crawl["challenge_cooldown"],
-        # Redis scheduling: one key namespace per task
-        "SCHEDULER": "cnkispider.scheduling.scheduler.LeasedScheduler",
-        "DUPEFILTER_CLASS": "cnkispider.scheduling.dupefilter.BloomDupeFilter",
-        "REQUEST_FINGERPRINTER_CLASS": "cnkispider.scheduling.fingerprint.DocKeyFingerprinter",
+        # Redis scheduling
         "SCHEDULER_NAMESPACE": f"cnki:{task.name}",
         "SCHEDULER_LEASE_SECONDS": crawl["lease_seconds"],
         "SCHEDULER_MAX_ATTEMPTS": crawl["max_attempts"],
@@ -100,10 +123,6 @@ def crawler_settings(config: Config) -> dict:
         "PACE_MAX": crawl["pace_max"],
         "PACE_COOLDOWN": crawl["pace_cooldown"],
         "PACE_DIRECT_NAME": proxy["direct_name"],
-        # components
-        "SPIDER_MIDDLEWARES": {"errors.middleware.ErrorRecordingMiddleware": 60},
-        "ITEM_PIPELINES": {"cnkispider.pipelines.DocumentPipeline": 800},
-        "EXTENSIONS": {"tasks.feeder.RoundFeeder": 500, "cnkispider.progress.ProgressLog": 600},
     }
     if crawl["log_file"]:
         settings["LOG_FILE"] = str(config.resolve(crawl["log_file"]))
@@ -117,13 +136,6 @@ def crawler_settings(config: Config) -> dict:
             **settings["DOWNLOADER_MIDDLEWARES"],
             "cnkispider.archive.HtmlArchiveMiddleware": 605,
         }
-    # after the session and proxy middlewares, nothing that waits between it and the wire, and
-    # after decompression on the way back (see its module for why); it switches itself off
-    # (NotConfigured) while both rates are 0 and the pace is off
-    settings["DOWNLOADER_MIDDLEWARES"] = {
-        **settings["DOWNLOADER_MIDDLEWARES"],
-        "cnkispider.middlewares.ratelimit.RateLimitMiddleware": 630,
-    }
     return settings
 
 

@@ -21,7 +21,7 @@ class ErrorRecordingMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler):
-        if not crawler.settings.getbool("ERRORS_ENABLED", True):
+        if not crawler.settings.getbool("ERRORS_ENABLED"):
             raise NotConfigured
         middleware = cls(crawler.stats)
         middleware.crawler = crawler

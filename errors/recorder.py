@@ -32,6 +32,7 @@ import logging
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from cnkispider import default_settings
 from cnkispider.db import db_now, retrying
 from cnkispider.halting import is_network
 from cnkispider.schema import error_code, error_link
@@ -59,7 +60,7 @@ def _retried(what: str):
 
 
 class ErrorRecorder:
-    def __init__(self, engine: Engine, *, max_attempts: int = 3, lease_seconds: int = 300):
+    def __init__(self, engine: Engine, *, max_attempts: int = default_settings.ERRORS_MAX_ATTEMPTS, lease_seconds: int = 300):
         self.engine = engine
         self.max_attempts = max_attempts
         self.lease = dt.timedelta(seconds=lease_seconds)

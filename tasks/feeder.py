@@ -72,23 +72,23 @@ class RoundFeeder:
     def __init__(self, crawler, settings):
         self.crawler = crawler
         self.database_url = settings.get("DATABASE_URL")
-        self.task_name = settings.get("TASKS_NAME") or "default"
+        self.task_name = settings.get("TASKS_NAME")
         self.task_type = settings.get("TASKS_TYPE")
-        self.start_date = settings.get("TASKS_START_DATE") or ""
-        self.end_date = settings.get("TASKS_END_DATE") or ""
-        self.categories = settings.get("TASKS_CATEGORIES") or "builtin"
+        self.start_date = settings.get("TASKS_START_DATE")
+        self.end_date = settings.get("TASKS_END_DATE")
+        self.categories = settings.get("TASKS_CATEGORIES")
         base_dir = settings.get("TASKS_BASE_DIR")
         self.base_dir = Path(base_dir) if base_dir else None
-        self.round_lease = settings.getint("TASKS_ROUND_LEASE", 300)
-        self.heartbeat_seconds = settings.getfloat("TASKS_HEARTBEAT", 15)
-        self.rounds_in_flight = settings.getint("TASKS_ROUNDS_IN_FLIGHT", 4)
-        self.recrawl = settings.getbool("TASKS_RECRAWL", True)
-        self.exit_when_idle = settings.getbool("TASKS_EXIT_WHEN_IDLE", True)
-        self.error_attempts = settings.getint("ERRORS_MAX_ATTEMPTS", 3)
+        self.round_lease = settings.getint("TASKS_ROUND_LEASE")
+        self.heartbeat_seconds = settings.getfloat("TASKS_HEARTBEAT")
+        self.rounds_in_flight = settings.getint("TASKS_ROUNDS_IN_FLIGHT")
+        self.recrawl = settings.getbool("TASKS_RECRAWL")
+        self.exit_when_idle = settings.getbool("TASKS_EXIT_WHEN_IDLE")
+        self.error_attempts = settings.getint("ERRORS_MAX_ATTEMPTS")
         self.breaker = Breaker(
-            consecutive=settings.getint("TASKS_HALT_AFTER", 10),
-            window=settings.getint("TASKS_HALT_WINDOW", 50),
-            unreachable_after=settings.getint("TASKS_UNREACHABLE_AFTER", 3),
+            consecutive=settings.getint("TASKS_HALT_AFTER"),
+            window=settings.getint("TASKS_HALT_WINDOW"),
+            unreachable_after=settings.getint("TASKS_UNREACHABLE_AFTER"),
         )
         self.halt_reason: str | None = None
         self._cooldown = None
@@ -102,7 +102,7 @@ class RoundFeeder:
     @classmethod
     def from_crawler(cls, crawler):
         settings = crawler.settings
-        if not settings.getbool("TASKS_ENABLED", True):
+        if not settings.getbool("TASKS_ENABLED"):
             raise NotConfigured
         if not settings.get("DATABASE_URL"):
             raise NotConfigured("DATABASE_URL is not set")
@@ -259,7 +259,7 @@ class RoundFeeder:
         if await self._cooling_down():
             return
         scheduler = self.scheduler
-        low_water = self.crawler.settings.getint("CONCURRENT_REQUESTS", 16)
+        low_water = self.crawler.settings.getint("CONCURRENT_REQUESTS")
         seeded = 0
         while seeded < self.rounds_in_flight and not self.closing:
             if (await in_thread(self._sizes))["queued"] >= low_water:

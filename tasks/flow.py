@@ -63,6 +63,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from cnkispider import default_settings
 from cnkispider.db import db_now, retrying
 from cnkispider.exceptions import TaskRowError
 from cnkispider.items import DOC_TYPES
@@ -287,7 +288,7 @@ def load_tree_cache_clear() -> None:
 class TaskStore:
     """Tasks, rounds and worker heartbeats in the database (SQLite or MySQL/MariaDB)."""
 
-    def __init__(self, engine: Engine, *, round_lease: int = 300, base_dir: Path | None = None):
+    def __init__(self, engine: Engine, *, round_lease: int = default_settings.TASKS_ROUND_LEASE, base_dir: Path | None = None):
         self.engine = engine
         self.round_lease = dt.timedelta(seconds=round_lease)
         self.base_dir = base_dir

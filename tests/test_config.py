@@ -244,3 +244,61 @@ def test_workers_open_no_remote_shell_and_take_the_outage_time_from_config(tmp_p
         return
     with pytest.raises(NotConfigured):
         RemoteControl.from_crawler(crawler)
+
+
+# -- one home for each default (cnkispider/default_settings.py) ---------------------------------
+
+
+def test_config_ini_defaults_are_the_settings_defaults(tmp_path, monkeypatch):
+    """Without a file, every setting config.ini maps onto holds its default from
+    default_settings (the few derived from others or made absolute excepted)."""
+    import cnkispider.config as config_module
+    from cnkispider import default_settings
+    from cnkispider.settings import crawler_settings
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(config_module, "executable_dir", lambda: tmp_path / "program")
+    settings = crawler_settings(load_config(environ={}))
+    derived = {"SCHEDULER_NAMESPACE", "CNKI_DATA_DIR", "DATABASE_URL"}  # per task, absolute
+    mapped = {name for name in settings if hasattr(default_settings, name)} - derived
+    assert len(mapped) > 40
+    assert {name: settings[name] for name in mapped} == {
+        name: getattr(default_settings, name) for name in mapped
+    }
+
+
+def test_the_add_on_installs_every_default_below_the_project_settings(tmp_path):
+    """A crawler of the project gets every default at the add-on's priority; config.ini's
+    values (project priority) win over them, Scrapy's own defaults lose."""
+    from scrapy.settings import SETTINGS_PRIORITIES
+    from scrapy.utils.test import get_crawler
+
+    from cnkispider import default_settings
+    from cnkispider.settings import crawler_settings
+
+    config = load_config(write(tmp_path, "[cnki]\nturn_limit = 7\n"), environ={})
+    settings = get_crawler(settings_dict=crawler_settings(config)).settings
+    names = [name for name in vars(default_settings) if name.isupper()]
+    unmapped = [name for name in names if settings.getpriority(name) == SETTINGS_PRIORITIES["addon"]]
+    assert settings.getint("SESSION_TURN_LIMIT") == 7
+    assert settings.getint("RETRY_BACKOFF_MAX") == default_settings.RETRY_BACKOFF_MAX
+    assert {name: settings[name] for name in unmapped} == {
+        name: getattr(default_settings, name) for name in unmapped
+    } and "PROXY_WAIT_MAX" in unmapped
+
+
+def test_each_default_is_written_once():
+    """No component reads a setting with a fallback of its own, and no module but
+    default_settings keeps a table of defaults (a second home would drift from the first)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    fallback = re.compile(r"""settings\.get\w*\(\s*["'][A-Z_]+["']\s*,""")
+    found = []
+    for package in ("cnkispider", "tasks", "errors", "proxy"):
+        for path in (root / package).rglob("*.py"):
+            text = path.read_text(encoding="utf-8")
+            found += [f"{path.relative_to(root)}: {m.group(0)}" for m in fallback.finditer(text)]
+            found += [f"{path.relative_to(root)}: DEFAULTS" for _ in re.finditer(r"^DEFAULTS\b", text, re.M)]
+    assert found == []

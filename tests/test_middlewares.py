@@ -22,6 +22,7 @@ import scrapy
 from scrapy.utils.reactor import is_reactor_installed
 from scrapy.utils.test import get_crawler
 
+from cnkispider.addon import ADDONS
 from cnkispider.cnki.protocol import CLIENT_ID_PATH, HOME_PATH, Protocol
 from cnkispider.exceptions import GaveUp
 from cnkispider.middlewares import DOWNLOADER_MIDDLEWARES
@@ -182,6 +183,7 @@ class RecordingSpider(scrapy.Spider):
 def crawl(site: Site, requests, **settings):
     assert not is_reactor_installed(), "these tests run crawls without a Twisted reactor"
     base = {
+        "ADDONS": ADDONS,
         "DOWNLOADER_MIDDLEWARES": DOWNLOADER_MIDDLEWARES,
         "CNKI_BASE_URL": site.base_url,
         "CNKI_CLIENT_ID_URL": site.base_url + CLIENT_ID_PATH,
@@ -225,7 +227,7 @@ def test_one_user_agent_per_session(site):
 
 
 def test_requests_without_a_session_get_a_random_user_agent():
-    middleware = UserAgentMiddleware.from_crawler(get_crawler())
+    middleware = UserAgentMiddleware.from_crawler(get_crawler(settings_dict={"ADDONS": ADDONS}))
     assert len({middleware.user_agent_for(None) for _ in range(50)}) > 1
     assert len({middleware.user_agent_for("s1") for _ in range(50)}) == 1
 

@@ -10,7 +10,8 @@ import heapq
 import pytest
 import redis
 
-from cnkispider.middlewares.ratelimit import DEFAULTS, HORIZON, Pace, PaceRule
+from cnkispider import default_settings
+from cnkispider.middlewares.ratelimit import HORIZON, Pace, PaceRule
 from tests.crawl_harness import CrawlSetup, compare
 
 
@@ -235,7 +236,7 @@ def forget_paces(site, redis_url: str) -> None:
     netloc = site.base_url.split("://", 1)[1]
     client = redis.Redis.from_url(redis_url)
     try:
-        pattern = f"{DEFAULTS['RATELIMIT_KEY_PREFIX']}:pace:{netloc}:*"
+        pattern = f"{default_settings.RATELIMIT_KEY_PREFIX}:pace:{netloc}:*"
         keys = list(client.scan_iter(match=pattern, count=1000))
         if keys:
             client.delete(*keys)

@@ -11,10 +11,10 @@ import pytest
 from scrapy.http import HtmlResponse, Request
 from scrapy.utils.test import get_crawler
 
+from cnkispider import default_settings
 from cnkispider.cnki.parsers import parse_list
 from cnkispider.cnki.protocol import (
     CROSSDB_ALL,
-    DEFAULTS,
     RESOURCES,
     Protocol,
     Search,
@@ -477,7 +477,7 @@ def test_protocol_defaults():
         "subject",
         6000,
     )
-    assert DEFAULTS["CNKI_CLIENT_ID_URL"] == protocol.client_id_url
+    assert default_settings.CNKI_CLIENT_ID_URL == protocol.client_id_url
 
 
 # -- page size and the cap in rows -------------------------------------------------------------

@@ -19,6 +19,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy.statscollectors import StatsCollector
 from scrapy.utils.test import get_crawler
 
+from cnkispider.addon import ADDONS
 from cnkispider.config import load_config
 from cnkispider.middlewares.ratelimit import (
     ORDER,
@@ -265,7 +266,7 @@ def test_requests_woken_late_take_new_reservations_instead_of_leaving_together(
 )
 def test_the_middleware_is_off_unless_a_rate_is_set(settings):
     with pytest.raises(NotConfigured):
-        RateLimitMiddleware.from_crawler(get_crawler(settings_dict=settings))
+        RateLimitMiddleware.from_crawler(get_crawler(settings_dict={"ADDONS": ADDONS, **settings}))
 
 
 def test_config_ini_maps_onto_the_settings_and_the_middleware_follows_the_proxy(tmp_path):
@@ -299,10 +300,11 @@ RATE, BURST, PAGES = 10, 2, 60
 #: A tiny-site worker (tests/fixtures/tiny_site.py) with the rate-limit middleware switched on.
 WORKER = r"""
 import sys
+from cnkispider import default_settings
 from tests.fixtures import tiny_site
 plain = tiny_site.crawl_settings
 def limited(args):
-    settings = plain(args)
+    settings = {**plain(args), **default_settings.starting_with("RATELIMIT_", "PACE_")}
     settings["DOWNLOADER_MIDDLEWARES"] = {
         "cnkispider.middlewares.ratelimit.RateLimitMiddleware": 760}
     settings.update(RATELIMIT_RATE=float(sys.argv[1]), RATELIMIT_BURST=int(sys.argv[2]),

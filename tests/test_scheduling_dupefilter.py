@@ -10,6 +10,7 @@ import redis
 import scrapy
 from scrapy.utils.test import get_crawler
 
+from cnkispider.addon import ADDONS
 from cnkispider.scheduling.dupefilter import BloomDupeFilter, bytes_for, layer_plan
 
 
@@ -94,6 +95,7 @@ def test_measured_false_positive_rate_matches_the_formula(client, redis_namespac
 def test_request_seen_uses_the_crawlers_fingerprinter_with_doc_key(redis_url, redis_namespace):
     crawler = get_crawler(
         settings_dict={
+            "ADDONS": ADDONS,
             "REQUEST_FINGERPRINTER_CLASS": "cnkispider.scheduling.fingerprint.DocKeyFingerprinter",
             "SCHEDULER_NAMESPACE": redis_namespace,
             "REDIS_URL": redis_url,

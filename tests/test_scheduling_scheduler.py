@@ -13,6 +13,7 @@ import scrapy
 from scrapy.utils.test import get_crawler
 
 from cnkispider import signals
+from cnkispider.addon import ADDONS
 from cnkispider.offload import InlineIO
 from cnkispider.scheduling.scheduler import LeasedScheduler
 from cnkispider.scheduling.serialize import UnserializableRequest
@@ -48,6 +49,7 @@ def make(redis_url, redis_namespace):
         crawler = get_crawler(
             Spider,
             {
+                "ADDONS": ADDONS,
                 "SCHEDULER_NAMESPACE": redis_namespace,
                 "REDIS_URL": redis_url,
                 "DUPEFILTER_CLASS": "cnkispider.scheduling.dupefilter.BloomDupeFilter",

@@ -17,6 +17,7 @@ import redis
 import scrapy
 from scrapy.utils.test import get_crawler
 
+from cnkispider.addon import ADDONS
 from cnkispider.offload import InlineIO
 from cnkispider.scheduling.scheduler import LeasedScheduler
 from cnkispider.scheduling.serialize import ReadPolicy, request_from_json, request_to_json
@@ -61,6 +62,7 @@ def scheduler(redis_url, redis_namespace):
     crawler = get_crawler(
         Spider,
         {
+            "ADDONS": ADDONS,
             "SCHEDULER_NAMESPACE": redis_namespace,
             "REDIS_URL": redis_url,
             "DUPEFILTER_CLASS": "cnkispider.scheduling.dupefilter.BloomDupeFilter",

@@ -14,6 +14,7 @@ import pytest
 import scrapy
 from scrapy.utils.test import get_crawler
 
+from cnkispider.addon import ADDONS
 from cnkispider.cnki.protocol import CLIENT_ID_PATH, GRID_PATH, HOME_PATH, Protocol, Search
 from cnkispider.cnki.session import SessionPool
 from cnkispider.middlewares import DOWNLOADER_MIDDLEWARES
@@ -260,6 +261,7 @@ class GridSpider(scrapy.Spider):
 
 def crawl_grid(site: CnkiLike, pages: int = 1, **settings):
     base = {
+        "ADDONS": ADDONS,
         "DOWNLOADER_MIDDLEWARES": DOWNLOADER_MIDDLEWARES,
         "CNKI_BASE_URL": site.base_url,
         "CNKI_CLIENT_ID_URL": site.client_id_url,

@@ -25,6 +25,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy.http import Request, Response
 from scrapy.utils.test import get_crawler
 
+from cnkispider.addon import ADDONS
 from cnkispider.cli import main
 from cnkispider.db import open_database
 from cnkispider.progress import ProgressLog
@@ -469,7 +470,7 @@ class _Stream:
 
 
 def test_progress_log_line_has_worker_rounds_rates_and_new_errors(caplog):
-    crawler = get_crawler(settings_dict={"PROGRESS_INTERVAL": 30})
+    crawler = get_crawler(settings_dict={"ADDONS": ADDONS, "PROGRESS_INTERVAL": 30})
     progress = ProgressLog.from_crawler(crawler)
     progress.worker_id = "srv:42:abc"
     stats = crawler.stats
@@ -505,7 +506,7 @@ def test_progress_log_line_has_worker_rounds_rates_and_new_errors(caplog):
 def test_progress_log_switched_off():
     for settings in ({"PROGRESS_ENABLED": False}, {"PROGRESS_INTERVAL": 0}):
         with pytest.raises(NotConfigured):
-            ProgressLog.from_crawler(get_crawler(settings_dict=settings))
+            ProgressLog.from_crawler(get_crawler(settings_dict={"ADDONS": ADDONS, **settings}))
 
 
 def test_status_runs_without_a_database_file_and_says_so(tmp_path):
@@ -678,7 +679,7 @@ def test_the_progress_line_gives_percent_rate_and_eta_per_task():
 
 
 def test_the_progress_log_announces_the_change_from_crawl_to_recrawl(caplog):
-    progress = ProgressLog.from_crawler(get_crawler(settings_dict={"PROGRESS_INTERVAL": 30}))
+    progress = ProgressLog.from_crawler(get_crawler(settings_dict={"ADDONS": ADDONS, "PROGRESS_INTERVAL": 30}))
     entry = {
         "name": "q1", "phase": "crawl", "halted": None, "progress": 1.0, "eta_seconds": 0,
         "rounds": {"total": 4, "finished": 4, "in_flight": 0}, "rate": {"rounds_per_hour": 60.0},

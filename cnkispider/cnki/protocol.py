@@ -6,7 +6,7 @@ speaks the same protocol (docs/CONTRACTS.md, shared/cnki/PROTOCOL.md, whose "202
 section this module follows). When CNKI changes its interface again, this module and
 :mod:`cnkispider.cnki.parsers` are what changes.
 
-Settings read by :func:`protocol_from_settings` (defaults in :data:`DEFAULTS`):
+Settings read by :func:`protocol_from_settings` (defaults in :mod:`cnkispider.default_settings`):
 
 - ``CNKI_BASE_URL``: scheme and host of the site (``https://kns.cnki.net``, or the stand-in).
 - ``CNKI_CLIENT_ID_URL``: where a session's ``Ecp_ClientId`` is issued (CNKI's recsys host).
@@ -34,16 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin
 
-DEFAULTS: dict[str, Any] = {
-    "CNKI_BASE_URL": "https://kns.cnki.net",
-    "CNKI_CLIENT_ID_URL": "https://recsys.cnki.net/RCDService/api/UtilityOpenApi/GenerateClientID",
-    "CNKI_PAGE_SIZE": 50,
-    "CNKI_CAP_ROWS": 6000,
-    "CNKI_MAX_PAGES": 0,
-    "CNKI_CATEGORY_MODE": "subject",
-    "CNKI_CATEGORY_FIELD": "CLC",
-    "CNKI_CATEGORY_OPERATOR": "SUFFIX",
-}
+from cnkispider import default_settings
 
 HOME_PATH = "/kns8s/defaultresult/index"
 GRID_PATH = "/kns8s/brief/grid"
@@ -224,14 +215,14 @@ class Protocol:
 
     def __init__(
         self,
-        base_url: str = DEFAULTS["CNKI_BASE_URL"],
-        page_size: int = DEFAULTS["CNKI_PAGE_SIZE"],
+        base_url: str = default_settings.CNKI_BASE_URL,
+        page_size: int = default_settings.CNKI_PAGE_SIZE,
         max_pages: int | None = None,
-        category_field: str = DEFAULTS["CNKI_CATEGORY_FIELD"],
-        category_operator: str = DEFAULTS["CNKI_CATEGORY_OPERATOR"],
-        category_mode: str = DEFAULTS["CNKI_CATEGORY_MODE"],
-        client_id_url: str = DEFAULTS["CNKI_CLIENT_ID_URL"],
-        cap_rows: int = DEFAULTS["CNKI_CAP_ROWS"],
+        category_field: str = default_settings.CNKI_CATEGORY_FIELD,
+        category_operator: str = default_settings.CNKI_CATEGORY_OPERATOR,
+        category_mode: str = default_settings.CNKI_CATEGORY_MODE,
+        client_id_url: str = default_settings.CNKI_CLIENT_ID_URL,
+        cap_rows: int = default_settings.CNKI_CAP_ROWS,
     ):
         for name, url in (("base_url", base_url), ("client_id_url", client_id_url)):
             if not str(url).startswith(("http://", "https://")):
@@ -487,11 +478,13 @@ def parse_client_id(body: bytes | str) -> str:
 
 
 def protocol_from_settings(settings: Any) -> Protocol:
-    """Build the :class:`Protocol` from Scrapy settings (or any mapping with ``get``)."""
+    """Build the :class:`Protocol` from Scrapy settings (or any mapping with ``get``).
+
+    A setting missing or empty (config.ini's ``base_url =``) is its default."""
 
     def get(name: str) -> Any:
         value = settings.get(name)
-        return DEFAULTS[name] if value in (None, "") else value
+        return getattr(default_settings, name) if value in (None, "") else value
 
     return Protocol(
         base_url=str(get("CNKI_BASE_URL")),

@@ -16,6 +16,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cnkispider import default_settings
+
 # Invariants of the session pool (the state lives here and nowhere else):
 # - `warmed` and `retired` are set once and never cleared. `warmed` is set (by the middleware,
 #   through mark_warmed) when the session's warm-up page came back AND its Ecp_ClientId was
@@ -63,9 +65,9 @@ class SessionPool:
 
     def __init__(
         self,
-        turn_limit: int = 14,
-        max_age: float | None = 600.0,
-        size: int = 4,
+        turn_limit: int = default_settings.SESSION_TURN_LIMIT,
+        max_age: float | None = default_settings.SESSION_MAX_AGE,
+        size: int = default_settings.SESSION_POOL_SIZE,
         clock: Callable[[], float] = time.monotonic,
         new_id: Callable[[], str] | None = None,
         on_retire: Callable[[Session, str], None] | None = None,

@@ -48,9 +48,10 @@ from scrapy.utils.asyncio import sleep as loop_sleep
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
+from cnkispider import default_settings
 from cnkispider.cnki.refusals import classify
 from cnkispider.exceptions import ConfigError, GaveUp
-from cnkispider.middlewares import DEFAULTS, Recent, refusal_of
+from cnkispider.middlewares import Recent, refusal_of
 from proxy.policy import BanPolicy
 from proxy.pool import Proxy, ProxyPool
 from proxy.provider import ProviderClient, mask, proxy_key
@@ -67,10 +68,6 @@ EMPTY_BATCH_PAUSE = 1.0  # seconds, after a purchase that brought no usable prox
 DRY_WARNING_INTERVAL = 60.0  # seconds between warnings that the pool stays dry
 
 
-def _setting(settings, name: str, getter: str = "get"):
-    return getattr(settings, getter)(name, DEFAULTS[name])
-
-
 class ProxyMiddleware:
     """Assigns pool proxies to requests and reports their fate back to the pool."""
 
@@ -80,7 +77,7 @@ class ProxyMiddleware:
         policy: BanPolicy | None = None,
         *,
         stats: StatsCollector | None = None,
-        wait_max: float = 600.0,
+        wait_max: float = default_settings.PROXY_WAIT_MAX,
         classify: Callable[..., str | None] | None = classify,
         sleep: Callable[[float], Awaitable[None]] = loop_sleep,
         clock: Callable[[], float] = time.monotonic,
@@ -103,10 +100,10 @@ class ProxyMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> ProxyMiddleware:
         s = crawler.settings
-        if not _setting(s, "PROXY_ENABLED", "getbool"):
+        if not s.getbool("PROXY_ENABLED"):
             raise NotConfigured
-        api_url = _setting(s, "PROXY_API_URL") or ""
-        static = _setting(s, "PROXY_STATIC", "getlist")
+        api_url = s.get("PROXY_API_URL") or ""
+        static = s.getlist("PROXY_STATIC")
         if not api_url and not static:
             raise ConfigError(
                 "settings",
@@ -117,12 +114,12 @@ class ProxyMiddleware:
         try:
             client = ProviderClient(
                 api_url,
-                _setting(s, "PROXY_API_FORMAT"),
-                json_path=_setting(s, "PROXY_API_JSON_PATH"),
-                ip_field=_setting(s, "PROXY_API_JSON_IP"),
-                port_field=_setting(s, "PROXY_API_JSON_PORT"),
-                credentials=_setting(s, "PROXY_CREDENTIALS") or "",
-                timeout=_setting(s, "PROXY_API_TIMEOUT", "getfloat"),
+                s.get("PROXY_API_FORMAT"),
+                json_path=s.get("PROXY_API_JSON_PATH"),
+                ip_field=s.get("PROXY_API_JSON_IP"),
+                port_field=s.get("PROXY_API_JSON_PORT"),
+                credentials=s.get("PROXY_CREDENTIALS") or "",
+                timeout=s.getfloat("PROXY_API_TIMEOUT"),
                 static=static,
             )
         except ValueError as exc:
@@ -131,20 +128,20 @@ class ProxyMiddleware:
             ) from None
         pool = ProxyPool(
             client.fetch_batch,
-            reuse=_setting(s, "PROXY_REUSE", "getint"),
-            min_fetch_interval=_setting(s, "PROXY_FETCH_INTERVAL", "getfloat"),
-            max_age=_setting(s, "PROXY_MAX_AGE", "getfloat"),
-            ban_time=_setting(s, "PROXY_BAN_TIME", "getfloat"),
+            reuse=s.getint("PROXY_REUSE"),
+            min_fetch_interval=s.getfloat("PROXY_FETCH_INTERVAL"),
+            max_age=s.getfloat("PROXY_MAX_AGE"),
+            ban_time=s.getfloat("PROXY_BAN_TIME"),
         )
         policy = BanPolicy(
-            [int(x) for x in _setting(s, "PROXY_BAN_STATUSES", "getlist")],
-            _setting(s, "PROXY_BAN_REASONS", "getlist"),
+            [int(x) for x in s.getlist("PROXY_BAN_STATUSES")],
+            s.getlist("PROXY_BAN_REASONS"),
         )
         middleware = cls(
             pool,
             policy,
             stats=crawler.stats,
-            wait_max=_setting(s, "PROXY_WAIT_MAX", "getfloat"),
+            wait_max=s.getfloat("PROXY_WAIT_MAX"),
             source=repr(client),
         )
         middleware.crawler = crawler

@@ -67,36 +67,37 @@ spent when it was granted. On the way back it sees the answer after HttpCompress
 decompressed it and before the proxy (620) and retry (610) middlewares act on a refusal. A retry
 or a redirect is a new request through the chain and takes a new reservation: the site sees it.
 
-Settings (defaults in :data:`DEFAULTS`; config.ini maps onto them in ``cnkispider.settings``):
+Settings (defaults in :mod:`cnkispider.default_settings`; config.ini maps onto them in
+``cnkispider.settings``):
 
-- ``RATELIMIT_ENABLED`` (True): off -> ``NotConfigured`` (paces too); also off while both
+- ``RATELIMIT_ENABLED``: off -> ``NotConfigured`` (paces too); also off while both
   rates are 0 and ``PACE_ENABLED`` is False.
-- ``RATELIMIT_RATE`` (0): requests per second to one site (``host:port``), all workers together;
+- ``RATELIMIT_RATE``: requests per second to one site (``host:port``), all workers together;
   0 = no limit per site (``[crawl] rate_limit``).
-- ``RATELIMIT_PROXY_RATE`` (0): requests per second through one proxy, all workers together;
+- ``RATELIMIT_PROXY_RATE``: requests per second through one proxy, all workers together;
   0 = no limit per proxy (``[proxy] rate_limit``).
-- ``RATELIMIT_BURST`` (1): requests a fixed key lets go at once after a quiet spell; 1 spaces
+- ``RATELIMIT_BURST``: requests a fixed key lets go at once after a quiet spell; 1 spaces
   them evenly (``[crawl] rate_burst``).
-- ``RATELIMIT_LATE`` (0.05): seconds a request may wake after its time and still go.
-- ``RATELIMIT_KEY_PREFIX`` (``cnki:ratelimit``): keys ``{prefix}:site:{host:port}``,
+- ``RATELIMIT_LATE``: seconds a request may wake after its time and still go.
+- ``RATELIMIT_KEY_PREFIX``: keys ``{prefix}:site:{host:port}``,
   ``{prefix}:proxy:{host:port}``, ``{prefix}:pace:{site}:ip:{proxy host:port or direct}`` and
   ``{prefix}:pace:{site}:session:{id}``, shared by every task on the Redis (politeness is per
   site, not per task); a fixed key expires a second after its schedule runs out.
-- ``PACE_ENABLED`` (False): learn a pace per session and per IP (``[crawl] pace``).
-- ``PACE_START`` (0.5): requests/s of a new session or IP (``[crawl] pace_start``).
-- ``PACE_STEP`` (0.5): requests/s gained per second of clean answers (``[crawl] pace_step``).
-- ``PACE_DECREASE`` (0.5): factor applied on a challenge.
-- ``PACE_CEILING`` (0.95): share of the last challenged pace where fast growth stops.
-- ``PACE_PROBE_SECONDS`` (1800): clean seconds to grow from that share back to the ceiling.
-- ``PACE_MIN`` (0.05): the pace never goes below this.
-- ``PACE_MAX`` (0): the pace never goes above this; 0 = the site's fixed limit
+- ``PACE_ENABLED``: learn a pace per session and per IP (``[crawl] pace``).
+- ``PACE_START``: requests/s of a new session or IP (``[crawl] pace_start``).
+- ``PACE_STEP``: requests/s gained per second of clean answers (``[crawl] pace_step``).
+- ``PACE_DECREASE``: factor applied on a challenge.
+- ``PACE_CEILING``: share of the last challenged pace where fast growth stops.
+- ``PACE_PROBE_SECONDS``: clean seconds to grow from that share back to the ceiling.
+- ``PACE_MIN``: the pace never goes below this.
+- ``PACE_MAX``: the pace never goes above this; 0 = the site's fixed limit
   (``RATELIMIT_RATE``), or none when that is 0 too (``[crawl] pace_max``).
-- ``PACE_COOLDOWN`` (30) / ``PACE_COOLDOWN_MAX`` (600): seconds a challenged session or IP stays
+- ``PACE_COOLDOWN`` / ``PACE_COOLDOWN_MAX``: seconds a challenged session or IP stays
   quiet (``[crawl] pace_cooldown``).
-- ``PACE_WINDOW`` (2): seconds over which the site is assumed to count a pace; a pace
+- ``PACE_WINDOW``: seconds over which the site is assumed to count a pace; a pace
   challenged while it grew was too fast half a window before, and that is the ceiling kept.
-- ``PACE_TTL`` (604800, a week): seconds an IP's learned pace is kept after its last use.
-- ``PACE_DIRECT_NAME`` (``direct``): the IP name of requests without a proxy; every worker on
+- ``PACE_TTL``: seconds an IP's learned pace is kept after its last use.
+- ``PACE_DIRECT_NAME``: the IP name of requests without a proxy; every worker on
   the Redis shares it (right when they leave through one address; give each machine its own
   name when they do not: ``[proxy] direct_name``).
 - ``REDIS_URL``, ``CNKI_DATA_DIR``: the shared Redis (see :mod:`cnkispider.redisconn`).
@@ -124,7 +125,7 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
 from twisted.internet.defer import Deferred
 
-from cnkispider import redisconn
+from cnkispider import default_settings, redisconn
 from cnkispider.cnki import refusals
 from cnkispider.middlewares import Recent, refusal_of
 from cnkispider.offload import RedisCalls
@@ -140,28 +141,6 @@ logger = logging.getLogger(__name__)
 
 #: Position in DOWNLOADER_MIDDLEWARES (see the module docstring for why).
 ORDER = 630
-
-DEFAULTS = {
-    "RATELIMIT_ENABLED": True,
-    "RATELIMIT_RATE": 0.0,
-    "RATELIMIT_PROXY_RATE": 0.0,
-    "RATELIMIT_BURST": 1,
-    "RATELIMIT_LATE": 0.05,
-    "RATELIMIT_KEY_PREFIX": "cnki:ratelimit",
-    "PACE_ENABLED": False,
-    "PACE_START": 0.5,
-    "PACE_STEP": 0.5,
-    "PACE_DECREASE": 0.5,
-    "PACE_CEILING": 0.95,
-    "PACE_PROBE_SECONDS": 1800.0,
-    "PACE_MIN": 0.05,
-    "PACE_MAX": 0.0,
-    "PACE_COOLDOWN": 30.0,
-    "PACE_COOLDOWN_MAX": 600.0,
-    "PACE_WINDOW": 2.0,
-    "PACE_TTL": 7 * 24 * 3600.0,
-    "PACE_DIRECT_NAME": "direct",
-}
 
 #: Reservations carried by one script call at most (the rest wait for the next call).
 MAX_PER_CALL = 500
@@ -183,15 +162,15 @@ _META = "_ratelimit_pace"
 class PaceRule:
     """The parameters of AIMD (see the module docstring); the same for every pace."""
 
-    start: float = DEFAULTS["PACE_START"]
-    step: float = DEFAULTS["PACE_STEP"]
-    decrease: float = DEFAULTS["PACE_DECREASE"]
-    ceiling: float = DEFAULTS["PACE_CEILING"]
-    probe_seconds: float = DEFAULTS["PACE_PROBE_SECONDS"]
-    min_rate: float = DEFAULTS["PACE_MIN"]
-    cooldown: float = DEFAULTS["PACE_COOLDOWN"]
-    cooldown_max: float = DEFAULTS["PACE_COOLDOWN_MAX"]
-    window: float = DEFAULTS["PACE_WINDOW"]
+    start: float = default_settings.PACE_START
+    step: float = default_settings.PACE_STEP
+    decrease: float = default_settings.PACE_DECREASE
+    ceiling: float = default_settings.PACE_CEILING
+    probe_seconds: float = default_settings.PACE_PROBE_SECONDS
+    min_rate: float = default_settings.PACE_MIN
+    cooldown: float = default_settings.PACE_COOLDOWN
+    cooldown_max: float = default_settings.PACE_COOLDOWN_MAX
+    window: float = default_settings.PACE_WINDOW
 
     def __post_init__(self) -> None:
         if not 0 < self.min_rate <= self.start:
@@ -470,10 +449,6 @@ class Reply(NamedTuple):
     rates: list[tuple[float, ...]]  # per reservation, the paces of its pace keys
 
 
-def _setting(settings, name: str, getter: str = "get"):
-    return getattr(settings, getter)(name, DEFAULTS[name])
-
-
 class SharedRateLimit:
     """The limits and paces of a cluster in one Redis: which keys a request counts against, and
     the blocking call that reports answers and reserves send times for a batch of requests."""
@@ -485,11 +460,11 @@ class SharedRateLimit:
         site_rate: float = 0.0,
         proxy_rate: float = 0.0,
         burst: int = 1,
-        prefix: str = DEFAULTS["RATELIMIT_KEY_PREFIX"],
+        prefix: str = default_settings.RATELIMIT_KEY_PREFIX,
         pace: PaceRule | None = None,
         pace_max: float = 0.0,
-        pace_ttl: float = DEFAULTS["PACE_TTL"],
-        direct_name: str = DEFAULTS["PACE_DIRECT_NAME"],
+        pace_ttl: float = default_settings.PACE_TTL,
+        direct_name: str = default_settings.PACE_DIRECT_NAME,
     ):
         if site_rate < 0 or proxy_rate < 0 or pace_max < 0:
             raise ValueError("rate limits must be 0 (none) or positive")
@@ -629,7 +604,7 @@ class RateLimitMiddleware:
         stats: Any = None,
         io: Any = None,
         sleep: Callable[[float], Awaitable[None]] = loop_sleep,
-        late: float = DEFAULTS["RATELIMIT_LATE"],
+        late: float = default_settings.RATELIMIT_LATE,
         classify: Callable[..., str | None] | None = refusals.classify,
     ):
         self.limiter = limiter
@@ -649,38 +624,38 @@ class RateLimitMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RateLimitMiddleware:
         s = crawler.settings
-        if not _setting(s, "RATELIMIT_ENABLED", "getbool"):
+        if not s.getbool("RATELIMIT_ENABLED"):
             raise NotConfigured
         pace = None
-        if _setting(s, "PACE_ENABLED", "getbool"):
+        if s.getbool("PACE_ENABLED"):
             pace = PaceRule(
-                start=_setting(s, "PACE_START", "getfloat"),
-                step=_setting(s, "PACE_STEP", "getfloat"),
-                decrease=_setting(s, "PACE_DECREASE", "getfloat"),
-                ceiling=_setting(s, "PACE_CEILING", "getfloat"),
-                probe_seconds=_setting(s, "PACE_PROBE_SECONDS", "getfloat"),
-                min_rate=_setting(s, "PACE_MIN", "getfloat"),
-                cooldown=_setting(s, "PACE_COOLDOWN", "getfloat"),
-                cooldown_max=_setting(s, "PACE_COOLDOWN_MAX", "getfloat"),
-                window=_setting(s, "PACE_WINDOW", "getfloat"),
+                start=s.getfloat("PACE_START"),
+                step=s.getfloat("PACE_STEP"),
+                decrease=s.getfloat("PACE_DECREASE"),
+                ceiling=s.getfloat("PACE_CEILING"),
+                probe_seconds=s.getfloat("PACE_PROBE_SECONDS"),
+                min_rate=s.getfloat("PACE_MIN"),
+                cooldown=s.getfloat("PACE_COOLDOWN"),
+                cooldown_max=s.getfloat("PACE_COOLDOWN_MAX"),
+                window=s.getfloat("PACE_WINDOW"),
             )
-        url = s.get("REDIS_URL") or ""
-        data_dir = s.get("CNKI_DATA_DIR") or "data"
+        url = s.get("REDIS_URL")
+        data_dir = s.get("CNKI_DATA_DIR")
         limiter = SharedRateLimit(
             lambda: redisconn.connect(url, data_dir),
-            site_rate=_setting(s, "RATELIMIT_RATE", "getfloat"),
-            proxy_rate=_setting(s, "RATELIMIT_PROXY_RATE", "getfloat"),
-            burst=_setting(s, "RATELIMIT_BURST", "getint"),
-            prefix=_setting(s, "RATELIMIT_KEY_PREFIX"),
+            site_rate=s.getfloat("RATELIMIT_RATE"),
+            proxy_rate=s.getfloat("RATELIMIT_PROXY_RATE"),
+            burst=s.getint("RATELIMIT_BURST"),
+            prefix=s.get("RATELIMIT_KEY_PREFIX"),
             pace=pace,
-            pace_max=_setting(s, "PACE_MAX", "getfloat"),
-            pace_ttl=_setting(s, "PACE_TTL", "getfloat"),
-            direct_name=_setting(s, "PACE_DIRECT_NAME"),
+            pace_max=s.getfloat("PACE_MAX"),
+            pace_ttl=s.getfloat("PACE_TTL"),
+            direct_name=s.get("PACE_DIRECT_NAME"),
         )
         if not limiter.active:
             raise NotConfigured
         middleware = cls(
-            limiter, stats=crawler.stats, late=_setting(s, "RATELIMIT_LATE", "getfloat")
+            limiter, stats=crawler.stats, late=s.getfloat("RATELIMIT_LATE")
         )
         from scrapy import signals
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from scrapy.exceptions import NotConfigured
 
-from cnkispider.middlewares import cnki_protocol
+from cnkispider.cnki.protocol import protocol_from_settings
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -37,9 +37,9 @@ class RefererMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RefererMiddleware:
-        if not crawler.settings.getbool("REFERER_ENABLED", True):
+        if not crawler.settings.getbool("REFERER_ENABLED"):
             raise NotConfigured
-        return cls(cnki_protocol(crawler.settings).referer)
+        return cls(protocol_from_settings(crawler.settings).referer)
 
     def process_request(self, request: Request, spider: Spider | None = None) -> None:
         doc_type = request.meta.get("doc_type")

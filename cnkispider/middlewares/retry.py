@@ -65,10 +65,11 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.asyncio import sleep as loop_sleep
 from scrapy.utils.misc import load_object
 
+from cnkispider import default_settings
 from cnkispider.cnki.refusals import REJECTION, classify, kind_of, rejection_text
 from cnkispider.exceptions import GaveUp, HaltedRequest, RefusedPage
 from cnkispider.halting import ChallengeWatch, Cooldown, scheduler_cooldown
-from cnkispider.middlewares import DEFAULTS, refusal_of
+from cnkispider.middlewares import refusal_of
 from cnkispider.offload import in_thread
 from cnkispider.scheduling.outcome import hold
 
@@ -111,18 +112,18 @@ class CnkiRetryMiddleware:
     def __init__(
         self,
         *,
-        max_retry_times: int = 5,
+        max_retry_times: int = default_settings.RETRY_TIMES,
         retry_http_codes: set[int] | frozenset[int] = frozenset(),
         exceptions: tuple[type[BaseException], ...] = (),
         priority_adjust: int = 0,
         give_up_log_level: int | str = "ERROR",
-        backoff_base: float = 0.5,
-        backoff_max: float = 30.0,
+        backoff_base: float = default_settings.RETRY_BACKOFF_BASE,
+        backoff_max: float = default_settings.RETRY_BACKOFF_MAX,
         classify: Callable[..., str | None] | None = classify,
         sleep: Callable[[float], Awaitable[None]] = loop_sleep,
         rng: random.Random | None = None,
-        challenge_sessions: int = 4,
-        challenge_cooldown: float = 300.0,
+        challenge_sessions: int = default_settings.RETRY_CHALLENGE_SESSIONS,
+        challenge_cooldown: float = default_settings.RETRY_CHALLENGE_COOLDOWN,
         cooldown: Cooldown | Callable[[], Cooldown | None] | None = None,
     ):
         self.max_retry_times = max_retry_times
@@ -156,11 +157,11 @@ class CnkiRetryMiddleware:
                 load_object(x) if isinstance(x, str) else x for x in s.getlist("RETRY_EXCEPTIONS")
             ),
             priority_adjust=s.getint("RETRY_PRIORITY_ADJUST"),
-            give_up_log_level=s.get("RETRY_GIVE_UP_LOG_LEVEL", "ERROR"),
-            backoff_base=s.getfloat("RETRY_BACKOFF_BASE", DEFAULTS["RETRY_BACKOFF_BASE"]),
-            backoff_max=s.getfloat("RETRY_BACKOFF_MAX", DEFAULTS["RETRY_BACKOFF_MAX"]),
-            challenge_sessions=s.getint("RETRY_CHALLENGE_SESSIONS", DEFAULTS["RETRY_CHALLENGE_SESSIONS"]),
-            challenge_cooldown=s.getfloat("RETRY_CHALLENGE_COOLDOWN", DEFAULTS["RETRY_CHALLENGE_COOLDOWN"]),
+            give_up_log_level=s.get("RETRY_GIVE_UP_LOG_LEVEL"),
+            backoff_base=s.getfloat("RETRY_BACKOFF_BASE"),
+            backoff_max=s.getfloat("RETRY_BACKOFF_MAX"),
+            challenge_sessions=s.getint("RETRY_CHALLENGE_SESSIONS"),
+            challenge_cooldown=s.getfloat("RETRY_CHALLENGE_COOLDOWN"),
             cooldown=lambda: scheduler_cooldown(crawler),
         )
         o.crawler = crawler

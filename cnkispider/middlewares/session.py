@@ -63,10 +63,10 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
+from cnkispider import default_settings
 from cnkispider.cnki.protocol import CLIENT_ID_COOKIE, parse_client_id, protocol_from_settings
 from cnkispider.cnki.session import Session, SessionPool
 from cnkispider.exceptions import RefusedPage
-from cnkispider.middlewares import DEFAULTS
 from proxy.provider import proxy_key
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ class SessionMiddleware:
         stats: StatsCollector | None = None,
         client_id_url: str = "",
         cookie_jars: Callable[[], dict | None] | None = None,
-        jar_grace: float = DEFAULTS["SESSION_JAR_GRACE"],
+        jar_grace: float = default_settings.SESSION_JAR_GRACE,
         clock: Callable[[], float] = time.monotonic,
     ):
         if not client_id_url:
@@ -124,12 +124,12 @@ class SessionMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> SessionMiddleware:
         settings = crawler.settings
-        if not settings.getbool("SESSION_ENABLED", DEFAULTS["SESSION_ENABLED"]):
+        if not settings.getbool("SESSION_ENABLED"):
             raise NotConfigured
         pool = SessionPool(
-            turn_limit=settings.getint("SESSION_TURN_LIMIT", DEFAULTS["SESSION_TURN_LIMIT"]),
-            max_age=settings.getfloat("SESSION_MAX_AGE", DEFAULTS["SESSION_MAX_AGE"]),
-            size=settings.getint("SESSION_POOL_SIZE", DEFAULTS["SESSION_POOL_SIZE"]),
+            turn_limit=settings.getint("SESSION_TURN_LIMIT"),
+            max_age=settings.getfloat("SESSION_MAX_AGE"),
+            size=settings.getint("SESSION_POOL_SIZE"),
         )
         protocol = protocol_from_settings(settings)
         # crawler.engine does not exist yet while the downloader builds its middlewares.
@@ -140,7 +140,7 @@ class SessionMiddleware:
             crawler.stats,
             client_id_url=protocol.client_id_url,
             cookie_jars=_CookieJars(crawler),
-            jar_grace=settings.getfloat("SESSION_JAR_GRACE", DEFAULTS["SESSION_JAR_GRACE"]),
+            jar_grace=settings.getfloat("SESSION_JAR_GRACE"),
         )
 
     def _inc_stat(self, key: str, count: int = 1) -> None:

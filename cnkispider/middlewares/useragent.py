@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from scrapy.exceptions import NotConfigured
 
-from cnkispider.middlewares import DEFAULTS, Recent
+from cnkispider.middlewares import Recent
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -111,12 +111,12 @@ class UserAgentMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> UserAgentMiddleware:
         settings = crawler.settings
-        if not settings.getbool("USERAGENT_ENABLED", DEFAULTS["USERAGENT_ENABLED"]):
+        if not settings.getbool("USERAGENT_ENABLED"):
             raise NotConfigured
         chooser = UserAgentChooser.from_fake_useragent(
-            settings.getlist("USERAGENT_BROWSERS", DEFAULTS["USERAGENT_BROWSERS"]),
-            settings.getlist("USERAGENT_OS", DEFAULTS["USERAGENT_OS"]),
-            settings.getlist("USERAGENT_PLATFORMS", DEFAULTS["USERAGENT_PLATFORMS"]),
+            settings.getlist("USERAGENT_BROWSERS"),
+            settings.getlist("USERAGENT_OS"),
+            settings.getlist("USERAGENT_PLATFORMS"),
         )
         return cls(chooser)
 

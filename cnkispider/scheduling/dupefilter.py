@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.dupefilters import BaseDupeFilter
 
-from cnkispider import redisconn
+from cnkispider import default_settings, redisconn
 from cnkispider.scheduling import defaults
 
 if TYPE_CHECKING:
@@ -202,32 +202,30 @@ class BloomDupeFilter(BaseDupeFilter):
     def from_crawler(cls, crawler: Crawler) -> BloomDupeFilter:
         settings = crawler.settings
         return cls(
-            namespace=settings.get("SCHEDULER_NAMESPACE") or defaults.NAMESPACE,
-            capacity=settings.getint("DUPEFILTER_CAPACITY", defaults.DUPEFILTER_CAPACITY),
-            round_capacity=settings.getint(
-                "DUPEFILTER_ROUND_CAPACITY", defaults.DUPEFILTER_ROUND_CAPACITY
-            ),
-            error_rate=settings.getfloat("DUPEFILTER_ERROR_RATE", defaults.DUPEFILTER_ERROR_RATE),
-            growth=settings.getfloat("DUPEFILTER_GROWTH", defaults.DUPEFILTER_GROWTH),
+            namespace=settings.get("SCHEDULER_NAMESPACE"),
+            capacity=settings.getint("DUPEFILTER_CAPACITY"),
+            round_capacity=settings.getint("DUPEFILTER_ROUND_CAPACITY"),
+            error_rate=settings.getfloat("DUPEFILTER_ERROR_RATE"),
+            growth=settings.getfloat("DUPEFILTER_GROWTH"),
             fingerprinter=crawler.request_fingerprinter,
-            redis_url=settings.get("REDIS_URL", defaults.REDIS_URL),
-            data_dir=settings.get("CNKI_DATA_DIR", defaults.DATA_DIR),
+            redis_url=settings.get("REDIS_URL"),
+            data_dir=settings.get("CNKI_DATA_DIR"),
             debug=settings.getbool("DUPEFILTER_DEBUG"),
             stats=crawler.stats,
         )
 
     def __init__(
         self,
-        namespace: str = defaults.NAMESPACE,
+        namespace: str = default_settings.SCHEDULER_NAMESPACE,
         *,
-        capacity: int = defaults.DUPEFILTER_CAPACITY,
-        round_capacity: int = defaults.DUPEFILTER_ROUND_CAPACITY,
-        error_rate: float = defaults.DUPEFILTER_ERROR_RATE,
-        growth: float = defaults.DUPEFILTER_GROWTH,
+        capacity: int = default_settings.DUPEFILTER_CAPACITY,
+        round_capacity: int = default_settings.DUPEFILTER_ROUND_CAPACITY,
+        error_rate: float = default_settings.DUPEFILTER_ERROR_RATE,
+        growth: float = default_settings.DUPEFILTER_GROWTH,
         fingerprinter: Any = None,
         client: redis.Redis | None = None,
-        redis_url: str = defaults.REDIS_URL,
-        data_dir: str = defaults.DATA_DIR,
+        redis_url: str = default_settings.REDIS_URL,
+        data_dir: str = default_settings.CNKI_DATA_DIR,
         debug: bool = False,
         stats: Any = None,
     ):

@@ -73,6 +73,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from cnkispider import default_settings
 from cnkispider.exceptions import RedisUnavailable
 from cnkispider.scheduling import defaults
 from cnkispider.scheduling.dupefilter import BLOOM_LUA
@@ -366,10 +367,10 @@ class LeasedQueue:
         client: redis.Redis,
         namespace: str,
         *,
-        lease_seconds: float = defaults.LEASE_SECONDS,
-        max_attempts: int = defaults.MAX_ATTEMPTS,
+        lease_seconds: float = default_settings.SCHEDULER_LEASE_SECONDS,
+        max_attempts: int = default_settings.SCHEDULER_MAX_ATTEMPTS,
         bloom_args: list | None = None,
-        round_capacity: int = defaults.DUPEFILTER_ROUND_CAPACITY,
+        round_capacity: int = default_settings.DUPEFILTER_ROUND_CAPACITY,
         drained_confirm_seconds: float = defaults.DRAINED_CONFIRM_SECONDS,
         max_expired: int = defaults.MAX_EXPIRED_PER_SYNC,
     ):
@@ -378,9 +379,9 @@ class LeasedQueue:
         self.lease_ms = max(1, round(lease_seconds * 1000))
         self.max_attempts = max_attempts
         self.bloom_args = bloom_args or [
-            defaults.DUPEFILTER_CAPACITY,
-            repr(defaults.DUPEFILTER_ERROR_RATE),
-            defaults.DUPEFILTER_GROWTH,
+            default_settings.DUPEFILTER_CAPACITY,
+            repr(default_settings.DUPEFILTER_ERROR_RATE),
+            default_settings.DUPEFILTER_GROWTH,
             defaults.DUPEFILTER_TIGHTENING,
         ]
         self.round_capacity = round_capacity

@@ -87,7 +87,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from cnkispider import redisconn, signals
+from cnkispider import default_settings, redisconn, signals
 from cnkispider.offload import InlineIO, RedisCalls, ThreadIO
 from cnkispider.scheduling import defaults
 from cnkispider.scheduling.dupefilter import BloomDupeFilter
@@ -103,8 +103,6 @@ logger = logging.getLogger(__name__)
 
 #: What a ``round_drained`` handler returns when it cannot take the drain yet (see above).
 DRAIN_LATER = "drain-later"
-#: CNKI's client-id service, when ``CNKI_CLIENT_ID_URL`` is not set.
-CLIENT_ID_URL = "https://recsys.cnki.net/RCDService/api/UtilityOpenApi/GenerateClientID"
 
 
 class LeasedScheduler(BaseScheduler):
@@ -123,17 +121,18 @@ class LeasedScheduler(BaseScheduler):
         return cls(
             crawler,
             dupefilter=dupefilter,
-            namespace=settings.get("SCHEDULER_NAMESPACE") or defaults.NAMESPACE,
-            lease_seconds=settings.getfloat("SCHEDULER_LEASE_SECONDS", defaults.LEASE_SECONDS),
-            max_attempts=settings.getint("SCHEDULER_MAX_ATTEMPTS", defaults.MAX_ATTEMPTS),
-            batch_size=settings.getint("SCHEDULER_BATCH_SIZE", defaults.BATCH_SIZE),
-            flush_interval=settings.getfloat("SCHEDULER_FLUSH_INTERVAL", defaults.FLUSH_INTERVAL),
-            idle_poll=settings.getfloat("SCHEDULER_IDLE_POLL", defaults.IDLE_POLL),
-            redis_url=settings.get("REDIS_URL", defaults.REDIS_URL) or "",
-            data_dir=settings.get("CNKI_DATA_DIR", defaults.DATA_DIR),
+            namespace=settings.get("SCHEDULER_NAMESPACE"),
+            lease_seconds=settings.getfloat("SCHEDULER_LEASE_SECONDS"),
+            max_attempts=settings.getint("SCHEDULER_MAX_ATTEMPTS"),
+            batch_size=settings.getint("SCHEDULER_BATCH_SIZE"),
+            flush_interval=settings.getfloat("SCHEDULER_FLUSH_INTERVAL"),
+            idle_poll=settings.getfloat("SCHEDULER_IDLE_POLL"),
+            redis_url=settings.get("REDIS_URL") or "",
+            data_dir=settings.get("CNKI_DATA_DIR"),
             policy=ReadPolicy.for_urls(
-                settings.get("CNKI_BASE_URL") or "https://kns.cnki.net",
-                settings.get("CNKI_CLIENT_ID_URL") or CLIENT_ID_URL,
+                # empty (config.ini's `base_url =`) is the default, as in protocol_from_settings
+                settings.get("CNKI_BASE_URL") or default_settings.CNKI_BASE_URL,
+                settings.get("CNKI_CLIENT_ID_URL") or default_settings.CNKI_CLIENT_ID_URL,
                 *settings.getlist("SCHEDULER_ALLOWED_HOSTS"),
             ),
         )
@@ -143,14 +142,14 @@ class LeasedScheduler(BaseScheduler):
         crawler: Crawler,
         *,
         dupefilter: BloomDupeFilter | None,
-        namespace: str = defaults.NAMESPACE,
-        lease_seconds: float = defaults.LEASE_SECONDS,
-        max_attempts: int = defaults.MAX_ATTEMPTS,
-        batch_size: int = defaults.BATCH_SIZE,
-        flush_interval: float = defaults.FLUSH_INTERVAL,
-        idle_poll: float = defaults.IDLE_POLL,
+        namespace: str = default_settings.SCHEDULER_NAMESPACE,
+        lease_seconds: float = default_settings.SCHEDULER_LEASE_SECONDS,
+        max_attempts: int = default_settings.SCHEDULER_MAX_ATTEMPTS,
+        batch_size: int = default_settings.SCHEDULER_BATCH_SIZE,
+        flush_interval: float = default_settings.SCHEDULER_FLUSH_INTERVAL,
+        idle_poll: float = default_settings.SCHEDULER_IDLE_POLL,
         redis_url: str = "",
-        data_dir: str = defaults.DATA_DIR,
+        data_dir: str = default_settings.CNKI_DATA_DIR,
         io: ThreadIO | InlineIO | None = None,
         client: Any = None,
         policy: ReadPolicy | None = None,
@@ -167,7 +166,9 @@ class LeasedScheduler(BaseScheduler):
         self.lease_seconds, self.max_attempts = lease_seconds, max_attempts
         self.batch_size, self.flush_interval, self.idle_poll = batch_size, flush_interval, idle_poll
         self.redis_url, self.data_dir = redis_url, data_dir
-        self.policy = policy or ReadPolicy.for_urls("https://kns.cnki.net", CLIENT_ID_URL)
+        self.policy = policy or ReadPolicy.for_urls(
+            default_settings.CNKI_BASE_URL, default_settings.CNKI_CLIENT_ID_URL
+        )
         self.outcomes = OutcomeTracker()
         self.epoch: str | None = None
         self.queue: LeasedQueue | None = None
@@ -210,7 +211,7 @@ class LeasedScheduler(BaseScheduler):
             round_capacity=(
                 self.df.round_capacity
                 if self.df is not None
-                else defaults.DUPEFILTER_ROUND_CAPACITY
+                else default_settings.DUPEFILTER_ROUND_CAPACITY
             ),
         )
         return queue, queue.open()

@@ -55,6 +55,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from cnkispider import default_settings
 from cnkispider.db import db_now
 from cnkispider.exceptions import TaskRowError
 from cnkispider.items import FIELDS
@@ -84,7 +85,7 @@ def collect(
     redis_client=None,
     now: dt.datetime | None = None,
     *,
-    heartbeat_seconds: float = 15,
+    heartbeat_seconds: float = default_settings.TASKS_HEARTBEAT,
     base_dir: Path | None = None,
     task_name: str | None = None,
     redis_label: str = "",

@@ -8,6 +8,7 @@ import time
 
 from sqlalchemy.engine import Engine
 
+from cnkispider import default_settings
 from cnkispider.db import open_database_readonly
 from cnkispider.redisconn import connect_if_running
 from cnkispider.status.collecting import collect
@@ -18,7 +19,7 @@ REDIS_RETRY_SECONDS = 30
 
 
 def run_summary(
-    engine: Engine, task_name: str, stats: dict, *, heartbeat_seconds: float = 15
+    engine: Engine, task_name: str, stats: dict, *, heartbeat_seconds: float = default_settings.TASKS_HEARTBEAT
 ) -> str:
     """The summary printed when a run ends: rounds, documents, errors by reason, time and rates.
 

@@ -1,0 +1,162 @@
+"""The default of every setting the crawler reads, each written once, one section per prefix.
+
+The counterpart of Scrapy's ``scrapy/settings/default_settings.py``: every upper-case name here is
+a Scrapy setting, and :class:`cnkispider.addon.DefaultSettings` (in ``ADDONS`` of
+``cnkispider.settings``) installs them all at the ``addon`` priority, so the project settings,
+config.ini (mapped in :func:`cnkispider.settings.crawler_settings`), ``-s`` and a spider's
+``custom_settings`` override them, and components read a setting without a fallback of their own.
+``config.SCHEMA`` takes the default of each key that maps onto a setting from here, and
+constructors that have a default refer to these names.
+
+Only setting names may be upper-case in this module: the add-on installs every one of them.
+"""
+
+# -- Scrapy's own settings, changed -------------------------------------------------------------
+# config.ini's [crawl] maps onto these.
+
+CONCURRENT_REQUESTS = 16
+DOWNLOAD_DELAY = 0.0
+DOWNLOAD_TIMEOUT = 30.0  # Scrapy's is 180: a CNKI page that takes longer is a stuck request
+LOG_LEVEL = "INFO"
+COOKIES_ENABLED = True  # sessions are cookie jars
+
+# -- CNKI_*: the site (cnkispider/cnki/protocol.py) ---------------------------------------------
+
+CNKI_BASE_URL = "https://kns.cnki.net"
+CNKI_CLIENT_ID_URL = "https://recsys.cnki.net/RCDService/api/UtilityOpenApi/GenerateClientID"
+CNKI_PAGE_SIZE = 50  # CNKI accepts only 10, 20 and 50
+CNKI_CAP_ROWS = 6000  # rows one search order can reach, whatever the page size
+CNKI_MAX_PAGES = 0  # 0: cap_rows // page_size
+CNKI_CATEGORY_MODE = "subject"  # subject | facet
+CNKI_CATEGORY_FIELD = "CLC"
+CNKI_CATEGORY_OPERATOR = "SUFFIX"
+CNKI_DATA_DIR = "data"  # the embedded Redis, the archive (relative to config.ini's folder)
+
+# -- DATABASE_*: storage (cnkispider/pipelines.py, cnkispider/db.py) ----------------------------
+
+DATABASE_URL = "sqlite:///data/cnki.db"
+# seconds a worker waits out an unreachable database (with backoff, a log line per attempt)
+# before it gives up; minutes, so a restart or failover does not stop a crawl
+DATABASE_OUTAGE_SECONDS = 600.0
+DATABASE_BATCH_SIZE = 200  # documents written per transaction at most
+DATABASE_BATCH_SECONDS = 0.2  # seconds a document waits at most for its batch
+
+# -- REDIS_* ------------------------------------------------------------------------------------
+
+REDIS_URL = ""  # empty: the embedded Redis under CNKI_DATA_DIR
+
+# -- SCHEDULER_*, DUPEFILTER_*: Redis scheduling (cnkispider/scheduling/) -----------------------
+
+SCHEDULER_NAMESPACE = "cnki"  # key prefix of one task (cnkispider.settings adds the task's name)
+# a popped request returns to the queue after this long without renewal (renewed every third
+# of it while its worker lives)
+SCHEDULER_LEASE_SECONDS = 60
+SCHEDULER_MAX_ATTEMPTS = 5  # hand-outs whose lease ran out before the request is abandoned
+SCHEDULER_BATCH_SIZE = 32  # requests popped per Redis call (local buffer)
+SCHEDULER_FLUSH_INTERVAL = 0.05  # seconds a buffered write waits at most
+SCHEDULER_IDLE_POLL = 0.5  # seconds between polls of an empty queue
+# hosts besides CNKI_BASE_URL and CNKI_CLIENT_ID_URL a request read back from Redis may go to
+SCHEDULER_ALLOWED_HOSTS: list[str] = []
+DUPEFILTER_CAPACITY = 100_000  # fingerprints the first Bloom layer holds (requests without a round)
+# the same for each round's own filter: a round lists a few thousand documents (a split one
+# grows it by layers), and the filter is deleted when the round drains
+DUPEFILTER_ROUND_CAPACITY = 10_000
+DUPEFILTER_ERROR_RATE = 1e-9  # false-drop probability of a new document
+DUPEFILTER_GROWTH = 2  # each further layer holds this many times more
+
+# -- SESSION_*, USERAGENT_*: the browser we look like (cnkispider/middlewares/) -----------------
+
+SESSION_ENABLED = True
+SESSION_TURN_LIMIT = 14  # CNKI allows 15 turns after the first grid request: renew one early
+SESSION_MAX_AGE = 600.0  # seconds; 0 = no limit
+SESSION_POOL_SIZE = 4
+# a retired session's cookie jar is freed after this long: PROXY_WAIT_MAX + DOWNLOAD_TIMEOUT
+# + RETRY_BACKOFF_MAX, the longest a request holding a session may still be on its way
+SESSION_JAR_GRACE = 660.0
+USERAGENT_ENABLED = True
+USERAGENT_BROWSERS = ["Chrome", "Edge", "Firefox", "Safari"]
+USERAGENT_OS = ["Windows", "Mac OS X", "Linux"]
+USERAGENT_PLATFORMS = ["desktop"]
+
+# -- PROXY_*: proxies from the pool in proxy/ (cnkispider/middlewares/proxy.py) -----------------
+
+PROXY_ENABLED = False  # the global switch (the seed's PROXY_OPEN)
+PROXY_API_URL = ""
+PROXY_API_FORMAT = "lines"  # lines | json
+PROXY_API_JSON_PATH = "data"
+PROXY_API_JSON_IP = "ip"
+PROXY_API_JSON_PORT = "port"
+PROXY_API_TIMEOUT = 10.0
+PROXY_CREDENTIALS = ""  # user:pass for proxies that come without
+PROXY_STATIC: list[str] = []  # fixed proxies instead of an API
+PROXY_REUSE = 10  # average uses per proxy
+PROXY_FETCH_INTERVAL = 5.0  # seconds between provider calls (its rate limit)
+PROXY_MAX_AGE = 0.0  # seconds a proxy may be handed out after purchase; 0 = no limit
+PROXY_BAN_STATUSES = [403, 407, 429]
+PROXY_BAN_REASONS = ["captcha"]
+PROXY_BAN_TIME = 300.0  # seconds an evicted address is refused when offered again
+PROXY_WAIT_MAX = 600.0  # seconds a request waits for a proxy before it gives up
+
+# -- RETRY_*: cnkispider/middlewares/retry.py (the rest of RETRY_* is Scrapy's, unchanged) ------
+
+RETRY_TIMES = 5  # CNKI says no often and transiently; Scrapy's default is 2
+RETRY_PRIORITY_ADJUST = 1  # retry at once: ahead of new work, not behind it (Scrapy: -1)
+RETRY_BACKOFF_BASE = 0.5  # seconds before the first retry (x2 each time, jittered)
+RETRY_BACKOFF_MAX = 30.0
+# challenges that persist across this many fresh sessions pause the task for the cool-down
+RETRY_CHALLENGE_SESSIONS = 4
+RETRY_CHALLENGE_COOLDOWN = 300.0  # seconds; shared by every worker (Redis); 0 = no pause
+
+# -- RATELIMIT_*, PACE_*: cnkispider/middlewares/ratelimit.py (its docstring says more) ---------
+
+RATELIMIT_ENABLED = True
+RATELIMIT_RATE = 0.0  # requests/s to one site, all workers together; 0 = no limit
+RATELIMIT_PROXY_RATE = 0.0  # requests/s through one proxy, all workers together; 0 = no limit
+RATELIMIT_BURST = 1  # requests a fixed key lets go at once after a quiet spell
+RATELIMIT_LATE = 0.05  # seconds a request may wake after its time and still go
+RATELIMIT_KEY_PREFIX = "cnki:ratelimit"
+PACE_ENABLED = False
+PACE_START = 0.5  # requests/s of a new session or IP
+PACE_STEP = 0.5  # requests/s gained per second of clean answers
+PACE_DECREASE = 0.5  # factor applied on a challenge
+PACE_CEILING = 0.95  # share of the last challenged pace where fast growth stops
+PACE_PROBE_SECONDS = 1800.0  # clean seconds to grow from that share back to the ceiling
+PACE_MIN = 0.05
+PACE_MAX = 0.0  # 0: the site's fixed limit (RATELIMIT_RATE), or none when that is 0 too
+PACE_COOLDOWN = 30.0  # seconds a challenged session or IP stays quiet, doubled up to the max
+PACE_COOLDOWN_MAX = 600.0
+PACE_WINDOW = 2.0  # seconds over which the site is assumed to count a pace
+PACE_TTL = 7 * 24 * 3600.0  # seconds an IP's learned pace is kept after its last use
+PACE_DIRECT_NAME = "direct"  # the IP name of requests without a proxy
+
+# -- TASKS_*, ERRORS_*: flow control (tasks/, errors/, cnkispider/halting.py) -------------------
+
+TASKS_ENABLED = True
+TASKS_NAME = "default"
+TASKS_TYPE = "patent"
+TASKS_START_DATE = ""  # empty: today
+TASKS_END_DATE = ""  # empty: open-ended, crawled up to today
+TASKS_CATEGORIES = "builtin"
+TASKS_ROUND_LEASE = 300  # seconds a claimed round stays with a silent worker
+TASKS_HEARTBEAT = 15  # seconds between a worker's heartbeats (renewing its rounds' leases)
+TASKS_ROUNDS_IN_FLIGHT = 4
+TASKS_RECRAWL = True
+TASKS_EXIT_WHEN_IDLE = True
+# when CNKI keeps saying no: this many refusals in a row, or most of the last window, halt
+TASKS_HALT_AFTER = 10
+TASKS_HALT_WINDOW = 50
+TASKS_UNREACHABLE_AFTER = 3
+ERRORS_ENABLED = True
+ERRORS_MAX_ATTEMPTS = 3
+
+# -- PROGRESS_*: cnkispider/progress.py ---------------------------------------------------------
+
+PROGRESS_ENABLED = True
+PROGRESS_INTERVAL = 60.0  # seconds between progress lines
+
+
+def starting_with(*prefixes: str) -> dict:
+    """The defaults of the settings named ``PREFIX...``: for a crawl that uses some components
+    of the crawler without the add-on (the scheduler's test site and benchmarks), which would
+    change Scrapy's own settings too."""
+    return {name: value for name, value in globals().items() if name.isupper() and name.startswith(prefixes)}
