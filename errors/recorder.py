@@ -192,6 +192,60 @@ class ErrorRecorder:
                 )
             )
 
+    def record_failure(
+        self,
+        task_id: int | None,
+        doc_type: str,
+        meta: dict,
+        url: str,
+        reason: str,
+        detail: str = "",
+        *,
+        stage: str | None = None,
+        permanent: bool = False,
+    ) -> str:
+        """A request's failure, its row read from the request's meta; returns the stage.
+
+        ``stage`` is ``"detail"`` (errorLink: the document of ``doc_key``, or of ``refresh_for``
+        for a title search that did not find it) or ``"list"`` (errorCode: the page of
+        ``search``, updating the errorCode row ``error_code_id`` a replay mends); by default the
+        request's own (``cnki_kind``). ``permanent`` is for list-stage facts no replay can mend.
+        Each write is its own retried transaction (``record_code``, ``record_link``).
+        """
+        stage = stage or stage_of(meta)
+        search = meta.get("search") or {}
+        if stage == "detail":
+            dbname, filename = (meta.get("doc_key") or meta.get("refresh_for") or "/").split("/", 1)
+            listing = meta.get("listing", {})
+            self.record_link(
+                task_id,
+                meta.get("round_id"),
+                doc_type,
+                url,
+                dbname,
+                filename,
+                reason,
+                title=listing.get("title", ""),
+                day=search.get("day_start", ""),
+                category=search.get("category") or "",
+                listing=listing,
+                detail=detail,
+            )
+        else:
+            self.record_code(
+                task_id,
+                meta.get("round_id"),
+                search.get("day_start", ""),
+                search.get("category") or "",
+                search,
+                meta.get("page"),
+                reason,
+                detail,
+                replay_of=meta.get("error_code_id"),
+                permanent=permanent,
+            )
+        return stage
+
     @_retried("clearing errorLink rows")
     def resolve_links(self, task_id: int | None, keys: list[tuple[str, str]]) -> int:
         """Documents now stored: their errorLink rows go (whatever task listed them)."""
@@ -276,3 +330,8 @@ class ErrorRecorder:
     def pending(self, task_id: int) -> int:
         counts = self.outstanding(task_id)
         return sum(v for k, v in counts.items() if not k.endswith("/permanent"))
+
+
+def stage_of(meta: dict) -> str:
+    """``"detail"`` for a detail request (its failure goes to errorLink), else ``"list"``."""
+    return "detail" if meta.get("cnki_kind") == "detail" else "list"
