@@ -90,23 +90,27 @@ class ErrorRecorder:
         with self.engine.begin() as conn:
             now = db_now(conn)
             if replay_of is not None and not permanent:
-                updated = conn.execute(
-                    error_code.update()
-                    .where(error_code.c.id == replay_of)
-                    .values(
-                        page=page,
-                        search=json.dumps(search, ensure_ascii=False) if search else None,
-                        reason=reason[:200],
-                        detail=detail,
-                        attempts=error_code.c.attempts + 1,
-                        state="open" if network else sa.case(
-                            (error_code.c.attempts + 1 >= self.max_attempts, "permanent"), else_="open"
-                        ),
-                        lease_until=None,
-                        updated_at=now,
+                # Counted here, not in the UPDATE: MySQL assigns left to right, so a state
+                # computed there from ``attempts + 1`` would see the attempt already counted.
+                attempts = conn.execute(
+                    sa.select(error_code.c.attempts).where(error_code.c.id == replay_of).with_for_update()
+                ).scalar()
+                if attempts is not None:
+                    total = attempts + 1
+                    conn.execute(
+                        error_code.update()
+                        .where(error_code.c.id == replay_of)
+                        .values(
+                            page=page,
+                            search=json.dumps(search, ensure_ascii=False) if search else None,
+                            reason=reason[:200],
+                            detail=detail,
+                            attempts=total,
+                            state="open" if network or total < self.max_attempts else "permanent",
+                            lease_until=None,
+                            updated_at=now,
+                        )
                     )
-                ).rowcount
-                if updated:
                     return
                 # Its row is gone (the replayed page parsed once, then its worker died before
                 # the ack and the request came back and failed): a new row, never nothing.

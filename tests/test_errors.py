@@ -72,3 +72,18 @@ def test_a_fact_no_replay_can_mend_is_permanent_at_once(db_url):
     engine = open_database(db_url)
     ErrorRecorder(engine).record_failure(4, "patent", {"search": SEARCH, "page": 1}, "", "overflow", permanent=True)
     assert [(r["reason"], r["state"]) for r in _rows(engine, error_code)] == [("overflow", "permanent")]
+
+
+def test_a_failed_replay_below_the_attempt_limit_stays_open(db_url):
+    """MySQL evaluates an UPDATE's assignments left to right: a state computed from
+    ``attempts + 1`` after ``attempts`` was raised counted one attempt twice, and a row went
+    permanent one attempt early (after 2 of 3) on MariaDB only."""
+    engine = open_database(db_url)
+    recorder = ErrorRecorder(engine, max_attempts=3)
+    recorder.record_failure(4, "patent", {"search": SEARCH, "page": 2}, "", "http-500")
+    (row,) = _rows(engine, error_code)
+    replay = {"cnki_kind": "list", "search": SEARCH, "page": 2, "error_code_id": row["id"]}
+    recorder.record_failure(4, "patent", replay, "", "http-500")
+    assert [(r["attempts"], r["state"]) for r in _rows(engine, error_code)] == [(2, "open")]
+    recorder.record_failure(4, "patent", replay, "", "http-500")
+    assert [(r["attempts"], r["state"]) for r in _rows(engine, error_code)] == [(3, "permanent")]
