@@ -3,8 +3,8 @@
 Three kinds of no (:func:`cnkispider.cnki.refusals.kind_of`) get three answers:
 
 - a **rejection** (CNKI refused the query itself) is never retried: the task halts at once with
-  CNKI's words (the retry middleware gives up, the spider's errback records the errorCode row and
-  calls :meth:`tasks.flow.TaskStore.halt`);
+  CNKI's words (the retry middleware gives up, ``errors.middleware`` records the errorCode row and
+  calls :meth:`tasks.feeder.RoundFeeder.halt`);
 - a **challenge** is retried with a fresh session and another proxy; when challenges persist
   across fresh sessions (:class:`ChallengeWatch`), every worker of the task pauses for a
   cool-down (:class:`Cooldown`, one Redis key with a TTL in the task's namespace);

@@ -44,6 +44,7 @@ from cnkispider.db import db_now, is_transient, open_database, retrying
 from cnkispider.items import doc_type_of
 from cnkispider.storage import DocumentRejected, key_problem, row_for, upsert_documents
 from errors.recorder import ErrorRecorder
+from tasks.feeder import RoundFeeder
 
 logger = logging.getLogger(__name__)
 
@@ -185,8 +186,9 @@ class DocumentPipeline:
 
     def _write_rows(self, batch, indexes: list[int]) -> None:
         """One transaction: upsert the rows of ``batch`` at ``indexes``; then their errorLink rows go."""
-        # Read at write time: flow control learns the task id after the spider opened.
-        self.task_id = getattr(self.crawler.spider, "task_id", None)
+        # Read at write time: flow control opens the task after the pipelines opened.
+        context = RoundFeeder.context_of(self.crawler)
+        self.task_id = context.task_id if context is not None else None
         by_type: dict[str, list[dict]] = {}
         with self._write_lock, self.engine.begin() as conn:
             now = db_now(conn)

@@ -8,13 +8,13 @@ round_drained(round_id: int, epoch: str, spider)
 
 request_abandoned(request, reason: str, attempts: int, spider)
     Sent by the Redis scheduler for a request whose lease ran out more often than allowed. The
-    handler records it in the error tables and may return a Deferred; the scheduler acknowledges
-    the request only after every handler has finished.
+    handler (errors.middleware) records it in the error tables and may return a Deferred; the
+    scheduler acknowledges the request only after every handler has finished.
 
 list_failed(reason: str, detail: str, request, spider)
-    Sent by the spider after it recorded a list-stage failure in errorCode (``request`` is the
-    failed request, or the request of a response its parser did not understand). The task feeder
-    counts it in its circuit breaker (cnkispider/halting.py), which may halt the task.
+    Sent by errors.middleware after it recorded a list-stage failure in errorCode (``request``
+    is the failed request, or the request of a response its parser did not understand). The task
+    feeder counts it in its circuit breaker (cnkispider/halting.py), which may halt the task.
 
 request_unreadable(reason: str, spider)
     Sent by the Redis scheduler when a request read back from Redis is refused (a host, meta key

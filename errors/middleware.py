@@ -1,44 +1,259 @@
-"""The seed's global exception handler, as a spider middleware.
+"""Recording the failures of a crawl's requests in errorCode and errorLink, and the spider
+middleware that is the seed's global exception handler.
 
-An exception raised by a spider callback (a parser meeting a page it does not understand, a
-bug) is recorded in errorCode (list stage) or errorLink (detail stage) with its traceback, and
-the crawl goes on: the exception is swallowed here after it is written down, so one bad page
-never stops a worker and never passes for "zero results".
+Every way a request can fail for good comes here, and is written down for the recrawl phase:
+
+- a download that failed after its retries: the spider's errback (``RoundSpider.on_error``)
+  calls :func:`record_download_failure` (after deciding whether a stale detail link is
+  refreshed instead: that is crawling);
+- an exception raised by a spider callback (a parser meeting a page it does not understand, a
+  bug): :class:`ErrorRecordingMiddleware` records it with its traceback and swallows it, so one
+  bad page never stops a worker and never passes for "zero results";
+- a document parsed but not stored (an item pipeline raised; signal ``item_error``);
+- a request whose lease ran out too often (signal ``request_abandoned``).
+
+A detail request's failure goes to errorLink, any other's to errorCode
+(:meth:`errors.recorder.ErrorRecorder.record_failure` reads the row from the request's meta),
+for the task of the crawl's context (:class:`tasks.context.CrawlContext`). After a list-stage
+failure (not a permanent row) the signal ``list_failed`` tells the circuit breaker; a rejection
+(CNKI refused the query itself) halts the task at once, as every other round would be refused
+the same way.
+
+The rules kept on the way:
+
+- A request held back by a halted task (``HaltedRequest``) is not a failure of its page:
+  nothing is recorded; its lease brings it back after ``task resume``.
+- Everything is written before the request is acknowledged: Scrapy awaits the errback, the
+  (empty) output of ``process_spider_exception`` and the ``item_error`` and
+  ``request_abandoned`` handlers before it is done with the request.
+- If even the recording fails (the database stayed down past ``[database] outage_seconds``, a
+  value its column refuses), the failure would be lost with the request's ack: the request is
+  held instead (``cnkispider.scheduling.outcome.hold``: never acked, its lease brings it back
+  to another worker, or this one restarted) and the worker closes (``database_error``) with one
+  CRITICAL line naming the cause. An abandoned request whose recording fails is left to the
+  scheduler, which does not ack it. The invariant kept: each document found is stored, or in
+  errorLink, or still leased in Redis.
+
+Settings
+--------
+ERRORS_ENABLED   on by default; off, the middleware is not installed: callback exceptions are
+                 Scrapy's to log, and unstored documents and abandoned requests are not recorded
 """
 
 from __future__ import annotations
 
 import logging
+import traceback
 
-from scrapy.exceptions import NotConfigured
+from scrapy import signals
+from scrapy.exceptions import IgnoreRequest, NotConfigured
+from scrapy.utils.defer import deferred_from_coro
+
+from cnkispider import signals as cnki_signals
+from cnkispider.cnki.refusals import REJECTION, kind_of, rejection_text
+from cnkispider.exceptions import CnkiSpiderError, GaveUp, HaltedRequest, RefusedPage
+from cnkispider.masking import mask_text
+from cnkispider.offload import in_thread
+from cnkispider.scheduling.outcome import hold
+from tasks.feeder import RoundFeeder
 
 logger = logging.getLogger(__name__)
 
 
 class ErrorRecordingMiddleware:
-    def __init__(self, stats):
-        self.stats = stats
+    def __init__(self, crawler):
+        self.crawler = crawler
+        self.stats = crawler.stats
 
     @classmethod
     def from_crawler(cls, crawler):
         if not crawler.settings.getbool("ERRORS_ENABLED"):
             raise NotConfigured
-        middleware = cls(crawler.stats)
-        middleware.crawler = crawler
+        middleware = cls(crawler)
+        crawler.signals.connect(middleware.item_error, signal=signals.item_error)
+        crawler.signals.connect(middleware.request_abandoned, signal=cnki_signals.request_abandoned)
         return middleware
 
     def process_spider_exception(self, response, exception):
-        record = getattr(self.crawler.spider, "record_exception", None)
-        if record is None:
-            return None  # not one of our spiders: let Scrapy handle it
+        if RoundFeeder.context_of(self.crawler) is None:
+            return None  # no task to record it for: let Scrapy handle it
         self.stats.inc_value(f"errors/exception/{type(exception).__name__}")
         logger.warning("recorded %s on %s: %s", type(exception).__name__, response.url, exception)
         # Scrapy consumes this (empty) output before it is done with the response, so the
         # error row is written before the scheduler acknowledges the request.
-        return self._recorded(record, response, exception)
+        return self._recorded(response, exception)
 
-    @staticmethod
-    async def _recorded(record, response, exception):
-        await record(response, exception)
+    async def _recorded(self, response, exception):
+        await record_callback_exception(self.crawler, response, exception)
         return
         yield  # pragma: no cover - makes this an async generator
+
+    async def item_error(self, item, response, spider=None, failure=None):
+        """A document parsed but not stored (a pipeline raised): record its link."""
+        if RoundFeeder.context_of(self.crawler) is None:
+            return
+        meta = response.meta if response is not None else {}
+        reason = f"pipeline:{type(failure.value).__name__}" if failure is not None else "pipeline"
+        detail = failure.getTraceback() if failure is not None else ""
+        self.stats.inc_value(f"errors/detail/{reason}")
+        url = response.url if response is not None else ""
+        request = response.request if response is not None else None
+        await record_or_hold(
+            self.crawler,
+            request,
+            meta,
+            url,
+            reason,
+            detail,
+            stage="detail",
+            what="store a document",
+        )
+
+    async def request_abandoned(self, request, reason, attempts, spider=None):
+        """A request whose lease ran out too often (it kills or stalls its workers): record it.
+        Not held if that fails: the scheduler acknowledges it only after this returned."""
+        if RoundFeeder.context_of(self.crawler) is None:
+            return
+        meta = request.meta
+        self.stats.inc_value(f"errors/{meta.get('cnki_kind', 'other')}/{reason}")
+        await record_failure(
+            self.crawler, meta, request.url, reason, f"lease ran out {attempts} times"
+        )
+
+
+def failure_reason(error: BaseException) -> str:
+    """The reason slug of a request that failed for good: the retry middleware's or a page
+    refusal's own (``verify``, ``http-500``, ...), else the exception's type
+    (``ignored:<Type>`` for a request a middleware dropped)."""
+    if isinstance(error, (GaveUp, RefusedPage)):
+        return error.reason
+    if isinstance(error, IgnoreRequest):
+        return f"ignored:{type(error).__name__}"
+    return type(error).__name__
+
+
+async def record_download_failure(crawler, failure) -> bool:
+    """A request that failed for good (the errback's failure): record it; True once written.
+    A rejection then halts the task. A request a halted task held is not recorded (False)."""
+    request, error = failure.request, failure.value
+    if isinstance(error, HaltedRequest):
+        return False  # held for after `task resume`: not a failure of the page
+    meta = request.meta
+    reason = failure_reason(error)
+    detail = str(error) if isinstance(error, (GaveUp, RefusedPage)) else failure.getTraceback()
+    words = getattr(error, "detail", "") or ""  # CNKI's own words, for a rejection
+    crawler.stats.inc_value(f"errors/{meta.get('cnki_kind', 'other')}/{reason}")
+    if not await record_or_hold(crawler, request, meta, request.url, reason, detail, words=words):
+        return False
+    if kind_of(reason) == REJECTION:
+        await _halt(crawler, reason, words)
+    return True
+
+
+async def record_callback_exception(crawler, response, exception) -> bool:
+    """An unexpected exception in a callback (the seed's global exception handler): record it
+    with its traceback; a rejection a parser saw (the middleware let it through) halts the task."""
+    reason = exception.reason if isinstance(exception, RefusedPage) else type(exception).__name__
+    detail = "".join(traceback.format_exception(exception))
+    words = ""
+    if isinstance(exception, RefusedPage) and kind_of(reason) == REJECTION:
+        words = rejection_text(response.body) or exception.detail  # CNKI's own words
+    request = response.request
+    if not await record_or_hold(
+        crawler, request, response.meta, response.url, reason, detail, words=words
+    ):
+        return False
+    if kind_of(reason) == REJECTION:
+        await _halt(crawler, reason, words)
+    return True
+
+
+async def record_failure(
+    crawler,
+    meta: dict,
+    url: str,
+    reason: str,
+    detail: str = "",
+    *,
+    stage: str | None = None,
+    permanent: bool = False,
+    request=None,
+    words: str = "",
+) -> None:
+    """Write one failure (off the reactor) for the crawl's task; raises if it cannot.
+
+    ``stage`` and ``permanent`` as in :meth:`~errors.recorder.ErrorRecorder.record_failure`. A
+    list-stage failure is then sent as ``list_failed`` (``detail`` is ``words``: CNKI's for a
+    rejection), but not a permanent row: an overflow is a fact about CNKI, not a failure of the
+    crawl.
+    """
+    context = RoundFeeder.context_of(crawler)
+    if context is None:
+        raise CnkiSpiderError(
+            "no task is open (flow control, TASKS_ENABLED and DATABASE_URL, records failures)"
+        )
+    stage = await in_thread(
+        context.error_recorder.record_failure,
+        context.task_id,
+        context.doc_type,
+        meta,
+        url,
+        reason,
+        detail,
+        stage=stage,
+        permanent=permanent,
+    )
+    if stage == "list" and not permanent:
+        crawler.signals.send_catch_log(
+            cnki_signals.list_failed,
+            reason=reason,
+            detail=words,
+            request=request,
+            spider=crawler.spider,
+        )
+
+
+async def record_or_hold(
+    crawler,
+    request,
+    meta: dict,
+    url: str,
+    reason: str,
+    detail: str = "",
+    *,
+    stage: str | None = None,
+    words: str = "",
+    what: str = "crawl a page",
+) -> bool:
+    """:func:`record_failure`; True once written. If even that fails, ``request`` is held
+    (never released, so never acked: its lease brings it back) and the worker closes with
+    reason ``database_error``, in one CRITICAL line naming the cause (``what`` says what could
+    not be done: ``crawl a page``, ``store a document``)."""
+    try:
+        await record_failure(
+            crawler, meta, url, reason, detail, stage=stage, request=request, words=words
+        )
+    except Exception as exc:
+        cause = str(getattr(exc, "orig", None) or exc).splitlines()[0] if str(exc) else ""
+        crawler.stats.inc_value("errors/unrecorded")
+        logger.critical(
+            "cannot %s nor record its failure (%s: %s); %s is kept for its lease to bring "
+            "back; stopping this worker",
+            what,
+            type(exc).__name__,
+            mask_text(cause),
+            getattr(request, "url", "the request"),
+        )
+        logger.debug("the recording's failure", exc_info=True)
+        if request is not None:
+            hold(crawler, request)  # never released: its lease brings it back
+        # Once per worker is enough; a second close only waits for the first (Scrapy's engine).
+        d = deferred_from_coro(crawler.engine.close_spider_async(reason="database_error"))
+        d.addErrback(lambda f: logger.debug("closing: %s", f.getErrorMessage()))
+        return False
+    return True
+
+
+async def _halt(crawler, reason: str, words: str) -> None:
+    feeder = crawler.get_extension(RoundFeeder)
+    await feeder.halt(f"{reason}: {words}" if words else reason)

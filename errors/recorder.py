@@ -91,23 +91,27 @@ class ErrorRecorder:
         with self.engine.begin() as conn:
             now = db_now(conn)
             if replay_of is not None and not permanent:
-                updated = conn.execute(
-                    error_code.update()
-                    .where(error_code.c.id == replay_of)
-                    .values(
-                        page=page,
-                        search=json.dumps(search, ensure_ascii=False) if search else None,
-                        reason=reason[:200],
-                        detail=detail,
-                        attempts=error_code.c.attempts + 1,
-                        state="open" if network else sa.case(
-                            (error_code.c.attempts + 1 >= self.max_attempts, "permanent"), else_="open"
-                        ),
-                        lease_until=None,
-                        updated_at=now,
+                # Counted here, not in the UPDATE: MySQL assigns left to right, so a state
+                # computed there from ``attempts + 1`` would see the attempt already counted.
+                attempts = conn.execute(
+                    sa.select(error_code.c.attempts).where(error_code.c.id == replay_of).with_for_update()
+                ).scalar()
+                if attempts is not None:
+                    total = attempts + 1
+                    conn.execute(
+                        error_code.update()
+                        .where(error_code.c.id == replay_of)
+                        .values(
+                            page=page,
+                            search=json.dumps(search, ensure_ascii=False) if search else None,
+                            reason=reason[:200],
+                            detail=detail,
+                            attempts=total,
+                            state="open" if network or total < self.max_attempts else "permanent",
+                            lease_until=None,
+                            updated_at=now,
+                        )
                     )
-                ).rowcount
-                if updated:
                     return
                 # Its row is gone (the replayed page parsed once, then its worker died before
                 # the ack and the request came back and failed): a new row, never nothing.
@@ -193,6 +197,60 @@ class ErrorRecorder:
                 )
             )
 
+    def record_failure(
+        self,
+        task_id: int | None,
+        doc_type: str,
+        meta: dict,
+        url: str,
+        reason: str,
+        detail: str = "",
+        *,
+        stage: str | None = None,
+        permanent: bool = False,
+    ) -> str:
+        """A request's failure, its row read from the request's meta; returns the stage.
+
+        ``stage`` is ``"detail"`` (errorLink: the document of ``doc_key``, or of ``refresh_for``
+        for a title search that did not find it) or ``"list"`` (errorCode: the page of
+        ``search``, updating the errorCode row ``error_code_id`` a replay mends); by default the
+        request's own (``cnki_kind``). ``permanent`` is for list-stage facts no replay can mend.
+        Each write is its own retried transaction (``record_code``, ``record_link``).
+        """
+        stage = stage or stage_of(meta)
+        search = meta.get("search") or {}
+        if stage == "detail":
+            dbname, filename = (meta.get("doc_key") or meta.get("refresh_for") or "/").split("/", 1)
+            listing = meta.get("listing", {})
+            self.record_link(
+                task_id,
+                meta.get("round_id"),
+                doc_type,
+                url,
+                dbname,
+                filename,
+                reason,
+                title=listing.get("title", ""),
+                day=search.get("day_start", ""),
+                category=search.get("category") or "",
+                listing=listing,
+                detail=detail,
+            )
+        else:
+            self.record_code(
+                task_id,
+                meta.get("round_id"),
+                search.get("day_start", ""),
+                search.get("category") or "",
+                search,
+                meta.get("page"),
+                reason,
+                detail,
+                replay_of=meta.get("error_code_id"),
+                permanent=permanent,
+            )
+        return stage
+
     @_retried("clearing errorLink rows")
     def resolve_links(self, task_id: int | None, keys: list[tuple[str, str]]) -> int:
         """Documents now stored: their errorLink rows go (whatever task listed them)."""
@@ -277,3 +335,8 @@ class ErrorRecorder:
     def pending(self, task_id: int) -> int:
         counts = self.outstanding(task_id)
         return sum(v for k, v in counts.items() if not k.endswith("/permanent"))
+
+
+def stage_of(meta: dict) -> str:
+    """``"detail"`` for a detail request (its failure goes to errorLink), else ``"list"``."""
+    return "detail" if meta.get("cnki_kind") == "detail" else "list"

@@ -12,19 +12,23 @@ Phases of a task (``task.phase``)::
       '-------------------- end_date extended (the next claim sets crawl again) ------------------'
 
 Halting. The feeder runs the worker's circuit breaker (:class:`cnkispider.halting.Breaker`):
-every list page that comes back counts ok, every list-stage failure the spider records
-(signal ``list_failed``) counts against it; when one reason repeats (``TASKS_HALT_AFTER`` pages
-in a row, or half of the last ``TASKS_HALT_WINDOW``), or CNKI cannot be reached at all (the
-first ``TASKS_UNREACHABLE_AFTER`` list requests all failed on DNS, refusal or timeout), the task
-halts (``task.halt_reason``). A rejection halts it at once (the spider does that). A halted task
-is seen at every feed (each second) by every worker: it seeds nothing, marks no round done (a
-round that drains is marked failed, for ``resume`` to re-open), and its workers stop with finish
-reason ``halted``. While the task's challenge cool-down runs (a Redis key, see the retry
+every list page that comes back counts ok, every list-stage failure recorded (signal
+``list_failed`` from ``errors.middleware``) counts against it; when one reason repeats
+(``TASKS_HALT_AFTER`` pages in a row, or half of the last ``TASKS_HALT_WINDOW``), or CNKI cannot
+be reached at all (the first ``TASKS_UNREACHABLE_AFTER`` list requests all failed on DNS, refusal
+or timeout), the task halts (``task.halt_reason``, :meth:`RoundFeeder.halt`). A rejection halts
+it at once, as it is recorded (``errors.middleware``). A halted task is seen at every feed (each
+second) by every worker: it seeds nothing, marks no round done (a round that drains is marked
+failed, for ``resume`` to re-open), and its workers stop with finish reason ``halted``. While the task's challenge cool-down runs (a Redis key, see the retry
 middleware), nothing is seeded.
 
 A worker never closes on an idle timeout: it closes when its task is done, or when the task
 has no round due (an empty end_date waits for tomorrow; ``TASKS_EXIT_WHEN_IDLE`` says whether to
 wait or exit then).
+
+The feeder is the one writer of the worker's :class:`~tasks.context.CrawlContext` (the task, its
+store, the error recorder, the halt as this worker knows it); the spider, the pipelines and the
+middlewares read it through ``RoundFeeder.context_of(crawler)``.
 
 Settings
 --------
@@ -63,6 +67,7 @@ from cnkispider.exceptions import CnkiSpiderError, TaskRowError
 from cnkispider.halting import Breaker, scheduler_cooldown
 from cnkispider.offload import in_thread
 from errors.recorder import ErrorRecorder
+from tasks.context import CrawlContext
 from tasks.flow import Action, PhaseFacts, TaskStore, new_worker_id, next_action
 
 logger = logging.getLogger(__name__)
@@ -92,6 +97,11 @@ class RoundFeeder:
         )
         self.halt_reason: str | None = None
         self._cooldown = None
+        self.spider = None
+        self.task_id: int | None = None
+        #: What this worker's components share about its task, once it is open (see
+        #: tasks.context); they ask for it with ``RoundFeeder.context_of(crawler)``.
+        self.context: CrawlContext | None = None
         self.worker_id = new_worker_id()
         self.busy = False
         self.closing = False
@@ -117,6 +127,13 @@ class RoundFeeder:
         crawler.signals.connect(feeder.request_unreadable, signal=cnki_signals.request_unreadable)
         return feeder
 
+    @classmethod
+    def context_of(cls, crawler) -> CrawlContext | None:
+        """The crawl context of ``crawler``'s task; ``None`` before the task is open and in a
+        crawl without flow control. (Once the extensions are built: from ``spider_opened`` on.)"""
+        feeder = crawler.get_extension(cls)
+        return None if feeder is None else feeder.context
+
     # -- start and stop ------------------------------------------------------------------
 
     async def spider_opened(self, spider):
@@ -129,7 +146,7 @@ class RoundFeeder:
             return
         self.store = TaskStore(engine, round_lease=self.round_lease, base_dir=self.base_dir)
         self.errors = ErrorRecorder(engine, max_attempts=self.error_attempts)
-        name = getattr(spider, "task_name", None) or self.task_name
+        name = spider.task_name or self.task_name
         try:
             await self._open_task(spider, name)
         except (CnkiSpiderError, LookupError, ValueError) as exc:
@@ -145,7 +162,7 @@ class RoundFeeder:
 
     async def _open_task(self, spider, name: str) -> None:
         """Register (or join) the task and this worker, then start the heartbeat and feeding."""
-        if getattr(spider, "task_name", None):
+        if spider.task_name:
             task = await in_thread(self.store.get, name)
         else:
             if self.task_type and self.task_type != spider.doc_type:
@@ -162,8 +179,7 @@ class RoundFeeder:
             logger.error("task %s is a %s task, not %s", task.name, task.type, spider.doc_type)
             self._close("task_error")
             return
-        spider.task_id, spider.task, spider.tree = task.id, task, task.tree
-        spider.flow, spider.errors = self.store, self.errors
+        self.context = CrawlContext(task=task, tasks=self.store, error_recorder=self.errors)
         self.task_id = task.id
         self.task_name = task.name  # the row's (``-a task=NAME`` may have chosen it)
         await in_thread(self.store.register_worker, self.worker_id, task.id)
@@ -184,7 +200,7 @@ class RoundFeeder:
             running = getattr(self, loop, None)
             if running is not None and running.running:
                 running.stop()
-        if getattr(self, "task_id", None) is not None:
+        if self.task_id is not None:
             await in_thread(self._beat, "stopped")
             self.summary = await in_thread(self.store.progress, self.task_id)
             logger.info("task %s: %s", self.task_id, self.summary)
@@ -219,7 +235,7 @@ class RoundFeeder:
             raise DontCloseSpider
 
     def _kick(self):
-        if self.busy or self.closing or getattr(self, "task_id", None) is None:
+        if self.busy or self.closing or self.task_id is None:
             return None
         self.busy = True
         d = deferred_from_coro(self.feed())
@@ -269,7 +285,7 @@ class RoundFeeder:
                 break
             # the task's tree as it is now (its categories file may have been edited): a new
             # root's children are known when its search has to be split
-            self.spider.tree = (await in_thread(self.store.get, self.task_id)).tree
+            self.context.task = await in_thread(self.store.get, self.task_id)
             for request in self.spider.round_requests(round_):
                 self.crawler.engine.crawl(request)
             # Seeded only once the first request is in Redis: a crash before that leaves the
@@ -302,27 +318,42 @@ class RoundFeeder:
         """The spider recorded a list-stage failure: count it; halt when the breaker trips."""
         verdict = self.breaker.failed(reason, detail, key=request)
         if verdict is None or kind_of(reason) == REJECTION:
-            return  # a rejection is halted by the spider itself, as it records it
-        d = deferred_from_coro(self.spider.halt(verdict))
+            return  # a rejection is halted as it is recorded (errors.middleware), before its ack
+        d = deferred_from_coro(self.halt(verdict))
         d.addErrback(lambda f: logger.error("cannot halt the task: %s", f.getErrorMessage()))
 
     def request_unreadable(self, reason, spider=None):
         """A request in Redis was refused by the trust boundary: what it held is not crawled, so
         the task halts with the reason (``task resume`` after fixing the cause)."""
-        if getattr(self, "task_id", None) is None or self.halt_reason is not None:
+        if self.task_id is None or self.halt_reason is not None:
             return
-        d = deferred_from_coro(self.spider.halt(f"unreadable: {reason}"))
+        d = deferred_from_coro(self.halt(f"unreadable: {reason}"))
         d.addErrback(lambda f: logger.error("cannot halt the task: %s", f.getErrorMessage()))
 
+    async def halt(self, reason: str) -> bool:
+        """Halt the task (once across the cluster: the first reason stays) and stop this worker
+        (signal ``task_halted``). The retry middleware stops retrying at once, before the halt
+        is written. False if no task is open."""
+        context = self.context
+        if context is None:
+            return False
+        context.halted = context.halted or reason
+        if await in_thread(context.tasks.halt, context.task_id, reason):
+            logger.error("task %s halted: %s", context.task.name, reason)
+        self.crawler.signals.send_catch_log(
+            cnki_signals.task_halted, task_id=context.task_id, reason=reason, spider=self.spider
+        )
+        return True
+
     def task_halted(self, task_id, reason, spider=None):
-        if task_id == getattr(self, "task_id", None):
+        if task_id == self.task_id:
             self._halted(reason)
 
     def _halted(self, reason: str) -> None:
         if self.halt_reason is None:
             self.halt_reason = reason
-            if getattr(self.spider, "halted", False) is None:
-                self.spider.halted = reason  # the retry middleware stops retrying
+            if self.context.halted is None:
+                self.context.halted = reason  # the retry middleware stops retrying
             logger.info("task %s is halted: this worker stops", self.task_id)
         self._close("halted")
 

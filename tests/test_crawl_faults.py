@@ -49,7 +49,10 @@ def proxied(site) -> dict:
 def test_crawl_and_recrawl_through_faults_bans_and_dead_proxies_equal_the_truth(tmp_path, cnki_site, mysql_url):
     site = hostile_site(cnki_site)
     setup = CrawlSetup(tmp_path, site, mysql_url, "patent", "2024-01-01", "2024-01-02", "G06,H04",
-                       proxy=proxied(site), crawl={"retry_times": 6})
+                       proxy=proxied(site),
+                       # faults drawn at random put four challenged sessions in a row now and
+                       # then: a short pause keeps the pause in play without 300 s of waiting
+                       crawl={"retry_times": 6, "challenge_cooldown": 3})
     try:
         result = setup.run(timeout=400)
         assert result.returncode == 0, result.stdout[-3000:] + setup.log()[-4000:]

@@ -229,14 +229,22 @@ def _patent(i: int, **values) -> dict:
 
 
 def _pipeline(engine):
-    from types import SimpleNamespace
+    """A pipeline on ``engine`` in a crawl whose context (tasks.context) is open on a task."""
+    from scrapy.utils.test import get_crawler
 
     from cnkispider.pipelines import DocumentPipeline
     from errors.recorder import ErrorRecorder
+    from tasks.context import CrawlContext
+    from tasks.feeder import RoundFeeder
+    from tasks.flow import TaskStore
 
+    crawler = get_crawler(settings_dict={"DATABASE_URL": "unused", "EXTENSIONS": {RoundFeeder: 500}})
+    tasks = TaskStore(engine)
+    task, _ = tasks.register("t", "patent", "2024-01-01", "2024-01-31", "G06")
+    recorder = ErrorRecorder(engine)
+    crawler.get_extension(RoundFeeder).context = CrawlContext(task=task, tasks=tasks, error_recorder=recorder)
     pipeline = DocumentPipeline("unused")
-    pipeline.engine, pipeline.errors = engine, ErrorRecorder(engine)
-    pipeline.crawler = SimpleNamespace(spider=SimpleNamespace(task_id=1))
+    pipeline.engine, pipeline.errors, pipeline.crawler = engine, recorder, crawler
     return pipeline
 
 

@@ -1,4 +1,5 @@
-"""The spider's failure paths write the error tables (real SQLite/MariaDB, no engine needed)."""
+"""The failure paths of a crawl (the spider's errback, errors.middleware) write the error tables
+(real SQLite/MariaDB, no engine needed)."""
 
 from __future__ import annotations
 
@@ -12,16 +13,33 @@ from cnkispider.cnki.protocol import Search
 from cnkispider.db import open_database
 from cnkispider.schema import error_code, error_link
 from cnkispider.spiders.patent import PatentSpider
+from errors.middleware import ErrorRecordingMiddleware
 from errors.recorder import ErrorRecorder
+from tasks.context import CrawlContext
+from tasks.feeder import RoundFeeder
+from tasks.flow import TaskStore
 
 
 def spider_on(db_url):
-    crawler = get_crawler(PatentSpider, {"CNKI_BASE_URL": "http://127.0.0.1:9"})
+    """A patent spider whose crawl context is open on task "t" (what flow control does when the
+    spider opens), without starting the crawl."""
+    crawler = get_crawler(
+        PatentSpider,
+        {"CNKI_BASE_URL": "http://127.0.0.1:9", "DATABASE_URL": db_url, "EXTENSIONS": {RoundFeeder: 500}},
+    )
     spider = PatentSpider.from_crawler(crawler)
     crawler.spider = spider
     engine = open_database(db_url)
-    spider.task_id, spider.errors = 1, ErrorRecorder(engine)
+    tasks = TaskStore(engine)
+    task, _ = tasks.register("t", "patent", "2024-01-01", "2024-01-31", "G06")
+    context = CrawlContext(task=task, tasks=tasks, error_recorder=ErrorRecorder(engine))
+    crawler.get_extension(RoundFeeder).context = context
     return spider, engine
+
+
+def abandoned(spider, request):
+    middleware = ErrorRecordingMiddleware.from_crawler(spider.crawler)
+    asyncio.run(middleware.request_abandoned(request, "lease-expired", 5))
 
 
 def test_an_abandoned_detail_request_goes_to_error_link(db_url):
@@ -31,7 +49,7 @@ def test_an_abandoned_detail_request_goes_to_error_link(db_url):
         meta={"cnki_kind": "detail", "doc_key": "SCPD/CN2024A", "round_id": 3,
               "listing": {"title": "一种方法"}, "search": {"day_start": "2024-01-01", "category": "H04"}},
     )
-    asyncio.run(spider.request_abandoned(request, "lease-expired", 5))
+    abandoned(spider, request)
     with engine.connect() as conn:
         rows = conn.execute(sa.select(error_link.c.dbname, error_link.c.filename, error_link.c.reason,
                                       error_link.c.title, error_link.c.detail)).all()
@@ -43,7 +61,7 @@ def test_an_abandoned_list_request_goes_to_error_code_with_its_search_and_page(d
     search = {"doc_type": "patent", "day_start": "2024-01-02", "day_end": "2024-01-02", "category": "G06"}
     request = scrapy.Request("http://127.0.0.1:9/kns8s/brief/grid",
                              meta={"cnki_kind": "list", "search": search, "page": 7, "round_id": 4})
-    asyncio.run(spider.request_abandoned(request, "lease-expired", 5))
+    abandoned(spider, request)
     with engine.connect() as conn:
         row = conn.execute(sa.select(error_code)).one()
     assert (row.day, row.category, row.page, row.reason, row.state) == ("2024-01-02", "G06", 7, "lease-expired", "open")
@@ -53,13 +71,11 @@ def test_a_rejected_list_request_is_recorded_and_halts_the_task_at_once(db_url):
     from twisted.python.failure import Failure
 
     from cnkispider.exceptions import GaveUp, HaltedRequest
-    from tasks.flow import TaskStore
 
     spider, engine = spider_on(db_url)
-    spider.flow = TaskStore(engine)
-    spider.flow.register("t", "paper", "2024-01-01", "2024-01-02", "G06")
+    context = spider.context
     words = "查询对象结构错误, 没有指定检索分类！"
-    search = {"doc_type": "paper", "day_start": "2024-01-01", "day_end": "2024-01-01", "category": "G06"}
+    search = {"doc_type": "patent", "day_start": "2024-01-01", "day_end": "2024-01-01", "category": "G06"}
     request = scrapy.Request("http://127.0.0.1:9/kns8s/brief/grid",
                              meta={"cnki_kind": "list", "search": search, "page": 1, "round_id": 1})
 
@@ -78,9 +94,9 @@ def test_a_rejected_list_request_is_recorded_and_halts_the_task_at_once(db_url):
     with engine.connect() as conn:
         row = conn.execute(sa.select(error_code)).one()
     assert (row.reason, row.page, row.state) == ("rejected", 1, "open")
-    assert spider.flow.get("t").halt_reason == f"rejected: {words}" and spider.halted == f"rejected: {words}"
+    assert context.tasks.get("t").halt_reason == f"rejected: {words}" and context.halted == f"rejected: {words}"
     # a request held back by the halt is not a failure of its page: nothing more is recorded
-    asyncio.run(errback(HaltedRequest(spider.halted)))
+    asyncio.run(errback(HaltedRequest(context.halted)))
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(error_code)).scalar() == 1
 
@@ -127,8 +143,9 @@ def test_a_replayed_page_that_fails_after_it_parsed_once_keeps_an_error_row(db_u
 
     spider, engine = spider_on(db_url)
     search = {"doc_type": "patent", "day_start": "2024-01-30", "day_end": "2024-01-30", "category": "B23"}
-    spider.errors.record_code(1, 5, "2024-01-30", "B23", search, 2, "http-500")
-    row = spider.errors.claim_codes(1, "w:1:x")[0]
+    errors = spider.context.error_recorder
+    errors.record_code(1, 5, "2024-01-30", "B23", search, 2, "http-500")
+    row = errors.claim_codes(1, "w:1:x")[0]
     request = spider.replay_code(row)
     out = _drain(spider.parse_list(_list_response(request)))
     assert len([r for r in out if r.meta.get("cnki_kind") == "detail"]) == 2
@@ -140,8 +157,9 @@ def test_a_replayed_page_that_fails_after_it_parsed_once_keeps_an_error_row(db_u
 def test_a_replayed_page_is_resolved_only_after_its_requests_are_handed_out(db_url):
     spider, engine = spider_on(db_url)
     search = {"doc_type": "patent", "day_start": "2024-01-30", "day_end": "2024-01-30", "category": "B23"}
-    spider.errors.record_code(1, 5, "2024-01-30", "B23", search, 2, "http-500")
-    request = spider.replay_code(spider.errors.claim_codes(1, "w:1:x")[0])
+    errors = spider.context.error_recorder
+    errors.record_code(1, 5, "2024-01-30", "B23", search, 2, "http-500")
+    request = spider.replay_code(errors.claim_codes(1, "w:1:x")[0])
     seen = []
 
     async def run():
@@ -234,3 +252,61 @@ def test_a_failure_that_cannot_be_recorded_holds_its_request_and_stops_the_worke
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.CRITICAL]
     assert len(lines) == 1 and "nor record its failure" in lines[0] and "DataError" in lines[0]
     assert "\n" not in lines[0]
+
+
+# -- issue 15: errors.middleware records on its own, for the crawl context's task --------------
+
+
+def test_a_callback_exception_is_recorded_by_the_middleware_with_its_traceback(db_url):
+    """The seed's global exception handler: the middleware writes the errorCode row itself
+    (no call back into the spider), tells the circuit breaker, and swallows the exception."""
+    from scrapy.http import HtmlResponse
+
+    from cnkispider import signals as cnki_signals
+
+    spider, engine = spider_on(db_url)
+    middleware = ErrorRecordingMiddleware.from_crawler(spider.crawler)
+    failed = []
+
+    def list_failed(reason, detail="", request=None, spider=None):
+        failed.append((reason, request))
+
+    spider.crawler.signals.connect(list_failed, signal=cnki_signals.list_failed)
+    search = {"doc_type": "patent", "day_start": "2024-01-03", "day_end": "2024-01-03", "category": "G06"}
+    request = scrapy.Request("http://127.0.0.1:9/kns8s/brief/grid",
+                             meta={"cnki_kind": "list", "search": search, "page": 4, "round_id": 2})
+    response = HtmlResponse(request.url, body=b"<html></html>", request=request)
+    try:
+        raise ValueError("a page no parser understands")
+    except ValueError as exc:
+        error = exc
+    assert _drain(middleware.process_spider_exception(response, error)) == []
+    with engine.connect() as conn:
+        row = conn.execute(sa.select(error_code)).one()
+    assert (row.task_id, row.day, row.page, row.reason) == (spider.context.task_id, "2024-01-03", 4, "ValueError")
+    assert "ValueError: a page no parser understands" in row.detail
+    assert failed == [("ValueError", request)]
+    assert spider.crawler.stats.get_value("errors/exception/ValueError") == 1
+
+
+def test_a_document_a_pipeline_did_not_store_is_recorded_in_error_link(db_url):
+    from scrapy.http import HtmlResponse
+    from twisted.python.failure import Failure
+
+    spider, engine = spider_on(db_url)
+    middleware = ErrorRecordingMiddleware.from_crawler(spider.crawler)
+    request = scrapy.Request(
+        "http://127.0.0.1:9/kcms2/article/abstract?v=y",
+        meta={"cnki_kind": "detail", "doc_key": "SCPD/CN2024B", "round_id": 3,
+              "listing": {"title": "一种装置"}, "search": {"day_start": "2024-01-05", "category": "H04"}},
+    )
+    try:
+        raise RuntimeError("the pipeline broke")
+    except RuntimeError:
+        failure = Failure()
+    response = HtmlResponse(request.url, body=b"<html></html>", request=request)
+    asyncio.run(middleware.item_error({}, response, failure=failure))
+    with engine.connect() as conn:
+        row = conn.execute(sa.select(error_link)).one()
+    assert (row.doc_type, row.dbname, row.filename, row.title, row.day, row.reason) == (
+        "patent", "SCPD", "CN2024B", "一种装置", "2024-01-05", "pipeline:RuntimeError")

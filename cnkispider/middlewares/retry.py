@@ -26,9 +26,10 @@ Three kinds of no (``refusals.kind_of``), three answers:
 - a **fault** is retried as below.
 
 While a cool-down runs, every retry waits for it to end before it is handed back (and the
-task feeder seeds no round). Once the task is halted (``spider.halted``), a request that would be
-retried is held instead (never acknowledged: its lease brings it back after ``task resume``) and
-fails with :class:`~cnkispider.exceptions.HaltedRequest`, which its errback does not record.
+task feeder seeds no round). Once the task is halted (``tasks.context.CrawlContext.halted``), a
+request that would be retried is held instead (never acknowledged: its lease brings it back
+after ``task resume``) and fails with :class:`~cnkispider.exceptions.HaltedRequest`, which is not
+recorded (``errors.middleware``).
 
 Each retry is a copy (Scrapy's ``get_retry_request``: ``retry_times``, ``dont_filter``,
 priority) with meta ``cnki_renew_session`` set, so the session middleware retires the old
@@ -72,6 +73,7 @@ from cnkispider.halting import ChallengeWatch, Cooldown, scheduler_cooldown
 from cnkispider.middlewares import refusal_of
 from cnkispider.offload import in_thread
 from cnkispider.scheduling.outcome import hold
+from tasks.feeder import RoundFeeder
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -254,9 +256,10 @@ class CnkiRetryMiddleware:
         return await self._retry(request, reason)
 
     def _stop_if_halted(self, request: Request) -> None:
-        """The task halted (spider.halted): no more retries. The request is held, never acked,
-        so its lease brings it back after ``task resume``; its errback records nothing."""
-        halted = getattr(getattr(self.crawler, "spider", None), "halted", None)
+        """The task halted (the crawl context's ``halted``): no more retries. The request is held,
+        never acked, so its lease brings it back after ``task resume``; its errback records nothing."""
+        context = RoundFeeder.context_of(self.crawler)
+        halted = context.halted if context is not None else None
         if halted:
             hold(self.crawler, request)
             self._inc_stat("halted")

@@ -2,8 +2,11 @@
 
 A spider only decides what to request next and hands pages to the pure parsers in
 ``cnkispider.cnki.parsers``. Where rounds come from (claims, leases, the recrawl phase) is flow
-control's business (``tasks.feeder``); CNKI sessions, proxies and retries are the downloader
-middlewares'; acknowledging a request once its outcome is written is the scheduler's.
+control's business (``tasks.feeder``), and so is the task it crawls for, which the spider reads
+from the crawl context (``tasks.context``, ``self.context``); CNKI sessions, proxies and retries
+are the downloader middlewares'; writing failures down (errorCode, errorLink) and halting on a
+rejection is ``errors.middleware``'s; acknowledging a request once its outcome is written is the
+scheduler's.
 
 A round's searches::
 
@@ -20,26 +23,23 @@ the document's round, which yields a new link for the same (dbname, filename).
 from __future__ import annotations
 
 import json
-import traceback
 
 import scrapy
-from scrapy import signals
-from scrapy.exceptions import IgnoreRequest
-from scrapy.utils.defer import deferred_from_coro
 
-from cnkispider import masking
-from cnkispider import signals as cnki_signals
 from cnkispider.cnki import parsers
 from cnkispider.cnki.protocol import Search, protocol_from_settings
-from cnkispider.cnki.refusals import REJECTION, kind_of, rejection_text
-from cnkispider.exceptions import GaveUp, HaltedRequest, RefusedPage
+from cnkispider.exceptions import RefusedPage
 from cnkispider.items import ITEM_CLASSES, ROW_FIELDS
 from cnkispider.offload import in_thread as _in_thread
-from cnkispider.scheduling.outcome import hold
+from errors.middleware import failure_reason, record_download_failure, record_failure
+from tasks.context import CrawlContext
+from tasks.feeder import RoundFeeder
 
 # Detail requests get few retries: a verify page on a detail link is most often a stale token,
 # which no retry cures; a title search for a fresh link does.
 DETAIL_RETRIES = 2
+#: What a stale detail link fails with, once its retries are spent: refreshed, not recorded.
+STALE_LINK = ("verify", "captcha", "http-302")
 
 
 class RoundSpider(scrapy.Spider):
@@ -52,17 +52,21 @@ class RoundSpider(scrapy.Spider):
     def __init__(self, *args, task: str | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.task_name = task  # `scrapy crawl patent -a task=NAME` joins another task
-        self.task_id: int | None = None
-        self.tree = None
-        self.halted: str | None = None  # the task's halt reason, once known (see halt())
 
     @classmethod
     def from_crawler(cls, crawler, *args, **kwargs):
         spider = super().from_crawler(crawler, *args, **kwargs)
         spider.protocol = protocol_from_settings(crawler.settings)
-        crawler.signals.connect(spider.request_abandoned, signal=cnki_signals.request_abandoned)
-        crawler.signals.connect(spider.item_error, signal=signals.item_error)
         return spider
+
+    @property
+    def context(self) -> CrawlContext | None:
+        """The task this spider crawls for (flow control opens it: ``tasks.context``)."""
+        return RoundFeeder.context_of(self.crawler)
+
+    def _task_id(self) -> int | None:
+        context = self.context
+        return context.task_id if context is not None else None
 
     async def start(self):
         # Rounds are fed by tasks.feeder.RoundFeeder as the queue drains; nothing to start with.
@@ -75,7 +79,7 @@ class RoundSpider(scrapy.Spider):
         meta.update(
             cnki_kind="list",
             doc_type=self.doc_type,
-            task_id=self.task_id,
+            task_id=self._task_id(),
             search=search.to_dict(),
             page=page,
         )
@@ -110,7 +114,7 @@ class RoundSpider(scrapy.Spider):
             meta={
                 "cnki_kind": "detail",
                 "doc_type": self.doc_type,
-                "task_id": self.task_id,
+                "task_id": self._task_id(),
                 "round_id": meta.get("round_id"),
                 "doc_key": f"{row.dbname}/{row.filename}",
                 "listing": listing,
@@ -141,7 +145,7 @@ class RoundSpider(scrapy.Spider):
             # a failure before this line still finds its row and counts an attempt on it. A
             # worker dying between here and the ack brings the request back; if it fails then,
             # record_code finds its row gone and writes a new one (never an update of nothing).
-            await _in_thread(self.errors.resolve_code, meta["error_code_id"])
+            await _in_thread(self.context.error_recorder.resolve_code, meta["error_code_id"])
 
     async def _listed(self, page, search: Search, meta: dict):
         """What a list page yields: its detail requests and its next page, or its split."""
@@ -149,7 +153,7 @@ class RoundSpider(scrapy.Spider):
         if number == 1:
             if meta.get("round_root"):
                 self.crawler.stats.inc_value("rounds/searched")
-                await _in_thread(self.flow.add_total, meta["round_id"], page.total)
+                await _in_thread(self.context.tasks.add_total, meta["round_id"], page.total)
             if page.total > self.protocol.cap and not meta.get("sort_cut"):
                 async for out in self._split(search, page.total, meta):
                     yield out
@@ -165,8 +169,8 @@ class RoundSpider(scrapy.Spider):
             # The pager shows fewer pages than the total needs: CNKI caps this search lower than
             # we think. What lies past its last page cannot be listed: say so, never "done" quietly.
             self.crawler.stats.inc_value("list/pager-short")
-            await self._record_code(
-                meta, "pager-short", permanent=True,
+            await record_failure(
+                self.crawler, meta, "", "pager-short", stage="list", permanent=True,
                 detail=f"{page.total} listed but the pager shows {page.page_count} pages of "
                 f"{self.protocol.page_size}: at least {unreachable} unreachable",
             )
@@ -220,7 +224,9 @@ class RoundSpider(scrapy.Spider):
         return max(0, self.protocol.reachable(page.total) - shown)
 
     async def _split(self, search: Search, total: int, meta: dict):
-        children = self.tree.children(search.category) if search.category and self.tree else []
+        context = self.context
+        tree = context.tree if context is not None else None
+        children = tree.children(search.category) if search.category and tree else []
         self.crawler.stats.inc_value("rounds/split")
         if children:
             self.logger.info("%s %s lists %d > %d: split into %d child categories",
@@ -236,9 +242,9 @@ class RoundSpider(scrapy.Spider):
         unreachable = total - 2 * self.protocol.cap
         if unreachable > 0:
             self.crawler.stats.inc_value("rounds/overflow")
-            await self._record_code(
-                meta, "overflow", permanent=True, detail=f"{total} listed; both PT orders reach {2 * self.protocol.cap}; "
-                f"at least {unreachable} unreachable"
+            await record_failure(
+                self.crawler, meta, "", "overflow", stage="list", permanent=True,
+                detail=f"{total} listed; both PT orders reach {2 * self.protocol.cap}; at least {unreachable} unreachable",
             )
 
     async def _refreshed(self, page, search: Search, meta):
@@ -260,9 +266,10 @@ class RoundSpider(scrapy.Spider):
             carried = {k: meta[k] for k in ("refresh_for", "listing", "stale_url") if k in meta}
             yield self.search_request(search, number + 1, turn_token=page.turn_token, **carried, **_carry(meta))
             return
-        await self._record_link(
-            meta, meta.get("stale_url", ""), "not-found-on-refresh",
+        await record_failure(
+            self.crawler, meta, meta.get("stale_url", ""), "not-found-on-refresh",
             f"not among the {page.total} results of its title search ({number} of {last} pages walked)",
+            stage="detail",
         )
 
     async def parse_detail(self, response):
@@ -277,106 +284,17 @@ class RoundSpider(scrapy.Spider):
     # -- failures ------------------------------------------------------------------------
 
     async def on_error(self, failure):
-        """A request that failed for good (after its retries): refresh, or record it.
-
-        A rejection (CNKI refused the query itself) is recorded and halts the task at once: every
-        other round would be refused the same way.
-        """
+        """A request that failed for good (after its retries): a detail request whose link went
+        stale (CNKI's verify page) is refreshed by a title search; any other failure is recorded
+        (``errors.middleware``: a rejection there halts the task)."""
         request = failure.request
         meta = request.meta
-        error = failure.value
-        if isinstance(error, HaltedRequest):
-            return  # held for after `task resume`: not a failure of the page
-        reason = error.reason if isinstance(error, (GaveUp, RefusedPage)) else type(error).__name__
-        if isinstance(error, IgnoreRequest) and not isinstance(error, GaveUp):
-            reason = f"ignored:{reason}"
-        detail = failure.getTraceback() if not isinstance(error, (GaveUp, RefusedPage)) else str(error)
-        words = getattr(error, "detail", "") or ""
-        self.crawler.stats.inc_value(f"errors/{meta.get('cnki_kind', 'other')}/{reason}")
-        if meta.get("cnki_kind") == "detail":
-            if not meta.get("refreshed") and reason in ("verify", "captcha", "http-302"):
-                yield self.refresh_request(meta, request.url)
-                return
-            recorded = await self._recorded(request, self._record_link(meta, request.url, reason, detail))
-        else:
-            recorded = await self._recorded(
-                request, self._record_code(meta, reason, detail, request=request, words=words)
-            )
-        if not recorded:
+        reason = failure_reason(failure.value)
+        if meta.get("cnki_kind") == "detail" and not meta.get("refreshed") and reason in STALE_LINK:
+            self.crawler.stats.inc_value(f"errors/detail/{reason}")
+            yield self.refresh_request(meta, request.url)
             return
-        if kind_of(reason) == REJECTION:
-            await self.halt(f"{reason}: {words}" if words else reason)
-
-    async def halt(self, reason: str) -> bool:
-        """Halt this spider's task (once across the cluster) and tell this worker's feeder."""
-        self.halted = self.halted or reason  # the retry middleware stops retrying
-        flow = getattr(self, "flow", None)
-        if flow is None or self.task_id is None:
-            return False
-        if await _in_thread(flow.halt, self.task_id, reason):
-            self.logger.error("task %s halted: %s", getattr(getattr(self, "task", None), "name", self.task_id), reason)
-        self.crawler.signals.send_catch_log(cnki_signals.task_halted, task_id=self.task_id, reason=reason, spider=self)
-        return True
-
-    async def item_error(self, item, response, spider=None, failure=None):
-        """A document parsed but not stored (a pipeline raised): record its link.
-
-        Scrapy awaits this before the request is acknowledged, so the document is in errorLink
-        before its request leaves Redis. If even that write fails (the database is gone), the
-        worker stops: the request is not acknowledged, its lease runs out, and another worker (or
-        this one, restarted) crawls it again. Either way the document is not lost.
-        """
-        meta = response.meta if response is not None else {}
-        reason = f"pipeline:{type(failure.value).__name__}" if failure is not None else "pipeline"
-        detail = failure.getTraceback() if failure is not None else ""
-        self.crawler.stats.inc_value(f"errors/detail/{reason}")
-        url = response.url if response is not None else ""
-        request = response.request if response is not None else None
-        await self._recorded(request, self._record_link(meta, url, reason, detail), what="store a document")
-
-    async def _recorded(self, request, write, what: str = "crawl a page") -> bool:
-        """Await ``write`` (the recording of a failure); True once it is written.
-
-        If even that fails (the database stayed down past ``[database] outage_seconds``, a value
-        its column refuses), the failure would be lost with the request's ack: the request is
-        held instead (never released, so it is not acked: its lease runs out and it comes back
-        to another worker, or this one restarted) and this worker stops, in one line naming the
-        cause. The invariant kept: each document found is stored, or in errorLink, or still
-        leased in Redis.
-        """
-        try:
-            await write
-        except Exception as exc:
-            cause = str(getattr(exc, "orig", None) or exc).splitlines()[0] if str(exc) else ""
-            self.crawler.stats.inc_value("errors/unrecorded")
-            self.logger.critical(
-                "cannot %s nor record its failure (%s: %s); %s is kept for its lease to bring "
-                "back; stopping this worker",
-                what, type(exc).__name__, masking.mask_text(cause), getattr(request, "url", "the request"),
-            )
-            self.logger.debug("the recording's failure", exc_info=True)
-            if request is not None:
-                hold(self.crawler, request)  # never released: its lease brings it back
-            if not getattr(self, "_stopping", False):
-                self._stopping = True
-                d = deferred_from_coro(self.crawler.engine.close_spider_async(reason="database_error"))
-                d.addErrback(lambda f: self.logger.debug("closing: %s", f.getErrorMessage()))
-            return False
-        return True
-
-    async def request_abandoned(self, request, reason, attempts, spider=None):
-        """A request whose lease ran out too often (it kills or stalls its workers): record it.
-
-        The scheduler acknowledges it only after this returns, so it is in the error tables
-        before it leaves Redis.
-        """
-        meta = request.meta
-        detail = f"lease ran out {attempts} times"
-        self.crawler.stats.inc_value(f"errors/{meta.get('cnki_kind', 'other')}/{reason}")
-        if meta.get("cnki_kind") == "detail":
-            await self._record_link(meta, request.url, reason, detail)
-        else:
-            await self._record_code(meta, reason, detail)
+        await record_download_failure(self.crawler, failure)
 
     def refresh_request(self, meta: dict, stale_url: str) -> scrapy.Request:
         listing = meta.get("listing", {})
@@ -390,64 +308,6 @@ class RoundSpider(scrapy.Spider):
             refresh_for=meta["doc_key"],
             listing=listing,
             stale_url=stale_url,
-        )
-
-    async def record_exception(self, response, exception):
-        """An unexpected exception in a callback (the seed's global exception handler)."""
-        meta = response.meta
-        reason = exception.reason if isinstance(exception, RefusedPage) else type(exception).__name__
-        detail = "".join(traceback.format_exception(exception))
-        words = ""
-        if isinstance(exception, RefusedPage) and kind_of(reason) == REJECTION:
-            words = rejection_text(response.body) or exception.detail  # CNKI's own words
-        if meta.get("cnki_kind") == "detail":
-            recorded = await self._recorded(response.request, self._record_link(meta, response.url, reason, detail))
-        else:
-            recorded = await self._recorded(
-                response.request,
-                self._record_code(meta, reason, detail, request=response.request, words=words),
-            )
-        if recorded and kind_of(reason) == REJECTION:  # a parser saw what the middleware let through
-            await self.halt(f"{reason}: {words}" if words else reason)
-
-    async def _record_code(self, meta, reason, detail="", permanent=False, *, request=None, words=""):
-        search = meta.get("search") or {}
-        args = (
-            self.task_id,
-            meta.get("round_id"),
-            search.get("day_start", ""),
-            search.get("category") or "",
-            search,
-            meta.get("page"),
-            reason,
-            detail,
-            meta.get("error_code_id"),
-            permanent,
-        )
-        await _in_thread(self.errors.record_code, *args)
-        if not permanent:  # an overflow is a fact about CNKI, not a failure of the crawl
-            self.crawler.signals.send_catch_log(
-                cnki_signals.list_failed, reason=reason, detail=words, request=request, spider=self
-            )
-
-    async def _record_link(self, meta, url, reason, detail=""):
-        dbname, filename = (meta.get("doc_key") or meta.get("refresh_for") or "/").split("/", 1)
-        listing = meta.get("listing", {})
-        search = meta.get("search") or {}
-        await _in_thread(
-            self.errors.record_link,
-            self.task_id,
-            meta.get("round_id"),
-            self.doc_type,
-            url,
-            dbname,
-            filename,
-            reason,
-            title=listing.get("title", ""),
-            day=search.get("day_start", ""),
-            category=search.get("category") or "",
-            listing=listing,
-            detail=detail,
         )
 
     # -- the recrawl phase: the same requests, another input source ------------------------
