@@ -6,6 +6,7 @@ import pytest
 import sqlalchemy as sa
 
 from cnkispider import schema
+from cnkispider.addon import ADDONS
 from cnkispider.db import mask_url, open_database
 from cnkispider.exceptions import StorageError
 
@@ -238,7 +239,9 @@ def _pipeline(engine):
     from tasks.feeder import RoundFeeder
     from tasks.flow import TaskStore
 
-    crawler = get_crawler(settings_dict={"DATABASE_URL": "unused", "EXTENSIONS": {RoundFeeder: 500}})
+    crawler = get_crawler(
+        settings_dict={"ADDONS": ADDONS, "DATABASE_URL": "unused", "EXTENSIONS": {RoundFeeder: 500}}
+    )
     tasks = TaskStore(engine)
     task, _ = tasks.register("t", "patent", "2024-01-01", "2024-01-31", "G06")
     recorder = ErrorRecorder(engine)

@@ -9,6 +9,7 @@ import scrapy
 import sqlalchemy as sa
 from scrapy.utils.test import get_crawler
 
+from cnkispider.addon import ADDONS
 from cnkispider.cnki.protocol import Search
 from cnkispider.db import open_database
 from cnkispider.schema import error_code, error_link
@@ -25,7 +26,12 @@ def spider_on(db_url):
     spider opens), without starting the crawl."""
     crawler = get_crawler(
         PatentSpider,
-        {"CNKI_BASE_URL": "http://127.0.0.1:9", "DATABASE_URL": db_url, "EXTENSIONS": {RoundFeeder: 500}},
+        {
+            "ADDONS": ADDONS,
+            "CNKI_BASE_URL": "http://127.0.0.1:9",
+            "DATABASE_URL": db_url,
+            "EXTENSIONS": {RoundFeeder: 500},
+        },
     )
     spider = PatentSpider.from_crawler(crawler)
     crawler.spider = spider
