@@ -79,8 +79,16 @@ class LeaseWatch(threading.Thread):
             time.sleep(0.05)
 
 
-def run(kills: int, workers: int, seed: int, redis_kills: int = 1, days: int = 3, quiet: bool = False,
-        scale: float = 2.0, fault_rate: float = 0.0) -> dict:
+def run(
+    kills: int,
+    workers: int,
+    seed: int,
+    redis_kills: int = 1,
+    days: int = 3,
+    quiet: bool = False,
+    scale: float = 2.0,
+    fault_rate: float = 0.0,
+) -> dict:
     """One chaos run. Redis is killed ``redis_kills`` times, each in a random worker-kill interval
     (not the same one twice) at a random moment of it."""
     rng = random.Random(seed)
@@ -95,9 +103,21 @@ def run(kills: int, workers: int, seed: int, redis_kills: int = 1, days: int = 3
     tmp = Path(tempfile.mkdtemp(prefix="chaos-"))
     end = (dt.date(2024, 1, 1) + dt.timedelta(days=days - 1)).isoformat()
     setup = CrawlSetup(
-        tmp, site, db_url, "patent", "2024-01-01", end, "G06,H04,A61", redis_url=server.url,
-        crawl={"lease_seconds": LEASE, "round_lease_seconds": LEASE, "heartbeat_seconds": 1,
-               "concurrent_requests": 4, "max_attempts": 50},
+        tmp,
+        site,
+        db_url,
+        "patent",
+        "2024-01-01",
+        end,
+        "G06,H04,A61",
+        redis_url=server.url,
+        crawl={
+            "lease_seconds": LEASE,
+            "round_lease_seconds": LEASE,
+            "heartbeat_seconds": 1,
+            "concurrent_requests": 4,
+            "max_attempts": 50,
+        },
     )
     setup.write()
     namespace = f"cnki:{setup.task}"
@@ -151,8 +171,9 @@ def run(kills: int, workers: int, seed: int, redis_kills: int = 1, days: int = 3
                 p.kill()
         # Workers that ended by themselves (every killed one was replaced): 0 = the task finished.
         exits = collections.Counter(p.returncode for p in procs)
-        done_before_final = dict(setup.query(
-            sa.select(round_.c.state, sa.func.count()).group_by(round_.c.state))).get("done", 0)
+        done_before_final = dict(
+            setup.query(sa.select(round_.c.state, sa.func.count()).group_by(round_.c.state))
+        ).get("done", 0)
         # a final worker, as an operator would start after the storm: it must find nothing to do
         final = setup.run(timeout=600)
         watch.stop.set()
@@ -206,24 +227,50 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--days", type=int, default=5)
     parser.add_argument("--scale", type=float, default=4.0, help="documents per round, relative")
-    parser.add_argument("--fault-rate", type=float, default=0.05,
-                        help="share of the site's answers that are transient faults (500, 503, reset)")
+    parser.add_argument(
+        "--fault-rate",
+        type=float,
+        default=0.05,
+        help="share of the site's answers that are transient faults (500, 503, reset)",
+    )
     args = parser.parse_args(argv)
     os.chdir(ROOT)
-    totals = {"runs": 0, "failed runs": 0, "documents expected": 0, "documents lost": 0,
-              "documents duplicated": 0, "documents differing": 0, "rounds lost": 0,
-              "worker kills": 0, "redis crashes": 0, "wall time (s)": 0.0}
+    totals = {
+        "runs": 0,
+        "failed runs": 0,
+        "documents expected": 0,
+        "documents lost": 0,
+        "documents duplicated": 0,
+        "documents differing": 0,
+        "rounds lost": 0,
+        "worker kills": 0,
+        "redis crashes": 0,
+        "wall time (s)": 0.0,
+    }
     for seed in range(args.seed, args.seed + args.runs):
-        result = run(args.kills, args.workers, seed, args.redis_kills, args.days, scale=args.scale,
-                     fault_rate=args.fault_rate)
+        result = run(
+            args.kills,
+            args.workers,
+            seed,
+            args.redis_kills,
+            args.days,
+            scale=args.scale,
+            fault_rate=args.fault_rate,
+        )
         width = max(len(k) for k in result)
-        print(f"\nchaos: {args.kills} kills of {args.workers} workers, {args.redis_kills} of Redis, "
-              f"{args.fault_rate:.0%} faults, {args.days} days x 3 categories at scale {args.scale}, "
-              f"seed {seed}, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores")
+        print(
+            f"\nchaos: {args.kills} kills of {args.workers} workers, {args.redis_kills} of Redis, "
+            f"{args.fault_rate:.0%} faults, {args.days} days x 3 categories at scale {args.scale}, "
+            f"seed {seed}, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores"
+        )
         for key, value in result.items():
             print(f"  {key:<{width}}  {value}")
-        ok = (result["documents lost"] == 0 and result["rounds lost"] == 0
-              and result["documents duplicated"] == 0 and result["final worker exit"] == 0)
+        ok = (
+            result["documents lost"] == 0
+            and result["rounds lost"] == 0
+            and result["documents duplicated"] == 0
+            and result["final worker exit"] == 0
+        )
         print("PASS" if ok else "FAIL", flush=True)
         totals["runs"] += 1
         totals["failed runs"] += not ok
@@ -231,7 +278,9 @@ def main(argv=None) -> int:
             if key in result:
                 totals[key] = round(totals[key] + result[key], 1)
     if args.runs > 1:
-        print(f"\nchaos totals over {totals['runs']} runs (seeds {args.seed}..{args.seed + args.runs - 1}):")
+        print(
+            f"\nchaos totals over {totals['runs']} runs (seeds {args.seed}..{args.seed + args.runs - 1}):"
+        )
         for key, value in totals.items():
             print(f"  {key:<22}  {value}")
     return 0 if totals["failed runs"] == 0 else 1

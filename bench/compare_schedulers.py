@@ -143,8 +143,19 @@ class BenchRedis:
         import redis
 
         self.process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", self.dir],
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self.dir,
+            ],
             stdout=subprocess.DEVNULL,
             preexec_fn=pin(self.cpus),
         )
@@ -446,9 +457,23 @@ def run_one(variant, args, site, rounds_file, redis_server, crawler_cpus, tmp) -
         redis_server.reset()
         redis_url = redis_server.url
         cpu_before = redis_server.cpu_seconds()
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--variant", variant,
-           "--site", site.base_url, "--rounds", str(rounds_file), "--redis-url", redis_url,
-           "--out", str(out), "--concurrency", str(args.concurrency)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        "--variant",
+        variant,
+        "--site",
+        site.base_url,
+        "--rounds",
+        str(rounds_file),
+        "--redis-url",
+        redis_url,
+        "--out",
+        str(out),
+        "--concurrency",
+        str(args.concurrency),
+    ]
     watch = CpuWatch([site.process.pid, redis_server.process.pid])
     started = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=ROOT, preexec_fn=pin(crawler_cpus))
@@ -478,8 +503,9 @@ def run_quiet(variant, args, *rest) -> tuple[dict, int]:
         tried.append(result)
         if result["other_cpu"] is None or result["other_cpu"] <= args.max_other:
             break
-        print(f"  (discarded: other processes used {result['other_cpu']:.2f} of a core)",
-              flush=True)
+        print(
+            f"  (discarded: other processes used {result['other_cpu']:.2f} of a core)", flush=True
+        )
     best = min(tried, key=lambda r: r["other_cpu"] or 0.0)
     return best, len(tried) - 1
 
@@ -507,24 +533,33 @@ def summarize(runs: list[dict]) -> dict:
 def print_table(rows: dict, args, expected: int, command: str) -> bool:
     plain = rows["plain"]["pages_s"]
     print()
-    print(f"Scheduler comparison, {time.strftime('%Y-%m-%d')}, {machine()}; crawler pinned to "
-          f"one core; stand-in latency {args.latency} s, CONCURRENT_REQUESTS {args.concurrency}, "
-          f"median of {args.repeat}")
+    print(
+        f"Scheduler comparison, {time.strftime('%Y-%m-%d')}, {machine()}; crawler pinned to "
+        f"one core; stand-in latency {args.latency} s, CONCURRENT_REQUESTS {args.concurrency}, "
+        f"median of {args.repeat}"
+    )
     print(f"command: {command}")
-    print(f"crawl: {expected} pages (1 warm-up, 1 client id, list pages of 50, one detail page per row)")
-    head = (f"{'variant':<24}{'pages/s':>9}{'ratio':>7}{'cmds/pg':>9}{'trips/pg':>10}"
-            f"{'on reactor':>11}{'CPU ms/pg':>10}{'Redis ms/pg':>12}{'peak RSS':>10}  runs (pages/s)")
+    print(
+        f"crawl: {expected} pages (1 warm-up, 1 client id, list pages of 50, one detail page per row)"
+    )
+    head = (
+        f"{'variant':<24}{'pages/s':>9}{'ratio':>7}{'cmds/pg':>9}{'trips/pg':>10}"
+        f"{'on reactor':>11}{'CPU ms/pg':>10}{'Redis ms/pg':>12}{'peak RSS':>10}  runs (pages/s)"
+    )
     print(head)
     print("-" * len(head))
     for key, row in rows.items():
         label = VARIANTS[key][0]
         redis_cols = (
             f"{row['cmds']:>9.2f}{row['trips']:>10.3f}{row['reactor']:>11.3f}"
-            if "cmds" in row else f"{'-':>9}{'-':>10}{'-':>11}"
+            if "cmds" in row
+            else f"{'-':>9}{'-':>10}{'-':>11}"
         )
         redis_cpu = f"{row['redis_cpu_ms']:>12.3f}" if "cmds" in row else f"{'-':>12}"
-        print(f"{label:<24}{row['pages_s']:>9.0f}{row['pages_s'] / plain:>6.2f}x{redis_cols}"
-              f"{row['cpu_ms']:>10.3f}{redis_cpu}{row['rss_mb']:>7.0f} MB  {row['all_pages_s']}")
+        print(
+            f"{label:<24}{row['pages_s']:>9.0f}{row['pages_s'] / plain:>6.2f}x{redis_cols}"
+            f"{row['cpu_ms']:>10.3f}{redis_cpu}{row['rss_mb']:>7.0f} MB  {row['all_pages_s']}"
+        )
     print()
     for key, row in rows.items():
         if "redis_top" in row:
@@ -536,10 +571,14 @@ def print_table(rows: dict, args, expected: int, command: str) -> bool:
         ratio = ours["pages_s"] / plain
         good_ratio = ratio >= TARGET_RATIO
         good_trips = ours["trips"] <= TARGET_ROUND_TRIPS
-        print(f"  target: ours >= {TARGET_RATIO}x plain Scrapy: {ratio:.3f}x "
-              f"{'PASS' if good_ratio else 'FAIL'}")
-        print(f"  target: <= {TARGET_ROUND_TRIPS} Redis round trips per page: {ours['trips']:.3f} "
-              f"{'PASS' if good_trips else 'FAIL'}")
+        print(
+            f"  target: ours >= {TARGET_RATIO}x plain Scrapy: {ratio:.3f}x "
+            f"{'PASS' if good_ratio else 'FAIL'}"
+        )
+        print(
+            f"  target: <= {TARGET_ROUND_TRIPS} Redis round trips per page: {ours['trips']:.3f} "
+            f"{'PASS' if good_trips else 'FAIL'}"
+        )
     return ok
 
 
@@ -552,8 +591,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--categories", default="", help="IPC sections to crawl (default: all 8)")
     parser.add_argument("--variants", default="plain,scrapy-redis,ours")
-    parser.add_argument("--max-other", type=float, default=0.15,
-                        help="a run during which other processes used more of a core is run again")
+    parser.add_argument(
+        "--max-other",
+        type=float,
+        default=0.15,
+        help="a run during which other processes used more of a core is run again",
+    )
     parser.add_argument("--attempts", type=int, default=3, help="tries per run (see --max-other)")
     parser.add_argument("--json", help="also write the results here")
     # the crawler process
@@ -570,7 +613,9 @@ def main(argv: list[str] | None = None) -> int:
     from standin.client import start_site
 
     exit_on_sigterm()
-    command = "python bench/compare_schedulers.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python bench/compare_schedulers.py " + " ".join(
+        argv if argv is not None else sys.argv[1:]
+    )
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     if "plain" not in variants:
         variants.insert(0, "plain")  # the ratios are against it
@@ -580,8 +625,14 @@ def main(argv: list[str] | None = None) -> int:
     own_cpus, crawler_cpus = cpu_pinning()
     if own_cpus is not None:
         os.sched_setaffinity(0, own_cpus)
-    site = start_site(cpu=min(own_cpus) if own_cpus else None, seed=args.seed,
-                      turn_limit=10**9, token_ttl=36000, session_ttl=36000, latency=args.latency)
+    site = start_site(
+        cpu=min(own_cpus) if own_cpus else None,
+        seed=args.seed,
+        turn_limit=10**9,
+        token_ttl=36000,
+        session_ttl=36000,
+        latency=args.latency,
+    )
     redis_server = BenchRedis(own_cpus)
     tmp = tempfile.mkdtemp(prefix="bench-sched-")
     try:
@@ -592,30 +643,40 @@ def main(argv: list[str] | None = None) -> int:
         runs: dict[str, list[dict]] = {v: [] for v in variants}
         discarded = 0
         for rep in range(args.repeat):
-            order = variants[rep % len(variants):] + variants[: rep % len(variants)]
+            order = variants[rep % len(variants) :] + variants[: rep % len(variants)]
             for variant in order:
                 result, dropped = run_quiet(
                     variant, args, site, rounds_file, redis_server, crawler_cpus, tmp
                 )
                 discarded += dropped
                 other = "?" if result["other_cpu"] is None else f"{result['other_cpu']:.2f}"
-                print(f"run {rep + 1}/{args.repeat} {variant:<13} {result['pages']} pages in "
-                      f"{result['seconds']:.1f} s = {result['pages'] / result['seconds']:.0f} pages/s, "
-                      f"CPU {result['cpu']:.2f} s ({result['cpu_main']:.2f} s on the reactor "
-                      f"thread), others used {other} core", flush=True)
+                print(
+                    f"run {rep + 1}/{args.repeat} {variant:<13} {result['pages']} pages in "
+                    f"{result['seconds']:.1f} s = {result['pages'] / result['seconds']:.0f} pages/s, "
+                    f"CPU {result['cpu']:.2f} s ({result['cpu_main']:.2f} s on the reactor "
+                    f"thread), others used {other} core",
+                    flush=True,
+                )
                 runs[variant].append(result)
     finally:
         redis_server.stop()
         site.stop()
-    complete = all(r["pages"] == expected and r["items"] == expected - 2 - sum(pages(x[3]) for x in rounds)
-                   for rs in runs.values() for r in rs)
+    complete = all(
+        r["pages"] == expected and r["items"] == expected - 2 - sum(pages(x[3]) for x in rounds)
+        for rs in runs.values()
+        for r in rs
+    )
     rows = {v: summarize(rs) for v, rs in runs.items()}
     print_table(rows, args, expected, command)
-    print(f"  runs discarded because other processes took more than {args.max_other} of a core: "
-          f"{discarded}")
+    print(
+        f"  runs discarded because other processes took more than {args.max_other} of a core: "
+        f"{discarded}"
+    )
     if not complete:
-        print("  FAIL: not every run fetched the same pages:",
-              {v: [(r["pages"], r["items"]) for r in rs] for v, rs in runs.items()})
+        print(
+            "  FAIL: not every run fetched the same pages:",
+            {v: [(r["pages"], r["items"]) for r in rs] for v, rs in runs.items()},
+        )
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows, "runs": runs}, indent=1, default=str))
     return 0 if complete else 1

@@ -67,7 +67,9 @@ TARGET_RATE = 1e-9
 BATCH = 10_000
 
 #: Test fingerprints against every layer without adding them; returns how many were "seen".
-PROBE_LUA = BLOOM_LUA + r"""
+PROBE_LUA = (
+    BLOOM_LUA
+    + r"""
 local B = bloom_open(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 local seen = 0
 for i = 5, #ARGV do
@@ -80,10 +82,13 @@ for i = 5, #ARGV do
 end
 return seen
 """
+)
 
 #: Allocate the layers a filter holding ARGV[5] fingerprints has, as the filter itself does
 #: when its newest layer fills up (bloom_add_layer), without inserting anything.
-GROW_LUA = BLOOM_LUA + r"""
+GROW_LUA = (
+    BLOOM_LUA
+    + r"""
 local B = bloom_open(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 local target = tonumber(ARGV[5])
 local held = 0
@@ -97,6 +102,7 @@ B.dirty = true
 bloom_close(B)
 return B.n
 """
+)
 
 
 def fingerprints(start: int, stop: int, tag: bytes = b"") -> list[bytes]:
@@ -190,24 +196,44 @@ def measured_layers(client, dfilter: BloomDupeFilter) -> list[tuple[int, int, in
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=10_000_000, help="fingerprints to report at")
-    parser.add_argument("--insert", type=int, default=2_000_000,
-                        help="fingerprints really inserted through the Lua path")
+    parser.add_argument(
+        "--insert",
+        type=int,
+        default=2_000_000,
+        help="fingerprints really inserted through the Lua path",
+    )
     parser.add_argument("--probe", type=int, default=1_000_000, help="fresh fingerprints tested")
-    parser.add_argument("--set-count", type=int, default=10_000_000,
-                        help="hex SHA1 strings in the scrapy-redis-style SET")
-    parser.add_argument("--weak-rate", type=float, default=1e-3,
-                        help="error rate of the filter that checks the formula")
-    parser.add_argument("--weak-probe", type=int, default=2_000_000,
-                        help="fresh fingerprints tested against that filter")
+    parser.add_argument(
+        "--set-count",
+        type=int,
+        default=10_000_000,
+        help="hex SHA1 strings in the scrapy-redis-style SET",
+    )
+    parser.add_argument(
+        "--weak-rate",
+        type=float,
+        default=1e-3,
+        help="error rate of the filter that checks the formula",
+    )
+    parser.add_argument(
+        "--weak-probe",
+        type=int,
+        default=2_000_000,
+        help="fresh fingerprints tested against that filter",
+    )
     args = parser.parse_args(argv)
     command = "python bench/dedupe_memory.py " + " ".join(sys.argv[1:] if argv is None else argv)
 
     exit_on_sigterm()
+
     def say(text):
         print(text, flush=True)
 
-    capacity, rate, growth = (default_settings.DUPEFILTER_CAPACITY, default_settings.DUPEFILTER_ERROR_RATE,
-                              default_settings.DUPEFILTER_GROWTH)
+    capacity, rate, growth = (
+        default_settings.DUPEFILTER_CAPACITY,
+        default_settings.DUPEFILTER_ERROR_RATE,
+        default_settings.DUPEFILTER_GROWTH,
+    )
     server = BenchRedis()
     client = server.client
     rows = []
@@ -222,38 +248,62 @@ def main(argv: list[str] | None = None) -> int:
         layers = measured_layers(client, real)
         measured_p = any_of((s / m) ** k for m, k, s in layers)
         planned = layers_at(args.insert, capacity, rate, growth)
-        say(f"  done in {seconds:.0f} s ({args.insert / seconds:,.0f}/s); false drops among them: "
-            f"{dropped}; probing {args.probe:,} fresh fingerprints ...")
+        say(
+            f"  done in {seconds:.0f} s ({args.insert / seconds:,.0f}/s); false drops among them: "
+            f"{dropped}; probing {args.probe:,} fresh fingerprints ..."
+        )
         probed = probe(client, real, args.probe)
-        rows.append(("ours, inserted", args.insert, real_bytes, used, len(layers),
-                     drop_rate(planned), measured_p, f"{dropped} of {args.insert:,} inserted; "
-                     f"{probed} of {args.probe:,} probes"))
+        rows.append(
+            (
+                "ours, inserted",
+                args.insert,
+                real_bytes,
+                used,
+                len(layers),
+                drop_rate(planned),
+                measured_p,
+                f"{dropped} of {args.insert:,} inserted; {probed} of {args.probe:,} probes",
+            )
+        )
 
         # 2. ours at --count: the layers such a filter has, allocated by the filter's own code
         if args.count > args.insert:
             grown = BloomDupeFilter("grown", client=client)
             base = client.info("memory")["used_memory"]
             n_layers = client.register_script(GROW_LUA)(
-                keys=[grown.key], args=[*grown.script_args(), args.count])
+                keys=[grown.key], args=[*grown.script_args(), args.count]
+            )
             used = client.info("memory")["used_memory"] - base
             at_count = layers_at(args.count, capacity, rate, growth)
-            rows.append(("ours, layers of --count", args.count, memory_of(client, "grown:bloom*"),
-                         used, n_layers, drop_rate(at_count), None,
-                         "memory measured; rate from the layer sizes"))
+            rows.append(
+                (
+                    "ours, layers of --count",
+                    args.count,
+                    memory_of(client, "grown:bloom*"),
+                    used,
+                    n_layers,
+                    drop_rate(at_count),
+                    None,
+                    "memory measured; rate from the layer sizes",
+                )
+            )
             client.delete(*client.scan_iter(match="grown:bloom*"))
         worst, expected = crawl_drops(args.count, capacity, rate, growth)
         client.delete(*client.scan_iter(match="real:bloom*"))
 
         # 4. the formula, checked on a filter whose rate can be measured
         weak_n = min(1_000_000, args.insert)
-        say(f"formula check: error rate {args.weak_rate}, {weak_n:,} inserted, "
-            f"{args.weak_probe:,} probed ...")
+        say(
+            f"formula check: error rate {args.weak_rate}, {weak_n:,} inserted, "
+            f"{args.weak_probe:,} probed ..."
+        )
         weak = BloomDupeFilter("weak", client=client, error_rate=args.weak_rate)
         weak_dropped, _ = insert(weak, weak_n, say)
         weak_seen = probe(client, weak, args.weak_probe)
         weak_layers = measured_layers(client, weak)
-        weak_predicted = (drop_rate(layers_at(weak_n, capacity, args.weak_rate, growth))
-                          * args.weak_probe)
+        weak_predicted = (
+            drop_rate(layers_at(weak_n, capacity, args.weak_rate, growth)) * args.weak_probe
+        )
         weak_measured_bits = any_of((s / m) ** k for m, k, s in weak_layers) * args.weak_probe
         client.delete(*client.scan_iter(match="weak:bloom*"))
 
@@ -268,50 +318,72 @@ def main(argv: list[str] | None = None) -> int:
                 stop = min(point, done + 200_000)
                 pipe = client.pipeline(transaction=False)
                 for start in range(done, stop, 1000):
-                    pipe.sadd("theirs:dupefilter", *(
-                        fp.hex() for fp in fingerprints(start, min(stop, start + 1000))))
+                    pipe.sadd(
+                        "theirs:dupefilter",
+                        *(fp.hex() for fp in fingerprints(start, min(stop, start + 1000))),
+                    )
                 pipe.execute()
                 done = stop
-            theirs.append((point, client.memory_usage("theirs:dupefilter", samples=0),
-                           client.info("memory")["used_memory"] - base))
+            theirs.append(
+                (
+                    point,
+                    client.memory_usage("theirs:dupefilter", samples=0),
+                    client.info("memory")["used_memory"] - base,
+                )
+            )
         for point, usage, used in theirs:
-            rows.append(("scrapy-redis SET", point, usage, used, None, None, None,
-                         "exact: no false drops"))
+            rows.append(
+                ("scrapy-redis SET", point, usage, used, None, None, None, "exact: no false drops")
+            )
     finally:
         server.stop()
 
     print()
     print(f"Dedupe memory, {time.strftime('%Y-%m-%d')}, {machine()}, Redis of its own")
     print(f"command: {command}")
-    head = (f"{'filter':<26}{'fingerprints':>13}{'MEMORY USAGE':>15}{'B/fp':>7}{'used_memory':>15}"
-            f"{'B/fp':>7}{'layers':>7}{'P(drop) formula':>17}{'P(drop) bits':>14}  false drops seen")
+    head = (
+        f"{'filter':<26}{'fingerprints':>13}{'MEMORY USAGE':>15}{'B/fp':>7}{'used_memory':>15}"
+        f"{'B/fp':>7}{'layers':>7}{'P(drop) formula':>17}{'P(drop) bits':>14}  false drops seen"
+    )
     print(head)
     print("-" * len(head))
     for name, n, usage, used, n_layers, p_formula, p_bits, note in rows:
-        print(f"{name:<26}{n:>13,}{usage:>15,}{usage / n:>7.2f}{used:>15,}{used / n:>7.2f}"
-              f"{n_layers if n_layers is not None else '-':>7}"
-              f"{f'{p_formula:.2e}' if p_formula is not None else '0':>17}"
-              f"{f'{p_bits:.2e}' if p_bits is not None else '-':>14}  {note}")
+        print(
+            f"{name:<26}{n:>13,}{usage:>15,}{usage / n:>7.2f}{used:>15,}{used / n:>7.2f}"
+            f"{n_layers if n_layers is not None else '-':>7}"
+            f"{f'{p_formula:.2e}' if p_formula is not None else '0':>17}"
+            f"{f'{p_bits:.2e}' if p_bits is not None else '-':>14}  {note}"
+        )
     ours = next(r for r in reversed(rows) if r[0].startswith("ours"))
     at_count = ours[2] / ours[1]
     print()
-    print(f"  ours at {args.count:,}: P(false drop) of a new document {ours[5]:.2e} now, at most "
-          f"{worst:.2e} at any point of the crawl (layer sizes, plus {args.count:,}/2^64 for "
-          f"8-byte prefix collisions); expected false drops over the whole crawl: {expected:.4f}")
-    print(f"  formula check (error rate {args.weak_rate}, {weak_n:,} in, {args.weak_probe:,} fresh "
-          f"probes): predicted {weak_predicted:.0f} false drops from the layer sizes, "
-          f"{weak_measured_bits:.0f} from the bits really set, measured {weak_seen} "
-          f"({weak_seen / weak_measured_bits:.3f}x, +-{1 / math.sqrt(weak_measured_bits):.3f} by "
-          f"chance); {weak_dropped} false drops during its insertion")
+    print(
+        f"  ours at {args.count:,}: P(false drop) of a new document {ours[5]:.2e} now, at most "
+        f"{worst:.2e} at any point of the crawl (layer sizes, plus {args.count:,}/2^64 for "
+        f"8-byte prefix collisions); expected false drops over the whole crawl: {expected:.4f}"
+    )
+    print(
+        f"  formula check (error rate {args.weak_rate}, {weak_n:,} in, {args.weak_probe:,} fresh "
+        f"probes): predicted {weak_predicted:.0f} false drops from the layer sizes, "
+        f"{weak_measured_bits:.0f} from the bits really set, measured {weak_seen} "
+        f"({weak_seen / weak_measured_bits:.3f}x, +-{1 / math.sqrt(weak_measured_bits):.3f} by "
+        f"chance); {weak_dropped} false drops during its insertion"
+    )
     ok_bytes, ok_rate = at_count <= TARGET_BYTES, worst <= TARGET_RATE
-    print(f"  target: <= {TARGET_BYTES} bytes per fingerprint at {args.count:,}: {at_count:.2f} "
-          f"{'PASS' if ok_bytes else 'FAIL'}")
-    print(f"  target: false-drop rate <= {TARGET_RATE:g} per document: {worst:.2e} "
-          f"{'PASS' if ok_rate else 'FAIL'}")
+    print(
+        f"  target: <= {TARGET_BYTES} bytes per fingerprint at {args.count:,}: {at_count:.2f} "
+        f"{'PASS' if ok_bytes else 'FAIL'}"
+    )
+    print(
+        f"  target: false-drop rate <= {TARGET_RATE:g} per document: {worst:.2e} "
+        f"{'PASS' if ok_rate else 'FAIL'}"
+    )
     if theirs:
         point, usage, _ = theirs[-1]
-        print(f"  scrapy-redis SET at {point:,}: {usage / point:.1f} bytes per fingerprint, "
-              f"{usage / point / at_count:.1f}x ours")
+        print(
+            f"  scrapy-redis SET at {point:,}: {usage / point:.1f} bytes per fingerprint, "
+            f"{usage / point / at_count:.1f}x ours"
+        )
     return 0 if ok_bytes and ok_rate else 1
 
 

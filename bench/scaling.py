@@ -107,10 +107,22 @@ def run_once(n: int, args, site, redis_server, truth_cache: dict, tmp: Path) -> 
     folder.mkdir()
     end = f"2024-03-{args.days:02d}"
     setup = CrawlSetup(
-        folder, site, f"mysql+pymysql://root@127.0.0.1:3306/{database}?charset=utf8mb4",
-        "patent", "2024-03-01", end, "A,B,C,D,E,F,G,H", task=f"scale{n}", redis_url=redis_server.url,
-        crawl={"concurrent_requests": args.concurrency, "lease_seconds": 30,
-               "round_lease_seconds": 30, "heartbeat_seconds": 1, "log_level": "info"},
+        folder,
+        site,
+        f"mysql+pymysql://root@127.0.0.1:3306/{database}?charset=utf8mb4",
+        "patent",
+        "2024-03-01",
+        end,
+        "A,B,C,D,E,F,G,H",
+        task=f"scale{n}",
+        redis_url=redis_server.url,
+        crawl={
+            "concurrent_requests": args.concurrency,
+            "lease_seconds": 30,
+            "round_lease_seconds": 30,
+            "heartbeat_seconds": 1,
+            "log_level": "info",
+        },
     )
     try:
         redis_server.client.flushall()
@@ -126,8 +138,10 @@ def run_once(n: int, args, site, redis_server, truth_cache: dict, tmp: Path) -> 
         busy1, total1 = busy_seconds()
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if result.returncode != 0:
-            raise RuntimeError(f"{n} workers: exit {result.returncode}\n{result.stdout[-2000:]}"
-                               f"{result.stderr[-2000:]}{setup.log()[-2000:]}")
+            raise RuntimeError(
+                f"{n} workers: exit {result.returncode}\n{result.stdout[-2000:]}"
+                f"{result.stderr[-2000:]}{setup.log()[-2000:]}"
+            )
         if "truth" not in truth_cache:
             truth_cache["truth"] = setup.truth()
         diff = compare(setup.stored(), truth_cache["truth"], "patent")
@@ -173,10 +187,13 @@ def main(argv: list[str] | None = None) -> int:
         for rep in range(args.repeat):
             for n in (1, args.workers) if rep % 2 == 0 else (args.workers, 1):
                 row = run_once(n, args, site, redis_server, truth, tmp)
-                print(f"run {rep + 1}/{args.repeat}: {n} worker(s): {row['pages']} pages, crawl "
-                      f"{row['crawl']:.1f} s ({row['pages'] / row['crawl']:.1f} pages/s), wall "
-                      f"{row['wall']:.1f} s, machine busy {row['busy']:.0%}, documents "
-                      f"{'equal to the truth' if row['ok'] else row['problems']}", flush=True)
+                print(
+                    f"run {rep + 1}/{args.repeat}: {n} worker(s): {row['pages']} pages, crawl "
+                    f"{row['crawl']:.1f} s ({row['pages'] / row['crawl']:.1f} pages/s), wall "
+                    f"{row['wall']:.1f} s, machine busy {row['busy']:.0%}, documents "
+                    f"{'equal to the truth' if row['ok'] else row['problems']}",
+                    flush=True,
+                )
                 runs[n].append(row)
     finally:
         redis_server.stop()
@@ -189,14 +206,20 @@ def main(argv: list[str] | None = None) -> int:
     one_crawl = med(1, lambda r: r["pages"] / r["crawl"])
     one_wall = med(1, lambda r: r["pages"] / r["wall"])
     print()
-    print(f"Scaling, {time.strftime('%Y-%m-%d')}, {machine()}; stand-in latency {args.latency} s, "
-          f"{args.concurrency} requests in flight per worker (at most {bound:.0f} pages/s each), "
-          f"one Redis, one MariaDB; median of {args.repeat}")
+    print(
+        f"Scaling, {time.strftime('%Y-%m-%d')}, {machine()}; stand-in latency {args.latency} s, "
+        f"{args.concurrency} requests in flight per worker (at most {bound:.0f} pages/s each), "
+        f"one Redis, one MariaDB; median of {args.repeat}"
+    )
     print(f"command: {command}")
-    print(f"task: patent, {args.days} days x 8 IPC sections, corpus scale {args.scale}: "
-          f"{len(truth.get('truth', []))} documents")
-    head = (f"{'workers':>8}{'pages':>7}{'crawl s':>9}{'pages/s':>9}{'speed-up':>10}"
-            f"{'wall s':>8}{'pages/s':>9}{'speed-up':>10}{'CPU ms/pg':>11}{'busy':>7}  documents")
+    print(
+        f"task: patent, {args.days} days x 8 IPC sections, corpus scale {args.scale}: "
+        f"{len(truth.get('truth', []))} documents"
+    )
+    head = (
+        f"{'workers':>8}{'pages':>7}{'crawl s':>9}{'pages/s':>9}{'speed-up':>10}"
+        f"{'wall s':>8}{'pages/s':>9}{'speed-up':>10}{'CPU ms/pg':>11}{'busy':>7}  documents"
+    )
     print(f"{'':>8}{'':>7}{'-- first to last page --':>28}{'-- whole command --':>27}")
     print(head)
     print("-" * len(head))
@@ -204,17 +227,21 @@ def main(argv: list[str] | None = None) -> int:
         crawl = med(n, lambda r: r["pages"] / r["crawl"])
         wall = med(n, lambda r: r["pages"] / r["wall"])
         ok = all(r["ok"] for r in runs[n])
-        print(f"{n:>8}{med(n, lambda r: r['pages']):>7.0f}{med(n, lambda r: r['crawl']):>9.1f}"
-              f"{crawl:>9.1f}{crawl / one_crawl:>9.2f}x{med(n, lambda r: r['wall']):>8.1f}"
-              f"{wall:>9.1f}{wall / one_wall:>9.2f}x{med(n, lambda r: r['cpu_ms']):>11.2f}"
-              f"{med(n, lambda r: r['busy']):>7.0%}  {'= truth' if ok else 'DIFFER'}")
+        print(
+            f"{n:>8}{med(n, lambda r: r['pages']):>7.0f}{med(n, lambda r: r['crawl']):>9.1f}"
+            f"{crawl:>9.1f}{crawl / one_crawl:>9.2f}x{med(n, lambda r: r['wall']):>8.1f}"
+            f"{wall:>9.1f}{wall / one_wall:>9.2f}x{med(n, lambda r: r['cpu_ms']):>11.2f}"
+            f"{med(n, lambda r: r['busy']):>7.0%}  {'= truth' if ok else 'DIFFER'}"
+        )
     speedup = med(args.workers, lambda r: r["pages"] / r["crawl"]) / one_crawl
     target = 0.9 * args.workers
     ok = speedup >= target and all(r["ok"] for rs in runs.values() for r in rs)
     print()
     print(f"  one worker: {one_crawl / bound:.0%} of its latency bound ({bound:.0f} pages/s)")
-    print(f"  target: {args.workers} workers >= {target:.1f}x one worker: {speedup:.2f}x "
-          f"{'PASS' if ok else 'FAIL'}")
+    print(
+        f"  target: {args.workers} workers >= {target:.1f}x one worker: {speedup:.2f}x "
+        f"{'PASS' if ok else 'FAIL'}"
+    )
     return 0 if ok else 1
 
 

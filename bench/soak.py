@@ -65,9 +65,7 @@ def served(site) -> tuple[int, int]:
     """(pages the site served, CNKI sessions it created) so far."""
     stats = site.stats()
     pages = sum(
-        sum(codes.values())
-        for path, codes in stats["by_path"].items()
-        if not path.startswith("/_")
+        sum(codes.values()) for path, codes in stats["by_path"].items() if not path.startswith("/_")
     )
     return pages, stats["sessions_created"]
 

@@ -66,11 +66,15 @@ def parse_day(value: str | None, what: str) -> str | None:
     except ValueError:
         pass
     if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):  # the right shape, an impossible day (2024-02-30)
-        raise ValueError(f"{what} {text!r} is not a real day (month or day out of range); expected {DATE_FORM}")
+        raise ValueError(
+            f"{what} {text!r} is not a real day (month or day out of range); expected {DATE_FORM}"
+        )
     raise ValueError(f"{what} {text!r} is not a date; expected {DATE_FORM}") from None
 
 
-def check_task_input(doc_type: str, start: str | None, end: str | None, categories: str, base_dir) -> None:
+def check_task_input(
+    doc_type: str, start: str | None, end: str | None, categories: str, base_dir
+) -> None:
     """Everything a new or changed task row needs, checked before anything is written."""
     from tasks.categories import check_spec
 
@@ -110,7 +114,10 @@ def cmd_task(config: Config, args) -> int:
         # every check first: an error leaves no row behind
         check_task_input(args.type, args.start, args.end, args.categories, store.base_dir)
         current, created = store.register(
-            args.name, args.type, parse_day(args.start, "start date"), parse_day(args.end, "end date") or "",
+            args.name,
+            args.type,
+            parse_day(args.start, "start date"),
+            parse_day(args.end, "end date") or "",
             args.categories,
         )
         print(("created " if created else "exists: ") + _describe(current))
@@ -130,11 +137,15 @@ def cmd_task(config: Config, args) -> int:
         print(_describe(current))
         progress = store.progress(current.id)
         rounds = ", ".join(f"{k} {v}" for k, v in sorted(progress["rounds"].items())) or "none"
-        print(f"rounds: {rounds}; errorCode {progress['error_code']}; errorLink {progress['error_link']}")
+        print(
+            f"rounds: {rounds}; errorCode {progress['error_code']}; errorLink {progress['error_link']}"
+        )
     elif action == "stop":
         print("stopped: " + _describe(store.stop(args.name)))
     elif action == "extend":
-        print("extended: " + _describe(store.set_end_date(args.name, parse_day(args.end, "end date"))))
+        print(
+            "extended: " + _describe(store.set_end_date(args.name, parse_day(args.end, "end date")))
+        )
     elif action == "resume":
         current = store.get(args.name)
         if current.halt_reason:
@@ -145,11 +156,17 @@ def cmd_task(config: Config, args) -> int:
                 f"{reopened['rounds']} rounds re-opened, {reopened['error_code']} errorCode rows to replay)"
             )
         else:
-            print("resumed: " + _describe(store.set_end_date(args.name, parse_day(args.end, "end date"))))
+            print(
+                "resumed: "
+                + _describe(store.set_end_date(args.name, parse_day(args.end, "end date")))
+            )
     elif action == "move":
         if args.code is not None and len(args.code) > 64:
             raise ValueError(f"category code {args.code[:20]!r}... is longer than 64 characters")
-        print("moved: " + _describe(store.move_cursor(args.name, parse_day(args.date, "date"), args.code)))
+        print(
+            "moved: "
+            + _describe(store.move_cursor(args.name, parse_day(args.date, "date"), args.code))
+        )
     return 0
 
 
@@ -210,16 +227,29 @@ def config_drift(config: Config, row) -> list[str]:
         )
 
     if t.categories.strip() != (row.categories or "").strip():
-        warn("categories", t.categories, row.categories, f"cnkispider task set {name} --categories {t.categories}")
+        warn(
+            "categories",
+            t.categories,
+            row.categories,
+            f"cnkispider task set {name} --categories {t.categories}",
+        )
     if t.type != row.type:
         warn("type", t.type, row.type, f"cnkispider task set {name} --type {t.type}")
     row_end = row.end_date.isoformat() if row.end_date else ""
     if (t.end_date or "") != row_end:
-        command = f"cnkispider task extend {name} {t.end_date}" if t.end_date else f"cnkispider task resume {name}"
+        command = (
+            f"cnkispider task extend {name} {t.end_date}"
+            if t.end_date
+            else f"cnkispider task resume {name}"
+        )
         warn("end_date", t.end_date, row_end, command)
     if t.start_date and t.start_date != row.start_date.isoformat():
-        warn("start_date", t.start_date, row.start_date.isoformat(),
-             f"cnkispider task add {name}-2 --start {t.start_date} (a task's start is fixed)")
+        warn(
+            "start_date",
+            t.start_date,
+            row.start_date.isoformat(),
+            f"cnkispider task add {name}-2 --start {t.start_date} (a task's start is fixed)",
+        )
     return lines
 
 
@@ -236,7 +266,9 @@ def preflight(config: Config, task_arg: str | None = None) -> None:
     try:
         row = store.get(t.name)
     except LookupError:
-        check_task_input(t.type, t.start_date or None, t.end_date or None, t.categories, config.base_dir)
+        check_task_input(
+            t.type, t.start_date or None, t.end_date or None, t.categories, config.base_dir
+        )
         return
     for line in config_drift(config, row):
         print(line, file=sys.stderr)
@@ -251,7 +283,9 @@ def _check_services(config: Config) -> None:
     connect(config.redis_url, config.data_dir).close()
 
 
-def crawl(config: Config, *, recrawl_only: bool = False, settings_overrides: dict | None = None) -> dict:
+def crawl(
+    config: Config, *, recrawl_only: bool = False, settings_overrides: dict | None = None
+) -> dict:
     """Run one worker's crawl in this process; return its stats and finish reason."""
     import time
 
@@ -263,7 +297,9 @@ def crawl(config: Config, *, recrawl_only: bool = False, settings_overrides: dic
     preflight(config)
     settings = crawler_settings(config)
     overrides = settings_overrides or {}
-    verbose = not logs.is_quiet(bool(overrides.get("CNKI_VERBOSE")), overrides.get("LOG_FILE", settings.get("LOG_FILE")))
+    verbose = not logs.is_quiet(
+        bool(overrides.get("CNKI_VERBOSE")), overrides.get("LOG_FILE", settings.get("LOG_FILE"))
+    )
     logs.apply(verbose)
     settings.update(logs.quiet_settings(verbose))
     settings.update(overrides)
@@ -271,7 +307,11 @@ def crawl(config: Config, *, recrawl_only: bool = False, settings_overrides: dic
     if recrawl_only:
         store = _store(config)
         current, _ = store.register(
-            config.task.name, config.task.type, config.task.start_date or _today(), config.task.end_date, config.task.categories
+            config.task.name,
+            config.task.type,
+            config.task.start_date or _today(),
+            config.task.end_date,
+            config.task.categories,
         )
         store.set_phase(current.id, "recrawl")
     process = CrawlerProcess(settings)
@@ -305,7 +345,12 @@ def print_summary(config: Config, stats: dict) -> None:
 
     engine = open_database_readonly(config.database_url)
     try:
-        print(run_summary(engine, config.task.name, stats, heartbeat_seconds=config.crawl["heartbeat_seconds"]), end="")
+        print(
+            run_summary(
+                engine, config.task.name, stats, heartbeat_seconds=config.crawl["heartbeat_seconds"]
+            ),
+            end="",
+        )
     finally:
         engine.dispose()
 
@@ -317,7 +362,9 @@ def cmd_run(config: Config, args) -> int:
         return supervise(args.config, args.command, args.processes or 1)
     if args.processes and args.processes > 1:
         return run_processes(args)
-    stats = crawl(config, recrawl_only=args.command == "recrawl", settings_overrides=run_overrides(args))
+    stats = crawl(
+        config, recrawl_only=args.command == "recrawl", settings_overrides=run_overrides(args)
+    )
     print_summary(config, stats)
     if stats.get("finish_reason") == "halted":
         return report_halt(config)
@@ -336,9 +383,17 @@ def run_overrides(args) -> dict:
     for target in getattr(args, "output", None) or []:
         path, _, fmt = target.partition(":")
         suffix = Path(path).suffix.lower().lstrip(".")
-        fmt = fmt or {"jsonl": "jsonlines", "jl": "jsonlines", "csv": "csv", "json": "json", "xml": "xml"}.get(suffix)
+        fmt = fmt or {
+            "jsonl": "jsonlines",
+            "jl": "jsonlines",
+            "csv": "csv",
+            "json": "json",
+            "xml": "xml",
+        }.get(suffix)
         if fmt is None:
-            raise ValueError(f"-o {target!r}: unknown feed format; use .jsonl, .csv, .json or .xml (or FILE:FORMAT)")
+            raise ValueError(
+                f"-o {target!r}: unknown feed format; use .jsonl, .csv, .json or .xml (or FILE:FORMAT)"
+            )
         feeds[path] = {"format": fmt, "encoding": "utf-8"}
     if feeds:
         overrides["FEEDS"] = feeds
@@ -366,7 +421,9 @@ def run_processes(args) -> int:
     if args.config:
         base += ["--config", args.config]
     if getattr(args, "output", None):
-        raise ValueError("-o FILE takes one process (every worker would write the same file); add --processes 1")
+        raise ValueError(
+            "-o FILE takes one process (every worker would write the same file); add --processes 1"
+        )
     extra = [arg for pair in (getattr(args, "set", None) or []) for arg in ("-s", pair)]
     if getattr(args, "verbose", False):
         extra.append("--verbose")
@@ -419,11 +476,15 @@ def cmd_demo(config: Config, args) -> int:
         )
         print(f"demo: stand-in CNKI at {base_url}; config {ini}")
         demo = load_config(ini)
-        stats = crawl(demo, settings_overrides={"CNKI_VERBOSE": bool(getattr(args, "verbose", False))})
+        stats = crawl(
+            demo, settings_overrides={"CNKI_VERBOSE": bool(getattr(args, "verbose", False))}
+        )
         print_summary(demo, stats)
         db_path = demo.database_url.split(":///", 1)[1]
-        print(f"demo data: {db_path} (SQLite; look: cnkispider --config {ini} status; "
-              f"export: cnkispider --config {ini} export --out demo.csv)")
+        print(
+            f"demo data: {db_path} (SQLite; look: cnkispider --config {ini} status; "
+            f"export: cnkispider --config {ini} export --out demo.csv)"
+        )
         return 0 if stats.get("finish_reason") == "finished" else 1
     finally:
         site.terminate()
@@ -440,8 +501,16 @@ def cmd_status(config: Config, args) -> int:
 def cmd_export(config: Config, args) -> int:
     from cnkispider.export import export_command
 
-    return export_command(config, doc_type=args.type or config.task.type, fmt=args.format, out=args.out,
-                          since=parse_day(args.since, "--since"), task=args.task, batch=args.batch, raw_cells=args.raw_cells)
+    return export_command(
+        config,
+        doc_type=args.type or config.task.type,
+        fmt=args.format,
+        out=args.out,
+        since=parse_day(args.since, "--since"),
+        task=args.task,
+        batch=args.batch,
+        raw_cells=args.raw_cells,
+    )
 
 
 def cmd_probe(config: Config, args) -> int:
@@ -458,10 +527,26 @@ CONFIG_HELP = "config.ini to use (default: ./config.ini, then beside the program
 
 
 def _crawl_options(p) -> None:
-    p.add_argument("--verbose", "-v", action="store_true", help="Scrapy's own log lines too (banner, stats dump)")
-    p.add_argument("-s", "--set", action="append", metavar="KEY=VALUE", help="a Scrapy setting, as in scrapy crawl")
-    p.add_argument("-o", "--output", action="append", metavar="FILE",
-                   help="also write the items to FILE (.jsonl, .csv, .json; UTF-8), as in scrapy crawl")
+    p.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="Scrapy's own log lines too (banner, stats dump)",
+    )
+    p.add_argument(
+        "-s",
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a Scrapy setting, as in scrapy crawl",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        action="append",
+        metavar="FILE",
+        help="also write the items to FILE (.jsonl, .csv, .json; UTF-8), as in scrapy crawl",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -490,19 +575,25 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--start", required=True, help="first day, YYYY-MM-DD")
     add.add_argument("--end", help="last day, YYYY-MM-DD (default: up to today)")
     add.add_argument("--categories", default="builtin", help="category spec (see config.ini)")
-    tset = actions.add_parser("set", help="change a task's categories, or its type while nothing is crawled")
+    tset = actions.add_parser(
+        "set", help="change a task's categories, or its type while nothing is crawled"
+    )
     tset.add_argument("name")
     tset.add_argument("--categories", help="new category spec (checked against the category tree)")
     tset.add_argument("--type", choices=DOC_TYPES, help="new type (only before its first round)")
     actions.add_parser("list", help="every task, bad rows flagged")
-    for name, text in (("show", "one task with its progress"), ("stop", "stop after in-flight rounds")):
+    for name, text in (
+        ("show", "one task with its progress"),
+        ("stop", "stop after in-flight rounds"),
+    ):
         p = actions.add_parser(name, help=text)
         p.add_argument("name")
     extend = actions.add_parser("extend", help="set a later end date")
     extend.add_argument("name")
     extend.add_argument("end")
     resume = actions.add_parser(
-        "resume", help="go on after a halt (clears it, crawls again what failed for it) or a stop (default: up to today)"
+        "resume",
+        help="go on after a halt (clears it, crawls again what failed for it) or a stop (default: up to today)",
     )
     resume.add_argument("name")
     resume.add_argument("--end")
@@ -512,45 +603,86 @@ def build_parser() -> argparse.ArgumentParser:
     move.add_argument("code", nargs="?")
     task_parser.set_defaults(func=cmd_task)
 
-    for name, text in (("run", "crawl the task of config.ini, then recrawl its errors"),
-                       ("recrawl", "only replay errorCode and errorLink")):
+    for name, text in (
+        ("run", "crawl the task of config.ini, then recrawl its errors"),
+        ("recrawl", "only replay errorCode and errorLink"),
+    ):
         p = sub.add_parser(name, help=text)
-        p.add_argument("--processes", type=int, default=0, help="worker processes (default [crawl] processes)")
-        p.add_argument("--reload", action="store_true", help="restart the workers when the project's code changes")
+        p.add_argument(
+            "--processes", type=int, default=0, help="worker processes (default [crawl] processes)"
+        )
+        p.add_argument(
+            "--reload",
+            action="store_true",
+            help="restart the workers when the project's code changes",
+        )
         _crawl_options(p)
         p.set_defaults(func=cmd_run)
     if not getattr(sys, "frozen", False):  # the exe lists only what it can run (no stand-in site)
         demo = sub.add_parser("demo", help="offline demo against the local CNKI stand-in")
         demo.add_argument("--verbose", action="store_true", help="Scrapy's own log lines too")
         demo.set_defaults(func=cmd_demo)
-    status_parser = sub.add_parser("status", help="every task: rounds, ETA, documents, errors, workers, queue")
+    status_parser = sub.add_parser(
+        "status", help="every task: rounds, ETA, documents, errors, workers, queue"
+    )
     status_parser.add_argument("--task", help="only this task (name or id)")
-    status_parser.add_argument("--watch", nargs="?", type=float, const=5.0, metavar="SECONDS",
-                               help="redraw in place every SECONDS (default 5) until Ctrl-C")
-    status_parser.add_argument("--json", action="store_true", help="JSON for scripts (--watch: one report a line)")
+    status_parser.add_argument(
+        "--watch",
+        nargs="?",
+        type=float,
+        const=5.0,
+        metavar="SECONDS",
+        help="redraw in place every SECONDS (default 5) until Ctrl-C",
+    )
+    status_parser.add_argument(
+        "--json", action="store_true", help="JSON for scripts (--watch: one report a line)"
+    )
     status_parser.set_defaults(func=cmd_status)
-    export_parser = sub.add_parser("export", help="stored documents as CSV (opens in Excel) or JSON lines")
-    export_parser.add_argument("--type", choices=DOC_TYPES, help="document type (default: [task] type)")
+    export_parser = sub.add_parser(
+        "export", help="stored documents as CSV (opens in Excel) or JSON lines"
+    )
+    export_parser.add_argument(
+        "--type", choices=DOC_TYPES, help="document type (default: [task] type)"
+    )
     export_parser.add_argument("--format", choices=("csv", "jsonl"), default="csv")
-    export_parser.add_argument("--since", metavar="DATE", help="only documents dated DATE (YYYY-MM-DD) or later")
+    export_parser.add_argument(
+        "--since", metavar="DATE", help="only documents dated DATE (YYYY-MM-DD) or later"
+    )
     export_parser.add_argument("--task", help="only documents stored by this task (name or id)")
-    export_parser.add_argument("--out", metavar="PATH", help="file to write (default, or -: standard output)")
-    export_parser.add_argument("--raw-cells", action="store_true",
-                               help="CSV: write cells starting with = + - @ exactly (default: prefix a ' "
-                               "so that Excel shows them as text instead of running them)")
-    export_parser.add_argument("--batch", type=int, default=1000, help=argparse.SUPPRESS)  # rows a query
+    export_parser.add_argument(
+        "--out", metavar="PATH", help="file to write (default, or -: standard output)"
+    )
+    export_parser.add_argument(
+        "--raw-cells",
+        action="store_true",
+        help="CSV: write cells starting with = + - @ exactly (default: prefix a ' "
+        "so that Excel shows them as text instead of running them)",
+    )
+    export_parser.add_argument(
+        "--batch", type=int, default=1000, help=argparse.SUPPRESS
+    )  # rows a query
     export_parser.set_defaults(func=cmd_export)
-    probe = sub.add_parser("probe", help="check the crawler's assumptions against the live CNKI (~30 requests)")
-    probe.add_argument("--day", metavar="DATE", help="a busy day to search (default: a Wednesday four weeks back)")
-    probe.add_argument("--delay", type=float, default=3.0, help="seconds between requests (default 3)")
-    probe.add_argument("--save", metavar="DIR", help="keep every raw answer here (gzip) with an index.json")
+    probe = sub.add_parser(
+        "probe", help="check the crawler's assumptions against the live CNKI (~30 requests)"
+    )
+    probe.add_argument(
+        "--day", metavar="DATE", help="a busy day to search (default: a Wednesday four weeks back)"
+    )
+    probe.add_argument(
+        "--delay", type=float, default=3.0, help="seconds between requests (default 3)"
+    )
+    probe.add_argument(
+        "--save", metavar="DIR", help="keep every raw answer here (gzip) with an index.json"
+    )
     probe.set_defaults(func=cmd_probe)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    if getattr(sys, "frozen", False) and (argv if argv is not None else sys.argv[1:])[:1] == ["demo"]:
+    if getattr(sys, "frozen", False) and (argv if argv is not None else sys.argv[1:])[:1] == [
+        "demo"
+    ]:
         print(f"error: {FROZEN_NO_DEMO}", file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
@@ -558,7 +690,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     if args.command not in ("run", "recrawl", "demo"):  # a crawl's logging is Scrapy's
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
     try:
         config = load_config(args.config)
         if getattr(args, "processes", None) == 0:

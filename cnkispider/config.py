@@ -198,8 +198,7 @@ SCHEMA: dict[str, dict[str, tuple[Any, str]]] = {
     },
     "cnki": {
         "base_url": (_http_url, _default("CNKI_BASE_URL")),
-        "client_id_url": (
-_required(_http_url), _default("CNKI_CLIENT_ID_URL")),
+        "client_id_url": (_required(_http_url), _default("CNKI_CLIENT_ID_URL")),
         "page_size": (_int_choice(10, 20, 50), _default("CNKI_PAGE_SIZE")),
         "cap_rows": (_int(10, 1_000_000), _default("CNKI_CAP_ROWS")),
         "max_pages": (_int(0, 100_000), _default("CNKI_MAX_PAGES")),

@@ -159,4 +159,8 @@ def starting_with(*prefixes: str) -> dict:
     """The defaults of the settings named ``PREFIX...``: for a crawl that uses some components
     of the crawler without the add-on (the scheduler's test site and benchmarks), which would
     change Scrapy's own settings too."""
-    return {name: value for name, value in globals().items() if name.isupper() and name.startswith(prefixes)}
+    return {
+        name: value
+        for name, value in globals().items()
+        if name.isupper() and name.startswith(prefixes)
+    }

@@ -407,7 +407,11 @@ class Probe:
         day_page = self.first_pages.get(doc_type)
         candidates = self.categories.get(doc_type) or []
         if day_page is None or not candidates:
-            self.verdict(name, UNKNOWN, "the day's search failed" if day_page is None else "no category to try")
+            self.verdict(
+                name,
+                UNKNOWN,
+                "the day's search failed" if day_page is None else "no category to try",
+            )
             return
         # A small category may list nothing on one day: try a few before calling it a failure.
         tried = []
@@ -420,25 +424,36 @@ class Probe:
             if page.total > 0:
                 break
         else:
-            self.verdict(name, FAIL, f"{'; '.join(tried)} of the day's {day_page.total}: "
-                                     "no category lists anything")
+            self.verdict(
+                name,
+                FAIL,
+                f"{'; '.join(tried)} of the day's {day_page.total}: no category lists anything",
+            )
             return
         if not page.total < day_page.total:
-            self.verdict(name, FAIL, f"{parent}: {page.total} of the day's {day_page.total}: "
-                                     "the category condition does not narrow")
+            self.verdict(
+                name,
+                FAIL,
+                f"{parent}: {page.total} of the day's {day_page.total}: "
+                "the category condition does not narrow",
+            )
             return
         if not children:
             self.verdict(name, PASS, f"{parent}: {page.total} of {day_page.total}")
             return
         total = 0
         for code in children:
-            child, why = self.search(session, Search.for_day(doc_type, self.day, code), 1, f"{name} {code}")
+            child, why = self.search(
+                session, Search.for_day(doc_type, self.day, code), 1, f"{name} {code}"
+            )
             if child is None:
                 self.verdict(name, FAIL, f"{code}: {why}")
                 return
             total += child.total
         # A document may carry several codes, so children may add up to a little more.
-        evidence = f"{parent}: {page.total} of {day_page.total}; its {len(children)} children: {total}"
+        evidence = (
+            f"{parent}: {page.total} of {day_page.total}; its {len(children)} children: {total}"
+        )
         if page.total <= total <= page.total * 1.5:
             self.verdict(name, PASS, evidence)
         else:
@@ -555,7 +570,11 @@ def category_samples(tree, most_children: int = 6, count: int = 3) -> list[tuple
     prefix check): parents with 2..most_children children first, then any with children."""
     if tree is None:
         return []
-    few = [(r, list(tree.children(r))) for r in tree.roots if 2 <= len(tree.children(r)) <= most_children]
+    few = [
+        (r, list(tree.children(r)))
+        for r in tree.roots
+        if 2 <= len(tree.children(r)) <= most_children
+    ]
     some = [(r, list(tree.children(r))[:most_children]) for r in tree.roots if tree.children(r)]
     picked = few + [c for c in some if c not in few]
     return (picked or [(r, []) for r in tree.roots])[:count]

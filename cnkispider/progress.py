@@ -82,6 +82,7 @@ def _fmt_duration(seconds: float | None) -> str:
         return f"{seconds // 60} min"
     return f"{seconds / 3600:.1f} h"
 
+
 SHOWN_ROUNDS = 4
 SHOWN_ERROR_KEYS = 3
 
@@ -145,7 +146,9 @@ class ProgressLog:
         # `scrapy crawl` too: the same console (-s LOG_FILE=... keeps every line in the file)
         # (only when a door set CNKI_VERBOSE: a test's own crawler keeps the loggers as they are)
         if settings.get("CNKI_VERBOSE") is not None:
-            logs.apply(not logs.is_quiet(settings.getbool("CNKI_VERBOSE"), settings.get("LOG_FILE")))
+            logs.apply(
+                not logs.is_quiet(settings.getbool("CNKI_VERBOSE"), settings.get("LOG_FILE"))
+            )
         progress = cls(crawler.stats, interval)
         progress.crawler = crawler
         crawler.signals.connect(progress.spider_opened, signal=signals.spider_opened)
@@ -230,7 +233,9 @@ class ProgressLog:
         # returned: Scrapy's asyncio looping call refuses a function that returns a Deferred.
         d = deferred_in_thread(self._task_report, feeder)
         d.addCallback(self._log_task, spider)
-        d.addErrback(lambda failure: logger.debug("no task progress this minute: %s", failure.value))
+        d.addErrback(
+            lambda failure: logger.debug("no task progress this minute: %s", failure.value)
+        )
         return None
 
     def _feeder(self):
@@ -244,8 +249,13 @@ class ProgressLog:
     def _task_report(feeder) -> dict:
         from cnkispider.status.collecting import collect
 
-        report = collect(feeder.store.engine, None, heartbeat_seconds=feeder.heartbeat_seconds,
-                         base_dir=feeder.base_dir, task_name=feeder.task_name)
+        report = collect(
+            feeder.store.engine,
+            None,
+            heartbeat_seconds=feeder.heartbeat_seconds,
+            base_dir=feeder.base_dir,
+            task_name=feeder.task_name,
+        )
         return report["tasks"][0]
 
     def _log_task(self, entry: dict, spider=None):

@@ -135,8 +135,10 @@ class Supervisor:
             try:
                 worker.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                self.say(f"worker {worker.pid} did not stop in {self.stop_timeout:.0f} s; killed "
-                         f"(its leases return to the queue)")
+                self.say(
+                    f"worker {worker.pid} did not stop in {self.stop_timeout:.0f} s; killed "
+                    f"(its leases return to the queue)"
+                )
                 worker.kill()
                 worker.wait()
 
@@ -173,7 +175,9 @@ class Supervisor:
                 now = snapshot(self.paths)
                 diff = changed(files, now) or diff
                 files = now
-                shown = ", ".join(diff[:3]) + (f" and {len(diff) - 3} more" if len(diff) > 3 else "")
+                shown = ", ".join(diff[:3]) + (
+                    f" and {len(diff) - 3} more" if len(diff) > 3 else ""
+                )
                 self.say(f"code changed ({shown}); restarting workers {self._pids()}")
                 self._stop_all()
                 if self._stopping:
@@ -181,14 +185,21 @@ class Supervisor:
                 for i in range(self.processes):
                     self._start(i)
                 self.restarts += 1
-                self.say(f"restarted {self.processes} worker(s) on the new code: pids {self._pids()}")
+                self.say(
+                    f"restarted {self.processes} worker(s) on the new code: pids {self._pids()}"
+                )
                 continue
             for i, worker in enumerate(self.workers):
                 if worker is not None and self.codes[i] is None and worker.poll() is not None:
                     self.codes[i] = worker.returncode
-                    self.say(f"worker {worker.pid} exited with status {worker.returncode}"
-                             + ("" if worker.returncode == 0 else
-                                "; it starts again at the next code change"))
+                    self.say(
+                        f"worker {worker.pid} exited with status {worker.returncode}"
+                        + (
+                            ""
+                            if worker.returncode == 0
+                            else "; it starts again at the next code change"
+                        )
+                    )
             if all(code is not None for code in self.codes):
                 if all(code == 0 for code in self.codes):
                     self.say("every worker finished")
@@ -204,7 +215,9 @@ class Supervisor:
 def supervise(config: str | None, command: str = "run", processes: int = 1) -> int:
     """``cnkispider run --reload``: the supervisor's entry (see the module docstring)."""
     if getattr(sys, "frozen", False):
-        print("error: --reload needs the project's source code; the .exe cannot reload itself",
-              file=sys.stderr)
+        print(
+            "error: --reload needs the project's source code; the .exe cannot reload itself",
+            file=sys.stderr,
+        )
         return 2
     return Supervisor(worker_command(config, command), processes).run()

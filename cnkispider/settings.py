@@ -50,7 +50,9 @@ ITEM_PIPELINES = {"cnkispider.pipelines.DocumentPipeline": 800}
 EXTENSIONS = {"tasks.feeder.RoundFeeder": 500, "cnkispider.progress.ProgressLog": 600}
 
 # The settings above, before `scrapy crawl` adds config.ini's to this module (at the bottom).
-_static = {name: value for name, value in dict(globals()).items() if name.isupper() and name[0] != "_"}
+_static = {
+    name: value for name, value in dict(globals()).items() if name.isupper() and name[0] != "_"
+}
 
 
 def crawler_settings(config: Config) -> dict:
@@ -76,7 +78,9 @@ def crawler_settings(config: Config) -> dict:
         # the site
         "CNKI_BASE_URL": cnki["base_url"],
         "CNKI_CLIENT_ID_URL": cnki["client_id_url"],
-        "SCHEDULER_ALLOWED_HOSTS": [h.strip() for h in cnki["allowed_hosts"].split(",") if h.strip()],
+        "SCHEDULER_ALLOWED_HOSTS": [
+            h.strip() for h in cnki["allowed_hosts"].split(",") if h.strip()
+        ],
         "CNKI_PAGE_SIZE": cnki["page_size"],
         "CNKI_CAP_ROWS": cnki["cap_rows"],
         "CNKI_MAX_PAGES": cnki["max_pages"],
@@ -128,7 +132,12 @@ def crawler_settings(config: Config) -> dict:
         settings["LOG_FILE"] = str(config.resolve(crawl["log_file"]))
     if crawl["feed"]:
         feed = config.resolve(crawl["feed"])
-        settings["FEEDS"] = {str(feed): {"format": "csv" if feed.suffix == ".csv" else "jsonlines", "encoding": "utf-8"}}
+        settings["FEEDS"] = {
+            str(feed): {
+                "format": "csv" if feed.suffix == ".csv" else "jsonlines",
+                "encoding": "utf-8",
+            }
+        }
     if crawl["archive_html"]:
         settings["ARCHIVE_DIR"] = str(data_dir / "archive")
         # below the retry middleware (610): it sees only pages that passed the refusal check
@@ -171,7 +180,10 @@ def _scrapy_argv(argv: list[str]) -> bool:
         return False
     program = os.path.normpath(argv[0])
     # the `scrapy` script (scrapy.exe on Windows), or `python -m scrapy` (.../scrapy/__main__.py)
-    return os.path.basename(program).startswith("scrapy") or os.path.basename(os.path.dirname(program)) == "scrapy"
+    return (
+        os.path.basename(program).startswith("scrapy")
+        or os.path.basename(os.path.dirname(program)) == "scrapy"
+    )
 
 
 def _scrapy_crawl_argv(argv: list[str]) -> bool:

@@ -60,7 +60,13 @@ def _retried(what: str):
 
 
 class ErrorRecorder:
-    def __init__(self, engine: Engine, *, max_attempts: int = default_settings.ERRORS_MAX_ATTEMPTS, lease_seconds: int = 300):
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        max_attempts: int = default_settings.ERRORS_MAX_ATTEMPTS,
+        lease_seconds: int = 300,
+    ):
         self.engine = engine
         self.max_attempts = max_attempts
         self.lease = dt.timedelta(seconds=lease_seconds)
@@ -94,7 +100,9 @@ class ErrorRecorder:
                 # Counted here, not in the UPDATE: MySQL assigns left to right, so a state
                 # computed there from ``attempts + 1`` would see the attempt already counted.
                 attempts = conn.execute(
-                    sa.select(error_code.c.attempts).where(error_code.c.id == replay_of).with_for_update()
+                    sa.select(error_code.c.attempts)
+                    .where(error_code.c.id == replay_of)
+                    .with_for_update()
                 ).scalar()
                 if attempts is not None:
                     total = attempts + 1
@@ -272,17 +280,20 @@ class ErrorRecorder:
         lease nor keeps its task from finishing. ``table_name``: error_code or error_link."""
         table = {"error_code": error_code, "error_link": error_link}[table_name]
         with self.engine.begin() as conn:
-            return conn.execute(
-                table.update()
-                .where(table.c.id == row_id)
-                .values(
-                    state="permanent",
-                    reason="unreplayable",
-                    detail=f"no request can be built from this row: {why}",
-                    lease_until=None,
-                    updated_at=db_now(conn),
-                )
-            ).rowcount == 1
+            return (
+                conn.execute(
+                    table.update()
+                    .where(table.c.id == row_id)
+                    .values(
+                        state="permanent",
+                        reason="unreplayable",
+                        detail=f"no request can be built from this row: {why}",
+                        lease_until=None,
+                        updated_at=db_now(conn),
+                    )
+                ).rowcount
+                == 1
+            )
 
     # -- the recrawl phase: claims like rounds --------------------------------------------
 
@@ -297,7 +308,11 @@ class ErrorRecorder:
                     sa.and_(table.c.state == "claimed", table.c.lease_until < now),
                 ),
             )
-            ids = conn.execute(sa.select(table.c.id).where(due).order_by(table.c.id).limit(limit)).scalars().all()
+            ids = (
+                conn.execute(sa.select(table.c.id).where(due).order_by(table.c.id).limit(limit))
+                .scalars()
+                .all()
+            )
             for row_id in ids:
                 won = conn.execute(
                     table.update()

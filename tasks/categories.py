@@ -148,11 +148,15 @@ def _nearest(code: str, known: list[str]) -> str:
 
     near = difflib.get_close_matches(code.upper(), known, n=3, cutoff=0.5)
     # letter O for zero, I or l for one (GO6 for G06) first: the commonest typo in a code
-    fixed = code[:1].upper() + code[1:].upper().replace("O", "0").replace("I", "1").replace("L", "1")
+    fixed = code[:1].upper() + code[1:].upper().replace("O", "0").replace("I", "1").replace(
+        "L", "1"
+    )
     if fixed in known:
         near = [fixed] + [k for k in near if k != fixed][:2]
     if not near:  # the codes that share its first letter, shortest first
-        near = sorted((k for k in known if k[:1] == code[:1].upper()), key=lambda k: (len(k), k))[:3]
+        near = sorted((k for k in known if k[:1] == code[:1].upper()), key=lambda k: (len(k), k))[
+            :3
+        ]
     if not near:  # nothing alike: the top-level codes
         near = [k for k in known if len(k) == 1][:8]
     return ", ".join(near) if near else "none"
@@ -176,13 +180,17 @@ def check_spec(spec: str, doc_type: str, base_dir: Path | None = None) -> Catego
     if looks_like_file and not candidate.is_file():
         for part in (p.strip() for p in raw.split(",")):
             if part and Path(part).suffix and not (base_dir or Path()).joinpath(part).is_file():
-                raise CategoryError(f"category file {part!r} does not exist (looked in {candidate.parent})")
+                raise CategoryError(
+                    f"category file {part!r} does not exist (looked in {candidate.parent})"
+                )
         raise CategoryError(f"category file {raw!r} does not exist (looked in {candidate.parent})")
     if looks_like_file:
         tree = load_tree(raw, doc_type, base_dir)
         long = [c for c in tree.names if len(c) > MAX_CODE_LENGTH]
         if long:
-            raise CategoryError(f"category code {long[0][:20]!r}... is longer than {MAX_CODE_LENGTH} characters")
+            raise CategoryError(
+                f"category code {long[0][:20]!r}... is longer than {MAX_CODE_LENGTH} characters"
+            )
         return tree
     for sep in _SEPARATORS:
         if sep in raw:

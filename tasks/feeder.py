@@ -170,11 +170,16 @@ class RoundFeeder:
                     f"config.ini [task] type is {self.task_type} but the spider is {spider.doc_type}; "
                     f"run `scrapy crawl {self.task_type}` or pass -a task=NAME"
                 )
-            start = self.start_date or (dt.datetime.now(dt.UTC) + dt.timedelta(hours=8)).date().isoformat()
+            start = (
+                self.start_date
+                or (dt.datetime.now(dt.UTC) + dt.timedelta(hours=8)).date().isoformat()
+            )
             task, created = await in_thread(
                 self.store.register, name, spider.doc_type, start, self.end_date, self.categories
             )
-            logger.info("%s task %s (%s)", "registered" if created else "joined", task.name, task.id)
+            logger.info(
+                "%s task %s (%s)", "registered" if created else "joined", task.name, task.id
+            )
         if task.type != spider.doc_type:
             logger.error("task %s is a %s task, not %s", task.name, task.type, spider.doc_type)
             self._close("task_error")
@@ -280,7 +285,9 @@ class RoundFeeder:
         while seeded < self.rounds_in_flight and not self.closing:
             if (await in_thread(self._sizes))["queued"] >= low_water:
                 return
-            round_ = await in_thread(self.store.claim, self.task_id, self.worker_id, scheduler.epoch)
+            round_ = await in_thread(
+                self.store.claim, self.task_id, self.worker_id, scheduler.epoch
+            )
             if round_ is None:
                 break
             # the task's tree as it is now (its categories file may have been edited): a new
@@ -293,7 +300,13 @@ class RoundFeeder:
             await self._flushed()
             await in_thread(self.store.mark_seeded, round_.id, self.worker_id, scheduler.epoch)
             seeded += 1
-            logger.info("round %s seeded: %s %s (attempt %s)", round_.id, round_.day, round_.category, round_.attempts)
+            logger.info(
+                "round %s seeded: %s %s (attempt %s)",
+                round_.id,
+                round_.day,
+                round_.category,
+                round_.attempts,
+            )
         if seeded == 0:
             await self._maybe_finish()
 
@@ -365,7 +378,9 @@ class RoundFeeder:
             action = next_action(facts)
             if action is Action.START_RECRAWL:
                 if await in_thread(self.store.start_recrawl, self.task_id):
-                    logger.info("task %s: every round is done; crawl phase finished", self.task_name)
+                    logger.info(
+                        "task %s: every round is done; crawl phase finished", self.task_name
+                    )
                 continue
             if action is Action.SKIP_RECRAWL:
                 await in_thread(self.store.set_phase, self.task_id, "done", "recrawl")
@@ -378,7 +393,11 @@ class RoundFeeder:
             elif action is Action.FINISH:
                 if await in_thread(self.store.set_phase, self.task_id, "done", "recrawl"):
                     counts = await in_thread(self.errors.outstanding, self.task_id)
-                    logger.info("task %s finished; permanent failures left: %s", self.task_name, counts or "none")
+                    logger.info(
+                        "task %s finished; permanent failures left: %s",
+                        self.task_name,
+                        counts or "none",
+                    )
             elif action is Action.CLOSE:
                 self._close("finished")
             return
@@ -421,13 +440,19 @@ class RoundFeeder:
                 why = f"{type(exc).__name__}: {exc}"
                 await in_thread(self.errors.unreplayable, table, row["id"], why)
                 self.crawler.stats.inc_value(f"recrawl/unreplayable/{table}")
-                logger.error("%s row %s cannot be replayed (made permanent): %s", table, row["id"], why)
+                logger.error(
+                    "%s row %s cannot be replayed (made permanent): %s", table, row["id"], why
+                )
         return requests
 
     async def _idle_everywhere(self) -> bool:
         """Nothing queued or leased in Redis for this task, by any worker, nor pending here."""
         sizes = await in_thread(self._sizes)
-        return sizes["queued"] == 0 and sizes["leased"] == 0 and not self.scheduler.has_pending_requests()
+        return (
+            sizes["queued"] == 0
+            and sizes["leased"] == 0
+            and not self.scheduler.has_pending_requests()
+        )
 
     def _sizes(self) -> dict[str, int]:
         return self.scheduler.queue.sizes()
@@ -450,7 +475,9 @@ class RoundFeeder:
         if moved:
             self.crawler.stats.inc_value("rounds/done")
             info = await in_thread(self.store.round_info, round_id)
-            logger.info("round %s done: %s %s, %s listed", round_id, info.day, info.category, info.total)
+            logger.info(
+                "round %s done: %s %s, %s listed", round_id, info.day, info.category, info.total
+            )
         elif await in_thread(self.store.halt_of, self.task_id):
             if await in_thread(self.store.mark_halted, round_id):
                 self.crawler.stats.inc_value("rounds/halted")

@@ -211,7 +211,9 @@ def validate_row(row, base_dir: Path | None = None) -> Task:
     """Turn a task row into a Task, or raise TaskRowError saying what is wrong with it."""
     tid = row.id
     if row.type not in DOC_TYPES:
-        raise TaskRowError(tid, f"type {row.type!r} is unknown; expected one of {', '.join(DOC_TYPES)}")
+        raise TaskRowError(
+            tid, f"type {row.type!r} is unknown; expected one of {', '.join(DOC_TYPES)}"
+        )
     start = _parse_day(row.start_date, "start_date", tid, required=True)
     cur = _parse_day(row.cur_date, "cur_date", tid, required=False)
     end = _parse_day(row.end_date, "end_date", tid, required=False)
@@ -288,7 +290,13 @@ def load_tree_cache_clear() -> None:
 class TaskStore:
     """Tasks, rounds and worker heartbeats in the database (SQLite or MySQL/MariaDB)."""
 
-    def __init__(self, engine: Engine, *, round_lease: int = default_settings.TASKS_ROUND_LEASE, base_dir: Path | None = None):
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        round_lease: int = default_settings.TASKS_ROUND_LEASE,
+        base_dir: Path | None = None,
+    ):
         self.engine = engine
         self.round_lease = dt.timedelta(seconds=round_lease)
         self.base_dir = base_dir
@@ -363,7 +371,9 @@ class TaskStore:
         with self.engine.begin() as conn:
             row = self._row(conn, key)
             if value is not None and value < row.start_date:
-                raise ValueError(f"end_date {value} is before the task's start_date {row.start_date}")
+                raise ValueError(
+                    f"end_date {value} is before the task's start_date {row.start_date}"
+                )
             conn.execute(
                 task.update()
                 .where(task.c.id == row.id)
@@ -407,7 +417,9 @@ class TaskStore:
 
     # -- rounds --------------------------------------------------------------------------
 
-    def claim(self, task_ids: int | list[int], worker_id: str, epoch: str | None = None) -> Round | None:
+    def claim(
+        self, task_ids: int | list[int], worker_id: str, epoch: str | None = None
+    ) -> Round | None:
         """Hand this worker its next round from the given tasks, or None when none is due.
 
         First a round whose lease ran out (or whose Redis state was lost: seeded under another
@@ -476,7 +488,12 @@ class TaskStore:
                 if not missing:
                     return None
                 day, code = missing[0]
-                logger.info("task %s: round %s %s has no row (category added?): crawling it", task_id, day, code)
+                logger.info(
+                    "task %s: round %s %s has no row (category added?): crawling it",
+                    task_id,
+                    day,
+                    code,
+                )
                 return self._open_round(conn, task_id, day.isoformat(), code, worker_id, now)
         except sa.exc.IntegrityError:  # another worker opened it a moment ago
             return None
@@ -490,7 +507,9 @@ class TaskStore:
             return self._missing(conn, current, db_now(conn))
 
     @staticmethod
-    def _missing(conn, current: Task, now: dt.datetime, first_only: bool = False) -> list[tuple[dt.date, str]]:
+    def _missing(
+        conn, current: Task, now: dt.datetime, first_only: bool = False
+    ) -> list[tuple[dt.date, str]]:
         """Of the days the cursor walked (those with a round row, up to the cursor and end_date),
         the root categories without a round. Days the operator skipped by moving the cursor have
         no row and stay skipped (steering as documented above)."""
@@ -513,13 +532,18 @@ class TaskStore:
             return roots
 
         per_day = conn.execute(
-            sa.select(round_.c.day, sa.func.count()).where(*in_range).group_by(round_.c.day).order_by(round_.c.day)
+            sa.select(round_.c.day, sa.func.count())
+            .where(*in_range)
+            .group_by(round_.c.day)
+            .order_by(round_.c.day)
         ).all()
         short = [day for day, count in per_day if count < len(due(day))]
         missing = []
         for day in short:  # the common case: none, after one grouped COUNT
             have = set(
-                conn.execute(sa.select(round_.c.category).where(*in_range, round_.c.day == day)).scalars()
+                conn.execute(
+                    sa.select(round_.c.category).where(*in_range, round_.c.day == day)
+                ).scalars()
             )
             for code in due(day):
                 if code not in have:
@@ -609,7 +633,10 @@ class TaskStore:
                 if won == 1:
                     _forget_errors(conn, cand.id)
                     logger.info(
-                        "took over round %s (%s %s) from a lost worker", cand.id, cand.day, cand.category
+                        "took over round %s (%s %s) from a lost worker",
+                        cand.id,
+                        cand.day,
+                        cand.category,
                     )
                     return Round(cand.id, task_id, cand.day, cand.category, cand.attempts + 1)
         return None
@@ -617,12 +644,18 @@ class TaskStore:
     def mark_seeded(self, round_id: int, worker_id: str, epoch: str) -> bool:
         """The round's first request is in Redis: from now on Redis leases guard it."""
         return self._transition(
-            round_, [round_.c.id == round_id, round_.c.state == "claimed", round_.c.worker == worker_id],
-            state="seeded", epoch=epoch,
+            round_,
+            [round_.c.id == round_id, round_.c.state == "claimed", round_.c.worker == worker_id],
+            state="seeded",
+            epoch=epoch,
         )
 
     def mark_done(
-        self, round_id: int, total: int | None = None, note: str | None = None, epoch: str | None = None
+        self,
+        round_id: int,
+        total: int | None = None,
+        note: str | None = None,
+        epoch: str | None = None,
     ) -> bool | None:
         """Done; True for exactly the one caller that moved it (idempotent for the others).
 
@@ -642,12 +675,21 @@ class TaskStore:
             values["total"] = total
         if note is not None:
             values["note"] = note[:500]
-        not_halted = ~sa.exists().where(task.c.id == round_.c.task_id, task.c.halt_reason.is_not(None))
+        not_halted = ~sa.exists().where(
+            task.c.id == round_.c.task_id, task.c.halt_reason.is_not(None)
+        )
         if epoch is None:
             return self._transition(
-                round_, [round_.c.id == round_id, round_.c.state.in_(IN_FLIGHT), not_halted], **values
+                round_,
+                [round_.c.id == round_id, round_.c.state.in_(IN_FLIGHT), not_halted],
+                **values,
             )
-        where = [round_.c.id == round_id, round_.c.state == "seeded", round_.c.epoch == epoch, not_halted]
+        where = [
+            round_.c.id == round_id,
+            round_.c.state == "seeded",
+            round_.c.epoch == epoch,
+            not_halted,
+        ]
         if self._transition(round_, where, **values):
             return True
         with self.engine.connect() as conn:
@@ -657,8 +699,11 @@ class TaskStore:
     def mark_halted(self, round_id: int) -> bool:
         """A round that drained while its task was halted: failed, re-opened by ``resume``."""
         return self._transition(
-            round_, [round_.c.id == round_id, round_.c.state.in_(IN_FLIGHT)],
-            state="failed", lease_until=None, note=HALTED_NOTE,
+            round_,
+            [round_.c.id == round_id, round_.c.state.in_(IN_FLIGHT)],
+            state="failed",
+            lease_until=None,
+            note=HALTED_NOTE,
         )
 
     # -- halting -------------------------------------------------------------------------
@@ -667,8 +712,10 @@ class TaskStore:
         """Halt the task with ``reason``: True for the one caller that halted it (a task already
         halted keeps its first reason). One conditional UPDATE."""
         return self._transition(
-            task, [task.c.id == task_id, task.c.halt_reason.is_(None)],
-            halt_reason=reason[:500], halted_at=NOW,
+            task,
+            [task.c.id == task_id, task.c.halt_reason.is_(None)],
+            halt_reason=reason[:500],
+            halted_at=NOW,
         )
 
     @_retried("reading a task's halt")
@@ -698,7 +745,9 @@ class TaskStore:
             if slug is not None:
                 reasons = list(NETWORK_REASONS) if is_network(slug) else [slug]
             failed_for_it = sa.select(error_code.c.round_id).where(
-                error_code.c.task_id == row.id, error_code.c.reason.in_(reasons), error_code.c.round_id.is_not(None)
+                error_code.c.task_id == row.id,
+                error_code.c.reason.in_(reasons),
+                error_code.c.round_id.is_not(None),
             )
             # rounds that drained while halted, and rounds marked done before the breaker tripped
             # whose list stage failed for the halt's reason: crawled again from their first page
@@ -709,8 +758,14 @@ class TaskStore:
             reopened = conn.execute(
                 round_.update()
                 .where(round_.c.task_id == row.id, reopen)
-                .values(state="claimed", worker=None, lease_until=now - dt.timedelta(seconds=1),
-                        attempts=0, note=None, updated_at=now)
+                .values(
+                    state="claimed",
+                    worker=None,
+                    lease_until=now - dt.timedelta(seconds=1),
+                    attempts=0,
+                    note=None,
+                    updated_at=now,
+                )
             ).rowcount
             replay = 0
             if reasons:  # the others (a replay's row, a round not re-opened): replayed by recrawl
@@ -722,7 +777,11 @@ class TaskStore:
             if (replay or reopened) and row.phase != "crawl":
                 # what failed is crawled again: the task is not done, whatever phase it halted in
                 conn.execute(task.update().where(task.c.id == row.id).values(phase="crawl"))
-        return self.get(row.id), {"rounds": reopened, "error_code": replay, "reason": row.halt_reason}
+        return self.get(row.id), {
+            "rounds": reopened,
+            "error_code": replay,
+            "reason": row.halt_reason,
+        }
 
     def add_total(self, round_id: int, listed: int) -> None:
         """Add a search's listed total to its round (a split round sums its searches)."""
@@ -760,7 +819,9 @@ class TaskStore:
         caller's: Redis and the error recorder). Reads only what the task's phase needs."""
         current = self.get(task_id)
         facts = PhaseFacts(
-            phase=current.phase, halted=bool(current.halt_reason), open_ended=current.end_date is None
+            phase=current.phase,
+            halted=bool(current.halt_reason),
+            open_ended=current.end_date is None,
         )
         if current.phase != "crawl" or facts.halted:
             return facts
@@ -790,7 +851,9 @@ class TaskStore:
     def start_recrawl(self, task_id: int) -> bool:
         """crawl -> recrawl (never while halted); True for the one caller that moved it."""
         return self._transition(
-            task, [task.c.id == task_id, task.c.phase == "crawl", task.c.halt_reason.is_(None)], phase="recrawl"
+            task,
+            [task.c.id == task_id, task.c.phase == "crawl", task.c.halt_reason.is_(None)],
+            phase="recrawl",
         )
 
     def set_phase(self, task_id: int, phase: str, expect: str | None = None) -> bool:
@@ -872,10 +935,14 @@ class TaskStore:
                 ).all()
             )
             codes = conn.execute(
-                sa.select(sa.func.count()).select_from(error_code).where(error_code.c.task_id == task_id)
+                sa.select(sa.func.count())
+                .select_from(error_code)
+                .where(error_code.c.task_id == task_id)
             ).scalar()
             links = conn.execute(
-                sa.select(sa.func.count()).select_from(error_link).where(error_link.c.task_id == task_id)
+                sa.select(sa.func.count())
+                .select_from(error_link)
+                .where(error_link.c.task_id == task_id)
             ).scalar()
         return {"rounds": by_state, "error_code": codes, "error_link": links}
 

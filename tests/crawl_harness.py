@@ -74,7 +74,9 @@ class CrawlSetup:
             "proxy": self.proxy,
         }
         text = "".join(
-            f"[{name}]\n" + "".join(f"{k} = {v}\n" for k, v in values.items()) for name, values in sections.items() if values
+            f"[{name}]\n" + "".join(f"{k} = {v}\n" for k, v in values.items())
+            for name, values in sections.items()
+            if values
         )
         self.config_path.write_text(text, encoding="utf-8")
         return self.config_path
@@ -86,13 +88,21 @@ class CrawlSetup:
         """Run `cnkispider run` (or the given subcommand) to the end."""
         self.write()
         return subprocess.run(
-            self.command(*(args or ("run",))), cwd=ROOT, capture_output=True, text=True, timeout=timeout
+            self.command(*(args or ("run",))),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
 
     def spawn(self, *args: str) -> subprocess.Popen:
         self.write()
         return subprocess.Popen(
-            self.command(*(args or ("run",))), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            self.command(*(args or ("run",))),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
 
     def log(self) -> str:

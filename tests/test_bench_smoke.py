@@ -18,18 +18,23 @@ pytestmark = pytest.mark.slow
 
 
 def bench(script: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, f"bench/{script}", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, f"bench/{script}", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_compare_schedulers_prints_the_three_variants():
     run = bench("compare_schedulers.py", "--repeat", "1", "--days", "1", "--categories", "A,D,E")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    table = run.stdout[run.stdout.index("variant"):]
+    table = run.stdout[run.stdout.index("variant") :]
     rows = {}
     for label in ("plain Scrapy", "scrapy-redis 0.9.1", "ours (LeasedScheduler)"):
         line = next(line for line in table.splitlines() if line.startswith(label))
-        rows[label] = line[len(label):].split()
+        rows[label] = line[len(label) :].split()
     # pages/s, ratio, commands and round trips per page
     assert rows["plain Scrapy"][1] == "1.00x"
     for label, cells in rows.items():
@@ -42,11 +47,26 @@ def test_compare_schedulers_prints_the_three_variants():
 
 
 def test_dedupe_memory_prints_bytes_per_fingerprint_and_the_false_drop_rate():
-    run = bench("dedupe_memory.py", "--count", "300000", "--insert", "30000", "--probe", "10000",
-                "--set-count", "20000", "--weak-probe", "20000")
+    run = bench(
+        "dedupe_memory.py",
+        "--count",
+        "300000",
+        "--insert",
+        "30000",
+        "--probe",
+        "10000",
+        "--set-count",
+        "20000",
+        "--weak-probe",
+        "20000",
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    per_fp = re.search(r"target: <= 24 bytes per fingerprint at 300,000: ([\d.]+) (PASS|FAIL)", run.stdout)
-    assert per_fp and 4 < float(per_fp.group(1)) <= 24 and per_fp.group(2) == "PASS", run.stdout[-2000:]
+    per_fp = re.search(
+        r"target: <= 24 bytes per fingerprint at 300,000: ([\d.]+) (PASS|FAIL)", run.stdout
+    )
+    assert per_fp and 4 < float(per_fp.group(1)) <= 24 and per_fp.group(2) == "PASS", run.stdout[
+        -2000:
+    ]
     inserted = next(line for line in run.stdout.splitlines() if line.startswith("ours, inserted"))
     assert "0 of 30,000 inserted; 0 of 10,000 probes" in inserted  # no false drop at this size
     their = re.search(r"scrapy-redis SET at 20,000: ([\d.]+) bytes per fingerprint", run.stdout)
@@ -63,9 +83,7 @@ def test_scaling_prints_both_runs_and_each_stored_the_truth():
 def test_soak_samples_rss_pages_and_sessions_and_prints_the_growth():
     run = bench("soak.py", "--minutes", "0.25", "--warmup-pages", "50", "--interval", "1")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    values = dict(
-        line.rsplit(None, 1) for line in run.stdout.splitlines()[1:] if line.strip()
-    )
+    values = dict(line.rsplit(None, 1) for line in run.stdout.splitlines()[1:] if line.strip())
     values = {k.strip(): v for k, v in values.items()}
     assert int(values["pages"].replace(",", "")) > 200, run.stdout
     assert int(values["sessions created after warm-up"].replace(",", "")) > 0, run.stdout

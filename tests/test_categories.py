@@ -19,7 +19,9 @@ def write(tmp_path, name: str, text: str, encoding: str = "utf-8"):
 
 
 def test_a_yaml_tree_nests_by_dash_and_indent(tmp_path):
-    path = write(tmp_path, "navi.yml", "A:\n- A001:\n  - A001_1\n  - A001_2:\n    - A001_21\n- A002\nB:\n")
+    path = write(
+        tmp_path, "navi.yml", "A:\n- A001:\n  - A001_1\n  - A001_2:\n    - A001_21\n- A002\nB:\n"
+    )
     tree = load_tree(str(path), "paper")
     assert tree.roots == ["A", "B"]
     assert tree.children("A") == ["A001", "A002"]

@@ -26,8 +26,23 @@ def cli(ini, *args):
 
 def test_task_commands_steer_the_task_table(ini, capsys):
     assert cli(ini, "init-db") == 0
-    assert cli(ini, "task", "add", "q1", "--type", "paper", "--start", "2024-01-01", "--end", "2024-01-31",
-               "--categories", "TP3,F0") == 0
+    assert (
+        cli(
+            ini,
+            "task",
+            "add",
+            "q1",
+            "--type",
+            "paper",
+            "--start",
+            "2024-01-01",
+            "--end",
+            "2024-01-31",
+            "--categories",
+            "TP3,F0",
+        )
+        == 0
+    )
     assert "created task 1 'q1': paper 2024-01-01..2024-01-31" in capsys.readouterr().out
     assert cli(ini, "task", "add", "q1", "--type", "paper", "--start", "2024-01-01") == 0
     assert "exists: task 1" in capsys.readouterr().out
@@ -54,7 +69,10 @@ def test_task_list_flags_a_bad_row_instead_of_hiding_it(ini, capsys):
         conn.execute(task.update().values(cur_date="2024-02-31"))
     capsys.readouterr()
     assert cli(ini, "task", "list") == 0
-    assert "BAD ROW, skipped by workers: cur_date '2024-02-31' is not a date" in capsys.readouterr().out
+    assert (
+        "BAD ROW, skipped by workers: cur_date '2024-02-31' is not a date"
+        in capsys.readouterr().out
+    )
 
 
 def test_unknown_task_is_a_clear_error(ini, capsys):
@@ -65,16 +83,32 @@ def test_unknown_task_is_a_clear_error(ini, capsys):
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("[database]\nurll = sqlite:///x.db\n", "[database] urll: unknown key; expected one of url"),
-        ("[database]\nurl = mysql+pymysql://u:topsecret@127.0.0.1:1/cnki\n", "u:***@127.0.0.1:1/cnki"),
-        ("[redis]\nurl = redis://:pw@127.0.0.1:1/0\n[database]\nurl = sqlite:///x.db\n", "127.0.0.1:1"),
+        (
+            "[database]\nurll = sqlite:///x.db\n",
+            "[database] urll: unknown key; expected one of url",
+        ),
+        (
+            "[database]\nurl = mysql+pymysql://u:topsecret@127.0.0.1:1/cnki\n",
+            "u:***@127.0.0.1:1/cnki",
+        ),
+        (
+            "[redis]\nurl = redis://:pw@127.0.0.1:1/0\n[database]\nurl = sqlite:///x.db\n",
+            "127.0.0.1:1",
+        ),
     ],
 )
-def test_bad_config_or_unreachable_service_exits_2_with_one_line_and_no_traceback(tmp_path, text, expected):
+def test_bad_config_or_unreachable_service_exits_2_with_one_line_and_no_traceback(
+    tmp_path, text, expected
+):
     path = tmp_path / "config.ini"
     path.write_text(text, encoding="utf-8")
-    result = subprocess.run([sys.executable, "-m", "cnkispider.cli", "--config", str(path), "run"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "cnkispider.cli", "--config", str(path), "run"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 2, output
     assert expected in output and "Traceback" not in output
@@ -86,16 +120,38 @@ def test_task_show_names_a_halt_and_resume_clears_it_keeping_the_end_date(ini, c
     from cnkispider.db import open_database
     from tasks.flow import TaskStore
 
-    assert cli(ini, "task", "add", "h1", "--type", "patent", "--start", "2024-01-01", "--end", "2024-01-31",
-               "--categories", "G06") == 0
+    assert (
+        cli(
+            ini,
+            "task",
+            "add",
+            "h1",
+            "--type",
+            "patent",
+            "--start",
+            "2024-01-01",
+            "--end",
+            "2024-01-31",
+            "--categories",
+            "G06",
+        )
+        == 0
+    )
     store = TaskStore(open_database(load_config(ini).database_url))
     store.halt(store.get("h1").id, "http-500: the last 10 list pages all failed with http-500")
     capsys.readouterr()
     assert cli(ini, "task", "show", "h1") == 0
-    assert ", halted: http-500: the last 10 list pages all failed with http-500" in capsys.readouterr().out
+    assert (
+        ", halted: http-500: the last 10 list pages all failed with http-500"
+        in capsys.readouterr().out
+    )
     assert cli(ini, "task", "resume", "h1") == 0
     out = capsys.readouterr().out
-    assert "2024-01-01..2024-01-31" in out and "halt cleared: http-500" in out and ", halted:" not in out
+    assert (
+        "2024-01-01..2024-01-31" in out
+        and "halt cleared: http-500" in out
+        and ", halted:" not in out
+    )
     assert store.get("h1").halt_reason is None
 
 
@@ -120,8 +176,24 @@ def _one_error_line(err: str) -> str:
         ("H04" + "1" * 70, "is longer than 64 characters"),
     ],
 )
-def test_task_add_checks_categories_and_leaves_no_row_on_an_error(ini, capsys, categories, expected):
-    assert cli(ini, "task", "add", "t", "--type", "patent", "--start", "2024-01-01", "--categories", categories) == 2
+def test_task_add_checks_categories_and_leaves_no_row_on_an_error(
+    ini, capsys, categories, expected
+):
+    assert (
+        cli(
+            ini,
+            "task",
+            "add",
+            "t",
+            "--type",
+            "patent",
+            "--start",
+            "2024-01-01",
+            "--categories",
+            categories,
+        )
+        == 2
+    )
     assert expected in _one_error_line(capsys.readouterr().err)
     assert cli(ini, "task", "list") == 0
     assert capsys.readouterr().out == "no tasks\n"
@@ -130,7 +202,10 @@ def test_task_add_checks_categories_and_leaves_no_row_on_an_error(ini, capsys, c
 def test_task_add_with_end_before_start_inserts_nothing_and_the_fix_then_works(ini, capsys):
     args = ("task", "add", "q", "--type", "patent", "--categories", "H04")
     assert cli(ini, *args, "--start", "2024-02-01", "--end", "2024-01-01") == 2
-    assert _one_error_line(capsys.readouterr().err) == "error: end date 2024-01-01 is before start date 2024-02-01"
+    assert (
+        _one_error_line(capsys.readouterr().err)
+        == "error: end date 2024-01-01 is before start date 2024-02-01"
+    )
     assert cli(ini, *args, "--start", "2024-01-01", "--end", "2024-02-01") == 0
     assert "created task 1 'q': patent 2024-01-01..2024-02-01" in capsys.readouterr().out
 
@@ -138,18 +213,45 @@ def test_task_add_with_end_before_start_inserts_nothing_and_the_fix_then_works(i
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (("task", "add", "d", "--type", "patent", "--start", "yesterday"),
-         "error: start date 'yesterday' is not a date; expected YYYY-MM-DD, e.g. 2024-01-31"),
-        (("task", "add", "d", "--type", "patent", "--start", "2024-02-30"),
-         "error: start date '2024-02-30' is not a real day (month or day out of range); expected YYYY-MM-DD, e.g. 2024-01-31"),
+        (
+            ("task", "add", "d", "--type", "patent", "--start", "yesterday"),
+            "error: start date 'yesterday' is not a date; expected YYYY-MM-DD, e.g. 2024-01-31",
+        ),
+        (
+            ("task", "add", "d", "--type", "patent", "--start", "2024-02-30"),
+            "error: start date '2024-02-30' is not a real day (month or day out of range); expected YYYY-MM-DD, e.g. 2024-01-31",
+        ),
         (("task", "extend", "d0", "2024-02-30"), "error: end date '2024-02-30' is not a real day"),
-        (("task", "resume", "d0", "--end", "tomorrow"), "error: end date 'tomorrow' is not a date; expected YYYY-MM-DD"),
-        (("task", "move", "d0", "2024/01/05"), "error: date '2024/01/05' is not a date; expected YYYY-MM-DD"),
-        (("export", "--since", "yesterday"), "error: --since 'yesterday' is not a date; expected YYYY-MM-DD"),
+        (
+            ("task", "resume", "d0", "--end", "tomorrow"),
+            "error: end date 'tomorrow' is not a date; expected YYYY-MM-DD",
+        ),
+        (
+            ("task", "move", "d0", "2024/01/05"),
+            "error: date '2024/01/05' is not a date; expected YYYY-MM-DD",
+        ),
+        (
+            ("export", "--since", "yesterday"),
+            "error: --since 'yesterday' is not a date; expected YYYY-MM-DD",
+        ),
     ],
 )
 def test_every_date_gets_the_same_one_line_message(ini, capsys, args, expected):
-    assert cli(ini, "task", "add", "d0", "--type", "patent", "--start", "2024-01-01", "--categories", "H04") == 0
+    assert (
+        cli(
+            ini,
+            "task",
+            "add",
+            "d0",
+            "--type",
+            "patent",
+            "--start",
+            "2024-01-01",
+            "--categories",
+            "H04",
+        )
+        == 0
+    )
     capsys.readouterr()
     assert cli(ini, *args) == 2
     assert _one_error_line(capsys.readouterr().err).startswith(expected)
@@ -160,7 +262,21 @@ def test_task_set_changes_categories_and_the_type_only_while_nothing_is_crawled(
     from cnkispider.db import open_database
     from cnkispider.schema import round_
 
-    assert cli(ini, "task", "add", "s", "--type", "patent", "--start", "2024-01-01", "--categories", "H04") == 0
+    assert (
+        cli(
+            ini,
+            "task",
+            "add",
+            "s",
+            "--type",
+            "patent",
+            "--start",
+            "2024-01-01",
+            "--categories",
+            "H04",
+        )
+        == 0
+    )
     assert cli(ini, "task", "set", "s", "--categories", "h04,G06") == 2
     assert "'h04' should be 'H04'" in _one_error_line(capsys.readouterr().err)
     assert cli(ini, "task", "set", "s", "--categories", "H04,G06") == 0
@@ -170,14 +286,18 @@ def test_task_set_changes_categories_and_the_type_only_while_nothing_is_crawled(
     assert "changed: task 1 's': paper" in capsys.readouterr().out
     engine = open_database(load_config(ini).database_url)
     with engine.begin() as conn:
-        conn.execute(round_.insert().values(task_id=1, day="2024-01-01", category="TP3", state="done"))
+        conn.execute(
+            round_.insert().values(task_id=1, day="2024-01-01", category="TP3", state="done")
+        )
     assert cli(ini, "task", "set", "s", "--type", "patent") == 2
     line = _one_error_line(capsys.readouterr().err)
     assert "the type stays paper because 1 rounds are already crawled as paper" in line
     engine.dispose()
 
 
-def test_a_config_ini_that_differs_from_the_task_row_is_warned_with_the_command(tmp_path, db_url, capsys):
+def test_a_config_ini_that_differs_from_the_task_row_is_warned_with_the_command(
+    tmp_path, db_url, capsys
+):
     from cnkispider.cli import preflight
     from cnkispider.config import load_config
 
@@ -185,13 +305,33 @@ def test_a_config_ini_that_differs_from_the_task_row_is_warned_with_the_command(
     task = "[task]\nname = w\ntype = patent\nstart_date = 2024-01-01\nend_date = 2024-01-05\ncategories = {}\n"
     redis = "[redis]\nurl = redis://127.0.0.1:6379/0\n"
     path.write_text(f"[database]\nurl = {db_url}\n{redis}" + task.format("H04"), encoding="utf-8")
-    assert main(["--config", str(path), "task", "add", "w", "--type", "patent", "--start", "2024-01-01",
-                 "--end", "2024-01-05", "--categories", "H04"]) == 0
+    assert (
+        main(
+            [
+                "--config",
+                str(path),
+                "task",
+                "add",
+                "w",
+                "--type",
+                "patent",
+                "--start",
+                "2024-01-01",
+                "--end",
+                "2024-01-05",
+                "--categories",
+                "H04",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     preflight(load_config(path))
     assert capsys.readouterr().err == ""  # the same: nothing said
-    path.write_text(f"[database]\nurl = {db_url}\n{redis}" + task.format("H04,G06").replace("01-05", "01-09"),
-                    encoding="utf-8")
+    path.write_text(
+        f"[database]\nurl = {db_url}\n{redis}" + task.format("H04,G06").replace("01-05", "01-09"),
+        encoding="utf-8",
+    )
     preflight(load_config(path))
     lines = capsys.readouterr().err.splitlines()
     assert lines == [
@@ -204,14 +344,24 @@ def test_a_config_ini_that_differs_from_the_task_row_is_warned_with_the_command(
 
 def test_run_refuses_a_typod_category_in_config_ini_with_one_line(tmp_path, db_url):
     path = tmp_path / "config.ini"
-    path.write_text(f"[database]\nurl = {db_url}\n[redis]\nurl = redis://127.0.0.1:6379/0\n"
-                    "[task]\nname = typo\nstart_date = 2024-01-01\nend_date = 2024-01-01\ncategories = H04;G06\n",
-                    encoding="utf-8")
-    result = subprocess.run([sys.executable, "-m", "cnkispider.cli", "run", "--config", str(path)],
-                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    path.write_text(
+        f"[database]\nurl = {db_url}\n[redis]\nurl = redis://127.0.0.1:6379/0\n"
+        "[task]\nname = typo\nstart_date = 2024-01-01\nend_date = 2024-01-01\ncategories = H04;G06\n",
+        encoding="utf-8",
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "cnkispider.cli", "run", "--config", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert result.stdout == ""
-    assert _one_error_line(result.stderr) == "error: categories 'H04;G06': separate codes with commas, e.g. 'H04,G06'"
+    assert (
+        _one_error_line(result.stderr)
+        == "error: categories 'H04;G06': separate codes with commas, e.g. 'H04,G06'"
+    )
 
 
 # -- issue 14: Scrapy parity ------------------------------------------------------------------
@@ -223,38 +373,68 @@ SCRAPY = str(Path(sys.executable).with_name("scrapy"))
 @pytest.mark.parametrize(
     ("ini_text", "args", "expected"),
     [
-        ("[database]\nurl = mysql+pymysql://root:wrongpw@127.0.0.1:3306/x\n", (),
-         "error: cannot use the database mysql+pymysql://root:***@127.0.0.1:3306/x"),
-        ("[database]\nurl = sqlite:///x.db\n[redis]\nurl = redis://127.0.0.1:1/0\n", (),
-         "error: Redis at redis://127.0.0.1:1/0 is not reachable"),
-        ("[database]\nurl = sqlite:///x.db\n[redis]\nurl = redis://127.0.0.1:6379/0\n", ("-a", "task=nosuch"),
-         "error: no task 'nosuch'"),
-        ("[database]\nurl = sqlite:///x.db\n[redis]\nurl = redis://127.0.0.1:6379/0\n[task]\ncategories = h04\n", (),
-         "error: categories for patent (IPC tree): 'h04' should be 'H04'"),
+        (
+            "[database]\nurl = mysql+pymysql://root:wrongpw@127.0.0.1:3306/x\n",
+            (),
+            "error: cannot use the database mysql+pymysql://root:***@127.0.0.1:3306/x",
+        ),
+        (
+            "[database]\nurl = sqlite:///x.db\n[redis]\nurl = redis://127.0.0.1:1/0\n",
+            (),
+            "error: Redis at redis://127.0.0.1:1/0 is not reachable",
+        ),
+        (
+            "[database]\nurl = sqlite:///x.db\n[redis]\nurl = redis://127.0.0.1:6379/0\n",
+            ("-a", "task=nosuch"),
+            "error: no task 'nosuch'",
+        ),
+        (
+            "[database]\nurl = sqlite:///x.db\n[redis]\nurl = redis://127.0.0.1:6379/0\n[task]\ncategories = h04\n",
+            (),
+            "error: categories for patent (IPC tree): 'h04' should be 'H04'",
+        ),
     ],
 )
-def test_scrapy_crawl_gives_the_same_one_line_and_exit_code_as_run(tmp_path, ini_text, args, expected):
+def test_scrapy_crawl_gives_the_same_one_line_and_exit_code_as_run(
+    tmp_path, ini_text, args, expected
+):
     path = tmp_path / "config.ini"
     path.write_text(ini_text, encoding="utf-8")
     env = {**os.environ, "CNKI_CONFIG": str(path)}
-    scrapy = subprocess.run([SCRAPY, "crawl", "patent", *args], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=120)
+    scrapy = subprocess.run(
+        [SCRAPY, "crawl", "patent", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert scrapy.returncode == 2, scrapy.stderr[-2000:]
     assert _one_error_line(scrapy.stderr).startswith(expected) and scrapy.stdout == ""
     if not args:  # the same through `cnkispider run`
-        run = subprocess.run([sys.executable, "-m", "cnkispider.cli", "run", "--config", str(path)],
-                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+        run = subprocess.run(
+            [sys.executable, "-m", "cnkispider.cli", "run", "--config", str(path)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert run.returncode == 2 and _one_error_line(run.stderr) == _one_error_line(scrapy.stderr)
 
 
 def test_run_takes_scrapy_settings_and_feeds(capsys):
     from cnkispider.cli import build_parser, run_overrides
 
-    args = build_parser().parse_args(["run", "-s", "DOWNLOAD_DELAY=2", "-o", "x.jsonl", "-o", "y.csv", "--verbose"])
+    args = build_parser().parse_args(
+        ["run", "-s", "DOWNLOAD_DELAY=2", "-o", "x.jsonl", "-o", "y.csv", "--verbose"]
+    )
     assert run_overrides(args) == {
         "CNKI_VERBOSE": True,
         "DOWNLOAD_DELAY": "2",
-        "FEEDS": {"x.jsonl": {"format": "jsonlines", "encoding": "utf-8"}, "y.csv": {"format": "csv", "encoding": "utf-8"}},
+        "FEEDS": {
+            "x.jsonl": {"format": "jsonlines", "encoding": "utf-8"},
+            "y.csv": {"format": "csv", "encoding": "utf-8"},
+        },
     }
     assert main(["run", "-s", "NOEQUALS"]) == 2
     assert "-s 'NOEQUALS': expected KEY=VALUE" in _one_error_line(capsys.readouterr().err)
@@ -292,7 +472,9 @@ def test_config_names_the_file_even_beside_a_broken_config_ini(tmp_path, cnki_si
     from tests.crawl_harness import CrawlSetup, compare
 
     site = cnki_site(seed=3, scale=0.2)
-    setup = CrawlSetup(tmp_path / "good", site, sqlite_url, "patent", "2024-01-01", "2024-01-01", "G06")
+    setup = CrawlSetup(
+        tmp_path / "good", site, sqlite_url, "patent", "2024-01-01", "2024-01-01", "G06"
+    )
     setup.tmp_path.mkdir()
     setup.write()
     elsewhere = tmp_path / "elsewhere"
@@ -314,4 +496,8 @@ def test_config_names_the_file_even_beside_a_broken_config_ini(tmp_path, cnki_si
     assert result.returncode == 0, result.stderr[-2000:]
     assert "concurrent_requestz" not in result.stderr
     truth = setup.truth()
-    assert truth and compare(setup.stored(), truth, "patent") == {"missing": [], "extra": [], "differing": {}}
+    assert truth and compare(setup.stored(), truth, "patent") == {
+        "missing": [],
+        "extra": [],
+        "differing": {},
+    }

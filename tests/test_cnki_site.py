@@ -1288,7 +1288,9 @@ def _imported_packages(folder) -> dict[str, set[str]]:
 def test_the_stand_in_imports_nothing_of_the_crawler():
     """It judges the crawler, so it must not share its code (and the demo needs no tests/)."""
     crawler = {"cnkispider", "tasks", "errors", "proxy", "tests"}
-    assert {f: n & crawler for f, n in _imported_packages(REPO / "standin").items() if n & crawler} == {}
+    assert {
+        f: n & crawler for f, n in _imported_packages(REPO / "standin").items() if n & crawler
+    } == {}
 
 
 @pytest.mark.parametrize("package", ["cnkispider", "tasks", "errors", "proxy", "standin"])

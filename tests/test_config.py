@@ -279,7 +279,9 @@ def test_the_add_on_installs_every_default_below_the_project_settings(tmp_path):
     config = load_config(write(tmp_path, "[cnki]\nturn_limit = 7\n"), environ={})
     settings = get_crawler(settings_dict=crawler_settings(config)).settings
     names = [name for name in vars(default_settings) if name.isupper()]
-    unmapped = [name for name in names if settings.getpriority(name) == SETTINGS_PRIORITIES["addon"]]
+    unmapped = [
+        name for name in names if settings.getpriority(name) == SETTINGS_PRIORITIES["addon"]
+    ]
     assert settings.getint("SESSION_TURN_LIMIT") == 7
     assert settings.getint("RETRY_BACKOFF_MAX") == default_settings.RETRY_BACKOFF_MAX
     assert {name: settings[name] for name in unmapped} == {
@@ -300,5 +302,8 @@ def test_each_default_is_written_once():
         for path in (root / package).rglob("*.py"):
             text = path.read_text(encoding="utf-8")
             found += [f"{path.relative_to(root)}: {m.group(0)}" for m in fallback.finditer(text)]
-            found += [f"{path.relative_to(root)}: DEFAULTS" for _ in re.finditer(r"^DEFAULTS\b", text, re.M)]
+            found += [
+                f"{path.relative_to(root)}: DEFAULTS"
+                for _ in re.finditer(r"^DEFAULTS\b", text, re.M)
+            ]
     assert found == []

@@ -54,10 +54,14 @@ def setup_crawl(tmp_path, cnki_site, request):
 
 
 @pytest.mark.parametrize(("doc_type", "categories", "db"), CASES)
-def test_crawl_equals_ground_truth_and_a_second_crawl_adds_no_row(setup_crawl, doc_type, categories, db):
+def test_crawl_equals_ground_truth_and_a_second_crawl_adds_no_row(
+    setup_crawl, doc_type, categories, db
+):
     setup = setup_crawl(doc_type, categories, db, cnki=SMALL_CAP)
     result = setup.run()
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:] + setup.log()[-3000:]
+    assert result.returncode == 0, (
+        result.stdout[-3000:] + result.stderr[-3000:] + setup.log()[-3000:]
+    )
     truth = setup.truth()
     assert len(truth) > 100
     diff = compare(setup.stored(), truth, doc_type)
@@ -93,7 +97,14 @@ def test_a_session_cut_off_after_15_page_turns_still_yields_every_document(setup
     site = {"seed": 5, "turn_limit": 15}
     # 10 rows a page (CNKI's smallest): the search has about 19 pages; the crawler does not renew
     # its sessions in time (turn_limit 50), so the site cuts them off and the crawler must recover.
-    setup = setup_crawl("paper", "TP3", "sqlite", end="2024-01-01", site=site, cnki={"page_size": 10, "turn_limit": 50})
+    setup = setup_crawl(
+        "paper",
+        "TP3",
+        "sqlite",
+        end="2024-01-01",
+        site=site,
+        cnki={"page_size": 10, "turn_limit": 50},
+    )
     result = setup.run()
     assert result.returncode == 0, result.stderr[-3000:]
     truth = setup.truth()
@@ -105,10 +116,21 @@ def test_a_session_cut_off_after_15_page_turns_still_yields_every_document(setup
 
 def test_sessions_are_renewed_before_cnki_cuts_them_off(setup_crawl):
     site = {"seed": 5, "turn_limit": 15}
-    setup = setup_crawl("paper", "TP3", "sqlite", end="2024-01-01", site=site, cnki={"page_size": 10, "turn_limit": 14})
+    setup = setup_crawl(
+        "paper",
+        "TP3",
+        "sqlite",
+        end="2024-01-01",
+        site=site,
+        cnki={"page_size": 10, "turn_limit": 14},
+    )
     result = setup.run()
     assert result.returncode == 0, result.stderr[-3000:]
-    assert compare(setup.stored(), setup.truth(), "paper") == {"missing": [], "extra": [], "differing": {}}
+    assert compare(setup.stored(), setup.truth(), "paper") == {
+        "missing": [],
+        "extra": [],
+        "differing": {},
+    }
     stats = setup.site.stats()
     assert stats["turn_refusals"] == 0 and stats["sessions_created"] >= 3
 
@@ -123,21 +145,45 @@ def test_scrapy_crawl_reads_config_ini_and_writes_the_feed_and_the_html_archive(
 
     from tests.crawl_harness import ROOT
 
-    setup = setup_crawl("paper", "F0", "sqlite", end="2024-01-01", site={"seed": 5},
-                        crawl={"feed": "items.jsonl", "archive_html": "true"})
+    setup = setup_crawl(
+        "paper",
+        "F0",
+        "sqlite",
+        end="2024-01-01",
+        site={"seed": 5},
+        crawl={"feed": "items.jsonl", "archive_html": "true"},
+    )
     setup.write()
     env = {**os.environ, "CNKI_CONFIG": str(setup.config_path)}
-    result = subprocess.run([sys.executable, "-m", "scrapy", "crawl", "paper"], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "scrapy", "crawl", "paper"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:] + setup.log()[-3000:]
     truth = setup.truth()
-    assert truth and compare(setup.stored(), truth, "paper") == {"missing": [], "extra": [], "differing": {}}
+    assert truth and compare(setup.stored(), truth, "paper") == {
+        "missing": [],
+        "extra": [],
+        "differing": {},
+    }
     lines = (setup.tmp_path / "items.jsonl").read_text(encoding="utf-8").splitlines()
-    assert sorted(json.loads(line)["filename"] for line in lines) == sorted(d["filename"] for d in truth)
+    assert sorted(json.loads(line)["filename"] for line in lines) == sorted(
+        d["filename"] for d in truth
+    )
     archived = sorted((setup.tmp_path / "data" / "archive").rglob("*.html.gz"))
     assert len(archived) == len(truth)
     assert truth[0]["title"] in gzip.decompress(
-        (setup.tmp_path / "data" / "archive" / truth[0]["dbname"] / f"{truth[0]['filename']}.html.gz").read_bytes()
+        (
+            setup.tmp_path
+            / "data"
+            / "archive"
+            / truth[0]["dbname"]
+            / f"{truth[0]['filename']}.html.gz"
+        ).read_bytes()
     ).decode("utf-8")
 
 
@@ -191,7 +237,9 @@ def test_an_open_ended_task_crawls_to_today_then_says_it_is_up_to_date(setup_cra
 
     today = (dt.datetime.now(dt.UTC) + BEIJING).date()
     start = (today - dt.timedelta(days=2)).isoformat()
-    setup = setup_crawl("patent", "G06", "sqlite", start=start, end="", site={"seed": 5, "scale": 0.1})
+    setup = setup_crawl(
+        "patent", "G06", "sqlite", start=start, end="", site={"seed": 5, "scale": 0.1}
+    )
     result = setup.run()
     assert result.returncode == 0, result.stderr[-3000:] + setup.log()[-3000:]
     assert "up to date" in setup.log()

@@ -245,7 +245,9 @@ def _pipeline(engine):
     tasks = TaskStore(engine)
     task, _ = tasks.register("t", "patent", "2024-01-01", "2024-01-31", "G06")
     recorder = ErrorRecorder(engine)
-    crawler.get_extension(RoundFeeder).context = CrawlContext(task=task, tasks=tasks, error_recorder=recorder)
+    crawler.get_extension(RoundFeeder).context = CrawlContext(
+        task=task, tasks=tasks, error_recorder=recorder
+    )
     pipeline = DocumentPipeline("unused")
     pipeline.engine, pipeline.errors, pipeline.crawler = engine, recorder, crawler
     return pipeline

@@ -212,7 +212,13 @@ def test_every_component_scrapy_loads_by_dotted_name_is_a_hidden_import_of_the_s
     )
     settings = crawler_settings(load_config(ini))
     dotted = [settings[k] for k in ("SCHEDULER", "DUPEFILTER_CLASS", "REQUEST_FINGERPRINTER_CLASS")]
-    for key in ("ADDONS", "DOWNLOADER_MIDDLEWARES", "SPIDER_MIDDLEWARES", "ITEM_PIPELINES", "EXTENSIONS"):
+    for key in (
+        "ADDONS",
+        "DOWNLOADER_MIDDLEWARES",
+        "SPIDER_MIDDLEWARES",
+        "ITEM_PIPELINES",
+        "EXTENSIONS",
+    ):
         dotted += [path for path, order in settings[key].items() if order is not None]
     ours = {path.rsplit(".", 1)[0] for path in dotted if not path.startswith("scrapy.")}
     spiders = {

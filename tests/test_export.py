@@ -182,7 +182,10 @@ def test_a_bad_since_is_one_line_and_exit_2(config, capsys):
     assert main(["--config", str(path), "export", "--since", "2024-13-01"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1  # the one date message of every command
-    assert "--since '2024-13-01' is not a real day (month or day out of range); expected YYYY-MM-DD" in err
+    assert (
+        "--since '2024-13-01' is not a real day (month or day out of range); expected YYYY-MM-DD"
+        in err
+    )
 
 
 def test_export_streams_one_batch_at_a_time(config):
@@ -226,7 +229,10 @@ class _CountingSink(io.RawIOBase):
 def test_jsonl_writes_counts_as_numbers_and_text_as_text(config, tmp_path):
     """issue 14 (5): `"pages": 14`, not "14"; an empty count is null; other fields stay text."""
     path, engine = config
-    store(engine, [document(1, pages="14"), document(2, pages=""), document(3, pages="007", main_ipc="123")])
+    store(
+        engine,
+        [document(1, pages="14"), document(2, pages=""), document(3, pages="007", main_ipc="123")],
+    )
     out = tmp_path / "typed.jsonl"
     export(path, "--format", "jsonl", "--out", str(out))
     records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]

@@ -238,7 +238,9 @@ def test_run_starts_a_killed_worker_again_and_the_crawl_ends_equal_to_the_truth(
             parent.kill()
         setup.cleanup_redis()
     assert parent.returncode == 0, output[-3000:] + setup.log()[-3000:]
-    assert f"worker {workers[0]} died (killed by SIGKILL); starting it again in 2 s" in output, output
+    assert f"worker {workers[0]} died (killed by SIGKILL); starting it again in 2 s" in output, (
+        output
+    )
     assert "worker started again: pid" in output, output
     assert compare(setup.stored(), setup.truth(), "patent") == {
         "missing": [],

@@ -19,7 +19,13 @@ SITE = {"seed": 5, "scale": 0.05}
 @pytest.fixture
 def user(tmp_path, cnki_site, sqlite_url):
     setup = CrawlSetup(
-        tmp_path, cnki_site(**SITE), sqlite_url, "patent", "2024-01-01", "2024-01-01", "H04;G06",
+        tmp_path,
+        cnki_site(**SITE),
+        sqlite_url,
+        "patent",
+        "2024-01-01",
+        "2024-01-01",
+        "H04;G06",
         crawl={"log_file": ""},  # the console as a new user sees it
     )
     yield setup
@@ -27,7 +33,9 @@ def user(tmp_path, cnki_site, sqlite_url):
 
 
 def run(setup: CrawlSetup, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    result = subprocess.run(setup.command(*args), cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run(
+        setup.command(*args), cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
     output = result.stdout + result.stderr
     assert "Traceback" not in output, output[-3000:]
     for line in result.stderr.splitlines():  # every message (error or warning) is one line
@@ -41,7 +49,9 @@ def test_the_first_hour_of_a_new_user(user, tmp_path):
     # a typo'd category: refused before anything is saved, in one line that says the fix
     typo = run(user, "run")
     assert typo.returncode == 2
-    assert typo.stderr.splitlines() == ["error: categories 'H04;G06': separate codes with commas, e.g. 'H04,G06'"]
+    assert typo.stderr.splitlines() == [
+        "error: categories 'H04;G06': separate codes with commas, e.g. 'H04,G06'"
+    ]
     none = run(user, "task", "list")
     assert none.stdout == "no tasks\n"
 
@@ -61,12 +71,24 @@ def test_the_first_hour_of_a_new_user(user, tmp_path):
     assert documents > 0
 
     status = run(user, "status")
-    assert status.returncode == 0 and f"task 1 '{user.task}'" in status.stdout and "[finished]" in status.stdout
+    assert (
+        status.returncode == 0
+        and f"task 1 '{user.task}'" in status.stdout
+        and "[finished]" in status.stdout
+    )
 
     stop = run(user, "task", "stop", user.task)
-    assert stop.returncode == 0 and len(stop.stdout.splitlines()) == 1 and stop.stdout.startswith("stopped: ")
+    assert (
+        stop.returncode == 0
+        and len(stop.stdout.splitlines()) == 1
+        and stop.stdout.startswith("stopped: ")
+    )
     bad = run(user, "task", "extend", user.task, "2024-02-30")
-    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1 and "is not a real day" in bad.stderr
+    assert (
+        bad.returncode == 2
+        and len(bad.stderr.splitlines()) == 1
+        and "is not a real day" in bad.stderr
+    )
     extend = run(user, "task", "extend", user.task, "2024-01-02")
     assert extend.returncode == 0 and "2024-01-01..2024-01-02" in extend.stdout
     # config.ini still says 2024-01-01: the crawl says so, with the command, and goes on

@@ -74,7 +74,10 @@ def test_two_processes_claim_1000_rounds_each_exactly_once(db_url):
     t, _ = store.register("race", "paper", "2024-01-01", "2024-04-09", codes)  # 100 days x 10
     ctx = multiprocessing.get_context("spawn")
     out, ready, go = ctx.Queue(), ctx.Semaphore(0), ctx.Event()
-    procs = [ctx.Process(target=_claim_all, args=(db_url, t.id, f"w:{i}:x", out, ready, go)) for i in (1, 2)]
+    procs = [
+        ctx.Process(target=_claim_all, args=(db_url, t.id, f"w:{i}:x", out, ready, go))
+        for i in (1, 2)
+    ]
     for proc in procs:
         proc.start()
     for _ in procs:
@@ -157,7 +160,9 @@ def test_a_taken_over_round_counts_its_listed_total_once(db_url):
     assert again.id == first.id
     store.add_total(again.id, 120)  # the replay's search lists the same 120
     with store.engine.connect() as conn:
-        row = conn.execute(sa.select(round_.c.total, round_.c.stored).where(round_.c.id == first.id)).one()
+        row = conn.execute(
+            sa.select(round_.c.total, round_.c.stored).where(round_.c.id == first.id)
+        ).one()
     assert row.total == 120
 
 
@@ -202,7 +207,12 @@ def test_steering_while_a_claim_loop_runs(db_url):
     loop = ClaimLoop(store, t.id)
     try:
         loop.settle()
-        assert loop.got == [("2024-01-01", "A"), ("2024-01-01", "B"), ("2024-01-02", "A"), ("2024-01-02", "B")]
+        assert loop.got == [
+            ("2024-01-01", "A"),
+            ("2024-01-01", "B"),
+            ("2024-01-02", "A"),
+            ("2024-01-02", "B"),
+        ]
 
         # extend: a later end_date goes on from the cursor
         operator_sets(db_url, t.id, end_date="2024-01-03")
@@ -222,7 +232,13 @@ def test_steering_while_a_claim_loop_runs(db_url):
 
         # empty end_date: up to today, moving with the calendar
         today = (dt.datetime.now(dt.UTC).replace(tzinfo=None) + BEIJING).date()
-        operator_sets(db_url, t.id, cur_date=(today - dt.timedelta(days=1)).isoformat(), cur_code="B", end_date=None)
+        operator_sets(
+            db_url,
+            t.id,
+            cur_date=(today - dt.timedelta(days=1)).isoformat(),
+            cur_code="B",
+            end_date=None,
+        )
         loop.settle()
         assert loop.got[count:] == [(today.isoformat(), "A"), (today.isoformat(), "B")]
     finally:
@@ -286,7 +302,9 @@ def _edit(path, text):
     os.utime(path, ns=(before + 2_000_000_000, before + 2_000_000_000))
 
 
-def test_a_categories_file_edited_while_workers_run_is_read_again_and_no_round_is_missed(db_url, tmp_path):
+def test_a_categories_file_edited_while_workers_run_is_read_again_and_no_round_is_missed(
+    db_url, tmp_path
+):
     """issue 13: each worker cached the file for ever: rounds of added categories were never
     crawled, yet the task finished (6 of 8 rounds). Now the file is read again when it changes;
     roots added after the cursor are walked, roots added before it get their missing rounds,
@@ -330,7 +348,9 @@ def test_the_crawl_phase_does_not_finish_while_a_round_is_missing(db_url, tmp_pa
 def store_rounds(url, task_id):
     engine = open_database(url)
     with engine.connect() as conn:
-        ids = list(conn.execute(sa.select(round_.c.id).where(round_.c.task_id == task_id)).scalars())
+        ids = list(
+            conn.execute(sa.select(round_.c.id).where(round_.c.task_id == task_id)).scalars()
+        )
     engine.dispose()
     return ids
 
@@ -354,7 +374,9 @@ def _crawl_setup(tmp_path, site, url, categories="G06,H04", **kw):
     return setup
 
 
-def test_a_database_error_at_start_stops_the_worker_at_once_with_its_cause(tmp_path, cnki_site, mysql_url):
+def test_a_database_error_at_start_stops_the_worker_at_once_with_its_cause(
+    tmp_path, cnki_site, mysql_url
+):
     """issue 13: a category list longer than its column (a DataError in spider_opened) left the
     worker idle, to say "no task" later. Now it stops at once, the cause in one line."""
     # finer codes under a known one (each passes the category check at start): 683 characters >
@@ -409,7 +431,9 @@ def test_a_task_row_broken_mid_run_is_reported_once_then_quiet_and_taken_up_agai
     assert len(reports) == 1, broken[-3000:]
     assert "Traceback" not in broken and "flow control:" not in broken
     assert worker.returncode == 0, output[-2000:] + setup.log()[-3000:]
-    assert len(setup.stored()) == len(site.truth("patent", "2024-01-01", "2024-01-02", ["G06", "H04"]))
+    assert len(setup.stored()) == len(
+        site.truth("patent", "2024-01-01", "2024-01-02", ["G06", "H04"])
+    )
 
 
 # The phase rules (tasks.flow.next_action), one row per case: the facts, then the action.
@@ -424,7 +448,10 @@ PHASE_RULES = [
     # open-ended: never recrawled; up to date once the queue is idle (if runs end when idle)
     (dict(phase="crawl", open_ended=True, exhausted=True), "wait"),
     (dict(phase="crawl", open_ended=True, exhausted=True, queue_idle=True), "up-to-date"),
-    (dict(phase="crawl", open_ended=True, exhausted=True, queue_idle=True, exit_when_idle=False), "wait"),
+    (
+        dict(phase="crawl", open_ended=True, exhausted=True, queue_idle=True, exit_when_idle=False),
+        "wait",
+    ),
     (dict(phase="crawl", open_ended=True, exhausted=False, queue_idle=True), "wait"),
     # recrawl: replay while rows are pending or requests queued; done once neither
     (dict(phase="recrawl", errors_pending=True), "replay"),
@@ -442,7 +469,9 @@ PHASE_RULES = [
 ]
 
 
-@pytest.mark.parametrize("facts, action", PHASE_RULES, ids=[f"{a}-{i}" for i, (_, a) in enumerate(PHASE_RULES)])
+@pytest.mark.parametrize(
+    "facts, action", PHASE_RULES, ids=[f"{a}-{i}" for i, (_, a) in enumerate(PHASE_RULES)]
+)
 def test_the_phase_rules(facts, action):
     from tasks.flow import PhaseFacts, next_action
 

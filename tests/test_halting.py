@@ -434,7 +434,9 @@ def test_a_worker_told_to_stop_during_a_pause_stops_in_seconds_and_loses_nothing
         client.delete(f"cnki:{setup.task}:cooldown")
         client.close()
         again = setup.run(timeout=300)
-        assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:] + setup.log()[-3000:]
+        assert again.returncode == 0, (
+            again.stdout[-2000:] + again.stderr[-2000:] + setup.log()[-3000:]
+        )
         assert compare(setup.stored(), setup.truth(), "patent") == {
             "missing": [],
             "extra": [],
@@ -547,5 +549,9 @@ def test_requests_refused_by_the_trust_boundary_halt_the_task(tmp_path, gate, sq
     result = setup.run(timeout=300)
     assert result.returncode == HALTED, result.stdout[-2000:] + result.stderr[-2000:]
     lines = _error_lines(result.stderr)
-    assert len(lines) == 1 and "unreadable" in lines[0] and "not one of the configured CNKI hosts" in lines[0]
+    assert (
+        len(lines) == 1
+        and "unreadable" in lines[0]
+        and "not one of the configured CNKI hosts" in lines[0]
+    )
     assert "done" not in _rounds(setup) or len(setup.stored()) == len(setup.truth())

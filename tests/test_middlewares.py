@@ -82,7 +82,11 @@ class Site:
         return 200, {"Set-Cookie": f"SID={sid}; Path=/"}, HOME_PAGE
 
     def client_id(self, hit):
-        return 200, {"Content-Type": "application/json"}, b'{"Success":true,"Data":"cid%d"}' % len(self.hits)
+        return (
+            200,
+            {"Content-Type": "application/json"},
+            b'{"Success":true,"Data":"cid%d"}' % len(self.hits),
+        )
 
     def ok(self, hit):
         return 200, {}, LIST_PAGE
@@ -316,7 +320,11 @@ def test_a_rejection_is_never_retried_and_gives_up_with_cnki_words(site):
     assert not spider.responses and len(spider.failures) == 1
     error = spider.failures[0][1]
     assert isinstance(error, GaveUp)
-    assert (error.reason, error.attempts, error.detail) == ("rejected", 1, "查询对象结构错误, 没有指定检索分类！")
+    assert (error.reason, error.attempts, error.detail) == (
+        "rejected",
+        1,
+        "查询对象结构错误, 没有指定检索分类！",
+    )
     assert len(s.on(GRID)) == 1  # one request, no retry, no fresh session
     assert crawler.stats.get_value("retry/rejected") == 1
     assert not crawler.stats.get_value("retry/count")

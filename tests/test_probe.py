@@ -21,7 +21,9 @@ CLIENT_ID_PATH = "/RCDService/api/UtilityOpenApi/GenerateClientID"
 
 def make_probe(site, lines, **kw) -> Probe:
     protocol = protocol_from_settings({"CNKI_BASE_URL": site.base_url})
-    categories = {t: category_samples(load_tree("builtin", t)) for t in ("patent", "paper", "achievement")}
+    categories = {
+        t: category_samples(load_tree("builtin", t)) for t in ("patent", "paper", "achievement")
+    }
     return Probe(
         protocol,
         client_id_url=site.base_url + CLIENT_ID_PATH,
@@ -45,8 +47,12 @@ def test_every_assumption_passes_on_the_stand_in(cnki_site, tmp_path):
     found = verdicts(probe)
     assert set(found.values()) == {PASS}, "\n".join(lines)
     # every assumption of docs/PROBE.md was checked, for every type
-    for name in ("session: warm-up", "session: Ecp_ClientId", "page turn: page 2",
-                 "detail: link from another session"):
+    for name in (
+        "session: warm-up",
+        "session: Ecp_ClientId",
+        "page turn: page 2",
+        "detail: link from another session",
+    ):
         assert name in found
     for t in ("patent", "paper", "achievement"):
         for prefix in ("search", "date: one day", "category: prefix", "detail"):
@@ -90,7 +96,9 @@ def test_probe_paces_its_requests():
         slept.append(seconds)
         now[0] += seconds
 
-    probe = Probe(protocol_from_settings({}), delay=3.0, clock=lambda: now[0], sleep=sleep, out=lambda s: None)
+    probe = Probe(
+        protocol_from_settings({}), delay=3.0, clock=lambda: now[0], sleep=sleep, out=lambda s: None
+    )
     for _ in range(4):
         probe.pace()
         now[0] += 0.5
@@ -112,12 +120,29 @@ def test_probe_command_prints_one_line_per_assumption(cnki_site, tmp_path):
         encoding="utf-8",
     )
     done = subprocess.run(
-        [sys.executable, "-m", "cnkispider.cli", "probe", "--config", str(config), "--day", DAY.isoformat(),
-         "--delay", "0", "--save", str(tmp_path / "raw")],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "cnkispider.cli",
+            "probe",
+            "--config",
+            str(config),
+            "--day",
+            DAY.isoformat(),
+            "--delay",
+            "0",
+            "--save",
+            str(tmp_path / "raw"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
-    lines = [line for line in done.stdout.splitlines() if line.startswith(("PASS", "FAIL", "UNKNOWN"))]
+    lines = [
+        line for line in done.stdout.splitlines() if line.startswith(("PASS", "FAIL", "UNKNOWN"))
+    ]
     assert len(lines) >= 15 and all(line.startswith("PASS") for line in lines), done.stdout
     assert (tmp_path / "raw" / "index.json").is_file()

@@ -667,7 +667,6 @@ def test_an_absurd_pager_is_walked_only_as_far_as_the_total_allows():
 # -- the resource table against the real defaultresult/index page (../shared/cnki/pages) ---------
 
 
-
 @pytest.fixture(scope="module")
 def real_menu() -> dict[str, dict[str, str]]:
     """classid -> {resource, chs} of the real page's database menu (first entry of each id)."""

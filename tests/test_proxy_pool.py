@@ -289,13 +289,17 @@ def test_proxy_middleware_is_off_by_default():
 
 
 def test_proxy_middleware_is_built_when_switched_on():
-    crawler = get_crawler(settings_dict={"ADDONS": ADDONS, "PROXY_ENABLED": True, "PROXY_STATIC": ["1.2.3.4:80"]})
+    crawler = get_crawler(
+        settings_dict={"ADDONS": ADDONS, "PROXY_ENABLED": True, "PROXY_STATIC": ["1.2.3.4:80"]}
+    )
     assert isinstance(ProxyMiddleware.from_crawler(crawler), ProxyMiddleware)
 
 
 def test_switched_on_without_a_source_is_a_config_error():
     with pytest.raises(ConfigError, match="PROXY_API_URL"):
-        ProxyMiddleware.from_crawler(get_crawler(settings_dict={"ADDONS": ADDONS, "PROXY_ENABLED": True}))
+        ProxyMiddleware.from_crawler(
+            get_crawler(settings_dict={"ADDONS": ADDONS, "PROXY_ENABLED": True})
+        )
 
 
 def test_the_middleware_waits_for_proxies_without_spinning_then_gives_up():

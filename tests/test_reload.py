@@ -46,9 +46,19 @@ def test_a_code_change_mid_crawl_restarts_the_worker_and_nothing_is_lost(
     monkeypatch.setenv("CNKI_RELOAD_WATCH", str(watch))
     site = cnki_site(seed=21, latency="0.1")
     setup = CrawlSetup(
-        tmp_path, site, mysql_url, "paper", "2024-01-01", "2024-01-02", "TP3,F0,O1,R4",
-        crawl={"log_file": "", "concurrent_requests": 4, "lease_seconds": 5,
-               "round_lease_seconds": 5},
+        tmp_path,
+        site,
+        mysql_url,
+        "paper",
+        "2024-01-01",
+        "2024-01-02",
+        "TP3,F0,O1,R4",
+        crawl={
+            "log_file": "",
+            "concurrent_requests": 4,
+            "lease_seconds": 5,
+            "round_lease_seconds": 5,
+        },
     )
     truth = setup.truth()
     try:

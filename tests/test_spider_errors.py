@@ -52,25 +52,52 @@ def test_an_abandoned_detail_request_goes_to_error_link(db_url):
     spider, engine = spider_on(db_url)
     request = scrapy.Request(
         "http://127.0.0.1:9/kcms2/article/abstract?v=x",
-        meta={"cnki_kind": "detail", "doc_key": "SCPD/CN2024A", "round_id": 3,
-              "listing": {"title": "一种方法"}, "search": {"day_start": "2024-01-01", "category": "H04"}},
+        meta={
+            "cnki_kind": "detail",
+            "doc_key": "SCPD/CN2024A",
+            "round_id": 3,
+            "listing": {"title": "一种方法"},
+            "search": {"day_start": "2024-01-01", "category": "H04"},
+        },
     )
     abandoned(spider, request)
     with engine.connect() as conn:
-        rows = conn.execute(sa.select(error_link.c.dbname, error_link.c.filename, error_link.c.reason,
-                                      error_link.c.title, error_link.c.detail)).all()
-    assert [tuple(r) for r in rows] == [("SCPD", "CN2024A", "lease-expired", "一种方法", "lease ran out 5 times")]
+        rows = conn.execute(
+            sa.select(
+                error_link.c.dbname,
+                error_link.c.filename,
+                error_link.c.reason,
+                error_link.c.title,
+                error_link.c.detail,
+            )
+        ).all()
+    assert [tuple(r) for r in rows] == [
+        ("SCPD", "CN2024A", "lease-expired", "一种方法", "lease ran out 5 times")
+    ]
 
 
 def test_an_abandoned_list_request_goes_to_error_code_with_its_search_and_page(db_url):
     spider, engine = spider_on(db_url)
-    search = {"doc_type": "patent", "day_start": "2024-01-02", "day_end": "2024-01-02", "category": "G06"}
-    request = scrapy.Request("http://127.0.0.1:9/kns8s/brief/grid",
-                             meta={"cnki_kind": "list", "search": search, "page": 7, "round_id": 4})
+    search = {
+        "doc_type": "patent",
+        "day_start": "2024-01-02",
+        "day_end": "2024-01-02",
+        "category": "G06",
+    }
+    request = scrapy.Request(
+        "http://127.0.0.1:9/kns8s/brief/grid",
+        meta={"cnki_kind": "list", "search": search, "page": 7, "round_id": 4},
+    )
     abandoned(spider, request)
     with engine.connect() as conn:
         row = conn.execute(sa.select(error_code)).one()
-    assert (row.day, row.category, row.page, row.reason, row.state) == ("2024-01-02", "G06", 7, "lease-expired", "open")
+    assert (row.day, row.category, row.page, row.reason, row.state) == (
+        "2024-01-02",
+        "G06",
+        7,
+        "lease-expired",
+        "open",
+    )
 
 
 def test_a_rejected_list_request_is_recorded_and_halts_the_task_at_once(db_url):
@@ -81,9 +108,16 @@ def test_a_rejected_list_request_is_recorded_and_halts_the_task_at_once(db_url):
     spider, engine = spider_on(db_url)
     context = spider.context
     words = "查询对象结构错误, 没有指定检索分类！"
-    search = {"doc_type": "patent", "day_start": "2024-01-01", "day_end": "2024-01-01", "category": "G06"}
-    request = scrapy.Request("http://127.0.0.1:9/kns8s/brief/grid",
-                             meta={"cnki_kind": "list", "search": search, "page": 1, "round_id": 1})
+    search = {
+        "doc_type": "patent",
+        "day_start": "2024-01-01",
+        "day_end": "2024-01-01",
+        "category": "G06",
+    }
+    request = scrapy.Request(
+        "http://127.0.0.1:9/kns8s/brief/grid",
+        meta={"cnki_kind": "list", "search": search, "page": 1, "round_id": 1},
+    )
 
     def fail(error):
         try:
@@ -100,7 +134,10 @@ def test_a_rejected_list_request_is_recorded_and_halts_the_task_at_once(db_url):
     with engine.connect() as conn:
         row = conn.execute(sa.select(error_code)).one()
     assert (row.reason, row.page, row.state) == ("rejected", 1, "open")
-    assert context.tasks.get("t").halt_reason == f"rejected: {words}" and context.halted == f"rejected: {words}"
+    assert (
+        context.tasks.get("t").halt_reason == f"rejected: {words}"
+        and context.halted == f"rejected: {words}"
+    )
     # a request held back by the halt is not a failure of its page: nothing more is recorded
     asyncio.run(errback(HaltedRequest(context.halted)))
     with engine.connect() as conn:
@@ -138,7 +175,9 @@ def _list_response(request, case="list_patent_rows"):
 
 def _code_rows(engine):
     with engine.connect() as conn:
-        return conn.execute(sa.select(error_code.c.page, error_code.c.state, error_code.c.attempts)).all()
+        return conn.execute(
+            sa.select(error_code.c.page, error_code.c.state, error_code.c.attempts)
+        ).all()
 
 
 def test_a_replayed_page_that_fails_after_it_parsed_once_keeps_an_error_row(db_url):
@@ -148,7 +187,12 @@ def test_a_replayed_page_that_fails_after_it_parsed_once_keeps_an_error_row(db_u
     from cnkispider.exceptions import GaveUp
 
     spider, engine = spider_on(db_url)
-    search = {"doc_type": "patent", "day_start": "2024-01-30", "day_end": "2024-01-30", "category": "B23"}
+    search = {
+        "doc_type": "patent",
+        "day_start": "2024-01-30",
+        "day_end": "2024-01-30",
+        "category": "B23",
+    }
     errors = spider.context.error_recorder
     errors.record_code(1, 5, "2024-01-30", "B23", search, 2, "http-500")
     row = errors.claim_codes(1, "w:1:x")[0]
@@ -162,7 +206,12 @@ def test_a_replayed_page_that_fails_after_it_parsed_once_keeps_an_error_row(db_u
 
 def test_a_replayed_page_is_resolved_only_after_its_requests_are_handed_out(db_url):
     spider, engine = spider_on(db_url)
-    search = {"doc_type": "patent", "day_start": "2024-01-30", "day_end": "2024-01-30", "category": "B23"}
+    search = {
+        "doc_type": "patent",
+        "day_start": "2024-01-30",
+        "day_end": "2024-01-30",
+        "category": "B23",
+    }
     errors = spider.context.error_recorder
     errors.record_code(1, 5, "2024-01-30", "B23", search, 2, "http-500")
     request = spider.replay_code(errors.claim_codes(1, "w:1:x")[0])
@@ -182,29 +231,52 @@ def test_a_stale_link_is_refreshed_from_later_pages_of_its_title_search(db_url):
     """Silent-loss path 4: the document is not on this page of its title search: the next page
     is asked for (before: a permanent not-found-on-refresh with an empty detail)."""
     spider, engine = spider_on(db_url)
-    meta = {"doc_key": "SCPD/CN999", "listing": {"title": "一种电弧增材制造"}, "round_id": 3,
-            "search": {"doc_type": "patent", "day_start": "2024-01-30", "day_end": "2024-01-30", "category": "B23"}}
+    meta = {
+        "doc_key": "SCPD/CN999",
+        "listing": {"title": "一种电弧增材制造"},
+        "round_id": 3,
+        "search": {
+            "doc_type": "patent",
+            "day_start": "2024-01-30",
+            "day_end": "2024-01-30",
+            "category": "B23",
+        },
+    }
     first = spider.refresh_request(meta, "http://127.0.0.1:9/kcms2/article/abstract?v=old")
     assert first.meta["page"] == 1
     # the fixture page is page 2 of 25 of such a search; the document is not on it
-    second = spider.search_request(Search.from_dict(first.meta["search"]), 2,
-                                   **{k: first.meta[k] for k in ("refresh_for", "listing", "stale_url", "round_id")})
+    second = spider.search_request(
+        Search.from_dict(first.meta["search"]),
+        2,
+        **{k: first.meta[k] for k in ("refresh_for", "listing", "stale_url", "round_id")},
+    )
     out = _drain(spider.parse_list(_list_response(second)))
-    assert [(r.meta["cnki_kind"], r.meta["page"], r.meta["refresh_for"]) for r in out] == [("list", 3, "SCPD/CN999")]
+    assert [(r.meta["cnki_kind"], r.meta["page"], r.meta["refresh_for"]) for r in out] == [
+        ("list", 3, "SCPD/CN999")
+    ]
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(error_link)).scalar() == 0
     # a document on the page walked is refreshed from it
     second.meta["refresh_for"] = "SCPD/CN117884321A"
     out = _drain(spider.parse_list(_list_response(second)))
     assert [(r.meta["cnki_kind"], r.meta["doc_key"], r.meta["refreshed"]) for r in out] == [
-        ("detail", "SCPD/CN117884321A", True)]
+        ("detail", "SCPD/CN117884321A", True)
+    ]
     # on the last page it is recorded, saying how far the search was walked
-    last = spider.search_request(Search.from_dict(first.meta["search"]), 25,
-                                 **{k: first.meta[k] for k in ("refresh_for", "listing", "stale_url", "round_id")})
+    last = spider.search_request(
+        Search.from_dict(first.meta["search"]),
+        25,
+        **{k: first.meta[k] for k in ("refresh_for", "listing", "stale_url", "round_id")},
+    )
     assert _drain(spider.parse_list(_list_response(last))) == []
     with engine.connect() as conn:
-        row = conn.execute(sa.select(error_link.c.filename, error_link.c.reason, error_link.c.detail)).one()
-    assert (row.filename, row.reason) == ("CN999", "not-found-on-refresh") and "25 of 25 pages" in row.detail
+        row = conn.execute(
+            sa.select(error_link.c.filename, error_link.c.reason, error_link.c.detail)
+        ).one()
+    assert (row.filename, row.reason) == (
+        "CN999",
+        "not-found-on-refresh",
+    ) and "25 of 25 pages" in row.detail
 
 
 class _Engine:
@@ -233,7 +305,9 @@ def _leased(engine, request):
     return engine.scheduler.outcomes._leases["lease-1"]
 
 
-def test_a_failure_that_cannot_be_recorded_holds_its_request_and_stops_the_worker(mysql_url, caplog):
+def test_a_failure_that_cannot_be_recorded_holds_its_request_and_stops_the_worker(
+    mysql_url, caplog
+):
     """Recording a failure fails (here: a key longer than errorLink's column, a DataError;
     the same path as a database down past its outage time): the request is held, never acked,
     so its lease brings it back; the worker stops with one line. Before: the exception escaped
@@ -246,8 +320,14 @@ def test_a_failure_that_cannot_be_recorded_holds_its_request_and_stops_the_worke
     spider.crawler.engine = engine = _Engine()
     request = scrapy.Request(
         "http://127.0.0.1:9/kcms2/article/abstract?v=x",
-        meta={"cnki_kind": "detail", "doc_key": "SCPD/" + "N" * 300, "round_id": 3, "refreshed": True,
-              "listing": {"title": "一种方法"}, "search": {"day_start": "2024-01-01", "category": "H04"}},
+        meta={
+            "cnki_kind": "detail",
+            "doc_key": "SCPD/" + "N" * 300,
+            "round_id": 3,
+            "refreshed": True,
+            "listing": {"title": "一种方法"},
+            "search": {"day_start": "2024-01-01", "category": "H04"},
+        },
     )
     lease = _leased(engine, request)
     with caplog.at_level(logging.CRITICAL):
@@ -278,9 +358,16 @@ def test_a_callback_exception_is_recorded_by_the_middleware_with_its_traceback(d
         failed.append((reason, request))
 
     spider.crawler.signals.connect(list_failed, signal=cnki_signals.list_failed)
-    search = {"doc_type": "patent", "day_start": "2024-01-03", "day_end": "2024-01-03", "category": "G06"}
-    request = scrapy.Request("http://127.0.0.1:9/kns8s/brief/grid",
-                             meta={"cnki_kind": "list", "search": search, "page": 4, "round_id": 2})
+    search = {
+        "doc_type": "patent",
+        "day_start": "2024-01-03",
+        "day_end": "2024-01-03",
+        "category": "G06",
+    }
+    request = scrapy.Request(
+        "http://127.0.0.1:9/kns8s/brief/grid",
+        meta={"cnki_kind": "list", "search": search, "page": 4, "round_id": 2},
+    )
     response = HtmlResponse(request.url, body=b"<html></html>", request=request)
     try:
         raise ValueError("a page no parser understands")
@@ -289,7 +376,12 @@ def test_a_callback_exception_is_recorded_by_the_middleware_with_its_traceback(d
     assert _drain(middleware.process_spider_exception(response, error)) == []
     with engine.connect() as conn:
         row = conn.execute(sa.select(error_code)).one()
-    assert (row.task_id, row.day, row.page, row.reason) == (spider.context.task_id, "2024-01-03", 4, "ValueError")
+    assert (row.task_id, row.day, row.page, row.reason) == (
+        spider.context.task_id,
+        "2024-01-03",
+        4,
+        "ValueError",
+    )
     assert "ValueError: a page no parser understands" in row.detail
     assert failed == [("ValueError", request)]
     assert spider.crawler.stats.get_value("errors/exception/ValueError") == 1
@@ -303,8 +395,13 @@ def test_a_document_a_pipeline_did_not_store_is_recorded_in_error_link(db_url):
     middleware = ErrorRecordingMiddleware.from_crawler(spider.crawler)
     request = scrapy.Request(
         "http://127.0.0.1:9/kcms2/article/abstract?v=y",
-        meta={"cnki_kind": "detail", "doc_key": "SCPD/CN2024B", "round_id": 3,
-              "listing": {"title": "一种装置"}, "search": {"day_start": "2024-01-05", "category": "H04"}},
+        meta={
+            "cnki_kind": "detail",
+            "doc_key": "SCPD/CN2024B",
+            "round_id": 3,
+            "listing": {"title": "一种装置"},
+            "search": {"day_start": "2024-01-05", "category": "H04"},
+        },
     )
     try:
         raise RuntimeError("the pipeline broke")
@@ -315,4 +412,10 @@ def test_a_document_a_pipeline_did_not_store_is_recorded_in_error_link(db_url):
     with engine.connect() as conn:
         row = conn.execute(sa.select(error_link)).one()
     assert (row.doc_type, row.dbname, row.filename, row.title, row.day, row.reason) == (
-        "patent", "SCPD", "CN2024B", "一种装置", "2024-01-05", "pipeline:RuntimeError")
+        "patent",
+        "SCPD",
+        "CN2024B",
+        "一种装置",
+        "2024-01-05",
+        "pipeline:RuntimeError",
+    )

@@ -272,7 +272,9 @@ def add_task(conn, name="t", **values) -> int:
     return conn.execute(task.insert().values(**row)).inserted_primary_key[0]
 
 
-def add_round(conn, task_id, day, category, state, updated_at, worker_id=None, took=dt.timedelta(minutes=10)):
+def add_round(
+    conn, task_id, day, category, state, updated_at, worker_id=None, took=dt.timedelta(minutes=10)
+):
     """A round that ran for ``took`` (10 min) up to ``updated_at``."""
     conn.execute(
         round_.insert().values(
@@ -565,7 +567,9 @@ def test_a_halted_task_shows_its_reason_no_eta_and_the_way_on(engine):
         tid = add_task(conn, "halt")
         add_worker(conn, tid, 1, NOW)  # a worker still alive, about to stop
         for i in range(2):
-            add_round(conn, tid, "2024-01-01", ("G06", "H04")[i], "done", NOW - dt.timedelta(minutes=i))
+            add_round(
+                conn, tid, "2024-01-01", ("G06", "H04")[i], "done", NOW - dt.timedelta(minutes=i)
+            )
         conn.execute(
             task.update()
             .where(task.c.id == tid)
@@ -588,10 +592,22 @@ def test_a_halted_task_shows_its_reason_no_eta_and_the_way_on(engine):
 
 def test_a_stopped_task_shows_stopped_not_finished(engine):
     with engine.begin() as conn:
-        done = add_task(conn, "ran-to-the-end", end_date="2024-01-02", cur_date="2024-01-02", cur_code="H04",
-                        phase="done")
-        stopped = add_task(conn, "stopped", end_date="2024-01-01", cur_date="2024-01-02", cur_code="G06",
-                           phase="done")
+        done = add_task(
+            conn,
+            "ran-to-the-end",
+            end_date="2024-01-02",
+            cur_date="2024-01-02",
+            cur_code="H04",
+            phase="done",
+        )
+        stopped = add_task(
+            conn,
+            "stopped",
+            end_date="2024-01-01",
+            cur_date="2024-01-02",
+            cur_code="G06",
+            phase="done",
+        )
     report = {t["id"]: t for t in collect(engine, None, NOW)["tasks"]}
     assert report[done]["activity"] == "finished"
     assert report[stopped]["activity"] == "stopped"
@@ -653,7 +669,10 @@ def test_status_on_an_embedded_redis_that_is_not_running_says_queue_unknown(engi
         add_task(conn)
     text = render(collect(engine, None, NOW, redis_label=label, redis_error=error))
     assert "UNREACHABLE" not in text
-    assert f"redis    {label}: not running (it runs while a worker of this machine does); queue unknown" in text
+    assert (
+        f"redis    {label}: not running (it runs while a worker of this machine does); queue unknown"
+        in text
+    )
     assert "  queue      unknown (the embedded Redis is not running)" in text
 
 
@@ -664,25 +683,42 @@ def test_a_forced_stop_has_a_real_finish_reason_in_the_summary(engine):
         add_task(conn)
     name = collect(engine, None, NOW)["tasks"][0]["name"]
     text = run_summary(engine, name, {"elapsed_seconds": 3.0})  # no finish_reason: a second Ctrl-C
-    assert "finish reason   forced stop (a second Ctrl-C;" in text and "?" not in text.split("\n")[2]
+    assert (
+        "finish reason   forced stop (a second Ctrl-C;" in text and "?" not in text.split("\n")[2]
+    )
 
 
 def test_the_progress_line_gives_percent_rate_and_eta_per_task():
     from cnkispider.progress import task_line
 
     entry = {
-        "name": "q1", "phase": "crawl", "halted": None, "progress": 0.25, "eta_seconds": 600,
-        "rounds": {"total": 56, "finished": 14, "in_flight": 3}, "rate": {"rounds_per_hour": 84.0},
+        "name": "q1",
+        "phase": "crawl",
+        "halted": None,
+        "progress": 0.25,
+        "eta_seconds": 600,
+        "rounds": {"total": 56, "finished": 14, "in_flight": 3},
+        "rate": {"rounds_per_hour": 84.0},
     }
     msg, args = task_line(entry)
-    assert msg % args == "Task q1 (crawl): 14 of 56 rounds finished (25.0%), 3 in flight; 84.0 rounds/h; ETA 10 min"
+    assert (
+        msg % args
+        == "Task q1 (crawl): 14 of 56 rounds finished (25.0%), 3 in flight; 84.0 rounds/h; ETA 10 min"
+    )
 
 
 def test_the_progress_log_announces_the_change_from_crawl_to_recrawl(caplog):
-    progress = ProgressLog.from_crawler(get_crawler(settings_dict={"ADDONS": ADDONS, "PROGRESS_INTERVAL": 30}))
+    progress = ProgressLog.from_crawler(
+        get_crawler(settings_dict={"ADDONS": ADDONS, "PROGRESS_INTERVAL": 30})
+    )
     entry = {
-        "name": "q1", "phase": "crawl", "halted": None, "progress": 1.0, "eta_seconds": 0,
-        "rounds": {"total": 4, "finished": 4, "in_flight": 0}, "rate": {"rounds_per_hour": 60.0},
+        "name": "q1",
+        "phase": "crawl",
+        "halted": None,
+        "progress": 1.0,
+        "eta_seconds": 0,
+        "rounds": {"total": 4, "finished": 4, "in_flight": 0},
+        "rate": {"rounds_per_hour": 60.0},
         "errors": {"errorCode": {"total": 2}, "errorLink": {"total": 5}},
     }
     with caplog.at_level("INFO", logger="cnkispider.progress"):
@@ -690,7 +726,9 @@ def test_the_progress_log_announces_the_change_from_crawl_to_recrawl(caplog):
         progress._log_task({**entry, "phase": "recrawl"})
         progress._log_task({**entry, "phase": "recrawl"})
     announced = [r.getMessage() for r in caplog.records if "->" in r.getMessage()]
-    assert announced == ["task q1: phase crawl -> recrawl (replaying 2 errorCode and 5 errorLink rows)"]
+    assert announced == [
+        "task q1: phase crawl -> recrawl (replaying 2 errorCode and 5 errorLink rows)"
+    ]
 
 
 def test_the_quiet_console_drops_scrapy_info_and_the_second_round_line_but_keeps_warnings():
@@ -702,7 +740,9 @@ def test_the_quiet_console_drops_scrapy_info_and_the_second_round_line_but_keeps
         return logging.LogRecord(name, level, __file__, 1, "m", None, None)
 
     assert not console_shows(record("scrapy.core.engine", logging.INFO))
-    assert not console_shows(record("cnkispider.scheduling.scheduler", logging.INFO))  # "Round N drained"
+    assert not console_shows(
+        record("cnkispider.scheduling.scheduler", logging.INFO)
+    )  # "Round N drained"
     assert console_shows(record("scrapy.core.engine", logging.WARNING))
     assert console_shows(record("tasks.feeder", logging.INFO))  # "round N done"
     assert console_shows(record("cnkispider.progress", logging.INFO))

@@ -13,13 +13,25 @@ from tests.crawl_harness import CrawlSetup, compare
 
 def test_two_workers_split_rounds_and_one_reports_each_completion(tmp_path, cnki_site, mysql_url):
     site = cnki_site(seed=21, latency="0.005-0.02")
-    setup = CrawlSetup(tmp_path, site, mysql_url, "paper", "2024-01-01", "2024-01-03", "TP3,F0,O1,R4",
-                       crawl={"log_file": "", "concurrent_requests": 4})
+    setup = CrawlSetup(
+        tmp_path,
+        site,
+        mysql_url,
+        "paper",
+        "2024-01-01",
+        "2024-01-03",
+        "TP3,F0,O1,R4",
+        crawl={"log_file": "", "concurrent_requests": 4},
+    )
     try:
         workers = [setup.spawn(), setup.spawn()]
         logs = [w.communicate(timeout=300)[0] for w in workers]
         assert [w.returncode for w in workers] == [0, 0], "\n".join(log[-2000:] for log in logs)
-        assert compare(setup.stored(), setup.truth(), "paper") == {"missing": [], "extra": [], "differing": {}}
+        assert compare(setup.stored(), setup.truth(), "paper") == {
+            "missing": [],
+            "extra": [],
+            "differing": {},
+        }
 
         rounds = setup.query(sa.select(round_.c.id, round_.c.state, round_.c.worker))
         assert len(rounds) == 12 and {r.state for r in rounds} == {"done"}

@@ -67,7 +67,9 @@ def test_exit_statuses_in_words_and_the_parents_status():
 def test_a_worker_killed_by_a_signal_is_started_again_and_the_run_ends_with_its_status(tmp_path):
     code, starts, said = run_workers(tmp_path, "kill,0")
     assert (code, starts) == (0, 2)
-    assert any("died (killed by SIGKILL); starting it again in 0 s (restart 1 of 5" in s for s in said), said
+    assert any(
+        "died (killed by SIGKILL); starting it again in 0 s (restart 1 of 5" in s for s in said
+    ), said
     assert any(s.startswith("worker started again: pid") for s in said), said
 
 

@@ -45,6 +45,7 @@ DOWNLOADER_MIDDLEWARES = {
     "cnkispider.middlewares.proxy.ProxyMiddleware": 620,
 }
 
+
 class Recent(dict):
     """A dict that forgets its oldest entries beyond ``maxsize`` (per-session choices of the
     middlewares: sessions are many over a long crawl, and only the recent ones are in use)."""

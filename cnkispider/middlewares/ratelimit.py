@@ -654,9 +654,7 @@ class RateLimitMiddleware:
         )
         if not limiter.active:
             raise NotConfigured
-        middleware = cls(
-            limiter, stats=crawler.stats, late=s.getfloat("RATELIMIT_LATE")
-        )
+        middleware = cls(limiter, stats=crawler.stats, late=s.getfloat("RATELIMIT_LATE"))
         from scrapy import signals
 
         crawler.signals.connect(middleware.spider_closed, signal=signals.spider_closed)

@@ -104,7 +104,10 @@ def counts_toward_cooldown(request: Request) -> bool:
     pause the whole task for a few stale links (4 retries from fresh sessions, no clean page in
     between, is one stale link and a bit of another). A list page, and a detail's first attempt,
     count."""
-    return not (request.meta.get("cnki_kind") == "detail" and request.meta.get("retry_times", 0) >= 1)
+    return not (
+        request.meta.get("cnki_kind") == "detail" and request.meta.get("retry_times", 0) >= 1
+    )
+
 
 class CnkiRetryMiddleware:
     """Retries with a fresh session, another proxy and backoff; see the module docstring."""
@@ -198,7 +201,9 @@ class CnkiRetryMiddleware:
             self._inc_stat("rejected")
             words = rejection_text(response.body) or ""
             raise GaveUp(reason, request.meta.get("retry_times", 0) + 1, detail=words)
-        if counts_toward_cooldown(request) and self.watch.seen(reason, request.meta.get("cnki_session")):
+        if counts_toward_cooldown(request) and self.watch.seen(
+            reason, request.meta.get("cnki_session")
+        ):
             await self._pause(reason)
         return await self._retry(request, reason)
 
@@ -218,7 +223,9 @@ class CnkiRetryMiddleware:
             logger.warning(
                 "CNKI challenged %d fresh sessions in a row (last: %s): every worker of this task "
                 "pauses for %.0f s",
-                self.watch.sessions, reason, self.challenge_cooldown,
+                self.watch.sessions,
+                reason,
+                self.challenge_cooldown,
             )
 
     async def _wait_for_cooldown(self) -> None:
@@ -294,4 +301,3 @@ class CnkiRetryMiddleware:
         await self._wait_for_cooldown()
         self._stop_if_halted(request)
         return retry
-

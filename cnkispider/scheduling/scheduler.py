@@ -280,7 +280,11 @@ class LeasedScheduler(BaseScheduler):
         return deferred_from_coro(self._flush())
 
     async def _flush(self) -> None:
-        while (self._writes.ops() or self._calls.busy) and self.queue is not None and not self._closing:
+        while (
+            (self._writes.ops() or self._calls.busy)
+            and self.queue is not None
+            and not self._closing
+        ):
             if not self._calls.busy:
                 self._kick()
             await maybe_deferred_to_future(_sleep(0.01))

@@ -75,7 +75,9 @@ class RoundSpider(scrapy.Spider):
 
     # -- requests ------------------------------------------------------------------------
 
-    def search_request(self, search: Search, page: int, *, turn_token: str | None = None, **meta) -> scrapy.FormRequest:
+    def search_request(
+        self, search: Search, page: int, *, turn_token: str | None = None, **meta
+    ) -> scrapy.FormRequest:
         meta.update(
             cnki_kind="list",
             doc_type=self.doc_type,
@@ -98,7 +100,9 @@ class RoundSpider(scrapy.Spider):
         search = Search.for_day(self.doc_type, round_.day, round_.category)
         return [self.search_request(search, 1, round_id=round_.id, round_root=True)]
 
-    def detail_request(self, row: parsers.ListRow, meta: dict, refreshed: bool = False) -> scrapy.Request:
+    def detail_request(
+        self, row: parsers.ListRow, meta: dict, refreshed: bool = False
+    ) -> scrapy.Request:
         if not (row.dbname.strip() and row.filename.strip()) or "/" in row.dbname:
             # The dupefilter and the fingerprint key on doc_key: an empty (or ambiguous) one
             # would make every keyless document "seen" after the first. The parser refuses
@@ -170,7 +174,12 @@ class RoundSpider(scrapy.Spider):
             # we think. What lies past its last page cannot be listed: say so, never "done" quietly.
             self.crawler.stats.inc_value("list/pager-short")
             await record_failure(
-                self.crawler, meta, "", "pager-short", stage="list", permanent=True,
+                self.crawler,
+                meta,
+                "",
+                "pager-short",
+                stage="list",
+                permanent=True,
                 detail=f"{page.total} listed but the pager shows {page.page_count} pages of "
                 f"{self.protocol.page_size}: at least {unreachable} unreachable",
             )
@@ -229,21 +238,38 @@ class RoundSpider(scrapy.Spider):
         children = tree.children(search.category) if search.category and tree else []
         self.crawler.stats.inc_value("rounds/split")
         if children:
-            self.logger.info("%s %s lists %d > %d: split into %d child categories",
-                             search.day_start, search.category, total, self.protocol.cap, len(children))
+            self.logger.info(
+                "%s %s lists %d > %d: split into %d child categories",
+                search.day_start,
+                search.category,
+                total,
+                self.protocol.cap,
+                len(children),
+            )
             for code in children:
                 child = Search.for_day(self.doc_type, search.day_start, code)
                 yield self.search_request(child, 1, **_carry(meta))
             return
         # A leaf: each end of one sort order reaches `cap` documents; together up to 2 x cap.
         for sort_type in ("desc", "asc"):
-            cut = Search.for_day(self.doc_type, search.day_start, search.category, sort_field="PT", sort_type=sort_type)
+            cut = Search.for_day(
+                self.doc_type,
+                search.day_start,
+                search.category,
+                sort_field="PT",
+                sort_type=sort_type,
+            )
             yield self.search_request(cut, 1, sort_cut=True, **_carry(meta))
         unreachable = total - 2 * self.protocol.cap
         if unreachable > 0:
             self.crawler.stats.inc_value("rounds/overflow")
             await record_failure(
-                self.crawler, meta, "", "overflow", stage="list", permanent=True,
+                self.crawler,
+                meta,
+                "",
+                "overflow",
+                stage="list",
+                permanent=True,
                 detail=f"{total} listed; both PT orders reach {2 * self.protocol.cap}; at least {unreachable} unreachable",
             )
 
@@ -264,10 +290,15 @@ class RoundSpider(scrapy.Spider):
         if number < last:
             self.crawler.stats.inc_value("details/refresh-pages")
             carried = {k: meta[k] for k in ("refresh_for", "listing", "stale_url") if k in meta}
-            yield self.search_request(search, number + 1, turn_token=page.turn_token, **carried, **_carry(meta))
+            yield self.search_request(
+                search, number + 1, turn_token=page.turn_token, **carried, **_carry(meta)
+            )
             return
         await record_failure(
-            self.crawler, meta, meta.get("stale_url", ""), "not-found-on-refresh",
+            self.crawler,
+            meta,
+            meta.get("stale_url", ""),
+            "not-found-on-refresh",
             f"not among the {page.total} results of its title search ({number} of {last} pages walked)",
             stage="detail",
         )
@@ -277,8 +308,14 @@ class RoundSpider(scrapy.Spider):
         parse = getattr(parsers, f"parse_{self.doc_type}")
         fields = parse(response.body)
         dbname, filename = meta["doc_key"].split("/", 1)
-        values = {**meta.get("listing", {}), **{k: v for k, v in fields.items() if v or k not in meta.get("listing", {})}}
-        values["dbname"], values["filename"] = fields.get("dbname") or dbname, fields.get("filename") or filename
+        values = {
+            **meta.get("listing", {}),
+            **{k: v for k, v in fields.items() if v or k not in meta.get("listing", {})},
+        }
+        values["dbname"], values["filename"] = (
+            fields.get("dbname") or dbname,
+            fields.get("filename") or filename,
+        )
         yield ITEM_CLASSES[self.doc_type](**values)
 
     # -- failures ------------------------------------------------------------------------
@@ -299,7 +336,9 @@ class RoundSpider(scrapy.Spider):
     def refresh_request(self, meta: dict, stale_url: str) -> scrapy.Request:
         listing = meta.get("listing", {})
         origin = Search.from_dict(meta["search"])
-        search = Search.for_day(self.doc_type, origin.day_start, origin.category, title=listing.get("title") or None)
+        search = Search.for_day(
+            self.doc_type, origin.day_start, origin.category, title=listing.get("title") or None
+        )
         self.crawler.stats.inc_value("details/refreshed")
         return self.search_request(
             search,
@@ -313,8 +352,10 @@ class RoundSpider(scrapy.Spider):
     # -- the recrawl phase: the same requests, another input source ------------------------
 
     def replay_code(self, row) -> scrapy.Request:
-        search = Search.from_dict(json.loads(row["search"])) if row["search"] else Search.for_day(
-            self.doc_type, row["day"], row["category"] or None
+        search = (
+            Search.from_dict(json.loads(row["search"]))
+            if row["search"]
+            else Search.for_day(self.doc_type, row["day"], row["category"] or None)
         )
         page = row["page"] or 1
         meta = {"error_code_id": row["id"], "replay_page": page}

@@ -19,7 +19,11 @@ REDIS_RETRY_SECONDS = 30
 
 
 def run_summary(
-    engine: Engine, task_name: str, stats: dict, *, heartbeat_seconds: float = default_settings.TASKS_HEARTBEAT
+    engine: Engine,
+    task_name: str,
+    stats: dict,
+    *,
+    heartbeat_seconds: float = default_settings.TASKS_HEARTBEAT,
 ) -> str:
     """The summary printed when a run ends: rounds, documents, errors by reason, time and rates.
 
