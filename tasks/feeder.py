@@ -145,7 +145,7 @@ class RoundFeeder:
             self._close("database_error")
             return
         self.store = TaskStore(engine, round_lease=self.round_lease, base_dir=self.base_dir)
-        self.errors = ErrorRecorder(engine, max_attempts=self.error_attempts)
+        self.error_recorder = ErrorRecorder(engine, max_attempts=self.error_attempts)
         name = spider.task_name or self.task_name
         try:
             await self._open_task(spider, name)
@@ -184,7 +184,7 @@ class RoundFeeder:
             logger.error("task %s is a %s task, not %s", task.name, task.type, spider.doc_type)
             self._close("task_error")
             return
-        self.context = CrawlContext(task=task, tasks=self.store, error_recorder=self.errors)
+        self.context = CrawlContext(task=task, tasks=self.store, error_recorder=self.error_recorder)
         self.task_id = task.id
         self.task_name = task.name  # the row's (``-a task=NAME`` may have chosen it)
         await in_thread(self.store.register_worker, self.worker_id, task.id)
@@ -392,7 +392,7 @@ class RoundFeeder:
                 await self._replay_errors()
             elif action is Action.FINISH:
                 if await in_thread(self.store.set_phase, self.task_id, "done", "recrawl"):
-                    counts = await in_thread(self.errors.outstanding, self.task_id)
+                    counts = await in_thread(self.error_recorder.outstanding, self.task_id)
                     logger.info(
                         "task %s finished; permanent failures left: %s",
                         self.task_name,
@@ -411,15 +411,19 @@ class RoundFeeder:
         if facts.phase in ("recrawl", "done") or crawl_done_for_now:
             changes["queue_idle"] = await self._idle_everywhere()
         if facts.phase == "recrawl" and self.recrawl and changes["queue_idle"]:
-            changes["errors_pending"] = bool(await in_thread(self.errors.pending, self.task_id))
+            changes["errors_pending"] = bool(
+                await in_thread(self.error_recorder.pending, self.task_id)
+            )
         return dataclasses.replace(facts, **changes)
 
     async def _replay_errors(self) -> bool:
         """Seed a batch of error rows (errorCode first, then errorLink); True if any."""
-        codes = await in_thread(self.errors.claim_codes, self.task_id, self.worker_id, 10)
+        codes = await in_thread(self.error_recorder.claim_codes, self.task_id, self.worker_id, 10)
         requests = await self._replays("error_code", codes, self.spider.replay_code)
         if not codes:
-            links = await in_thread(self.errors.claim_links, self.task_id, self.worker_id, 100)
+            links = await in_thread(
+                self.error_recorder.claim_links, self.task_id, self.worker_id, 100
+            )
             requests = await self._replays("error_link", links, self.spider.replay_link)
         for request in requests:
             self.crawler.engine.crawl(request)
@@ -438,7 +442,7 @@ class RoundFeeder:
                 requests.append(build(row))
             except Exception as exc:
                 why = f"{type(exc).__name__}: {exc}"
-                await in_thread(self.errors.unreplayable, table, row["id"], why)
+                await in_thread(self.error_recorder.unreplayable, table, row["id"], why)
                 self.crawler.stats.inc_value(f"recrawl/unreplayable/{table}")
                 logger.error(
                     "%s row %s cannot be replayed (made permanent): %s", table, row["id"], why

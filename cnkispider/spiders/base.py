@@ -30,7 +30,7 @@ from cnkispider.cnki import parsers
 from cnkispider.cnki.protocol import Search, protocol_from_settings
 from cnkispider.exceptions import RefusedPage
 from cnkispider.items import ITEM_CLASSES, ROW_FIELDS
-from cnkispider.offload import in_thread as _in_thread
+from cnkispider.offload import in_thread
 from errors.middleware import failure_reason, record_download_failure, record_failure
 from tasks.context import CrawlContext
 from tasks.feeder import RoundFeeder
@@ -149,7 +149,7 @@ class RoundSpider(scrapy.Spider):
             # a failure before this line still finds its row and counts an attempt on it. A
             # worker dying between here and the ack brings the request back; if it fails then,
             # record_code finds its row gone and writes a new one (never an update of nothing).
-            await _in_thread(self.context.error_recorder.resolve_code, meta["error_code_id"])
+            await in_thread(self.context.error_recorder.resolve_code, meta["error_code_id"])
 
     async def _listed(self, page, search: Search, meta: dict):
         """What a list page yields: its detail requests and its next page, or its split."""
@@ -157,7 +157,7 @@ class RoundSpider(scrapy.Spider):
         if number == 1:
             if meta.get("round_root"):
                 self.crawler.stats.inc_value("rounds/searched")
-                await _in_thread(self.context.tasks.add_total, meta["round_id"], page.total)
+                await in_thread(self.context.tasks.add_total, meta["round_id"], page.total)
             if page.total > self.protocol.cap and not meta.get("sort_cut"):
                 async for out in self._split(search, page.total, meta):
                     yield out
