@@ -17,10 +17,14 @@ passes CNKI's cap.
 
 from __future__ import annotations
 
+import logging
 import re
+import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "categories"
 BUILTIN_FOR_TYPE = {"patent": "ipc", "paper": "clc", "achievement": "clc"}
@@ -98,6 +102,39 @@ def _load_file(path: str) -> CategoryTree:
         return _parse_lines(lines, yaml_style=file.suffix.lower() in (".yml", ".yaml"))
     except CategoryError as exc:
         raise CategoryError(f"{path}: {exc}") from None
+
+
+# A category file's (mtime, size) when this process last read it: load_tree caches a file's tree
+# per path for the process's life; a file edited while workers run is read again on its next use.
+_FILE_SEEN: dict[str, tuple[int, int]] = {}
+_FILE_LOCK = threading.Lock()
+
+
+def reload_if_changed(spec: str | None, base_dir: Path | None = None) -> bool:
+    """Forget the cached category trees when the file ``spec`` names changed since it was last
+    seen here (True then). Called wherever a task row is validated (each claim, each phase
+    decision), so a worker takes up an edited categories file within a second: new roots get
+    rounds (after the cursor: as it walks; before it: see ``missing_round``). A stat per call;
+    shipped trees (``builtin``) and inline code lists never change."""
+    spec = (spec or "builtin").strip()
+    if spec.startswith("builtin") or not Path(spec).suffix:
+        return False
+    path = Path(spec)
+    if base_dir is not None and not path.is_absolute():
+        path = base_dir / path
+    try:
+        stat = path.stat()
+    except OSError:
+        return False  # load_tree says why
+    key, signature = str(path), (stat.st_mtime_ns, stat.st_size)
+    with _FILE_LOCK:
+        before = _FILE_SEEN.get(key)
+        _FILE_SEEN[key] = signature
+    if before is None or before == signature:
+        return False
+    _load_file.cache_clear()
+    logger.info("categories file %s changed: read again", key)
+    return True
 
 
 def load_tree(spec: str, doc_type: str, base_dir: Path | None = None) -> CategoryTree:

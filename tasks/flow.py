@@ -54,7 +54,6 @@ import functools
 import logging
 import os
 import socket
-import threading
 import uuid
 from dataclasses import dataclass
 from enum import StrEnum
@@ -68,7 +67,7 @@ from cnkispider.db import db_now, retrying
 from cnkispider.exceptions import TaskRowError
 from cnkispider.items import DOC_TYPES
 from cnkispider.schema import error_code, error_link, round_, task, worker
-from tasks.categories import CategoryError, CategoryTree, load_tree
+from tasks.categories import CategoryError, CategoryTree, load_tree, reload_if_changed
 
 logger = logging.getLogger(__name__)
 
@@ -246,45 +245,6 @@ def validate_row(row, base_dir: Path | None = None) -> Task:
         halt_reason=getattr(row, "halt_reason", None) or None,
         halted_at=getattr(row, "halted_at", None),
     )
-
-
-# A category file's (mtime, size) when this process last read it: load_tree caches a file's tree
-# per path for the process's life; a file edited while workers run is read again on its next use.
-_FILE_SEEN: dict[str, tuple[int, int]] = {}
-_FILE_LOCK = threading.Lock()
-
-
-def reload_if_changed(spec: str | None, base_dir: Path | None = None) -> bool:
-    """Forget the cached category trees when the file ``spec`` names changed since it was last
-    seen here (True then). Called wherever a task row is validated (each claim, each phase
-    decision), so a worker takes up an edited categories file within a second: new roots get
-    rounds (after the cursor: as it walks; before it: see ``missing_round``). A stat per call;
-    shipped trees (``builtin``) and inline code lists never change."""
-    spec = (spec or "builtin").strip()
-    if spec.startswith("builtin") or not Path(spec).suffix:
-        return False
-    path = Path(spec)
-    if base_dir is not None and not path.is_absolute():
-        path = base_dir / path
-    try:
-        stat = path.stat()
-    except OSError:
-        return False  # load_tree says why
-    key, signature = str(path), (stat.st_mtime_ns, stat.st_size)
-    with _FILE_LOCK:
-        before = _FILE_SEEN.get(key)
-        _FILE_SEEN[key] = signature
-    if before is None or before == signature:
-        return False
-    load_tree_cache_clear()
-    logger.info("categories file %s changed: read again", key)
-    return True
-
-
-def load_tree_cache_clear() -> None:
-    from tasks import categories
-
-    categories._load_file.cache_clear()
 
 
 class TaskStore:
