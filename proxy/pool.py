@@ -75,14 +75,16 @@ class ProxyPool:
     def __init__(
         self,
         fetch_batch: Callable[[], Awaitable[list[str]] | list[str]] | None = None,
-        reuse: int = 10,
-        min_fetch_interval: float = 5.0,
+        *,
+        # no defaults here: the crawler's are PROXY_REUSE, PROXY_FETCH_INTERVAL and
+        # PROXY_BAN_TIME in cnkispider/default_settings.py, their one home
+        reuse: int,
+        min_fetch_interval: float,
+        ban_time: float,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
-        *,
         reuse_jitter: float = 0.5,
         max_age: float | None = None,
-        ban_time: float = 300.0,
     ):
         if reuse < 1:
             raise ValueError(f"reuse must be at least 1, got {reuse}")

@@ -11,11 +11,19 @@ from scrapy.exceptions import DownloadConnectionRefusedError, DownloadTimeoutErr
 from scrapy.utils.test import get_crawler
 from twisted.internet.error import ConnectionRefusedError as TxConnectionRefused
 
+from cnkispider import default_settings
 from cnkispider.addon import ADDONS
 from cnkispider.exceptions import ConfigError, GaveUp
 from cnkispider.middlewares.proxy import ProxyMiddleware
 from proxy import BanPolicy, ProviderClient, ProviderError, Proxy, ProxyPool, mask, proxy_key
 from proxy.provider import parse_json, parse_lines
+
+# the crawler's defaults (the pool itself has none: cnkispider/default_settings.py is their home)
+POOL = {
+    "reuse": default_settings.PROXY_REUSE,
+    "min_fetch_interval": default_settings.PROXY_FETCH_INTERVAL,
+    "ban_time": default_settings.PROXY_BAN_TIME,
+}
 
 
 class Clock:
@@ -52,6 +60,7 @@ def make_pool(clock, batches=(), **kw):
         return batch
 
     kw.setdefault("reuse_jitter", 0.0)
+    kw = {**POOL, **kw}
     pool = ProxyPool(fetch_batch, clock=clock, rng=random.Random(7), **kw)
     return pool, calls
 
@@ -69,7 +78,7 @@ def test_a_proxy_is_handed_out_reuse_times_then_retired():
 
 def test_reuse_is_an_average_with_jitter():
     """Budgets spread around PROXY_REUSE (so a batch does not run dry at one moment)."""
-    pool = ProxyPool(reuse=10, reuse_jitter=0.5, rng=random.Random(1))
+    pool = ProxyPool(**{**POOL, "reuse": 10}, reuse_jitter=0.5, rng=random.Random(1))
     pool.add_batch(urls(*range(9000, 11000)))
     budgets = [p.budget for p in pool.live()]
     assert min(budgets) == 5 and max(budgets) == 15
@@ -174,7 +183,7 @@ def test_no_sleep_when_the_interval_has_passed():
 
 
 def test_get_hands_out_a_random_live_proxy():
-    pool = ProxyPool(reuse=1000, rng=random.Random(3))
+    pool = ProxyPool(**{**POOL, "reuse": 1000}, rng=random.Random(3))
     pool.add_batch(urls(8001, 8002, 8003))
     seen = [pool.get().key for _ in range(300)]
     counts = {k: seen.count(k) for k in set(seen)}
@@ -182,7 +191,7 @@ def test_get_hands_out_a_random_live_proxy():
 
 
 def test_get_honours_exclude():
-    pool = ProxyPool(reuse=1000, rng=random.Random(3))
+    pool = ProxyPool(**{**POOL, "reuse": 1000}, rng=random.Random(3))
     pool.add_batch(urls(8001, 8002))
     assert {pool.get(exclude={"10.0.0.1:8001"}).key for _ in range(20)} == {"10.0.0.1:8002"}
     assert pool.get(exclude={"10.0.0.1:8001", "10.0.0.1:8002"}) is None
