@@ -5,8 +5,8 @@ worker thread; each item's ``process_item`` finishes only when its batch is comm
 is what lets the scheduler acknowledge a request exactly when its outcome is written (an item
 "scraped" is an item stored), and it keeps blocking database I/O off the reactor.
 
-``HtmlArchivePipeline`` is not an item pipeline but a downloader-side switch; see
-``cnkispider.archive``.
+The raw-HTML archive (``[crawl] archive_html``) is not an item pipeline: it is a downloader
+middleware, ``cnkispider.archive.HtmlArchiveMiddleware``.
 
 Failures, and what each item's outcome is:
 

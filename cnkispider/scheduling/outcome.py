@@ -19,8 +19,8 @@ handled:
 
 So spider code needs nothing for the ordinary case, errbacks included::
 
-    async def detail_failed(self, failure):
-        await self.errors.record_link(failure.request, failure)  # awaited: written before the ack
+    async def on_error(self, failure):
+        await record_download_failure(self.crawler, failure)  # awaited: written before the ack
 
 Only work that outlives the callback, errback, pipeline or signal handler that started it must be
 declared, or the request could be acked before that work is written:
