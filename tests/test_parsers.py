@@ -537,5 +537,5 @@ def test_a_missing_real_page_skips_in_a_bare_clone_and_fails_in_ci(tmp_path, mon
     with pytest.raises(pytest.skip.Exception, match="real CNKI pages not available"):
         pages.real_page("kns8s_list_crossdb_p1.html")
     monkeypatch.setenv(pages.REQUIRE_ENV, "1")
-    with pytest.raises(pytest.fail.Exception, match="CNKI_REQUIRE_REAL_PAGES=1 requires them"):
+    with pytest.raises(pytest.fail.Exception, match="CNKI_TEST_REQUIRE_REAL_PAGES=1 requires them"):
         pages.real_page("kns8s_list_crossdb_p1.html")
