@@ -234,7 +234,34 @@ def make_engine(url: str) -> Engine:
         isolation_level="READ COMMITTED",  # claims re-read the row they update (see tasks/flow.py)
     )
     _ride_out_outages(engine, mask_url(url))
+    _quiet_pool_resets(engine)
     return engine
+
+
+class _LostConnectionOnReturn(logging.Filter):
+    """SQLAlchemy's pool logs "Exception during reset or similar" with a traceback at ERROR when
+    the rollback of a connection given back to the pool fails. During a database outage that is
+    expected (the connection died with the server; the pool discards it, and the work that used
+    it is retried by ``retrying``): one warning line then, no traceback. Any other failure of a
+    reset keeps SQLAlchemy's own record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and is_transient(exc):
+            reason = masking.mask_text(str(exc).splitlines()[0])
+            record.msg, record.args = (
+                "a pooled connection was lost with the database: %s",
+                (reason,),
+            )
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def _quiet_pool_resets(engine: Engine) -> None:
+    pool_logger = logging.getLogger(f"sqlalchemy.pool.impl.{type(engine.pool).__name__}")
+    if not any(isinstance(f, _LostConnectionOnReturn) for f in pool_logger.filters):
+        pool_logger.addFilter(_LostConnectionOnReturn())
 
 
 def _create_mysql_database(url: str) -> None:

@@ -295,3 +295,31 @@ def test_keys_are_checked_before_any_write(values, problem):
 
     found = key_problem("patent", values)
     assert found is None if problem is None else problem in found
+
+
+def test_a_pooled_connection_lost_in_an_outage_is_one_warning_line_not_a_traceback(caplog):
+    """SQLAlchemy logs a failed rollback of a connection given back to the pool at ERROR with a
+    traceback; in an outage that is expected (seen in the fault suite's outage test): one line."""
+    import logging
+
+    import pymysql
+
+    from cnkispider.db import make_engine
+
+    engine = make_engine("mysql+pymysql://root@127.0.0.1:3306/test")
+    pool_logger = logging.getLogger(f"sqlalchemy.pool.impl.{type(engine.pool).__name__}")
+    lost = pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query")
+    with caplog.at_level(logging.WARNING, logger=pool_logger.name):
+        try:
+            raise lost
+        except pymysql.err.OperationalError:
+            pool_logger.exception("Exception during reset or similar")  # as SQLAlchemy does
+        try:
+            raise ValueError("a bug, not an outage")
+        except ValueError:
+            pool_logger.exception("Exception during reset or similar")  # as SQLAlchemy does
+    engine.dispose()
+    first, second = caplog.records
+    assert (first.levelname, first.exc_info) == ("WARNING", None)
+    assert "Lost connection to MySQL server" in first.getMessage()
+    assert second.levelname == "ERROR" and second.exc_info is not None  # anything else: as it was
