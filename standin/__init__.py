@@ -35,8 +35,9 @@ tests/test_standin_human.py):
   within 2 s (all hidden from the crawler); from then on every request of it is challenged until
   a person passes it again. The warm-up then starts no session (only the verify page does); a
   detail link answers only with the cookie of the session that listed it (else the 302);
-  ``turn_limit`` defaults to 0. ``/_stats["human_check"]`` lists every pass (session, requests,
-  why and when it was checked again: limit, minutes, pace, control, idle) with the limits;
+  ``turn_limit`` defaults to 0. ``/_stats["human_check"]`` lists every pass (session, requests by
+  kind, documents served, why and when it was checked again: limit, minutes, pace, control,
+  idle) with the limits;
   ``/_control`` takes ``expire_session`` and ``check_after`` (client: ``SiteHandle.pass_check()``,
   ``expire_session()``, ``check_after()``).
 - Warm-up. ``GET /kns8s/defaultresult/index`` starts a session: cookies ``KNS2COOKIE``,

@@ -315,7 +315,7 @@ class Pass:
     """One pass of the human check: a session answered until one of its limits is reached."""
 
     __slots__ = ("sid", "number", "passed_at", "requests", "hits", "reason", "checked_at")
-    __slots__ += ("checked_after_requests", "check_after")
+    __slots__ += ("checked_after_requests", "check_after", "by_kind", "documents")
 
     def __init__(self, sid: str, number: int, now: float):
         self.sid, self.number, self.passed_at = sid, number, now
@@ -325,12 +325,16 @@ class Pass:
         self.checked_at: float | None = None
         self.checked_after_requests: int | None = None
         self.check_after: int | None = None  # control: checked after this many more requests
+        self.by_kind = {"page": 0, "list": 0, "detail": 0}  # admitted requests by route kind
+        self.documents = 0  # detail pages served (200) in this pass
 
     def view(self, now: float) -> dict:
         return {
             "session": self.sid,
             "pass": self.number,
             "requests": self.requests,
+            **{f"{kind}_requests": n for kind, n in self.by_kind.items()},
+            "documents": self.documents,
             "seconds_since_pass": round(now - self.passed_at, 3),
             "checked": self.reason is not None,
             "reason": self.reason,
@@ -379,9 +383,10 @@ class HumanCheck:
     def current(self, sid: str | None) -> Pass | None:
         return self._current.get(sid) if sid else None
 
-    def admit(self, sid: str | None, now: float) -> str:
-        """Count one request of session ``sid``: ``ok`` (answer it), ``plain`` (no person
-        passed this session) or ``checked`` (passed, but checked again: now or before)."""
+    def admit(self, sid: str | None, now: float, kind: str = "page") -> str:
+        """Count one request of session ``sid`` (``kind``: page, list or detail): ``ok``
+        (answer it), ``plain`` (no person passed this session) or ``checked`` (passed, but
+        checked again: now or before)."""
         record = self.current(sid)
         if record is None:
             return "plain"
@@ -392,6 +397,7 @@ class HumanCheck:
             self._check(record, reason, now)
             return "checked"
         record.requests += 1
+        record.by_kind[kind] += 1
         return "ok"
 
     def _broken_rule(self, record: Pass, now: float) -> str | None:

@@ -398,7 +398,8 @@ class Site:
             # an idle-expired session that a person had passed: checked again, "idle"
             self.human.lapse(sid, now)
             sid = None
-        verdict = self.human.admit(sid, now)
+        kind = {"/kns8s/brief/grid": "list", "/kcms2/article/abstract": "detail"}.get(req.path)
+        verdict = self.human.admit(sid, now, kind or "page")
         if verdict == "ok":
             self.sessions.touch(sid, now)
             return None
@@ -832,6 +833,8 @@ class Site:
             self.stats["doomed_responses"] += 1
             return Response(500, b"<html><body><h1>500 Internal Server Error</h1></body></html>")
         self.stats["pages"]["detail"] += 1
+        if self.human.on:
+            self.human.current(sid).documents += 1  # the gate admitted this passed session
         return Response(200, markup.detail_page(doc, "detail-fields" in self.breaks))
 
     def grid_guarded(self, req: Request) -> Response:

@@ -233,6 +233,11 @@ def test_a_passed_session_answers_its_hidden_number_of_requests(cnki_site):
     )
     (record,) = session_stats(site, cookies)
     assert record["requests"] == 6 and record["checked_after_requests"] == 6
+    assert (record["page_requests"], record["list_requests"], record["detail_requests"]) == (
+        1,
+        5,
+        0,
+    )
     assert record["checked"] and record["reason"] == "limit"
     stats = site.stats()
     assert stats["human_check"]["limits"]["session_requests"] == 6
@@ -329,6 +334,14 @@ def test_a_detail_link_answers_only_in_the_session_that_listed_it(cnki_site):
     time.sleep(0.7)
     assert other.get(own)[0] == 200
     assert not any(p["checked"] for p in stats["human_check"]["sessions"])
+    # what a benchmark divides: documents (detail pages) a pass served
+    passes = {p["session"]: p for p in site.stats()["human_check"]["sessions"]}
+    mine_pass, other_pass = (
+        passes[mine.cookies["SID_kns_new"]],
+        passes[other.cookies["SID_kns_new"]],
+    )
+    assert (mine_pass["documents"], mine_pass["detail_requests"]) == (1, 1)
+    assert (other_pass["documents"], other_pass["detail_requests"]) == (1, 2)
 
 
 # -- tests make a passed session expire on demand -------------------------------------------------
