@@ -20,6 +20,7 @@ from standin.client import CLIENT_ID_PATH
 from standin.limits import HumanCheck
 
 DAY = "2024-03-05"
+CAPTCHA_MARK = b"TJCaptcha.js"  # the per-IP ban answers the older Tencent captcha page
 
 
 def _verify_pattern(base: str, return_url: str) -> str:
@@ -400,6 +401,11 @@ def test_faults_pace_guard_and_turn_limit_still_apply_to_passed_sessions(cnki_si
     assert b"pagerTitleCell" in client.grid("patent", DAY, code="H04", page=2)[2]
     status, _, body = client.grid("patent", DAY, code="H04")
     assert status == 200 and len(body) == 105  # the turn limit's soft block
+    banning = cnki_site(seed=1, human_check=True, session_burst=0, rate_limit=0.5, burst=2)
+    client = passed_client(banning)
+    answers = [client.grid("patent", DAY, code="H04")[2] for _ in range(3)]
+    assert b"pagerTitleCell" in answers[0] and CAPTCHA_MARK in answers[2]  # the per-IP ban
+    assert banning.stats()["bans"] == 1
 
 
 def test_client_id_endpoint_and_plain_mode_are_unchanged(cnki_site):
