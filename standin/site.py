@@ -558,7 +558,9 @@ class Site:
                 ("Set-Cookie", f"SID_kns_new={session.sid}; path=/"),
                 ("Set-Cookie", "dblang=both; path=/"),
             ]
-        if not self.client_ids.valid(self._cookie(req, "Ecp_ClientId")):
+        if "client-id" not in self.breaks and not self.client_ids.valid(
+            self._cookie(req, "Ecp_ClientId")
+        ):
             # what the real page's script fetches from GenerateClientID into a browser's jar
             self.stats["client_ids_issued"] += 1
             headers.append(("Set-Cookie", f"Ecp_ClientId={self.client_ids.issue()}; path=/"))

@@ -417,3 +417,16 @@ def test_client_id_endpoint_and_plain_mode_are_unchanged(cnki_site):
     checked = cnki_site(seed=1, human_check=True)
     status, _, body = checked.client().get(CLIENT_ID_PATH)
     assert status == 200 and json.loads(body)["Success"] is True
+
+
+def test_break_client_id_holds_with_the_human_check(cnki_site):
+    """The verify page hands out no Ecp_ClientId when GenerateClientID is broken, so the probe's
+    client-id assumption stays false for a passed session too."""
+    site = cnki_site(seed=1, human_check=True, break_="client-id")
+    cookies = site.pass_check()
+    assert "SID_kns_new" in cookies and "Ecp_ClientId" not in cookies
+    client = passed_client(site, cookies)
+    assert client.client_id() is None
+    status, _, body = client.grid("patent", DAY, code="H04")
+    assert status == 403 and json.loads(body)["code"] == -403
+    assert site.stats()["no_client_id_refusals"] == 1
