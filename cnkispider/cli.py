@@ -477,11 +477,15 @@ def cmd_demo(config: Config, args) -> int:
             "categories = G06,H04\n"
             f"[cnki]\nbase_url = {base_url}\n"
             f"client_id_url = {base_url}{CLIENT_ID_PATH}\n"
+            # the stand-in checks for a person, as CNKI does; the demo's two passes crawl at
+            # 1.2 requests/s each (the shipped 0.5 is the polite pace for the live site)
+            "sessions = verified\nsession_pace = 1.2\n"
             "[crawl]\ndata_dir = .\nlease_seconds = 30\nheartbeat_seconds = 2\nlog_level = info\n",
             encoding="utf-8",
         )
         print(f"demo: stand-in CNKI at {base_url}; config {ini}")
         demo = load_config(ini)
+        _demo_person(demo, site, base_url, passes=2)
         stats = crawl(
             demo, settings_overrides={"CNKI_VERBOSE": bool(getattr(args, "verbose", False))}
         )
@@ -496,6 +500,36 @@ def cmd_demo(config: Config, args) -> int:
         site.terminate()
         site.wait(10)
         site.stdout.close()
+
+
+def _demo_person(config: Config, process, base_url: str, passes: int) -> None:
+    """Play the person: pass the stand-in's check with its test-only control and add each
+    session to the pool (on CNKI a person does this in a browser: `cnkispider session login`)."""
+    from urllib.parse import urlsplit
+
+    from cnkispider.sessions import SessionStore
+    from standin.client import SiteHandle
+
+    site = SiteHandle(process, base_url)
+    store = SessionStore.from_config(config)
+    host = urlsplit(base_url).hostname or ""
+    for session in store.list():  # an earlier demo's sessions died with its stand-in
+        store.remove(session.id)
+    added = []
+    for _ in range(passes):
+        cookies = site.pass_check()
+        added.append(
+            store.add(
+                [{"name": k, "value": v, "domain": host, "path": "/"} for k, v in cookies.items()],
+                source="standin",
+            ).id
+        )
+    print(
+        f"demo: the stand-in checks for a person, as CNKI does; the demo plays the person with "
+        f"the stand-in's test-only pass control, {passes} times (a pass lasts a few hundred "
+        f"requests), and adds the sessions {', '.join(added)} to the pool (on CNKI: "
+        "`cnkispider session login`)"
+    )
 
 
 def cmd_status(config: Config, args) -> int:
@@ -526,7 +560,14 @@ def cmd_probe(config: Config, args) -> int:
 
     day = dt.date.fromisoformat(parse_day(args.day, "--day")) if args.day else None
     save = Path(args.save) if args.save else None
-    return probe_from_config(config, day=day, delay=args.delay, save_dir=save).run()
+    return probe_from_config(
+        config,
+        day=day,
+        delay=args.delay,
+        save_dir=save,
+        session_id=getattr(args, "session", None),
+        session_budget=getattr(args, "session_budget", 0) or 0,
+    ).run()
 
 
 CONFIG_HELP = "config.ini to use (default: ./config.ini, then beside the program)"
@@ -679,6 +720,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     probe.add_argument(
         "--save", metavar="DIR", help="keep every raw answer here (gzip) with an index.json"
+    )
+    probe.add_argument(
+        "--session",
+        metavar="ID",
+        help="when CNKI checks for a person: the pool's session to probe with (default: a ready one)",
+    )
+    probe.add_argument(
+        "--session-budget",
+        type=int,
+        default=0,
+        metavar="N",
+        help="measure how long a verified session lasts at [cnki] session_pace, spending up to N "
+        "requests of it (it may then need a person again; default 0: not measured)",
     )
     probe.set_defaults(func=cmd_probe)
     return parser
