@@ -477,18 +477,22 @@ def cmd_demo(config: Config, args) -> int:
             "categories = G06,H04\n"
             f"[cnki]\nbase_url = {base_url}\n"
             f"client_id_url = {base_url}{CLIENT_ID_PATH}\n"
-            # the stand-in checks for a person, as CNKI does; the demo's two passes crawl at
-            # 1.2 requests/s each (the shipped 0.5 is the polite pace for the live site)
+            # the stand-in checks for a person, as CNKI does; the demo's passes crawl at 1.2
+            # requests/s each (the shipped 0.5 is the polite pace for the live site)
             "sessions = verified\nsession_pace = 1.2\n"
             "[crawl]\ndata_dir = .\nlease_seconds = 30\nheartbeat_seconds = 2\nlog_level = info\n",
             encoding="utf-8",
         )
         print(f"demo: stand-in CNKI at {base_url}; config {ini}")
         demo = load_config(ini)
-        _demo_person(demo, site, base_url, passes=2)
-        stats = crawl(
-            demo, settings_overrides={"CNKI_VERBOSE": bool(getattr(args, "verbose", False))}
-        )
+        with _DemoPerson(demo, site, base_url):
+            stats = crawl(
+                demo,
+                settings_overrides={
+                    "CNKI_VERBOSE": bool(getattr(args, "verbose", False)),
+                    "SESSIONS_POLL": 1.0,
+                },
+            )
         print_summary(demo, stats)
         db_path = demo.database_url.split(":///", 1)[1]
         print(
@@ -502,34 +506,58 @@ def cmd_demo(config: Config, args) -> int:
         site.stdout.close()
 
 
-def _demo_person(config: Config, process, base_url: str, passes: int) -> None:
-    """Play the person: pass the stand-in's check with its test-only control and add each
-    session to the pool (on CNKI a person does this in a browser: `cnkispider session login`)."""
-    from urllib.parse import urlsplit
+class _DemoPerson:
+    """Plays the person of the demo: passes the stand-in's check with its test-only control and
+    adds each session to the pool (on CNKI a person does it in a browser: `session login`),
+    once before the crawl and again whenever the crawl waits for a person."""
 
-    from cnkispider.sessions import SessionStore
-    from standin.client import SiteHandle
+    def __init__(self, config: Config, process, base_url: str):
+        import threading
+        from urllib.parse import urlsplit
 
-    site = SiteHandle(process, base_url)
-    store = SessionStore.from_config(config)
-    host = urlsplit(base_url).hostname or ""
-    for session in store.list():  # an earlier demo's sessions died with its stand-in
-        store.remove(session.id)
-    added = []
-    for _ in range(passes):
-        cookies = site.pass_check()
-        added.append(
-            store.add(
-                [{"name": k, "value": v, "domain": host, "path": "/"} for k, v in cookies.items()],
-                source="standin",
-            ).id
+        from cnkispider.sessions import SessionStore
+        from standin.client import SiteHandle
+
+        self.site = SiteHandle(process, base_url)
+        self.store = SessionStore.from_config(config)
+        self.task = config.task.name
+        self.host = urlsplit(base_url).hostname or ""
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        for session in self.store.list():  # an earlier demo's sessions died with its stand-in
+            self.store.remove(session.id)
+
+    def pass_check(self, why: str) -> None:
+        cookies = self.site.pass_check()
+        session = self.store.add(
+            [{"name": k, "value": v, "domain": self.host, "path": "/"} for k, v in cookies.items()],
+            source="standin",
         )
-    print(
-        f"demo: the stand-in checks for a person, as CNKI does; the demo plays the person with "
-        f"the stand-in's test-only pass control, {passes} times (a pass lasts a few hundred "
-        f"requests), and adds the sessions {', '.join(added)} to the pool (on CNKI: "
-        "`cnkispider session login`)"
-    )
+        print(
+            f"demo: {why}: the demo plays the person with the stand-in's test-only pass control "
+            f"and adds session {session.id} to the pool (on CNKI: `cnkispider session login`)",
+            flush=True,
+        )
+
+    def _watch(self) -> None:
+        while not self.done.wait(1.0):
+            try:
+                if self.store.waiting(self.task):
+                    self.pass_check(
+                        "the crawl waits for a person (a pass lasts a few hundred requests)"
+                    )
+                    self.done.wait(5.0)  # the worker sees it at its next look at the pool
+            except Exception:  # the demo's Redis going away at the end
+                return
+
+    def __enter__(self):
+        self.pass_check("the stand-in checks for a person, as CNKI does")
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.thread.join(10)
 
 
 def cmd_status(config: Config, args) -> int:
