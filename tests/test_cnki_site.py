@@ -904,7 +904,7 @@ def test_a_session_over_the_pace_gets_the_soft_block_and_verify_redirects(cnki_s
     assert b"pagerTitleCell" in lanes[0].grid("patent", DAY, code="H04")[2]  # blocked a while
     stats = site.stats()
     assert stats["challenged"]["soft_block"] == 1 and stats["challenged"]["verify_redirect"] == 2
-    assert stats["challenged_by"] == {"session": 3, "ip": 0, "turn_limit": 0}
+    assert stats["challenged_by"] == {"session": 3, "ip": 0, "turn_limit": 0, "human_check": 0}
     assert stats["pace_blocks"] == {"session": 1, "ip": 0}
 
 
@@ -1181,9 +1181,14 @@ def test_cli_truth_equals_the_endpoint(cnki_site):
     assert cli == site.truth("paper", DAY, "2024-03-06", ["F", "O1"]) and len(cli) > 700
 
 
-def test_command_prints_its_base_url_first_and_stops_on_sigterm():
+@pytest.mark.parametrize(
+    ("switch", "status"), [((), 302), (("--no-human-check",), 200)], ids=["default", "plain"]
+)
+def test_command_prints_its_base_url_first_and_stops_on_sigterm(switch, status):
+    """``python -m standin`` checks for a person by default (a plain warm-up goes to the
+    verify page); ``--no-human-check`` is the plain site."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "standin", "--port", "0", "--proxies", "1"],
+        [sys.executable, "-m", "standin", "--port", "0", "--proxies", "1", *switch],
         cwd=REPO,
         stdout=subprocess.PIPE,
     )
@@ -1193,7 +1198,10 @@ def test_command_prints_its_base_url_first_and_stops_on_sigterm():
         port = int(line.strip().rsplit(":", 1)[1])
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
         conn.request("GET", "/kns8s/defaultresult/index")
-        assert conn.getresponse().status == 200
+        response = conn.getresponse()
+        assert response.status == status
+        if status == 302:
+            assert "/verify/home?captchaType=blockPuzzle&" in response.getheader("Location")
     finally:
         process.terminate()
         assert process.wait(timeout=5) == 0
