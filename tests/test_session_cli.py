@@ -345,8 +345,14 @@ def test_add_list_remove_through_the_command_line_never_show_a_cookie_value(ini,
     assert ids[0] not in session(ini, "list").stdout
 
 
-def test_check_says_passed_for_a_session_a_person_passed_and_checked_for_one_nobody_did(ini, pool):
-    site = ini.site
+def test_check_says_passed_for_a_session_a_person_passed_and_checked_for_one_nobody_did(
+    tmp_path, cnki_site, pool
+):
+    site = cnki_site(human_check=True)
+    ini = tmp_path / "config.ini"
+    ini.write_text(
+        f"[redis]\nurl = {REDIS_URL}\n[cnki]\nbase_url = {site.base_url}\n", encoding="utf-8"
+    )
     passed = pool.add(
         [
             {"name": k, "value": v, "domain": "127.0.0.1", "path": "/"}

@@ -26,10 +26,12 @@ Cookie values never reach a log line or a message.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -223,25 +225,39 @@ class Browser:
             shutil.rmtree(profile, ignore_errors=True)
             raise LoginError(f"cannot start the browser {program}: {exc.strerror or exc}") from None
         browser = cls(ws_url="", port=0, process=process, profile=profile)
+        try:
+            return browser._wait_for_devtools(program, port, wait)
+        except BaseException:  # a LoginError, or Ctrl-C / SIGTERM meanwhile: no browser left
+            browser.close()
+            raise
+
+    def _wait_for_devtools(self, program: str, port: int, wait: float) -> Browser:
+        browser, process, profile = self, self.process, self.profile
         active = profile / "DevToolsActivePort"  # "PORT\n/devtools/browser/<id>" once it listens
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             if process.poll() is not None:
-                browser.close()
                 raise LoginError(
                     f"the browser {program} stopped at start (exit {process.returncode}); "
                     "try another with --browser PATH"
                 )
-            try:
-                lines = active.read_text(encoding="utf-8").split()
-            except OSError:
-                lines = []
-            if len(lines) >= 2:
-                browser.port = int(lines[0])
-                browser.ws_url = f"ws://127.0.0.1:{browser.port}{lines[1]}"
-                return browser
+            if port:  # a port of our choosing: Chromium writes DevToolsActivePort only for 0
+                try:
+                    browser.ws_url = cdp_http(port, "/json/version", 1.0)["webSocketDebuggerUrl"]
+                    browser.port = port
+                    return browser
+                except (OSError, ValueError, KeyError):
+                    pass
+            else:
+                try:
+                    lines = active.read_text(encoding="utf-8").split()
+                except OSError:
+                    lines = []
+                if len(lines) >= 2:
+                    browser.port = int(lines[0])
+                    browser.ws_url = f"ws://127.0.0.1:{browser.port}{lines[1]}"
+                    return browser
             time.sleep(0.1)
-        browser.close()
         raise LoginError(f"the browser {program} did not open its DevTools port in {wait:.0f} s")
 
     @classmethod
@@ -272,6 +288,13 @@ class Browser:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(10)
+        if self.process is not None and hasattr(os, "killpg"):
+            # its helpers (zygotes, renderers, crash handler) are in the group it was started
+            # in (start_new_session); none may outlive it
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         if self.profile is not None:
             for _ in range(20):  # the browser's last writes may still be landing
                 shutil.rmtree(self.profile, ignore_errors=True)
@@ -334,10 +357,39 @@ def login(
 ) -> Paste:
     """Open CNKI's search page in a real browser, wait for the person to pass the check, and
     return the browser's CNKI cookies and User-Agent. Closes what it opened."""
-    if cdp_port:
-        target = Browser.attach(cdp_port)
-    else:
-        target = Browser.start(find_browser(browser), headless=headless, port=port)
+    with _closing_on_termination():
+        if cdp_port:
+            target = Browser.attach(cdp_port)
+        else:
+            target = Browser.start(find_browser(browser), headless=headless, port=port)
+        return _login(target, home_url, cnki_hosts, timeout=timeout, say=say, clock=clock)
+
+
+@contextlib.contextmanager
+def _closing_on_termination():
+    """SIGTERM (and SIGHUP: the terminal closed) end the login like Ctrl-C does, through the
+    ``finally`` blocks that close the browser: a killed login must not leave a browser behind."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    names = [n for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n)]
+    previous = {}
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    for name in names:
+        previous[name] = signal.signal(getattr(signal, name), stop)
+    try:
+        yield
+    finally:
+        for name in names:
+            signal.signal(getattr(signal, name), previous[name])
+
+
+def _login(target: Browser, home_url, cnki_hosts, *, timeout, say, clock) -> Paste:
     cdp = None
     tab = None
     try:
