@@ -371,6 +371,12 @@ def cmd_run(config: Config, args) -> int:
     print_summary(config, stats)
     if stats.get("finish_reason") == "halted":
         return report_halt(config)
+    if stats.get("finish_reason") == "needs_person":  # [cnki] on_check = fail
+        from cnkispider.halting import EXIT_HALTED
+        from cnkispider.sessions.pool import WAITING_MESSAGE
+
+        print(f"task {config.task.name}: stopped: {WAITING_MESSAGE}", file=sys.stderr)
+        return EXIT_HALTED
     return 0 if stats.get("finish_reason") in ("finished", "up_to_date", "shutdown") else 1
 
 

@@ -28,6 +28,7 @@ import datetime as dt
 import difflib
 import logging
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,6 +138,11 @@ def _http_url(raw: str) -> str:
     return value
 
 
+def _http_urls(raw: str) -> list[str]:
+    """Several http(s) URLs, separated by commas, spaces or new lines (indented lines go on)."""
+    return [_http_url(part) for part in re.split(r"[\s,]+", raw.strip()) if part]
+
+
 def _int_choice(*choices: int):
     def parse(raw: str) -> int:
         value = _int()(raw)
@@ -208,6 +214,14 @@ SCHEMA: dict[str, dict[str, tuple[Any, str]]] = {
         "category_operator": (_token, _default("CNKI_CATEGORY_OPERATOR")),
         # comma list of URLs or host[:port]; everything else is refused, unfetched
         "allowed_hosts": (_text, _default("SCHEDULER_ALLOWED_HOSTS")),
+        # sessions a person verified (cnkispider/sessions/): auto | verified | plain
+        "sessions": (_choice("auto", "verified", "plain"), _default("SESSIONS_MODE")),
+        "on_check": (_choice("wait", "prompt", "fail"), _default("SESSIONS_ON_CHECK")),
+        "session_pace": (_float(0.0), _default("SESSIONS_PACE_MAX")),
+    },
+    "notify": {
+        "webhook": (_http_urls, _default("NOTIFY_WEBHOOKS")),
+        "format": (_choice("json", "dingtalk", "wecom", "feishu"), _default("NOTIFY_FORMAT")),
     },
     "proxy": {
         "enabled": (_bool, _default("PROXY_ENABLED")),

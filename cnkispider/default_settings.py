@@ -129,6 +129,25 @@ PACE_WINDOW = 2.0  # seconds over which the site is assumed to count a pace
 PACE_TTL = 7 * 24 * 3600.0  # seconds an IP's learned pace is kept after its last use
 PACE_DIRECT_NAME = "direct"  # the IP name of requests without a proxy
 
+# -- SESSIONS_*: sessions a person verified (cnkispider/sessions/), NOTIFY_* (cnkispider/notify.py)
+
+# auto: plain sessions until CNKI checks for a person, then verified ones | verified | plain
+SESSIONS_MODE = "auto"
+SESSIONS_ON_CHECK = "wait"  # no usable session: wait | prompt (ask at the console) | fail (exit 3)
+# Redis key prefix of the pool; empty: cnki:<CNKI_BASE_URL's host> (a session is the site's)
+SESSIONS_NAMESPACE = ""
+SESSIONS_TTL = 12 * 3600.0  # seconds a session stays in the pool at most
+SESSIONS_LEASE = 120.0  # seconds a round keeps its session without a request (a dead worker's)
+SESSIONS_POLL = 5.0  # seconds between looks at the pool while waiting for a person or a session
+# fresh plain sessions in a row whose warm-up CNKI sends to its check before auto moves on
+SESSIONS_AUTO_AFTER = 3
+# requests/s a verified session never exceeds (2026 reports: 1.5 s between searches, 2 s between
+# detail pages; 4 quick requests drew the check)
+SESSIONS_PACE_MAX = 0.5
+NOTIFY_WEBHOOKS: list[str] = []  # URLs that get one POST when a task waits, halts or finishes
+NOTIFY_FORMAT = "json"  # json | dingtalk | wecom | feishu
+NOTIFY_TIMEOUT = 5.0  # seconds a webhook may take
+
 # -- TASKS_*, ERRORS_*: flow control (tasks/, errors/, cnkispider/halting.py) -------------------
 
 TASKS_ENABLED = True

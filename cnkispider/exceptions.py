@@ -79,3 +79,16 @@ class GaveUp(IgnoreRequest):
         self.reason, self.attempts, self.detail = reason, attempts, detail
         words = f" ({detail})" if detail else ""
         super().__init__(f"gave up after {attempts} attempts: {reason}{words}")
+
+
+class SessionLost(IgnoreRequest):
+    """A detail request whose verified session can no longer serve it: CNKI checked that
+    session again (or its link went stale in it), and a ``v=`` link opens only in the session
+    that listed it. Not a failure of the document: the spider lists its page again in the
+    round's session now (``RoundSpider.on_error``), and nothing is recorded."""
+
+    reason = "session-lost"
+
+    def __init__(self, session_id: str, why: str):
+        self.session_id, self.why = session_id, why
+        super().__init__(f"session {session_id}: {why}")

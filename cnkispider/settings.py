@@ -47,7 +47,13 @@ DOWNLOADER_MIDDLEWARES = {
 }
 SPIDER_MIDDLEWARES = {"errors.middleware.ErrorRecordingMiddleware": 60}
 ITEM_PIPELINES = {"cnkispider.pipelines.DocumentPipeline": 800}
-EXTENSIONS = {"tasks.feeder.RoundFeeder": 500, "cnkispider.progress.ProgressLog": 600}
+EXTENSIONS = {
+    "tasks.feeder.RoundFeeder": 500,
+    "cnkispider.progress.ProgressLog": 600,
+    # the worker's side of the verified-session pool, and the webhooks (waiting, halt, finish)
+    "cnkispider.sessions.runtime.VerifiedSessions": 510,
+    "cnkispider.notify.Notifier": 520,
+}
 
 # The settings above, before `scrapy crawl` adds config.ini's to this module (at the bottom).
 _static = {
@@ -88,6 +94,11 @@ def crawler_settings(config: Config) -> dict:
         "CNKI_CATEGORY_FIELD": cnki["category_field"],
         "CNKI_CATEGORY_OPERATOR": cnki["category_operator"],
         "SESSION_TURN_LIMIT": cnki["turn_limit"],
+        "SESSIONS_MODE": cnki["sessions"],
+        "SESSIONS_ON_CHECK": cnki["on_check"],
+        "SESSIONS_PACE_MAX": cnki["session_pace"],
+        "NOTIFY_WEBHOOKS": config.raw["notify"]["webhook"],
+        "NOTIFY_FORMAT": config.raw["notify"]["format"],
         # flow control
         "TASKS_NAME": task.name,
         "TASKS_TYPE": task.type,

@@ -5,10 +5,14 @@ latency and slow faults, which the HTTP layer honours without blocking other con
 
 Routes:
   GET  /kns8s/defaultresult/index   warm-up: new session, cookies KNS2COOKIE, SID_kns_new, dblang
+                                    (with the human check: the page, for a passed session only)
+  GET  /kns8s/search, /kns8s/AdvSearch   the search page (a passed session's, with the check)
   GET  /RCDService/api/UtilityOpenApi/GenerateClientID   {"Success":true,"Data":"<Ecp_ClientId>"}
   POST /kns8s/brief/grid            list fragment (client id, session, QueryJson rules, cap, pace)
   GET  /kcms2/article/abstract?v=   detail page (token checked: signature, age, session)
-  GET  /verify/home                 where challenges redirect to
+  GET  /verify/home                 where challenges redirect to (with the human check: sets the
+                                    session cookies if none, holds the test-only #standin-pass)
+  POST /verify-api/web/check        the pass control: passes the cookie's session, 302 returnUrl
   POST /kns8s/brief/checkcode       where the vericodeForm posts (always "wrong code")
   GET  /                            a home page (some clients visit www first)
   GET|POST /_control                state; POST JSON changes it (faults, latency, limits, ...)
@@ -18,7 +22,9 @@ Routes:
   GET  /_doomed?type=&start=&end=&categories=      filenames whose detail always fails
   GET  /proxy-api?num=5&format=text|json           the proxy provider
 
-Faults, the rate limit and latency apply to grid and detail requests only; the pace guard to the
+The human check (``human_check``) stands in front of every kns route but the client-id
+endpoint (another CNKI host), before the rate limit, the pace guard and faults. Faults, the rate
+limit and latency apply to grid and detail requests only; the pace guard to the
 warm-up, grid and detail requests (the client-id endpoint is another CNKI host). A request comes
 from IP ``127.0.0.1`` when direct and ``10.0.0.{i+1}`` through proxy port ``i``.
 """

@@ -277,7 +277,7 @@ class RoundFeeder:
         if halt:
             self._halted(halt)
             return
-        if await self._cooling_down():
+        if await self._cooling_down() or self._waiting_for_person():
             return
         scheduler = self.scheduler
         low_water = self.crawler.settings.getint("CONCURRENT_REQUESTS")
@@ -319,6 +319,13 @@ class RoundFeeder:
             return await in_thread(self._cooldown.remaining) > 0
         except Exception:  # Redis trouble is the scheduler's to report
             return False
+
+    def _waiting_for_person(self) -> bool:
+        """No verified session is usable (cnkispider.sessions.runtime): claim nothing new."""
+        from cnkispider.sessions.runtime import VerifiedSessions
+
+        sessions = VerifiedSessions.of(self.crawler)
+        return sessions is not None and sessions.waiting
 
     # -- halting ---------------------------------------------------------------------------
 

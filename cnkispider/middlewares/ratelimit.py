@@ -97,6 +97,9 @@ Settings (defaults in :mod:`cnkispider.default_settings`; config.ini maps onto t
 - ``PACE_WINDOW``: seconds over which the site is assumed to count a pace; a pace
   challenged while it grew was too fast half a window before, and that is the ceiling kept.
 - ``PACE_TTL``: seconds an IP's learned pace is kept after its last use.
+- ``SESSIONS_PACE_MAX``: requests/s a session a person verified (meta ``cnki_verified``) never
+  exceeds, all workers together, paces on or off (key ``{prefix}:verified:{id}``); 0 = none
+  (``[cnki] session_pace``).
 - ``PACE_DIRECT_NAME``: the IP name of requests without a proxy; every worker on
   the Redis shares it (right when they leave through one address; give each machine its own
   name when they do not: ``[proxy] direct_name``).
@@ -465,6 +468,7 @@ class SharedRateLimit:
         pace_max: float = 0.0,
         pace_ttl: float = default_settings.PACE_TTL,
         direct_name: str = default_settings.PACE_DIRECT_NAME,
+        verified_rate: float = 0.0,
     ):
         if site_rate < 0 or proxy_rate < 0 or pace_max < 0:
             raise ValueError("rate limits must be 0 (none) or positive")
@@ -477,13 +481,22 @@ class SharedRateLimit:
         self.pace_max = pace_max or site_rate
         self.pace_ttl = pace_ttl
         self.direct_name = direct_name
+        # A session a person passed is checked again past a pace CNKI does not publish, and a
+        # check costs a person's slider, not a cool-down: it never goes faster than this
+        # (requests/s, every worker together), whether or not paces are learned.
+        self.verified_rate = verified_rate
         self._client_factory = client_factory
         self._client: redis.Redis | None = None
         self._script: Any = None
 
     @property
     def active(self) -> bool:
-        return self.site_rate > 0 or self.proxy_rate > 0 or self.pace is not None
+        return (
+            self.site_rate > 0
+            or self.proxy_rate > 0
+            or self.pace is not None
+            or self.verified_rate > 0
+        )
 
     def _limit(self, kind: str, name: str, rate: float) -> Limit:
         interval = 1_000_000 / rate
@@ -503,6 +516,10 @@ class SharedRateLimit:
         proxy = proxy_key(request.meta.get("proxy"))
         if self.proxy_rate > 0 and proxy:
             out.append(self._limit("proxy", proxy, self.proxy_rate))
+        verified = request.meta.get("cnki_verified") and request.meta.get("cnki_session")
+        if verified and self.verified_rate > 0:
+            interval = 1_000_000 / self.verified_rate
+            out.append(Limit(f"{self.prefix}:verified:{verified}", False, interval, 0.0))
         if self.pace is not None and request.meta.get("cnki_kind"):
             base = f"{self.prefix}:pace:{site}"
             ip_max = self.pace_max
@@ -651,6 +668,7 @@ class RateLimitMiddleware:
             pace_max=s.getfloat("PACE_MAX"),
             pace_ttl=s.getfloat("PACE_TTL"),
             direct_name=s.get("PACE_DIRECT_NAME"),
+            verified_rate=s.getfloat("SESSIONS_PACE_MAX"),
         )
         if not limiter.active:
             raise NotConfigured

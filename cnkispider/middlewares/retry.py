@@ -31,6 +31,21 @@ request that would be retried is held instead (never acknowledged: its lease bri
 after ``task resume``) and fails with :class:`~cnkispider.exceptions.HaltedRequest`, which is not
 recorded (``errors.middleware``).
 
+Verified sessions (a person passed CNKI's check: :mod:`cnkispider.sessions`). A challenge to a
+request sent in one (meta ``cnki_verified``) is never retried blindly and never answered with a
+fresh plain session: on a list page CNKI checked the session again, so it goes to
+``needs-person`` in the shared pool (its note says at which of its requests) and the page is
+handed back as it was, without spending a retry, for the round's next verified session (or the
+wait for a person); a detail link that is refused fails with
+:class:`~cnkispider.exceptions.SessionLost`, and the spider lists its page again in the round's
+session (the link is bound to the session that listed it; if that session is the one CNKI
+checked, the new list page finds out). The soft block (``no-data-retry``) on a verified session
+is a pace CNKI found too fast, not a check: the session cools for ``PACE_COOLDOWN`` seconds
+and the page is retried in it. In ``[cnki] sessions = auto``, a warm-up page (meta ``cnki_kind``
+``home``) of a plain session that CNKI sends to its check is not retried: it tells the session
+runtime, which moves every worker to verified sessions once ``SESSIONS_AUTO_AFTER`` fresh plain
+sessions in a row were checked that way.
+
 Each retry is a copy (Scrapy's ``get_retry_request``: ``retry_times``, ``dont_filter``,
 priority) with meta ``cnki_renew_session`` set, so the session middleware retires the old
 session and the proxy middleware picks another proxy. Before the copy is handed back, the
@@ -67,12 +82,14 @@ from scrapy.utils.asyncio import sleep as loop_sleep
 from scrapy.utils.misc import load_object
 
 from cnkispider import default_settings
-from cnkispider.cnki.refusals import REJECTION, classify, kind_of, rejection_text
-from cnkispider.exceptions import GaveUp, HaltedRequest, RefusedPage
+from cnkispider.cnki.refusals import CHALLENGE, REJECTION, classify, kind_of, rejection_text
+from cnkispider.exceptions import GaveUp, HaltedRequest, RefusedPage, SessionLost
 from cnkispider.halting import ChallengeWatch, Cooldown, scheduler_cooldown
 from cnkispider.middlewares import refusal_of
 from cnkispider.offload import in_thread
 from cnkispider.scheduling.outcome import hold
+from cnkispider.sessions import COOLING, NEEDS_PERSON
+from cnkispider.sessions.runtime import VerifiedSessions
 from tasks.feeder import RoundFeeder
 
 if TYPE_CHECKING:
@@ -192,10 +209,19 @@ class CnkiRetryMiddleware:
         reason = refusal_of(self.classify, request, response)
         if reason is None and response.status in self.retry_http_codes:
             reason = f"http-{response.status}"
+        verified = VerifiedSessions.of(getattr(self, "crawler", None))
         if reason is None:
             if request.meta.get("cnki_kind") in ("list", "detail"):
                 self.watch.clean()  # a page CNKI served (a warm-up page proves nothing)
+            elif verified is not None and request.meta.get("cnki_kind") == "home":
+                verified.plain_warmup_clean()
             return response
+        if verified is not None and kind_of(reason) == CHALLENGE:
+            if request.meta.get("cnki_verified"):
+                return await self._verified_challenged(request, reason, verified)
+            if request.meta.get("cnki_kind") == "home" and verified.mode == "auto":
+                verified.plain_warmup_checked(reason)
+                raise RefusedPage(reason, "CNKI sent the warm-up page to its check")
         if kind_of(reason) == REJECTION:
             # CNKI refused the query itself: the same query on a fresh session is refused again.
             self._inc_stat("rejected")
@@ -206,6 +232,47 @@ class CnkiRetryMiddleware:
         ):
             await self._pause(reason)
         return await self._retry(request, reason)
+
+    async def _verified_challenged(
+        self, request: Request, reason: str, verified: VerifiedSessions
+    ) -> Request:
+        """CNKI challenged a request sent in a verified session (see the module docstring)."""
+        meta = request.meta
+        session_id = meta.get("cnki_session") or ""
+        kind = meta.get("cnki_kind")
+        store = verified.store
+        if reason == "no-data-retry":
+            cooldown = self.crawler.settings.getfloat("PACE_COOLDOWN")
+            await in_thread(
+                store.mark,
+                session_id,
+                COOLING,
+                f"soft block at request {meta.get('_session_request', '?')}",
+                until=store.clock() + cooldown,
+            )
+            self._inc_stat("verified/soft_block")
+            return await self._retry(request, reason)
+        if kind == "detail":
+            self._inc_stat("verified/detail_refused")
+            raise SessionLost(session_id, f"{reason} on its detail link")
+        note = (
+            f"checked by CNKI at request {meta.get('_session_request', '?')} ({reason} on list "
+            f"page {meta.get('page', '?')} of round {meta.get('round_id', '?')})"
+        )
+        if await in_thread(store.mark, session_id, NEEDS_PERSON, note):
+            self._inc_stat("verified/needs_person")
+            verified.crawler.stats.inc_value("sessions/needs_person")
+            logger.warning(
+                "verified session %s needs a person again: %s; its round goes on in another",
+                session_id,
+                note,
+            )
+        self._stop_if_halted(request)
+        again = request.replace(dont_filter=True, cookies=[])
+        for key in ("cnki_session", "cnki_verified", "cookiejar", "_session_request"):
+            again.meta.pop(key, None)
+        again.headers.pop(b"Cookie", None)
+        return again
 
     async def _pause(self, reason: str) -> None:
         """Challenges persist across fresh sessions: pause the whole task (once, shared)."""

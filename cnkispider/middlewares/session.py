@@ -36,6 +36,24 @@ failed through (private meta ``_proxy_avoid``, read by the proxy middleware). ``
 requests with another kind or none, and requests with meta ``dont_cnki_session`` pass
 untouched: the warm-up requests are among them, which keeps this middleware from recursing.
 
+Verified sessions (CNKI 2026 checks for a person: PROTOCOL.md "2026 evidence" point 11). While
+:class:`cnkispider.sessions.runtime.VerifiedSessions` says so (``[cnki] sessions`` = verified, or
+auto once CNKI checked a plain session), list and detail requests use a session a person passed,
+from the shared pool (:mod:`cnkispider.sessions.pool`), instead of a warmed-up plain one:
+
+- a request names its round (meta ``round_id``); the round's lease names its session (one per
+  round: its list pages and its detail pages, whose ``v=`` links open only in it); the request
+  carries the id in meta ``cnki_session`` (also its cookie jar key and its pace key in the rate
+  limiter) and ``cnki_verified``, and the session's cookies and User-Agent;
+- every request counts against the session and renews the round's lease
+  (:meth:`SessionStore.use`); there is no warm-up (it would spend one of the session's requests);
+  ``Ecp_ClientId`` comes with the person's cookies, or once from CNKI's issuing endpoint;
+- a list request whose session can no longer serve (CNKI checked it: needs-person) takes the
+  round's next session; a detail request cannot (its link is bound to the dead session): it fails
+  with :class:`~cnkispider.exceptions.SessionLost` and the spider lists its page again;
+- no session ready and none coming back: the request waits for a person
+  (:meth:`VerifiedSessions.wait_for_person`), polling the pool; its retries are not spent.
+
 Settings:
 - ``SESSION_ENABLED`` (True): off -> NotConfigured.
 - ``SESSION_TURN_LIMIT`` (14): grid requests a session serves after its first (CNKI allows 15).
@@ -66,7 +84,9 @@ from twisted.internet.defer import Deferred
 from cnkispider import default_settings
 from cnkispider.cnki.protocol import CLIENT_ID_COOKIE, parse_client_id, protocol_from_settings
 from cnkispider.cnki.session import Session, SessionPool
-from cnkispider.exceptions import RefusedPage
+from cnkispider.exceptions import RefusedPage, SessionLost
+from cnkispider.offload import in_thread
+from cnkispider.sessions.runtime import VerifiedSessions
 from proxy.provider import proxy_key
 
 if TYPE_CHECKING:
@@ -93,6 +113,7 @@ class SessionMiddleware:
         cookie_jars: Callable[[], dict | None] | None = None,
         jar_grace: float = default_settings.SESSION_JAR_GRACE,
         clock: Callable[[], float] = time.monotonic,
+        verified: VerifiedSessions | Callable[[], VerifiedSessions | None] | None = None,
     ):
         if not client_id_url:
             raise ValueError("client_id_url: a session cannot be warmed up without one")
@@ -120,6 +141,8 @@ class SessionMiddleware:
         self.clock = clock
         self._retired_at: dict[str, float] = {}
         self._next_sweep = 0.0
+        self._verified = verified
+        self._client_ids: dict[str, str] = {}  # verified session -> the Ecp_ClientId fetched for it
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> SessionMiddleware:
@@ -141,6 +164,7 @@ class SessionMiddleware:
             client_id_url=protocol.client_id_url,
             cookie_jars=_CookieJars(crawler),
             jar_grace=settings.getfloat("SESSION_JAR_GRACE"),
+            verified=lambda: VerifiedSessions.of(crawler),
         )
 
     def _inc_stat(self, key: str, count: int = 1) -> None:
@@ -175,10 +199,23 @@ class SessionMiddleware:
         if stale:
             self._inc_stat("jars_freed", len(stale))
 
+    @property
+    def verified(self) -> VerifiedSessions | None:
+        found = self._verified
+        if callable(found) and not isinstance(found, VerifiedSessions):
+            found = found()
+            if found is not None:
+                self._verified = found
+        return found if isinstance(found, VerifiedSessions) else None
+
     async def process_request(self, request: Request, spider: Spider | None = None) -> None:
         meta = request.meta
         kind = meta.get("cnki_kind")
         if kind not in KINDS or meta.get("dont_cnki_session"):
+            return
+        verified = self.verified
+        if verified is not None and (meta.get("cnki_verified") or verified.verified()):
+            await self._use_verified(request, verified)
             return
         avoid = None
         if meta.pop("cnki_renew_session", False):
@@ -194,7 +231,17 @@ class SessionMiddleware:
                 self._inc_stat("opened")
             meta["cnki_session"] = meta["cookiejar"] = session.id
             if not session.warmed:
-                await self._warm_up(session, avoid)
+                try:
+                    await self._warm_up(session, avoid)
+                except RefusedPage:
+                    if verified is not None and verified.verified():
+                        # auto mode: that was CNKI checking for a person; this request goes on
+                        # in a verified session, its retries unspent
+                        meta.pop("cnki_session", None)
+                        meta.pop("cookiejar", None)
+                        await self._use_verified(request, verified)
+                        return
+                    raise
             if session.warmed:
                 break
             # Its warm-up (someone else's, awaited) failed and retired it: take another.
@@ -202,6 +249,68 @@ class SessionMiddleware:
         _set_cookie(request, CLIENT_ID_COOKIE, session.client_id)
         self._inc_stat(f"requests/{kind}")
         self._sweep_jars()
+
+    async def _use_verified(self, request: Request, verified: VerifiedSessions) -> None:
+        """Send ``request`` in its round's verified session (see the module docstring)."""
+        meta = request.meta
+        kind = meta["cnki_kind"]
+        meta.pop("cnki_renew_session", None)  # a verified session is never swapped for a fault
+        round_id = meta.get("round_id")
+        round_key = verified.round_key(round_id)
+        worker = verified.worker
+        store = verified.store
+        session_id = meta.get("cnki_session") if meta.get("cnki_verified") else None
+        if kind == "detail" and session_id is None:
+            # listed in a plain session (before auto mode moved on): that link is dead
+            raise SessionLost(str(meta.get("cnki_session") or "plain"), "listed in a plain session")
+        while True:
+            if session_id is not None:
+                state, value = await in_thread(store.use, session_id, worker, round_key, round_id)
+                if state == "ok":
+                    verified.resumed()
+                    await self._send_in(request, verified, session_id, int(value))
+                    return
+                if state == "cooling":
+                    await verified.sleep(max(0.0, min(value - store.clock(), verified.poll)))
+                    continue
+                # needs-person, expired, gone: never retried in it
+                if kind == "detail":
+                    raise SessionLost(session_id, state)
+                self._inc_stat(f"verified/lost/{state}")
+                session_id = None
+                meta.pop("cnki_session", None)
+                meta.pop("cnki_verified", None)
+            lease = await in_thread(store.lease, worker, round_key, round_id)
+            if lease.session_id is not None:
+                session_id = lease.session_id
+                continue
+            if lease.needs_person:
+                await verified.wait_for_person()
+            else:  # every session is busy with another round (or cooling): it comes back
+                await verified.sleep(verified.poll)
+
+    async def _send_in(
+        self, request: Request, verified: VerifiedSessions, session_id: str, served: int
+    ) -> None:
+        """Put the verified session's cookies (never logged) and User-Agent on ``request``."""
+        meta = request.meta
+        meta["cnki_session"] = meta["cookiejar"] = session_id
+        meta["cnki_verified"] = True
+        meta["_session_request"] = served  # its number in the session, for the needs-person note
+        session = await in_thread(verified.store.get, session_id)
+        if session is None:
+            raise SessionLost(session_id, "removed from the pool")
+        for cookie in session.cookies:
+            _set_cookie(request, cookie["name"], cookie["value"])
+        if not any(c["name"] == CLIENT_ID_COOKIE for c in session.cookies):
+            client_id = self._client_ids.get(session_id)
+            if client_id is None:
+                holder = Session(id=session_id, created_at=self.clock())
+                client_id = self._client_ids[session_id] = await self._client_id(holder)
+            _set_cookie(request, CLIENT_ID_COOKIE, client_id)
+        if session.user_agent:
+            request.headers["User-Agent"] = session.user_agent
+        self._inc_stat(f"verified/requests/{meta['cnki_kind']}")
 
     async def _warm_up(self, session: Session, avoid_proxy: str | None = None) -> None:
         """Download the warm-up page once per session; concurrent callers wait for that one."""

@@ -12,6 +12,7 @@ from cnkispider.sessions.pool import (
     Lease,
     SessionStore,
     VerifiedSession,
+    namespace_for,
 )
 
 __all__ = [
@@ -26,4 +27,5 @@ __all__ = [
     "Lease",
     "SessionStore",
     "VerifiedSession",
+    "namespace_for",
 ]

@@ -5,7 +5,8 @@ its slider check; the pass is bound to the session's cookies, not to the address
 the check in a browser (``cnkispider session login``, or ``session add --from-curl`` of a browser's
 request), the cookies go into this pool, and every worker on every machine crawls with them.
 
-Keys (``<ns>`` is the pool's namespace, ``cnki`` unless set; a session is the site's, not a task's)::
+Keys (``<ns>`` is the pool's namespace, :func:`namespace_for` the site: ``cnki:kns.cnki.net``; a
+session is the site's, not a task's, and a stand-in on another port has a pool of its own)::
 
     <ns>:sessions:ids                 zset  session id -> created_at (listing order; pruned lazily)
     <ns>:sessions:s:<id>              hash  the session (fields of VerifiedSession; cookies as JSON)
@@ -71,6 +72,13 @@ DEFAULT_TTL = 12 * 3600.0
 DEFAULT_LEASE = 120.0
 
 WAITING_MESSAGE = "CNKI wants a person to pass its check (cnkispider session login)"
+
+
+def namespace_for(base_url: str) -> str:
+    """The pool's Redis namespace for the site at ``base_url`` (``cnki:<host[:port]>``)."""
+    from urllib.parse import urlsplit
+
+    return f"cnki:{urlsplit(base_url).netloc.lower() or 'kns.cnki.net'}"
 
 
 @dataclass
@@ -201,7 +209,7 @@ class SessionStore:
     def __init__(
         self,
         client: redis.Redis,
-        namespace: str = "cnki",
+        namespace: str = "cnki:kns.cnki.net",
         *,
         ttl: float = DEFAULT_TTL,
         lease: float = DEFAULT_LEASE,
@@ -223,6 +231,7 @@ class SessionStore:
         from cnkispider import redisconn
 
         client = redisconn.connect(config.redis_url, config.data_dir)
+        kwargs.setdefault("namespace", namespace_for(config.cnki["base_url"]))
         return cls(client, **kwargs)
 
     @classmethod
@@ -234,7 +243,7 @@ class SessionStore:
             client = redisconn.connect(settings.get("REDIS_URL"), settings.get("CNKI_DATA_DIR"))
         return cls(
             client,
-            settings.get("SESSIONS_NAMESPACE"),
+            settings.get("SESSIONS_NAMESPACE") or namespace_for(settings.get("CNKI_BASE_URL")),
             ttl=settings.getfloat("SESSIONS_TTL"),
             lease=settings.getfloat("SESSIONS_LEASE"),
         )

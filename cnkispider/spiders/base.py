@@ -28,7 +28,7 @@ import scrapy
 
 from cnkispider.cnki import parsers
 from cnkispider.cnki.protocol import Search, protocol_from_settings
-from cnkispider.exceptions import RefusedPage
+from cnkispider.exceptions import RefusedPage, SessionLost
 from cnkispider.items import ITEM_CLASSES, ROW_FIELDS
 from cnkispider.offload import in_thread
 from errors.middleware import failure_reason, record_download_failure, record_failure
@@ -125,6 +125,9 @@ class RoundSpider(scrapy.Spider):
                 "search": meta["search"],
                 "refreshed": refreshed,
                 "max_retry_times": DETAIL_RETRIES,
+                "page": meta.get("page"),  # the list page to list again if its session is lost
+                # a v= link opens only in the verified session that listed it
+                **_verified_session(meta),
             },
             callback=self.parse_detail,
             errback=self.on_error,
@@ -327,6 +330,11 @@ class RoundSpider(scrapy.Spider):
         request = failure.request
         meta = request.meta
         reason = failure_reason(failure.value)
+        if isinstance(failure.value, SessionLost) and meta.get("cnki_kind") == "detail":
+            # its verified session cannot open it: list its page again, in the round's session
+            self.crawler.stats.inc_value("sessions/relisted")
+            yield self.relist_request(meta, request.url)
+            return
         if meta.get("cnki_kind") == "detail" and not meta.get("refreshed") and reason in STALE_LINK:
             self.crawler.stats.inc_value(f"errors/detail/{reason}")
             yield self.refresh_request(meta, request.url)
@@ -346,6 +354,19 @@ class RoundSpider(scrapy.Spider):
             round_id=meta.get("round_id"),
             refresh_for=meta["doc_key"],
             listing=listing,
+            stale_url=stale_url,
+        )
+
+    def relist_request(self, meta: dict, stale_url: str) -> scrapy.Request:
+        """The list page a detail link came from, to be fetched again for a fresh link to the
+        same document (``_refreshed`` takes its row; a page that moved is walked on)."""
+        page = meta.get("page") or 1
+        return self.search_request(
+            Search.from_dict(meta["search"]),
+            page,
+            round_id=meta.get("round_id"),
+            refresh_for=meta["doc_key"],
+            listing=meta.get("listing", {}),
             stale_url=stale_url,
         )
 
@@ -381,4 +402,12 @@ def _carry(meta: dict) -> dict:
     """What a follow-up list request inherits from its parent: its round, its cut, and its CNKI
     session, so that one search's pages stay on one session (as a browser's would) until the
     session middleware renews it before CNKI's page-turn limit."""
-    return {k: meta[k] for k in ("round_id", "sort_cut", "cnki_session") if meta.get(k) is not None}
+    carried = ("round_id", "sort_cut", "cnki_session", "cnki_verified")
+    return {k: meta[k] for k in carried if meta.get(k) is not None}
+
+
+def _verified_session(meta: dict) -> dict:
+    """The verified session a list page was fetched in, for the detail requests it yields."""
+    if not meta.get("cnki_verified"):
+        return {}
+    return {"cnki_session": meta.get("cnki_session"), "cnki_verified": True}

@@ -17,6 +17,7 @@ The report (``cnkispider status --json``; times are ISO 8601 UTC, ``...Z``)::
                 "start_date", "end_date" (null: up to today), "until" (the last day due now),
                 "phase", "activity" ("running" | "finished" | "stopped" | "halted" | "no live worker"),
                 "halted" (the halt reason, null when not halted), "halted_at",
+                "waiting" (what a worker waits for: a person to pass CNKI's check; null: nothing),
                 "cursor": {"date", "category"}, "last_heartbeat", "last_heartbeat_age_seconds",
                 "categories" (root categories),
                 "rounds": {"total", "finished", "done", "failed", "in_flight", "remaining",
@@ -90,6 +91,7 @@ def collect(
     task_name: str | None = None,
     redis_label: str = "",
     redis_error: str | None = None,
+    sessions_namespace: str | None = None,
 ) -> dict:
     """One status report of every task (or of ``task_name``), JSON-able.
 
@@ -129,9 +131,11 @@ def collect(
     }
     for entry in tasks:
         entry["queue"] = None
+        entry["waiting"] = None
         if redis_client is not None:
             try:
                 entry["queue"] = _queue_sizes(redis_client, entry["name"])
+                entry["waiting"] = _waiting(redis_client, sessions_namespace, entry["name"])
             except Exception as exc:  # redis.RedisError and socket errors: Redis went away
                 redis_info.update(reachable=False, error=str(exc))
                 break
@@ -408,6 +412,16 @@ def _queue_sizes(client, task_name: str) -> dict[str, int]:
     from cnkispider.scheduling.queue import LeasedQueue
 
     return LeasedQueue(client, namespace_of(task_name)).sizes()
+
+
+def _waiting(client, namespace: str | None, task_name: str) -> str | None:
+    """What a worker of the task waits for (a person to pass CNKI's check), if one does."""
+    if not namespace:
+        return None
+    from cnkispider.sessions.pool import SessionStore
+
+    waits = SessionStore(client, namespace).waiting(task_name)
+    return waits[0]["message"] if waits else None
 
 
 def _iso(value: dt.datetime | None) -> str | None:

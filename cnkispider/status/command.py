@@ -11,6 +11,7 @@ from sqlalchemy.engine import Engine
 from cnkispider import default_settings
 from cnkispider.db import open_database_readonly
 from cnkispider.redisconn import connect_if_running
+from cnkispider.sessions.pool import namespace_for
 from cnkispider.status.collecting import collect
 from cnkispider.status.rendering import render, render_summary, to_json
 from cnkispider.status.watching import watch
@@ -62,6 +63,7 @@ def status_command(
             task_name=task_name,
             redis_label=label,
             redis_error=error,
+            sessions_namespace=namespace_for(config.cnki["base_url"]),
         )
 
     try:

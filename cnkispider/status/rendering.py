@@ -50,6 +50,8 @@ def _render_task(t: dict, report: dict) -> list[str]:
             f"  halted: {t['halted']}  (since {_clock(t['halted_at'])} UTC; "
             f"`cnkispider task resume {t['name']}` goes on)"
         )
+    if t.get("waiting"):
+        lines.append(f"  waiting: {t['waiting']}")
     r = t["rounds"]
     cursor = t["cursor"]
     seen = _ago(t["last_heartbeat_age_seconds"])

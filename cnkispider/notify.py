@@ -1,0 +1,145 @@
+"""One message to a webhook when a task starts waiting for a person, halts, or finishes.
+
+Nobody watches a server at night: ``[notify] webhook`` (``NOTIFY_WEBHOOKS``, several allowed)
+gets one POST per event, in ``[notify] format`` (``NOTIFY_FORMAT``):
+
+- ``json``: ``{"event": "waiting"|"halted"|"finished", "task": ..., "text": ..., "time": ...}``;
+- ``dingtalk`` and ``wecom`` (the group robots' text message):
+  ``{"msgtype": "text", "text": {"content": ...}}``;
+- ``feishu``: ``{"msg_type": "text", "content": {"text": ...}}``.
+
+Sending runs on a thread of its own with a short timeout (``NOTIFY_TIMEOUT``), never on the
+reactor; a webhook that fails is logged once (its URL masked: robot URLs carry their token) and
+never stops the crawl. Events: ``waiting`` (:mod:`cnkispider.sessions.runtime` calls
+:meth:`Notifier.send`), ``halted`` (signal ``task_halted``), ``finished`` (the spider closed with
+reason ``finished``).
+
+Stats: ``notify/sent``, ``notify/failed``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import urllib.request
+from typing import TYPE_CHECKING
+
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+
+from cnkispider import signals as cnki_signals
+from cnkispider.masking import mask_text, mask_url
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+
+FORMATS = ("json", "dingtalk", "wecom", "feishu")
+
+
+def payload(fmt: str, event: str, task: str, text: str, now: float | None = None) -> dict:
+    """The JSON body of one message in ``fmt``."""
+    if fmt in ("dingtalk", "wecom"):
+        return {"msgtype": "text", "text": {"content": f"cnkispider: {text}"}}
+    if fmt == "feishu":
+        return {"msg_type": "text", "content": {"text": f"cnkispider: {text}"}}
+    if fmt == "json":
+        return {"event": event, "task": task, "text": text, "time": now or time.time()}
+    raise ValueError(f"unknown notify format {fmt!r}; one of {', '.join(FORMATS)}")
+
+
+def post(url: str, body: dict, timeout: float) -> None:
+    """POST ``body`` as JSON; raises on a network error or a status >= 400 (blocking)."""
+    data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+    request = urllib.request.Request(
+        url, data=data, method="POST", headers={"Content-Type": "application/json; charset=utf-8"}
+    )
+    with urllib.request.urlopen(
+        request, timeout=timeout
+    ) as response:  # http(s) only: config.py checks
+        response.read(4096)
+
+
+class Notifier:
+    """Sends one message per event to every webhook; see the module docstring."""
+
+    def __init__(
+        self, webhooks: list[str], fmt: str = "json", timeout: float = 5.0, stats=None, task=""
+    ):
+        if fmt not in FORMATS:
+            raise ValueError(f"NOTIFY_FORMAT must be one of {', '.join(FORMATS)}, got {fmt!r}")
+        self.webhooks = list(webhooks)
+        self.format = fmt
+        self.timeout = timeout
+        self.stats = stats
+        self.task = task
+        self._failed: set[str] = set()  # webhooks already logged as failing
+        self._sent_events: set[str] = set()  # one message per event and task
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Notifier:
+        s = crawler.settings
+        webhooks = s.getlist("NOTIFY_WEBHOOKS")
+        if not webhooks:
+            raise NotConfigured
+        notifier = cls(
+            webhooks,
+            s.get("NOTIFY_FORMAT"),
+            s.getfloat("NOTIFY_TIMEOUT"),
+            stats=crawler.stats,
+            task=s.get("TASKS_NAME") or "",
+        )
+        crawler.signals.connect(notifier.task_halted, signal=cnki_signals.task_halted)
+        crawler.signals.connect(notifier.spider_closed, signal=signals.spider_closed)
+        return notifier
+
+    def _inc_stat(self, key: str) -> None:
+        if self.stats is not None:
+            self.stats.inc_value(f"notify/{key}")
+
+    def send(self, event: str, text: str) -> None:
+        """Queue one message (once per event) to every webhook; returns at once."""
+        with self._lock:
+            if event in self._sent_events:
+                return
+            self._sent_events.add(event)
+        body = payload(self.format, event, self.task, mask_text(text))
+        for url in self.webhooks:
+            thread = threading.Thread(
+                target=self._post, args=(url, body), name="cnkispider-notify", daemon=True
+            )
+            self._threads.append(thread)
+            thread.start()
+
+    def _post(self, url: str, body: dict) -> None:
+        try:
+            post(url, body, self.timeout)
+        except Exception as exc:
+            self._inc_stat("failed")
+            with self._lock:
+                first = url not in self._failed
+                self._failed.add(url)
+            if first:
+                logger.warning(
+                    "webhook %s failed (%s); the crawl goes on", mask_url(url), mask_text(str(exc))
+                )
+            return
+        self._inc_stat("sent")
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait for the messages under way (at most ``timeout`` seconds each)."""
+        for thread in list(self._threads):
+            thread.join(self.timeout + 1 if timeout is None else timeout)
+
+    def task_halted(self, task_id=None, reason="", spider=None):
+        self.send("halted", f"task {self.task} halted: {reason} (cnkispider task resume)")
+
+    def spider_closed(self, spider, reason):
+        if reason == "finished":
+            self.send("finished", f"task {self.task} finished")
+        self.wait()

@@ -1,0 +1,334 @@
+"""The worker's side of the verified-session pool: which sessions it uses, and waiting for a person.
+
+:class:`VerifiedSessions` is a Scrapy extension, the one owner of this worker's view of the pool;
+the session middleware, the retry middleware and the task feeder ask it through
+``VerifiedSessions.of(crawler)`` (None: the extension is off, every session is plain).
+
+Modes (``[cnki] sessions``, setting ``SESSIONS_MODE``):
+
+- ``plain``: today's sessions, warmed up by the crawler (CNKI before its person check);
+- ``verified``: only sessions a person passed, from the shared pool;
+- ``auto``: plain until CNKI checks one (a challenge on a plain session), then verified, for
+  every worker of the task (the switch is a Redis key, :meth:`SessionStore.set_checked`).
+
+Waiting for a person is a state, not a failure. When a request needs a verified session and the
+pool has none ready and none that will come back (all need a person, or none was ever added),
+the worker waits: the request is held in the session middleware (no retry spent, nothing
+recorded), the feeder claims no new round (:meth:`VerifiedSessions.waiting`), one line says what
+to run, the state is published in Redis for ``cnkispider status`` on any machine, the webhooks of
+``[notify]`` get one message, and the pool is polled every ``SESSIONS_POLL`` seconds: a session
+added by ``cnkispider session add`` or ``login`` ends the wait by itself. ``[cnki] on_check``
+(``SESSIONS_ON_CHECK``) says what else happens: ``wait`` (nothing), ``fail`` (the worker stops
+with finish reason ``needs_person``; ``cnkispider run`` exits 3), ``prompt`` (on a console: ask
+the person at the keyboard and run ``session login``, then go on).
+
+Settings: ``SESSIONS_MODE``, ``SESSIONS_ON_CHECK``, ``SESSIONS_AUTO_AFTER``, ``SESSIONS_NAMESPACE``, ``SESSIONS_TTL``,
+``SESSIONS_LEASE``, ``SESSIONS_POLL``, ``SESSIONS_PACE_MAX`` (the rate limiter's cap on a verified
+session's learned pace), ``REDIS_URL``, ``CNKI_DATA_DIR``, ``SCHEDULER_NAMESPACE`` (the task's
+scope for round leases and the auto switch).
+
+Stats (``sessions/...``): ``leased``, ``needs_person``, ``waiting_seconds``, ``relisted``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+from scrapy.utils.asyncio import sleep as loop_sleep
+from scrapy.utils.defer import deferred_from_coro
+
+from cnkispider import signals as cnki_signals
+from cnkispider.offload import in_thread
+from cnkispider.sessions.pool import WAITING_MESSAGE, SessionStore
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+
+MODES = ("auto", "verified", "plain")
+ON_CHECK = ("wait", "prompt", "fail")
+#: finish reason of a worker that stopped because CNKI wants a person and on_check is fail
+NEEDS_PERSON = "needs_person"
+LOGIN_COMMAND = "cnkispider session login"
+ADD_COMMAND = "cnkispider session add --from-curl FILE"
+
+
+class VerifiedSessions:
+    """This worker's handle on the shared pool; see the module docstring."""
+
+    def __init__(
+        self,
+        crawler: Crawler,
+        store: SessionStore | Callable[[], SessionStore],
+        *,
+        mode: str = "auto",
+        on_check: str = "wait",
+        scope: str = "cnki",
+        poll: float = 5.0,
+        auto_after: int = 3,
+    ):
+        if mode not in MODES:
+            raise ValueError(f"SESSIONS_MODE must be one of {', '.join(MODES)}, got {mode!r}")
+        if on_check not in ON_CHECK:
+            raise ValueError(
+                f"SESSIONS_ON_CHECK must be one of {', '.join(ON_CHECK)}, got {on_check!r}"
+            )
+        self.crawler = crawler
+        self._store = store  # or a factory: the Redis client is made on first use
+        self.mode = mode
+        self.on_check = on_check
+        self.scope = scope
+        self.poll = float(poll)
+        self.auto_after = max(1, int(auto_after))
+        self._plain_checked_in_a_row = 0
+        self._own_worker = f"w-{uuid.uuid4().hex[:8]}"
+        self._checked = mode == "verified"  # auto: learnt from Redis (another worker may know)
+        self._checked_looked_at = 0.0
+        self.waiting_since: float | None = None
+        self._prompting = False
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> VerifiedSessions:
+        s = crawler.settings
+        mode = s.get("SESSIONS_MODE")
+        if mode == "plain":
+            raise NotConfigured
+        ext = cls(
+            crawler,
+            lambda: SessionStore.from_settings(s),
+            mode=mode,
+            on_check=s.get("SESSIONS_ON_CHECK"),
+            scope=s.get("SCHEDULER_NAMESPACE") or "cnki",
+            poll=s.getfloat("SESSIONS_POLL"),
+            auto_after=s.getint("SESSIONS_AUTO_AFTER"),
+        )
+        crawler.signals.connect(ext.round_drained, signal=cnki_signals.round_drained)
+        crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
+        return ext
+
+    @classmethod
+    def of(cls, crawler: Crawler | None) -> VerifiedSessions | None:
+        if crawler is None or getattr(crawler, "extensions", None) is None:
+            return None
+        return crawler.get_extension(cls)
+
+    @property
+    def store(self) -> SessionStore:
+        if not isinstance(self._store, SessionStore):
+            self._store = self._store()
+        return self._store
+
+    # -- who and where ------------------------------------------------------------------------
+
+    @property
+    def worker(self) -> str:
+        from tasks.feeder import RoundFeeder
+
+        feeder = self.crawler.get_extension(RoundFeeder)
+        return feeder.worker_id if feeder is not None else self._own_worker
+
+    @property
+    def task_name(self) -> str:
+        name = self.crawler.settings.get("TASKS_NAME") or ""
+        from tasks.feeder import RoundFeeder
+
+        feeder = self.crawler.get_extension(RoundFeeder)
+        return (feeder.task_name if feeder is not None else None) or name
+
+    def round_key(self, round_id) -> str:
+        """The lease name of a round of this task (a request without one: this worker's own)."""
+        return f"{self.scope}:{round_id}" if round_id is not None else f"{self.scope}:{self.worker}"
+
+    def _inc_stat(self, key: str, count: float = 1) -> None:
+        self.crawler.stats.inc_value(f"sessions/{key}", count)
+
+    # -- the mode -----------------------------------------------------------------------------
+
+    def verified(self) -> bool:
+        """Whether requests use verified sessions now (auto: once CNKI checked a plain one)."""
+        if self._checked:
+            return True
+        now = time.monotonic()
+        if now - self._checked_looked_at >= self.poll:  # another worker may have switched
+            self._checked_looked_at = now
+            d = deferred_from_coro(in_thread(lambda: self.store.checked(self.scope)))
+            d.addCallback(self._learnt_checked)
+            d.addErrback(lambda f: logger.debug("cannot read the session mode: %s", f.value))
+        return self._checked
+
+    def _learnt_checked(self, checked: bool) -> None:
+        self._checked = self._checked or bool(checked)
+
+    def plain_warmup_checked(self, reason: str) -> bool:
+        """CNKI sent a plain session's warm-up page to its check. ``auto_after`` of them in a row
+        (no clean warm-up between: a pace that was too fast clears) is CNKI checking for a
+        person: every worker moves to verified sessions. True once moved."""
+        self._plain_checked_in_a_row += 1
+        if self._plain_checked_in_a_row >= self.auto_after:
+            self.plain_checked(reason)
+        return self._checked
+
+    def plain_warmup_clean(self) -> None:
+        self._plain_checked_in_a_row = 0
+
+    def plain_checked(self, reason: str) -> None:
+        """CNKI checked a plain session (auto mode): every worker moves to verified sessions."""
+        if self._checked:
+            return
+        self._checked = True
+        logger.warning(
+            "CNKI checks for a person (%s on %d fresh plain sessions): using the sessions a "
+            "person passed from now on (%s)",
+            reason,
+            self._plain_checked_in_a_row,
+            LOGIN_COMMAND,
+        )
+        d = deferred_from_coro(in_thread(self.store.set_checked, self.scope))
+        d.addErrback(lambda f: logger.debug("cannot share the session mode: %s", f.value))
+
+    # -- waiting for a person -------------------------------------------------------------------
+
+    @property
+    def waiting(self) -> bool:
+        return self.waiting_since is not None
+
+    async def wait_for_person(self) -> None:
+        """No usable session: wait one poll (the first caller announces it; see the docstring)."""
+        if self.waiting_since is None:
+            self.waiting_since = time.monotonic()
+            self._inc_stat("waits")
+            logger.warning(
+                "waiting: %s (or `%s` of a browser's request). The crawl goes on by itself "
+                "once a session is added.",
+                WAITING_MESSAGE,
+                ADD_COMMAND,
+            )
+            self._notify("waiting", f"task {self.task_name}: waiting: {WAITING_MESSAGE}")
+            if self.on_check == "fail":
+                self._stop()
+            elif self.on_check == "prompt" and _console():
+                deferred_from_coro(self._prompt())
+        await self._publish()
+        started = time.monotonic()
+        await loop_sleep(self.poll)
+        self._inc_stat("waiting_seconds", round(time.monotonic() - started, 3))
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait on the event loop (a round whose session is busy or cooling)."""
+        await loop_sleep(max(0.05, seconds))
+
+    def resumed(self) -> None:
+        """A session was leased: the wait (if any) is over."""
+        if self.waiting_since is None:
+            return
+        logger.warning(
+            "a verified session is there: the crawl goes on (waited %.0f s)",
+            time.monotonic() - self.waiting_since,
+        )
+        self.waiting_since = None
+        d = deferred_from_coro(in_thread(self.store.clear_waiting, self.worker))
+        d.addErrback(lambda f: logger.debug("cannot clear the waiting state: %s", f.value))
+
+    async def _publish(self) -> None:
+        try:
+            await in_thread(
+                self.store.set_waiting,
+                self.worker,
+                self.task_name,
+                for_seconds=max(3 * self.poll, 30.0),
+            )
+        except Exception as exc:
+            logger.debug("cannot publish the waiting state: %s", exc)
+
+    def _stop(self) -> None:
+        logger.error(
+            "[cnki] on_check = fail: this worker stops (exit status 3); run `%s`, then start it again",
+            LOGIN_COMMAND,
+        )
+        engine = self.crawler.engine
+        d = deferred_from_coro(engine.close_spider_async(reason=NEEDS_PERSON))
+        d.addErrback(lambda f: logger.debug("closing: %s", f.getErrorMessage()))
+
+    async def _prompt(self) -> None:
+        """Ask at the keyboard, then run ``session login`` (waysin's ``cnkispider.sessions.login``)."""
+        if self._prompting:
+            return
+        self._prompting = True
+        try:
+            await in_thread(self._prompt_blocking)
+        except Exception as exc:
+            logger.warning("the login did not add a session (%s); run `%s`", exc, LOGIN_COMMAND)
+        finally:
+            self._prompting = False
+
+    def _prompt_blocking(self) -> None:
+        print(
+            f"\nCNKI wants a person to pass its check. Press Enter to open a browser on CNKI "
+            f"(or run `{LOGIN_COMMAND}` elsewhere; the crawl waits).",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.stdin.readline()
+        try:
+            from cnkispider.sessions import login as login_module  # waysin's, when present
+        except ImportError:
+            print(f"run: {LOGIN_COMMAND}", file=sys.stderr, flush=True)
+            return
+        login = getattr(login_module, "login", None)
+        if login is None:
+            print(f"run: {LOGIN_COMMAND}", file=sys.stderr, flush=True)
+            return
+        from urllib.parse import urlsplit
+
+        from cnkispider.cnki.protocol import protocol_from_settings
+
+        home_url = protocol_from_settings(self.crawler.settings).home_url
+        host = urlsplit(home_url).hostname or ""
+        paste = login(home_url, (host, "cnki.net"), say=lambda line: print(line, file=sys.stderr))
+        session = self.store.add(paste.cookies, source="browser", user_agent=paste.user_agent)
+        print(f"session {session.id} added; the crawl goes on", file=sys.stderr, flush=True)
+
+    # -- notifications ------------------------------------------------------------------------
+
+    def _notify(self, event: str, text: str) -> None:
+        from cnkispider.notify import Notifier
+
+        notifier = self.crawler.get_extension(Notifier)
+        if notifier is not None:
+            notifier.send(event, text)
+
+    # -- rounds -------------------------------------------------------------------------------
+
+    def round_drained(self, round_id, spider=None, epoch=None):
+        """The round is over on this worker: its session serves the next round."""
+        key = self.round_key(round_id)
+
+        def release():
+            session_id = self.store.session_of(key)
+            if session_id:
+                self.store.release(session_id, key)
+
+        d = deferred_from_coro(in_thread(release))
+        d.addErrback(lambda f: logger.debug("cannot release the session of round %s", round_id))
+
+    def spider_closed(self, spider, reason):
+        if self.waiting_since is not None:
+            try:
+                self.store.clear_waiting(self.worker)
+            except Exception:
+                pass
+
+
+def _console() -> bool:
+    try:
+        return sys.stdin.isatty() and sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False

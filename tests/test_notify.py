@@ -1,0 +1,151 @@
+"""Webhooks (cnkispider.notify) against a real local HTTP receiver."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import logging
+import threading
+import time
+
+import pytest
+
+from cnkispider.config import ConfigError, load_config
+from cnkispider.notify import Notifier
+
+
+class Receiver:
+    """A real http.server on a free port that keeps every POST body (and can be told to fail)."""
+
+    def __init__(self, status: int = 200, delay: float = 0.0):
+        self.bodies: list[dict] = []
+        self.status = status
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length)
+                if delay:
+                    time.sleep(delay)
+                outer.bodies.append(
+                    {
+                        "path": self.path,
+                        "type": self.headers["Content-Type"],
+                        "json": json.loads(raw),
+                    }
+                )
+                self.send_response(outer.status)
+                self.end_headers()
+                self.wfile.write(b'{"errcode":0}')
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver():
+    made = []
+
+    def make(**kwargs):
+        r = Receiver(**kwargs)
+        made.append(r)
+        return r
+
+    yield make
+    for r in made:
+        r.close()
+
+
+@pytest.mark.parametrize(
+    ("fmt", "expected"),
+    [
+        ("dingtalk", {"msgtype": "text", "text": {"content": "cnkispider: task t1 finished"}}),
+        ("wecom", {"msgtype": "text", "text": {"content": "cnkispider: task t1 finished"}}),
+        ("feishu", {"msg_type": "text", "content": {"text": "cnkispider: task t1 finished"}}),
+    ],
+)
+def test_each_robot_format_gets_its_own_json_shape(receiver, fmt, expected):
+    r = receiver()
+    notifier = Notifier([r.url + "/robot/send?access_token=abc"], fmt, timeout=2, task="t1")
+    notifier.spider_closed(None, "finished")
+    assert r.bodies == [
+        {
+            "path": "/robot/send?access_token=abc",
+            "type": "application/json; charset=utf-8",
+            "json": expected,
+        }
+    ]
+
+
+def test_plain_json_names_the_event_and_the_task_and_goes_to_every_webhook(receiver):
+    first, second = receiver(), receiver()
+    notifier = Notifier([first.url, second.url], "json", timeout=2, task="patents")
+    notifier.send("waiting", "task patents: waiting: CNKI wants a person to pass its check")
+    notifier.send("waiting", "said once only")
+    notifier.task_halted(reason="rejected: 参数校验")
+    notifier.wait()
+    for r in (first, second):
+        events = [b["json"]["event"] for b in r.bodies]
+        assert sorted(events) == ["halted", "waiting"]
+        waiting = next(b["json"] for b in r.bodies if b["json"]["event"] == "waiting")
+        assert waiting["task"] == "patents" and "person" in waiting["text"]
+    halted = next(b["json"] for b in first.bodies if b["json"]["event"] == "halted")
+    assert "参数校验" in halted["text"]
+
+
+def test_a_failing_webhook_is_logged_once_and_the_others_still_get_it(receiver, caplog):
+    broken, good = receiver(status=500), receiver()
+    dead = "http://127.0.0.1:9/hook?access_token=SECRET123"  # nothing listens on port 9
+    notifier = Notifier([broken.url, dead, good.url], "json", timeout=1, task="t")
+    with caplog.at_level(logging.WARNING, logger="cnkispider.notify"):
+        started = time.monotonic()
+        notifier.send("waiting", "one")
+        assert time.monotonic() - started < 0.5  # never waits for the network
+        notifier.send("halted", "two")
+        notifier.wait()
+    assert len(good.bodies) == 2
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines  # the 500 once, the dead one once
+    assert not any("SECRET123" in line for line in lines)
+
+
+def test_a_slow_webhook_times_out_without_stopping_anything(receiver, caplog):
+    slow = receiver(delay=3.0)
+    notifier = Notifier([slow.url], "json", timeout=0.5, task="t")
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="cnkispider.notify"):
+        notifier.send("finished", "done")
+        notifier.wait()
+    assert time.monotonic() - started < 2.5
+    assert any("failed" in r.getMessage() for r in caplog.records)
+
+
+def test_config_takes_several_webhooks_and_checks_the_format(tmp_path):
+    ini = tmp_path / "config.ini"
+    ini.write_text(
+        "[notify]\nwebhook = https://oapi.dingtalk.com/robot/send?access_token=a,\n"
+        "  https://open.feishu.cn/open-apis/bot/v2/hook/b\nformat = feishu\n",
+        encoding="utf-8",
+    )
+    config = load_config(ini, environ={})
+    assert config.raw["notify"]["webhook"] == [
+        "https://oapi.dingtalk.com/robot/send?access_token=a",
+        "https://open.feishu.cn/open-apis/bot/v2/hook/b",
+    ]
+    assert config.raw["notify"]["format"] == "feishu"
+    ini.write_text("[notify]\nformat = slack\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"\[notify\] format"):
+        load_config(ini, environ={})
+    ini.write_text("[notify]\nwebhook = ftp://x\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="webhook"):
+        load_config(ini, environ={})
