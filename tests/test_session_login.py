@@ -5,7 +5,8 @@ The test plays the person: it drives the SAME browser the command started, over 
 protocol, and clicks the verify page's test-only pass control (``#standin-pass``) with a real
 mouse click (``Input.dispatchMouseEvent``: pressed and released where the button is drawn). The
 command must then see the search page, read the cookies (the stand-in's KNS2COOKIE is HttpOnly: a
-page's script could not), put them in the shared pool, and close the browser it started.
+page's script could not), put them in the shared pool, and close the browser it started; a crawl
+with that session alone then equals the stand-in's truth.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from pathlib import Path
 import pytest
 import redis
 
-from cnkispider.sessions import SessionStore
+from cnkispider.schema import error_code, error_link
+from cnkispider.sessions import SessionStore, namespace_for
 from cnkispider.sessions.login import Cdp, cdp_http
-from tests.crawl_harness import REDIS_URL, ROOT
+from tests.crawl_harness import REDIS_URL, ROOT, CrawlSetup, compare, count_rows
 
+SAME = {"missing": [], "extra": [], "differing": {}}
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 HOME_PATH = "/kns8s/defaultresult/index"
 
@@ -45,20 +48,26 @@ def answers(port: int) -> bool:
         return False
 
 
-@pytest.fixture
-def pool():
-    store = SessionStore(redis.Redis.from_url(REDIS_URL))
-    before = {s.id for s in store.list()}
-    yield store
-    for s in store.list():
-        if s.id not in before:
-            store.remove(s.id)
-    store.client.close()
+# The stand-in's hidden per-pass pace is loosened so that the crawl takes seconds, and the
+# crawler's own cap on a verified session raised to match (as tests/test_verified_crawl.py does).
+FAST_SITE = {"human_check": True, "session_pace": 0, "session_burst": 0}
+FAST_CNKI = {"sessions": "verified", "session_pace": 30}
 
 
 @pytest.fixture
 def site(cnki_site):
-    return cnki_site(human_check=True)
+    return cnki_site(**FAST_SITE)
+
+
+@pytest.fixture
+def pool(site):
+    """The pool of the test's stand-in (its namespace is the site's), emptied afterwards."""
+    store = SessionStore(redis.Redis.from_url(REDIS_URL), namespace_for(site.base_url))
+    yield store
+    keys = list(store.client.scan_iter(match=f"{store.namespace}:*", count=1000))
+    if keys:
+        store.client.delete(*keys)
+    store.client.close()
 
 
 @pytest.fixture
@@ -139,7 +148,7 @@ def pass_the_check_as_a_person(port: int, timeout: float = 30.0) -> str:
 
 
 def test_session_login_in_a_real_chromium_takes_the_cookies_of_the_pass_httponly_too(
-    ini, site, pool
+    ini, site, pool, tmp_path, sqlite_url
 ):
     # the stand-in, as CNKI, keeps its session cookie away from scripts
     probe = site.client()
@@ -193,6 +202,23 @@ def test_session_login_in_a_real_chromium_takes_the_cookies_of_the_pass_httponly
     assert {"KNS2COOKIE", "SID_kns_new"} <= names  # the HttpOnly one too
     for cookie in stored.cookies:
         assert cookie["value"] not in out + err
+
+    # the crawl, on that session alone, equals the truth
+    setup = CrawlSetup(
+        tmp_path, site, sqlite_url, "patent", "2024-01-01", "2024-01-01", "G06,H04", cnki=FAST_CNKI
+    )
+    refused = site.stats()["human_check_refusals"]  # the probe's and the browser's first visits
+    try:
+        result = setup.run(timeout=300)
+        assert result.returncode == 0, result.stdout[-2000:] + setup.log()[-3000:]
+        truth = setup.truth()
+        assert truth and compare(setup.stored(), truth, "patent") == SAME
+        assert count_rows(setup, error_code) == 0 and count_rows(setup, error_link) == 0
+        assert "waiting:" not in setup.log()
+        assert site.stats()["human_check_refusals"] == refused  # the crawl was never checked
+        assert pool.get(session_id).requests > len(truth)  # its list and detail pages
+    finally:
+        setup.cleanup_redis()
 
     checked = subprocess.run(
         cli(ini, "session", "check", session_id), cwd=ROOT, env=env(), capture_output=True,
