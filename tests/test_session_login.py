@@ -323,3 +323,46 @@ def test_a_login_ended_by_sigterm_while_it_waits_closes_its_browser(ini):
         stop(login)
     assert login.returncode == 130 and err.splitlines()[-1] == "interrupted", (out, err)
     assert not answers(port), "the browser outlived the login that started it"
+
+
+def test_on_windows_it_looks_for_edge_first_where_every_pc_has_it():
+    from cnkispider.sessions.login import browser_candidates
+
+    found = browser_candidates(
+        "win32",
+        {
+            "ProgramFiles(x86)": r"C:\Program Files (x86)",
+            "ProgramFiles": r"C:\Program Files",
+            "LOCALAPPDATA": r"C:\Users\张三\AppData\Local",
+        },
+    )
+    assert found[0] == r"C:\Program Files (x86)\Microsoft\Edge\Application\msedge.exe"
+    assert r"C:\Program Files\Google\Chrome\Application\chrome.exe" in found
+    assert r"C:\Users\张三\AppData\Local\Google\Chrome\Application\chrome.exe" in found
+    assert browser_candidates("darwin")[0].startswith("/Applications/Google Chrome.app/")
+    assert "chromium" in browser_candidates("linux")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--browser", "/no/such/browser"], "error: --browser /no/such/browser: no such program"),
+        (["--cdp", "PORT"], "error: no browser with remote debugging on port PORT"),
+    ],
+    ids=["no-browser", "no-cdp"],
+)
+def test_a_login_that_cannot_start_is_one_line_and_exit_2(ini, args, expected):
+    port = str(free_port())  # nothing listens there
+    args = [port if a == "PORT" else a for a in args]
+    result = subprocess.run(
+        cli(ini, "session", "login", *args),
+        cwd=ROOT,
+        env=env(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2 and result.stdout == "", result
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(expected.replace("PORT", port)), lines
