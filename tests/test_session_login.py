@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -269,7 +270,9 @@ def test_session_login_cdp_uses_a_running_browser_and_leaves_it_running(ini, sit
             "--headless", "--no-first-run", "about:blank"]  # fmt: skip
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         argv.insert(1, "--no-sandbox")
-    browser = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    browser = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 30
         while not answers(port):
@@ -295,13 +298,17 @@ def test_session_login_cdp_uses_a_running_browser_and_leaves_it_running(ini, sit
         assert [t["url"] for t in tabs] == ["about:blank"], tabs  # its own tab is closed
         assert pool.get(out.splitlines()[-1].split()[2]).source == "browser"
     finally:
-        browser.terminate()
+        os.killpg(browser.pid, signal.SIGTERM)  # the browser and its helpers, all ours
         try:
             browser.wait(15)
         except subprocess.TimeoutExpired:
-            browser.kill()
+            os.killpg(browser.pid, signal.SIGKILL)
             browser.wait()
-        shutil.rmtree(profile, ignore_errors=True)
+        for _ in range(50):  # its helpers' last writes may land after it ended
+            shutil.rmtree(profile, ignore_errors=True)
+            if not os.path.exists(profile):
+                break
+            time.sleep(0.1)
 
 
 def test_a_login_ended_by_sigterm_while_it_waits_closes_its_browser(ini):

@@ -181,6 +181,14 @@ def cdp_http(port: int, path: str, timeout: float = 5.0):
         return json.loads(answer.read().decode("utf-8"))
 
 
+def _listening(port: int) -> bool:
+    import socket
+
+    with socket.socket() as probe:
+        probe.settimeout(1.0)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
 # -- the browser ---------------------------------------------------------------------------------
 
 
@@ -197,6 +205,10 @@ class Browser:
     def start(
         cls, program: str, *, headless: bool = False, port: int = 0, wait: float = 30.0
     ) -> Browser:
+        if port and _listening(port):  # else the browser we attach to would be someone else's
+            raise LoginError(
+                f"--port {port} is in use on this machine: pick another, or leave it out"
+            )
         profile = Path(tempfile.mkdtemp(prefix="cnkispider-login-"))
         argv = [
             program,
@@ -232,20 +244,19 @@ class Browser:
             raise
 
     def _wait_for_devtools(self, program: str, port: int, wait: float) -> Browser:
-        browser, process, profile = self, self.process, self.profile
-        active = profile / "DevToolsActivePort"  # "PORT\n/devtools/browser/<id>" once it listens
+        active = self.profile / "DevToolsActivePort"  # "PORT\n/devtools/browser/<id>" once up
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            if process.poll() is not None:
+            if self.process.poll() is not None:
                 raise LoginError(
-                    f"the browser {program} stopped at start (exit {process.returncode}); "
+                    f"the browser {program} stopped at start (exit {self.process.returncode}); "
                     "try another with --browser PATH"
                 )
             if port:  # a port of our choosing: Chromium writes DevToolsActivePort only for 0
                 try:
-                    browser.ws_url = cdp_http(port, "/json/version", 1.0)["webSocketDebuggerUrl"]
-                    browser.port = port
-                    return browser
+                    self.ws_url = cdp_http(port, "/json/version", 1.0)["webSocketDebuggerUrl"]
+                    self.port = port
+                    return self
                 except (OSError, ValueError, KeyError):
                     pass
             else:
@@ -254,9 +265,9 @@ class Browser:
                 except OSError:
                     lines = []
                 if len(lines) >= 2:
-                    browser.port = int(lines[0])
-                    browser.ws_url = f"ws://127.0.0.1:{browser.port}{lines[1]}"
-                    return browser
+                    self.port = int(lines[0])
+                    self.ws_url = f"ws://127.0.0.1:{self.port}{lines[1]}"
+                    return self
             time.sleep(0.1)
         raise LoginError(f"the browser {program} did not open its DevTools port in {wait:.0f} s")
 
@@ -282,7 +293,9 @@ class Browser:
                     finally:
                         cdp.close()
                 except CdpError:
-                    pass  # it is going anyway: terminate below
+                    self.process.terminate()
+            else:  # it never opened DevTools: ask it the way a window manager would
+                self.process.terminate()
             try:
                 self.process.wait(10)
             except subprocess.TimeoutExpired:
