@@ -355,21 +355,30 @@ def test_on_windows_it_looks_for_edge_first_where_every_pc_has_it():
     [
         (["--browser", "/no/such/browser"], "error: --browser /no/such/browser: no such program"),
         (["--cdp", "PORT"], "error: no browser with remote debugging on port PORT"),
+        (
+            ["--headless", "--browser", CHROMIUM, "--port", "BUSY"],
+            "error: --port BUSY is in use on this machine",
+        ),
     ],
-    ids=["no-browser", "no-cdp"],
+    ids=["no-browser", "no-cdp", "port-in-use"],
 )
 def test_a_login_that_cannot_start_is_one_line_and_exit_2(ini, args, expected):
     port = str(free_port())  # nothing listens there
-    args = [port if a == "PORT" else a for a in args]
-    result = subprocess.run(
-        cli(ini, "session", "login", *args),
-        cwd=ROOT,
-        env=env(),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    with socket.socket() as busy:  # something else listens here
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = str(busy.getsockname()[1])
+        args = [{"PORT": port, "BUSY": taken}.get(a, a) for a in args]
+        result = subprocess.run(
+            cli(ini, "session", "login", *args),
+            cwd=ROOT,
+            env=env(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    expected = expected.replace("PORT", port).replace("BUSY", taken)
     assert result.returncode == 2 and result.stdout == "", result
     lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith(expected.replace("PORT", port)), lines
+    assert len(lines) == 1 and lines[0].startswith(expected), lines
