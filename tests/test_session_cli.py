@@ -117,7 +117,10 @@ def test_firefox_copy_as_curl_gives_the_cookies_of_its_cookie_header():
         # curl's own long option, and a header spelled as older Chrome (HTTP/1.1) wrote it
         "curl 'https://kns.cnki.net/kns8s/brief/grid' --cookie 'a=1; b=x=y' -A 'UA 1'",
         "curl 'https://kns.cnki.net/kns8s/brief/grid' -H 'Cookie: a=1; b=x=y' -H 'User-Agent: UA 1'",
-        "curl --url https://kns.cnki.net/ --header='cookie: a=1;b=x=y' --user-agent='UA 1'",
+        "curl --url https://kns.cnki.net/ --header 'cookie: a=1;b=x=y' --user-agent 'UA 1'",
+        # typed by hand: double quotes and bash's line continuation
+        'curl "https://kns.cnki.net/kns8s/brief/grid" \\\n  -H "Cookie: a=1; b=x=y" \\\n'
+        '  -H "User-Agent: UA 1"',
         # bash's ANSI-C quoting, which Chrome writes when a value holds a ' or a !
         "curl $'https://kns.cnki.net/kns8s/brief/grid' \\\n  -b $'a=1; b=x\\u003dy' \\\n"
         "  -H $'user-agent: UA 1' \\\n  --data-raw $'aside=it\\'s \\u0021'",
@@ -128,7 +131,15 @@ def test_firefox_copy_as_curl_gives_the_cookies_of_its_cookie_header():
         "curl 'https://www.example.com/a.png' -b 'z=9' ;\n"
         "curl 'https://kns.cnki.net/kns8s/brief/grid' -b 'a=1; b=x=y' -H 'user-agent: UA 1'",
     ],
-    ids=["cookie-option", "cookie-header", "equals-forms", "ansi-c", "old-cmd", "copy-all"],
+    ids=[
+        "cookie-option",
+        "cookie-header",
+        "long-options",
+        "by-hand",
+        "ansi-c",
+        "old-cmd",
+        "copy-all",
+    ],
 )
 def test_every_way_a_curl_command_carries_cookies_is_read(text):
     p = from_curl(text)

@@ -445,9 +445,11 @@ def split_cmd(text: str) -> list[list[str]]:
 def _is_cmd_form(text: str) -> bool:
     # Chrome's cmd form quotes every argument as ^"...^" and ends each line with ^ ; the old
     # (Firefox-on-Windows) form uses "..." with "%" around each percent sign.
-    return bool(re.search(r'\^"|\s\^\r?\n', text)) or bool(
-        re.match(r'\s*curl(\.exe)?\s+"', text, re.IGNORECASE)
-    )
+    if re.search(r'\^"|\s\^\r?\n', text):
+        return True
+    if re.search(r"\s\\\r?\n", text):  # bash's line continuation
+        return False
+    return bool(re.match(r'\s*curl(\.exe)?\s+"', text, re.IGNORECASE))
 
 
 def _not_curl(text: str) -> str | None:
@@ -480,9 +482,7 @@ def _read_curl(words: list[str]) -> _Request:
     while i < len(args):
         arg = args[i]
         option, value = arg, None
-        if arg.startswith("--") and "=" in arg and arg.split("=", 1)[0] in _VALUE_OPTIONS:
-            option, value = arg.split("=", 1)
-        elif (
+        if (
             len(arg) > 2
             and arg.startswith("-")
             and not arg.startswith("--")
