@@ -515,3 +515,82 @@ def test_the_exe_adds_a_session_copied_as_curl_and_crawls_with_it_on_a_site_that
         if keys:
             pool.client.delete(*keys)
         pool.client.close()
+
+
+@pytest.mark.slow
+def test_the_exe_session_login_reads_the_pass_from_a_running_browser_over_devtools(
+    exe, tmp_path, cnki_site
+):
+    """`cnkispider.exe session login --cdp PORT`, frozen and under Wine, attaches to a running
+    Chromium (no browser of Windows runs under Wine: this one is the host's, the same DevTools
+    protocol as Edge's), waits while the person passes the check in it, and puts the cookies,
+    HttpOnly ones too, in the pool; the browser, not its own, keeps running."""
+    import redis
+
+    from cnkispider.sessions import SessionStore, namespace_for
+    from tests.test_session_login import (
+        CHROMIUM,
+        answers,
+        free_port,
+        pass_the_check_as_a_person,
+    )
+
+    site = cnki_site(human_check=True)
+    install = WindowsInstall(
+        exe, tmp_path / "pc", {"redis": {"url": REDIS_URL}, "cnki": {"base_url": site.base_url}}
+    )
+    pool = SessionStore(redis.Redis.from_url(REDIS_URL), namespace_for(site.base_url))
+    port = free_port()
+    profile = tmp_path / "browser-profile"
+    argv = [CHROMIUM, f"--remote-debugging-port={port}", f"--user-data-dir={profile}",
+            "--headless", "--no-first-run", "about:blank"]  # fmt: skip
+    if os.geteuid() == 0:
+        argv.insert(1, "--no-sandbox")
+    browser = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    login = None
+    try:
+        deadline = time.monotonic() + 30
+        while not answers(port):
+            assert browser.poll() is None and time.monotonic() < deadline, "chromium did not start"
+            time.sleep(0.1)
+        login = subprocess.Popen(
+            [
+                _wine(),
+                str(install.program),
+                "session",
+                "login",
+                "--cdp",
+                str(port),
+                "--timeout",
+                "120",
+            ],
+            cwd=install.folder,
+            env=install.env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        pass_the_check_as_a_person(port, timeout=120)  # the frozen program opened CNKI's page
+        out, err = (b.decode(install.encoding, "replace") for b in login.communicate(timeout=120))
+        assert login.returncode == 0, out + err
+        added = out.strip().splitlines()[-1]
+        assert added.startswith("added session s-") and "(browser): " in added, out + err
+        stored = pool.get(added.split()[2])
+        assert stored.source == "browser" and stored.state == "ready"
+        assert {"KNS2COOKIE", "SID_kns_new"} <= {c["name"] for c in stored.cookies}
+        assert "Traceback" not in err
+        for cookie in stored.cookies:
+            assert cookie["value"] not in out + err
+        assert browser.poll() is None and answers(port)  # not the program's browser: left running
+    finally:
+        if login is not None and login.poll() is None:
+            login.kill()
+            login.communicate()
+        os.killpg(browser.pid, signal.SIGKILL)
+        browser.wait()
+        keys = list(pool.client.scan_iter(match=f"{pool.namespace}:*", count=1000))
+        if keys:
+            pool.client.delete(*keys)
+        pool.client.close()
