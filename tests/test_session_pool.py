@@ -59,8 +59,12 @@ def test_one_round_keeps_its_session_and_two_rounds_get_two(redis_url, redis_nam
     assert pool.lease("w1", "t:1", 1).session_id == a.session_id
     b = pool.lease("w2", "t:2", 2)
     assert {a.session_id, b.session_id} == {first.id, second.id}
-    third = pool.lease("w2", "t:3", 3)
+    third = pool.lease("w2", "t:3", 3, share=False)
     assert third.session_id is None and third.busy == 2 and not third.needs_person
+    shared = pool.lease("w2", "t:3", 3)  # rather than wait: shares one
+    assert shared.session_id in {first.id, second.id}
+    assert pool.session_of("t:3") == shared.session_id
+    assert pool.get(shared.session_id).round_id in (1, 2)  # still leased to its own round
     leased = pool.get(a.session_id)
     assert leased.state == "leased" and leased.worker == "w1" and leased.round_id == 1
 
@@ -81,7 +85,7 @@ def test_a_dead_workers_lease_ends_within_one_lease_period(redis_url, redis_name
     session = pool.add(COOKIES, source="curl")
     assert pool.lease("dead", "t:1", 1).session_id == session.id
     clock.now += 59
-    assert pool.lease("w2", "t:2", 2).session_id is None
+    assert pool.lease("w2", "t:2", 2, share=False).session_id is None
     clock.now += 2
     assert pool.get(session.id).state == READY
     assert pool.lease("w2", "t:2", 2).session_id == session.id
@@ -96,7 +100,7 @@ def test_use_renews_the_lease_and_counts_requests(redis_url, redis_namespace):
         clock.now += 50
         assert pool.use(session.id, "w1", "t:1", 1)[0] == "ok"
     assert pool.get(session.id).requests == 3
-    assert pool.lease("w2", "t:2", 2).session_id is None  # still the round's
+    assert pool.lease("w2", "t:2", 2, share=False).session_id is None  # still the round's
 
 
 def test_needs_person_is_never_leased_again(redis_url, redis_namespace):

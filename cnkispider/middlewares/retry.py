@@ -249,6 +249,7 @@ class CnkiRetryMiddleware:
                 COOLING,
                 f"soft block at request {meta.get('_session_request', '?')}",
                 until=store.clock() + cooldown,
+                unless_dead=True,
             )
             self._inc_stat("verified/soft_block")
             return await self._retry(request, reason)
@@ -259,7 +260,7 @@ class CnkiRetryMiddleware:
             f"checked by CNKI at request {meta.get('_session_request', '?')} ({reason} on list "
             f"page {meta.get('page', '?')} of round {meta.get('round_id', '?')})"
         )
-        if await in_thread(store.mark, session_id, NEEDS_PERSON, note):
+        if await in_thread(store.mark, session_id, NEEDS_PERSON, note, unless_dead=True):
             self._inc_stat("verified/needs_person")
             verified.crawler.stats.inc_value("sessions/needs_person")
             logger.warning(
@@ -269,7 +270,13 @@ class CnkiRetryMiddleware:
             )
         self._stop_if_halted(request)
         again = request.replace(dont_filter=True, cookies=[])
-        for key in ("cnki_session", "cnki_verified", "cookiejar", "_session_request"):
+        for key in (
+            "cnki_session",
+            "cnki_verified",
+            "cookiejar",
+            "_session_request",
+            "cnki_user_agent",
+        ):
             again.meta.pop(key, None)
         again.headers.pop(b"Cookie", None)
         return again

@@ -84,8 +84,9 @@ from twisted.internet.defer import Deferred
 from cnkispider import default_settings
 from cnkispider.cnki.protocol import CLIENT_ID_COOKIE, parse_client_id, protocol_from_settings
 from cnkispider.cnki.session import Session, SessionPool
-from cnkispider.exceptions import RefusedPage, SessionLost
+from cnkispider.exceptions import HaltedRequest, RefusedPage, SessionLost
 from cnkispider.offload import in_thread
+from cnkispider.scheduling.outcome import hold
 from cnkispider.sessions.runtime import VerifiedSessions
 from proxy.provider import proxy_key
 
@@ -143,6 +144,7 @@ class SessionMiddleware:
         self._next_sweep = 0.0
         self._verified = verified
         self._client_ids: dict[str, str] = {}  # verified session -> the Ecp_ClientId fetched for it
+        self._verified_used: set[str] = set()  # verified sessions this worker sent requests in
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> SessionMiddleware:
@@ -264,6 +266,10 @@ class SessionMiddleware:
             # listed in a plain session (before auto mode moved on): that link is dead
             raise SessionLost(str(meta.get("cnki_session") or "plain"), "listed in a plain session")
         while True:
+            if verified.stopping:
+                # held, never acknowledged: its lease hands it to a worker that has a session
+                hold(verified.crawler, request)
+                raise HaltedRequest("the worker stopped while it waited for a person")
             if session_id is not None:
                 state, value = await in_thread(store.use, session_id, worker, round_key, round_id)
                 if state == "ok":
@@ -308,9 +314,12 @@ class SessionMiddleware:
                 holder = Session(id=session_id, created_at=self.clock())
                 client_id = self._client_ids[session_id] = await self._client_id(holder)
             _set_cookie(request, CLIENT_ID_COOKIE, client_id)
-        if session.user_agent:
-            request.headers["User-Agent"] = session.user_agent
+        if session.user_agent:  # the user-agent middleware (after this one) sends it
+            meta["cnki_user_agent"] = session.user_agent
         self._inc_stat(f"verified/requests/{meta['cnki_kind']}")
+        if session_id not in self._verified_used:
+            self._verified_used.add(session_id)
+            self._inc_stat("verified/used")
 
     async def _warm_up(self, session: Session, avoid_proxy: str | None = None) -> None:
         """Download the warm-up page once per session; concurrent callers wait for that one."""

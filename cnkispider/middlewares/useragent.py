@@ -131,4 +131,8 @@ class UserAgentMiddleware:
     def process_request(self, request: Request, spider: Spider | None = None) -> None:
         # Always set, never setdefault: a retried request is a copy that still carries the User-Agent
         # of its old session.
-        request.headers["User-Agent"] = self.user_agent_for(request.meta.get("cnki_session"))
+        # A session a person passed keeps the User-Agent of the browser it was passed in.
+        known = request.meta.get("cnki_user_agent")
+        request.headers["User-Agent"] = known or self.user_agent_for(
+            request.meta.get("cnki_session")
+        )

@@ -27,12 +27,16 @@ Invariants:
 - A round uses ONE session at a time: ``<ns>:sessions:round:<round_key>`` names it, and every list
   and detail request of the round carries that id (meta ``cnki_session``), because a detail link
   (``v=``) opens only in the session that listed it.
-- A session is leased to at most one round. The lease names worker and round and ends at
+- A session is leased to at most one round at a time (its hash names it). The lease names worker
+  and round and ends at
   ``leased_until``; every request of the round renews it (:meth:`SessionStore.use`), so it ends
   one lease period after the last request of a worker that died: the session is then ``ready``
   again for :meth:`SessionStore.lease` (a stale lease counts as ready; nobody has to clean up).
-- A request that still names a session whose lease went to another round is served by it all the
-  same (its links are bound to it; CNKI allows concurrent requests in one session).
+- When every usable session is leased to other rounds, a round shares one of them (its round
+  key names it; the session's hash still names its leasing round) rather than wait: a waiting
+  round would hold download slots the other rounds need. A request that still names a session
+  whose lease went to another round is served by it all the same (its links are bound to it;
+  CNKI allows concurrent requests in one session; the session's pace is shared in Redis).
 - ``needs-person`` and ``expired`` are never left by the crawler: it never retries such a session
   and never replaces it with a fresh plain one. Only ``session check`` (a person passed it again)
   or ``session remove`` moves it. ``note`` says why (e.g. "checked by CNKI at request 212").
@@ -151,6 +155,7 @@ if current and usable(prefix .. current, round_key) then
 end
 local busy = 0
 local chosen = nil
+local shared = nil
 for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   local h = prefix .. id
   if redis.call('EXISTS', h) == 0 then
@@ -159,10 +164,21 @@ for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
     if not chosen then chosen = id end
   else
     local state = redis.call('HGET', h, 'state')
-    if state == 'leased' or state == 'cooling' then busy = busy + 1 end
+    if state == 'leased' then
+      busy = busy + 1
+      if not shared then shared = id end
+    elseif state == 'cooling' then
+      busy = busy + 1
+    end
   end
 end
 if chosen then return {take(chosen), busy} end
+if shared and ARGV[7] == '1' then
+  -- every session is another round's: this round shares one rather than waiting for it (a
+  -- waiting round would hold the worker's download slots that the other round needs)
+  redis.call('SET', KEYS[2], shared, 'PX', math.floor(lease * 1000))
+  return {shared, busy}
+end
 return {'', busy}
 """
 
@@ -336,13 +352,22 @@ class SessionStore:
         pipe.execute()
         return True
 
-    def mark(self, session_id: str, state: str, note: str = "", *, until: float = 0.0) -> bool:
+    def mark(
+        self,
+        session_id: str,
+        state: str,
+        note: str = "",
+        *,
+        until: float = 0.0,
+        unless_dead: bool = False,
+    ) -> bool:
         """Move a session to ``state`` (with why). ``cooling`` lasts until ``until`` (unix time).
-        A dead state (needs-person, expired) ends its lease. False if there is no such session."""
+        A dead state (needs-person, expired) ends its lease. False if there is no such session,
+        or (``unless_dead``: the crawler's marks) if it is dead already: the first note stays."""
         if state not in STATES:
             raise ValueError(f"unknown session state {state!r}; one of {', '.join(STATES)}")
         found = self.get(session_id)
-        if found is None:
+        if found is None or (unless_dead and found.state in DEAD):
             return False
         key = self._key(found.id)
         mapping = {"state": state, "note": note}
@@ -358,9 +383,12 @@ class SessionStore:
 
     # -- leases -------------------------------------------------------------------------------
 
-    def lease(self, worker: str, round_key: str, round_id: int | None = None) -> Lease:
+    def lease(
+        self, worker: str, round_key: str, round_id: int | None = None, *, share: bool = True
+    ) -> Lease:
         """The session of round ``round_key`` (any stable name of one round, e.g. ``task:7``):
-        the one it holds if still usable, else a ready one leased to it now, else none."""
+        the one it holds if still usable, else a ready one leased to it now, else (``share``)
+        one another round holds, used by both, else none."""
         session_id, busy = self._lease_script(
             keys=[self._ids, self._round_key(round_key)],
             args=[
@@ -370,7 +398,7 @@ class SessionStore:
                 round_key,
                 repr(self.clock()),
                 repr(self.lease_seconds),
-                repr(self.ttl),
+                "1" if share else "0",
             ],
         )
         session_id = _text(session_id)

@@ -94,6 +94,7 @@ class VerifiedSessions:
         self._checked_looked_at = 0.0
         self.waiting_since: float | None = None
         self._prompting = False
+        self._stopping = False
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> VerifiedSessions:
@@ -221,6 +222,14 @@ class VerifiedSessions:
         await loop_sleep(self.poll)
         self._inc_stat("waiting_seconds", round(time.monotonic() - started, 3))
 
+    @property
+    def stopping(self) -> bool:
+        """The worker is stopping (on_check = fail, a halt, Ctrl-C): waiting requests give up."""
+        if self._stopping or not getattr(self.crawler, "crawling", True):
+            return True
+        slot = getattr(getattr(self.crawler, "engine", None), "_slot", None)
+        return slot is not None and slot.closing is not None
+
     async def sleep(self, seconds: float) -> None:
         """Wait on the event loop (a round whose session is busy or cooling)."""
         await loop_sleep(max(0.05, seconds))
@@ -253,6 +262,7 @@ class VerifiedSessions:
             "[cnki] on_check = fail: this worker stops (exit status 3); run `%s`, then start it again",
             LOGIN_COMMAND,
         )
+        self._stopping = True
         engine = self.crawler.engine
         d = deferred_from_coro(engine.close_spider_async(reason=NEEDS_PERSON))
         d.addErrback(lambda f: logger.debug("closing: %s", f.getErrorMessage()))

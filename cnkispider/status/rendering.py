@@ -159,6 +159,20 @@ def _duration(seconds: float | None) -> str:
     return f"{hours // 24} d {hours % 24} h"
 
 
+def _per_verified_session(stats: dict, items: int) -> list[str]:
+    """What a person's pass bought this run (issue 19): documents per verified session and CNKI
+    requests per stored document (every request this worker sent: list, detail, client id)."""
+    used = stats.get("session/verified/used", 0)
+    if not used:
+        return []
+    requests = stats.get("downloader/request_count", 0)
+    per_doc = f"{requests / items:.2f}" if items else "-"
+    return [
+        f"verified        {used} sessions used; {items / used:.0f} documents per verified "
+        f"session; {per_doc} CNKI requests per stored document"
+    ]
+
+
 def to_json(report: dict) -> str:
     return json.dumps(report, ensure_ascii=False, indent=2) + "\n"
 
@@ -186,7 +200,9 @@ def render_summary(t: dict, stats: dict) -> str:
         f"rate            {pages / elapsed if elapsed else 0:.1f} pages/s, "
         f"{items / minutes if minutes else 0:.0f} items/min, "
         f"{done_here / minutes * 60 if minutes else 0:.1f} rounds/h (this worker)",
+        *_per_verified_session(stats, items),
     ]
+    lines += _per_verified_session(stats, items)
     for name in ("errorCode", "errorLink"):
         e = t["errors"][name]
         states = ", ".join(f"{k} {v}" for k, v in sorted(e["by_state"].items()))

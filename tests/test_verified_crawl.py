@@ -1,0 +1,248 @@
+"""Crawls against a stand-in that checks for a person (issue 19): sessions a person passed, shared
+by every worker through the pool in Redis; waiting for a person as a state, not a failure."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from urllib.parse import urlsplit
+
+import redis
+import sqlalchemy as sa
+
+from cnkispider.schema import error_code, error_link, round_
+from cnkispider.sessions import NEEDS_PERSON, SessionStore, namespace_for
+from tests.crawl_harness import REDIS_URL, CrawlSetup, compare, count_rows
+
+# The stand-in's hidden per-pass pace is loosened here so that a crawl takes seconds; the
+# crawler's own cap on a verified session (session_pace) is raised to match. The hidden request
+# and minute limits stay as they are unless a test says otherwise.
+FAST_SITE = {"human_check": True, "session_pace": 0, "session_burst": 0}
+FAST_CNKI = {"sessions": "verified", "session_pace": 30}
+
+
+def pool_of(site) -> SessionStore:
+    return SessionStore(redis.Redis.from_url(REDIS_URL), namespace_for(site.base_url))
+
+
+def add_passed(site, pool: SessionStore):
+    """A person passes the stand-in's check (its test-only control); the session joins the pool."""
+    cookies = site.pass_check()
+    host = urlsplit(site.base_url).hostname
+    session = pool.add(
+        [{"name": k, "value": v, "domain": host, "path": "/"} for k, v in cookies.items()],
+        source="standin",
+    )
+    return session, cookies
+
+
+def cleanup(setup: CrawlSetup, pool: SessionStore) -> None:
+    setup.cleanup_redis()
+    keys = list(pool.client.scan_iter(match=f"{pool.namespace}:*", count=1000))
+    if keys:
+        pool.client.delete(*keys)
+
+
+def status_json(setup: CrawlSetup) -> dict:
+    out = subprocess.run(
+        setup.command("status", "--json"), capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def rounds_done(setup: CrawlSetup) -> int:
+    return setup.query(
+        sa.select(sa.func.count()).select_from(round_).where(round_.c.state == "done")
+    )[0][0]
+
+
+def assert_equal_to_truth(setup: CrawlSetup) -> None:
+    truth = setup.truth()
+    assert truth
+    assert compare(setup.stored(), truth, setup.doc_type) == {
+        "missing": [],
+        "extra": [],
+        "differing": {},
+    }
+    assert count_rows(setup, error_code) == 0
+    assert count_rows(setup, error_link) == 0
+
+
+def test_a_run_without_a_session_waits_then_goes_on_when_a_person_passes(
+    tmp_path, cnki_site, sqlite_url
+):
+    """No session: the worker waits (status says so; no round done, no error row), says so once;
+    a session added later ends the wait by itself and the crawl equals the truth."""
+    site = cnki_site(**FAST_SITE)
+    setup = CrawlSetup(
+        tmp_path, site, sqlite_url, "patent", "2024-01-01", "2024-01-01", "G06,H04", cnki=FAST_CNKI
+    )
+    pool = pool_of(site)
+    worker = setup.spawn("run", "-s", "SESSIONS_POLL=1")
+    try:
+        deadline = time.monotonic() + 60
+        waiting = None
+        while waiting is None:
+            assert worker.poll() is None and time.monotonic() < deadline, setup.log()[-3000:]
+            time.sleep(0.5)
+            task = status_json(setup)["tasks"]
+            waiting = task[0].get("waiting") if task else None
+        assert waiting == "CNKI wants a person to pass its check (cnkispider session login)"
+        # The same wait, SESSIONS_POLL=1 instead of 5 s: 20 polls of the pool, nothing moves.
+        time.sleep(20)
+        assert worker.poll() is None
+        assert rounds_done(setup) == 0
+        assert count_rows(setup, error_code) == 0 and count_rows(setup, error_link) == 0
+        log = setup.log()
+        assert log.count("waiting: CNKI wants a person") == 1, log[-3000:]
+        assert "cnkispider session login" in log
+        assert site.stats()["pages"]["list"] == 0  # nothing was sent on a plain session's behalf
+
+        add_passed(site, pool)
+        out, _ = worker.communicate(timeout=240)
+        assert worker.returncode == 0, out[-3000:] + setup.log()[-3000:]
+        assert "the crawl goes on" in setup.log()
+        assert_equal_to_truth(setup)
+        assert status_json(setup)["tasks"][0]["waiting"] is None
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        cleanup(setup, pool)
+
+
+def test_with_a_passed_session_the_crawl_equals_the_truth_without_a_pause(
+    tmp_path, cnki_site, sqlite_url
+):
+    site = cnki_site(**FAST_SITE)
+    # one day: fewer documents than one pass's hidden request limit (300)
+    setup = CrawlSetup(
+        tmp_path, site, sqlite_url, "patent", "2024-01-01", "2024-01-01", "G06,H04", cnki=FAST_CNKI
+    )
+    pool = pool_of(site)
+    try:
+        session, _ = add_passed(site, pool)
+        before = site.stats()["human_check_refusals"]  # the person's own first page
+        result = setup.run(timeout=300)
+        assert result.returncode == 0, result.stdout[-2000:] + setup.log()[-3000:]
+        assert_equal_to_truth(setup)
+        log = setup.log()
+        assert "pauses for" not in log and "waiting:" not in log
+        stats = site.stats()
+        assert stats["human_check_refusals"] == before, stats  # CNKI never checked the crawler
+        served = pool.get(session.id)
+        # every request CNKI answered was one of the session's: list pages and detail pages
+        crawled = ("/kns8s/brief/grid", "/kcms2/article/abstract")
+        assert served.requests == sum(sum(stats["by_path"][p].values()) for p in crawled)
+        assert served.state == "ready"  # its rounds are over
+        assert "documents per verified session" in result.stdout
+    finally:
+        cleanup(setup, pool)
+
+
+def test_auto_mode_moves_to_verified_sessions_when_cnki_checks(tmp_path, cnki_site, sqlite_url):
+    """[cnki] sessions = auto: plain sessions first; CNKI sends their warm-up to its check; the
+    crawl moves to the pool's session, with no error row and no pause."""
+    site = cnki_site(**FAST_SITE)
+    setup = CrawlSetup(
+        tmp_path,
+        site,
+        sqlite_url,
+        "patent",
+        "2024-01-01",
+        "2024-01-01",
+        "G06,H04",
+        cnki={**FAST_CNKI, "sessions": "auto"},
+    )
+    pool = pool_of(site)
+    try:
+        add_passed(site, pool)
+        result = setup.run(timeout=300)
+        assert result.returncode == 0, result.stdout[-2000:] + setup.log()[-3000:]
+        assert "CNKI checks for a person" in setup.log()
+        assert_equal_to_truth(setup)
+    finally:
+        cleanup(setup, pool)
+
+
+def test_two_workers_share_two_sessions(tmp_path, cnki_site, mysql_url):
+    site = cnki_site(**FAST_SITE)
+    setup = CrawlSetup(
+        tmp_path,
+        site,
+        mysql_url,
+        "patent",
+        "2024-01-01",
+        "2024-01-03",
+        "G06,H04",
+        cnki=FAST_CNKI,
+        # two rounds at a time per worker at most: the two sessions are the limit
+        crawl={"processes": 1},
+    )
+    pool = pool_of(site)
+    try:
+        sessions = [add_passed(site, pool)[0] for _ in range(2)]
+        before = site.stats()["human_check_refusals"]
+        workers = [setup.spawn("run") for _ in range(2)]
+        outs = [w.communicate(timeout=300)[0] for w in workers]
+        assert [w.returncode for w in workers] == [0, 0], "\n".join(o[-2000:] for o in outs)
+        assert_equal_to_truth(setup)
+        served = {s.id: pool.get(s.id).requests for s in sessions}
+        assert all(n > 10 for n in served.values()), served
+        assert site.stats()["human_check_refusals"] == before
+    finally:
+        cleanup(setup, pool)
+
+
+def test_a_session_checked_again_mid_round_goes_to_needs_person_and_the_crawl_still_equals_the_truth(
+    tmp_path, cnki_site, sqlite_url
+):
+    site = cnki_site(**FAST_SITE)
+    setup = CrawlSetup(
+        tmp_path, site, sqlite_url, "patent", "2024-01-01", "2024-01-01", "G06,H04", cnki=FAST_CNKI
+    )
+    pool = pool_of(site)
+    try:
+        first, cookies = add_passed(site, pool)
+        # CNKI checks the first session again after 30 of its requests: in the middle of a
+        # round, with detail links of its list pages still to open
+        site.check_after(cookies, 30)
+        second, _ = add_passed(site, pool)
+        before = site.stats()["human_check_refusals"]["plain"]
+        result = setup.run(timeout=300)
+        assert result.returncode == 0, result.stdout[-2000:] + setup.log()[-3000:]
+        assert_equal_to_truth(setup)
+        lost = pool.get(first.id)
+        assert lost.state == NEEDS_PERSON, lost
+        assert lost.note.startswith("checked by CNKI at request"), lost.note
+        assert pool.get(second.id).requests > 0
+        assert site.stats()["human_check_refusals"]["plain"] == before  # no plain session sent
+        log = setup.log()
+        assert "needs a person again" in log
+        assert "secret" not in log and cookies["SID_kns_new"] not in log  # no cookie value
+    finally:
+        cleanup(setup, pool)
+
+
+def test_on_check_fail_exits_3_with_one_line(tmp_path, cnki_site, sqlite_url):
+    site = cnki_site(**FAST_SITE)
+    setup = CrawlSetup(
+        tmp_path,
+        site,
+        sqlite_url,
+        "patent",
+        "2024-01-01",
+        "2024-01-01",
+        "G06",
+        cnki={**FAST_CNKI, "on_check": "fail"},
+    )
+    pool = pool_of(site)
+    try:
+        result = setup.run(timeout=120)
+        assert result.returncode == 3, result.stdout[-2000:] + result.stderr[-2000:]
+        assert "CNKI wants a person to pass its check" in result.stderr
+        assert count_rows(setup, error_code) == 0 and rounds_done(setup) == 0
+    finally:
+        cleanup(setup, pool)
