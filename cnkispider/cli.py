@@ -628,9 +628,12 @@ def cmd_session(config: Config, args) -> int:
 
 
 def _paste(args, home_url: str, hosts: tuple[str, ...]):
+    """(the paste, its source) of `session add`: cookies for the host the crawler searches."""
     from urllib.parse import urlsplit
 
     from cnkispider.sessions import waysin
+
+    site = (urlsplit(home_url).hostname or "").lower()
 
     if args.from_curl:
         if args.from_curl == "-" and sys.stdin is not None and sys.stdin.isatty():
@@ -641,13 +644,20 @@ def _paste(args, home_url: str, hosts: tuple[str, ...]):
                 file=sys.stderr,
             )
         text = waysin.read_paste(args.from_curl, sys.stdin)
-        return waysin.from_curl(text, cnki_hosts=hosts), "curl"
+        paste = waysin.from_curl(text, cnki_hosts=hosts)
+        if paste.host != site:  # e.g. www.cnki.net: its cookies never go to the search's host
+            raise waysin.PasteError(
+                f"the paste is a request to {paste.host}, but the crawler searches {site}: "
+                f"copy a request to {site} (its search page, or brief/grid after a search)"
+            )
+        return paste, "curl"
     if args.cookie_string is not None:
-        host = args.host or urlsplit(home_url).hostname
+        host = args.host or site
         if not waysin.host_matches(host, hosts):
             raise waysin.PasteError(f"--host {host} is not CNKI's ({', '.join(hosts)})")
         return waysin.from_cookie_string(args.cookie_string, host=host), "cookie-string"
-    return waysin.from_cookie_file(args.cookie_file, cnki_hosts=hosts), "cookie-file"
+    paste = waysin.from_cookie_file(args.cookie_file, cnki_hosts=hosts, host=site)
+    return paste, "cookie-file"
 
 
 def _egress(value: str) -> str:

@@ -159,10 +159,12 @@ def test_cookie_strings_and_cookie_files_give_the_cnki_cookies(tmp_path):
         f"#HttpOnly_kns.cnki.net\tFALSE\t/\tTRUE\t0\tKNS2COOKIE\t17604|b25e\n"
         f"kns.cnki.net\tFALSE\t/kns8s\tFALSE\t0\tSID_kns_new\tkns018106\n"
         f"kns.cnki.net\tFALSE\t/\tFALSE\t{int(now - 60)}\told\tgone\n"
-        f".example.com\tTRUE\t/\tFALSE\t0\tforeign\tnot-ours\n",
+        f".example.com\tTRUE\t/\tFALSE\t0\tforeign\tnot-ours\n"
+        f"www.cnki.net\tFALSE\t/\tFALSE\t0\tportal\tnot-sent-to-kns\n",
         encoding="utf-8",
     )
-    p = from_cookie_file(txt)
+    assert pairs(from_cookie_file(txt))[-1] == ("portal", "not-sent-to-kns")  # CNKI's, all of them
+    p = from_cookie_file(txt, host="kns.cnki.net")  # those a request to the search carries
     assert pairs(p) == [
         ("Ecp_ClientId", "b2510"),
         ("KNS2COOKIE", "17604|b25e"),
@@ -189,12 +191,12 @@ def test_the_configured_site_s_host_counts_as_cnki_besides_cnki_net():
 
 @pytest.fixture
 def base_url():
-    """The site of a test's config.ini: an address of its own (nothing listens there unless the
-    test starts the stand-in), so that its sessions have a pool of their own in the real Redis
-    (the pool's namespace is the site's: cnki:<host:port>)."""
+    """The site of a test's config.ini: CNKI's search host on a port of the test's own (nothing
+    is asked there), so that its sessions have a pool of their own in the real Redis (the pool's
+    namespace is the site's: cnki:<host:port>)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}"
+        return f"https://kns.cnki.net:{s.getsockname()[1]}"
 
 
 def write_ini(path: Path, base_url: str) -> Path:
@@ -277,6 +279,11 @@ NOT_CNKI = (
             "this is 'Copy as PowerShell'",
         ),
         (["--from-curl", "-"], "  \n", "the paste is empty"),
+        (
+            ["--from-curl", "-"],
+            paste("firefox_index.txt").replace("https://kns.cnki.net/", "https://www.cnki.net/"),
+            "the paste is a request to www.cnki.net, but the crawler searches kns.cnki.net",
+        ),
         (["--from-curl", "no-such-file.txt"], None, "cannot read no-such-file.txt"),
         (["--cookie-string", "  ;  "], None, "the cookie string holds no cookie"),
         (
@@ -291,6 +298,7 @@ NOT_CNKI = (
         "cut-short",
         "powershell",
         "empty",
+        "other-cnki-host",
         "no-file",
         "empty-string",
         "foreign-host",
@@ -308,13 +316,20 @@ def test_a_cookie_file_of_another_site_or_long_expired_is_one_line_and_exit_2(in
     foreign.write_text(".example.com\tTRUE\t/\tFALSE\t0\tsid\tSECRETVALUE1\n", encoding="utf-8")
     one_line_exit_2(
         session(ini, "add", "--cookie-file", str(foreign)),
-        "holds no cookie of cnki.net",
+        "holds no cookie of kns.cnki.net",
         ["SECRETVALUE1"],
     )
     expired = tmp_path / "expired.txt"
     expired.write_text(".cnki.net\tTRUE\t/\tFALSE\t1000\tsid\tSECRETVALUE1\n", encoding="utf-8")
     one_line_exit_2(
         session(ini, "add", "--cookie-file", str(expired)), "has expired", ["SECRETVALUE1"]
+    )
+    www = tmp_path / "www.txt"  # cookies of the portal only: never sent to the search's host
+    www.write_text("www.cnki.net\tFALSE\t/\tFALSE\t0\tsid\tSECRETVALUE1\n", encoding="utf-8")
+    one_line_exit_2(
+        session(ini, "add", "--cookie-file", str(www)),
+        "holds no cookie of kns.cnki.net",
+        ["SECRETVALUE1"],
     )
     html = tmp_path / "page.html"
     html.write_text("<html><body>not cookies</body></html>\n", encoding="utf-8")
@@ -347,7 +362,7 @@ def test_add_list_remove_through_the_command_line_never_show_a_cookie_value(ini,
     assert stored[ids[1]].user_agent == FIREFOX_UA
     assert stored[ids[2]].source == "cookie-string"
     # the cookie string's host is the configured site's
-    assert {c["domain"] for c in stored[ids[2]].cookies} == {"127.0.0.1"}
+    assert {c["domain"] for c in stored[ids[2]].cookies} == {"kns.cnki.net"}
 
     listing = session(ini, "list")
     assert listing.returncode == 0, listing.stderr

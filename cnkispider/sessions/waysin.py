@@ -171,10 +171,20 @@ def from_cookie_string(text: str, *, host: str) -> Paste:
 # -- cookies.txt ------------------------------------------------------------------------------
 
 
-def from_cookie_file(path, *, cnki_hosts: tuple[str, ...] = (CNKI_DOMAIN,), now=None) -> Paste:
+def sent_to(domain: str, host: str) -> bool:
+    """True if a cookie of ``domain`` goes with a request to ``host`` (RFC 6265 domain-match:
+    ``.cnki.net`` and ``kns.cnki.net`` go to kns.cnki.net, ``www.cnki.net`` does not)."""
+    domain, host = (domain or "").lower().lstrip("."), (host or "").lower()
+    return bool(domain) and (host == domain or host.endswith("." + domain))
+
+
+def from_cookie_file(
+    path, *, cnki_hosts: tuple[str, ...] = (CNKI_DOMAIN,), host: str = "", now=None
+) -> Paste:
     """The CNKI cookies of a Netscape cookies.txt (tab-separated: domain, include subdomains,
     path, secure, expiry, name, value; ``#HttpOnly_`` before the domain marks an HttpOnly
-    cookie, other ``#`` lines are comments). Expired cookies are left out."""
+    cookie, other ``#`` lines are comments). Expired cookies are left out, and with ``host``
+    those a request to that host would not carry (another CNKI site's)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8-sig")
@@ -199,7 +209,7 @@ def from_cookie_file(path, *, cnki_hosts: tuple[str, ...] = (CNKI_DOMAIN,), now=
             continue
         domain, _subdomains, cookie_path, _secure, expiry, name, value = fields
         rows += 1
-        if not host_matches(domain, cnki_hosts) or not name:
+        if not host_matches(domain, cnki_hosts) or not name or (host and not sent_to(domain, host)):
             continue
         try:
             expires = float(expiry or 0)
@@ -216,13 +226,13 @@ def from_cookie_file(path, *, cnki_hosts: tuple[str, ...] = (CNKI_DOMAIN,), now=
             )
         raise PasteError(f"{path} holds no cookie")
     if not cookies:
-        hosts = ", ".join(cnki_hosts)
+        hosts = host or ", ".join(cnki_hosts)
         if expired:
             raise PasteError(
                 f"every cookie of {hosts} in {path} has expired ({expired}): pass the check again"
             )
         raise PasteError(f"{path} holds no cookie of {hosts}")
-    host = next((c["domain"].lstrip(".") for c in cookies), "")
+    host = host or next((c["domain"].lstrip(".") for c in cookies), "")
     return Paste(cookies=cookies, host=host)
 
 
