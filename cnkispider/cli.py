@@ -480,14 +480,22 @@ def cmd_demo(config: Config, args) -> int:
             "categories = G06,H04\n"
             f"[cnki]\nbase_url = {base_url}\n"
             f"client_id_url = {base_url}{CLIENT_ID_PATH}\n"
+            # the stand-in checks for a person, as CNKI does; the demo's passes crawl at 1.2
+            # requests/s each (the shipped 0.5 is the polite pace for the live site)
+            "sessions = verified\nsession_pace = 1.2\n"
             "[crawl]\ndata_dir = .\nlease_seconds = 30\nheartbeat_seconds = 2\nlog_level = info\n",
             encoding="utf-8",
         )
         print(f"demo: stand-in CNKI at {base_url}; config {ini}")
         demo = load_config(ini)
-        stats = crawl(
-            demo, settings_overrides={"CNKI_VERBOSE": bool(getattr(args, "verbose", False))}
-        )
+        with _DemoPerson(demo, site, base_url):
+            stats = crawl(
+                demo,
+                settings_overrides={
+                    "CNKI_VERBOSE": bool(getattr(args, "verbose", False)),
+                    "SESSIONS_POLL": 1.0,
+                },
+            )
         print_summary(demo, stats)
         db_path = demo.database_url.split(":///", 1)[1]
         print(
@@ -499,6 +507,60 @@ def cmd_demo(config: Config, args) -> int:
         site.terminate()
         site.wait(10)
         site.stdout.close()
+
+
+class _DemoPerson:
+    """Plays the person of the demo: passes the stand-in's check with its test-only control and
+    adds each session to the pool (on CNKI a person does it in a browser: `session login`),
+    once before the crawl and again whenever the crawl waits for a person."""
+
+    def __init__(self, config: Config, process, base_url: str):
+        import threading
+        from urllib.parse import urlsplit
+
+        from cnkispider.sessions import SessionStore
+        from standin.client import SiteHandle
+
+        self.site = SiteHandle(process, base_url)
+        self.store = SessionStore.from_config(config)
+        self.task = config.task.name
+        self.host = urlsplit(base_url).hostname or ""
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        for session in self.store.list():  # an earlier demo's sessions died with its stand-in
+            self.store.remove(session.id)
+
+    def pass_check(self, why: str) -> None:
+        cookies = self.site.pass_check()
+        session = self.store.add(
+            [{"name": k, "value": v, "domain": self.host, "path": "/"} for k, v in cookies.items()],
+            source="standin",
+        )
+        print(
+            f"demo: {why}: the demo plays the person with the stand-in's test-only pass control "
+            f"and adds session {session.id} to the pool (on CNKI: `cnkispider session login`)",
+            flush=True,
+        )
+
+    def _watch(self) -> None:
+        while not self.done.wait(1.0):
+            try:
+                if self.store.waiting(self.task):
+                    self.pass_check(
+                        "the crawl waits for a person (a pass lasts a few hundred requests)"
+                    )
+                    self.done.wait(5.0)  # the worker sees it at its next look at the pool
+            except Exception:  # the demo's Redis going away at the end
+                return
+
+    def __enter__(self):
+        self.pass_check("the stand-in checks for a person, as CNKI does")
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.thread.join(10)
 
 
 def cmd_status(config: Config, args) -> int:
@@ -529,7 +591,14 @@ def cmd_probe(config: Config, args) -> int:
 
     day = dt.date.fromisoformat(parse_day(args.day, "--day")) if args.day else None
     save = Path(args.save) if args.save else None
-    return probe_from_config(config, day=day, delay=args.delay, save_dir=save).run()
+    return probe_from_config(
+        config,
+        day=day,
+        delay=args.delay,
+        save_dir=save,
+        session_id=getattr(args, "session", None),
+        session_budget=getattr(args, "session_budget", 0) or 0,
+    ).run()
 
 
 # -- cnkispider session: the ways in for a session a person passed (issue 19, point 3) --------
@@ -867,6 +936,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     probe.add_argument(
         "--save", metavar="DIR", help="keep every raw answer here (gzip) with an index.json"
+    )
+    probe.add_argument(
+        "--session",
+        metavar="ID",
+        help="when CNKI checks for a person: the pool's session to probe with (default: a ready one)",
+    )
+    probe.add_argument(
+        "--session-budget",
+        type=int,
+        default=0,
+        metavar="N",
+        help="measure how long a verified session lasts at [cnki] session_pace, spending up to N "
+        "requests of it (it may then need a person again; default 0: not measured)",
     )
     probe.set_defaults(func=cmd_probe)
     _session_parser(sub)

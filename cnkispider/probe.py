@@ -87,6 +87,8 @@ class CnkiSession:
         self.probe, self.label = probe, label
         self.jar = http.cookiejar.CookieJar()
         self.grid_posts = 0  # CNKI soft-blocks a session after about a dozen page turns
+        self.sent = 0  # requests sent in this session
+        self.verified = False  # a session a person passed (from the pool)
         self.opener = urllib.request.build_opener(
             urllib.request.HTTPCookieProcessor(self.jar), _NoRedirect()
         )
@@ -134,6 +136,7 @@ class CnkiSession:
         if referer:
             request.add_header("Referer", referer)
         self.probe.pace()
+        self.sent += 1
         try:
             with self.opener.open(request, timeout=self.probe.timeout) as response:
                 answer = Answer(
@@ -173,6 +176,9 @@ class Probe:
         user_agent: str | None = None,
         categories: dict[str, list[tuple[str, list[str]]]] | None = None,
         turns_per_session: int = 9,
+        verified: Any = None,
+        session_pace: float = 0.5,
+        session_budget: int = 0,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         out: Callable[[str], None] = print,
@@ -194,6 +200,11 @@ class Probe:
         self.sessions: list[CnkiSession] = []
         self.current: CnkiSession | None = None
         self.turns_per_session = turns_per_session
+        # a session a person passed (cnkispider.sessions.VerifiedSession), from the pool
+        self.verified = verified
+        self.session_pace = session_pace
+        self.session_budget = session_budget  # requests the "lasts" check may spend (0: skip)
+        self.checked_plain = False  # CNKI sent a plain session's warm-up to its person check
         if save_dir is not None:
             save_dir.mkdir(parents=True, exist_ok=True)
 
@@ -245,6 +256,8 @@ class Probe:
             f"{self.delay:g} s)"
         )
         main = self.current = self.open_session("session-1", check=True)
+        if main is None and self.checked_plain:
+            main = self.current = self.open_verified("session-v1")
         if main is not None:
             for doc_type in RESOURCES:
                 self.check_search(main, doc_type)
@@ -256,6 +269,8 @@ class Probe:
             for doc_type in RESOURCES:
                 self.check_detail(main, doc_type)
             self.check_foreign_session()
+            if self.checked_plain and self.session_budget > 0:
+                self.check_session_lasts(main)
         failed = [c for c in self.checks if c.verdict == FAIL]
         unknown = [c for c in self.checks if c.verdict == UNKNOWN]
         self.out(
@@ -271,6 +286,17 @@ class Probe:
         self.sessions.append(session)
         home = session.get(self.protocol.home_url, f"{label} warm-up")
         reason = _reason("home", home)
+        if reason in ("verify", "captcha") and check:
+            # CNKI 2026: a plain session is sent to the person check (PROTOCOL.md point 11)
+            self.checked_plain = True
+            self.verdict(
+                "session: a plain session is checked",
+                PASS,
+                f"GET {self.protocol.home_url}: {reason} "
+                f"({home.location or _snippet(home.body)}); the crawl needs a session a person "
+                "passed (cnkispider session login)",
+            )
+            return None
         if reason:
             if check:
                 self.verdict("session: warm-up", FAIL, f"GET {self.protocol.home_url}: {reason}")
@@ -299,6 +325,66 @@ class Probe:
             self.verdict("session: Ecp_ClientId", PASS, f"issued ({len(client_id)} characters)")
         return session
 
+    def open_verified(self, label: str) -> CnkiSession | None:
+        """A session a person passed, from the pool: its cookies, no warm-up (it would spend one
+        of its requests)."""
+        if self.verified is None:
+            self.verdict(
+                "session: verified session",
+                UNKNOWN,
+                "no ready session in the pool: run `cnkispider session login` (or `session add "
+                "--from-curl`), then probe again",
+            )
+            return None
+        session = CnkiSession(self, label)
+        session.verified = True  # no renewal after a few turns: a pass is not renewed
+        self.sessions.append(session)
+        for cookie in self.verified.cookies:
+            session.set_cookie(cookie["name"], cookie["value"])
+        self.verdict(
+            "session: verified session",
+            PASS,
+            f"{self.verified.id} ({self.verified.source}), cookies "
+            f"{', '.join(self.verified.cookie_names())}",
+        )
+        return session
+
+    def check_session_lasts(self, session: CnkiSession) -> None:
+        """How long a verified session lasts at the configured pace: page 1 of one search,
+        again and again, at ``session_pace`` requests/s, until CNKI checks it again or the
+        budget is spent. It spends the person's pass: run it on purpose (``--session-budget``)."""
+        name = "session: a verified session lasts"
+        search = Search.for_day("paper", self.day)
+        delay, self.delay = self.delay, max(self.delay, 1.0 / max(self.session_pace, 1e-6))
+        started = self.clock()
+        served = session.sent  # the probe's earlier requests in it count too
+        try:
+            for n in range(1, self.session_budget + 1):
+                form = self.protocol.grid_form(search, 1, None)
+                answer = session.post(
+                    self.protocol.grid_url, form, f"{name} {n}", self.protocol.referer("paper")
+                )
+                reason = _reason("list", answer)
+                if reason is not None:
+                    minutes = (self.clock() - started) / 60
+                    self.verdict(
+                        name,
+                        PASS,
+                        f"{served} requests / {minutes:.1f} minutes at {self.session_pace:g} "
+                        f"requests/s, then {reason} (checked again)",
+                    )
+                    return
+                served += 1
+        finally:
+            self.delay = delay
+        minutes = (self.clock() - started) / 60
+        self.verdict(
+            name,
+            PASS,
+            f"at least {served} requests / {minutes:.1f} minutes at {self.session_pace:g} "
+            "requests/s (the budget, not CNKI, ended it)",
+        )
+
     def search(
         self,
         session: CnkiSession,
@@ -308,7 +394,8 @@ class Probe:
         turn_token: str | None = None,
     ) -> tuple[parsers.ListPage | None, str]:
         session = self.current or session
-        if session.grid_posts >= self.turns_per_session and page == 1:
+        verified = getattr(session, "verified", False)
+        if not verified and session.grid_posts >= self.turns_per_session and page == 1:
             # Renew before CNKI's soft block, as the crawler does; a new search starts at page 1.
             fresh = self.open_session(f"session-{len(self.sessions) + 1}", check=False)
             if fresh is not None:
@@ -498,6 +585,28 @@ class Probe:
             self.verdict(name, UNKNOWN, "no detail page was fetched")
             return
         doc_type, row, url = link
+        if self.checked_plain:
+            # a session a person passed is bound to its cookies; the link, to that session
+            other = CnkiSession(self, "session-2 (plain)")
+            self.sessions.append(other)
+            answer = other.get(url, name, referer=self.protocol.grid_url)
+            reason = _reason("detail", answer)
+            if reason is not None and (
+                refusals.kind_of(reason) == refusals.CHALLENGE or reason == "http-302"
+            ):
+                self.verdict(
+                    "detail: a link opens only in its own session",
+                    PASS,
+                    f"{row.doc_key}: opened in its session, {reason} in another; the crawler "
+                    "lists the page again in the round's session",
+                )
+            else:
+                self.verdict(
+                    "detail: a link opens only in its own session",
+                    FAIL if reason is not None else PASS,
+                    f"{row.doc_key}: " + (reason or "it opens in any session"),
+                )
+            return
         other = self.open_session("session-2", check=False)
         if other is None:
             self.verdict(name, UNKNOWN, "a second session could not be opened")
@@ -580,7 +689,9 @@ def category_samples(tree, most_children: int = 6, count: int = 3) -> list[tuple
     return (picked or [(r, []) for r in tree.roots])[:count]
 
 
-def probe_from_config(config, *, day=None, delay=3.0, save_dir=None, out=print) -> Probe:
+def probe_from_config(
+    config, *, day=None, delay=3.0, save_dir=None, out=print, session_id=None, session_budget=0
+) -> Probe:
     """The probe for the site config.ini points at, with the shipped category trees."""
     from cnkispider.settings import crawler_settings
     from tasks.categories import load_tree
@@ -601,4 +712,21 @@ def probe_from_config(config, *, day=None, delay=3.0, save_dir=None, out=print) 
         save_dir=save_dir,
         categories=categories,
         out=out,
+        verified=_verified_from_pool(config, session_id),
+        session_pace=config.cnki["session_pace"] or 0.5,
+        session_budget=session_budget,
     )
+
+
+def _verified_from_pool(config, session_id: str | None = None):
+    """The pool's session ``session_id``, or its first ready one; None if none (or no Redis)."""
+    try:
+        from cnkispider.sessions import READY, SessionStore
+
+        store = SessionStore.from_config(config)
+        if session_id:
+            return store.get(session_id)
+        return next((s for s in store.list() if s.state == READY), None)
+    except Exception as exc:  # Redis down: the probe says there is no session
+        logger.debug("no session pool: %s", exc)
+        return None

@@ -146,3 +146,42 @@ def test_probe_command_prints_one_line_per_assumption(cnki_site, tmp_path):
     ]
     assert len(lines) >= 15 and all(line.startswith("PASS") for line in lines), done.stdout
     assert (tmp_path / "raw" / "index.json").is_file()
+
+
+def test_on_a_site_that_checks_for_a_person_the_probe_says_so_and_uses_a_passed_session(cnki_site):
+    """The three checks of issue 19: a plain session is checked (PASS: the check is there), a
+    detail link opens only in its own session, and how long a verified session lasts."""
+    from urllib.parse import urlsplit
+
+    from cnkispider.sessions import VerifiedSession
+
+    site = cnki_site(human_check=True, session_pace=0, session_burst=0, session_requests=60)
+    host = urlsplit(site.base_url).hostname
+    cookies = [
+        {"name": k, "value": v, "domain": host, "path": "/"} for k, v in site.pass_check().items()
+    ]
+    verified = VerifiedSession(id="s-probe1", source="standin", cookies=cookies)
+    lines: list[str] = []
+    probe = make_probe(site, lines, verified=verified, session_pace=100, session_budget=200)
+    assert probe.run() == 0, "\n".join(lines)
+    found = verdicts(probe)
+    assert found["session: a plain session is checked"] == PASS
+    assert found["session: verified session"] == PASS
+    assert found["detail: a link opens only in its own session"] == PASS
+    assert found["search: patent"] == PASS and found["detail: paper"] == PASS
+    lasts = next(c for c in probe.checks if c.name == "session: a verified session lasts")
+    # 60 a pass: the browser's own page after the pass was the first of them
+    assert lasts.verdict == PASS and lasts.evidence.startswith("59 requests /"), lasts.evidence
+    assert "checked again" in lasts.evidence
+    assert not any(c["value"] in "\n".join(lines) for c in cookies)  # no cookie value shown
+
+
+def test_without_a_passed_session_the_probe_says_what_to_run(cnki_site):
+    site = cnki_site(human_check=True)
+    lines: list[str] = []
+    probe = make_probe(site, lines)
+    assert probe.run() == 0
+    found = verdicts(probe)
+    assert found["session: a plain session is checked"] == PASS
+    assert found["session: verified session"] == "UNKNOWN"
+    assert any("cnkispider session login" in line for line in lines)

@@ -157,3 +157,18 @@ def test_auto_mode_switch_is_shared(redis_url, redis_namespace):
     assert pool.set_checked("task-a") is False
     assert store(redis_url, redis_namespace).checked("task-a")
     assert not pool.checked("task-b")
+
+
+def test_a_round_that_shares_a_session_learns_it_and_may_take_a_free_one(
+    redis_url, redis_namespace
+):
+    pool = store(redis_url, redis_namespace)
+    first = pool.add(COOKIES, source="curl")
+    assert pool.lease("w1", "t:1", 1).session_id == first.id
+    assert pool.lease("w2", "t:2", 2).session_id == first.id  # shared
+    assert pool.use(first.id, "w2", "t:2", 2, own=True) == ("shared", 0.0)
+    assert pool.get(first.id).requests == 0  # not counted
+    assert pool.use(first.id, "w2", "t:2", 2)[0] == "ok"
+    second = pool.add(COOKIES, source="curl")
+    assert pool.lease("w2", "t:2", 2, share=False).session_id == second.id
+    assert pool.use(second.id, "w2", "t:2", 2, own=True)[0] == "ok"

@@ -109,6 +109,8 @@ def backoff_delay(retry: int, base: float, cap: float, rng: random.Random) -> fl
     return delay / 2 + rng.uniform(0, delay / 2)
 
 
+#: detail links of one verified session refused in a row that mean CNKI checked the session
+DETAIL_STRIKES = 2
 COOLDOWN_STEP = 1.0  # seconds: how often a retry waiting out a pause looks whether to stop
 
 
@@ -166,6 +168,8 @@ class CnkiRetryMiddleware:
         # This worker's own copy of a pause it started: set before the Redis write, so that its
         # other retries cannot slip out while that write is under way (monotonic time).
         self._paused_until = 0.0
+        # verified session -> its detail links refused in a row (see _verified_challenged)
+        self._detail_strikes: dict[str, int] = {}
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> CnkiRetryMiddleware:
@@ -213,6 +217,8 @@ class CnkiRetryMiddleware:
         if reason is None:
             if request.meta.get("cnki_kind") in ("list", "detail"):
                 self.watch.clean()  # a page CNKI served (a warm-up page proves nothing)
+                if request.meta.get("cnki_verified"):
+                    self._detail_strikes.pop(request.meta.get("cnki_session"), None)
             elif verified is not None and request.meta.get("cnki_kind") == "home":
                 verified.plain_warmup_clean()
             return response
@@ -255,19 +261,24 @@ class CnkiRetryMiddleware:
             return await self._retry(request, reason)
         if kind == "detail":
             self._inc_stat("verified/detail_refused")
+            # One refused link may be stale (its token expired); two in a row with no page
+            # served between are the session checked again: every detail request still queued
+            # for it would otherwise be sent and refused too (dozens of a pass's requests).
+            strikes = self._detail_strikes[session_id] = self._detail_strikes.get(session_id, 0) + 1
+            if strikes >= DETAIL_STRIKES:
+                note = (
+                    f"checked by CNKI at request {meta.get('_session_request', '?')} ({reason} "
+                    f"on {strikes} detail links in a row, round {meta.get('round_id', '?')})"
+                )
+                if await in_thread(store.mark, session_id, NEEDS_PERSON, note, unless_dead=True):
+                    self._needs_person(verified, session_id, note)
             raise SessionLost(session_id, f"{reason} on its detail link")
         note = (
             f"checked by CNKI at request {meta.get('_session_request', '?')} ({reason} on list "
             f"page {meta.get('page', '?')} of round {meta.get('round_id', '?')})"
         )
         if await in_thread(store.mark, session_id, NEEDS_PERSON, note, unless_dead=True):
-            self._inc_stat("verified/needs_person")
-            verified.crawler.stats.inc_value("sessions/needs_person")
-            logger.warning(
-                "verified session %s needs a person again: %s; its round goes on in another",
-                session_id,
-                note,
-            )
+            self._needs_person(verified, session_id, note)
         self._stop_if_halted(request)
         again = request.replace(dont_filter=True, cookies=[])
         for key in (
@@ -280,6 +291,15 @@ class CnkiRetryMiddleware:
             again.meta.pop(key, None)
         again.headers.pop(b"Cookie", None)
         return again
+
+    def _needs_person(self, verified: VerifiedSessions, session_id: str, note: str) -> None:
+        self._inc_stat("verified/needs_person")
+        verified.crawler.stats.inc_value("sessions/needs_person")
+        logger.warning(
+            "verified session %s needs a person again: %s; its round goes on in another",
+            session_id,
+            note,
+        )
 
     async def _pause(self, reason: str) -> None:
         """Challenges persist across fresh sessions: pause the whole task (once, shared)."""

@@ -271,7 +271,18 @@ class SessionMiddleware:
                 hold(verified.crawler, request)
                 raise HaltedRequest("the worker stopped while it waited for a person")
             if session_id is not None:
-                state, value = await in_thread(store.use, session_id, worker, round_key, round_id)
+                # a list page may leave a session it shares for a free one (its detail links
+                # stay with the session that lists them); a detail request may not
+                state, value = await in_thread(
+                    store.use, session_id, worker, round_key, round_id, own=kind == "list"
+                )
+                if state == "shared":
+                    free = await in_thread(store.lease, worker, round_key, round_id, share=False)
+                    if free.session_id is not None:
+                        session_id = free.session_id
+                    state, value = await in_thread(
+                        store.use, session_id, worker, round_key, round_id
+                    )
                 if state == "ok":
                     verified.resumed()
                     await self._send_in(request, verified, session_id, int(value))

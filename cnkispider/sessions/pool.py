@@ -183,7 +183,7 @@ return {'', busy}
 """
 
 # KEYS[1] session hash, KEYS[2] round key (may be ''); ARGV worker, round_id, round_key, now,
-# lease, session id
+# lease, session id, own ("1": answer 'shared' uncounted if another round holds the session)
 _USE_LUA = """
 local h = KEYS[1]
 local f = redis.call('HMGET', h, 'state', 'leased_until', 'cooling_until', 'round_key')
@@ -197,6 +197,9 @@ if state == 'cooling' and tonumber(f[3] or '0') >= now then
   return {'cooling', f[3]}
 end
 local free = state == 'ready' or state == 'cooling' or tonumber(f[2] or '0') < now
+if ARGV[7] == '1' and not free and f[4] ~= ARGV[3] then
+  return {'shared', '0'}
+end
 if (free or f[4] == ARGV[3]) and ARGV[3] ~= '' then
   redis.call('HSET', h, 'state', 'leased', 'worker', ARGV[1], 'round_id', ARGV[2],
              'round_key', ARGV[3], 'leased_until', tostring(now + lease))
@@ -405,12 +408,20 @@ class SessionStore:
         return Lease(session_id or None, int(busy))
 
     def use(
-        self, session_id: str, worker: str, round_key: str = "", round_id: int | None = None
+        self,
+        session_id: str,
+        worker: str,
+        round_key: str = "",
+        round_id: int | None = None,
+        *,
+        own: bool = False,
     ) -> tuple[str, float]:
         """Count one request of ``session_id`` for round ``round_key`` and renew the round's lease.
 
-        Returns ``("ok", requests served so far)``, ``("cooling", until)``, or the session's dead
-        state (``needs-person``, ``expired``, ``missing``) with its requests."""
+        Returns ``("ok", requests served so far)``, ``("cooling", until)``, the session's dead
+        state (``needs-person``, ``expired``, ``missing``) with its requests, or (``own``: the
+        caller would rather take a free session) ``("shared", 0)``, nothing counted, when another
+        round holds it."""
         state, value = self._use_script(
             keys=[self._key(session_id), self._round_key(round_key) if round_key else ""],
             args=[
@@ -420,6 +431,7 @@ class SessionStore:
                 repr(self.clock()),
                 repr(self.lease_seconds),
                 session_id,
+                "1" if own else "0",
             ],
         )
         return _text(state), float(_text(value) or 0)

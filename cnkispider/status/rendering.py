@@ -202,7 +202,6 @@ def render_summary(t: dict, stats: dict) -> str:
         f"{done_here / minutes * 60 if minutes else 0:.1f} rounds/h (this worker)",
         *_per_verified_session(stats, items),
     ]
-    lines += _per_verified_session(stats, items)
     for name in ("errorCode", "errorLink"):
         e = t["errors"][name]
         states = ", ".join(f"{k} {v}" for k, v in sorted(e["by_state"].items()))
