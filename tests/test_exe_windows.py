@@ -436,3 +436,161 @@ def test_ctrl_c_under_wine_stops_the_exe_gracefully_and_a_second_start_resumes_t
     result = install.run()
     assert result.returncode == 0, install.explain(result)
     assert compare(install.stored(), expected, "patent") == SAME
+
+
+def chrome_cmd_curl(url: str, cookies: dict[str, str], user_agent: str) -> str:
+    """A request as Chrome on Windows copies it with DevTools' "Copy as cURL (cmd)": every
+    argument in ^"...^", ^ before each character cmd.exe could take, %^ after a % that starts a
+    name, " ^" and CRLF at each line's end (tests/fixtures/curl/chrome_cmd_index.txt is one)."""
+    import re
+
+    def escape(text: str) -> str:
+        text = text.replace("\\", "\\\\").replace('"', '\\"')
+        text = re.sub(r"[^a-zA-Z0-9\s_\-:=+~'/.',?;()*`]", lambda m: "^" + m.group(0), text)
+        return '^"' + re.sub(r"%(?=[a-zA-Z0-9_])", "%^", text) + '^"'
+
+    args = [
+        escape(url),
+        "-H " + escape("accept: text/html,application/xhtml+xml,*/*;q=0.8"),
+        "-H " + escape("accept-language: zh-CN,zh;q=0.9"),
+        "-b " + escape("; ".join(f"{k}={v}" for k, v in cookies.items())),
+        "-H " + escape('sec-ch-ua-platform: "Windows"'),
+        "-H " + escape("user-agent: " + user_agent),
+    ]
+    return "curl " + " ^\r\n  ".join(args) + "\r\n"
+
+
+@pytest.mark.slow
+def test_the_exe_adds_a_session_copied_as_curl_and_crawls_with_it_on_a_site_that_checks(
+    exe, tmp_path, cnki_site, task_name
+):
+    """CNKI checks for a person: on a Windows PC, the person passes the check in a browser, copies
+    a request as cURL (cmd) into a file, `cnkispider.exe session add --from-curl FILE` puts the
+    session in the pool, and the double-clicked crawl uses it: equal to the truth, never checked."""
+    import redis
+
+    from cnkispider.sessions import SessionStore, namespace_for
+
+    site = cnki_site(**SITE, human_check=True, session_pace=0, session_burst=0)
+    expected = truth(site)
+    cookies = site.pass_check()  # the person's pass, as a browser gets it
+    config = crawl_config(site, "sqlite:///cnki.db", REDIS_URL, task_name)
+    config["cnki"].update(sessions="verified", session_pace="30")
+    install = WindowsInstall(exe, tmp_path / "pc", config)
+    agent = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/141.0.0.0 Safari/537.36 Edg/141.0.0.0"
+    request = tmp_path / "copied request.txt"  # where the person saved the paste
+    request.write_bytes(
+        chrome_cmd_curl(
+            site.base_url + "/kns8s/defaultresult/index?kw=%E4%B8%93%E5%88%A9", cookies, agent
+        ).encode()
+    )
+    pool = SessionStore(redis.Redis.from_url(REDIS_URL), namespace_for(site.base_url))
+    try:
+        added = install.run("session", "add", "--from-curl", windows_path(request), timeout=180)
+        assert added.returncode == 0, install.explain(added)
+        line = added.stdout.strip().splitlines()[-1]
+        assert line.startswith("added session s-") and "(curl): " in line, line
+        assert "user agent Edg/141" in line and "KNS2COOKIE" in line
+        session_id = line.split()[2]
+        stored = pool.get(session_id)
+        assert {c["name"]: c["value"] for c in stored.cookies} == cookies
+        assert stored.user_agent == agent and stored.source == "curl"
+
+        listed = install.run("session", "list", timeout=180)
+        assert listed.returncode == 0, install.explain(listed)
+        row = next(r.split() for r in listed.stdout.splitlines() if r.startswith(session_id))
+        assert row[1] == "curl" and row[3:5] == ["0", "ready"], listed.stdout
+        for value in cookies.values():
+            assert value not in added.stdout + listed.stdout + added.stderr + listed.stderr
+
+        refused = site.stats()["human_check_refusals"]
+        result = install.run()  # a double-click: the crawl of config.ini's task
+        assert result.returncode == 0, install.explain(result)
+        assert compare(install.stored(), expected, "patent") == SAME
+        assert _count(install, error_link) == 0 and _count(install, error_code) == 0
+        assert site.stats()["human_check_refusals"] == refused  # never sent to the check
+        assert pool.get(session_id).requests > len(expected)
+    finally:
+        keys = list(pool.client.scan_iter(match=f"{pool.namespace}:*", count=1000))
+        if keys:
+            pool.client.delete(*keys)
+        pool.client.close()
+
+
+@pytest.mark.slow
+def test_the_exe_session_login_reads_the_pass_from_a_running_browser_over_devtools(
+    exe, tmp_path, cnki_site
+):
+    """`cnkispider.exe session login --cdp PORT`, frozen and under Wine, attaches to a running
+    Chromium (no browser of Windows runs under Wine: this one is the host's, the same DevTools
+    protocol as Edge's), waits while the person passes the check in it, and puts the cookies,
+    HttpOnly ones too, in the pool; the browser, not its own, keeps running."""
+    import redis
+
+    from cnkispider.sessions import SessionStore, namespace_for
+    from tests.test_session_login import (
+        CHROMIUM,
+        answers,
+        free_port,
+        pass_the_check_as_a_person,
+    )
+
+    site = cnki_site(human_check=True)
+    install = WindowsInstall(
+        exe, tmp_path / "pc", {"redis": {"url": REDIS_URL}, "cnki": {"base_url": site.base_url}}
+    )
+    pool = SessionStore(redis.Redis.from_url(REDIS_URL), namespace_for(site.base_url))
+    port = free_port()
+    profile = tmp_path / "browser-profile"
+    argv = [CHROMIUM, f"--remote-debugging-port={port}", f"--user-data-dir={profile}",
+            "--headless", "--no-first-run", "about:blank"]  # fmt: skip
+    if os.geteuid() == 0:
+        argv.insert(1, "--no-sandbox")
+    browser = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    login = None
+    try:
+        deadline = time.monotonic() + 30
+        while not answers(port):
+            assert browser.poll() is None and time.monotonic() < deadline, "chromium did not start"
+            time.sleep(0.1)
+        login = subprocess.Popen(
+            [
+                _wine(),
+                str(install.program),
+                "session",
+                "login",
+                "--cdp",
+                str(port),
+                "--timeout",
+                "120",
+            ],
+            cwd=install.folder,
+            env=install.env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        pass_the_check_as_a_person(port, timeout=120)  # the frozen program opened CNKI's page
+        out, err = (b.decode(install.encoding, "replace") for b in login.communicate(timeout=120))
+        assert login.returncode == 0, out + err
+        added = out.strip().splitlines()[-1]
+        assert added.startswith("added session s-") and "(browser): " in added, out + err
+        stored = pool.get(added.split()[2])
+        assert stored.source == "browser" and stored.state == "ready"
+        assert {"KNS2COOKIE", "SID_kns_new"} <= {c["name"] for c in stored.cookies}
+        assert "Traceback" not in err
+        for cookie in stored.cookies:
+            assert cookie["value"] not in out + err
+        assert browser.poll() is None and answers(port)  # not the program's browser: left running
+    finally:
+        if login is not None and login.poll() is None:
+            login.kill()
+            login.communicate()
+        os.killpg(browser.pid, signal.SIGKILL)
+        browser.wait()
+        keys = list(pool.client.scan_iter(match=f"{pool.namespace}:*", count=1000))
+        if keys:
+            pool.client.delete(*keys)
+        pool.client.close()
