@@ -37,6 +37,7 @@ import sqlalchemy as sa
 from cnkispider.schema import documents, error_code, error_link, task
 from tests import test_exe
 from tests.crawl_harness import REDIS_URL, ROOT, compare
+from tests.fixtures.build_once import build_once
 from tests.test_exe import (
     LOG_NAME,
     SAME,
@@ -50,8 +51,9 @@ from tests.test_exe import (
 
 task_name = test_exe.task_name  # the fixture: a unique task whose Redis keys go afterwards
 
-# The session's first test also waits for the build (several minutes on a busy machine).
-pytestmark = pytest.mark.timeout(1800)
+# The session's first test also waits for the build (several minutes on a busy machine). One
+# xdist worker runs them all, after the build: spread over workers, each would wait on it.
+pytestmark = [pytest.mark.timeout(1800), pytest.mark.xdist_group("exe-windows")]
 
 EXE = "cnkispider.exe"
 CACHE = Path(
@@ -75,10 +77,7 @@ def windows_path(path: Path) -> str:
     return "Z:" + str(path).replace("/", "\\")
 
 
-@pytest.fixture(scope="session")
-def exe(tmp_path_factory) -> Path:
-    """cnkispider.exe, built once per session under Wine into a temporary folder."""
-    out = tmp_path_factory.mktemp("exe-windows-build")
+def _build(out: Path) -> Path:
     started = time.monotonic()
     result = subprocess.run(
         [
@@ -102,6 +101,13 @@ def exe(tmp_path_factory) -> Path:
         f"{time.monotonic() - started:.0f} s: {result.stdout.strip().splitlines()[-1]}"
     )
     return path
+
+
+@pytest.fixture(scope="session")
+def exe(tmp_path_factory) -> Path:
+    """cnkispider.exe, built once per session (shared by the xdist workers) under Wine into a
+    temporary folder."""
+    return build_once(tmp_path_factory, "exe-windows-build", _build)
 
 
 class WindowsInstall(Install):
