@@ -4,7 +4,8 @@
 Every test has its own MariaDB database, Redis key namespace and tmp_path (tests/fixtures/), so
 tests can share a worker or run side by side. What must stay on one worker says so with
 ``pytest.mark.xdist_group``: the executables' tests (one build each, tests/fixtures/build_once.py)
-and the tests that read one module-scoped crawl.
+and the tests that read one module-scoped crawl. Tests that measure wall-clock gaps of a fraction
+of a second are marked ``timing``; `make test` runs them alone after the parallel pass.
 """
 
 import pytest
