@@ -435,9 +435,7 @@ def test_a_failure_whose_recording_fails_is_held_and_comes_back_with_its_lease(
     run gets it back from its lease: the error table holds exactly the doomed documents."""
     db, _ = services
     site = cnki_site(seed=11, latency="0.2")
-    # lease_seconds 5: the rerun waits for the held requests' leases to run out (minutes at 20 s)
-    crawl = {"concurrent_requests": 4, "lease_seconds": 5}
-    setup = new_setup(tmp_path, site, services, categories="G06", crawl=crawl)
+    setup = new_setup(tmp_path, site, services, categories="G06", crawl={"concurrent_requests": 4})
     truth = setup.truth()
     monkeypatch.setenv("CNKI_DATABASE_OUTAGE_SECONDS", "2")
     worker = setup.spawn()
