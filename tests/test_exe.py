@@ -34,6 +34,7 @@ from cnkispider.schema import documents, error_code, error_link, task
 from cnkispider.settings import crawler_settings
 from cnkispider.storage import fetch_all
 from tests.crawl_harness import REDIS_URL, ROOT, compare
+from tests.fixtures.build_once import build_once
 
 EXE_NAME = "cnkispider.exe" if sys.platform == "win32" else "cnkispider"
 LOG_NAME = "cnkispider.log"  # [crawl] log_file of the executable when config.ini leaves it empty
@@ -41,12 +42,11 @@ DAY = "2024-01-01"
 # --scale 0.05: the builtin IPC tree (8 sections) holds ~170 patents that day, a few seconds' crawl
 SITE = {"seed": 5, "scale": 0.05}
 SAME = {"missing": [], "extra": [], "differing": {}}  # compare(): the database equals the truth
+# One xdist worker runs them all, after the build: spread over workers, each would wait on it.
+pytestmark = pytest.mark.xdist_group("exe")
 
 
-@pytest.fixture(scope="session")
-def exe(tmp_path_factory) -> Path:
-    """The executable, built once per session into a temporary folder."""
-    out = tmp_path_factory.mktemp("exe-build")
+def _build(out: Path) -> Path:
     env = {**os.environ, "PYTHON": sys.executable}
     started = time.monotonic()
     result = subprocess.run(
@@ -64,6 +64,13 @@ def exe(tmp_path_factory) -> Path:
         f"built {path} ({path.stat().st_size / 2**20:.0f} MiB) in {time.monotonic() - started:.0f} s"
     )
     return path
+
+
+@pytest.fixture(scope="session")
+def exe(tmp_path_factory) -> Path:
+    """The executable, built once per session (shared by the xdist workers) into a temporary
+    folder."""
+    return build_once(tmp_path_factory, "exe-build", _build)
 
 
 class Install:

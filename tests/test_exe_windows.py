@@ -37,6 +37,7 @@ import sqlalchemy as sa
 from cnkispider.schema import documents, error_code, error_link, task
 from tests import test_exe
 from tests.crawl_harness import REDIS_URL, ROOT, compare
+from tests.fixtures.build_once import build_once
 from tests.test_exe import (
     LOG_NAME,
     SAME,
@@ -52,6 +53,10 @@ task_name = test_exe.task_name  # the fixture: a unique task whose Redis keys go
 
 # The session's first test also waits for the build (several minutes on a busy machine).
 pytestmark = pytest.mark.timeout(1800)
+# Two xdist groups, each on one worker: both wait for the one build (tests/fixtures/build_once.py),
+# then share the tests (spread over more workers, each would wait on the build instead of working).
+QUICK = pytest.mark.xdist_group("exe-windows")  # the build's own check, the bad config.ini
+CRAWLS = pytest.mark.xdist_group("exe-windows-crawls")  # the console and the crawls
 
 EXE = "cnkispider.exe"
 CACHE = Path(
@@ -75,10 +80,7 @@ def windows_path(path: Path) -> str:
     return "Z:" + str(path).replace("/", "\\")
 
 
-@pytest.fixture(scope="session")
-def exe(tmp_path_factory) -> Path:
-    """cnkispider.exe, built once per session under Wine into a temporary folder."""
-    out = tmp_path_factory.mktemp("exe-windows-build")
+def _build(out: Path) -> Path:
     started = time.monotonic()
     result = subprocess.run(
         [
@@ -102,6 +104,13 @@ def exe(tmp_path_factory) -> Path:
         f"{time.monotonic() - started:.0f} s: {result.stdout.strip().splitlines()[-1]}"
     )
     return path
+
+
+@pytest.fixture(scope="session")
+def exe(tmp_path_factory) -> Path:
+    """cnkispider.exe, built once per session (shared by the xdist workers) under Wine into a
+    temporary folder."""
+    return build_once(tmp_path_factory, "exe-windows-build", _build)
 
 
 class WindowsInstall(Install):
@@ -183,6 +192,7 @@ class WindowsInstall(Install):
         return f"sqlite:///{self.folder / path}"
 
 
+@QUICK
 def test_the_build_is_a_64_bit_windows_console_program_without_the_wine_only_dll(exe):
     from PyInstaller.archive.readers import CArchiveReader
 
@@ -221,6 +231,7 @@ def test_the_build_is_a_64_bit_windows_console_program_without_the_wine_only_dll
     ids=["typo-in-a-key", "unreachable-database", "empty-redis-url"],
 )
 @pytest.mark.slow
+@QUICK
 def test_a_bad_config_ini_stops_with_one_clear_line_and_no_traceback(
     exe, tmp_path, locale, config, message
 ):
@@ -284,6 +295,7 @@ class Console:
 
 
 @pytest.mark.slow
+@CRAWLS
 def test_a_console_window_of_its_own_waits_for_enter_and_one_shared_with_cmd_does_not(
     exe, tmp_path
 ):
@@ -313,6 +325,7 @@ def test_a_console_window_of_its_own_waits_for_enter_and_one_shared_with_cmd_doe
 
 
 @pytest.mark.slow
+@CRAWLS
 def test_the_exe_alone_creates_the_database_and_task_crawls_recrawls_and_a_second_start_adds_nothing(
     exe, tmp_path, cnki_site, mysql_missing_db_url, task_name
 ):
@@ -364,6 +377,7 @@ def test_the_exe_alone_creates_the_database_and_task_crawls_recrawls_and_a_secon
 
 
 @pytest.mark.slow
+@CRAWLS
 def test_on_a_chinese_windows_sqlite_and_data_dir_paths_with_backslashes_spaces_and_chinese_work(
     exe, tmp_path, cnki_site, task_name
 ):
@@ -406,6 +420,7 @@ def test_on_a_chinese_windows_sqlite_and_data_dir_paths_with_backslashes_spaces_
 
 
 @pytest.mark.slow
+@CRAWLS
 def test_ctrl_c_under_wine_stops_the_exe_gracefully_and_a_second_start_resumes_to_the_truth(
     exe, tmp_path, cnki_site, mysql_url, task_name
 ):

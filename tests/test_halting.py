@@ -244,7 +244,9 @@ def _setup(tmp_path, site, db_url, categories="G06,H04", end="2024-01-02", **cra
         "2024-01-01",
         end,
         categories,
-        crawl={"retry_times": 2, **crawl},
+        # A halted worker leaves its popped requests leased; the resumed run waits for those
+        # leases to run out (about two minutes with the harness's 20 s, seconds with 5).
+        crawl={"retry_times": 2, "lease_seconds": 5, **crawl},
         # the gate stands in front of the stand-in, whose pages link to the stand-in's own host
         cnki={"allowed_hosts": site.site.base_url} if hasattr(site, "upstream") else {},
     )

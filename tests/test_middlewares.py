@@ -330,6 +330,7 @@ def test_a_rejection_is_never_retried_and_gives_up_with_cnki_words(site):
     assert not crawler.stats.get_value("retry/count")
 
 
+@pytest.mark.timing  # measures wall-clock gaps: `make test` runs it alone, after the parallel pass
 def test_backoff_does_not_block_other_requests(site):
     """One request backs off for about a second; the others (and the direct connection: the
     proxy switch is off) go on meanwhile."""

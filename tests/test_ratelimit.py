@@ -62,6 +62,7 @@ def planned(limiter: SharedRateLimit, requests: list[Request]) -> list[float]:
     return times
 
 
+@pytest.mark.timing  # measures wall-clock gaps: `make test` runs it alone, after the parallel pass
 def test_two_clients_share_one_schedule_at_the_rate(limiter):
     """Two workers' reservations interleave into one schedule, 1/rate apart."""
     a, b = limiter(site_rate=50), limiter(site_rate=50)
@@ -183,6 +184,7 @@ def test_a_challenge_quiets_the_ip_for_the_cooldown_and_other_sessions_with_it(l
     assert 2.0 <= (quiet_until - reply.now) / 1e6 <= 2.0 + 2 / 5 + 0.05
 
 
+@pytest.mark.timing  # measures wall-clock gaps: `make test` runs it alone, after the parallel pass
 def test_a_restarted_crawler_resumes_at_the_learned_pace(limiter, redis_url):
     first = limiter(pace=PaceRule(start=1.0, step=1.0, cooldown=0.0))
     replay(first, cnki(), "o" * 40)
@@ -246,6 +248,7 @@ def busiest(sends: list[float], window: float) -> int:
     return max(sum(1 for t in sends[i:] if t <= start + window) for i, start in enumerate(sends))
 
 
+@pytest.mark.timing  # measures wall-clock gaps: `make test` runs it alone, after the parallel pass
 def test_requests_woken_late_take_new_reservations_instead_of_leaving_together(
     redis_url, redis_namespace
 ):
@@ -331,6 +334,7 @@ def stamped_site(pages: int) -> tuple[TinySite, list[float]]:
     return site.start(), stamps
 
 
+@pytest.mark.timing  # measures wall-clock gaps: `make test` runs it alone, after the parallel pass
 @pytest.mark.slow
 def test_two_workers_under_a_shared_limit_stay_within_it(tmp_path, redis_url, redis_namespace):
     """N requests per second for both workers together: no second of the site's clock sees more

@@ -87,6 +87,7 @@ def test_one_worker_gets_every_page_exactly_once(site, redis_url, redis_namespac
     assert stats["scheduler/acked"] == 300
 
 
+@pytest.mark.timing  # measures wall-clock gaps: `make test` runs it alone, after the parallel pass
 def test_two_workers_share_a_crawl_and_renewal_keeps_a_slow_page_from_being_stolen(
     site, redis_url, redis_namespace, tmp_path
 ):

@@ -192,6 +192,7 @@ def _has_task(engine, name: str) -> bool:
         return conn.execute(sa.select(task.c.id).where(task.c.name == name)).first() is not None
 
 
+@pytest.mark.xdist_group("status-watched-crawl")  # one crawl, read by all three
 def test_status_while_two_workers_run_lies_between_two_reads_of_the_database(watched_crawl):
     """Counts only grow while a crawl runs: what status says lies between a read before it and one after."""
     before, report, after = watched_crawl["running"]
@@ -207,6 +208,7 @@ def test_status_while_two_workers_run_lies_between_two_reads_of_the_database(wat
         assert w["host"] == row.host and 0 <= w["pages"] <= row.pages
 
 
+@pytest.mark.xdist_group("status-watched-crawl")  # one crawl, read by all three
 def test_a_worker_killed_with_sigkill_shows_as_gone_once_its_heartbeat_expires(watched_crawl):
     report, waited = watched_crawl["killed"]
     killed, survivor = watched_crawl["pids"]
@@ -219,6 +221,7 @@ def test_a_worker_killed_with_sigkill_shows_as_gone_once_its_heartbeat_expires(w
     assert waited < 15
 
 
+@pytest.mark.xdist_group("status-watched-crawl")  # one crawl, read by all three
 def test_status_after_the_run_equals_the_database(watched_crawl):
     report, view = watched_crawl["final"]
     killed, survivor = watched_crawl["pids"]
