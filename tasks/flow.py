@@ -67,6 +67,7 @@ from cnkispider.db import db_now, retrying
 from cnkispider.exceptions import TaskRowError
 from cnkispider.items import DOC_TYPES
 from cnkispider.schema import error_code, error_link, round_, task, worker
+from tasks import ledger
 from tasks.categories import CategoryError, CategoryTree, load_tree, reload_if_changed
 
 logger = logging.getLogger(__name__)
@@ -74,6 +75,7 @@ logger = logging.getLogger(__name__)
 BEIJING = dt.timedelta(hours=8)
 IN_FLIGHT = ("claimed", "seeded")
 HALTED_NOTE = "halted"  # round.note of a round that drained while its task was halted
+LEDGER_NOTE = "ledger"  # round.note (and errorCode reason) of a round whose ledger did not balance
 NOW = object()  # a value for _transition: the database's clock at the move
 
 
@@ -110,6 +112,7 @@ class Action(StrEnum):
     REPLAY = "replay"  # claim and seed a batch of error rows (nothing claimable: wait)
     FINISH = "finish"  # recrawl -> done: nothing queued and no error row left to replay
     CLOSE = "close"  # the task is done and nothing is queued: this worker stops
+    HALT = "halt"  # every round of the task failed: halt it with the reason (never "finished")
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,8 @@ class PhaseFacts:
     exhausted: bool = False  # no round is due: the cursor is past end_date (or today)
     in_flight: int = 0  # rounds claimed or seeded
     missing: bool = False  # a (day x category) round behind the cursor was never opened
+    rounds_done: int = 0  # rounds done (read once nothing is in flight)
+    rounds_failed: int = 0  # rounds failed for good (their ledger never balanced)
     queue_idle: bool = False  # nothing queued or leased in Redis, nothing pending in this worker
     errors_pending: bool = False  # error rows open or claimed (not permanent)
     recrawl: bool = True  # [crawl] recrawl
@@ -134,7 +139,12 @@ def next_action(facts: PhaseFacts) -> Action:
     if f.halted:
         return Action.WAIT
     if f.phase == "crawl":
-        if f.exhausted and not f.in_flight and not f.missing and not f.open_ended:
+        settled = f.exhausted and not f.in_flight and not f.missing
+        if settled and f.rounds_failed and not f.rounds_done:
+            # Nothing was crawled: a task is never "finished" on failures alone, however few
+            # rounds it has (the breaker needs halt_after of them; a short task has fewer).
+            return Action.HALT
+        if settled and not f.open_ended:
             return Action.START_RECRAWL
         if f.exhausted and f.open_ended and f.queue_idle and f.exit_when_idle:
             return Action.UP_TO_DATE
@@ -183,6 +193,16 @@ class Task:
         if following is None:
             return self.cur_date + dt.timedelta(days=1), self.tree.roots[0]
         return self.cur_date, following
+
+
+@dataclass(frozen=True)
+class Closed:
+    """What closing a drained round did (:meth:`TaskStore.close_round`)."""
+
+    moved: bool | None  # this caller moved it; None: not seeded yet, ask again later
+    state: str = ""  # done | reopened (failed, attempts left) | failed
+    verdict: ledger.Verdict | None = None
+    attempts: int = 0
 
 
 @dataclass(frozen=True)
@@ -255,10 +275,12 @@ class TaskStore:
         engine: Engine,
         *,
         round_lease: int = default_settings.TASKS_ROUND_LEASE,
+        round_attempts: int = default_settings.TASKS_ROUND_ATTEMPTS,
         base_dir: Path | None = None,
     ):
         self.engine = engine
         self.round_lease = dt.timedelta(seconds=round_lease)
+        self.round_attempts = max(1, round_attempts)
         self.base_dir = base_dir
         self._reported: set[tuple[int, str]] = set()
 
@@ -617,44 +639,112 @@ class TaskStore:
         note: str | None = None,
         epoch: str | None = None,
     ) -> bool | None:
-        """Done; True for exactly the one caller that moved it (idempotent for the others).
+        """The round drained: done if its ledger balances; True for exactly the one caller that
+        moved it to done (:meth:`close_round` says what happened otherwise)."""
+        closed = self.close_round(round_id, total=total, note=note, epoch=epoch)
+        if closed.moved is None:
+            return None
+        return closed.moved and closed.state == "done"
 
-        Never while its task is halted (one conditional UPDATE: the halt and this move cannot
+    @_retried("closing a round")
+    def close_round(
+        self,
+        round_id: int,
+        total: int | None = None,
+        note: str | None = None,
+        epoch: str | None = None,
+    ) -> Closed:
+        """The round drained: ``done`` when its ledger balances (tasks/ledger.py), else ``failed``.
+
+        One transaction: the ledger is counted and the round moved by one conditional UPDATE,
+        so of the callers draining it exactly one moves it (``moved``; the others get False).
+        Never while its task is halted (the UPDATE's condition: the halt and this move cannot
         interleave); the caller then marks it failed with :meth:`mark_halted`.
 
+        ``total``: the listed total, when the caller knows it (the round's searches added it with
+        :meth:`add_total`). A round whose list never answered has none: it fails.
+
+        A round that does not balance is ``failed`` (note ``ledger``) with an errorCode row
+        ``ledger`` naming the numbers; while it has attempts left (``round_attempts``) it is
+        re-opened at once (claimed with a lapsed lease, like ``resume``: the next claim takes it
+        over from its first page, deleting its errorCode rows; its ledger rows stay, a stored row
+        stays stored). The last attempt's errorCode row is permanent.
+
         ``epoch``: the Redis epoch the round drained in (the scheduler's drain). Only a round
-        seeded under that same epoch is done by it: a round seeded before Redis lost its data
+        seeded under that same epoch is closed by it: a round seeded before Redis lost its data
         had requests only the old Redis held, so it stays seeded under its old epoch and
         ``claim`` replays it whole, whatever the new Redis counted (False). A round not marked
         seeded yet (its seeder is between the flush and ``mark_seeded``, or it was taken over
-        and is being seeded again) answers None: ask again later, once it says where it was
-        seeded.
+        and is being seeded again) answers ``moved=None``: ask again later.
         """
-        values = {"state": "done", "lease_until": None}
-        if total is not None:
-            values["total"] = total
-        if note is not None:
-            values["note"] = note[:500]
         not_halted = ~sa.exists().where(
             task.c.id == round_.c.task_id, task.c.halt_reason.is_not(None)
         )
         if epoch is None:
-            return self._transition(
-                round_,
-                [round_.c.id == round_id, round_.c.state.in_(IN_FLIGHT), not_halted],
-                **values,
+            where = [round_.c.id == round_id, round_.c.state.in_(IN_FLIGHT), not_halted]
+        else:
+            where = [
+                round_.c.id == round_id,
+                round_.c.state == "seeded",
+                round_.c.epoch == epoch,
+                not_halted,
+            ]
+        with self.engine.begin() as conn:
+            now = db_now(conn)
+            row = conn.execute(sa.select(round_).where(round_.c.id == round_id)).first()
+            if row is None:
+                return Closed(False)
+            listed = total if total is not None else row.total
+            verdict = ledger.judge(conn, round_id, listed)
+            values = {"lease_until": None, "updated_at": now, **verdict.columns()}
+            if total is not None:
+                values["total"] = total
+            if verdict.balanced:
+                values["state"] = "done"
+                if note is not None:
+                    values["note"] = note[:500]
+            else:
+                values["state"] = "failed"
+                values["note"] = f"{LEDGER_NOTE}: {verdict.words()}"[:500]
+            moved = conn.execute(round_.update().where(*where).values(**values)).rowcount == 1
+            if not moved:
+                state = row.state
+            elif verdict.balanced:
+                return Closed(True, "done", verdict, row.attempts)
+            else:
+                return Closed(True, *self._failed(conn, row, verdict, now))
+        if epoch is not None and state == "claimed":
+            return Closed(None)
+        return Closed(False)
+
+    def _failed(self, conn, row, verdict, now) -> tuple:
+        """A round whose ledger did not balance: re-open it while it has attempts left, else
+        leave it failed with a permanent errorCode row ``ledger``."""
+        words = f"{LEDGER_NOTE}: {verdict.words()}"
+        if row.attempts < self.round_attempts:
+            conn.execute(
+                round_.update()
+                .where(round_.c.id == row.id, round_.c.state == "failed")
+                .values(state="claimed", worker=None, lease_until=now - dt.timedelta(seconds=1))
             )
-        where = [
-            round_.c.id == round_id,
-            round_.c.state == "seeded",
-            round_.c.epoch == epoch,
-            not_halted,
-        ]
-        if self._transition(round_, where, **values):
-            return True
-        with self.engine.connect() as conn:
-            state = conn.execute(sa.select(round_.c.state).where(round_.c.id == round_id)).scalar()
-        return None if state == "claimed" else False
+            return "reopened", verdict, row.attempts
+        conn.execute(
+            error_code.insert().values(
+                task_id=row.task_id,
+                round_id=row.id,
+                day=row.day,
+                category=row.category,
+                search=None,
+                page=None,
+                reason=LEDGER_NOTE,
+                detail=f"{words} (after {row.attempts} attempts)",
+                attempts=row.attempts,
+                state="permanent",
+                created_at=now,
+                updated_at=now,
+            )
+        )
+        return "failed", verdict, row.attempts
 
     def mark_halted(self, round_id: int) -> bool:
         """A round that drained while its task was halted: failed, re-opened by ``resume``."""
@@ -743,6 +833,16 @@ class TaskStore:
             "reason": row.halt_reason,
         }
 
+    def note_listed(self, round_id: int, pending: list[str], drops: dict[str, str]) -> None:
+        """A list page's rows into the round's ledger (tasks/ledger.py; idempotent, so run
+        again while the database is away)."""
+
+        def write():
+            with self.engine.begin() as conn:
+                ledger.note_listed(conn, round_id, pending, drops)
+
+        retrying(write, what="writing a list page's rows into its round's ledger")
+
     def add_total(self, round_id: int, listed: int) -> None:
         """Add a search's listed total to its round (a split round sums its searches)."""
         with self.engine.begin() as conn:
@@ -789,13 +889,33 @@ class TaskStore:
         in_flight = self.in_flight(task_id) if exhausted else 0
         # a category added behind the cursor (its file edited): claim opens those rounds
         missing = bool(self.missing_rounds(task_id)) if exhausted and not in_flight else False
+        by_state = self.progress(task_id)["rounds"] if exhausted and not in_flight else {}
         return PhaseFacts(
             phase="crawl",
             open_ended=facts.open_ended,
             exhausted=exhausted,
             in_flight=in_flight,
             missing=missing,
+            rounds_done=by_state.get("done", 0),
+            rounds_failed=by_state.get("failed", 0),
         )
+
+    @_retried("reading why a task's rounds failed")
+    def all_failed_reason(self, task_id: int) -> str:
+        """The halt reason of a task whose every round failed: ``ledger: every round failed
+        (N of N); last: <the last round's numbers>``."""
+        with self.engine.connect() as conn:
+            failed = (
+                conn.execute(
+                    sa.select(round_.c.note)
+                    .where(round_.c.task_id == task_id, round_.c.state == "failed")
+                    .order_by(round_.c.updated_at.desc(), round_.c.id.desc())
+                )
+                .scalars()
+                .all()
+            )
+        last = (failed[0] or "").split(": ", 1)[-1] if failed else ""
+        return f"{LEDGER_NOTE}: every round failed ({len(failed)} of {len(failed)}); last: {last}"
 
     def finish_crawl_phase(self, task_id: int) -> bool:
         """Move the task from crawl to recrawl when :func:`next_action` says its rounds are all

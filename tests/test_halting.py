@@ -159,12 +159,12 @@ def test_a_round_crawled_again_after_a_failure_leaves_no_error_code_row(db_url):
         1, failed.id, failed.day, failed.category, None, 1, "overflow", permanent=True
     )
     store.mark_seeded(failed.id, "w1", "e1")
-    store.mark_done(failed.id)
+    store.mark_done(failed.id, total=0)
     store.move_cursor("t", failed.day, None)  # the operator sends the cursor back over it
     again = store.claim(1, "w1")
     assert again is not None and again.id == failed.id
     store.mark_seeded(again.id, "w1", "e1")
-    assert store.mark_done(again.id)
+    assert store.mark_done(again.id, total=0)
     with store.engine.connect() as conn:
         assert (
             conn.execute(
@@ -206,7 +206,6 @@ def test_a_version_1_database_is_upgraded_with_the_halt_columns(db_url):
         assert (
             conn.execute(sa.select(schema.schema_version.c.version)).scalar()
             == schema.SCHEMA_VERSION
-            == 2
         )
         columns = {c["name"] for c in sa.inspect(conn).get_columns("task")}
     assert {"halt_reason", "halted_at"} <= columns

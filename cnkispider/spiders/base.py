@@ -18,11 +18,17 @@ A round's searches::
 
 A detail request whose link went stale (CNKI's verify page) is refreshed by a title search in
 the document's round, which yields a new link for the same (dbname, filename).
+
+Every row a round's list pages show goes into the round's ledger (``tasks/ledger.py``) before
+its detail request is handed out: ``pending`` (then ``stored`` by the pipeline, or ``error`` with
+its errorLink row), or ``dropped:<rule>`` for a row a named rule does not crawl. The round is
+done only when its ledger balances.
 """
 
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 
 import scrapy
 
@@ -32,6 +38,7 @@ from cnkispider.exceptions import RefusedPage
 from cnkispider.items import ITEM_CLASSES, ROW_FIELDS
 from cnkispider.offload import in_thread
 from errors.middleware import failure_reason, record_download_failure, record_failure
+from tasks import ledger
 from tasks.context import CrawlContext
 from tasks.feeder import RoundFeeder
 
@@ -40,6 +47,10 @@ from tasks.feeder import RoundFeeder
 DETAIL_RETRIES = 2
 #: What a stale detail link fails with, once its retries are spent: refreshed, not recorded.
 STALE_LINK = ("verify", "captcha", "http-302")
+#: The rule a row of another database is dropped by (a 总库 search lists every family).
+OTHER_DATABASE = "other-database"
+#: Rounds whose drops this worker has logged (INFO once per round), the most recent ones.
+_LOGGED_ROUNDS = 1000
 
 
 class RoundSpider(scrapy.Spider):
@@ -52,6 +63,7 @@ class RoundSpider(scrapy.Spider):
     def __init__(self, *args, task: str | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.task_name = task  # `scrapy crawl patent -a task=NAME` joins another task
+        self._drops_logged: OrderedDict[int, None] = OrderedDict()
 
     @classmethod
     def from_crawler(cls, crawler, *args, **kwargs):
@@ -164,7 +176,19 @@ class RoundSpider(scrapy.Spider):
                 return
         # Read every row before yielding any: a page that turns out unreadable half-way yields
         # nothing (it is retried whole), rather than some of its documents.
-        requests = [self.detail_request(row, meta) for row in self.kept_rows(page.rows, meta)]
+        kept, drops = self.sorted_rows(page.rows, meta)
+        if page.rows and not kept:
+            # Not one row of this search's own documents: CNKI answered another search, or the
+            # family list is wrong. Loud, never a quiet "done" (the rows stay unaccounted).
+            names = sorted({row.dbname for row, _ in drops})
+            raise RefusedPage(
+                "unexpected",
+                f"round {meta.get('round_id')} page {number} ({search.day_start} "
+                f"{search.category or ''}): every one of its {len(page.rows)} rows is of "
+                f"another database ({', '.join(names)})",
+            )
+        requests = [self.detail_request(row, meta) for row in kept]
+        await self._note_listed(meta, requests, drops)
         for request in requests:
             yield request
         last = self.last_page(page, meta)
@@ -189,15 +213,21 @@ class RoundSpider(scrapy.Spider):
             )
 
     def kept_rows(self, rows, meta: dict) -> list:
-        """The rows of this spider's databases. A 总库 search lists whatever its KuaKuCode
-        names (and CNKI may add more): rows are kept by their own dbname, and every dropped
-        one is counted (``rows/dropped/other-database/<dbname>``) and logged, never lost quietly."""
-        kept = []
+        """The rows of this spider's databases (see :meth:`sorted_rows`)."""
+        return self.sorted_rows(rows, meta)[0]
+
+    def sorted_rows(self, rows, meta: dict) -> tuple[list, list]:
+        """The rows of this spider's databases, and the others with the rule that drops them.
+        A 总库 search lists whatever its KuaKuCode names (and CNKI may add more): rows are kept
+        by their own dbname's family (``Protocol.keeps``), and every dropped one is counted
+        (``rows/dropped/other-database/<dbname>``) and goes into the round's ledger."""
+        kept, drops = [], []
         for row in rows:
             if self.protocol.keeps(self.doc_type, row.dbname):
                 kept.append(row)
                 continue
-            self.crawler.stats.inc_value(f"rows/dropped/other-database/{row.dbname}")
+            drops.append((row, OTHER_DATABASE))
+            self.crawler.stats.inc_value(f"rows/dropped/{OTHER_DATABASE}/{row.dbname}")
             self.logger.debug(
                 "dropped a %s row of another database: %s/%s %r (round %s, page %s)",
                 self.doc_type,
@@ -207,7 +237,28 @@ class RoundSpider(scrapy.Spider):
                 meta.get("round_id"),
                 meta.get("page"),
             )
-        return kept
+        return kept, drops
+
+    async def _note_listed(self, meta: dict, requests: list, drops: list) -> None:
+        """Write the page's rows into its round's ledger (one batch, off the reactor) before
+        any of its detail requests is handed out: a row is in the ledger before anything can
+        store it or record its failure."""
+        round_id = meta.get("round_id")
+        context = self.context
+        if round_id is None or context is None:
+            return  # a title search's page, or a crawl without flow control: no round to account
+        pending = [r.meta["doc_key"] for r in requests]
+        dropped = {ledger.doc_key(row.dbname, row.filename): rule for row, rule in drops}
+        await in_thread(context.tasks.note_listed, round_id, pending, dropped)
+        if drops and round_id not in self._drops_logged:
+            self._drops_logged[round_id] = None
+            while len(self._drops_logged) > _LOGGED_ROUNDS:
+                self._drops_logged.popitem(last=False)
+            self.logger.info(
+                "round %s: dropping rows of other databases (%s), counted in its ledger",
+                round_id,
+                ", ".join(sorted({row.dbname for row, _ in drops})),
+            )
 
     def last_page(self, page, meta: dict) -> int:
         """The last page to walk: what the pager shows, but never past what the total and the
@@ -316,7 +367,12 @@ class RoundSpider(scrapy.Spider):
             fields.get("dbname") or dbname,
             fields.get("filename") or filename,
         )
-        yield ITEM_CLASSES[self.doc_type](**values)
+        item = ITEM_CLASSES[self.doc_type](**values)
+        if meta.get("round_id") is not None:
+            # The ledger row this document settles: the list's key, whatever key the detail page
+            # gives the document. Not a field: it is never stored (the pipeline reads it).
+            item._cnki_ledger = (meta["round_id"], meta["doc_key"])
+        yield item
 
     # -- failures ------------------------------------------------------------------------
 
@@ -359,6 +415,8 @@ class RoundSpider(scrapy.Spider):
         )
         page = row["page"] or 1
         meta = {"error_code_id": row["id"], "replay_page": page}
+        if row.get("round_id") is not None:
+            meta["round_id"] = row["round_id"]  # its rows go into their round's ledger
         if search.sort_field:
             meta["sort_cut"] = True
         return self.search_request(search, page, **meta)
@@ -371,7 +429,7 @@ class RoundSpider(scrapy.Spider):
             "doc_key": f"{row['dbname']}/{row['filename']}",
             "listing": listing,
             "search": search,
-            "round_id": None,
+            "round_id": row.get("round_id"),  # stored, its round's ledger row says so
         }
         # Days later the old link is surely stale: go straight to a title search for a fresh one.
         return self.refresh_request(meta, row["url"])

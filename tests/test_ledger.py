@@ -1,0 +1,359 @@
+"""Every listed row accounted for (issue 20): the round ledger, database names by family, rounds
+that fail instead of passing for done, and a task that never finishes on failures alone.
+
+The pure parts and the store run against real SQLite and MariaDB; the crawls against the
+stand-in, with real workers, Redis and databases (tests/crawl_harness.py).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from types import SimpleNamespace
+
+import pytest
+import sqlalchemy as sa
+
+from cnkispider import schema
+from cnkispider.cnki.protocol import Protocol
+from cnkispider.db import open_database
+from cnkispider.schema import error_code, ledger, round_, task
+from errors.recorder import ErrorRecorder
+from tasks import ledger as ledgers
+from tasks.flow import TaskStore
+from tests.crawl_harness import CrawlSetup, compare
+
+HALTED = 3  # cnkispider.halting.EXIT_HALTED
+
+
+# -- database names by family -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("doc_type", "dbname", "kept"),
+    [
+        # the real pages' names (../shared/cnki/pages): a year or an edition after the family
+        ("paper", "CJFDLAST2015", True),
+        ("paper", "CJFD2008", True),
+        ("paper", "CJFDTEMP", True),
+        ("paper", "CMFD202101", True),
+        ("paper", "CDFD9908", True),
+        ("paper", "CAPJ", True),
+        ("paper", "cjfq", True),
+        ("paper", "CPFD", False),  # conference papers: another database of the 总库 list
+        ("paper", "CCND2020", False),  # newspapers
+        ("paper", "", False),
+        # a single-database search keeps every row: its dbname is part of the key, not a filter
+        ("patent", "SCPD2020", True),
+        ("patent", "SCPD2017", True),
+        ("patent", "SCPD", True),
+        ("achievement", "SNAD2021", True),
+    ],
+)
+def test_database_names_are_kept_by_family(doc_type, dbname, kept):
+    assert Protocol.keeps(doc_type, dbname) is kept
+
+
+# -- the ledger rows ------------------------------------------------------------------------------
+
+
+def _store(url, attempts=3) -> TaskStore:
+    store = TaskStore(open_database(url), round_lease=60, round_attempts=attempts)
+    store.register("t", "patent", "2024-01-01", "2024-01-02", "G06,H04")
+    return store
+
+
+def _outcomes(store, round_id) -> dict[str, str]:
+    with store.engine.connect() as conn:
+        return dict(
+            conn.execute(
+                sa.select(ledger.c.doc_key, ledger.c.outcome).where(ledger.c.round_id == round_id)
+            ).all()
+        )
+
+
+def test_ledger_rows_are_idempotent_and_stored_is_final(db_url):
+    store = _store(db_url)
+    r = store.claim(1, "w1")
+    keys = ["SCPD2020/CN1", "SCPD2020/CN2", "SCPD2020/CN3"]
+    for _ in range(2):  # a list page handled twice (its worker died before the ack)
+        store.note_listed(r.id, keys, {"CPFD/X1": "other-database"})
+    assert _outcomes(store, r.id) == {
+        **dict.fromkeys(keys, "pending"),
+        "CPFD/X1": "dropped:other-database",
+    }
+    with store.engine.begin() as conn:
+        ledgers.note_stored(conn, [(r.id, "SCPD2020/CN1"), (r.id, "SCPD2020/CN1")])
+    errors = ErrorRecorder(store.engine)
+    for key in (
+        "SCPD2020/CN1",
+        "SCPD2020/CN2",
+    ):  # CN1: a redelivered request failing after its store
+        dbname, filename = key.split("/")
+        errors.record_link(1, r.id, "patent", "u", dbname, filename, "http-500")
+    store.note_listed(r.id, keys, {})  # listed again: nothing moves back to pending
+    assert _outcomes(store, r.id) == {
+        "SCPD2020/CN1": "stored",
+        "SCPD2020/CN2": "error",
+        "SCPD2020/CN3": "pending",
+        "CPFD/X1": "dropped:other-database",
+    }
+    with store.engine.begin() as conn:
+        ledgers.note_stored(conn, [(r.id, "SCPD2020/CN2"), (r.id, "SCPD2020/CN3")])
+    assert set(_outcomes(store, r.id).values()) == {"stored", "dropped:other-database"}
+
+
+def test_a_balanced_round_is_done_with_its_numbers(db_url):
+    store = _store(db_url)
+    r = store.claim(1, "w1")
+    store.add_total(r.id, 4)
+    store.note_listed(r.id, ["A/1", "A/2", "A/3"], {"CPFD/4": "other-database"})
+    with store.engine.begin() as conn:
+        ledgers.note_stored(conn, [(r.id, "A/1"), (r.id, "A/2")])
+    ErrorRecorder(store.engine).record_link(1, r.id, "patent", "u", "A", "3", "http-500")
+    closed = store.close_round(r.id)
+    assert (closed.moved, closed.state) == (True, "done")
+    assert closed.verdict.words() == "listed 4, stored 2, in errorLink 1, dropped other-database 1"
+    row = store.round_info(r.id)
+    assert (row.state, row.total, row.stored, row.in_error, row.dropped, row.beyond) == (
+        "done",
+        4,
+        2,
+        1,
+        1,
+        0,
+    )
+    assert json.loads(row.drops) == {"other-database": 1}
+    assert store.close_round(r.id).moved is False  # exactly one caller closes it
+
+
+def test_a_rule_that_drops_rows_without_recording_them_fails_the_round(db_url):
+    """51 listed, nothing stored and nothing recorded: the old "done, 51 listed"."""
+    store = _store(db_url, attempts=2)
+    r = store.claim(1, "w1")
+    store.add_total(r.id, 51)
+    first = store.close_round(r.id)
+    assert (first.moved, first.state) == (True, "reopened")
+    assert first.verdict.words() == "listed 51, stored 0, unaccounted 51"
+    assert not store.mark_done(r.id)  # re-opened: claimed with a lapsed lease, not done
+    again = store.claim(1, "w2")  # the next claim takes it over, from its first page
+    assert (again.id, again.attempts) == (r.id, 2)
+    store.add_total(r.id, 51)
+    store.note_listed(r.id, [f"A/{i}" for i in range(50)], {})
+    with store.engine.begin() as conn:
+        ledgers.note_stored(conn, [(r.id, f"A/{i}") for i in range(50)])
+    last = store.close_round(r.id)
+    assert (last.moved, last.state) == (True, "failed")
+    row = store.round_info(r.id)
+    assert row.state == "failed" and row.note == "ledger: listed 51, stored 50, unaccounted 1"
+    with store.engine.connect() as conn:
+        codes = conn.execute(
+            sa.select(error_code.c.reason, error_code.c.state, error_code.c.detail).where(
+                error_code.c.round_id == r.id
+            )
+        ).all()
+    assert [(c.reason, c.state) for c in codes] == [("ledger", "permanent")]
+    assert "listed 51, stored 50, unaccounted 1" in codes[0].detail
+    # the stored rows stayed stored across the attempts
+    assert list(_outcomes(store, r.id).values()).count("stored") == 50
+
+
+def test_a_round_whose_list_never_answered_is_never_done(db_url):
+    store = _store(db_url, attempts=1)
+    r = store.claim(1, "w1")
+    ErrorRecorder(store.engine).record_code(1, r.id, r.day, r.category, None, 1, "http-500")
+    closed = store.close_round(r.id)
+    assert closed.state == "failed"
+    assert store.round_info(r.id).note.startswith("ledger: the list never answered")
+
+
+def test_beyond_is_what_an_overflow_leaves_and_a_failed_page_is_not_beyond(db_url):
+    store = _store(db_url)
+    errors = ErrorRecorder(store.engine)
+    r = store.claim(1, "w1")
+    store.add_total(r.id, 150)
+    store.note_listed(r.id, [f"A/{i}" for i in range(120)], {})
+    with store.engine.begin() as conn:
+        ledgers.note_stored(conn, [(r.id, f"A/{i}") for i in range(120)])
+    errors.record_code(1, r.id, r.day, r.category, None, 1, "overflow", permanent=True)
+    errors.record_code(1, r.id, r.day, r.category, None, 3, "http-500")  # a page never listed
+    closed = store.close_round(r.id)
+    assert closed.state == "reopened" and "list pages failed 1" in closed.verdict.words()
+    again = store.claim(1, "w1")  # crawled again: its errorCode rows go, the ledger stays
+    store.add_total(again.id, 150)
+    errors.record_code(1, r.id, r.day, r.category, None, 1, "overflow", permanent=True)
+    closed = store.close_round(r.id)
+    assert closed.state == "done" and closed.verdict.words() == "listed 150, stored 120, beyond 30"
+
+
+def test_a_halted_task_closes_no_round(db_url):
+    store = _store(db_url)
+    r = store.claim(1, "w1")
+    store.add_total(r.id, 0)
+    store.halt(1, "http-500: x")
+    assert store.close_round(r.id).moved is False and store.mark_halted(r.id)
+
+
+def test_a_version_2_database_gets_the_ledger(db_url):
+    engine = open_database(db_url)
+    with engine.begin() as conn:  # what a version-2 cnkispider left behind
+        for column in ("in_error", "dropped", "beyond", "drops"):
+            conn.exec_driver_sql(f"ALTER TABLE round DROP COLUMN {column}")
+        conn.exec_driver_sql("DROP TABLE ledger")
+        conn.execute(schema.schema_version.update().values(version=2))
+    engine.dispose()
+    for _ in range(2):  # idempotent: a second start finds everything in place
+        upgraded = open_database(db_url)
+        with upgraded.connect() as conn:
+            assert conn.execute(sa.select(schema.schema_version.c.version)).scalar() == 3
+            columns = {c["name"] for c in sa.inspect(conn).get_columns("round")}
+            assert {"in_error", "dropped", "beyond", "drops"} <= columns
+            assert "ledger" in sa.inspect(conn).get_table_names()
+        upgraded.dispose()
+
+
+# -- real crawls ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def crawl_setup(tmp_path, cnki_site, request):
+    made = []
+
+    def make(
+        doc_type, categories, db="sqlite", start="2024-01-01", end="2024-01-02", site=None, **kw
+    ):
+        handle = site if isinstance(site, SimpleNamespace) else cnki_site(**(site or {"seed": 5}))
+        setup = CrawlSetup(
+            tmp_path / f"{doc_type}-{len(made)}",
+            handle,
+            request.getfixturevalue(f"{db}_url"),
+            doc_type,
+            start,
+            end,
+            categories,
+            **kw,
+        )
+        setup.tmp_path.mkdir()
+        made.append(setup)
+        return setup
+
+    yield make
+    for setup in made:
+        setup.cleanup_redis()
+
+
+def _rounds(setup):
+    return setup.query(
+        sa.select(
+            round_.c.id,
+            round_.c.state,
+            round_.c.total,
+            round_.c.stored,
+            round_.c.in_error,
+            round_.c.dropped,
+            round_.c.beyond,
+            round_.c.note,
+        ).order_by(round_.c.id)
+    )
+
+
+def assert_every_round_accounted(setup) -> None:
+    """Every done round balances; every failed round says why in numbers."""
+    for r in _rounds(setup):
+        if r.state == "done":
+            assert r.total is not None, r
+            assert r.total == r.stored + r.in_error + r.dropped + r.beyond, r
+            pending = setup.query(
+                sa.select(sa.func.count())
+                .select_from(ledger)
+                .where(ledger.c.round_id == r.id, ledger.c.outcome == "pending")
+            )[0][0]
+            assert pending == 0, r
+        elif r.state == "failed":
+            assert re.match(r"^(ledger: (listed \d+|the list never answered)|halted)", r.note), r
+
+
+def test_a_finished_crawl_accounts_for_every_row(crawl_setup):
+    setup = crawl_setup(
+        "patent",
+        "G06,H04",
+        "mysql",
+        site={"seed": 5, "cap_rows": 60, "overflow": ["patent:2024-01-02:H04:150"]},
+        cnki={"page_size": 20, "cap_rows": 60},
+    )
+    result = setup.run()
+    assert result.returncode == 0, result.stderr[-3000:] + setup.log()[-3000:]
+    assert compare(setup.stored(), setup.truth(), "patent") == {
+        "missing": [],
+        "extra": [],
+        "differing": {},
+    }
+    rounds = _rounds(setup)
+    assert {r.state for r in rounds} == {"done"}
+    assert_every_round_accounted(setup)
+    assert sum(r.total for r in rounds) >= len(setup.truth())
+    assert "ledger     listed" in result.stdout
+
+
+def test_an_unreachable_list_never_makes_a_round_done(crawl_setup):
+    """Issue 20: `round 2 done: ..., None listed` while CNKI could not be reached."""
+    nowhere = SimpleNamespace(base_url="http://127.0.0.1:9")
+    setup = crawl_setup("patent", "G06,H04", site=nowhere, crawl={"retry_times": 1})
+    result = setup.run(timeout=120)
+    assert result.returncode == HALTED, result.stderr[-2000:] + setup.log()[-3000:]
+    rounds = _rounds(setup)
+    assert rounds and all(r.state != "done" for r in rounds), rounds
+    assert " listed" not in "".join(line for line in setup.log().splitlines() if " done: " in line)
+    phase, reason = setup.query(sa.select(task.c.phase, task.c.halt_reason))[0]
+    assert phase == "crawl" and reason
+
+
+def test_a_short_task_whose_warm_up_fails_never_finishes_its_crawl_phase(crawl_setup):
+    """Issue 20: a 2-round task, every warm-up failing, burned to "crawl phase finished" below
+    the breaker's halt_after. Now its rounds fail and the task halts with the reason."""
+    setup = crawl_setup(
+        "patent",
+        "G06,H04",
+        end="2024-01-01",
+        site={"seed": 5, "break_": "client-id"},
+        crawl={"retry_times": 1, "round_attempts": 2},
+    )
+    result = setup.run(timeout=180)
+    log = setup.log()
+    assert result.returncode == HALTED, result.stdout[-2000:] + result.stderr[-2000:] + log[-3000:]
+    assert "crawl phase finished" not in log
+    rounds = _rounds(setup)
+    assert len(rounds) == 2 and {r.state for r in rounds} <= {"failed"}, rounds
+    phase, reason = setup.query(sa.select(task.c.phase, task.c.halt_reason))[0]
+    assert phase == "crawl", phase
+    assert reason, reason
+
+
+@pytest.mark.parametrize("seed", [11, 23, 37])
+def test_random_fault_mixes_leave_every_round_accounted_for(crawl_setup, seed):
+    """For a random mix of faults: every done round balances, every unbalanced round failed
+    with its numbers, and after the recrawl phase the database equals the truth."""
+    rng = random.Random(seed)
+    faults = rng.sample(["reset", "e500", "e502", "e503", "blank"], k=rng.randint(1, 3))
+    rates = [f"{name}={rng.choice([0.03, 0.06, 0.1])}" for name in faults]
+    setup = crawl_setup(
+        "paper",
+        "TP3,F0",
+        end="2024-01-01",
+        site={"seed": seed, "fault": rates},
+        crawl={"retry_times": 2, "halt_after": 1000, "halt_window": 100000},
+    )
+    result = setup.run(timeout=240)
+    assert result.returncode == 0, (rates, result.stderr[-2000:], setup.log()[-3000:])
+    assert_every_round_accounted(setup)
+    diff = compare(setup.stored(), setup.truth(), "paper")
+    assert diff["extra"] == [] and diff["differing"] == {}, rates
+    # what is missing is missing out loud: an errorCode row for its round says why
+    if diff["missing"]:
+        reasons = {r for (r,) in setup.query(sa.select(error_code.c.reason))}
+        assert reasons & {"overflow", "pager-short", "ledger"}, (
+            rates,
+            reasons,
+            diff["missing"][:5],
+        )
