@@ -501,8 +501,9 @@ class RoundFeeder:
                     info.day,
                     info.category,
                     words,
-                    f"crawling it again (attempt {closed.attempts + 1} of {self.round_attempts})"
-                    if closed.state == "reopened"
+                    f"crawled again once no new round is due (attempt {closed.attempts + 1} "
+                    f"of {self.round_attempts})"
+                    if closed.state == "again"
                     else f"failed after {closed.attempts} attempts (errorCode reason ledger)",
                 )
         elif await in_thread(self.store.halt_of, self.task_id):

@@ -17,20 +17,28 @@ Steering, from any MySQL client, while workers run
 A round's life (only this module moves it, always by a conditional UPDATE, so two workers can
 never both win the same transition)::
 
-    (cursor advance) --> claimed --seed in Redis--> seeded --last request acked--> done
-                              ^                        |                      '--> failed
-                              '-- lease ran out -------+-- Redis lost its state (epoch changed)
+    (cursor advance) --> claimed --seed in Redis--> seeded --last request acked--> done (balanced)
+                          ^   ^                        |                      '--> failed
+                          |   '-- lease ran out -------+-- Redis lost its state (epoch changed)
+                          '------ failed on its ledger, attempts left, no new round due
 
-    A list page that fails for good leaves a row in errorCode (replayed in the recrawl phase);
-    its round still ends ``done``. ``failed`` is the round of a halted task (``task.halt_reason``
-    set, see cnkispider/halting.py): nothing is claimed, and a round that drains is marked failed
-    (note ``halted``), never done; ``resume`` re-opens it (claimed, lease lapsed: the next claim
-    takes it over from its first page).
+    A round drained is ``done`` only when its ledger balances (tasks/ledger.py: listed = stored +
+    in errorLink + dropped + beyond, nothing pending, no list page in errorCode); else it is
+    ``failed`` (note ``ledger: <the numbers>``). While it has attempts left (``round_attempts``)
+    it is claimed again, from its first page, once no new round is due (:meth:`_claim_failed`);
+    the last attempt leaves a permanent errorCode row ``ledger``. A task whose every round failed
+    halts (:func:`next_action`), however few rounds it has: it is never "finished" on failures.
+
+    ``failed`` with note ``halted`` is the round of a halted task (``task.halt_reason`` set, see
+    cnkispider/halting.py): nothing is claimed, and a round that drains is marked failed, never
+    done; ``resume`` re-opens it (claimed, lease lapsed: the next claim takes it over from its
+    first page).
 
 A task's life (its ``phase``) follows one pure rule, :func:`next_action`, table-tested in
 tests/test_flow.py::test_the_phase_rules; the feeder gathers the facts and does what it says::
 
-    crawl --every round done--> recrawl --no error row left to replay--> done
+    crawl --every round done or failed for good--> recrawl --no error row left to replay--> done
+      |-- every round failed for good: the task halts (reason ``ledger: every round failed``)
       '-- open-ended, crawled to today: the run ends (up to date), the phase stays crawl
 
 Re-opening a round (a take-over, the cursor passing it again, a resume) deletes its errorCode
@@ -125,8 +133,9 @@ class PhaseFacts:
     exhausted: bool = False  # no round is due: the cursor is past end_date (or today)
     in_flight: int = 0  # rounds claimed or seeded
     missing: bool = False  # a (day x category) round behind the cursor was never opened
+    retryable: int = 0  # rounds failed on their ledger with attempts left (claimed again)
     rounds_done: int = 0  # rounds done (read once nothing is in flight)
-    rounds_failed: int = 0  # rounds failed for good (their ledger never balanced)
+    rounds_failed: int = 0  # rounds failed (their ledger never balanced)
     queue_idle: bool = False  # nothing queued or leased in Redis, nothing pending in this worker
     errors_pending: bool = False  # error rows open or claimed (not permanent)
     recrawl: bool = True  # [crawl] recrawl
@@ -139,14 +148,14 @@ def next_action(facts: PhaseFacts) -> Action:
     if f.halted:
         return Action.WAIT
     if f.phase == "crawl":
-        settled = f.exhausted and not f.in_flight and not f.missing
+        settled = f.exhausted and not f.in_flight and not f.missing and not f.retryable
         if settled and f.rounds_failed and not f.rounds_done:
             # Nothing was crawled: a task is never "finished" on failures alone, however few
             # rounds it has (the breaker needs halt_after of them; a short task has fewer).
             return Action.HALT
         if settled and not f.open_ended:
             return Action.START_RECRAWL
-        if f.exhausted and f.open_ended and f.queue_idle and f.exit_when_idle:
+        if f.exhausted and not f.retryable and f.open_ended and f.queue_idle and f.exit_when_idle:
             return Action.UP_TO_DATE
         return Action.WAIT
     if f.phase == "recrawl":
@@ -200,7 +209,7 @@ class Closed:
     """What closing a drained round did (:meth:`TaskStore.close_round`)."""
 
     moved: bool | None  # this caller moved it; None: not seeded yet, ask again later
-    state: str = ""  # done | reopened (failed, attempts left) | failed
+    state: str = ""  # done | again (failed, attempts left: claimed again) | failed (for good)
     verdict: ledger.Verdict | None = None
     attempts: int = 0
 
@@ -457,7 +466,7 @@ class TaskStore:
                 # the cursor passed a round still in flight (the operator moved it back): skip it
         else:
             raise RuntimeError(f"task {task_id}: could not claim a round after 100 tries")
-        return self._claim_missing(task_id, worker_id)
+        return self._claim_missing(task_id, worker_id) or self._claim_failed(task_id, worker_id)
 
     def _claim_missing(self, task_id: int, worker_id: str) -> Round | None:
         """The cursor is past its end: open a round the cursor walked past without one (a root
@@ -479,6 +488,65 @@ class TaskStore:
                 return self._open_round(conn, task_id, day.isoformat(), code, worker_id, now)
         except sa.exc.IntegrityError:  # another worker opened it a moment ago
             return None
+
+    def _retryable(self):
+        """A round failed on its ledger with attempts left: crawled again (:meth:`_claim_failed`)."""
+        return sa.and_(
+            round_.c.state == "failed",
+            round_.c.note.like(f"{LEDGER_NOTE}:%"),
+            round_.c.attempts < self.round_attempts,
+        )
+
+    def _claim_failed(self, task_id: int, worker_id: str) -> Round | None:
+        """No new round is due: take a round whose ledger did not balance and that has attempts
+        left, from its first page (its errorCode rows go; its ledger rows stay, so what it stored
+        stays stored). After the new rounds, so that a passing fault does not spend a round's
+        attempts in a burst, and its errorCode rows stay to be seen until then."""
+        retryable = self._retryable()
+        with self.engine.begin() as conn:
+            now = db_now(conn)
+            candidates = conn.execute(
+                sa.select(round_.c.id, round_.c.day, round_.c.category, round_.c.attempts)
+                .where(round_.c.task_id == task_id, retryable)
+                .order_by(round_.c.day, round_.c.id)
+                .limit(5)
+            ).all()
+            for cand in candidates:
+                won = conn.execute(
+                    round_.update()
+                    .where(round_.c.id == cand.id, retryable)
+                    .values(
+                        state="claimed",
+                        worker=worker_id,
+                        lease_until=now + self.round_lease,
+                        attempts=round_.c.attempts + 1,
+                        epoch=None,
+                        total=None,  # its search adds its total again (add_total)
+                        note=None,
+                        updated_at=now,
+                    )
+                ).rowcount
+                if won == 1:
+                    _forget_errors(conn, cand.id)
+                    logger.info(
+                        "round %s (%s %s) crawled again: its ledger did not balance (attempt %s)",
+                        cand.id,
+                        cand.day,
+                        cand.category,
+                        cand.attempts + 1,
+                    )
+                    return Round(cand.id, task_id, cand.day, cand.category, cand.attempts + 1)
+        return None
+
+    @_retried("counting rounds to crawl again")
+    def retryable(self, task_id: int) -> int:
+        """Rounds failed on their ledger that will be crawled again (attempts left)."""
+        with self.engine.connect() as conn:
+            return conn.execute(
+                sa.select(sa.func.count())
+                .select_from(round_)
+                .where(round_.c.task_id == task_id, self._retryable())
+            ).scalar()
 
     @_retried("looking for missing rounds")
     def missing_rounds(self, task_id: int) -> list[tuple[dt.date, str]]:
@@ -664,11 +732,11 @@ class TaskStore:
         ``total``: the listed total, when the caller knows it (the round's searches added it with
         :meth:`add_total`). A round whose list never answered has none: it fails.
 
-        A round that does not balance is ``failed`` (note ``ledger``) with an errorCode row
-        ``ledger`` naming the numbers; while it has attempts left (``round_attempts``) it is
-        re-opened at once (claimed with a lapsed lease, like ``resume``: the next claim takes it
-        over from its first page, deleting its errorCode rows; its ledger rows stay, a stored row
-        stays stored). The last attempt's errorCode row is permanent.
+        A round that does not balance is ``failed`` (note ``ledger: <the numbers>``); while it
+        has attempts left (``round_attempts``) it is claimed again once no new round is due
+        (:meth:`_claim_failed`: from its first page, deleting its errorCode rows; its ledger rows
+        stay, a stored row stays stored). The last attempt leaves a permanent errorCode row
+        ``ledger`` naming the numbers.
 
         ``epoch``: the Redis epoch the round drained in (the scheduler's drain). Only a round
         seeded under that same epoch is closed by it: a round seeded before Redis lost its data
@@ -718,16 +786,11 @@ class TaskStore:
         return Closed(False)
 
     def _failed(self, conn, row, verdict, now) -> tuple:
-        """A round whose ledger did not balance: re-open it while it has attempts left, else
-        leave it failed with a permanent errorCode row ``ledger``."""
+        """A round whose ledger did not balance: crawled again while it has attempts left
+        (:meth:`_claim_failed`), else failed for good with a permanent errorCode row ``ledger``."""
         words = f"{LEDGER_NOTE}: {verdict.words()}"
         if row.attempts < self.round_attempts:
-            conn.execute(
-                round_.update()
-                .where(round_.c.id == row.id, round_.c.state == "failed")
-                .values(state="claimed", worker=None, lease_until=now - dt.timedelta(seconds=1))
-            )
-            return "reopened", verdict, row.attempts
+            return "again", verdict, row.attempts  # claimed again once no new round is due
         conn.execute(
             error_code.insert().values(
                 task_id=row.task_id,
@@ -889,13 +952,16 @@ class TaskStore:
         in_flight = self.in_flight(task_id) if exhausted else 0
         # a category added behind the cursor (its file edited): claim opens those rounds
         missing = bool(self.missing_rounds(task_id)) if exhausted and not in_flight else False
-        by_state = self.progress(task_id)["rounds"] if exhausted and not in_flight else {}
+        settled = exhausted and not in_flight and not missing
+        retryable = self.retryable(task_id) if settled else 0
+        by_state = self.progress(task_id)["rounds"] if settled and not retryable else {}
         return PhaseFacts(
             phase="crawl",
             open_ended=facts.open_ended,
             exhausted=exhausted,
             in_flight=in_flight,
             missing=missing,
+            retryable=retryable,
             rounds_done=by_state.get("done", 0),
             rounds_failed=by_state.get("failed", 0),
         )

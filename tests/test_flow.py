@@ -453,6 +453,9 @@ PHASE_RULES = [
         "halt",
     ),
     (dict(phase="crawl", exhausted=True, rounds_failed=1, in_flight=1), "wait"),
+    # ... nor while a failed round has attempts left: it is claimed again
+    (dict(phase="crawl", exhausted=True, retryable=1), "wait"),
+    (dict(phase="crawl", exhausted=True, open_ended=True, queue_idle=True, retryable=1), "wait"),
     # some rounds done, some failed for good: the recrawl phase replays what their pages left
     (dict(phase="crawl", exhausted=True, rounds_done=1, rounds_failed=1), "start-recrawl"),
     # open-ended: never recrawled; up to date once the queue is idle (if runs end when idle)

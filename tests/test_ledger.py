@@ -58,9 +58,9 @@ def test_database_names_are_kept_by_family(doc_type, dbname, kept):
 # -- the ledger rows ------------------------------------------------------------------------------
 
 
-def _store(url, attempts=3) -> TaskStore:
+def _store(url, attempts=3, end="2024-01-02", categories="G06,H04") -> TaskStore:
     store = TaskStore(open_database(url), round_lease=60, round_attempts=attempts)
-    store.register("t", "patent", "2024-01-01", "2024-01-02", "G06,H04")
+    store.register("t", "patent", "2024-01-01", end, categories)
     return store
 
 
@@ -130,14 +130,15 @@ def test_a_balanced_round_is_done_with_its_numbers(db_url):
 
 def test_a_rule_that_drops_rows_without_recording_them_fails_the_round(db_url):
     """51 listed, nothing stored and nothing recorded: the old "done, 51 listed"."""
-    store = _store(db_url, attempts=2)
+    store = _store(db_url, attempts=2, end="2024-01-01", categories="G06")
     r = store.claim(1, "w1")
     store.add_total(r.id, 51)
     first = store.close_round(r.id)
-    assert (first.moved, first.state) == (True, "reopened")
+    assert (first.moved, first.state) == (True, "again")
     assert first.verdict.words() == "listed 51, stored 0, unaccounted 51"
-    assert not store.mark_done(r.id)  # re-opened: claimed with a lapsed lease, not done
-    again = store.claim(1, "w2")  # the next claim takes it over, from its first page
+    assert not store.mark_done(r.id)  # failed: not done, whoever asks
+    assert store.retryable(1) == 1 and store.phase_facts(1).retryable == 1
+    again = store.claim(1, "w2")  # no new round is due: it is claimed again, from page 1
     assert (again.id, again.attempts) == (r.id, 2)
     store.add_total(r.id, 51)
     store.note_listed(r.id, [f"A/{i}" for i in range(50)], {})
@@ -169,7 +170,7 @@ def test_a_round_whose_list_never_answered_is_never_done(db_url):
 
 
 def test_beyond_is_what_an_overflow_leaves_and_a_failed_page_is_not_beyond(db_url):
-    store = _store(db_url)
+    store = _store(db_url, end="2024-01-01", categories="G06")
     errors = ErrorRecorder(store.engine)
     r = store.claim(1, "w1")
     store.add_total(r.id, 150)
@@ -179,7 +180,7 @@ def test_beyond_is_what_an_overflow_leaves_and_a_failed_page_is_not_beyond(db_ur
     errors.record_code(1, r.id, r.day, r.category, None, 1, "overflow", permanent=True)
     errors.record_code(1, r.id, r.day, r.category, None, 3, "http-500")  # a page never listed
     closed = store.close_round(r.id)
-    assert closed.state == "reopened" and "list pages failed 1" in closed.verdict.words()
+    assert closed.state == "again" and "list pages failed 1" in closed.verdict.words()
     again = store.claim(1, "w1")  # crawled again: its errorCode rows go, the ledger stays
     store.add_total(again.id, 150)
     errors.record_code(1, r.id, r.day, r.category, None, 1, "overflow", permanent=True)
@@ -357,3 +358,51 @@ def test_random_fault_mixes_leave_every_round_accounted_for(crawl_setup, seed):
             reasons,
             diff["missing"][:5],
         )
+
+
+# -- a zero that is really zero -----------------------------------------------------------------
+
+
+def test_genuine_zeros_answered_as_the_soft_block_finish_equal_to_the_truth(crawl_setup, cnki_site):
+    """Genuine zeros answered exactly as the soft block (the gate rewrites the stand-in's zero
+    page into the 105-byte body): the task finishes equal to the truth, no challenge pause, no
+    error row, and the canary costs at most one request a day."""
+    from tests.fixtures.gate import Gate
+
+    gate = Gate(cnki_site(seed=5))
+    gate.zeros_as_soft_block = True
+    try:
+        # A21 and G21 list nothing on these days; H05 lists a few dozen each day
+        setup = crawl_setup(
+            "patent",
+            "A21,G21,H05",
+            start="2024-01-03",
+            end="2024-01-04",
+            site=SimpleNamespace(base_url=gate.base_url),
+            cnki={"allowed_hosts": gate.site.base_url},
+            crawl={"challenge_sessions": 2, "challenge_cooldown": 300},
+        )
+        setup.site = gate
+        result = setup.run(timeout=240)
+        log = setup.log()
+        assert result.returncode == 0, result.stderr[-2000:] + log[-3000:]
+        assert compare(setup.stored(), setup.truth(), "patent") == {
+            "missing": [],
+            "extra": [],
+            "differing": {},
+        }
+        assert gate.zero_rewrites >= 4  # the zeros really came as the soft block
+        rounds = _rounds(setup)
+        assert [r.state for r in rounds] == ["done"] * 6
+        assert sorted(r.total for r in rounds) == [0, 0, 0, 0] + sorted(
+            r.total for r in rounds if r.total
+        )
+        assert_every_round_accounted(setup)
+        assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] == 0
+        assert "pauses for" not in log and "challenged" not in log
+        # the canaries: grid POSTs without any of the task's categories, at most one a day
+        canaries = [b for b in gate.grid_bodies if not re.search(rb"A21|G21|H05", b)]
+        assert 1 <= len(canaries) <= 2, len(canaries)
+        assert len(re.findall(r"canary for \d{4}-\d\d-\d\d", log)) == len(canaries)
+    finally:
+        gate.close()

@@ -31,10 +31,13 @@ import json
 from collections import OrderedDict
 
 import scrapy
+from scrapy.utils.defer import maybe_deferred_to_future
+from twisted.internet import defer
 
 from cnkispider.cnki import parsers
 from cnkispider.cnki.protocol import Search, protocol_from_settings
-from cnkispider.exceptions import RefusedPage
+from cnkispider.cnki.refusals import SOFT_BLOCK, ZERO_CHECK, body_reason
+from cnkispider.exceptions import HaltedRequest, RefusedPage
 from cnkispider.items import ITEM_CLASSES, ROW_FIELDS
 from cnkispider.offload import in_thread
 from errors.middleware import failure_reason, record_download_failure, record_failure
@@ -51,6 +54,19 @@ STALE_LINK = ("verify", "captcha", "http-302")
 OTHER_DATABASE = "other-database"
 #: Rounds whose drops this worker has logged (INFO once per round), the most recent ones.
 _LOGGED_ROUNDS = 1000
+#: Seconds a page waits for the answer of its day's canary, asked by another round's page.
+CANARY_WAIT = 60.0
+#: What a soft-block page and its canary carry to rebuild the page's request.
+_CANARY_CARRIES = (
+    "search",
+    "page",
+    "round_id",
+    "round_root",
+    "sort_cut",
+    "error_code_id",
+    "replay_page",
+    "retry_times",
+)
 
 
 class RoundSpider(scrapy.Spider):
@@ -64,6 +80,10 @@ class RoundSpider(scrapy.Spider):
         super().__init__(*args, **kwargs)
         self.task_name = task  # `scrapy crawl patent -a task=NAME` joins another task
         self._drops_logged: OrderedDict[int, None] = OrderedDict()
+        #: Days whose canary listed rows (a soft-block body on them is a true zero), and the
+        #: pages waiting for a canary under way, by day: one canary a day per worker.
+        self._days_with_rows: OrderedDict[str, None] = OrderedDict()
+        self._canaries: dict[str, list[defer.Deferred]] = {}
 
     @classmethod
     def from_crawler(cls, crawler, *args, **kwargs):
@@ -97,6 +117,9 @@ class RoundSpider(scrapy.Spider):
             search=search.to_dict(),
             page=page,
         )
+        if page == 1 and not meta.get("refresh_for") and meta.get("round_id") is not None:
+            # a round's search may truly list nothing: its soft-block body comes to parse_list
+            meta.setdefault(ZERO_CHECK, True)
         return scrapy.FormRequest(
             self.protocol.grid_url,
             formdata=self.protocol.grid_form(search, page, turn_token),
@@ -147,6 +170,14 @@ class RoundSpider(scrapy.Spider):
 
     async def parse_list(self, response):
         meta = response.meta
+        if meta.get("canary_for"):
+            async for out in self._canary_answered(response):
+                yield out
+            return
+        if meta.get(ZERO_CHECK) and body_reason("list", response.body) == SOFT_BLOCK:
+            async for out in self._zero_or_soft_block(response):
+                yield out
+            return
         search = Search.from_dict(meta["search"])
         page = parsers.parse_list(response.body, self.doc_type)
         if meta.get("refresh_for"):
@@ -162,6 +193,116 @@ class RoundSpider(scrapy.Spider):
             # worker dying between here and the ack brings the request back; if it fails then,
             # record_code finds its row gone and writes a new one (never an update of nothing).
             await in_thread(self.context.error_recorder.resolve_code, meta["error_code_id"])
+
+    # -- a zero or the soft block (refusals.ZERO_CHECK) ------------------------------------
+
+    async def _zero_or_soft_block(self, response):
+        """The first page of a round's search came back as the soft block's body, which may be
+        CNKI's way of saying "no results". One canary on the same session tells: a search that
+        must list rows (the day without its category). Asked once per day per worker: its
+        answer is kept, and pages of that day meanwhile wait for it."""
+        meta = response.meta
+        day = Search.from_dict(meta["search"]).day_start
+        if day in self._days_with_rows:
+            await self._true_zero(meta)
+            return
+        waiting = self._canaries.get(day)
+        if waiting is None:
+            self._canaries[day] = []
+            self.crawler.stats.inc_value("list/canaries")
+            yield self.canary_request(meta, day)
+            return
+        answer: defer.Deferred = defer.Deferred()
+        waiting.append(answer)
+        from twisted.internet import reactor
+
+        answer.addTimeout(CANARY_WAIT, reactor)
+        try:
+            lists = await maybe_deferred_to_future(answer)
+        except defer.TimeoutError:
+            lists = False
+        if lists:
+            await self._true_zero(meta)
+        else:
+            yield self._soft_block_retry(meta)
+
+    def canary_request(self, meta: dict, day: str) -> scrapy.FormRequest:
+        """The day's search without its category, on the page's own session; it belongs to the
+        page's round (meta round_id), so the round does not drain before it answers."""
+        carried = {k: meta[k] for k in _CANARY_CARRIES if meta.get(k) is not None}
+        canary = Search.for_day(self.doc_type, day)
+        extra = {"cnki_session": meta["cnki_session"]} if meta.get("cnki_session") else {}
+        return self.search_request(
+            canary,
+            1,
+            canary_for=carried,
+            round_id=meta.get("round_id"),
+            **{ZERO_CHECK: True},
+            **extra,
+        )
+
+    async def _canary_answered(self, response):
+        meta = response.meta
+        original = meta["canary_for"]
+        day = Search.from_dict(original["search"]).day_start
+        lists = False
+        try:
+            if body_reason("list", response.body) != SOFT_BLOCK:
+                lists = parsers.parse_list(response.body, self.doc_type).total > 0
+        except RefusedPage as exc:
+            # Never recorded as a page of its own: a replay of the canary's search would crawl
+            # the whole day into the round. The round's own page is retried instead.
+            self.logger.warning("canary for %s not understood (%s): the soft block", day, exc)
+        self._canary_settled(day, lists)
+        if lists:
+            self._days_with_rows[day] = None
+            while len(self._days_with_rows) > _LOGGED_ROUNDS:
+                self._days_with_rows.popitem(last=False)
+        self.logger.info(
+            "canary for %s: %s",
+            day,
+            "rows listed, so an empty answer that day is a true zero"
+            if lists
+            else "nothing listed on the same session: the soft block, retried",
+        )
+        if lists:
+            await self._true_zero(original)
+        else:
+            yield self._soft_block_retry(original)
+
+    def _canary_settled(self, day: str, lists: bool) -> None:
+        """The day's canary answered (or failed for good: ``lists`` False): the pages waiting
+        for it go on."""
+        for waiter in self._canaries.pop(day, []):
+            if not waiter.called:
+                waiter.callback(lists)
+
+    async def _true_zero(self, meta: dict) -> None:
+        """The page's search lists nothing: its round's listed total is 0 (a root search)."""
+        self.crawler.stats.inc_value("list/true-zero")
+        if meta.get("round_root") and self.context is not None:
+            await in_thread(self.context.tasks.add_total, meta["round_id"], 0)
+        if meta.get("error_code_id"):
+            await in_thread(self.context.error_recorder.resolve_code, meta["error_code_id"])
+
+    def _soft_block_retry(self, meta: dict) -> scrapy.FormRequest:
+        """The soft block after all: the page again, as the retry middleware would send it (a
+        fresh session, one retry counted), and without the zero check, so that a soft block
+        again is retried, counted toward the cool-down, and recorded when retries run out."""
+        self.crawler.stats.inc_value(f"retry/reason_count/{SOFT_BLOCK}")
+        carried = {
+            k: meta[k]
+            for k in ("round_id", "round_root", "sort_cut", "error_code_id", "replay_page")
+            if meta.get(k) is not None
+        }
+        return self.search_request(
+            Search.from_dict(meta["search"]),
+            meta.get("page") or 1,
+            cnki_renew_session=True,
+            retry_times=(meta.get("retry_times") or 0) + 1,
+            **{ZERO_CHECK: False},
+            **carried,
+        )
 
     async def _listed(self, page, search: Search, meta: dict):
         """What a list page yields: its detail requests and its next page, or its split."""
@@ -383,6 +524,16 @@ class RoundSpider(scrapy.Spider):
         request = failure.request
         meta = request.meta
         reason = failure_reason(failure.value)
+        if meta.get("canary_for"):
+            # Never recorded as a page of its own (a replay of the canary's search would crawl
+            # the whole day into the round): the round's own page is retried as a soft block,
+            # and recorded if that fails. A request the halt held comes back after resume.
+            original = meta["canary_for"]
+            self._canary_settled(Search.from_dict(original["search"]).day_start, False)
+            if not isinstance(failure.value, HaltedRequest):
+                self.logger.warning("canary failed (%s): the soft block", reason)
+                yield self._soft_block_retry(original)
+            return
         if meta.get("cnki_kind") == "detail" and not meta.get("refreshed") and reason in STALE_LINK:
             self.crawler.stats.inc_value(f"errors/detail/{reason}")
             yield self.refresh_request(meta, request.url)
