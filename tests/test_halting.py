@@ -477,9 +477,12 @@ def test_k_rounds_failing_for_one_fault_halt_the_task_and_resume_clears_their_ro
         )
         phase, reason, _ = _task_row(setup)
         assert phase == "crawl" and reason.startswith("http-500: the last 3 list pages")
-        assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] >= 3
+        # what failed is written down: an errorCode row per failed page, until its round is
+        # crawled again (a round failed on its ledger is, once every round was handed out, and
+        # that deletes its old rows), and no round passes for done (issue 20)
+        assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] >= 1
         states = {s for (s,) in setup.query(sa.select(round_.c.state))}
-        assert "done" not in states, states  # no list answered: no round done (issue 20)
+        assert "done" not in states, states
 
         g.grid_status = None
         resumed = subprocess.run(

@@ -160,6 +160,22 @@ def test_a_rule_that_drops_rows_without_recording_them_fails_the_round(db_url):
     assert list(_outcomes(store, r.id).values()).count("stored") == 50
 
 
+def test_a_round_with_rows_unaccounted_is_never_marked_done(db_url):
+    """The old path: mark_done at drain, whatever the round found (`done, 51 listed`)."""
+    store = TaskStore(open_database(db_url), round_lease=60)
+    store.register("t", "patent", "2024-01-01", "2024-01-02", "G06,H04")
+    r = store.claim(1, "w1")
+    store.mark_seeded(r.id, "w1", "e1")
+    store.add_total(r.id, 51)  # 51 listed, every one dropped by a rule that recorded nothing
+    assert not store.mark_done(r.id, epoch="e1")
+    row = store.round_info(r.id)
+    assert row.state == "failed" and row.note == "ledger: listed 51, stored 0, unaccounted 51"
+    never = store.claim(1, "w1")  # the next round: the list of this one never answered
+    store.mark_seeded(never.id, "w1", "e1")
+    assert not store.mark_done(never.id, epoch="e1")
+    assert store.round_info(never.id).state == "failed"
+
+
 def test_a_round_whose_list_never_answered_is_never_done(db_url):
     store = _store(db_url, attempts=1)
     r = store.claim(1, "w1")
@@ -298,16 +314,28 @@ def test_a_finished_crawl_accounts_for_every_row(crawl_setup):
 
 
 def test_an_unreachable_list_never_makes_a_round_done(crawl_setup):
-    """Issue 20: `round 2 done: ..., None listed` while CNKI could not be reached."""
+    """Issue 20: `round 2 done: ..., None listed` while CNKI could not be reached. The circuit
+    breaker is kept out of play here (it halts an unreachable CNKI on its own): the rounds alone
+    must not pass for done, and the task halts on them."""
     nowhere = SimpleNamespace(base_url="http://127.0.0.1:9")
-    setup = crawl_setup("patent", "G06,H04", site=nowhere, crawl={"retry_times": 1})
-    result = setup.run(timeout=120)
-    assert result.returncode == HALTED, result.stderr[-2000:] + setup.log()[-3000:]
-    rounds = _rounds(setup)
-    assert rounds and all(r.state != "done" for r in rounds), rounds
-    assert " listed" not in "".join(line for line in setup.log().splitlines() if " done: " in line)
+    setup = crawl_setup(
+        "patent",
+        "G06,H04",
+        site=nowhere,
+        crawl={"retry_times": 1, "round_attempts": 2, "halt_after": 1000, "halt_window": 100000},
+    )
+    result = setup.run("run", "-s", "TASKS_UNREACHABLE_AFTER=100000", timeout=120)
+    log = setup.log()
+    assert result.returncode == HALTED, result.stderr[-2000:] + log[-3000:]
+    rounds = setup.query(sa.select(round_.c.state, round_.c.total, round_.c.attempts))
+    assert len(rounds) == 4 and all(r.state == "failed" for r in rounds), rounds
+    assert all(r.attempts == 2 for r in rounds), rounds
+    assert not re.search(r"round \d+ done", log)
     phase, reason = setup.query(sa.select(task.c.phase, task.c.halt_reason))[0]
-    assert phase == "crawl" and reason
+    assert phase == "crawl" and reason.startswith("ledger: every round failed (4 of 4)"), reason
+    assert "the list never answered" in reason
+    codes = setup.query(sa.select(error_code.c.reason, error_code.c.state))
+    assert sorted(c.reason for c in codes if c.state == "permanent") == ["ledger"] * 4
 
 
 def test_a_short_task_whose_warm_up_fails_never_finishes_its_crawl_phase(crawl_setup):
