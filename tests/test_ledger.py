@@ -21,7 +21,7 @@ from cnkispider.db import open_database
 from cnkispider.schema import error_code, error_link, ledger, round_, task
 from errors.recorder import ErrorRecorder
 from tasks import ledger as ledgers
-from tasks.flow import TaskStore
+from tasks.flow import Action, TaskStore, next_action
 from tests.crawl_harness import CrawlSetup, compare
 
 HALTED = 3  # cnkispider.halting.EXIT_HALTED
@@ -183,6 +183,30 @@ def test_a_round_whose_list_never_answered_is_never_done(db_url):
     closed = store.close_round(r.id)
     assert closed.state == "failed"
     assert store.round_info(r.id).note.startswith("ledger: the list never answered")
+
+
+def test_a_task_whose_every_round_failed_halts_and_resume_crawls_them_again(db_url):
+    store = _store(db_url, attempts=1, end="2024-01-01")
+    rounds = [store.claim(1, "w1") for _ in range(2)]
+    for r in rounds:
+        assert store.close_round(r.id).state == "failed"
+    facts = store.phase_facts(1)
+    assert (facts.rounds_done, facts.rounds_failed, facts.retryable) == (0, 2, 0)
+    assert next_action(facts) is Action.HALT and not store.finish_crawl_phase(1)
+    reason = store.all_failed_reason(1)
+    assert reason.startswith("ledger: every round failed (2 of 2); last: the list never answered")
+    assert store.halt(1, reason)
+    resumed, counts = store.resume_halted("t")
+    assert resumed.halt_reason is None and counts["rounds"] == 2
+    again = store.claim(1, "w2")  # taken over from its first page, its ledger row gone
+    assert again.id in {r.id for r in rounds} and again.attempts == 1
+    with store.engine.connect() as conn:
+        left = (
+            conn.execute(sa.select(error_code.c.round_id).where(error_code.c.reason == "ledger"))
+            .scalars()
+            .all()
+        )
+    assert again.id not in left
 
 
 def test_beyond_is_what_an_overflow_leaves_and_a_failed_page_is_not_beyond(db_url):
