@@ -455,7 +455,8 @@ def cmd_demo(config: Config, args) -> int:
         print("error: the demo needs the repository checkout (standin/)", file=sys.stderr)
         return 2
     site = subprocess.Popen(
-        [sys.executable, "-m", "standin", "--port", "0", "--seed", "7"],
+        # the plain site until the demo plays the person through the verify page's test-only pass
+        [sys.executable, "-m", "standin", "--port", "0", "--seed", "7", "--no-human-check"],
         cwd=root,
         stdout=subprocess.PIPE,
         text=True,

@@ -17,8 +17,29 @@ crawler's code, so that it stays an independent judge. Modules:
             (the ``cnki_site`` pytest fixture over it is tests/fixtures/standin.py)
   __main__  ``python -m standin [options]`` and ``python -m standin truth ...``
 
-What the site does (each is a test in tests/test_cnki_site.py):
+What the site does (each is a test in tests/test_cnki_site.py, the person's check in
+tests/test_standin_human.py):
 
+- The person's check (PROTOCOL.md 2026 point 11; on in ``python -m standin``, off in the Python
+  API and the ``cnki_site`` fixture unless ``human_check=True``; ``--no-human-check``). Every kns
+  request (warm-up, ``/kns8s/search``, ``/kns8s/AdvSearch``, grid, detail) of a session no person
+  passed is challenged: page GETs ``302`` to ``/verify/home?captchaType=blockPuzzle&ident=..
+  &captchaId=..&returnUrl=<the page, urlencoded>``, grid POSTs HTTP 403 with the -403 JSON below.
+  ``/verify/home`` is a page a browser can use: it sets the session cookies (and an
+  ``Ecp_ClientId``) when the browser has none, and its test-only button ``#standin-pass`` (a form
+  POST to ``/verify-api/web/check``) plays the person passing the slider: the session of that
+  browser's ``SID_kns_new`` cookie is passed (the IP plays no part) and the browser goes back to
+  ``returnUrl``. A pass answers at most ``session_requests`` (300) requests within
+  ``session_minutes`` (30), and is checked again at the request that makes more than
+  ``session_pace`` (1.5) requests/s over ``session_pace_window`` (10 s) or ``session_burst`` (4)
+  within 2 s (all hidden from the crawler); from then on every request of it is challenged until
+  a person passes it again. The warm-up then starts no session (only the verify page does); a
+  detail link answers only with the cookie of the session that listed it (else the 302);
+  ``turn_limit`` defaults to 0. ``/_stats["human_check"]`` lists every pass (session, requests by
+  kind, documents served, why and when it was checked again: limit, minutes, pace, control,
+  idle) with the limits;
+  ``/_control`` takes ``expire_session`` and ``check_after`` (client: ``SiteHandle.pass_check()``,
+  ``expire_session()``, ``check_after()``).
 - Warm-up. ``GET /kns8s/defaultresult/index`` starts a session: cookies ``KNS2COOKIE``,
   ``SID_kns_new`` (the session) and ``dblang=both``; no ``Ecp_ClientId``.
 - Client id. ``GET /RCDService/api/UtilityOpenApi/GenerateClientID`` answers
@@ -36,6 +57,12 @@ What the site does (each is a test in tests/test_cnki_site.py):
 - Categories. A ``CLC`` item with ``Operator SUFFIX`` (or any operator but TOPRANK) and a ``CCL``
   item of the facet group (``SCDBGroup``/``MutiGroup``) match code prefixes; ``CLC`` with
   ``TOPRANK`` matches only documents carrying exactly that code (so ``H04`` finds nothing).
+- Genuine zeros answer ``抱歉，暂无数据，请调整检索条件``; with ``zero_as_soft_block`` they answer
+  the soft block's 105 bytes exactly (PROTOCOL.md point 13: a crawler cannot tell them apart).
+- Database names: the families' bare names (``SCPD``, ``CJFQ``, ``CAPJ``, ``CMFD``, ``CDFD``,
+  ``SNAD``) or, with ``dbname_years``, CNKI's real shapes (PROTOCOL.md point 12): ``SCPD`` + the
+  publication year, ``CJFQ``/``CJFDLAST2024``/``CJFD2024``, ``CAPJ``, ``CMFD202401``/``CDFD202402``,
+  ``SNAD``, the same on list rows, detail links, detail pages and the ground truth.
 - Page size and cap. ``pageSize`` other than 10, 20, 50: ``value="参数校验;字段【pageSize】校验失败"``.
   A search reaches ``cap_rows`` rows (6000) whatever the page size: pages shown =
   min(ceil(total / size), cap // size); a page whose first row is past the cap or the total:
@@ -58,10 +85,11 @@ What the site does (each is a test in tests/test_cnki_site.py):
   blockPuzzle|clickWord&ident=..&returnUrl=..``. An IP over it, until quiet for
   ``pace_block_seconds``: grid POSTs get the -403 JSON (403, one in four as 200), page GETs a
   ``<form id="vericodeForm" action="/kns8s/brief/checkcode">`` page (three in ten) or the 302.
-  The fixed ``turn_limit`` (15 turns per session; 0 = none) also answers with the soft block.
+  The fixed ``turn_limit`` (15 turns per session; 0 = none; 0 by default with the person's
+  check) also answers with the soft block.
 - ``/_stats``: ``requests`` (to CNKI's routes), ``challenged`` (``total`` and per form:
   soft_block, verify_redirect, json_403, json_200, vericode_form), ``challenged_by`` (session,
-  ip, turn_limit), ``rejections`` (no_category, page_size, cursor), ``pace_blocks`` and the rest.
+  ip, turn_limit, human_check), ``rejections`` (no_category, page_size, cursor), ``pace_blocks`` and the rest.
 - Ground truth: ``/_truth``, ``/_rounds``, ``/_doomed`` and ``python -m standin truth``
   list only documents a correct crawler stores (no foreign 总库 rows); none of the above changes it.
 - Also: detail tokens tied to their session, the old per-IP token-bucket ban, injected faults,

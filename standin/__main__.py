@@ -4,7 +4,10 @@ Serve (the first stdout line is exactly ``CNKI stand-in at http://HOST:PORT``, t
 per proxy and one for the provider; it serves until SIGTERM or SIGINT)::
 
     python -m standin [--host 127.0.0.1] [--port 0] [--seed 1] [--scale 1.0]
-        [--cap-rows 6000 | --max-pages N] [--turn-limit 15] [--token-ttl 600] [--session-ttl 1200]
+        [--no-human-check] [--session-requests 300] [--session-minutes 30]
+        [--session-pace 1.5 --session-pace-window 10] [--session-burst 4]
+        [--zero-as-soft-block] [--dbname-years]
+        [--cap-rows 6000 | --max-pages N] [--turn-limit 15|0] [--token-ttl 600] [--session-ttl 1200]
         [--pace-limit RPS --pace-block-seconds 30]
         [--collect-missing 0.3] [--rows-without-keys] [--header-rows 0] [--break NAME ...]
         [--latency 0|0.05|0.02-0.08] [--proxies N] [--dead-proxies K] [--proxy-auth user:pass]
@@ -14,6 +17,11 @@ per proxy and one for the provider; it serves until SIGTERM or SIGINT)::
         [--overflow TYPE:YYYY-MM-DD:CODE:COUNT ...] [--categories-file TYPE=PATH ...]
         [--span YYYY-MM-DD:YYYY-MM-DD]
 
+The human check is ON here (as on the live site of late 2026): every kns request of a session
+no person passed is challenged; a browser passes it on /verify/home (the test-only button
+``#standin-pass``). ``--no-human-check`` restores the plain site. The Python API
+(``standin.client.start_site``, the ``cnki_site`` fixture) defaults to the plain site.
+
 Faults: reset, e500, e502, e503, verify, captcha, blank, javascript, slow (rates 0..1).
 Breaks (each makes one assumption of ``cnkispider probe`` false): client-id, date-filter,
 category-filter, turn-token, detail-fields, patent-keys.
@@ -22,6 +30,7 @@ Ground truth (JSON lines, one document per line with every item field)::
 
     python -m standin truth --type patent --start 2024-01-01 --end 2024-01-03
         [--categories H04,G06] [--seed 1] [--scale ...] [--overflow ...] [--categories-file ...]
+        [--dbname-years]
 """
 
 from __future__ import annotations
@@ -97,6 +106,12 @@ def _add_corpus_options(parser: argparse.ArgumentParser) -> None:
         default="2024-01-01:2024-12-31",
         help="days a search without a PT range covers (START:END)",
     )
+    parser.add_argument(
+        "--dbname-years",
+        action="store_true",
+        help="database names with their year, as CNKI's rows show them (SCPD2024, "
+        "CJFDLAST2024, CMFD202401, ...); default: the bare family names (SCPD, CJFQ, ...)",
+    )
 
 
 def _corpus_options(args) -> CorpusOptions:
@@ -109,6 +124,7 @@ def _corpus_options(args) -> CorpusOptions:
         doomed=args.doomed,
         title_variety=args.title_variety,
         span=(start, end or start),
+        dbname_years=args.dbname_years,
     )
 
 
@@ -127,8 +143,47 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--turn-limit",
         type=int,
-        default=15,
-        help="grid requests a session allows after its first (0: no limit)",
+        default=None,
+        help="grid requests a session allows after its first (0: no limit; default 15, "
+        "or 0 with the human check, whose hidden per-session limits take its place)",
+    )
+    parser.add_argument(
+        "--human-check",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="challenge every request of a session no person passed on /verify/home "
+        "(default: on; --no-human-check: the plain site)",
+    )
+    parser.add_argument(
+        "--session-requests",
+        type=int,
+        default=300,
+        help="hidden: requests a passed session answers before it is checked again (0: no limit)",
+    )
+    parser.add_argument(
+        "--session-minutes",
+        type=float,
+        default=30.0,
+        help="hidden: minutes a pass lasts (0: no limit)",
+    )
+    parser.add_argument(
+        "--session-pace",
+        type=float,
+        default=1.5,
+        help="hidden: a passed session making more than this many requests/s over "
+        "--session-pace-window seconds is checked again (0: off)",
+    )
+    parser.add_argument("--session-pace-window", type=float, default=10.0)
+    parser.add_argument(
+        "--session-burst",
+        type=int,
+        default=4,
+        help="hidden: this many requests of a passed session within 2 s draw the check (0: off)",
+    )
+    parser.add_argument(
+        "--zero-as-soft-block",
+        action="store_true",
+        help="a search with no results answers the soft block's 105 bytes",
     )
     parser.add_argument(
         "--pace-limit",
@@ -226,6 +281,13 @@ def main(argv: list[str] | None = None) -> int:
         cap_rows=args.cap_rows,
         max_pages=args.max_pages,
         turn_limit=args.turn_limit,
+        human_check=args.human_check,
+        session_requests=args.session_requests,
+        session_minutes=args.session_minutes,
+        session_pace=args.session_pace,
+        session_pace_window=args.session_pace_window,
+        session_burst=args.session_burst,
+        zero_as_soft_block=args.zero_as_soft_block,
         pace_limit=args.pace_limit,
         pace_block_seconds=args.pace_block_seconds,
         collect_missing=args.collect_missing,

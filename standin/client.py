@@ -5,7 +5,15 @@
 command line's, in Python spelling: ``seed=2``, ``max_pages=3``, ``turn_limit=2``,
 ``faults={"captcha": 1.0}``, ``overflow=["patent:2024-01-01:H04:9000"]``, ``latency="0.02-0.08"``,
 ``categories_file={"patent": path}``, ``proxies=3, dead_proxies=1``, ``pace_limit=5``,
-``rows_without_keys=True``, ``break_="turn-token"`` or ``break_=["client-id", "date-filter"]``, ...
+``rows_without_keys=True``, ``break_="turn-token"`` or ``break_=["client-id", "date-filter"]``,
+``human_check=True, session_requests=50``, ``dbname_years=True``, ``zero_as_soft_block=True``, ...
+Unlike ``python -m standin``, the Python API starts the plain site unless ``human_check=True``
+(the callers written before the check, benchmarks and tests, keep their behaviour).
+
+With the human check, :meth:`SiteHandle.pass_check` plays a person passing CNKI's slider in a
+browser and returns that session's cookies; :meth:`SiteHandle.expire_session` and
+:meth:`SiteHandle.check_after` make the site check a passed session again (now, or after N more
+requests), for tests of a session that expires mid-round.
 
 :class:`CnkiClient` speaks the kns8s protocol the way a browser would (warm-up, cookies, grid
 form, detail link), for tests and the benchmark: its defaults are the 2026 contract's correct
@@ -16,9 +24,11 @@ environment variables never reroute it.
 from __future__ import annotations
 
 import base64
+import html
 import http.client
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -40,8 +50,12 @@ CLIENT_ID_PATH = "/RCDService/api/UtilityOpenApi/GenerateClientID"
 
 
 def site_argv(**options) -> list[str]:
-    """Command-line arguments for the given options (see the module docstring)."""
-    argv: list[str] = []
+    """Command-line arguments for the given options (see the module docstring).
+
+    ``human_check`` defaults to False here, unlike the command line's default (on): the
+    benchmarks, ``tests/`` and every caller written before the check keep the plain site;
+    ``human_check=True`` asks for the person's check."""
+    argv: list[str] = ["--human-check" if options.pop("human_check", False) else "--no-human-check"]
     for key, value in options.items():
         if value is None:
             continue
@@ -115,6 +129,58 @@ class SiteHandle:
 
     def stats(self) -> dict:
         return self._json("GET", "/_stats")
+
+    # -- the person's check ------------------------------------------------------------------
+
+    def pass_check(self, proxy: str | None = None, proxy_auth: str | None = None) -> dict[str, str]:
+        """The cookies (name -> value) of a fresh session a person passed, got over HTTP the
+        way a browser gets them: a page GET, its 302 to /verify/home (which sets the session
+        cookies and Ecp_ClientId), the page's test-only pass control (``#standin-pass``: a
+        form POST), and the 302 back to the page, which then answers. Without the human check
+        the page answers at once and this is the plain warm-up plus a client id."""
+        client = self.client(proxy, proxy_auth)
+        try:
+            status, headers, _ = client.get("/kns8s/defaultresult/index")
+            if status == 200:  # no check on this site: a plain session is a session
+                client.client_id()
+                return dict(client.cookies)
+            location = headers.get("Location", "")
+            if status != 302 or "/verify/home?" not in location:
+                raise RuntimeError(f"pass_check: the search page answered {status} {location!r}")
+            status, _, page = client.get(location)
+            form = _pass_form(page)
+            if status != 200 or form is None:
+                raise RuntimeError(f"pass_check: no pass control on the verify page ({status})")
+            action, fields = form
+            status, headers, _ = client.request(
+                "POST",
+                action,
+                urlencode(fields).encode(),
+                {"Content-Type": "application/x-www-form-urlencoded"},
+            )
+            back = headers.get("Location", "")
+            if status != 302 or not back:
+                raise RuntimeError(f"pass_check: the pass control answered {status}")
+            status, headers, _ = client.get(back)
+            if status != 200:
+                raise RuntimeError(
+                    f"pass_check: still checked after the pass ({status} {headers.get('Location')})"
+                )
+            return dict(client.cookies)
+        finally:
+            client.close()
+
+    @staticmethod
+    def _sid(session) -> str:
+        return session["SID_kns_new"] if isinstance(session, dict) else str(session)
+
+    def expire_session(self, session) -> dict:
+        """Check a passed session again now (``session``: its cookies or its SID_kns_new)."""
+        return self.control(expire_session=self._sid(session))
+
+    def check_after(self, session, requests: int) -> dict:
+        """Check a passed session again once it has answered ``requests`` more requests."""
+        return self.control(check_after={self._sid(session): int(requests)})
 
     @staticmethod
     def _scope(doc_type, start, end, categories) -> str:
@@ -194,6 +260,23 @@ def start_site(cpu: int | None = None, timeout: float = 15.0, **options) -> Site
     # keep draining stdout so the site can never block on a full pipe
     threading.Thread(target=lambda: [None for _ in process.stdout], daemon=True).start()
     return SiteHandle(process, line.rsplit(" ", 1)[1])
+
+
+def _pass_form(page: bytes) -> tuple[str, dict[str, str]] | None:
+    """(action, fields) of the verify page's form that holds ``#standin-pass``."""
+    text = page.decode("utf-8", "replace")
+    form = re.search(
+        r'<form id="standin-pass-form"[^>]*action="([^"]+)"[^>]*>(.*?)</form>', text, re.S
+    )
+    if form is None or 'id="standin-pass"' not in form.group(2):
+        return None
+    fields = {
+        html.unescape(name): html.unescape(value)
+        for name, value in re.findall(
+            r'<input type="hidden" name="([^"]*)" value="([^"]*)">', form.group(2)
+        )
+    }
+    return html.unescape(form.group(1)), fields
 
 
 # -- a browser-like client of the kns8s protocol ----------------------------------------------
@@ -334,6 +417,7 @@ class CnkiClient:
         self.proxy = proxy
         self.timeout = timeout
         self.cookies: dict[str, str] = {}
+        self.last_headers: list[tuple[str, str]] = []
         self.extra_headers = {}
         if proxy_auth:
             self.extra_headers["Proxy-Authorization"] = (
@@ -373,7 +457,8 @@ class CnkiClient:
         except (ConnectionError, http.client.HTTPException, OSError):
             self.close()
             raise
-        for name, value in resp.getheaders():
+        self.last_headers = resp.getheaders()  # every header, Set-Cookie ones one by one
+        for name, value in self.last_headers:
             if name.lower() == "set-cookie":
                 key, _, rest = value.partition("=")
                 self.cookies[key.strip()] = rest.split(";", 1)[0]

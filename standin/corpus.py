@@ -134,6 +134,20 @@ DBNAME_TYPES = {
     "CDFD": "paper",
     "SNAD": "achievement",
 }
+# CNKI's database names carry a year (PROTOCOL.md point 12): the name's first letters say its
+# family. CJFD* (CJFD2008, CJFDLAST2015, ...) is the journal family, shown by kns8s as CJFQ.
+FAMILY_PREFIXES = (("CJFD", "CJFQ"), ("CJFQ", "CJFQ"), ("CAPJ", "CAPJ"), ("CMFD", "CMFD"))
+FAMILY_PREFIXES += (("CDFD", "CDFD"), ("SCPD", "SCPD"), ("SNAD", "SNAD"))
+
+
+def dbname_family(dbname: str) -> str:
+    """The database family of a (possibly year-suffixed) name: ``SCPD2020`` -> ``SCPD``,
+    ``CJFDLAST2015`` -> ``CJFQ``, ``CMFD202101`` -> ``CMFD``; other names as they are."""
+    for prefix, family in FAMILY_PREFIXES:
+        if dbname.startswith(prefix):
+            return family
+    return dbname
+
 
 _TITLE_PRIME = 7919  # coprime with the title space, so n -> n * P + offset is a bijection
 
@@ -230,6 +244,9 @@ class CorpusOptions:
     doomed: int = 0
     title_variety: int = 0  # distinct titles per (type, day); 0: each document its own
     span: tuple[str, str] = ("2024-01-01", "2024-12-31")
+    # database names as CNKI's real rows show them (SCPD2024, CJFDLAST2024, CMFD202401, ...);
+    # off: the families' bare names (SCPD, CJFQ, CMFD, ...)
+    dbname_years: bool = False
 
 
 class Document:
@@ -579,7 +596,7 @@ class Corpus:
 
     def locate(self, dbname: str, filename: str) -> Document | None:
         """The document behind a (dbname, filename), or None if this corpus has none."""
-        doc_type = DBNAME_TYPES.get(dbname)
+        doc_type = DBNAME_TYPES.get(dbname_family(dbname))
         if doc_type is None:
             return self._locate_foreign(dbname, filename)
         core = filename[2:-1] if doc_type == "patent" else filename[4:]
@@ -611,7 +628,7 @@ class Corpus:
         return doc if doc.key == (dbname, filename) else None
 
     def doc_type_of(self, dbname: str) -> str | None:
-        return DBNAME_TYPES.get(dbname)
+        return DBNAME_TYPES.get(dbname_family(dbname))
 
     def _doomed_refs(self, doc_type: str, day: int) -> frozenset:
         n = self.options.doomed
@@ -687,8 +704,26 @@ class Corpus:
         extra["cites"] = cites
         extra["downloads"] = downloads
         base = self.leaf_base(doc_type, day, li)
+        if self.options.dbname_years and i >= 0:
+            fields["dbname"] = self._year_dbname(fields["dbname"], day, _mix(base, i, 9))
         extra["cookie"] = "".join(f"{_mix(base, i, k):016x}" for k in (5, 6, 7))
         return Document(doc_type, (day, li, i), fields, codes, extra)
+
+    @staticmethod
+    def _year_dbname(family: str, day: int, draw: int) -> str:
+        """A document's database name with its year, in the shapes of CNKI's real pages:
+        patents ``SCPD`` + the publication year (``SCPD2017`` on old_patent_list_p3.html);
+        journals ``CJFQ`` (kns8s) or ``CJFDLAST2015``/``CJFD2008`` (old_journal_list_p3.html);
+        ``CAPJ`` as it is; theses ``CMFD202101``/``CDFD202101``-style; achievements ``SNAD``."""
+        year = date.fromordinal(day).year
+        u = (draw & 0xFFFF) / 65536.0
+        if family == "SCPD":
+            return f"SCPD{year}"
+        if family == "CJFQ":
+            return "CJFQ" if u < 0.34 else f"CJFDLAST{year}" if u < 0.67 else f"CJFD{year}"
+        if family in ("CMFD", "CDFD"):
+            return f"{family}{year}{1 + (draw >> 16) % 2:02d}"
+        return family
 
     # people, institutions, codes
 

@@ -21,6 +21,14 @@
   same faults, and a retried request (same identity, next occurrence) draws afresh.
 - ``ProxyProvider``: the proxy-provider API, a few proxies per call round-robin, at most one
   successful call per ``interval`` seconds.
+- ``HumanCheck``: which sessions a person passed (CNKI's 2026 slider check, bound to the session
+  cookie, not the IP). A pass lets its session make at most ``requests`` requests within
+  ``minutes`` of the pass, at most ``pace * pace_window`` of them in any ``pace_window`` seconds
+  and fewer than ``burst`` in any ``BURST_WINDOW`` seconds; the request that breaks a rule is
+  the first one checked again, and so is every later one until a person passes it again.
+  Invariant: a session id is in ``_current`` iff a person passed it; its record's ``reason`` is
+  None while it is answered and names the broken rule (limit, minutes, pace, control) from the
+  moment it was checked again (or its session expired: idle). Every pass is a new record in ``records`` (kept for /_stats).
 """
 
 from __future__ import annotations
@@ -298,3 +306,156 @@ class ProxyProvider:
             out.append(self.ports[self._next % len(self.ports)])
             self._next += 1
         return out
+
+
+BURST_WINDOW = 2.0  # seconds: "4 rapid requests drew the captcha" (PROTOCOL.md, point 11)
+
+
+class Pass:
+    """One pass of the human check: a session answered until one of its limits is reached."""
+
+    __slots__ = ("sid", "number", "passed_at", "requests", "hits", "reason", "checked_at")
+    __slots__ += ("checked_after_requests", "check_after", "by_kind", "documents")
+
+    def __init__(self, sid: str, number: int, now: float):
+        self.sid, self.number, self.passed_at = sid, number, now
+        self.requests = 0  # requests answered (not challenged) since the pass
+        self.hits: deque = deque()  # times of the recent requests (the pace windows)
+        self.reason: str | None = None  # why it was checked again; None while answered
+        self.checked_at: float | None = None
+        self.checked_after_requests: int | None = None
+        self.check_after: int | None = None  # control: checked after this many more requests
+        self.by_kind = {"page": 0, "list": 0, "detail": 0}  # admitted requests by route kind
+        self.documents = 0  # detail pages served (200) in this pass
+
+    def view(self, now: float) -> dict:
+        return {
+            "session": self.sid,
+            "pass": self.number,
+            "requests": self.requests,
+            **{f"{kind}_requests": n for kind, n in self.by_kind.items()},
+            "documents": self.documents,
+            "seconds_since_pass": round(now - self.passed_at, 3),
+            "checked": self.reason is not None,
+            "reason": self.reason,
+            "checked_after_requests": self.checked_after_requests,
+            "checked_after_seconds": (
+                None if self.checked_at is None else round(self.checked_at - self.passed_at, 3)
+            ),
+        }
+
+
+class HumanCheck:
+    """Sessions a person passed and their hidden limits (see the module docstring)."""
+
+    def __init__(
+        self,
+        on: bool,
+        requests: int,
+        minutes: float,
+        pace: float,
+        pace_window: float,
+        burst: int,
+    ):
+        self.on = on
+        self.requests, self.minutes = requests, minutes
+        self.pace, self.pace_window, self.burst = pace, pace_window, burst
+        self._current: dict[str, Pass] = {}
+        self.records: list[Pass] = []
+
+    def limits(self) -> dict:
+        return {
+            "session_requests": self.requests,
+            "session_minutes": self.minutes,
+            "session_pace": self.pace,
+            "session_pace_window": self.pace_window,
+            "session_burst": self.burst,
+            "burst_window": BURST_WINDOW,
+        }
+
+    def pass_(self, sid: str, now: float) -> Pass:
+        """A person passed the check in session ``sid``: a fresh pass, whatever came before."""
+        record = Pass(sid, len(self.records) + 1, now)
+        self._current[sid] = record
+        self.records.append(record)
+        return record
+
+    def current(self, sid: str | None) -> Pass | None:
+        return self._current.get(sid) if sid else None
+
+    def admit(self, sid: str | None, now: float, kind: str = "page") -> str:
+        """Count one request of session ``sid`` (``kind``: page, list or detail): ``ok``
+        (answer it), ``plain`` (no person passed this session) or ``checked`` (passed, but
+        checked again: now or before)."""
+        record = self.current(sid)
+        if record is None:
+            return "plain"
+        if record.reason is not None:
+            return "checked"
+        reason = self._broken_rule(record, now)
+        if reason is not None:
+            self._check(record, reason, now)
+            return "checked"
+        record.requests += 1
+        record.by_kind[kind] += 1
+        return "ok"
+
+    def _broken_rule(self, record: Pass, now: float) -> str | None:
+        if record.check_after is not None and record.requests >= record.check_after:
+            return "control"
+        if self.requests > 0 and record.requests >= self.requests:
+            return "limit"
+        if self.minutes > 0 and now - record.passed_at >= self.minutes * 60.0:
+            return "minutes"
+        hits = record.hits
+        hits.append(now)
+        longest = max(self.pace_window, BURST_WINDOW)
+        while hits and hits[0] <= now - longest:
+            hits.popleft()
+        if self.burst > 0 and sum(1 for t in hits if t > now - BURST_WINDOW) >= self.burst:
+            return "pace"
+        if self.pace > 0 and self.pace_window > 0:
+            in_window = sum(1 for t in hits if t > now - self.pace_window)
+            if in_window > self.pace * self.pace_window:
+                return "pace"
+        return None
+
+    def _check(self, record: Pass, reason: str, now: float) -> None:
+        record.reason, record.checked_at = reason, now
+        record.checked_after_requests = record.requests
+        record.hits.clear()
+
+    def lapse(self, sid: str | None, now: float) -> None:
+        """The session of a pass expired (idle too long): its pass ends with it."""
+        record = self.current(sid)
+        if record is not None and record.reason is None:
+            self._check(record, "idle", now)
+
+    def expire(self, sid: str, now: float) -> bool:
+        """Check a passed session again now (control); False if no person passed it."""
+        record = self.current(sid)
+        if record is None:
+            return False
+        if record.reason is None:
+            self._check(record, "control", now)
+        return True
+
+    def check_after(self, sid: str, more: int) -> bool:
+        """Check a passed session again after ``more`` further requests (control)."""
+        record = self.current(sid)
+        if record is None or record.reason is not None:
+            return False
+        record.check_after = record.requests + max(0, int(more))
+        return True
+
+    def view(self, now: float) -> dict:
+        return {
+            "on": self.on,
+            "limits": self.limits(),
+            "passes": len(self.records),
+            "checked_again": {
+                reason: sum(1 for r in self.records if r.reason == reason)
+                for reason in ("limit", "minutes", "pace", "control", "idle")
+            },
+            "sessions": [r.view(now) for r in self.records],
+        }

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from html import escape
 
-from standin.corpus import FOREIGN_DATABASES, Document
+from standin.corpus import FOREIGN_DATABASES, Document, dbname_family
 
 RESOURCES = {"patent": "PATENT", "paper": "JOURNAL", "achievement": "ACHIEVEMENTS"}
 DBCODES = {
@@ -93,7 +93,7 @@ def row_parts(doc: Document, base: str, variant: str = "collect") -> tuple[bytes
     b = f'</td><td class="name"><a class="fz14" target="_blank" href="{base}/kcms2/article/abstract?v='
     marktip = '<b class="marktip">网络首发</b>' if x.get("first_online") else ""
     link_key = (
-        f"&amp;dbcode={DBCODES[f['dbname']]}&amp;dbname={f['dbname']}&amp;filename={f['filename']}"
+        f"&amp;dbcode={DBCODES[dbname_family(f['dbname'])]}&amp;dbname={f['dbname']}&amp;filename={f['filename']}"
         if variant == "link"
         else ""
     )
@@ -244,7 +244,7 @@ def _page(doc: Document, top: str, body: str, abstract: str) -> bytes:
     return (
         '<!DOCTYPE html>\n<html lang="zh-CN">\n<head>\n<meta charset="utf-8">\n'
         f'<title>{_e(f["title"])} - 中国知网</title>\n</head>\n<body>\n<div class="wrapper">\n'
-        f'<input id="paramdbcode" type="hidden" value="{DBCODES[f["dbname"]]}">\n'
+        f'<input id="paramdbcode" type="hidden" value="{DBCODES[dbname_family(f["dbname"])]}">\n'
         f'<input id="paramdbname" type="hidden" value="{f["dbname"]}">\n'
         f'<input id="paramfilename" type="hidden" value="{f["filename"]}">\n'
         f'<input type="hidden" id="abstract_text" value="{_e(abstract)}">\n'
@@ -409,6 +409,7 @@ WARMUP_PAGE = """<!DOCTYPE html>
 <body>
 <div id="ModuleHeader"></div>
 <div class="search-box">
+    <input type="hidden" id="classid" value="WD0FTY92">
     <input type="hidden" id="CheckedDB" value="YSTT4HG0,LSTPFY1C,EMRPGLPA,JUP3MUPD,MPMFIG1A,WQ0UVIAA,BLZOG7CK,PWFIRAGL,NLBO1Z6R,NN3FJMUV">
     <ul class="doctype-menus">
         <li><a href="javascript:void(0)" name="classify" classid="WD0FTY92" resource="CROSSDB">总库</a></li>
@@ -433,6 +434,34 @@ VERIFY_PAGE = """<!DOCTYPE html>
 <body><div class="verify-wrap"><p>您的访问超时或操作过于频繁，请完成验证后继续。</p>
 <div id="verifyBox"></div></div></body></html>
 """.encode()
+
+PASS_CONTROL_TEXT = "通过验证 (test only: plays the person passing the slider)"
+
+
+def verify_page(params: dict[str, str]) -> bytes:
+    """The 2026 verify page (AJ-Captcha's block puzzle) with the stand-in's test-only control.
+
+    The slider of the real page needs a person; here the button ``#standin-pass`` plays that
+    person: it posts the page's parameters to AJ-Captcha's check path, which binds "passed" to
+    this browser's session cookie and sends the browser back to ``returnUrl``. Plain HTML and a
+    form, so it works in any browser, headless ones included, with or without scripts."""
+    hidden = "".join(
+        f'<input type="hidden" name="{name}" value="{_e(params.get(name, ""))}">'
+        for name in ("captchaType", "ident", "captchaId", "returnUrl")
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="zh-CN"><head><meta charset="utf-8"><title>安全验证</title></head>\n'
+        '<body><div class="verify-wrap" id="captcha">\n<p>请完成安全验证</p>\n'
+        '<div class="verify-img-panel"><div class="verify-img-out"></div></div>\n'
+        '<div class="verify-bar-area"><span class="verify-msg">向右拖动滑块填充拼图</span>'
+        '<div class="verify-move-block"></div></div>\n'
+        '<form id="standin-pass-form" method="post" action="/verify-api/web/check">'
+        f'{hidden}<button id="standin-pass" type="submit">{PASS_CONTROL_TEXT}</button></form>\n'
+        '<p class="standin-note">This is the CNKI stand-in (a test site): the button above stands '
+        "for a person passing CNKI's slider check in this browser.</p>\n"
+        "</div></body></html>\n"
+    ).encode()
+
 
 CAPTCHA_PAGE = """<!DOCTYPE html>
 <html lang="zh-CN"><head><meta charset="utf-8"><title>安全验证</title>

@@ -5,10 +5,14 @@ latency and slow faults, which the HTTP layer honours without blocking other con
 
 Routes:
   GET  /kns8s/defaultresult/index   warm-up: new session, cookies KNS2COOKIE, SID_kns_new, dblang
+                                    (with the human check: the page, for a passed session only)
+  GET  /kns8s/search, /kns8s/AdvSearch   the search page (a passed session's, with the check)
   GET  /RCDService/api/UtilityOpenApi/GenerateClientID   {"Success":true,"Data":"<Ecp_ClientId>"}
   POST /kns8s/brief/grid            list fragment (client id, session, QueryJson rules, cap, pace)
   GET  /kcms2/article/abstract?v=   detail page (token checked: signature, age, session)
-  GET  /verify/home                 where challenges redirect to
+  GET  /verify/home                 where challenges redirect to (with the human check: sets the
+                                    session cookies if none, holds the test-only #standin-pass)
+  POST /verify-api/web/check        the pass control: passes the cookie's session, 302 returnUrl
   POST /kns8s/brief/checkcode       where the vericodeForm posts (always "wrong code")
   GET  /                            a home page (some clients visit www first)
   GET|POST /_control                state; POST JSON changes it (faults, latency, limits, ...)
@@ -18,7 +22,9 @@ Routes:
   GET  /_doomed?type=&start=&end=&categories=      filenames whose detail always fails
   GET  /proxy-api?num=5&format=text|json           the proxy provider
 
-Faults, the rate limit and latency apply to grid and detail requests only; the pace guard to the
+The human check (``human_check``) stands in front of every kns route but the client-id
+endpoint (another CNKI host), before the rate limit, the pace guard and faults. Faults, the rate
+limit and latency apply to grid and detail requests only; the pace guard to the
 warm-up, grid and detail requests (the client-id endpoint is another CNKI host). A request comes
 from IP ``127.0.0.1`` when direct and ``10.0.0.{i+1}`` through proxy port ``i``.
 """
@@ -32,7 +38,7 @@ import math
 import random
 import time
 from dataclasses import dataclass, field
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, urlsplit
 
 from standin import markup
 from standin.corpus import (
@@ -48,6 +54,7 @@ from standin.limits import (
     ALL_FAULTS,
     ClientIds,
     FaultPlan,
+    HumanCheck,
     PaceGuard,
     ProxyProvider,
     RateLimiter,
@@ -108,7 +115,9 @@ class SiteOptions:
     port: int = 0
     cap_rows: int = 6000  # rows a search reaches, whatever the page size
     max_pages: int | None = None  # the older spelling: cap_rows = max_pages * 50
-    turn_limit: int = 15  # grid requests a session allows after its first (0: no limit)
+    # grid requests a session allows after its first (0: no limit); None: 15, or 0 with the
+    # human check (a passed session's hidden limits and pace take the fixed count's place)
+    turn_limit: int | None = None
     token_ttl: float = 600.0
     session_ttl: float = 1200.0
     latency: tuple[float, float] = (0.0, 0.0)
@@ -128,9 +137,20 @@ class SiteOptions:
     rows_without_keys: bool = False  # patent rows carry their key nowhere
     header_rows: float = 0.0  # share of list pages whose tbody starts with a <td> header row
     breaks: list[str] = field(default_factory=list)  # break_ modes (BREAKS)
+    # the person's check (PROTOCOL.md point 11). Off in the Python API (legacy tests and
+    # benchmarks), on in ``python -m standin``
+    human_check: bool = False
+    session_requests: int = 300  # requests a passed session answers (0: no limit)
+    session_minutes: float = 30.0  # minutes a pass lasts (0: no limit)
+    session_pace: float = 1.5  # requests/s over session_pace_window before a check (0: off)
+    session_pace_window: float = 10.0
+    session_burst: int = 4  # this many requests within 2 s draw the check (0: off)
+    zero_as_soft_block: bool = False  # a genuine zero answers the soft block's bytes
     corpus: CorpusOptions = field(default_factory=CorpusOptions)
 
     def __post_init__(self):
+        if self.turn_limit is None:
+            self.turn_limit = 0 if self.human_check else 15
         if self.max_pages is not None:
             self.cap_rows = int(self.max_pages) * 50
         unknown = set(self.breaks) - set(BREAKS)
@@ -207,6 +227,14 @@ class Site:
         self.faults = FaultPlan(o.corpus.seed, o.faults)
         self.limiter = RateLimiter(o.rate_limit, o.burst, o.ban_seconds)
         self.session_pace = PaceGuard(o.pace_limit, o.pace_block_seconds)
+        self.human = HumanCheck(
+            o.human_check,
+            o.session_requests,
+            o.session_minutes,
+            o.session_pace,
+            o.session_pace_window,
+            o.session_burst,
+        )
         self.ip_pace = PaceGuard(o.pace_limit, o.pace_block_seconds, quiet=True)
         self.latency = parse_latency(o.latency)
         self.breaks = set(o.breaks)
@@ -254,7 +282,7 @@ class Site:
             "faults": dict.fromkeys(ALL_FAULTS, 0),
             "pages": {"warmup": 0, "list": 0, "no_content": 0, "detail": 0},
             "challenged": dict.fromkeys(CHALLENGE_FORMS, 0),
-            "challenged_by": {"session": 0, "ip": 0, "turn_limit": 0},
+            "challenged_by": {"session": 0, "ip": 0, "turn_limit": 0, "human_check": 0},
             "rejections": dict.fromkeys(REJECTIONS, 0),
             "sessions_created": 0,
             "client_ids_issued": 0,
@@ -267,6 +295,11 @@ class Site:
             "banned_responses": 0,
             "proxy_auth_refusals": 0,
             "dead_proxy_drops": 0,
+            "zeros_as_soft_block": 0,
+            # the person's check: requests of sessions no person passed (plain) or checked again
+            "human_check_refusals": {"plain": 0, "checked": 0},
+            "human_passes": 0,
+            "foreign_session_details": 0,  # a v= link opened in another passed session
         }
         self.stats["challenged"]["total"] = 0
         self._bans_base = self.limiter.bans
@@ -289,6 +322,7 @@ class Site:
             k: v - self._provider_base.get(k, 0) for k, v in self.provider.calls.items()
         }
         out["live_sessions"] = len(self.sessions)
+        out["human_check"] = self.human.view(self.clock())
         return out
 
     def _challenge(self, form: str, cause: str) -> None:
@@ -351,6 +385,31 @@ class Site:
         ).encode()
         return Response(status, body, JSON)
 
+    def _human_gate(self, req: Request) -> Response | None:
+        """The person's check in front of every kns request (PROTOCOL.md point 11). None when
+        the request's session cookie names a session a person passed and it is within its
+        hidden limits; else the 2026 challenge: grid POSTs the -403 JSON, page GETs the 302 to
+        the block puzzle. Bound to the cookie: the IP plays no part."""
+        if not self.human.on:
+            return None
+        now = self.clock()
+        sid = self._cookie(req, "SID_kns_new")
+        if self.sessions.get(sid, now) is None:
+            # an idle-expired session that a person had passed: checked again, "idle"
+            self.human.lapse(sid, now)
+            sid = None
+        kind = {"/kns8s/brief/grid": "list", "/kcms2/article/abstract": "detail"}.get(req.path)
+        verdict = self.human.admit(sid, now, kind or "page")
+        if verdict == "ok":
+            self.sessions.touch(sid, now)
+            return None
+        self.stats["human_check_refusals"][verdict] += 1
+        if req.path == "/kns8s/brief/grid":
+            self._challenge("json_403", "human_check")
+            return self._json_403(req)
+        self._challenge("verify_redirect", "human_check")
+        return self._verify_redirect(req, puzzle=True)
+
     def _session_of(self, req: Request) -> str | None:
         sid = self._cookie(req, "SID_kns_new")
         if sid is None and req.path == "/kcms2/article/abstract":
@@ -389,6 +448,11 @@ class Site:
         """Latency, the per-IP ban, the pace and injected faults in front of a grid or detail."""
         lo, hi = self.latency
         delay = lo if hi <= lo else self._random.uniform(lo, hi)
+        if self.human.on:
+            resp = self._human_gate(req)
+            if resp is not None:
+                resp.delay = delay
+                return resp
         if self.limiter.active and not self.limiter.allow(req.ip, self.clock()):
             self.stats["banned_responses"] += 1
             return Response(200, markup.CAPTCHA_PAGE, delay=delay)
@@ -450,6 +514,8 @@ class Site:
         return Response(200, markup.HOME_PAGE)
 
     def warmup(self, req: Request) -> Response:
+        if self.human.on:  # no session without a person: only /verify/home starts one
+            return self.search_page(req)
         if self.session_pace.active:
             resp = self._paced(req)  # a blocked session's (or IP's) warm-up is challenged too
             if resp is not None:
@@ -468,6 +534,68 @@ class Site:
             ],
         )
 
+    def search_page(self, req: Request) -> Response:
+        """The search pages (and, with the human check, the warm-up): for a session a person
+        passed, the page and nothing else (its cookies stay as they are)."""
+        resp = self._human_gate(req)
+        if resp is not None:
+            return resp
+        if self.session_pace.active:
+            resp = self._paced(req)
+            if resp is not None:
+                return resp
+        self.stats["pages"]["warmup"] += 1
+        return Response(200, markup.WARMUP_PAGE)
+
+    def _session_cookies(self, req: Request, now: float) -> list[tuple[str, str]]:
+        """Set-Cookie headers for a browser with no live session (a new one) or no client id."""
+        headers = []
+        if self.sessions.get(self._cookie(req, "SID_kns_new"), now) is None:
+            session = self.sessions.create(now)
+            self.stats["sessions_created"] += 1
+            headers += [
+                ("Set-Cookie", f"KNS2COOKIE={session.kns2}; path=/; HttpOnly"),
+                ("Set-Cookie", f"SID_kns_new={session.sid}; path=/"),
+                ("Set-Cookie", "dblang=both; path=/"),
+            ]
+        if "client-id" not in self.breaks and not self.client_ids.valid(
+            self._cookie(req, "Ecp_ClientId")
+        ):
+            # what the real page's script fetches from GenerateClientID into a browser's jar
+            self.stats["client_ids_issued"] += 1
+            headers.append(("Set-Cookie", f"Ecp_ClientId={self.client_ids.issue()}; path=/"))
+        return headers
+
+    def _same_site(self, url: str) -> str | None:
+        """``url`` if it is a page of this site (returnUrl is never an open redirect)."""
+        parts = urlsplit(url)
+        if parts.scheme in ("http", "") and (parts.netloc in self.host_ports or not parts.netloc):
+            if parts.path.startswith("/") and not url.startswith("//"):
+                return url if parts.netloc else self.base + url
+        return None
+
+    def verify_check(self, req: Request) -> Response:
+        """The test-only pass control (AJ-Captcha's check path): a person passed the slider in
+        this browser's session; back to ``returnUrl``."""
+        if req.method != "POST":
+            return Response(405, b"POST only", "text/plain")
+        now = self.clock()
+        sid = self._cookie(req, "SID_kns_new")
+        if self.sessions.get(sid, now) is None:
+            body = {
+                "repCode": "6111",
+                "repMsg": "验证失败: no CNKI session cookie",
+                "success": False,
+            }
+            return Response(403, json.dumps(body, ensure_ascii=False).encode(), JSON)
+        self.human.pass_(sid, now)
+        self.sessions.touch(sid, now)
+        self.stats["human_passes"] += 1
+        form = parse_qs(req.body.decode("utf-8", "replace"))
+        target = self._same_site((form.get("returnUrl") or [""])[0])
+        location = target or f"{self.base}/kns8s/defaultresult/index"
+        return Response(302, b"", HTML, [("Location", location)])
+
     def client_id(self, req: Request) -> Response:
         if "client-id" in self.breaks:
             return Response(404, b"not found", "text/plain")
@@ -476,7 +604,11 @@ class Site:
         return Response(200, body.encode(), JSON)
 
     def verify(self, req: Request) -> Response:
-        return Response(200, markup.VERIFY_PAGE)
+        if not self.human.on:
+            return Response(200, markup.VERIFY_PAGE)
+        headers = self._session_cookies(req, self.clock())
+        params = {k: v[0] for k, v in parse_qs(req.query).items()}
+        return Response(200, markup.verify_page(params), HTML, headers)
 
     def checkcode(self, req: Request) -> Response:
         return Response(
@@ -607,14 +739,12 @@ class Site:
         except BadQuery:
             return Response(200, markup.NO_DATA_RETRY)
         except LookupError:
-            self.stats["pages"]["no_content"] += 1
-            return Response(200, markup.NO_CONTENT)
+            return self._zero()
         if isinstance(search, bytes):
             name = REJECTION_BODIES.get(search)
-            if name is not None:
-                self.stats["rejections"][name] += 1
-            else:
-                self.stats["pages"]["no_content"] += 1
+            if name is None:
+                return self._zero()
+            self.stats["rejections"][name] += 1
             return Response(200, search)
         if page > 1 and "turn-token" in self.breaks:
             self._challenge("soft_block", "turn_limit")
@@ -622,8 +752,7 @@ class Site:
         refs = self.corpus.results(search)
         total = len(refs)
         if total == 0:
-            self.stats["pages"]["no_content"] += 1
-            return Response(200, markup.NO_CONTENT)
+            return self._zero()
         cap = self.options.cap_rows
         first = (page - 1) * size
         if page < 1 or first >= min(total, cap):
@@ -671,6 +800,15 @@ class Site:
             200, markup.list_fragment(search.doc_type, total, page, pages, rows, turn_token)
         )
 
+    def _zero(self) -> Response:
+        """A search with no results: CNKI's genuine zero, or (``zero_as_soft_block``) the soft
+        block's very bytes, as PROTOCOL.md point 13 leaves possible."""
+        self.stats["pages"]["no_content"] += 1
+        if self.options.zero_as_soft_block:
+            self.stats["zeros_as_soft_block"] += 1
+            return Response(200, markup.SOFT_BLOCK)
+        return Response(200, markup.NO_CONTENT)
+
     def detail(self, req: Request) -> Response:
         info = self.tokens.check(self._token(req))
         refusals = self.stats["token_refusals"]
@@ -685,6 +823,11 @@ class Site:
         if not self.sessions.touch(sid, now):
             refusals["session"] += 1
             return self._verify_redirect(req)
+        if self.human.on and self._cookie(req, "SID_kns_new") != sid:
+            # v= links answer only in the session that listed them (a passed one: the gate)
+            refusals["session"] += 1
+            self.stats["foreign_session_details"] += 1
+            return self._verify_redirect(req)
         doc = self.corpus.locate(dbname, filename)
         if doc is None:
             return Response(404, b"not found", "text/plain")
@@ -692,6 +835,8 @@ class Site:
             self.stats["doomed_responses"] += 1
             return Response(500, b"<html><body><h1>500 Internal Server Error</h1></body></html>")
         self.stats["pages"]["detail"] += 1
+        if self.human.on:
+            self.human.current(sid).documents += 1  # the gate admitted this passed session
         return Response(200, markup.detail_page(doc, "detail-fields" in self.breaks))
 
     def grid_guarded(self, req: Request) -> Response:
@@ -720,6 +865,10 @@ class Site:
             "rows_without_keys": o.rows_without_keys,
             "header_rows": o.header_rows,
             "break": sorted(self.breaks),
+            "human_check": self.human.on,
+            **self.human.limits(),
+            "zero_as_soft_block": o.zero_as_soft_block,
+            "dbname_years": o.corpus.dbname_years,
             "token_ttl": o.token_ttl,
             "session_ttl": self.sessions.ttl,
             "latency": list(self.latency),
@@ -813,6 +962,22 @@ class Site:
                 self.provider.interval = float(value)
             elif key == "provider_batch":
                 self.provider.batch = int(value)
+            elif key == "human_check":
+                self.human.on = bool(value)
+            elif key in ("session_requests", "session_burst"):
+                setattr(self.human, key.removeprefix("session_"), int(value))
+            elif key in ("session_minutes", "session_pace", "session_pace_window"):
+                setattr(self.human, key.removeprefix("session_"), float(value))
+            elif key == "expire_session":  # a session id (the SID_kns_new value) or a list
+                for sid in [value] if isinstance(value, str) else list(value):
+                    if not self.human.expire(sid, self.clock()):
+                        raise ValueError(f"expire_session: no person passed session {sid!r}")
+            elif key == "check_after":  # {session id: requests it still answers}
+                for sid, more in dict(value).items():
+                    if not self.human.check_after(sid, int(more)):
+                        raise ValueError(f"check_after: session {sid!r} is not passed and live")
+            elif key == "zero_as_soft_block":
+                o.zero_as_soft_block = bool(value)
             elif key == "reset_stats":
                 if value:
                     self.reset_stats()
@@ -900,10 +1065,13 @@ class Site:
     ROUTES = {
         "/": home,
         "/kns8s/defaultresult/index": warmup,
+        "/kns8s/search": search_page,
+        "/kns8s/AdvSearch": search_page,
         "/kns8s/brief/grid": grid_guarded,
         "/kcms2/article/abstract": detail_guarded,
         CLIENT_ID_PATH: client_id,
         "/verify/home": verify,
+        "/verify-api/web/check": verify_check,
         "/kns8s/brief/checkcode": checkcode,
         "/_control": control,
         "/_stats": stats_page,

@@ -357,6 +357,31 @@ def test_zero_results_is_the_no_content_fragment(cnki_site):
     assert b"pagerTitleCell" not in body
 
 
+def test_zero_as_soft_block_answers_a_genuine_zero_with_the_soft_blocks_bytes(cnki_site):
+    """PROTOCOL.md point 13 / issue 20 point 4: a crawler must not be able to tell them apart."""
+    site = cnki_site(seed=1, zero_as_soft_block=True, turn_limit=1)
+    empty = next(
+        r
+        for r in site.rounds("patent", DAY, categories=["D", "A01", "A23", "B01"])
+        if not r["count"]
+    )
+    client = site.client()
+    client.warmup()
+    status, _, zero = client.grid("patent", empty["date"], code=empty["category"])
+    # every other kind of zero too: a single database asked with the 总库 list
+    _, _, by_rule = client.grid("patent", DAY, code="H04", kuaku=FULL_KUAKU)
+    _, _, soft = client.grid("patent", DAY, code="H04")  # over the turn limit: the soft block
+    assert status == 200 and zero == by_rule == soft == SOFT_BLOCK and len(zero) == 105
+    stats = site.stats()
+    assert stats["zeros_as_soft_block"] == 2 and stats["challenged"]["soft_block"] == 1
+    # off (the default): CNKI's genuine zero
+    plain = cnki_site(seed=1)
+    client = plain.client()
+    client.warmup()
+    assert client.grid("patent", empty["date"], code=empty["category"])[2] == GENUINE_ZERO
+    assert plain.state()["zero_as_soft_block"] is False
+
+
 def test_title_search_finds_the_document(cnki_site):
     site = cnki_site(seed=4)
     target = site.truth("paper", DAY, categories=["TP"])[7]
@@ -904,7 +929,7 @@ def test_a_session_over_the_pace_gets_the_soft_block_and_verify_redirects(cnki_s
     assert b"pagerTitleCell" in lanes[0].grid("patent", DAY, code="H04")[2]  # blocked a while
     stats = site.stats()
     assert stats["challenged"]["soft_block"] == 1 and stats["challenged"]["verify_redirect"] == 2
-    assert stats["challenged_by"] == {"session": 3, "ip": 0, "turn_limit": 0}
+    assert stats["challenged_by"] == {"session": 3, "ip": 0, "turn_limit": 0, "human_check": 0}
     assert stats["pace_blocks"] == {"session": 1, "ip": 0}
 
 
@@ -1088,6 +1113,64 @@ def test_truth_lists_only_documents_to_store(cnki_site):
     assert {t["database"] for t in site.truth("patent", DAY)} == {"中国专利"}
 
 
+# -- database names with their year (PROTOCOL.md point 12, issue 20) ----------------------------
+
+YEAR_NAMES = {
+    "patent": r"SCPD2024",
+    "paper": r"CJFQ|CJFDLAST2024|CJFD2024|CAPJ|CMFD20240[12]|CDFD20240[12]",
+    "achievement": r"SNAD",
+}
+
+
+@pytest.mark.parametrize(
+    ("doc_type", "code"), [("patent", "H04"), ("paper", "TP"), ("achievement", "TP")]
+)
+def test_dbname_years_on_rows_links_detail_pages_and_truth(cnki_site, doc_type, code):
+    site = cnki_site(seed=2, dbname_years=True, overflow=[f"{doc_type}:{DAY}:{code}:400"])
+    truth = {(t["dbname"], t["filename"]): t for t in site.truth(doc_type, DAY, categories=[code])}
+    client = site.client()
+    first, rows = crawl_round(client, doc_type, DAY, code=code)
+    # the rows' keys (icon-collect or the link's query) are the truth's, names and all
+    assert {(r["dbname"], r["filename"]) for r in rows} == set(truth)
+    names = {r["dbname"] for r in rows}
+    assert all(re.fullmatch(YEAR_NAMES[doc_type], name) for name in names)
+    if doc_type == "paper":  # CNKI's real variety, every shape present
+        shapes = {re.sub(r"\d", "9", name) for name in names}
+        assert shapes == {"CJFQ", "CJFDLAST9999", "CJFD9999", "CAPJ", "CMFD999999", "CDFD999999"}
+    if doc_type == "patent":  # the link's own key (rows without icon-collect) carries it too
+        linked = [r for r in rows if not r["collect"]]
+        assert linked and all("dbname=SCPD2024" in r["href"] for r in linked)
+        assert all("dbcode=SCPD&" in r["href"] for r in linked)
+    for row in rows[:25]:  # the detail page names the same database
+        status, _, body = client.get(row["href"])
+        assert status == 200
+        page = lxml.html.fromstring(body.decode("utf-8"))
+        assert page.cssselect("#paramdbname")[0].get("value") == row["dbname"]
+        assert page.cssselect("#paramfilename")[0].get("value") == row["filename"]
+    # without the option: the families' bare names, as before
+    plain = {t["dbname"] for t in cnki_site(seed=2).truth(doc_type, DAY, categories=[code])}
+    assert plain <= {"SCPD", "CJFQ", "CAPJ", "CMFD", "CDFD", "SNAD"}
+
+
+def test_dbname_years_in_the_cli_truth_and_the_100_kept_by_kuakucode(cnki_site):
+    options = ["--seed", "4", "--dbname-years"]
+    cli = subprocess.run(
+        [sys.executable, "-m", "standin", "truth", "--type", "paper", "--start", DAY, "--end", DAY, "--categories", "F", *options],
+        cwd=REPO, capture_output=True, check=True, text=True, encoding="utf-8",
+    ).stdout  # fmt: skip
+    site = cnki_site(seed=4, dbname_years=True)
+    truth = site.truth("paper", DAY, categories=["F"])
+    assert [json.loads(line) for line in cli.splitlines()] == truth
+    # a KuaKuCode of journals only lists the journal family, whatever its year names
+    client = site.client()
+    _, rows = crawl_round(client, "paper", DAY, code="F", kuaku="YSTT4HG0")
+    assert {r["dbname"] for r in rows} and all(
+        re.fullmatch(r"CJFQ|CJFD(LAST)?2024|CAPJ", r["dbname"]) for r in rows
+    )
+    journals = {t["filename"] for t in truth if re.match(r"CJF|CAPJ", t["dbname"])}
+    assert {r["filename"] for r in rows} == journals
+
+
 # -- proxies and the provider -------------------------------------------------------------------
 
 
@@ -1181,9 +1264,14 @@ def test_cli_truth_equals_the_endpoint(cnki_site):
     assert cli == site.truth("paper", DAY, "2024-03-06", ["F", "O1"]) and len(cli) > 700
 
 
-def test_command_prints_its_base_url_first_and_stops_on_sigterm():
+@pytest.mark.parametrize(
+    ("switch", "status"), [((), 302), (("--no-human-check",), 200)], ids=["default", "plain"]
+)
+def test_command_prints_its_base_url_first_and_stops_on_sigterm(switch, status):
+    """``python -m standin`` checks for a person by default (a plain warm-up goes to the
+    verify page); ``--no-human-check`` is the plain site."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "standin", "--port", "0", "--proxies", "1"],
+        [sys.executable, "-m", "standin", "--port", "0", "--proxies", "1", *switch],
         cwd=REPO,
         stdout=subprocess.PIPE,
     )
@@ -1193,7 +1281,10 @@ def test_command_prints_its_base_url_first_and_stops_on_sigterm():
         port = int(line.strip().rsplit(":", 1)[1])
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
         conn.request("GET", "/kns8s/defaultresult/index")
-        assert conn.getresponse().status == 200
+        response = conn.getresponse()
+        assert response.status == status
+        if status == 302:
+            assert "/verify/home?captchaType=blockPuzzle&" in response.getheader("Location")
     finally:
         process.terminate()
         assert process.wait(timeout=5) == 0
