@@ -540,3 +540,64 @@ def test_status_shows_the_ledger_sums_the_drops_by_rule_and_the_rounds_out_of_ba
     assert f"round {short.id} 2024-01-01 H04: ledger: listed 51, stored 0, unaccounted 51" in text
     summary = run_summary(store.engine, "t", {"finish_reason": "finished"})
     assert "dropped other-database" in summary and "1 rounds out of balance" in summary
+
+
+# -- the stand-in's own shapes (--dbname-years, --zero-as-soft-block) ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("doc_type", "categories", "db"),
+    [
+        ("patent", "G06,H04", "mysql"),
+        ("paper", "TP3,F0", "sqlite"),
+        ("achievement", "TP3", "sqlite"),
+    ],
+)
+def test_the_stand_in_s_year_suffixed_names_crawl_equal_to_the_truth(
+    crawl_setup, doc_type, categories, db
+):
+    """`cnki_site(dbname_years=True)`: SCPD2024, CJFDLAST2024/CJFD2024, CMFD202401, ... on rows,
+    links, detail pages and the truth."""
+    setup = crawl_setup(
+        doc_type, categories, db, end="2024-01-01", site={"seed": 5, "dbname_years": True}
+    )
+    result = setup.run(timeout=240)
+    assert result.returncode == 0, result.stderr[-2000:] + setup.log()[-3000:]
+    truth = setup.truth()
+    if doc_type != "achievement":  # SNAD has no year on the real pages either
+        assert any(len(d["dbname"]) > 4 for d in truth)  # the names really carry a year
+    assert compare(setup.stored(), truth, doc_type) == {"missing": [], "extra": [], "differing": {}}
+    assert {r.state for r in _rounds(setup)} == {"done"}
+    assert_every_round_accounted(setup)
+
+
+def test_the_stand_in_s_zeros_as_the_soft_block_cost_one_canary_a_day(crawl_setup):
+    """`cnki_site(zero_as_soft_block=True)`: a task with empty rounds finishes equal to the
+    truth, with no pause and no error row; the grid requests beyond the rounds' own pages (the
+    canaries, counted by the stand-in's /_stats) are at most one a day."""
+    setup = crawl_setup(
+        "patent",
+        "A21,G21,H05",
+        start="2024-01-03",
+        end="2024-01-04",
+        site={"seed": 5, "zero_as_soft_block": True},
+        crawl={"challenge_sessions": 2, "challenge_cooldown": 300},
+    )
+    result = setup.run(timeout=240)
+    log = setup.log()
+    assert result.returncode == 0, result.stderr[-2000:] + log[-3000:]
+    assert compare(setup.stored(), setup.truth(), "patent") == {
+        "missing": [],
+        "extra": [],
+        "differing": {},
+    }
+    stats = setup.site.stats()
+    assert stats["zeros_as_soft_block"] >= 4
+    rounds = setup.site.rounds("patent", "2024-01-03", "2024-01-04", ["A21", "G21", "H05"])
+    own_pages = sum(max(1, -(-r["count"] // 50)) for r in rounds)
+    grids = sum(stats["by_path"].get("/kns8s/brief/grid", {}).values())
+    assert 1 <= grids - own_pages <= 2, (grids, own_pages)  # two days: at most two canaries
+    assert [r.state for r in _rounds(setup)] == ["done"] * 6
+    assert_every_round_accounted(setup)
+    assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] == 0
+    assert "pauses for" not in log
