@@ -601,3 +601,21 @@ def test_the_stand_in_s_zeros_as_the_soft_block_cost_one_canary_a_day(crawl_setu
     assert_every_round_accounted(setup)
     assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] == 0
     assert "pauses for" not in log
+
+
+def test_a_page_on_which_every_row_is_dropped_is_unexpected_and_names_them():
+    from cnkispider.exceptions import RefusedPage
+    from cnkispider.spiders.paper import PaperSpider
+    from tests.test_protocol import grid, journal_row, list_response, run_parse_list, spider_of
+
+    spider = spider_of(PaperSpider)
+    rows = "".join(journal_row(i, db, f"F{i}") for i, db in enumerate(["CPFD", "CCND2020"], 1))
+    with pytest.raises(RefusedPage) as info:
+        run_parse_list(spider, list_response(grid(rows, 2, 1), "paper"))
+    assert info.value.reason == "unexpected"
+    assert "round 7 page 1" in str(info.value) and "CCND2020, CPFD" in str(info.value)
+    # a page with one row of its own keeps it, and the drop is counted
+    rows = journal_row(1, "CJFDLAST2015", "F1") + journal_row(2, "CPFD", "F2")
+    out = run_parse_list(spider, list_response(grid(rows, 2, 1), "paper"))
+    assert [r.meta["doc_key"] for r in out] == ["CJFDLAST2015/F1"]
+    assert spider.crawler.stats.get_value("rows/dropped/other-database/CPFD") == 2  # both pages
