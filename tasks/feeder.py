@@ -1,14 +1,17 @@
 """RoundFeeder: the Scrapy extension that runs flow control inside a worker.
 
 It registers the task (if new) and the worker, claims rounds as the shared queue drains and
-seeds them into Redis, heart-beats (renewing round leases, ``task.status``), marks a round done
-when the scheduler says its last request was acknowledged, moves the task to its recrawl phase
-and then to done, exactly once across the cluster, and only then lets the spider close.
+seeds them into Redis, heart-beats (renewing round leases, ``task.status``), closes a round when
+the scheduler says its last request was acknowledged (done when its ledger balances, else failed
+and claimed again while it has attempts left: ``TaskStore.close_round``, tasks/ledger.py), moves
+the task to its recrawl phase and then to done, exactly once across the cluster, and only then
+lets the spider close.
 
 Phases of a task (``task.phase``)::
 
-    crawl --every round done, cursor past end_date--> recrawl --error tables empty or permanent--> done
-      ^                                                                                          |
+    crawl --every round done or failed for good, cursor past end_date--> recrawl --error tables
+      ^   '--every round failed: the task halts (never "finished")        empty or permanent--> done
+      |                                                                                          |
       '-------------------- end_date extended (the next claim sets crawl again) ------------------'
 
 Halting. The feeder runs the worker's circuit breaker (:class:`cnkispider.halting.Breaker`):

@@ -160,15 +160,14 @@ def count(conn, round_id: int) -> Counts:
     )
 
 
-def list_facts(conn, round_id: int) -> tuple[bool, int]:
+def list_facts(conn, round_id: int) -> tuple[bool, list[str]]:
     """(the round recorded rows no search can reach: an overflow, a pager shorter than its
-    total; how many of its list pages failed and are in errorCode to replay)."""
+    total; the reasons of its list pages that failed and are in errorCode to replay)."""
     rows = conn.execute(
         sa.select(error_code.c.reason, error_code.c.state).where(error_code.c.round_id == round_id)
     ).all()
     beyond = any(reason in BEYOND_REASONS for reason, _ in rows)
-    failed = sum(1 for reason, state in rows if state != "permanent")
-    return beyond, failed
+    return beyond, [reason for reason, state in rows if state != "permanent"]
 
 
 @dataclass(frozen=True)
@@ -179,6 +178,7 @@ class Verdict:
     counts: Counts
     beyond: int = 0
     failed_pages: int = 0  # list pages of the round in errorCode (their rows were never listed)
+    failed_reasons: tuple[str, ...] = ()  # why they failed (errorCode reasons, distinct)
 
     @property
     def unaccounted(self) -> int:
@@ -213,7 +213,8 @@ class Verdict:
         if self.unaccounted:
             parts.append(f"unaccounted {self.unaccounted}")
         if self.failed_pages:
-            parts.append(f"list pages failed {self.failed_pages}")
+            why = f" ({', '.join(self.failed_reasons)})" if self.failed_reasons else ""
+            parts.append(f"list pages failed {self.failed_pages}{why}")
         return ", ".join(parts)
 
     def columns(self) -> dict:
@@ -229,7 +230,11 @@ class Verdict:
 
 
 def balance(
-    listed: int | None, counts: Counts, beyond_recorded: bool, failed_pages: int = 0
+    listed: int | None,
+    counts: Counts,
+    beyond_recorded: bool,
+    failed_pages: int = 0,
+    failed_reasons: tuple[str, ...] = (),
 ) -> Verdict:
     """The round's verdict: ``beyond`` is what ``listed`` leaves past the rows counted, only
     when the round recorded an overflow or a short pager (else nothing may be left over), and
@@ -238,10 +243,12 @@ def balance(
     beyond = 0
     if listed is not None and beyond_recorded and not failed_pages:
         beyond = max(0, listed - counts.accounted)
-    return Verdict(listed, counts, beyond, failed_pages)
+    return Verdict(listed, counts, beyond, failed_pages, failed_reasons)
 
 
 def judge(conn, round_id: int, listed: int | None) -> Verdict:
     """Count the round's ledger and errorCode rows and :func:`balance` them."""
-    beyond_recorded, failed_pages = list_facts(conn, round_id)
-    return balance(listed, count(conn, round_id), beyond_recorded, failed_pages)
+    beyond_recorded, reasons = list_facts(conn, round_id)
+    return balance(
+        listed, count(conn, round_id), beyond_recorded, len(reasons), tuple(sorted(set(reasons)))
+    )
