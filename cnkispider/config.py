@@ -250,6 +250,7 @@ SCHEMA: dict[str, dict[str, tuple[Any, str]]] = {
         "pace_cooldown": (_float(0.0), _default("PACE_COOLDOWN")),
         "lease_seconds": (_int(1), _default("SCHEDULER_LEASE_SECONDS")),
         "round_lease_seconds": (_int(1), _default("TASKS_ROUND_LEASE")),
+        "round_attempts": (_int(1, 100), _default("TASKS_ROUND_ATTEMPTS")),
         "max_attempts": (_int(1), _default("SCHEDULER_MAX_ATTEMPTS")),
         "heartbeat_seconds": (_int(1), _default("TASKS_HEARTBEAT")),
         "processes": (_int(1, 64), "1"),

@@ -157,6 +157,8 @@ TASKS_START_DATE = ""  # empty: today
 TASKS_END_DATE = ""  # empty: open-ended, crawled up to today
 TASKS_CATEGORIES = "builtin"
 TASKS_ROUND_LEASE = 300  # seconds a claimed round stays with a silent worker
+# times a round whose ledger does not balance is crawled before it stays failed (tasks/ledger.py)
+TASKS_ROUND_ATTEMPTS = 3
 TASKS_HEARTBEAT = 15  # seconds between a worker's heartbeats (renewing its rounds' leases)
 TASKS_ROUNDS_IN_FLIGHT = 4
 TASKS_RECRAWL = True

@@ -19,6 +19,10 @@ Failures, and what each item's outcome is:
   written again row by row: the other documents are stored, only that one fails
   (DocumentRejected, with the database's reason), and item_error records it in errorLink.
 
+The round ledger (tasks/ledger.py): an item of a round carries ``_cnki_ledger`` (its round and
+the list row's key: an attribute, not a field, so it is never stored); the upsert's transaction
+marks that row ``stored``, so a ledger row says stored exactly when the document is.
+
 Settings
 --------
 DATABASE_URL              SQLAlchemy URL of the database (required)
@@ -44,9 +48,13 @@ from cnkispider.db import db_now, is_transient, open_database, retrying
 from cnkispider.items import doc_type_of
 from cnkispider.storage import DocumentRejected, key_problem, row_for, upsert_documents
 from errors.recorder import ErrorRecorder
+from tasks import ledger
 from tasks.feeder import RoundFeeder
 
 logger = logging.getLogger(__name__)
+
+#: Where an item's round-ledger row (round id, list key) travels with its values.
+LEDGER_KEY = "_ledger"
 
 
 class DocumentPipeline:
@@ -91,7 +99,11 @@ class DocumentPipeline:
 
     async def process_item(self, item):
         done: defer.Deferred = defer.Deferred()
-        self._pending.append((doc_type_of(item), dict(item), done))
+        values = dict(item)
+        settles = getattr(item, "_cnki_ledger", None)
+        if settles is not None:
+            values[LEDGER_KEY] = settles  # not a column: row_for reads only the type's fields
+        self._pending.append((doc_type_of(item), values, done))
         if len(self._pending) >= self.batch_size:
             self._flush_soon(0)
         elif self._timer is None:
@@ -199,6 +211,10 @@ class DocumentPipeline:
                 )
             for doc_type, rows in by_type.items():
                 upsert_documents(conn, doc_type, rows)
+            # in the same transaction: the ledger says stored exactly when the document is
+            ledger.note_stored(
+                conn, [batch[i][1][LEDGER_KEY] for i in indexes if LEDGER_KEY in batch[i][1]]
+            )
         # A stored document is no longer missing, whoever listed it as failed.
         keys = [(batch[i][1]["dbname"], batch[i][1]["filename"]) for i in indexes]
         retrying(self.errors.resolve_links, self.task_id, keys, what="clearing errorLink rows")

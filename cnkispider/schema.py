@@ -8,6 +8,8 @@ task        the operator's steering wheel: one row per task. The seed's columns 
 round       one (day x category) search of a task and where it stands (see tasks/flow.py).
 errorCode   rounds that failed at the list stage, replayed by the recrawl phase.
 errorLink   detail links that failed, replayed by the recrawl phase.
+ledger      every row a round listed, by its document key, with its outcome (tasks/ledger.py):
+            a round is done only when its rows are accounted for.
 worker      one row per running worker process: host, pid, heartbeat, counters.
 patent, paper, achievement
             the documents, one row per natural key (dbname, filename), upserted.
@@ -36,7 +38,7 @@ from sqlalchemy.dialects.mysql import MEDIUMTEXT
 
 from cnkispider.items import FIELDS
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 metadata = MetaData()
 
@@ -86,8 +88,14 @@ round_ = Table(
     Column("lease_until", DateTime),
     Column("attempts", Integer, nullable=False, default=1),
     Column("epoch", String(40)),  # the Redis epoch the round was seeded under
-    Column("total", Integer),  # documents CNKI listed for the round (sum over its searches)
+    Column("total", Integer),  # documents CNKI listed for the round (its root search's total)
+    # The round's ledger when it drained (tasks/ledger.py): listed (= total) = stored + in_error
+    # + dropped + beyond for a done round; a failed round keeps the numbers that did not balance.
     Column("stored", Integer),
+    Column("in_error", Integer),  # rows whose document is in errorLink
+    Column("dropped", Integer),  # rows dropped by a named rule (by rule in ``drops``)
+    Column("beyond", Integer),  # rows past the cap or the pager (recorded in errorCode)
+    Column("drops", String(500)),  # JSON {rule: count} of the dropped rows
     Column("note", String(500)),
     Column("created_at", DateTime),
     Column("updated_at", DateTime),
@@ -143,6 +151,25 @@ error_link = Table(
     Index("ix_errorlink_task_state", "task_id", "state"),
 )
 
+# One row per (round, document) the round's searches listed: its outcome, one of
+#   pending           listed, its detail not yet stored nor recorded as failed
+#   stored            the document is in its table (written in the document upsert's transaction)
+#   error             its detail failed: the document is in errorLink (written with that row)
+#   dropped:<rule>    listed but not crawled, for a named rule (dropped:other-database)
+# Written idempotently on (round_id, doc_key): a page or a document handled twice (at-least-once
+# delivery) changes nothing, and ``stored`` is final (tasks/ledger.py).
+ledger = Table(
+    "ledger",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("round_id", Integer, nullable=False),
+    # dbname/filename, as wide as errorLink's key columns: (64 + 1 + 255) x 4 bytes + 4 stays
+    # within InnoDB's 3072-byte key
+    Column("doc_key", String(320), nullable=False),
+    Column("outcome", String(64), nullable=False),
+    UniqueConstraint("round_id", "doc_key", name="uq_ledger_round_doc"),
+)
+
 worker = Table(
     "worker",
     metadata,
@@ -165,6 +192,8 @@ worker = Table(
 #: database upgraded half-way (two workers starting at once) is finished by the next start.
 UPGRADES: dict[int, list[tuple[Table, str]]] = {
     2: [(task, "halt_reason"), (task, "halted_at")],
+    # the round ledger; its table is created like any new table (CREATE TABLE IF NOT EXISTS)
+    3: [(round_, "in_error"), (round_, "dropped"), (round_, "beyond"), (round_, "drops")],
 }
 
 # Document columns that can outgrow TEXT's 65,535 bytes (about 21,000 Chinese characters in

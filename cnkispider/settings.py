@@ -107,6 +107,7 @@ def crawler_settings(config: Config) -> dict:
         "TASKS_CATEGORIES": task.categories,
         "TASKS_BASE_DIR": str(config.base_dir),
         "TASKS_ROUND_LEASE": crawl["round_lease_seconds"],
+        "TASKS_ROUND_ATTEMPTS": crawl["round_attempts"],
         "TASKS_HEARTBEAT": crawl["heartbeat_seconds"],
         "TASKS_RECRAWL": crawl["recrawl"],
         # when CNKI keeps saying no (cnkispider/halting.py)

@@ -36,6 +36,7 @@ from cnkispider import default_settings
 from cnkispider.db import db_now, retrying
 from cnkispider.halting import is_network
 from cnkispider.schema import error_code, error_link
+from tasks import ledger
 
 logger = logging.getLogger(__name__)
 
@@ -158,9 +159,12 @@ class ErrorRecorder:
         detail: str = "",
         attempts: int = 1,
     ) -> None:
-        """A detail-stage failure; the same document failing again counts up its row."""
+        """A detail-stage failure; the same document failing again counts up its row. The
+        document's row in its round's ledger says ``error`` from the same transaction."""
         with self.engine.begin() as conn:
             now = db_now(conn)
+            if round_id is not None:
+                ledger.note_error(conn, round_id, ledger.doc_key(dbname, filename))
             existing = conn.execute(
                 sa.select(error_link.c.id, error_link.c.attempts).where(
                     error_link.c.task_id == task_id,

@@ -1,14 +1,17 @@
 """RoundFeeder: the Scrapy extension that runs flow control inside a worker.
 
 It registers the task (if new) and the worker, claims rounds as the shared queue drains and
-seeds them into Redis, heart-beats (renewing round leases, ``task.status``), marks a round done
-when the scheduler says its last request was acknowledged, moves the task to its recrawl phase
-and then to done, exactly once across the cluster, and only then lets the spider close.
+seeds them into Redis, heart-beats (renewing round leases, ``task.status``), closes a round when
+the scheduler says its last request was acknowledged (done when its ledger balances, else failed
+and claimed again while it has attempts left: ``TaskStore.close_round``, tasks/ledger.py), moves
+the task to its recrawl phase and then to done, exactly once across the cluster, and only then
+lets the spider close.
 
 Phases of a task (``task.phase``)::
 
-    crawl --every round done, cursor past end_date--> recrawl --error tables empty or permanent--> done
-      ^                                                                                          |
+    crawl --every round done or failed for good, cursor past end_date--> recrawl --error tables
+      ^   '--every round failed: the task halts (never "finished")        empty or permanent--> done
+      |                                                                                          |
       '-------------------- end_date extended (the next claim sets crawl again) ------------------'
 
 Halting. The feeder runs the worker's circuit breaker (:class:`cnkispider.halting.Breaker`):
@@ -37,6 +40,7 @@ TASKS_NAME, TASKS_TYPE, TASKS_START_DATE, TASKS_END_DATE, TASKS_CATEGORIES
                          the task to register (if new) and join
 TASKS_BASE_DIR           folder relative category files are resolved against
 TASKS_ROUND_LEASE        seconds a claimed round stays with a silent worker (300)
+TASKS_ROUND_ATTEMPTS     times a round whose ledger does not balance is crawled (3)
 TASKS_HEARTBEAT          seconds between heartbeats (15)
 TASKS_ROUNDS_IN_FLIGHT   rounds this worker keeps seeded at once (4)
 TASKS_RECRAWL            run the recrawl phase when the rounds are done (True)
@@ -85,6 +89,7 @@ class RoundFeeder:
         base_dir = settings.get("TASKS_BASE_DIR")
         self.base_dir = Path(base_dir) if base_dir else None
         self.round_lease = settings.getint("TASKS_ROUND_LEASE")
+        self.round_attempts = settings.getint("TASKS_ROUND_ATTEMPTS")
         self.heartbeat_seconds = settings.getfloat("TASKS_HEARTBEAT")
         self.rounds_in_flight = settings.getint("TASKS_ROUNDS_IN_FLIGHT")
         self.recrawl = settings.getbool("TASKS_RECRAWL")
@@ -144,7 +149,12 @@ class RoundFeeder:
             logger.error("%s", exc)
             self._close("database_error")
             return
-        self.store = TaskStore(engine, round_lease=self.round_lease, base_dir=self.base_dir)
+        self.store = TaskStore(
+            engine,
+            round_lease=self.round_lease,
+            round_attempts=self.round_attempts,
+            base_dir=self.base_dir,
+        )
         self.error_recorder = ErrorRecorder(engine, max_attempts=self.error_attempts)
         name = spider.task_name or self.task_name
         try:
@@ -405,6 +415,8 @@ class RoundFeeder:
                         self.task_name,
                         counts or "none",
                     )
+            elif action is Action.HALT:
+                await self.halt(await in_thread(self.store.all_failed_reason, self.task_id))
             elif action is Action.CLOSE:
                 self._close("finished")
             return
@@ -475,20 +487,35 @@ class RoundFeeder:
     # -- completion --------------------------------------------------------------------------
 
     async def round_drained(self, round_id, spider=None, epoch=None):
-        """This worker acknowledged the round's last request: the round is done if it was seeded
-        under the epoch it drained in (else it is replayed); not seeded yet: asked again later.
-        While the task is halted it is failed instead, and ``task resume`` re-opens it."""
+        """This worker acknowledged the round's last request: the round is closed if it was
+        seeded under the epoch it drained in (else it is replayed); not seeded yet: asked again
+        later. Closed means done when its ledger balances, else failed (re-opened while it has
+        attempts left: tasks/flow.py ``close_round``). While the task is halted it is failed
+        instead (note ``halted``), and ``task resume`` re-opens it."""
         from cnkispider.scheduling.scheduler import DRAIN_LATER  # (kept local to this method)
 
-        moved = await in_thread(self.store.mark_done, round_id, epoch=epoch)
-        if moved is None:
+        closed = await in_thread(self.store.close_round, round_id, epoch=epoch)
+        if closed.moved is None:
             return DRAIN_LATER
-        if moved:
-            self.crawler.stats.inc_value("rounds/done")
+        if closed.moved:
             info = await in_thread(self.store.round_info, round_id)
-            logger.info(
-                "round %s done: %s %s, %s listed", round_id, info.day, info.category, info.total
-            )
+            words = closed.verdict.words()
+            if closed.state == "done":
+                self.crawler.stats.inc_value("rounds/done")
+                logger.info("round %s done: %s %s, %s", round_id, info.day, info.category, words)
+            else:
+                self.crawler.stats.inc_value(f"rounds/{closed.state}")
+                logger.warning(
+                    "round %s (%s %s) does not balance: %s; %s",
+                    round_id,
+                    info.day,
+                    info.category,
+                    words,
+                    f"crawled again once no new round is due (attempt {closed.attempts + 1} "
+                    f"of {self.round_attempts})"
+                    if closed.state == "again"
+                    else f"failed after {closed.attempts} attempts (errorCode reason ledger)",
+                )
         elif await in_thread(self.store.halt_of, self.task_id):
             if await in_thread(self.store.mark_halted, round_id):
                 self.crawler.stats.inc_value("rounds/halted")

@@ -17,20 +17,28 @@ Steering, from any MySQL client, while workers run
 A round's life (only this module moves it, always by a conditional UPDATE, so two workers can
 never both win the same transition)::
 
-    (cursor advance) --> claimed --seed in Redis--> seeded --last request acked--> done
-                              ^                        |                      '--> failed
-                              '-- lease ran out -------+-- Redis lost its state (epoch changed)
+    (cursor advance) --> claimed --seed in Redis--> seeded --last request acked--> done (balanced)
+                          ^   ^                        |                      '--> failed
+                          |   '-- lease ran out -------+-- Redis lost its state (epoch changed)
+                          '------ failed on its ledger, attempts left, no new round due
 
-    A list page that fails for good leaves a row in errorCode (replayed in the recrawl phase);
-    its round still ends ``done``. ``failed`` is the round of a halted task (``task.halt_reason``
-    set, see cnkispider/halting.py): nothing is claimed, and a round that drains is marked failed
-    (note ``halted``), never done; ``resume`` re-opens it (claimed, lease lapsed: the next claim
-    takes it over from its first page).
+    A round drained is ``done`` only when its ledger balances (tasks/ledger.py: listed = stored +
+    in errorLink + dropped + beyond, nothing pending, no list page in errorCode); else it is
+    ``failed`` (note ``ledger: <the numbers>``). While it has attempts left (``round_attempts``)
+    it is claimed again, from its first page, once no new round is due (:meth:`_claim_failed`);
+    the last attempt leaves a permanent errorCode row ``ledger``. A task whose every round failed
+    halts (:func:`next_action`), however few rounds it has: it is never "finished" on failures.
+
+    ``failed`` with note ``halted`` is the round of a halted task (``task.halt_reason`` set, see
+    cnkispider/halting.py): nothing is claimed, and a round that drains is marked failed, never
+    done; ``resume`` re-opens it (claimed, lease lapsed: the next claim takes it over from its
+    first page).
 
 A task's life (its ``phase``) follows one pure rule, :func:`next_action`, table-tested in
 tests/test_flow.py::test_the_phase_rules; the feeder gathers the facts and does what it says::
 
-    crawl --every round done--> recrawl --no error row left to replay--> done
+    crawl --every round done or failed for good--> recrawl --no error row left to replay--> done
+      |-- every round failed for good: the task halts (reason ``ledger: every round failed``)
       '-- open-ended, crawled to today: the run ends (up to date), the phase stays crawl
 
 Re-opening a round (a take-over, the cursor passing it again, a resume) deletes its errorCode
@@ -67,6 +75,7 @@ from cnkispider.db import db_now, retrying
 from cnkispider.exceptions import TaskRowError
 from cnkispider.items import DOC_TYPES
 from cnkispider.schema import error_code, error_link, round_, task, worker
+from tasks import ledger
 from tasks.categories import CategoryError, CategoryTree, load_tree, reload_if_changed
 
 logger = logging.getLogger(__name__)
@@ -74,6 +83,7 @@ logger = logging.getLogger(__name__)
 BEIJING = dt.timedelta(hours=8)
 IN_FLIGHT = ("claimed", "seeded")
 HALTED_NOTE = "halted"  # round.note of a round that drained while its task was halted
+LEDGER_NOTE = "ledger"  # round.note (and errorCode reason) of a round whose ledger did not balance
 NOW = object()  # a value for _transition: the database's clock at the move
 
 
@@ -110,6 +120,7 @@ class Action(StrEnum):
     REPLAY = "replay"  # claim and seed a batch of error rows (nothing claimable: wait)
     FINISH = "finish"  # recrawl -> done: nothing queued and no error row left to replay
     CLOSE = "close"  # the task is done and nothing is queued: this worker stops
+    HALT = "halt"  # every round of the task failed: halt it with the reason (never "finished")
 
 
 @dataclass(frozen=True)
@@ -122,6 +133,9 @@ class PhaseFacts:
     exhausted: bool = False  # no round is due: the cursor is past end_date (or today)
     in_flight: int = 0  # rounds claimed or seeded
     missing: bool = False  # a (day x category) round behind the cursor was never opened
+    retryable: int = 0  # rounds failed on their ledger with attempts left (claimed again)
+    rounds_done: int = 0  # rounds done (read once nothing is in flight)
+    rounds_failed: int = 0  # rounds failed (their ledger never balanced)
     queue_idle: bool = False  # nothing queued or leased in Redis, nothing pending in this worker
     errors_pending: bool = False  # error rows open or claimed (not permanent)
     recrawl: bool = True  # [crawl] recrawl
@@ -134,9 +148,14 @@ def next_action(facts: PhaseFacts) -> Action:
     if f.halted:
         return Action.WAIT
     if f.phase == "crawl":
-        if f.exhausted and not f.in_flight and not f.missing and not f.open_ended:
+        settled = f.exhausted and not f.in_flight and not f.missing and not f.retryable
+        if settled and f.rounds_failed and not f.rounds_done:
+            # Nothing was crawled: a task is never "finished" on failures alone, however few
+            # rounds it has (the breaker needs halt_after of them; a short task has fewer).
+            return Action.HALT
+        if settled and not f.open_ended:
             return Action.START_RECRAWL
-        if f.exhausted and f.open_ended and f.queue_idle and f.exit_when_idle:
+        if f.exhausted and not f.retryable and f.open_ended and f.queue_idle and f.exit_when_idle:
             return Action.UP_TO_DATE
         return Action.WAIT
     if f.phase == "recrawl":
@@ -183,6 +202,16 @@ class Task:
         if following is None:
             return self.cur_date + dt.timedelta(days=1), self.tree.roots[0]
         return self.cur_date, following
+
+
+@dataclass(frozen=True)
+class Closed:
+    """What closing a drained round did (:meth:`TaskStore.close_round`)."""
+
+    moved: bool | None  # this caller moved it; None: not seeded yet, ask again later
+    state: str = ""  # done | again (failed, attempts left: claimed again) | failed (for good)
+    verdict: ledger.Verdict | None = None
+    attempts: int = 0
 
 
 @dataclass(frozen=True)
@@ -255,10 +284,12 @@ class TaskStore:
         engine: Engine,
         *,
         round_lease: int = default_settings.TASKS_ROUND_LEASE,
+        round_attempts: int = default_settings.TASKS_ROUND_ATTEMPTS,
         base_dir: Path | None = None,
     ):
         self.engine = engine
         self.round_lease = dt.timedelta(seconds=round_lease)
+        self.round_attempts = max(1, round_attempts)
         self.base_dir = base_dir
         self._reported: set[tuple[int, str]] = set()
 
@@ -435,7 +466,7 @@ class TaskStore:
                 # the cursor passed a round still in flight (the operator moved it back): skip it
         else:
             raise RuntimeError(f"task {task_id}: could not claim a round after 100 tries")
-        return self._claim_missing(task_id, worker_id)
+        return self._claim_missing(task_id, worker_id) or self._claim_failed(task_id, worker_id)
 
     def _claim_missing(self, task_id: int, worker_id: str) -> Round | None:
         """The cursor is past its end: open a round the cursor walked past without one (a root
@@ -457,6 +488,65 @@ class TaskStore:
                 return self._open_round(conn, task_id, day.isoformat(), code, worker_id, now)
         except sa.exc.IntegrityError:  # another worker opened it a moment ago
             return None
+
+    def _retryable(self):
+        """A round failed on its ledger with attempts left: crawled again (:meth:`_claim_failed`)."""
+        return sa.and_(
+            round_.c.state == "failed",
+            round_.c.note.like(f"{LEDGER_NOTE}:%"),
+            round_.c.attempts < self.round_attempts,
+        )
+
+    def _claim_failed(self, task_id: int, worker_id: str) -> Round | None:
+        """No new round is due: take a round whose ledger did not balance and that has attempts
+        left, from its first page (its errorCode rows go; its ledger rows stay, so what it stored
+        stays stored). After the new rounds, so that a passing fault does not spend a round's
+        attempts in a burst, and its errorCode rows stay to be seen until then."""
+        retryable = self._retryable()
+        with self.engine.begin() as conn:
+            now = db_now(conn)
+            candidates = conn.execute(
+                sa.select(round_.c.id, round_.c.day, round_.c.category, round_.c.attempts)
+                .where(round_.c.task_id == task_id, retryable)
+                .order_by(round_.c.day, round_.c.id)
+                .limit(5)
+            ).all()
+            for cand in candidates:
+                won = conn.execute(
+                    round_.update()
+                    .where(round_.c.id == cand.id, retryable)
+                    .values(
+                        state="claimed",
+                        worker=worker_id,
+                        lease_until=now + self.round_lease,
+                        attempts=round_.c.attempts + 1,
+                        epoch=None,
+                        total=None,  # its search adds its total again (add_total)
+                        note=None,
+                        updated_at=now,
+                    )
+                ).rowcount
+                if won == 1:
+                    _forget_errors(conn, cand.id)
+                    logger.info(
+                        "round %s (%s %s) crawled again: its ledger did not balance (attempt %s)",
+                        cand.id,
+                        cand.day,
+                        cand.category,
+                        cand.attempts + 1,
+                    )
+                    return Round(cand.id, task_id, cand.day, cand.category, cand.attempts + 1)
+        return None
+
+    @_retried("counting rounds to crawl again")
+    def retryable(self, task_id: int) -> int:
+        """Rounds failed on their ledger that will be crawled again (attempts left)."""
+        with self.engine.connect() as conn:
+            return conn.execute(
+                sa.select(sa.func.count())
+                .select_from(round_)
+                .where(round_.c.task_id == task_id, self._retryable())
+            ).scalar()
 
     @_retried("looking for missing rounds")
     def missing_rounds(self, task_id: int) -> list[tuple[dt.date, str]]:
@@ -617,44 +707,107 @@ class TaskStore:
         note: str | None = None,
         epoch: str | None = None,
     ) -> bool | None:
-        """Done; True for exactly the one caller that moved it (idempotent for the others).
+        """The round drained: done if its ledger balances; True for exactly the one caller that
+        moved it to done (:meth:`close_round` says what happened otherwise)."""
+        closed = self.close_round(round_id, total=total, note=note, epoch=epoch)
+        if closed.moved is None:
+            return None
+        return closed.moved and closed.state == "done"
 
-        Never while its task is halted (one conditional UPDATE: the halt and this move cannot
+    @_retried("closing a round")
+    def close_round(
+        self,
+        round_id: int,
+        total: int | None = None,
+        note: str | None = None,
+        epoch: str | None = None,
+    ) -> Closed:
+        """The round drained: ``done`` when its ledger balances (tasks/ledger.py), else ``failed``.
+
+        One transaction: the ledger is counted and the round moved by one conditional UPDATE,
+        so of the callers draining it exactly one moves it (``moved``; the others get False).
+        Never while its task is halted (the UPDATE's condition: the halt and this move cannot
         interleave); the caller then marks it failed with :meth:`mark_halted`.
 
+        ``total``: the listed total, when the caller knows it (the round's searches added it with
+        :meth:`add_total`). A round whose list never answered has none: it fails.
+
+        A round that does not balance is ``failed`` (note ``ledger: <the numbers>``); while it
+        has attempts left (``round_attempts``) it is claimed again once no new round is due
+        (:meth:`_claim_failed`: from its first page, deleting its errorCode rows; its ledger rows
+        stay, a stored row stays stored). The last attempt leaves a permanent errorCode row
+        ``ledger`` naming the numbers.
+
         ``epoch``: the Redis epoch the round drained in (the scheduler's drain). Only a round
-        seeded under that same epoch is done by it: a round seeded before Redis lost its data
+        seeded under that same epoch is closed by it: a round seeded before Redis lost its data
         had requests only the old Redis held, so it stays seeded under its old epoch and
         ``claim`` replays it whole, whatever the new Redis counted (False). A round not marked
         seeded yet (its seeder is between the flush and ``mark_seeded``, or it was taken over
-        and is being seeded again) answers None: ask again later, once it says where it was
-        seeded.
+        and is being seeded again) answers ``moved=None``: ask again later.
         """
-        values = {"state": "done", "lease_until": None}
-        if total is not None:
-            values["total"] = total
-        if note is not None:
-            values["note"] = note[:500]
         not_halted = ~sa.exists().where(
             task.c.id == round_.c.task_id, task.c.halt_reason.is_not(None)
         )
         if epoch is None:
-            return self._transition(
-                round_,
-                [round_.c.id == round_id, round_.c.state.in_(IN_FLIGHT), not_halted],
-                **values,
+            where = [round_.c.id == round_id, round_.c.state.in_(IN_FLIGHT), not_halted]
+        else:
+            where = [
+                round_.c.id == round_id,
+                round_.c.state == "seeded",
+                round_.c.epoch == epoch,
+                not_halted,
+            ]
+        with self.engine.begin() as conn:
+            now = db_now(conn)
+            row = conn.execute(sa.select(round_).where(round_.c.id == round_id)).first()
+            if row is None:
+                return Closed(False)
+            listed = total if total is not None else row.total
+            verdict = ledger.judge(conn, round_id, listed)
+            values = {"lease_until": None, "updated_at": now, **verdict.columns()}
+            if total is not None:
+                values["total"] = total
+            if verdict.balanced:
+                values["state"] = "done"
+                if note is not None:
+                    values["note"] = note[:500]
+            else:
+                values["state"] = "failed"
+                values["note"] = f"{LEDGER_NOTE}: {verdict.words()}"[:500]
+            moved = conn.execute(round_.update().where(*where).values(**values)).rowcount == 1
+            if not moved:
+                state = row.state
+            elif verdict.balanced:
+                return Closed(True, "done", verdict, row.attempts)
+            else:
+                return Closed(True, *self._failed(conn, row, verdict, now))
+        if epoch is not None and state == "claimed":
+            return Closed(None)
+        return Closed(False)
+
+    def _failed(self, conn, row, verdict, now) -> tuple:
+        """A round whose ledger did not balance: crawled again while it has attempts left
+        (:meth:`_claim_failed`), else failed for good with a permanent errorCode row ``ledger``."""
+        words = f"{LEDGER_NOTE}: {verdict.words()}"
+        if row.attempts < self.round_attempts:
+            return "again", verdict, row.attempts  # claimed again once no new round is due
+        conn.execute(
+            error_code.insert().values(
+                task_id=row.task_id,
+                round_id=row.id,
+                day=row.day,
+                category=row.category,
+                search=None,
+                page=None,
+                reason=LEDGER_NOTE,
+                detail=f"{words} (after {row.attempts} attempts)",
+                attempts=row.attempts,
+                state="permanent",
+                created_at=now,
+                updated_at=now,
             )
-        where = [
-            round_.c.id == round_id,
-            round_.c.state == "seeded",
-            round_.c.epoch == epoch,
-            not_halted,
-        ]
-        if self._transition(round_, where, **values):
-            return True
-        with self.engine.connect() as conn:
-            state = conn.execute(sa.select(round_.c.state).where(round_.c.id == round_id)).scalar()
-        return None if state == "claimed" else False
+        )
+        return "failed", verdict, row.attempts
 
     def mark_halted(self, round_id: int) -> bool:
         """A round that drained while its task was halted: failed, re-opened by ``resume``."""
@@ -743,6 +896,16 @@ class TaskStore:
             "reason": row.halt_reason,
         }
 
+    def note_listed(self, round_id: int, pending: list[str], drops: dict[str, str]) -> None:
+        """A list page's rows into the round's ledger (tasks/ledger.py; idempotent, so run
+        again while the database is away)."""
+
+        def write():
+            with self.engine.begin() as conn:
+                ledger.note_listed(conn, round_id, pending, drops)
+
+        retrying(write, what="writing a list page's rows into its round's ledger")
+
     def add_total(self, round_id: int, listed: int) -> None:
         """Add a search's listed total to its round (a split round sums its searches)."""
         with self.engine.begin() as conn:
@@ -789,13 +952,36 @@ class TaskStore:
         in_flight = self.in_flight(task_id) if exhausted else 0
         # a category added behind the cursor (its file edited): claim opens those rounds
         missing = bool(self.missing_rounds(task_id)) if exhausted and not in_flight else False
+        settled = exhausted and not in_flight and not missing
+        retryable = self.retryable(task_id) if settled else 0
+        by_state = self.progress(task_id)["rounds"] if settled and not retryable else {}
         return PhaseFacts(
             phase="crawl",
             open_ended=facts.open_ended,
             exhausted=exhausted,
             in_flight=in_flight,
             missing=missing,
+            retryable=retryable,
+            rounds_done=by_state.get("done", 0),
+            rounds_failed=by_state.get("failed", 0),
         )
+
+    @_retried("reading why a task's rounds failed")
+    def all_failed_reason(self, task_id: int) -> str:
+        """The halt reason of a task whose every round failed: ``ledger: every round failed
+        (N of N); last: <the last round's numbers>``."""
+        with self.engine.connect() as conn:
+            failed = (
+                conn.execute(
+                    sa.select(round_.c.note)
+                    .where(round_.c.task_id == task_id, round_.c.state == "failed")
+                    .order_by(round_.c.updated_at.desc(), round_.c.id.desc())
+                )
+                .scalars()
+                .all()
+            )
+        last = (failed[0] or "").split(": ", 1)[-1] if failed else ""
+        return f"{LEDGER_NOTE}: every round failed ({len(failed)} of {len(failed)}); last: {last}"
 
     def finish_crawl_phase(self, task_id: int) -> bool:
         """Move the task from crawl to recrawl when :func:`next_action` says its rounds are all

@@ -182,7 +182,7 @@ class ClaimLoop:
                 time.sleep(0.02)
                 continue
             self.got.append((claimed.day, claimed.category))
-            self.store.mark_done(claimed.id)
+            self.store.mark_done(claimed.id, total=0)
 
     def settle(self, seconds=0.6):
         """Wait until the loop has had time to drain what is due."""
@@ -279,9 +279,9 @@ def test_exactly_one_caller_finishes_the_crawl_phase(db_url):
     store = store_for(db_url)
     t, _ = store.register("finish", "paper", "2024-01-01", "2024-01-01", "A,B")
     rounds = [store.claim(t.id, "w:1:x") for _ in range(2)]
-    store.mark_done(rounds[0].id)
+    store.mark_done(rounds[0].id, total=0)
     assert store.finish_crawl_phase(t.id) is False  # one round still in flight
-    store.mark_done(rounds[1].id)
+    store.mark_done(rounds[1].id, total=0)
     assert [store.finish_crawl_phase(t.id) for _ in range(3)] == [True, False, False]
     assert store.get(t.id).phase == "recrawl"
 
@@ -333,7 +333,7 @@ def test_the_crawl_phase_does_not_finish_while_a_round_is_missing(db_url, tmp_pa
     drain(store, t.id)
     rounds = store_rounds(db_url, t.id)
     for round_id in rounds:
-        assert store.mark_done(round_id)
+        assert store.mark_done(round_id, total=0)
     _edit(cats, "A\nB\nC\n")  # B added behind the cursor after every round was done
     assert store.missing_rounds(t.id) == [(dt.date(2024, 1, 1), "B")]
     assert not store.finish_crawl_phase(t.id)
@@ -341,7 +341,7 @@ def test_the_crawl_phase_does_not_finish_while_a_round_is_missing(db_url, tmp_pa
     assert (late.day, late.category) == ("2024-01-01", "B")
     assert store.claim(t.id, "w:1:x") is None
     assert not store.finish_crawl_phase(t.id)  # B is in flight
-    assert store.mark_done(late.id)
+    assert store.mark_done(late.id, total=0)
     assert store.finish_crawl_phase(t.id)
 
 
@@ -445,6 +445,19 @@ PHASE_RULES = [
     (dict(phase="crawl", exhausted=True, in_flight=1), "wait"),
     (dict(phase="crawl", exhausted=True, missing=True), "wait"),
     (dict(phase="crawl", exhausted=False, queue_idle=True), "wait"),
+    # every round failed (its ledger never balanced): halt, never "crawl phase finished",
+    # however few rounds (a 2-round task is below the breaker's halt_after)
+    (dict(phase="crawl", exhausted=True, rounds_failed=2), "halt"),
+    (
+        dict(phase="crawl", exhausted=True, open_ended=True, queue_idle=True, rounds_failed=1),
+        "halt",
+    ),
+    (dict(phase="crawl", exhausted=True, rounds_failed=1, in_flight=1), "wait"),
+    # ... nor while a failed round has attempts left: it is claimed again
+    (dict(phase="crawl", exhausted=True, retryable=1), "wait"),
+    (dict(phase="crawl", exhausted=True, open_ended=True, queue_idle=True, retryable=1), "wait"),
+    # some rounds done, some failed for good: the recrawl phase replays what their pages left
+    (dict(phase="crawl", exhausted=True, rounds_done=1, rounds_failed=1), "start-recrawl"),
     # open-ended: never recrawled; up to date once the queue is idle (if runs end when idle)
     (dict(phase="crawl", open_ended=True, exhausted=True), "wait"),
     (dict(phase="crawl", open_ended=True, exhausted=True, queue_idle=True), "up-to-date"),
@@ -490,6 +503,6 @@ def test_phase_facts_read_the_task_and_its_rounds(sqlite_url):
     assert (facts.exhausted, facts.in_flight) == (True, 1)
     assert next_action(facts) is Action.WAIT
     store.mark_seeded(first.id, "w:1:x", "e1")
-    store.mark_done(first.id, "e1")
+    store.mark_done(first.id, total=0, epoch="e1")
     assert next_action(store.phase_facts(t.id)) is Action.START_RECRAWL
     assert store.finish_crawl_phase(t.id) and store.phase_facts(t.id).phase == "recrawl"

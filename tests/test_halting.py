@@ -26,6 +26,9 @@ from tests.crawl_harness import ROOT, CrawlSetup, compare
 from tests.fixtures.gate import REJECTION_WORDS, Gate
 
 HALTED = 3  # cnkispider.halting.EXIT_HALTED, spelled out: the documented contract
+#: A round's first page answered with the soft block, and the canary asked on the same session
+#: (RoundSpider._zero_or_soft_block): two soft blocks before the retries begin.
+CANARY_EPISODE = 2
 
 # -- the pure cores ------------------------------------------------------------------------------
 
@@ -159,12 +162,12 @@ def test_a_round_crawled_again_after_a_failure_leaves_no_error_code_row(db_url):
         1, failed.id, failed.day, failed.category, None, 1, "overflow", permanent=True
     )
     store.mark_seeded(failed.id, "w1", "e1")
-    store.mark_done(failed.id)
+    store.mark_done(failed.id, total=0)
     store.move_cursor("t", failed.day, None)  # the operator sends the cursor back over it
     again = store.claim(1, "w1")
     assert again is not None and again.id == failed.id
     store.mark_seeded(again.id, "w1", "e1")
-    assert store.mark_done(again.id)
+    assert store.mark_done(again.id, total=0)
     with store.engine.connect() as conn:
         assert (
             conn.execute(
@@ -206,7 +209,6 @@ def test_a_version_1_database_is_upgraded_with_the_halt_columns(db_url):
         assert (
             conn.execute(sa.select(schema.schema_version.c.version)).scalar()
             == schema.SCHEMA_VERSION
-            == 2
         )
         columns = {c["name"] for c in sa.inspect(conn).get_columns("task")}
     assert {"halt_reason", "halted_at"} <= columns
@@ -359,13 +361,16 @@ def test_challenges_across_fresh_sessions_pause_every_worker_and_the_crawl_finis
     tmp_path, gate, sqlite_url
 ):
     g = gate()
-    g.soft_blocks = 4  # three fresh sessions challenged in a row (the pause), then one more
+    # The round's first page and the canary asked on its session (that body on a first page may
+    # be a true zero: issue 20), then three fresh sessions challenged in a row (the pause), then
+    # one more. One round, so that the order is the same every time.
+    g.soft_blocks = CANARY_EPISODE + 4
     pause = 4.0
     setup = _setup(
         tmp_path,
         g,
         sqlite_url,
-        categories="G06,H04",
+        categories="G06",
         end="2024-01-01",
         retry_times=8,
         challenge_sessions=3,
@@ -380,8 +385,8 @@ def test_challenges_across_fresh_sessions_pause_every_worker_and_the_crawl_finis
         # the pause really happened: after the third challenged session, no grid request for ~4 s
         times = [t for t, _ in g.grids]
         challenged = [t for t, what in g.grids if what == "soft-block"]
-        assert len(challenged) == 4
-        third = challenged[2]
+        assert len(challenged) == CANARY_EPISODE + 4
+        third = challenged[CANARY_EPISODE + 2]
         after = [t for t in times if t > third]
         # The other round's retry may have been released just before the third challenge came
         # back (the pause cannot recall it): it arrives within its hop to the site, and is the
@@ -408,12 +413,12 @@ def test_a_worker_told_to_stop_during_a_pause_stops_in_seconds_and_loses_nothing
     the retries waiting for it are handed back (queued in Redis) and the worker stops within
     seconds, not when the pause ends. The next run, once the pause is over, crawls everything."""
     g = gate()
-    g.soft_blocks = 3
+    g.soft_blocks = CANARY_EPISODE + 3  # the first page and its canary, then three sessions
     setup = _setup(
         tmp_path,
         g,
         sqlite_url,
-        categories="G06,H04",
+        categories="G06",
         end="2024-01-01",
         retry_times=8,
         challenge_sessions=3,
@@ -474,7 +479,12 @@ def test_k_rounds_failing_for_one_fault_halt_the_task_and_resume_clears_their_ro
         )
         phase, reason, _ = _task_row(setup)
         assert phase == "crawl" and reason.startswith("http-500: the last 3 list pages")
-        assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] >= 3
+        # what failed is written down: an errorCode row per failed page, until its round is
+        # crawled again (a round failed on its ledger is, once every round was handed out, and
+        # that deletes its old rows), and no round passes for done (issue 20)
+        assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] >= 1
+        states = {s for (s,) in setup.query(sa.select(round_.c.state))}
+        assert "done" not in states, states
 
         g.grid_status = None
         resumed = subprocess.run(

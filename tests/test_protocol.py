@@ -90,10 +90,13 @@ def test_paper_kuakucode_lists_only_journals_and_theses_of_the_full_crossdb_list
         ("paper", "CCND", False),  # 报纸
         ("paper", "SCPD", False),
         ("paper", "", False),
+        ("paper", "CJFDLAST2015", True),  # database names carry a year (PROTOCOL.md point 12)
+        ("paper", "CMFD202101", True),
+        # a single-database search lists only its own rows: every one is kept, whatever its name
         ("patent", "SCPD", True),
-        ("patent", "SCOD", False),  # 境外专利
+        ("patent", "SCPD2020", True),
+        ("patent", "SCOD", True),  # 境外专利, listed by the patent search: its own row
         ("achievement", "SNAD", True),
-        ("achievement", "CJFQ", False),
     ],
 )
 def test_keeps_rows_by_their_own_dbname(doc_type, dbname, kept):
@@ -104,7 +107,7 @@ def test_keeps_rows_by_their_own_dbname(doc_type, dbname, kept):
     ("doc_type", "dbnames"),
     [
         ("patent", ("SCPD",)),
-        ("paper", ("CJFQ", "CAPJ", "CMFD", "CDFD")),
+        ("paper", ("CJFD", "CJFQ", "CAPJ", "ZHYX", "CJTL", "CDFD", "CMFD")),
         ("achievement", ("SNAD",)),
     ],
 )
@@ -694,14 +697,27 @@ def test_paper_kuakucode_ids_are_the_real_journal_and_thesis_classes(real_menu):
     ids = RESOURCES["paper"].kuaku_code.split(",")
     assert [real_menu[i]["resource"] for i in ids] == ["JOURNAL", "DISSERTATION"]
     listed = {db for i in ids for db in real_menu[i]["chs"].split(",")}
-    assert set(RESOURCES["paper"].dbnames) <= listed
+    assert all(Protocol.keeps("paper", db) for db in listed)  # every database it asks for
+    others = set(real_menu["WD0FTY92"]["chs"].split(",")) - listed
+    assert others and not any(Protocol.keeps("paper", db) for db in others)
     assert set(ids) <= set(real_menu["_checked"]["chs"].split(","))
     assert set(CROSSDB_ALL.split(",")) == set(real_menu["_checked"]["chs"].split(","))
 
 
-def test_every_row_of_the_real_crossdb_list_is_kept_for_papers_and_none_for_patents():
+def test_every_row_of_the_real_crossdb_list_is_kept_for_papers():
     path = real_page_path("kns8s_list_crossdb_p1.html")
     rows = parse_list(path.read_bytes(), "paper").rows
     assert len(rows) == 20
     assert all(Protocol.keeps("paper", r.dbname) for r in rows)
-    assert not any(Protocol.keeps("patent", r.dbname) for r in rows)
+
+
+def test_every_row_of_the_real_old_lists_is_kept_by_its_family():
+    """The saved pages' year-suffixed names: SCPD2017 (all 50 patent rows), CJFD2008 ...
+    CJFDLAST2016 (journals)."""
+    for name, doc_type, count in (
+        ("old_patent_list_p3.html", "patent", 50),
+        ("old_journal_list_p3.html", "paper", 40),
+    ):
+        text = real_page_path(name).read_text(encoding="utf-8", errors="replace")
+        names = re.findall(r"[?&;]dbname=([A-Za-z0-9]+)", text)
+        assert len(names) >= count and all(Protocol.keeps(doc_type, n) for n in names), name

@@ -87,7 +87,10 @@ class Resource:
     rlang: str  # QueryJson "Rlang"
     search_from: str  # grid form "searchFrom": the 资源范围 label
     referer_path: str  # the advanced-search page a browser would POST the grid from
-    dbnames: tuple[str, ...]  # the dbname values kept; rows of other databases are dropped
+    # A 总库 search: the database families kept, matched by prefix (CNKI's names carry a year or
+    # an edition: CJFDLAST2015, CMFD202101; PROTOCOL.md 2026 evidence point 12); rows of other
+    # families are dropped (and counted). A single-database search keeps every row it lists.
+    dbnames: tuple[str, ...]
 
     @property
     def facet_group(self) -> str:
@@ -104,7 +107,7 @@ RESOURCES: dict[str, Resource] = {
         rlang="Both",  # patents are searched in Chinese and foreign text at once
         search_from="资源范围：专利",
         referer_path="/kns8s/AdvSearch?classid=VUDIXAIY",
-        dbnames=("SCPD",),
+        dbnames=("SCPD",),  # informative: a single-database search keeps every row
     ),
     "paper": Resource(
         doc_type="paper",
@@ -116,7 +119,10 @@ RESOURCES: dict[str, Resource] = {
         rlang="CHINESE",
         search_from="资源范围：总库",
         referer_path="/kns8s/AdvSearch?classid=WD0FTY92",
-        dbnames=("CJFQ", "CAPJ", "CMFD", "CDFD"),
+        # The databases of the two classes searched (the real menu's data-chs: 学术期刊 CJFQ, CAPJ,
+        # ZHYX, CJTL; 学位论文 CDFD, CMFD), and CJFD: the journal family's names on real rows and
+        # links (CJFD2008 ... CJFDLAST2016, CJFDTEMP, CJFDHIS2)
+        dbnames=("CJFD", "CJFQ", "CAPJ", "ZHYX", "CJTL", "CDFD", "CMFD"),
     ),
     "achievement": Resource(
         doc_type="achievement",
@@ -126,7 +132,7 @@ RESOURCES: dict[str, Resource] = {
         rlang="CHINESE",
         search_from="资源范围：成果",
         referer_path="/kns8s/AdvSearch?classid=BLZOG7CK",
-        dbnames=("SNAD",),
+        dbnames=("SNAD",),  # informative: a single-database search keeps every row
     ),
 }
 
@@ -299,10 +305,16 @@ class Protocol:
     def keeps(doc_type: str, dbname: str) -> bool:
         """True if a list row of database ``dbname`` belongs to ``doc_type``'s documents.
 
-        A 总库 search lists every database its KuaKuCode names (and CNKI may add others):
-        rows are kept by their own dbname, never by the search that listed them.
+        A single-database search (patents, achievements) lists only its own rows: every one is
+        kept, its dbname (``SCPD2017``) is part of the document's key, never a filter. A 总库
+        search lists every database its KuaKuCode names (and CNKI may add others): rows are kept
+        by their own dbname's family, matched by prefix (``CJFDLAST2015`` is a CJFD row).
         """
-        return (dbname or "").strip().upper() in RESOURCES[doc_type].dbnames
+        res = RESOURCES[doc_type]
+        if res.resource != CROSSDB:
+            return True
+        name = (dbname or "").strip().upper()
+        return any(name.startswith(family) for family in res.dbnames)
 
     # -- list requests ------------------------------------------------------------------
 

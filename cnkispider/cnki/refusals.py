@@ -25,6 +25,14 @@ Reasons (the slugs of :class:`cnkispider.exceptions.RefusedPage`):
 ``http-<status>``         4xx and 5xx statuses, and 3xx redirects to anywhere but ``/verify``
 ========================= =================================================================
 
+A zero or the soft block? (PROTOCOL.md, 2026 evidence point 13.) The soft block's body (an empty
+``p.no-content@value`` with 暂无数据，请稍后重试) may also be how CNKI answers a search that truly
+lists nothing. A list request with meta :data:`ZERO_CHECK` (the first page of a round's searches)
+that gets it is not retried by the retry middleware: the spider asks one canary on the same
+session, a search that must list rows (the day without its category, once per day:
+``RoundSpider._zero_or_soft_block``); rows listed: the page was a true zero; none: it was the
+soft block, retried as any other.
+
 The usable-page markers are checked before the captcha markers on purpose: real kns8s list
 pages load TJCaptcha.js and carry a hidden slider, in case they need it later.
 
@@ -88,6 +96,11 @@ _NO_CONTENT_VALUE_RE = re.compile(
     rb'<p\b[^>]*\bclass\s*=\s*["\'][^"\']*\bno-content\b[^>]*>', re.I | re.S
 )
 _VALUE_ATTR_RE = re.compile(rb'\bvalue\s*=\s*(?:"([^"]*)"|\'([^\']*)\')', re.I | re.S)
+
+#: The soft block's reason (a challenge), and the request meta that hands its body to the spider
+#: instead of the retry middleware, so a canary can tell a true zero from it (see above).
+SOFT_BLOCK = "no-data-retry"
+ZERO_CHECK = "cnki_zero_check"
 
 REJECTION = "rejection"
 CHALLENGE = "challenge"

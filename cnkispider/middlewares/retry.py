@@ -82,7 +82,15 @@ from scrapy.utils.asyncio import sleep as loop_sleep
 from scrapy.utils.misc import load_object
 
 from cnkispider import default_settings
-from cnkispider.cnki.refusals import CHALLENGE, REJECTION, classify, kind_of, rejection_text
+from cnkispider.cnki.refusals import (
+    CHALLENGE,
+    REJECTION,
+    SOFT_BLOCK,
+    ZERO_CHECK,
+    classify,
+    kind_of,
+    rejection_text,
+)
 from cnkispider.exceptions import GaveUp, HaltedRequest, RefusedPage, SessionLost
 from cnkispider.halting import ChallengeWatch, Cooldown, scheduler_cooldown
 from cnkispider.middlewares import refusal_of
@@ -214,6 +222,8 @@ class CnkiRetryMiddleware:
         if reason is None and response.status in self.retry_http_codes:
             reason = f"http-{response.status}"
         verified = VerifiedSessions.of(getattr(self, "crawler", None))
+        if reason == SOFT_BLOCK and request.meta.get(ZERO_CHECK):
+            return response  # a true zero or the soft block: the spider's canary tells (refusals)
         if reason is None:
             if request.meta.get("cnki_kind") in ("list", "detail"):
                 self.watch.clean()  # a page CNKI served (a warm-up page proves nothing)

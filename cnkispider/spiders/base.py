@@ -18,20 +18,30 @@ A round's searches::
 
 A detail request whose link went stale (CNKI's verify page) is refreshed by a title search in
 the document's round, which yields a new link for the same (dbname, filename).
+
+Every row a round's list pages show goes into the round's ledger (``tasks/ledger.py``) before
+its detail request is handed out: ``pending`` (then ``stored`` by the pipeline, or ``error`` with
+its errorLink row), or ``dropped:<rule>`` for a row a named rule does not crawl. The round is
+done only when its ledger balances.
 """
 
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 
 import scrapy
+from scrapy.utils.defer import maybe_deferred_to_future
+from twisted.internet import defer
 
 from cnkispider.cnki import parsers
 from cnkispider.cnki.protocol import Search, protocol_from_settings
-from cnkispider.exceptions import RefusedPage, SessionLost
+from cnkispider.cnki.refusals import SOFT_BLOCK, ZERO_CHECK, body_reason
+from cnkispider.exceptions import HaltedRequest, RefusedPage, SessionLost
 from cnkispider.items import ITEM_CLASSES, ROW_FIELDS
 from cnkispider.offload import in_thread
 from errors.middleware import failure_reason, record_download_failure, record_failure
+from tasks import ledger
 from tasks.context import CrawlContext
 from tasks.feeder import RoundFeeder
 
@@ -40,6 +50,23 @@ from tasks.feeder import RoundFeeder
 DETAIL_RETRIES = 2
 #: What a stale detail link fails with, once its retries are spent: refreshed, not recorded.
 STALE_LINK = ("verify", "captcha", "http-302")
+#: The rule a row of another database is dropped by (a 总库 search lists every family).
+OTHER_DATABASE = "other-database"
+#: Rounds whose drops this worker has logged (INFO once per round), the most recent ones.
+_LOGGED_ROUNDS = 1000
+#: Seconds a page waits for the answer of its day's canary, asked by another round's page.
+CANARY_WAIT = 60.0
+#: What a soft-block page and its canary carry to rebuild the page's request.
+_CANARY_CARRIES = (
+    "search",
+    "page",
+    "round_id",
+    "round_root",
+    "sort_cut",
+    "error_code_id",
+    "replay_page",
+    "retry_times",
+)
 
 
 class RoundSpider(scrapy.Spider):
@@ -52,6 +79,11 @@ class RoundSpider(scrapy.Spider):
     def __init__(self, *args, task: str | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.task_name = task  # `scrapy crawl patent -a task=NAME` joins another task
+        self._drops_logged: OrderedDict[int, None] = OrderedDict()
+        #: Days whose canary listed rows (a soft-block body on them is a true zero), and the
+        #: pages waiting for a canary under way, by day: one canary a day per worker.
+        self._days_with_rows: OrderedDict[str, None] = OrderedDict()
+        self._canaries: dict[str, list[defer.Deferred]] = {}
 
     @classmethod
     def from_crawler(cls, crawler, *args, **kwargs):
@@ -85,6 +117,9 @@ class RoundSpider(scrapy.Spider):
             search=search.to_dict(),
             page=page,
         )
+        if page == 1 and not meta.get("refresh_for") and meta.get("round_id") is not None:
+            # a round's search may truly list nothing: its soft-block body comes to parse_list
+            meta.setdefault(ZERO_CHECK, True)
         return scrapy.FormRequest(
             self.protocol.grid_url,
             formdata=self.protocol.grid_form(search, page, turn_token),
@@ -138,6 +173,14 @@ class RoundSpider(scrapy.Spider):
 
     async def parse_list(self, response):
         meta = response.meta
+        if meta.get("canary_for"):
+            async for out in self._canary_answered(response):
+                yield out
+            return
+        if meta.get(ZERO_CHECK) and body_reason("list", response.body) == SOFT_BLOCK:
+            async for out in self._zero_or_soft_block(response):
+                yield out
+            return
         search = Search.from_dict(meta["search"])
         page = parsers.parse_list(response.body, self.doc_type)
         if meta.get("refresh_for"):
@@ -154,6 +197,116 @@ class RoundSpider(scrapy.Spider):
             # record_code finds its row gone and writes a new one (never an update of nothing).
             await in_thread(self.context.error_recorder.resolve_code, meta["error_code_id"])
 
+    # -- a zero or the soft block (refusals.ZERO_CHECK) ------------------------------------
+
+    async def _zero_or_soft_block(self, response):
+        """The first page of a round's search came back as the soft block's body, which may be
+        CNKI's way of saying "no results". One canary on the same session tells: a search that
+        must list rows (the day without its category). Asked once per day per worker: its
+        answer is kept, and pages of that day meanwhile wait for it."""
+        meta = response.meta
+        day = Search.from_dict(meta["search"]).day_start
+        if day in self._days_with_rows:
+            await self._true_zero(meta)
+            return
+        waiting = self._canaries.get(day)
+        if waiting is None:
+            self._canaries[day] = []
+            self.crawler.stats.inc_value("list/canaries")
+            yield self.canary_request(meta, day)
+            return
+        answer: defer.Deferred = defer.Deferred()
+        waiting.append(answer)
+        from twisted.internet import reactor
+
+        answer.addTimeout(CANARY_WAIT, reactor)
+        try:
+            lists = await maybe_deferred_to_future(answer)
+        except defer.TimeoutError:
+            lists = False
+        if lists:
+            await self._true_zero(meta)
+        else:
+            yield self._soft_block_retry(meta)
+
+    def canary_request(self, meta: dict, day: str) -> scrapy.FormRequest:
+        """The day's search without its category, on the page's own session; it belongs to the
+        page's round (meta round_id), so the round does not drain before it answers."""
+        carried = {k: meta[k] for k in _CANARY_CARRIES if meta.get(k) is not None}
+        canary = Search.for_day(self.doc_type, day)
+        extra = {"cnki_session": meta["cnki_session"]} if meta.get("cnki_session") else {}
+        return self.search_request(
+            canary,
+            1,
+            canary_for=carried,
+            round_id=meta.get("round_id"),
+            **{ZERO_CHECK: True},
+            **extra,
+        )
+
+    async def _canary_answered(self, response):
+        meta = response.meta
+        original = meta["canary_for"]
+        day = Search.from_dict(original["search"]).day_start
+        lists = False
+        try:
+            if body_reason("list", response.body) != SOFT_BLOCK:
+                lists = parsers.parse_list(response.body, self.doc_type).total > 0
+        except RefusedPage as exc:
+            # Never recorded as a page of its own: a replay of the canary's search would crawl
+            # the whole day into the round. The round's own page is retried instead.
+            self.logger.warning("canary for %s not understood (%s): the soft block", day, exc)
+        self._canary_settled(day, lists)
+        if lists:
+            self._days_with_rows[day] = None
+            while len(self._days_with_rows) > _LOGGED_ROUNDS:
+                self._days_with_rows.popitem(last=False)
+        self.logger.info(
+            "canary for %s: %s",
+            day,
+            "rows listed, so an empty answer that day is a true zero"
+            if lists
+            else "nothing listed on the same session: the soft block, retried",
+        )
+        if lists:
+            await self._true_zero(original)
+        else:
+            yield self._soft_block_retry(original)
+
+    def _canary_settled(self, day: str, lists: bool) -> None:
+        """The day's canary answered (or failed for good: ``lists`` False): the pages waiting
+        for it go on."""
+        for waiter in self._canaries.pop(day, []):
+            if not waiter.called:
+                waiter.callback(lists)
+
+    async def _true_zero(self, meta: dict) -> None:
+        """The page's search lists nothing: its round's listed total is 0 (a root search)."""
+        self.crawler.stats.inc_value("list/true-zero")
+        if meta.get("round_root") and self.context is not None:
+            await in_thread(self.context.tasks.add_total, meta["round_id"], 0)
+        if meta.get("error_code_id"):
+            await in_thread(self.context.error_recorder.resolve_code, meta["error_code_id"])
+
+    def _soft_block_retry(self, meta: dict) -> scrapy.FormRequest:
+        """The soft block after all: the page again, as the retry middleware would send it (a
+        fresh session, one retry counted), and without the zero check, so that a soft block
+        again is retried, counted toward the cool-down, and recorded when retries run out."""
+        self.crawler.stats.inc_value(f"retry/reason_count/{SOFT_BLOCK}")
+        carried = {
+            k: meta[k]
+            for k in ("round_id", "round_root", "sort_cut", "error_code_id", "replay_page")
+            if meta.get(k) is not None
+        }
+        return self.search_request(
+            Search.from_dict(meta["search"]),
+            meta.get("page") or 1,
+            cnki_renew_session=True,
+            retry_times=(meta.get("retry_times") or 0) + 1,
+            **{ZERO_CHECK: False},
+            **carried,
+        )
+
     async def _listed(self, page, search: Search, meta: dict):
         """What a list page yields: its detail requests and its next page, or its split."""
         number = meta["page"]
@@ -167,7 +320,19 @@ class RoundSpider(scrapy.Spider):
                 return
         # Read every row before yielding any: a page that turns out unreadable half-way yields
         # nothing (it is retried whole), rather than some of its documents.
-        requests = [self.detail_request(row, meta) for row in self.kept_rows(page.rows, meta)]
+        kept, drops = self.sorted_rows(page.rows, meta)
+        if page.rows and not kept:
+            # Not one row of this search's own documents: CNKI answered another search, or the
+            # family list is wrong. Loud, never a quiet "done" (the rows stay unaccounted).
+            names = sorted({row.dbname for row, _ in drops})
+            raise RefusedPage(
+                "unexpected",
+                f"round {meta.get('round_id')} page {number} ({search.day_start} "
+                f"{search.category or ''}): every one of its {len(page.rows)} rows is of "
+                f"another database ({', '.join(names)})",
+            )
+        requests = [self.detail_request(row, meta) for row in kept]
+        await self._note_listed(meta, requests, drops)
         for request in requests:
             yield request
         last = self.last_page(page, meta)
@@ -192,15 +357,21 @@ class RoundSpider(scrapy.Spider):
             )
 
     def kept_rows(self, rows, meta: dict) -> list:
-        """The rows of this spider's databases. A 总库 search lists whatever its KuaKuCode
-        names (and CNKI may add more): rows are kept by their own dbname, and every dropped
-        one is counted (``rows/dropped/other-database/<dbname>``) and logged, never lost quietly."""
-        kept = []
+        """The rows of this spider's databases (see :meth:`sorted_rows`)."""
+        return self.sorted_rows(rows, meta)[0]
+
+    def sorted_rows(self, rows, meta: dict) -> tuple[list, list]:
+        """The rows of this spider's databases, and the others with the rule that drops them.
+        A 总库 search lists whatever its KuaKuCode names (and CNKI may add more): rows are kept
+        by their own dbname's family (``Protocol.keeps``), and every dropped one is counted
+        (``rows/dropped/other-database/<dbname>``) and goes into the round's ledger."""
+        kept, drops = [], []
         for row in rows:
             if self.protocol.keeps(self.doc_type, row.dbname):
                 kept.append(row)
                 continue
-            self.crawler.stats.inc_value(f"rows/dropped/other-database/{row.dbname}")
+            drops.append((row, OTHER_DATABASE))
+            self.crawler.stats.inc_value(f"rows/dropped/{OTHER_DATABASE}/{row.dbname}")
             self.logger.debug(
                 "dropped a %s row of another database: %s/%s %r (round %s, page %s)",
                 self.doc_type,
@@ -210,7 +381,28 @@ class RoundSpider(scrapy.Spider):
                 meta.get("round_id"),
                 meta.get("page"),
             )
-        return kept
+        return kept, drops
+
+    async def _note_listed(self, meta: dict, requests: list, drops: list) -> None:
+        """Write the page's rows into its round's ledger (one batch, off the reactor) before
+        any of its detail requests is handed out: a row is in the ledger before anything can
+        store it or record its failure."""
+        round_id = meta.get("round_id")
+        context = self.context
+        if round_id is None or context is None:
+            return  # a title search's page, or a crawl without flow control: no round to account
+        pending = [r.meta["doc_key"] for r in requests]
+        dropped = {ledger.doc_key(row.dbname, row.filename): rule for row, rule in drops}
+        await in_thread(context.tasks.note_listed, round_id, pending, dropped)
+        if drops and round_id not in self._drops_logged:
+            self._drops_logged[round_id] = None
+            while len(self._drops_logged) > _LOGGED_ROUNDS:
+                self._drops_logged.popitem(last=False)
+            self.logger.info(
+                "round %s: dropping rows of other databases (%s), counted in its ledger",
+                round_id,
+                ", ".join(sorted({row.dbname for row, _ in drops})),
+            )
 
     def last_page(self, page, meta: dict) -> int:
         """The last page to walk: what the pager shows, but never past what the total and the
@@ -319,7 +511,12 @@ class RoundSpider(scrapy.Spider):
             fields.get("dbname") or dbname,
             fields.get("filename") or filename,
         )
-        yield ITEM_CLASSES[self.doc_type](**values)
+        item = ITEM_CLASSES[self.doc_type](**values)
+        if meta.get("round_id") is not None:
+            # The ledger row this document settles: the list's key, whatever key the detail page
+            # gives the document. Not a field: it is never stored (the pipeline reads it).
+            item._cnki_ledger = (meta["round_id"], meta["doc_key"])
+        yield item
 
     # -- failures ------------------------------------------------------------------------
 
@@ -334,6 +531,16 @@ class RoundSpider(scrapy.Spider):
             # its verified session cannot open it: list its page again, in the round's session
             self.crawler.stats.inc_value("sessions/relisted")
             yield self.relist_request(meta, request.url)
+            return
+        if meta.get("canary_for"):
+            # Never recorded as a page of its own (a replay of the canary's search would crawl
+            # the whole day into the round): the round's own page is retried as a soft block,
+            # and recorded if that fails. A request the halt held comes back after resume.
+            original = meta["canary_for"]
+            self._canary_settled(Search.from_dict(original["search"]).day_start, False)
+            if not isinstance(failure.value, HaltedRequest):
+                self.logger.warning("canary failed (%s): the soft block", reason)
+                yield self._soft_block_retry(original)
             return
         if meta.get("cnki_kind") == "detail" and not meta.get("refreshed") and reason in STALE_LINK:
             self.crawler.stats.inc_value(f"errors/detail/{reason}")
@@ -380,6 +587,8 @@ class RoundSpider(scrapy.Spider):
         )
         page = row["page"] or 1
         meta = {"error_code_id": row["id"], "replay_page": page}
+        if row.get("round_id") is not None:
+            meta["round_id"] = row["round_id"]  # its rows go into their round's ledger
         if search.sort_field:
             meta["sort_cut"] = True
         return self.search_request(search, page, **meta)
@@ -392,7 +601,7 @@ class RoundSpider(scrapy.Spider):
             "doc_key": f"{row['dbname']}/{row['filename']}",
             "listing": listing,
             "search": search,
-            "round_id": None,
+            "round_id": row.get("round_id"),  # stored, its round's ledger row says so
         }
         # Days later the old link is surely stale: go straight to a title search for a fresh one.
         return self.refresh_request(meta, row["url"])

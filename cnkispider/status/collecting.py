@@ -26,6 +26,10 @@ The report (``cnkispider status --json``; times are ISO 8601 UTC, ``...Z``)::
                 "eta_seconds", "eta_at", "current_rounds": [{"id", "day", "category", "state",
                 "worker", "attempts"}], "documents",
                 "errors": {"errorCode" | "errorLink": {"total", "by_state", "by_reason"}},
+                "ledger": {"rounds" (closed rounds counted), "listed", "stored", "in_error",
+                           "dropped": {rule: n}, "beyond", "unbalanced" (rounds failed on
+                           their ledger), "out_of_balance": [{"id", "day", "category",
+                           "attempts", "note"}] (the first LEDGER_SHOWN)},
                 "queue": {"queued", "leased"} (null when Redis is unreachable),
                 "worker_counts": {"alive", "gone", "stopped"},
                 "workers": [{"id", "host", "pid", "state" ("alive" | "gone" | "stopped"),
@@ -38,6 +42,9 @@ Definitions
                    outside that plan (a task stopped after they were handed out, a category list
                    edited since): progress never passes 100 %.
     finished       rounds done or failed (a failed round's list page sits in errorCode).
+    ledger         the sums of the closed rounds' ledgers (tasks/ledger.py), as each round
+                   drained: listed = stored + in errorLink + dropped + beyond for a done round;
+                   a failed one keeps the numbers that did not balance (its ``note``).
     rate, ETA      a round's mean time (the last ``RATE_ROUNDS`` rounds finished within
                    ``RATE_WINDOW``) and the rounds in flight now (Little's law:
                    :func:`cnkispider.progress.round_rate_eta`, tested on a fixed clock).
@@ -51,6 +58,7 @@ Definitions
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -62,11 +70,13 @@ from cnkispider.exceptions import TaskRowError
 from cnkispider.items import FIELDS
 from cnkispider.redisconn import EMBEDDED_IDLE
 from cnkispider.schema import documents, error_code, error_link, round_, task, worker
-from tasks.flow import IN_FLIGHT, rounds_between, validate_row
+from tasks.flow import IN_FLIGHT, LEDGER_NOTE, rounds_between, validate_row
 
 GONE_AFTER_BEATS = 3
 RATE_WINDOW = dt.timedelta(hours=6)
 RATE_ROUNDS = 50
+#: Rounds out of balance listed by name in a task's report (the count says how many in all).
+LEDGER_SHOWN = 20
 # Workers that went silent or stopped long ago are counted but no longer listed: a crawl that
 # runs for weeks leaves one worker row per process start.
 LIST_GONE_FOR = dt.timedelta(hours=24)
@@ -310,6 +320,7 @@ def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, w
     entry["errors"] = {
         name: _error_summary(groups.get(row.id, [])) for name, groups in errors.items()
     }
+    entry["ledger"] = _ledger(conn, row.id)
     listing = workers.get(row.id, {"counts": {"alive": 0, "gone": 0, "stopped": 0}, "rows": []})
     for w in listing["rows"]:
         w["rounds"] = [
@@ -331,6 +342,61 @@ def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, w
         if entry["eta_seconds"]:  # nobody is working: the recent rate promises nothing
             entry["eta_seconds"] = entry["eta_at"] = None
     return entry
+
+
+def _ledger(conn, task_id: int) -> dict:
+    """The sums of the task's closed rounds' ledgers, and its rounds out of balance."""
+    present = {c["name"] for c in sa.inspect(conn).get_columns(round_.name)}
+    report: dict = {
+        "rounds": 0,
+        "listed": 0,
+        "stored": 0,
+        "in_error": 0,
+        "dropped": {},
+        "beyond": 0,
+        "unbalanced": 0,
+        "out_of_balance": [],
+    }
+    if "drops" not in present:  # a database no worker of this version has upgraded yet
+        return report
+    closed = conn.execute(
+        sa.select(
+            round_.c.id,
+            round_.c.day,
+            round_.c.category,
+            round_.c.state,
+            round_.c.attempts,
+            round_.c.note,
+            round_.c.total,
+            round_.c.stored,
+            round_.c.in_error,
+            round_.c.beyond,
+            round_.c.drops,
+        )
+        .where(round_.c.task_id == task_id, round_.c.state.in_(("done", "failed")))
+        .order_by(round_.c.day, round_.c.id)
+    ).all()
+    for r in closed:
+        report["rounds"] += 1
+        report["listed"] += r.total or 0
+        report["stored"] += r.stored or 0
+        report["in_error"] += r.in_error or 0
+        report["beyond"] += r.beyond or 0
+        for rule, n in (json.loads(r.drops) if r.drops else {}).items():
+            report["dropped"][rule] = report["dropped"].get(rule, 0) + n
+        if r.state == "failed" and (r.note or "").startswith(LEDGER_NOTE):
+            report["unbalanced"] += 1
+            if len(report["out_of_balance"]) < LEDGER_SHOWN:
+                report["out_of_balance"].append(
+                    {
+                        "id": r.id,
+                        "day": r.day,
+                        "category": r.category,
+                        "attempts": r.attempts,
+                        "note": r.note,
+                    }
+                )
+    return report
 
 
 def _stopped(row) -> bool:

@@ -85,6 +85,8 @@ def _render_task(t: dict, report: dict) -> list[str]:
     lines.append(f"  now        {current or '-'}")
     docs = "-" if t["documents"] is None else f"{t['documents']:,}"
     lines.append(f"  documents  {docs}")
+    if t.get("ledger"):
+        lines += [f"  {line}" for line in ledger_lines(t["ledger"])]
     for name in ("errorCode", "errorLink"):
         e = t["errors"][name]
         if not e["total"]:
@@ -173,6 +175,23 @@ def _per_verified_session(stats: dict, items: int) -> list[str]:
     ]
 
 
+def ledger_lines(ledger: dict) -> list[str]:
+    """The task's ledger sums (``ledger  listed N = stored + in errorLink + dropped + beyond``)
+    and its rounds out of balance, one line each (the first few)."""
+    drops = ", ".join(f"{rule} {n:,}" for rule, n in sorted(ledger["dropped"].items()))
+    lines = [
+        f"ledger     listed {ledger['listed']:,} = stored {ledger['stored']:,} + in errorLink "
+        f"{ledger['in_error']:,} + dropped {sum(ledger['dropped'].values()):,}"
+        f"{f' ({drops})' if drops else ''} + beyond {ledger['beyond']:,} "
+        f"({ledger['rounds']:,} rounds closed)"
+    ]
+    if ledger["unbalanced"]:
+        lines.append(f"           {ledger['unbalanced']:,} rounds out of balance:")
+        for r in ledger["out_of_balance"][:5]:
+            lines.append(f"             round {r['id']} {r['day']} {r['category']}: {r['note']}")
+    return lines
+
+
 def to_json(report: dict) -> str:
     return json.dumps(report, ensure_ascii=False, indent=2) + "\n"
 
@@ -208,6 +227,10 @@ def render_summary(t: dict, stats: dict) -> str:
         lines.append(f"{name:<15} {e['total']} rows" + (f" ({states})" if states else ""))
         for reason, n in sorted(e["by_reason"].items(), key=lambda kv: (-kv[1], kv[0])):
             lines.append(f"  {reason:<28} {n}")
+    if t.get("ledger"):
+        lines += ledger_lines(t["ledger"])
+        for rule, n in sorted(t["ledger"]["dropped"].items()):
+            lines.append(f"  dropped {rule:<20} {n}")
     this_run = {k.split("/", 1)[1]: v for k, v in stats.items() if k.startswith("errors/")}
     if this_run:
         lines.append("errors this run (by stage/reason, before retries from the error tables)")

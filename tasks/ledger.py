@@ -1,0 +1,254 @@
+"""The round ledger: every row a round listed, by its document key, with its outcome.
+
+A round is done only when its rows are accounted for (issue 20)::
+
+    listed = stored + in errorLink + dropped by a named rule + beyond reach
+
+``listed`` is CNKI's total for the round (its root search's; a split round's child searches
+and sort orders list parts of it, and a row listed by two of them counts once, since the
+ledger keys on (round, document)). ``beyond`` is what no search can reach (the overflow past
+both PT orders, the rows past a pager shorter than the total): it is recorded in errorCode as
+``overflow`` / ``pager-short`` (permanent), and its exact number is what is left of ``listed``
+once the rows are counted, only for a round that has such a row.
+
+Who writes what, each in the transaction of what it records, so a row's outcome commits
+atomically with the fact it stands for:
+
+- the spider, for each list page of a round: its rows ``pending``, or ``dropped:<rule>``
+  (:func:`note_listed`, one batch, before the page's detail requests are handed out);
+- the item pipeline, in its document upsert: ``stored`` (:func:`note_stored`);
+- the error recorder, with the errorLink row: ``error`` (:func:`note_error`).
+
+Invariants, held by the statements themselves (any number of workers, at-least-once delivery):
+
+- one row per (round_id, doc_key) (a unique key): a page or a document handled twice changes
+  nothing;
+- ``stored`` is final: nothing moves a row out of it (an error recorded after a store, by a
+  redelivered request, leaves it stored);
+- ``error`` only replaces ``pending``; a listed row is never lost: ``dropped`` rows stay
+  dropped and count as accounted for;
+- the rows stay across a round's attempts (a re-opened round keeps what it stored).
+
+:func:`balance` is the one rule that reads a round's counts; ``tasks.flow.TaskStore.mark_done``
+applies it when the round drains.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+
+from cnkispider.schema import error_code, ledger
+
+PENDING = "pending"
+STORED = "stored"
+ERROR = "error"
+DROPPED = "dropped:"  # + the rule's name
+#: errorCode reasons of a round's rows no search can reach (recorded permanent by the spider).
+BEYOND_REASONS = ("overflow", "pager-short")
+#: doc_key's width in the ledger table.
+KEY_WIDTH = 320
+
+
+def doc_key(dbname: str, filename: str) -> str:
+    """The ledger's key of a document: ``dbname/filename`` (what the dupefilter keys on)."""
+    return f"{dbname}/{filename}"[:KEY_WIDTH]
+
+
+def dropped(rule: str) -> str:
+    return f"{DROPPED}{rule}"
+
+
+def _insert_ignoring_existing(conn, rows: list[dict]) -> None:
+    """Insert the rows whose (round_id, doc_key) is new; leave the others as they are."""
+    if not rows:
+        return
+    unique = list({(r["round_id"], r["doc_key"]): r for r in rows}.values())
+    if conn.dialect.name == "mysql":
+        stmt = sa.insert(ledger).prefix_with("IGNORE")
+    elif conn.dialect.name == "sqlite":
+        stmt = sa.insert(ledger).prefix_with("OR IGNORE")
+    else:  # pragma: no cover - only the two dialects are supported
+        raise NotImplementedError(conn.dialect.name)
+    conn.execute(stmt, unique)
+
+
+def note_listed(conn, round_id: int, pending: Iterable[str], drops: dict[str, str]) -> None:
+    """A list page of the round: its kept rows ``pending``, its dropped rows ``dropped:<rule>``
+    (``drops``: doc_key -> rule). A row the ledger has already keeps its outcome."""
+    rows = [
+        {"round_id": round_id, "doc_key": key[:KEY_WIDTH], "outcome": PENDING} for key in pending
+    ]
+    rows += [
+        {"round_id": round_id, "doc_key": key[:KEY_WIDTH], "outcome": dropped(rule)}
+        for key, rule in drops.items()
+    ]
+    _insert_ignoring_existing(conn, rows)
+
+
+def note_stored(conn, keys: Iterable[tuple[int, str]]) -> None:
+    """Documents stored (in the upsert's transaction): their rows ``stored``, whatever they were."""
+    pairs = list({(round_id, key[:KEY_WIDTH]) for round_id, key in keys})
+    if not pairs:
+        return
+    _insert_ignoring_existing(
+        conn, [{"round_id": r, "doc_key": k, "outcome": STORED} for r, k in pairs]
+    )
+    for round_id in {r for r, _ in pairs}:
+        conn.execute(
+            ledger.update()
+            .where(
+                ledger.c.round_id == round_id,
+                ledger.c.doc_key.in_([k for r, k in pairs if r == round_id]),
+                ledger.c.outcome != STORED,
+            )
+            .values(outcome=STORED)
+        )
+
+
+def note_error(conn, round_id: int, key: str) -> None:
+    """A document's detail failed (in the errorLink write's transaction): ``error``, unless
+    the row is stored already (a redelivered request failing after its document was stored)."""
+    key = key[:KEY_WIDTH]
+    _insert_ignoring_existing(conn, [{"round_id": round_id, "doc_key": key, "outcome": ERROR}])
+    conn.execute(
+        ledger.update()
+        .where(ledger.c.round_id == round_id, ledger.c.doc_key == key, ledger.c.outcome == PENDING)
+        .values(outcome=ERROR)
+    )
+
+
+@dataclass(frozen=True)
+class Counts:
+    """A round's ledger rows, counted."""
+
+    pending: int = 0
+    stored: int = 0
+    in_error: int = 0
+    drops: dict[str, int] = field(default_factory=dict)  # rule -> rows
+
+    @property
+    def dropped(self) -> int:
+        return sum(self.drops.values())
+
+    @property
+    def accounted(self) -> int:
+        return self.stored + self.in_error + self.dropped
+
+
+def count(conn, round_id: int) -> Counts:
+    by_outcome = dict(
+        conn.execute(
+            sa.select(ledger.c.outcome, sa.func.count())
+            .where(ledger.c.round_id == round_id)
+            .group_by(ledger.c.outcome)
+        ).all()
+    )
+    drops = {
+        outcome[len(DROPPED) :]: n
+        for outcome, n in by_outcome.items()
+        if outcome.startswith(DROPPED)
+    }
+    return Counts(
+        pending=by_outcome.get(PENDING, 0),
+        stored=by_outcome.get(STORED, 0),
+        in_error=by_outcome.get(ERROR, 0),
+        drops=dict(sorted(drops.items())),
+    )
+
+
+def list_facts(conn, round_id: int) -> tuple[bool, list[str]]:
+    """(the round recorded rows no search can reach: an overflow, a pager shorter than its
+    total; the reasons of its list pages that failed and are in errorCode to replay)."""
+    rows = conn.execute(
+        sa.select(error_code.c.reason, error_code.c.state).where(error_code.c.round_id == round_id)
+    ).all()
+    beyond = any(reason in BEYOND_REASONS for reason, _ in rows)
+    return beyond, [reason for reason, state in rows if state != "permanent"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A round's ledger at its drain, and whether it balances."""
+
+    listed: int | None
+    counts: Counts
+    beyond: int = 0
+    failed_pages: int = 0  # list pages of the round in errorCode (their rows were never listed)
+    failed_reasons: tuple[str, ...] = ()  # why they failed (errorCode reasons, distinct)
+
+    @property
+    def unaccounted(self) -> int:
+        if self.listed is None:
+            return 0
+        return self.listed - self.counts.accounted - self.beyond
+
+    @property
+    def balanced(self) -> bool:
+        return (
+            self.listed is not None
+            and not self.counts.pending
+            and not self.failed_pages
+            and self.unaccounted == 0
+        )
+
+    def words(self) -> str:
+        """``listed 51, stored 0, dropped other-database 51``: the numbers, for errorCode and
+        the log."""
+        c = self.counts
+        if self.listed is None:
+            parts = ["the list never answered (listed unknown)", f"stored {c.stored}"]
+        else:
+            parts = [f"listed {self.listed}", f"stored {c.stored}"]
+        if c.in_error:
+            parts.append(f"in errorLink {c.in_error}")
+        parts += [f"dropped {rule} {n}" for rule, n in c.drops.items()]
+        if self.beyond:
+            parts.append(f"beyond {self.beyond}")
+        if c.pending:
+            parts.append(f"pending {c.pending}")
+        if self.unaccounted:
+            parts.append(f"unaccounted {self.unaccounted}")
+        if self.failed_pages:
+            why = f" ({', '.join(self.failed_reasons)})" if self.failed_reasons else ""
+            parts.append(f"list pages failed {self.failed_pages}{why}")
+        return ", ".join(parts)
+
+    def columns(self) -> dict:
+        """The round row's ledger columns."""
+        c = self.counts
+        return {
+            "stored": c.stored,
+            "in_error": c.in_error,
+            "dropped": c.dropped,
+            "beyond": self.beyond,
+            "drops": json.dumps(c.drops, sort_keys=True) if c.drops else None,
+        }
+
+
+def balance(
+    listed: int | None,
+    counts: Counts,
+    beyond_recorded: bool,
+    failed_pages: int = 0,
+    failed_reasons: tuple[str, ...] = (),
+) -> Verdict:
+    """The round's verdict: ``beyond`` is what ``listed`` leaves past the rows counted, only
+    when the round recorded an overflow or a short pager (else nothing may be left over), and
+    only when none of its list pages failed (else the rows of a failed page would pass for
+    rows beyond reach)."""
+    beyond = 0
+    if listed is not None and beyond_recorded and not failed_pages:
+        beyond = max(0, listed - counts.accounted)
+    return Verdict(listed, counts, beyond, failed_pages, failed_reasons)
+
+
+def judge(conn, round_id: int, listed: int | None) -> Verdict:
+    """Count the round's ledger and errorCode rows and :func:`balance` them."""
+    beyond_recorded, reasons = list_facts(conn, round_id)
+    return balance(
+        listed, count(conn, round_id), beyond_recorded, len(reasons), tuple(sorted(set(reasons)))
+    )
