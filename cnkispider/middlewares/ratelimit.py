@@ -71,7 +71,8 @@ Settings (defaults in :mod:`cnkispider.default_settings`; config.ini maps onto t
 ``cnkispider.settings``):
 
 - ``RATELIMIT_ENABLED``: off -> ``NotConfigured`` (paces too); also off while both
-  rates are 0 and ``PACE_ENABLED`` is False.
+  rates are 0, ``PACE_ENABLED`` is False and no verified session can be used
+  (``SESSIONS_MODE`` plain or ``SESSIONS_PACE_MAX`` 0).
 - ``RATELIMIT_RATE``: requests per second to one site (``host:port``), all workers together;
   0 = no limit per site (``[crawl] rate_limit``).
 - ``RATELIMIT_PROXY_RATE``: requests per second through one proxy, all workers together;
@@ -668,7 +669,10 @@ class RateLimitMiddleware:
             pace_max=s.getfloat("PACE_MAX"),
             pace_ttl=s.getfloat("PACE_TTL"),
             direct_name=s.get("PACE_DIRECT_NAME"),
-            verified_rate=s.getfloat("SESSIONS_PACE_MAX"),
+            # sessions a person passed are used unless [cnki] sessions = plain
+            verified_rate=0.0
+            if s.get("SESSIONS_MODE") == "plain"
+            else s.getfloat("SESSIONS_PACE_MAX"),
         )
         if not limiter.active:
             raise NotConfigured
