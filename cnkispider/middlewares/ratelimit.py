@@ -677,6 +677,7 @@ class RateLimitMiddleware:
         if not limiter.active:
             raise NotConfigured
         middleware = cls(limiter, stats=crawler.stats, late=s.getfloat("RATELIMIT_LATE"))
+        middleware.crawler = crawler
         from scrapy import signals
 
         crawler.signals.connect(middleware.spider_closed, signal=signals.spider_closed)
@@ -732,6 +733,17 @@ class RateLimitMiddleware:
             else:
                 break
             attempt += 1
+        if wait > 0 and request.meta.get("cnki_verified"):
+            # Its session a person passed may have been checked again while it waited: a
+            # request sent in it now would only be refused (one of the dozens queued for it)
+            from cnkispider.exceptions import SessionLost
+            from cnkispider.sessions.runtime import VerifiedSessions
+
+            runtime = VerifiedSessions.of(getattr(self, "crawler", None))
+            session_id = request.meta.get("cnki_session")
+            if runtime is not None and runtime.is_dead(session_id):
+                self._inc_stat("verified/dead_unsent")
+                raise SessionLost(session_id, "checked again while this request waited")
         self._inc_stat("requests")
         if wait > 0:
             self._inc_stat("delayed")
