@@ -1,7 +1,7 @@
 """What a person's pass buys: documents stored per verified session, CNKI requests per document.
 
-    python bench/sessions.py [--start 2024-01-01 --end 2024-01-02] [--categories G06,H04]
-        [--session-pace 1.2] [--passes 1] [--workers 1] [--timeout 900]
+    python bench/sessions.py [--start 2024-01-01 --end 2024-01-01] [--categories G06,H04]
+        [--session-pace 1.2] [--passes 2] [--workers 2] [--timeout 900]
 
 The stand-in checks for a person as CNKI does in 2026 (PROTOCOL.md "2026 evidence" point 11),
 with its hidden per-pass limits left at their defaults (``--session-requests 300``,
@@ -75,11 +75,11 @@ class Person(threading.Thread):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--start", default="2024-01-01")
-    parser.add_argument("--end", default="2024-01-02")
+    parser.add_argument("--end", default="2024-01-01")
     parser.add_argument("--categories", default="G06,H04")
     parser.add_argument("--session-pace", type=float, default=1.2)
-    parser.add_argument("--passes", type=int, default=1, help="passes before the crawl")
-    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--passes", type=int, default=2, help="passes before the crawl")
+    parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--timeout", type=float, default=900.0)
     args = parser.parse_args(argv)
@@ -88,7 +88,6 @@ def main(argv: list[str] | None = None) -> int:
     os.chdir(ROOT)
 
     site = start_site(seed=args.seed, human_check=True)
-    limits = site.state()["options"] if "options" in site.state() else {}
     redis_server = BenchRedis()
     tmp = Path(tempfile.mkdtemp(prefix="bench-sessions-"))
     setup = CrawlSetup(
@@ -163,7 +162,6 @@ def main(argv: list[str] | None = None) -> int:
         f"(floor 1 + 1/{PAGE_SIZE} = {1 + 1 / PAGE_SIZE:.2f}; {requests} requests)"
     )
     print(f"  time                             {seconds:.0f} s")
-    del limits
     return 0 if equal else 1
 
 

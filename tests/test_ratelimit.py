@@ -264,12 +264,35 @@ def test_requests_woken_late_take_new_reservations_instead_of_leaving_together(
 
 @pytest.mark.parametrize(
     "settings",
-    [{}, {"RATELIMIT_RATE": 5, "RATELIMIT_ENABLED": False}],
-    ids=["no rate set", "switched off"],
+    [
+        {"SESSIONS_MODE": "plain"},
+        {"SESSIONS_PACE_MAX": 0},
+        {"RATELIMIT_RATE": 5, "RATELIMIT_ENABLED": False},
+    ],
+    ids=["no rate set", "no cap on verified sessions", "switched off"],
 )
 def test_the_middleware_is_off_unless_a_rate_is_set(settings):
     with pytest.raises(NotConfigured):
         RateLimitMiddleware.from_crawler(get_crawler(settings_dict={"ADDONS": ADDONS, **settings}))
+
+
+def test_a_verified_session_never_exceeds_its_cap_and_a_plain_one_has_none():
+    """The defaults (sessions = auto) cap a session a person passed at SESSIONS_PACE_MAX, every
+    worker together (one fixed key per session); a plain session's request gets no such key."""
+    from scrapy import Request
+
+    middleware = RateLimitMiddleware.from_crawler(get_crawler(settings_dict={"ADDONS": ADDONS}))
+    verified = Request(
+        "https://kns.cnki.net/kns8s/brief/grid",
+        meta={"cnki_kind": "list", "cnki_session": "s-abc123", "cnki_verified": True},
+    )
+    [limit] = middleware.limiter.limits(verified)
+    assert limit.key.endswith(":verified:s-abc123") and not limit.pace
+    assert limit.interval == pytest.approx(1_000_000 / 0.5) and limit.tolerance == 0
+    plain = Request(
+        "https://kns.cnki.net/kns8s/brief/grid", meta={"cnki_kind": "list", "cnki_session": "x"}
+    )
+    assert middleware.limiter.limits(plain) == []
 
 
 def test_config_ini_maps_onto_the_settings_and_the_middleware_follows_the_proxy(tmp_path):

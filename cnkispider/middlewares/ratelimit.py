@@ -71,7 +71,8 @@ Settings (defaults in :mod:`cnkispider.default_settings`; config.ini maps onto t
 ``cnkispider.settings``):
 
 - ``RATELIMIT_ENABLED``: off -> ``NotConfigured`` (paces too); also off while both
-  rates are 0 and ``PACE_ENABLED`` is False.
+  rates are 0, ``PACE_ENABLED`` is False and no verified session can be used
+  (``SESSIONS_MODE`` plain or ``SESSIONS_PACE_MAX`` 0).
 - ``RATELIMIT_RATE``: requests per second to one site (``host:port``), all workers together;
   0 = no limit per site (``[crawl] rate_limit``).
 - ``RATELIMIT_PROXY_RATE``: requests per second through one proxy, all workers together;
@@ -668,11 +669,15 @@ class RateLimitMiddleware:
             pace_max=s.getfloat("PACE_MAX"),
             pace_ttl=s.getfloat("PACE_TTL"),
             direct_name=s.get("PACE_DIRECT_NAME"),
-            verified_rate=s.getfloat("SESSIONS_PACE_MAX"),
+            # sessions a person passed are used unless [cnki] sessions = plain
+            verified_rate=0.0
+            if s.get("SESSIONS_MODE") == "plain"
+            else s.getfloat("SESSIONS_PACE_MAX"),
         )
         if not limiter.active:
             raise NotConfigured
         middleware = cls(limiter, stats=crawler.stats, late=s.getfloat("RATELIMIT_LATE"))
+        middleware.crawler = crawler
         from scrapy import signals
 
         crawler.signals.connect(middleware.spider_closed, signal=signals.spider_closed)
@@ -728,6 +733,17 @@ class RateLimitMiddleware:
             else:
                 break
             attempt += 1
+        if wait > 0 and request.meta.get("cnki_verified"):
+            # Its session a person passed may have been checked again while it waited: a
+            # request sent in it now would only be refused (one of the dozens queued for it)
+            from cnkispider.exceptions import SessionLost
+            from cnkispider.sessions.runtime import VerifiedSessions
+
+            runtime = VerifiedSessions.of(getattr(self, "crawler", None))
+            session_id = request.meta.get("cnki_session")
+            if runtime is not None and runtime.is_dead(session_id):
+                self._inc_stat("verified/dead_unsent")
+                raise SessionLost(session_id, "checked again while this request waited")
         self._inc_stat("requests")
         if wait > 0:
             self._inc_stat("delayed")

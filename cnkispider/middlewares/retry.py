@@ -287,6 +287,7 @@ class CnkiRetryMiddleware:
             f"checked by CNKI at request {meta.get('_session_request', '?')} ({reason} on list "
             f"page {meta.get('page', '?')} of round {meta.get('round_id', '?')})"
         )
+        verified.died(session_id)
         if await in_thread(store.mark, session_id, NEEDS_PERSON, note, unless_dead=True):
             self._needs_person(verified, session_id, note)
         self._stop_if_halted(request)
@@ -303,6 +304,7 @@ class CnkiRetryMiddleware:
         return again
 
     def _needs_person(self, verified: VerifiedSessions, session_id: str, note: str) -> None:
+        verified.died(session_id)
         self._inc_stat("verified/needs_person")
         verified.crawler.stats.inc_value("sessions/needs_person")
         logger.warning(

@@ -291,6 +291,7 @@ class SessionMiddleware:
                     await verified.sleep(max(0.0, min(value - store.clock(), verified.poll)))
                     continue
                 # needs-person, expired, gone: never retried in it
+                verified.died(session_id)
                 if kind == "detail":
                     raise SessionLost(session_id, state)
                 self._inc_stat(f"verified/lost/{state}")

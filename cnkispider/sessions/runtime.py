@@ -95,6 +95,7 @@ class VerifiedSessions:
         self.waiting_since: float | None = None
         self._prompting = False
         self._stopping = False
+        self._dead: set[str] = set()  # verified sessions this worker saw checked again
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> VerifiedSessions:
@@ -314,6 +315,50 @@ class VerifiedSessions:
         notifier = self.crawler.get_extension(Notifier)
         if notifier is not None:
             notifier.send(event, text)
+
+    # -- sessions this worker saw die ---------------------------------------------------------
+
+    def died(self, session_id: str | None) -> None:
+        """This worker learnt that CNKI checked ``session_id`` again (the pool says so too)."""
+        if session_id:
+            self._dead.add(session_id)
+
+    def is_dead(self, session_id: str | None) -> bool:
+        return bool(session_id) and session_id in self._dead
+
+    # -- listing a page again -------------------------------------------------------------------
+    # A session CNKI checked again leaves every detail link it listed dead (links are bound to
+    # their session). Listing the page again for each dead link would cost a list request per
+    # document, and a pass's worth of them could die again before they are fetched: a page is
+    # listed again once for all its dead links (a Redis set of doc keys per page, and a marker
+    # that says a re-listing is under way).
+
+    def _relist_keys(self, round_id, page_key: str) -> tuple[str, str]:
+        import hashlib
+
+        digest = hashlib.sha1(page_key.encode()).hexdigest()[:16]
+        base = f"{self.store.namespace}:relist:{self.round_key(round_id)}:{digest}"
+        return f"{base}:docs", f"{base}:under-way"
+
+    def relist_add(self, round_id, page_key: str, doc_key: str) -> bool:
+        """Note a dead link of page ``page_key``; True when the page must be listed again (no
+        re-listing of it is under way). Blocking."""
+        docs, marker = self._relist_keys(round_id, page_key)
+        pipe = self.store.client.pipeline()
+        pipe.sadd(docs, doc_key)
+        pipe.expire(docs, 3600)
+        pipe.set(marker, "1", nx=True, ex=3600)
+        return bool(pipe.execute()[2])
+
+    def relist_take(self, round_id, page_key: str) -> set[str]:
+        """The dead links of page ``page_key`` (doc keys), for the re-listing that runs now;
+        links that die after this start another. Blocking."""
+        docs, marker = self._relist_keys(round_id, page_key)
+        pipe = self.store.client.pipeline()  # MULTI: nothing slips between read and delete
+        pipe.smembers(docs)
+        pipe.delete(docs, marker)
+        members = pipe.execute()[0]
+        return {m.decode() if isinstance(m, bytes) else m for m in members}
 
     # -- rounds -------------------------------------------------------------------------------
 

@@ -187,6 +187,10 @@ class RoundSpider(scrapy.Spider):
             async for out in self._refreshed(page, search, meta):
                 yield out
             return
+        if meta.get("relist"):
+            async for out in self._relisted(page, search, meta):
+                yield out
+            return
         async for out in self._listed(page, search, meta):
             yield out
         if meta.get("error_code_id") and meta["page"] == (meta.get("replay_page") or meta["page"]):
@@ -528,9 +532,12 @@ class RoundSpider(scrapy.Spider):
         meta = request.meta
         reason = failure_reason(failure.value)
         if isinstance(failure.value, SessionLost) and meta.get("cnki_kind") == "detail":
-            # its verified session cannot open it: list its page again, in the round's session
-            self.crawler.stats.inc_value("sessions/relisted")
-            yield self.relist_request(meta, request.url)
+            # its verified session cannot open it: list its page again (once for all its dead
+            # links) in the round's session
+            relist = await self.relist_request(meta)
+            if relist is not None:
+                self.crawler.stats.inc_value("sessions/relisted")
+                yield relist
             return
         if meta.get("canary_for"):
             # Never recorded as a page of its own (a replay of the canary's search would crawl
@@ -564,18 +571,39 @@ class RoundSpider(scrapy.Spider):
             stale_url=stale_url,
         )
 
-    def relist_request(self, meta: dict, stale_url: str) -> scrapy.Request:
-        """The list page a detail link came from, to be fetched again for a fresh link to the
-        same document (``_refreshed`` takes its row; a page that moved is walked on)."""
+    async def relist_request(self, meta: dict) -> scrapy.Request | None:
+        """The list page a dead detail link came from, to be fetched again for fresh links
+        (``_relisted``), or None when that is under way already (sessions.runtime)."""
+        from cnkispider.sessions.runtime import VerifiedSessions
+
+        runtime = VerifiedSessions.of(self.crawler)
         page = meta.get("page") or 1
+        page_key = json.dumps([meta["search"], page], sort_keys=True, ensure_ascii=False)
+        if not await in_thread(runtime.relist_add, meta.get("round_id"), page_key, meta["doc_key"]):
+            return None
         return self.search_request(
-            Search.from_dict(meta["search"]),
-            page,
-            round_id=meta.get("round_id"),
-            refresh_for=meta["doc_key"],
-            listing=meta.get("listing", {}),
-            stale_url=stale_url,
+            Search.from_dict(meta["search"]), page, round_id=meta.get("round_id"), relist=page_key
         )
+
+    async def _relisted(self, page, search: Search, meta: dict):
+        """A list page fetched again for the dead links of its documents: their fresh links. A
+        document no longer on the page (the list moved) is refreshed by a title search."""
+        from cnkispider.sessions.runtime import VerifiedSessions
+
+        runtime = VerifiedSessions.of(self.crawler)
+        wanted = await in_thread(runtime.relist_take, meta.get("round_id"), meta["relist"])
+        for row in self.kept_rows(page.rows, meta):
+            key = f"{row.dbname}/{row.filename}"
+            if key in wanted:
+                wanted.discard(key)
+                yield self.detail_request(row, meta, refreshed=True)
+        for key in sorted(wanted):
+            self.crawler.stats.inc_value("sessions/relist_moved")
+            origin = Search.from_dict(meta["search"])
+            search = Search.for_day(self.doc_type, origin.day_start, origin.category)
+            yield self.search_request(
+                search, 1, round_id=meta.get("round_id"), refresh_for=key, listing={}
+            )
 
     # -- the recrawl phase: the same requests, another input source ------------------------
 
