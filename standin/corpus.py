@@ -13,6 +13,9 @@ Options (``CorpusOptions``):
   doomed        N documents per (type, day) whose detail page always fails (the N smallest
                 "doom" hashes of the day); the server may add more by filename.
   span          the dates a search without a PT range covers.
+  profile       "realistic-year": counts by publication weekday, Zipf-skewed classes and surge
+                days (``REALISTIC``, :meth:`Corpus.realistic_count`) instead of the hash spread.
+  surge_rows    realistic-year: documents of a surge day (not scaled).
 
 The universe of classification codes is the leaves of the type's tree. ``count(type, day, leaf)``
 comes from hash(seed, type, day, leaf): 40% are 0, 45% 1-30, 10% 31-300, 4% 301-1500 and 1%
