@@ -122,26 +122,35 @@ class RefSetup(CrawlSetup):
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
-            started = last_change = time.monotonic()
-            seen = -1
-            while process.poll() is None:
-                time.sleep(2.0)
-                now = time.monotonic()
-                requests = site.stats()["requests"]
-                if requests != seen:
-                    seen, last_change = requests, now
-                stalled = seen > 0 and now - last_change > stall  # (start-up is not a stall)
-                if now - started > timeout or stalled:
-                    process.terminate()
-                    try:
-                        process.wait(30)
-                    except subprocess.TimeoutExpired:
-                        process.kill()
-                        process.wait()
-                    out.seek(0)
-                    return None, out.read()[-3000:].decode("utf-8", "replace")
-            out.seek(0)
-            return process.returncode, out.read()[-3000:].decode("utf-8", "replace")
+            try:
+                return self._watch(process, out, site, timeout, stall)
+            finally:  # the benchmark stopped (SIGTERM, an error): its crawl stops with it
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+
+    @staticmethod
+    def _watch(process, out, site, timeout: float, stall: float) -> tuple[int | None, str]:
+        started = last_change = time.monotonic()
+        seen = -1
+        while process.poll() is None:
+            time.sleep(2.0)
+            now = time.monotonic()
+            requests = site.stats()["requests"]
+            if requests != seen:
+                seen, last_change = requests, now
+            stalled = seen > 0 and now - last_change > stall  # (start-up is not a stall)
+            if now - started > timeout or stalled:
+                process.terminate()
+                try:
+                    process.wait(30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+                out.seek(0)
+                return None, out.read()[-3000:].decode("utf-8", "replace")
+        out.seek(0)
+        return process.returncode, out.read()[-3000:].decode("utf-8", "replace")
 
 
 def git(*args: str, cwd: Path = ROOT) -> str:
@@ -232,6 +241,8 @@ def run_crawl(code: Code, doc_type: str, args, site, redis_server, truth: list[d
         TOPS[doc_type],
         task=f"rpd{doc_type}",
         redis_url=redis_server.url,
+        # the crawler is told the site's cap, as it is told CNKI's 6000 (config.ini's default)
+        cnki={"cap_rows": args.cap_rows},
         crawl={"concurrent_requests": 16, "log_level": "info"},
     )
     setup.code = code
