@@ -18,8 +18,11 @@ so a crawler must split them. Ordinary days are ``--scale`` times CNKI's own siz
 patents a publication day, 5,500 papers a weekday); surge days have ``--surge-rows`` documents
 whatever the scale. To keep a run within minutes on 2 cores the cap is lowered with the scale
 (``--cap-rows 1000``, surge days of 1,250 and 3,750/5,000 rows): a split day costs the same
-searches as at CNKI's 6000, with fewer detail pages behind them. Faults, latency and pace limits
-are off; the person check too (``--human-check`` turns it on, for when the crawler's verified
+searches as at CNKI's 6000, with fewer detail pages behind them. Faults and pace limits are
+off; the latency is 0.02 s a page (``--latency``). At the default scale papers are about 30 a
+day, so one list page a day already costs 3-4%: issue 21's target of 1.04 is measured at
+``--scale 0.006`` (the day-census floor printed below the table says what a scale allows). The
+person check is off (``--human-check`` turns it on, for when the crawler's verified
 sessions are on main; until then a crawl against it stores nothing).
 
 Each crawl is ``cnkispider run`` (one worker, 16 requests in flight) on a fresh MariaDB database
