@@ -23,7 +23,7 @@ off; the latency is 0.02 s a page (``--latency``). At the default scale papers a
 day, so one list page a day already costs 3-4%: issue 21's target of 1.04 is measured at
 ``--scale 0.006`` (the day-census floor printed below the table says what a scale allows). The
 person check is off (``--human-check`` turns it on, for when the crawler's verified
-sessions are on main; until then a crawl against it stores nothing).
+sessions are on main; until then the stand-in challenges every request of its plain sessions).
 
 Each crawl is ``cnkispider run`` (one worker, 16 requests in flight) on a fresh MariaDB database
 and a Redis server of the benchmark's own, for the task (type, year, every top-level class).
