@@ -87,7 +87,16 @@ tests/test_standin_human.py):
   ``<form id="vericodeForm" action="/kns8s/brief/checkcode">`` page (three in ten) or the 302.
   The fixed ``turn_limit`` (15 turns per session; 0 = none; 0 by default with the person's
   check) also answers with the soft block.
-- ``/_stats``: ``requests`` (to CNKI's routes), ``challenged`` (``total`` and per form:
+- The realistic year (``--profile realistic-year``, ``--surge-rows``; off by default): patents
+  only on Tuesdays and Fridays (CNIPA's publication days), papers every day (fewer at weekends),
+  class sizes Zipf-skewed (sections, then each class's children), ordinary days ``--scale`` times
+  CNKI's size (about 36,000 patents a publication day, 5,500 papers a weekday), and a few surge
+  days of ``--surge-rows`` documents whatever the scale (patents 1, 1 and 3 times it, papers 1
+  and 4), so a crawler must split them. ``/_truth`` and ``/_rounds`` follow it (benchmark:
+  ``bench/requests_per_doc.py``; tests: tests/test_standin_year.py).
+- ``/_stats``: ``requests`` (to CNKI's routes) and ``kinds`` (the same by route: warmup, grid,
+  detail, client_id, verify, home, other), ``searches`` (grid POSTs read as a search: ``first``
+  pages, of them ``uncategorised`` and ``zero``, and page ``turns``), ``challenged`` (``total`` and per form:
   soft_block, verify_redirect, json_403, json_200, vericode_form), ``challenged_by`` (session,
   ip, turn_limit, human_check), ``rejections`` (no_category, page_size, cursor), ``pace_blocks`` and the rest.
 - Ground truth: ``/_truth``, ``/_rounds``, ``/_doomed`` and ``python -m standin truth``

@@ -15,7 +15,7 @@ per proxy and one for the provider; it serves until SIGTERM or SIGINT)::
         [--rate-limit R --burst B --ban-seconds S]
         [--fault NAME=RATE ...] [--slow-seconds 3] [--doomed N]
         [--overflow TYPE:YYYY-MM-DD:CODE:COUNT ...] [--categories-file TYPE=PATH ...]
-        [--span YYYY-MM-DD:YYYY-MM-DD]
+        [--span YYYY-MM-DD:YYYY-MM-DD] [--profile realistic-year [--surge-rows 7500]]
 
 The human check is ON here (as on the live site of late 2026): every kns request of a session
 no person passed is challenged; a browser passes it on /verify/home (the test-only button
@@ -30,7 +30,7 @@ Ground truth (JSON lines, one document per line with every item field)::
 
     python -m standin truth --type patent --start 2024-01-01 --end 2024-01-03
         [--categories H04,G06] [--seed 1] [--scale ...] [--overflow ...] [--categories-file ...]
-        [--dbname-years]
+        [--dbname-years] [--profile realistic-year --surge-rows N]
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import asyncio
 import json
 import sys
 
-from standin.corpus import DOC_TYPES, Corpus, CorpusOptions
+from standin.corpus import DOC_TYPES, PROFILES, Corpus, CorpusOptions
 from standin.limits import ALL_FAULTS
 from standin.site import BREAKS, Site, SiteOptions, parse_latency
 
@@ -113,6 +113,21 @@ def _add_corpus_options(parser: argparse.ArgumentParser) -> None:
         "CJFDLAST2024, CMFD202401, ...); default: the bare family names (SCPD, CJFQ, ...)",
     )
 
+    parser.add_argument(
+        "--profile",
+        choices=PROFILES,
+        default="",
+        help="realistic-year: patents only on Tuesdays and Fridays (CNIPA's publication days), "
+        "papers every day (fewer at weekends), Zipf-skewed class sizes, a few surge days over "
+        "the cap; --scale scales the ordinary days (default: the hash spread of every day)",
+    )
+    parser.add_argument(
+        "--surge-rows",
+        type=int,
+        default=7500,
+        help="realistic-year: documents of a surge day, not scaled (some are 3 or 4 times it)",
+    )
+
 
 def _corpus_options(args) -> CorpusOptions:
     start, _, end = args.span.partition(":")
@@ -125,6 +140,8 @@ def _corpus_options(args) -> CorpusOptions:
         title_variety=args.title_variety,
         span=(start, end or start),
         dbname_years=args.dbname_years,
+        profile=args.profile,
+        surge_rows=args.surge_rows,
     )
 
 

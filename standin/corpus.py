@@ -13,6 +13,9 @@ Options (``CorpusOptions``):
   doomed        N documents per (type, day) whose detail page always fails (the N smallest
                 "doom" hashes of the day); the server may add more by filename.
   span          the dates a search without a PT range covers.
+  profile       "realistic-year": counts by publication weekday, Zipf-skewed classes and surge
+                days (``REALISTIC``, :meth:`Corpus.realistic_count`) instead of the hash spread.
+  surge_rows    realistic-year: documents of a surge day (not scaled).
 
 The universe of classification codes is the leaves of the type's tree. ``count(type, day, leaf)``
 comes from hash(seed, type, day, leaf): 40% are 0, 45% 1-30, 10% 31-300, 4% 301-1500 and 1%
@@ -149,6 +152,34 @@ def dbname_family(dbname: str) -> str:
     return dbname
 
 
+# The "realistic-year" profile (CorpusOptions.profile). Documents of an ordinary day at scale 1
+# (the order of magnitude of CNKI's own: about 3.7 million Chinese patents a year over 104-105
+# publication days; about 1.6 million journal papers and theses a year), the weekdays a type
+# publishes on (date.weekday(): Monday 0; CNIPA publishes on Tuesdays and Fridays), a factor for
+# the other days (papers only: fewer at weekends), the top-level classes from the largest down
+# (a Zipf spread: the k-th has weight 1/k; classes not named follow in tree order), and the
+# surge days of a year as multiples of ``surge_rows``.
+PROFILES = ("realistic-year",)
+REALISTIC = {
+    "patent": {
+        "day": 36000,
+        "weekdays": (1, 4),
+        "off_days": 0.0,
+        "top_order": "GHBAFCED",
+        "surges": (1, 1, 3),
+    },
+    "paper": {
+        "day": 5500,
+        "weekdays": (0, 1, 2, 3, 4),
+        "off_days": 0.4,
+        "top_order": ("T", "R", "F", "G", "S", "O", "X", "D", "K", "I", "Q", "P", "U"),
+        "surges": (1, 4),
+    },
+}
+REALISTIC["achievement"] = dict(REALISTIC["paper"], day=150, surges=(1,))
+DAY_JITTER = 0.2  # an ordinary day's total varies by up to this share either way
+LEAF_JITTER = 0.15  # and each leaf's share of it
+
 _TITLE_PRIME = 7919  # coprime with the title space, so n -> n * P + offset is a bijection
 
 
@@ -247,6 +278,13 @@ class CorpusOptions:
     # database names as CNKI's real rows show them (SCPD2024, CJFDLAST2024, CMFD202401, ...);
     # off: the families' bare names (SCPD, CJFQ, CMFD, ...)
     dbname_years: bool = False
+    # how counts are spread over days and categories: "" (the hash spread above) or
+    # "realistic-year" (publication weekdays, Zipf-skewed categories, surge days; PROFILES)
+    profile: str = ""
+    # realistic-year: documents of a surge day (a day over the cap), NOT scaled; the default is
+    # 1.25 times CNKI's 6000, so a surge day splits at any scale (the patents' third surge day
+    # and the papers' second are 3 and 4 times this, so their largest class splits too)
+    surge_rows: int = 7500
 
 
 class Document:
@@ -311,6 +349,12 @@ class Corpus:
             self.trees[doc_type] = cache[path]
         self.span = (parse_day(options.span[0]), parse_day(options.span[1]))
         self._overrides = self._parse_overflow(options.overflow)
+        if options.profile and options.profile not in PROFILES:
+            raise ValueError(
+                f"unknown corpus profile {options.profile!r} (known: {', '.join(PROFILES)})"
+            )
+        self._leaf_weights = functools.lru_cache(maxsize=8)(self._make_leaf_weights)
+        self.surge_days = functools.lru_cache(maxsize=64)(self._surge_days)
         self.counts = functools.lru_cache(maxsize=4096)(self._counts)
         self.document = functools.lru_cache(maxsize=8192)(self._document)
         self.results = functools.lru_cache(maxsize=128)(self._results)
@@ -361,6 +405,8 @@ class Corpus:
         return overrides
 
     def natural_count(self, doc_type: str, day: int, li: int) -> int:
+        if self.options.profile == "realistic-year":
+            return self.realistic_count(doc_type, day, li)
         b = self._digest("count", doc_type, day, li, size=4)
         u = int.from_bytes(b[:2], "big") / 65536.0
         v = int.from_bytes(b[2:], "big")
@@ -381,6 +427,70 @@ class Corpus:
             if self.options.scale > 0
             else 0
         )
+
+    # -- the realistic-year profile ----------------------------------------------------------
+
+    def _unit(self, *parts) -> float:
+        """A uniform draw in [0, 1) from the parts under this seed."""
+        return int.from_bytes(self._digest(*parts, size=4), "big") / 2.0**32
+
+    def _make_leaf_weights(self, doc_type: str) -> tuple[float, ...]:
+        """Each leaf's share of a day (they add up to 1): Zipf over the top-level classes in
+        REALISTIC's order, then Zipf again among each node's children, ranked by a draw under
+        the seed (so one child of a class is its big one, as TP is of T and G06 of G)."""
+        tree = self.trees[doc_type]
+        named = [c for c in REALISTIC[doc_type]["top_order"] if c in tree.top]
+        order = named + [c for c in tree.top if c not in named]
+
+        def zipf(codes: list[str]) -> dict[str, float]:
+            raw = {c: 1.0 / (k + 1) for k, c in enumerate(codes)}
+            total = sum(raw.values())
+            return {c: w / total for c, w in raw.items()}
+
+        weight = zipf(order)
+        for code in tree.codes:  # tree order: a parent before its children
+            children = tree.children[code]
+            if children:
+                ranked = sorted(children, key=lambda c: self.h("rank", doc_type, c))
+                for child, share in zipf(ranked).items():
+                    weight[child] = weight[code] * share
+        return tuple(weight[leaf] for leaf in tree.leaves)
+
+    def _surge_days(self, doc_type: str, year: int) -> dict[int, int]:
+        """day ordinal -> documents, for the year's surge days: the publication days with the
+        smallest draws, one per entry of REALISTIC's ``surges``."""
+        plan = REALISTIC[doc_type]
+        first, last = date(year, 1, 1).toordinal(), date(year, 12, 31).toordinal()
+        days = [
+            d for d in range(first, last + 1) if date.fromordinal(d).weekday() in plan["weekdays"]
+        ]
+        days.sort(key=lambda d: self.h("surge", doc_type, d))
+        return {
+            d: round(self.options.surge_rows * factor)
+            for d, factor in zip(days, plan["surges"], strict=False)
+        }
+
+    def day_target(self, doc_type: str, day: int) -> float:
+        """The documents a day of the realistic year is drawn around (0: nothing published)."""
+        plan = REALISTIC[doc_type]
+        surge = self.surge_days(doc_type, date.fromordinal(day).year).get(day)
+        if surge is not None:
+            return float(surge)  # not scaled: a surge day is there to pass the cap
+        factor = 1.0 if date.fromordinal(day).weekday() in plan["weekdays"] else plan["off_days"]
+        jitter = 1.0 + DAY_JITTER * (2.0 * self._unit("day", doc_type, day) - 1.0)
+        return plan["day"] * factor * jitter * max(0.0, self.options.scale)
+
+    def realistic_count(self, doc_type: str, day: int, li: int) -> int:
+        """Leaf ``li``'s documents on ``day``: the day's target times the leaf's Zipf share
+        (jittered), rounded up or down by a draw so that small shares are often 0 and the
+        expected total is kept."""
+        target = self.day_target(doc_type, day)
+        if target <= 0:
+            return 0
+        jitter = 1.0 + LEAF_JITTER * (2.0 * self._unit("leaf", doc_type, day, li) - 1.0)
+        x = target * self._leaf_weights(doc_type)[li] * jitter
+        n = int(x) + (1 if self._unit("round", doc_type, day, li) < x - int(x) else 0)
+        return min(MAX_PER_LEAF, n)
 
     def _counts(self, doc_type: str, day: int) -> tuple[int, ...]:
         tree = self.trees[doc_type]

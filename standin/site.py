@@ -91,6 +91,20 @@ BREAKS = (
 # GETs answered with the vericodeForm page (the rest 302 to /verify/home)
 JSON_200_SHARE = 0.25
 VERICODE_SHARE = 0.3
+# what each of CNKI's routes is, for /_stats "kinds" (the rest, 404s included, is "other")
+REQUEST_KINDS = ("warmup", "grid", "detail", "client_id", "verify", "home", "other")
+PATH_KINDS = {
+    "/kns8s/defaultresult/index": "warmup",
+    "/kns8s/search": "warmup",
+    "/kns8s/AdvSearch": "warmup",
+    "/kns8s/brief/grid": "grid",
+    "/kcms2/article/abstract": "detail",
+    CLIENT_ID_PATH: "client_id",
+    "/verify/home": "verify",
+    "/verify-api/web/check": "verify",
+    "/kns8s/brief/checkcode": "verify",
+    "/": "home",
+}
 BROKEN_DATE_DAYS = 7  # date-filter: every search covers the span's first week, whatever its PT
 REASONS = {
     200: "OK",
@@ -300,6 +314,13 @@ class Site:
             "human_check_refusals": {"plain": 0, "checked": 0},
             "human_passes": 0,
             "foreign_session_details": 0,  # a v= link opened in another passed session
+            # every request to CNKI's routes by what it is, whatever the answer (they add up to
+            # "requests"): what a benchmark of requests per document divides
+            "kinds": dict.fromkeys(REQUEST_KINDS, 0),
+            # grid POSTs the site could read as a search: first pages (a new search: "first"),
+            # of them without a category condition (a day census: "uncategorised") and with no
+            # result ("zero"), and page turns ("turns")
+            "searches": {"first": 0, "uncategorised": 0, "zero": 0, "turns": 0},
         }
         self.stats["challenged"]["total"] = 0
         self._bans_base = self.limiter.bans
@@ -358,6 +379,9 @@ class Site:
             self.count("other", resp.status)
         if req.path not in CONTROL_PATHS:
             self.stats["requests"] += 1
+            kinds = self.stats["kinds"]
+            kind = PATH_KINDS.get(req.path, "other")
+            kinds[kind] += 1
         by_ip = self.stats["by_ip"]
         by_ip[req.ip] = by_ip.get(req.ip, 0) + 1
         return resp
@@ -746,12 +770,21 @@ class Site:
                 return self._zero()
             self.stats["rejections"][name] += 1
             return Response(200, search)
+        searches = self.stats["searches"]
+        if page > 1:
+            searches["turns"] += 1
+        else:
+            searches["first"] += 1
+            if not search.codes and not search.exact:
+                searches["uncategorised"] += 1
         if page > 1 and "turn-token" in self.breaks:
             self._challenge("soft_block", "turn_limit")
             return Response(200, markup.SOFT_BLOCK)
         refs = self.corpus.results(search)
         total = len(refs)
         if total == 0:
+            if page <= 1:
+                searches["zero"] += 1
             return self._zero()
         cap = self.options.cap_rows
         first = (page - 1) * size
@@ -869,6 +902,8 @@ class Site:
             **self.human.limits(),
             "zero_as_soft_block": o.zero_as_soft_block,
             "dbname_years": o.corpus.dbname_years,
+            "profile": o.corpus.profile,
+            "surge_rows": o.corpus.surge_rows,
             "token_ttl": o.token_ttl,
             "session_ttl": self.sessions.ttl,
             "latency": list(self.latency),
