@@ -293,22 +293,30 @@ class RoundFeeder:
         low_water = self.crawler.settings.getint("CONCURRENT_REQUESTS")
         seeded = 0
         while seeded < self.rounds_in_flight and not self.closing:
-            if (await in_thread(self._sizes))["queued"] >= low_water:
-                return
+            sizes = await in_thread(self._sizes)
+            if sizes is None or sizes["queued"] >= low_water:
+                return  # (None: the scheduler closed under this feed at shutdown)
             round_ = await in_thread(
                 self.store.claim, self.task_id, self.worker_id, scheduler.epoch
             )
             if round_ is None:
                 break
-            # the task's tree as it is now (its categories file may have been edited): a new
-            # root's children are known when its search has to be split
-            self.context.task = await in_thread(self.store.get, self.task_id)
-            for request in self.spider.round_requests(round_):
-                self.crawler.engine.crawl(request)
-            # Seeded only once the first request is in Redis: a crash before that leaves the
-            # round claimed, and its lease hands it to another worker.
-            await self._flushed()
-            await in_thread(self.store.mark_seeded, round_.id, self.worker_id, scheduler.epoch)
+            try:
+                # the task's tree as it is now (its categories file may have been edited): a
+                # new root's children are known when its search has to be split
+                self.context.task = await in_thread(self.store.get, self.task_id)
+                for request in self.spider.round_requests(round_):
+                    self.crawler.engine.crawl(request)
+                # Seeded only once the first request is in Redis: a crash before that leaves
+                # the round claimed, and its lease hands it to another worker.
+                await self._flushed()
+                await in_thread(self.store.mark_seeded, round_.id, self.worker_id, scheduler.epoch)
+            except BaseException:
+                # This worker lives on, and its heartbeat renews the leases of every round it
+                # holds claimed: a round it failed to seed (the task row edited into nonsense
+                # since the claim, the database away) would be held forever. Hand it back.
+                await in_thread(self.store.release_claim, round_.id, self.worker_id)
+                raise
             seeded += 1
             logger.info(
                 "round %s seeded: %s %s (attempt %s)",
@@ -472,13 +480,17 @@ class RoundFeeder:
         """Nothing queued or leased in Redis for this task, by any worker, nor pending here."""
         sizes = await in_thread(self._sizes)
         return (
-            sizes["queued"] == 0
+            sizes is not None
+            and sizes["queued"] == 0
             and sizes["leased"] == 0
             and not self.scheduler.has_pending_requests()
         )
 
-    def _sizes(self) -> dict[str, int]:
-        return self.scheduler.queue.sizes()
+    def _sizes(self) -> dict[str, int] | None:
+        """The shared queue's sizes; None once the scheduler has closed (a feed or a phase check
+        still running while the worker shuts down)."""
+        queue = getattr(self.scheduler, "queue", None)
+        return queue.sizes() if queue is not None else None
 
     async def _flushed(self) -> None:
         """Wait until what this worker enqueued is written to Redis."""

@@ -691,6 +691,27 @@ class TaskStore:
                     return Round(cand.id, task_id, cand.day, cand.category, cand.attempts + 1)
         return None
 
+    def release_claim(self, round_id: int, worker_id: str) -> bool:
+        """This worker cannot seed a round it claimed: its lease lapses now, so the next claim
+        (any worker's, this one's too) takes it over from its first page. One conditional
+        UPDATE: a round already seeded or taken over is left alone."""
+        with self.engine.begin() as conn:
+            now = db_now(conn)
+            return (
+                conn.execute(
+                    round_.update()
+                    .where(
+                        round_.c.id == round_id,
+                        round_.c.state == "claimed",
+                        round_.c.worker == worker_id,
+                    )
+                    # no worker: this worker's heartbeat renews the leases of the rounds it
+                    # holds, and would keep this one from lapsing
+                    .values(worker=None, lease_until=now - dt.timedelta(seconds=1), updated_at=now)
+                ).rowcount
+                == 1
+            )
+
     def mark_seeded(self, round_id: int, worker_id: str, epoch: str) -> bool:
         """The round's first request is in Redis: from now on Redis leases guard it."""
         return self._transition(

@@ -166,6 +166,20 @@ def test_a_taken_over_round_counts_its_listed_total_once(db_url):
     assert row.total == 120
 
 
+def test_a_claimed_round_its_worker_could_not_seed_is_handed_back_not_held(db_url):
+    """A worker that claimed a round and then failed to seed it (its task row edited into
+    nonsense since the claim) held it claimed for good: its heartbeat renewed the lease of every
+    round it held. A released claim survives that worker's heartbeats and is taken over."""
+    store = store_for(db_url)
+    t, _ = store.register("release", "paper", "2024-01-01", "2024-01-01", "A")
+    claimed = store.claim(t.id, "w:1:x", epoch="e1")
+    assert store.release_claim(claimed.id, "w:1:x")
+    store.heartbeat("w:1:x", t.id)  # the live worker's next beat must not take it back
+    again = store.claim(t.id, "w:1:x", epoch="e1")
+    assert again is not None and again.id == claimed.id
+    assert not store.release_claim(claimed.id, "w:2:x")  # only its holder hands a claim back
+
+
 class ClaimLoop:
     """A worker claiming (and finishing) rounds in the background while the operator edits."""
 
