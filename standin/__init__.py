@@ -59,8 +59,9 @@ tests/test_standin_human.py):
   ``TOPRANK`` matches only documents carrying exactly that code (so ``H04`` finds nothing).
 - Genuine zeros answer ``抱歉，暂无数据，请调整检索条件``; with ``zero_as_soft_block`` they answer
   the soft block's 105 bytes exactly (PROTOCOL.md point 13: a crawler cannot tell them apart).
-- Database names: the families' bare names (``SCPD``, ``CJFQ``, ``CAPJ``, ``CMFD``, ``CDFD``,
-  ``SNAD``) or, with ``dbname_years``, CNKI's real shapes (PROTOCOL.md point 12): ``SCPD`` + the
+- Database names: CNKI's real shapes by default (PROTOCOL.md point 12; ``--no-dbname-years``,
+  ``dbname_years=False``: the families' bare names ``SCPD``, ``CJFQ``, ``CAPJ``, ``CMFD``, ``CDFD``,
+  ``SNAD``): ``SCPD`` + the
   publication year, ``CJFQ``/``CJFDLAST2024``/``CJFD2024``, ``CAPJ``, ``CMFD202401``/``CDFD202402``,
   ``SNAD``, the same on list rows, detail links, detail pages and the ground truth.
 - Page size and cap. ``pageSize`` other than 10, 20, 50: ``value="参数校验;字段【pageSize】校验失败"``.

@@ -6,7 +6,7 @@ per proxy and one for the provider; it serves until SIGTERM or SIGINT)::
     python -m standin [--host 127.0.0.1] [--port 0] [--seed 1] [--scale 1.0]
         [--no-human-check] [--session-requests 300] [--session-minutes 30]
         [--session-pace 1.5 --session-pace-window 10] [--session-burst 4]
-        [--zero-as-soft-block] [--dbname-years]
+        [--zero-as-soft-block] [--no-dbname-years]
         [--cap-rows 6000 | --max-pages N] [--turn-limit 15|0] [--token-ttl 600] [--session-ttl 1200]
         [--pace-limit RPS --pace-block-seconds 30]
         [--collect-missing 0.3] [--rows-without-keys] [--header-rows 0] [--break NAME ...]
@@ -30,7 +30,7 @@ Ground truth (JSON lines, one document per line with every item field)::
 
     python -m standin truth --type patent --start 2024-01-01 --end 2024-01-03
         [--categories H04,G06] [--seed 1] [--scale ...] [--overflow ...] [--categories-file ...]
-        [--dbname-years] [--profile realistic-year --surge-rows N]
+        [--no-dbname-years] [--profile realistic-year --surge-rows N]
 """
 
 from __future__ import annotations
@@ -108,9 +108,11 @@ def _add_corpus_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--dbname-years",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="database names with their year, as CNKI's rows show them (SCPD2024, "
-        "CJFDLAST2024, CMFD202401, ...); default: the bare family names (SCPD, CJFQ, ...)",
+        "CJFDLAST2024, CMFD202401, ...; the default); --no-dbname-years: the bare family names "
+        "(SCPD, CJFQ, ...)",
     )
 
     parser.add_argument(

@@ -6,7 +6,7 @@ command line's, in Python spelling: ``seed=2``, ``max_pages=3``, ``turn_limit=2`
 ``faults={"captcha": 1.0}``, ``overflow=["patent:2024-01-01:H04:9000"]``, ``latency="0.02-0.08"``,
 ``categories_file={"patent": path}``, ``proxies=3, dead_proxies=1``, ``pace_limit=5``,
 ``rows_without_keys=True``, ``break_="turn-token"`` or ``break_=["client-id", "date-filter"]``,
-``human_check=True, session_requests=50``, ``dbname_years=True``, ``zero_as_soft_block=True``, ...
+``human_check=True, session_requests=50``, ``dbname_years=False`` (bare database names), ``zero_as_soft_block=True``, ...
 Unlike ``python -m standin``, the Python API starts the plain site unless ``human_check=True``
 (the callers written before the check, benchmarks and tests, keep their behaviour).
 
@@ -56,6 +56,9 @@ def site_argv(**options) -> list[str]:
     benchmarks, ``tests/`` and every caller written before the check keep the plain site;
     ``human_check=True`` asks for the person's check."""
     argv: list[str] = ["--human-check" if options.pop("human_check", False) else "--no-human-check"]
+    # year-suffixed database names are the stand-in's default, as on CNKI's real pages
+    if options.pop("dbname_years", True) is False:
+        argv.append("--no-dbname-years")
     for key, value in options.items():
         if value is None:
             continue

@@ -277,7 +277,7 @@ class CorpusOptions:
     span: tuple[str, str] = ("2024-01-01", "2024-12-31")
     # database names as CNKI's real rows show them (SCPD2024, CJFDLAST2024, CMFD202401, ...);
     # off: the families' bare names (SCPD, CJFQ, CMFD, ...)
-    dbname_years: bool = False
+    dbname_years: bool = True  # as CNKI's real rows (SCPD2017, CJFDLAST2015, CMFD202101)
     # how counts are spread over days and categories: "" (the hash spread above) or
     # "realistic-year" (publication weekdays, Zipf-skewed categories, surge days; PROFILES)
     profile: str = ""
