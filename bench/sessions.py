@@ -1,7 +1,7 @@
 """What a person's pass buys: documents stored per verified session, CNKI requests per document.
 
     python bench/sessions.py [--start 2024-01-01 --end 2024-01-01] [--categories G06,H04]
-        [--session-pace 1.2] [--passes 2] [--workers 2] [--timeout 900]
+        [--session-pace 1.0] [--passes 2] [--workers 2] [--timeout 900]
 
 The stand-in checks for a person as CNKI does in 2026 (PROTOCOL.md "2026 evidence" point 11),
 with its hidden per-pass limits left at their defaults (``--session-requests 300``,
@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start", default="2024-01-01")
     parser.add_argument("--end", default="2024-01-01")
     parser.add_argument("--categories", default="G06,H04")
-    parser.add_argument("--session-pace", type=float, default=1.2)
+    # 1 request/s: below the stand-in's hidden pace even right after the person's own page
+    parser.add_argument("--session-pace", type=float, default=1.0)
     parser.add_argument("--passes", type=int, default=2, help="passes before the crawl")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=7)
@@ -156,6 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"  documents per verified session   {per_pass:.0f} (the hidden limit allows at most "
         f"{allowed:.0f}: {per_pass / allowed:.0%})"
+    )
+    # the last pass is rarely used up: per pass's worth of answered requests as well
+    worth = documents / max(sum(answered) / limit, 1e-9)
+    print(
+        f"  documents per {limit} answered requests {worth:.0f} ({worth / allowed:.0%} of "
+        f"{allowed:.0f})"
     )
     print(
         f"  CNKI requests per stored document {requests / max(documents, 1):.3f} "

@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from cnkispider.schema import error_code, error_link, round_
 from cnkispider.sessions import NEEDS_PERSON, SessionStore, namespace_for
 from tests.crawl_harness import REDIS_URL, CrawlSetup, compare, count_rows
+from tests.test_notify import Receiver
 
 # The stand-in's hidden per-pass pace is loosened here so that a crawl takes seconds; the
 # crawler's own cap on a verified session (session_pace) is raised to match. The hidden request
@@ -44,10 +45,12 @@ def cleanup(setup: CrawlSetup, pool: SessionStore) -> None:
         pool.client.delete(*keys)
 
 
-def status_json(setup: CrawlSetup) -> dict:
+def status_json(setup: CrawlSetup, *, started: bool = True) -> dict:
     out = subprocess.run(
         setup.command("status", "--json"), capture_output=True, text=True, timeout=60
     )
+    if not started and "no database" in out.stderr:
+        return {"tasks": []}  # the worker has not created it yet
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
@@ -80,14 +83,17 @@ def test_a_run_without_a_session_waits_then_goes_on_when_a_person_passes(
         tmp_path, site, sqlite_url, "patent", "2024-01-01", "2024-01-01", "G06,H04", cnki=FAST_CNKI
     )
     pool = pool_of(site)
-    worker = setup.spawn("run", "-s", "SESSIONS_POLL=1")
+    hook = Receiver()  # a webhook ([notify] webhook): nobody watches a server at night
+    worker = setup.spawn(
+        "run", "-s", "SESSIONS_POLL=1", "-s", f"NOTIFY_WEBHOOKS={hook.url}/hook?access_token=t"
+    )
     try:
         deadline = time.monotonic() + 60
         waiting = None
         while waiting is None:
             assert worker.poll() is None and time.monotonic() < deadline, setup.log()[-3000:]
             time.sleep(0.5)
-            task = status_json(setup)["tasks"]
+            task = status_json(setup, started=False)["tasks"]
             waiting = task[0].get("waiting") if task else None
         assert waiting == "CNKI wants a person to pass its check (cnkispider session login)"
         # The same wait, SESSIONS_POLL=1 instead of 5 s: 20 polls of the pool, nothing moves.
@@ -106,7 +112,11 @@ def test_a_run_without_a_session_waits_then_goes_on_when_a_person_passes(
         assert "the crawl goes on" in setup.log()
         assert_equal_to_truth(setup)
         assert status_json(setup)["tasks"][0]["waiting"] is None
+        events = [b["json"]["event"] for b in hook.bodies]
+        assert events == ["waiting", "finished"], hook.bodies
+        assert "CNKI wants a person" in hook.bodies[0]["json"]["text"]
     finally:
+        hook.close()
         if worker.poll() is None:
             worker.kill()
             worker.wait()

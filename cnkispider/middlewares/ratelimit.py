@@ -733,9 +733,14 @@ class RateLimitMiddleware:
             else:
                 break
             attempt += 1
-        if wait > 0 and request.meta.get("cnki_verified"):
-            # Its session a person passed may have been checked again while it waited: a
-            # request sent in it now would only be refused (one of the dozens queued for it)
+        if (
+            wait > 0
+            and request.meta.get("cnki_verified")
+            and request.meta.get("cnki_kind") == "detail"
+        ):
+            # Its session a person passed may have been checked again while it waited: a detail
+            # link sent in it now would only be refused (one of the dozens queued for it); the
+            # spider lists its page again (a list page goes: its refusal moves its round on)
             from cnkispider.exceptions import SessionLost
             from cnkispider.sessions.runtime import VerifiedSessions
 
