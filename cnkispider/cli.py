@@ -464,7 +464,9 @@ def cmd_demo(config: Config, args) -> int:
         print("error: the demo needs the repository checkout (standin/)", file=sys.stderr)
         return 2
     site = subprocess.Popen(
-        [sys.executable, "-m", "standin", "--port", "0", "--seed", "7"],
+        # a fifth of the natural counts: at a person's pace (about a request a second per session)
+        # the demo's two days then take a couple of minutes, not a quarter of an hour
+        [sys.executable, "-m", "standin", "--port", "0", "--seed", "7", "--scale", "0.2"],
         cwd=root,
         stdout=subprocess.PIPE,
         text=True,
