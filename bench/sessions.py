@@ -157,6 +157,12 @@ def main(argv: list[str] | None = None) -> int:
         f"  documents per verified session   {per_pass:.0f} (the hidden limit allows at most "
         f"{allowed:.0f}: {per_pass / allowed:.0%})"
     )
+    # the last pass is rarely used up: per pass's worth of answered requests as well
+    worth = documents / max(sum(answered) / limit, 1e-9)
+    print(
+        f"  documents per {limit} answered requests {worth:.0f} ({worth / allowed:.0%} of "
+        f"{allowed:.0f})"
+    )
     print(
         f"  CNKI requests per stored document {requests / max(documents, 1):.3f} "
         f"(floor 1 + 1/{PAGE_SIZE} = {1 + 1 / PAGE_SIZE:.2f}; {requests} requests)"
