@@ -243,6 +243,7 @@ def run_crawl(code: Code, doc_type: str, args, site, redis_server, truth: list[d
         args.end,
         TOPS[doc_type],
         task=f"rpd{doc_type}",
+        day_census=None,  # each code's own default (main's has no such key)
         redis_url=redis_server.url,
         # the crawler is told the site's cap, as it is told CNKI's 6000 (config.ini's default)
         cnki={"cap_rows": args.cap_rows},
