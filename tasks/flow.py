@@ -1182,7 +1182,8 @@ def _iso(day: dt.date | None) -> str | None:
     return day.isoformat() if day is not None else None
 
 
-def rounds_between(current: Task, upto: dt.date) -> int:
-    """How many rounds the task has from its start to ``upto`` (for progress bars)."""
-    days = (upto - current.start_date).days + 1
-    return max(days, 0) * len(current.tree.roots)
+def rounds_between(current: Task, upto: dt.date, census: bool = False) -> int:
+    """How many rounds the task has from its start to ``upto`` (for progress bars); with the
+    day census, the census rounds (one a day: the root rounds of a split day come on top)."""
+    days = max((upto - current.start_date).days + 1, 0)
+    return days if census else days * len(current.tree.roots)

@@ -163,6 +163,8 @@ def test_a_day_over_the_cap_splits_by_the_roots_and_equals_the_truth(census_craw
         ("*", "done", len(truth), len(truth))
     ]
     assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] == 0
+    report = _status(setup)
+    assert report["rounds"]["total"] == report["rounds"]["finished"] == 1
 
 
 def test_a_census_shortfall_is_recorded(census_crawl):
@@ -198,6 +200,21 @@ def test_a_task_that_does_not_cover_the_tree_crawls_the_day_s_roots_after_its_ce
     assert census.state == "done" and census.note.startswith("categories: census ")
     assert rounds[(WITHIN_NEXT, "G")].state == rounds[(WITHIN_NEXT, "H")].state == "done"
     assert {r.state for r in rounds.values()} == {"done"}
+    # status counts the census rounds as covering their days: 4 days, the last one split
+    report = _status(setup)
+    assert report["rounds"]["total"] == report["rounds"]["finished"] == 4 + 2
+    assert report["progress"] == 1.0
+
+
+def _status(setup) -> dict:
+    from cnkispider.db import open_database
+    from cnkispider.status.collecting import collect
+
+    engine = open_database(setup.db_url)
+    try:
+        return collect(engine, None, task_name=setup.task)["tasks"][0]
+    finally:
+        engine.dispose()
 
 
 # Tue 5 March is over the cap; Sat 2 to Mon 4 March have no patents: the task 2-4 March has
