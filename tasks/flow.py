@@ -8,6 +8,15 @@ The cursor
     last category it is ``(cur_date + 1, first category)``. Rounds are handed out while their day
     is <= ``end_date``, or <= today (Beijing time, CNKI's calendar) when ``end_date`` is empty.
 
+The day census (``[task] day_census``, on by default; :attr:`TaskStore.day_census`)
+    The cursor walks days: the next round is ``(cur_date + 1, '*')``, the day's census (its
+    search without a category, cnkispider/spiders/base.py). A cursor an operator set on a root
+    goes on through that day's roots, then by days again. The census round covers its day
+    (note ``empty day``, or its pages walked, or split by root inside it), except when it
+    closes with note ``categories: census N`` (the task's categories are not the whole tree):
+    then that day's root rounds are due, and :meth:`TaskStore.claim` opens them before the
+    cursor moves on (:meth:`TaskStore._missing`). Off: a round per (day x root category).
+
 Steering, from any MySQL client, while workers run
     - end_date earlier than cur_date: nothing more is handed out; in-flight rounds finish.
     - a later end_date (or an empty one): the task goes on from its cursor.

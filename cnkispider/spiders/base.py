@@ -16,6 +16,16 @@ A round's searches::
                                                               the cap; what even that cannot reach is
                                                               recorded in errorCode as "overflow"
 
+    census round (day, *): the day's search without a category ([task] day_census, issue 21)
+        total 0 ......................... done, listed 0, note "empty day": one request that day
+        task not covering the tree ...... listed 0, note "categories: census N": the day's root
+                                          rounds are due (tasks/flow.py ``_missing``)
+        total <= cap .................... the day's only round: its pages walked as above
+        total > cap ..................... one search per root of the tree, then as above; the
+                                          roots' totals adding up to less than the census is an
+                                          errorCode row "census" (permanent; ``beyond`` in the
+                                          ledger), never passed over
+
 A detail request whose link went stale (CNKI's verify page) is refreshed by a title search in
 the document's round, which yields a new link for the same (dbname, filename).
 
