@@ -377,7 +377,9 @@ class RoundSpider(scrapy.Spider):
                     self.crawler.stats.inc_value("census/days")
                     if page.total == 0:
                         self.crawler.stats.inc_value("census/empty-days")
-                    elif page.total > self.protocol.cap and self.context is not None:
+                    else:  # the day lists rows: it is its own zero canary (a root's empty answer)
+                        self._days_with_rows[search.day_start] = None
+                    if page.total > self.protocol.cap and self.context is not None:
                         roots = len(self.context.tree.roots)
                         self._census_parts[meta["round_id"]] = [page.total, 0, roots]
             if meta.get("census_part"):
