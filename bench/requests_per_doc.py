@@ -1,7 +1,8 @@
 """Requests per stored document: CNKI requests a crawl spends per document it stores, on a
 realistic year of patents and papers, for this code and (``--baseline REF``) another commit.
 
-    python bench/requests_per_doc.py [--baseline main] [--scale 0.003] [--types patent,paper]
+    python bench/requests_per_doc.py [--baseline main] [--census-off] [--scale 0.003]
+        [--types patent,paper]
         [--year 2024 | --start 2024-03-01 --end 2024-03-14] [--cap-rows 1000] [--surge-rows 1250]
         [--human-check] [--json FILE]
 
@@ -85,6 +86,9 @@ class Code:
 
     label: str
     root: Path
+    # [task] day_census for its crawls; None: not written (the code's own default; a ref from
+    # before the census has no such key)
+    census: str | None = None
 
     def env(self) -> dict:
         env = dict(os.environ)
@@ -243,6 +247,7 @@ def run_crawl(code: Code, doc_type: str, args, site, redis_server, truth: list[d
         args.end,
         TOPS[doc_type],
         task=f"rpd{doc_type}",
+        day_census=code.census,
         redis_url=redis_server.url,
         # the crawler is told the site's cap, as it is told CNKI's 6000 (config.ini's default)
         cnki={"cap_rows": args.cap_rows},
@@ -324,6 +329,11 @@ def print_table(rows: list[dict], facts: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", default=None, metavar="REF", help="also crawl with REF")
+    parser.add_argument(
+        "--census-off",
+        action="store_true",
+        help="also crawl with this tree's [task] day_census = off (a round per day x root)",
+    )
     parser.add_argument("--types", default="patent,paper")
     parser.add_argument("--year", type=int, default=2024)
     parser.add_argument("--start", default=None, help="default: the year's first day")
@@ -365,6 +375,9 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     facts: dict[str, dict] = {}
     try:
+        if args.census_off:
+            here = codes[0]
+            codes.insert(0, Code(f"{here.label} census off", here.root, census="off"))
         if args.baseline:
             codes.insert(0, worktree_of(args.baseline, tmp))
         for code in codes:

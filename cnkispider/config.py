@@ -201,6 +201,7 @@ SCHEMA: dict[str, dict[str, tuple[Any, str]]] = {
         "start_date": (_date_or_empty, _default("TASKS_START_DATE")),
         "end_date": (_date_or_empty, _default("TASKS_END_DATE")),
         "categories": (_text, _default("TASKS_CATEGORIES")),
+        "day_census": (_bool, _default("TASKS_DAY_CENSUS")),
     },
     "cnki": {
         "base_url": (_http_url, _default("CNKI_BASE_URL")),
@@ -274,6 +275,7 @@ class TaskConfig:
     start_date: str
     end_date: str
     categories: str
+    day_census: bool = True
 
 
 @dataclass(frozen=True)

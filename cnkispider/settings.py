@@ -105,6 +105,7 @@ def crawler_settings(config: Config) -> dict:
         "TASKS_START_DATE": task.start_date,
         "TASKS_END_DATE": task.end_date,
         "TASKS_CATEGORIES": task.categories,
+        "TASKS_DAY_CENSUS": task.day_census,
         "TASKS_BASE_DIR": str(config.base_dir),
         "TASKS_ROUND_LEASE": crawl["round_lease_seconds"],
         "TASKS_ROUND_ATTEMPTS": crawl["round_attempts"],

@@ -116,4 +116,6 @@ Probe support. ``break_`` (fixture ``break_="NAME"`` or a list, CLI ``--break NA
   detail-fields    detail pages lose their main labelled fields: patents 申请日 and 申请人, papers
                    their authors, achievements 成果完成人
   patent-keys      as ``rows_without_keys``: patent rows carry no key at all
+  census-short     a category search (CLC or CCL) loses one document in ten: the categories
+                   of a day add up to less than its search without category (its census)
 """

@@ -24,7 +24,7 @@ no person passed is challenged; a browser passes it on /verify/home (the test-on
 
 Faults: reset, e500, e502, e503, verify, captcha, blank, javascript, slow (rates 0..1).
 Breaks (each makes one assumption of ``cnkispider probe`` false): client-id, date-filter,
-category-filter, turn-token, detail-fields, patent-keys.
+category-filter, turn-token, detail-fields, patent-keys, census-short.
 
 Ground truth (JSON lines, one document per line with every item field)::
 

@@ -86,7 +86,10 @@ BREAKS = (
     "turn-token",
     "detail-fields",
     "patent-keys",
+    "census-short",
 )
+# break_ census-short: a category search loses every CENSUS_SHORT_EVERY-th document
+CENSUS_SHORT_EVERY = 10
 # an IP over the pace: the share of its grid challenges sent as 200 (not 403), and of its page
 # GETs answered with the vericodeForm page (the rest 302 to /verify/home)
 JSON_200_SHARE = 0.25
@@ -781,6 +784,8 @@ class Site:
             self._challenge("soft_block", "turn_limit")
             return Response(200, markup.SOFT_BLOCK)
         refs = self.corpus.results(search)
+        if "census-short" in self.breaks and (search.codes or search.exact):
+            refs = [r for r in refs if r[-1] % CENSUS_SHORT_EVERY != CENSUS_SHORT_EVERY - 1]
         total = len(refs)
         if total == 0:
             if page <= 1:

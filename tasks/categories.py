@@ -30,6 +30,17 @@ BUILTIN_DIR = Path(__file__).resolve().parent / "categories"
 BUILTIN_FOR_TYPE = {"patent": "ipc", "paper": "clc", "achievement": "clc"}
 
 
+# The category of a day's census round (tasks/flow.py "The day census"): the day's search
+# without a category condition. Not a code of any tree (codes start with a letter).
+DAY = "*"
+
+
+def covers(tree: CategoryTree, doc_type: str) -> bool:
+    """The tree's roots are those of the type's whole shipped tree: a search without category
+    lists what the tree's rounds would list together (a day within the cap is one round)."""
+    return list(tree.roots) == list(load_tree("builtin", doc_type).roots)
+
+
 class CategoryError(ValueError):
     """A category spec or file that cannot be used."""
 

@@ -90,6 +90,7 @@ class RoundFeeder:
         self.base_dir = Path(base_dir) if base_dir else None
         self.round_lease = settings.getint("TASKS_ROUND_LEASE")
         self.round_attempts = settings.getint("TASKS_ROUND_ATTEMPTS")
+        self.day_census = settings.getbool("TASKS_DAY_CENSUS")
         self.heartbeat_seconds = settings.getfloat("TASKS_HEARTBEAT")
         self.rounds_in_flight = settings.getint("TASKS_ROUNDS_IN_FLIGHT")
         self.recrawl = settings.getbool("TASKS_RECRAWL")
@@ -154,6 +155,7 @@ class RoundFeeder:
             round_lease=self.round_lease,
             round_attempts=self.round_attempts,
             base_dir=self.base_dir,
+            day_census=self.day_census,
         )
         self.error_recorder = ErrorRecorder(engine, max_attempts=self.error_attempts)
         name = spider.task_name or self.task_name

@@ -8,6 +8,15 @@ The cursor
     last category it is ``(cur_date + 1, first category)``. Rounds are handed out while their day
     is <= ``end_date``, or <= today (Beijing time, CNKI's calendar) when ``end_date`` is empty.
 
+The day census (``[task] day_census``, on by default; :attr:`TaskStore.day_census`)
+    The cursor walks days: the next round is ``(cur_date + 1, '*')``, the day's census (its
+    search without a category, cnkispider/spiders/base.py). A cursor an operator set on a root
+    goes on through that day's roots, then by days again. The census round covers its day
+    (note ``empty day``, or its pages walked, or split by root inside it), except when it
+    closes with note ``categories: census N`` (the task's categories are not the whole tree):
+    then that day's root rounds are due, and :meth:`TaskStore.claim` opens them before the
+    cursor moves on (:meth:`TaskStore._missing`). Off: a round per (day x root category).
+
 Steering, from any MySQL client, while workers run
     - end_date earlier than cur_date: nothing more is handed out; in-flight rounds finish.
     - a later end_date (or an empty one): the task goes on from its cursor.
@@ -76,13 +85,17 @@ from cnkispider.exceptions import TaskRowError
 from cnkispider.items import DOC_TYPES
 from cnkispider.schema import error_code, error_link, round_, task, worker
 from tasks import ledger
-from tasks.categories import CategoryError, CategoryTree, load_tree, reload_if_changed
+from tasks.categories import DAY, CategoryError, CategoryTree, load_tree, reload_if_changed
 
 logger = logging.getLogger(__name__)
 
 BEIJING = dt.timedelta(hours=8)
 IN_FLIGHT = ("claimed", "seeded")
 HALTED_NOTE = "halted"  # round.note of a round that drained while its task was halted
+# round.note of a census round (category DAY): nothing listed that day, so no other round; or
+# the task's categories do not cover the tree, so the day's root rounds are due (``_missing``)
+EMPTY_DAY_NOTE = "empty day"
+CATEGORIES_NOTE = "categories"
 LEDGER_NOTE = "ledger"  # round.note (and errorCode reason) of a round whose ledger did not balance
 NOW = object()  # a value for _transition: the database's clock at the move
 
@@ -195,9 +208,25 @@ class Task:
         """The last day that may be handed out: end_date, or today on CNKI's calendar."""
         return self.end_date or (now + BEIJING).date()
 
-    def next_round(self) -> tuple[dt.date, str]:
+    def next_round(self, census: bool = False) -> tuple[dt.date, str]:
+        """The round after the cursor. With the day census (``census``) the cursor walks days:
+        ``(day, '*')``; a cursor an operator set on a root goes on through that day's roots,
+        then by days again, so steering by the table keeps its meaning."""
+        if census:
+            if self.cur_date is None:
+                return self.start_date, DAY
+            if self.cur_code in (None, DAY):
+                if self.cur_code is None:
+                    return self.cur_date, DAY
+                return self.cur_date + dt.timedelta(days=1), DAY
+            following = self.tree.next_root(self.cur_code)
+            if following is None:
+                return self.cur_date + dt.timedelta(days=1), DAY
+            return self.cur_date, following
         if self.cur_date is None:
             return self.start_date, self.tree.roots[0]
+        if self.cur_code == DAY:  # the census was switched off on a census cursor
+            return self.cur_date + dt.timedelta(days=1), self.tree.roots[0]
         following = self.tree.next_root(self.cur_code)
         if following is None:
             return self.cur_date + dt.timedelta(days=1), self.tree.roots[0]
@@ -255,7 +284,7 @@ def validate_row(row, base_dir: Path | None = None) -> Task:
     except CategoryError as exc:
         raise TaskRowError(tid, f"categories: {exc}") from None
     code = row.cur_code or None
-    if code is not None and code not in tree:
+    if code is not None and code != DAY and code not in tree:
         raise TaskRowError(tid, f"cur_code {code!r} is not one of the task's categories")
     if cur is None and code is not None:
         raise TaskRowError(tid, "cur_code is set but cur_date is empty")
@@ -286,8 +315,12 @@ class TaskStore:
         round_lease: int = default_settings.TASKS_ROUND_LEASE,
         round_attempts: int = default_settings.TASKS_ROUND_ATTEMPTS,
         base_dir: Path | None = None,
+        day_census: bool = False,
     ):
         self.engine = engine
+        # the crawl's [task] day_census (the feeder passes it; default on in config.ini); off
+        # here for the tools that only read or steer the table
+        self.day_census = day_census
         self.round_lease = dt.timedelta(seconds=round_lease)
         self.round_attempts = max(1, round_attempts)
         self.base_dir = base_dir
@@ -434,13 +467,19 @@ class TaskStore:
         taken = self._take_over(task_id, worker_id, epoch)
         if taken is not None:
             return taken
+        if self.day_census:
+            # a census round closed as `categories` (the task does not cover the tree): that
+            # day's root rounds are due before the cursor moves on
+            due = self._claim_missing(task_id, worker_id)
+            if due is not None:
+                return due
         for _ in range(100):  # each retry means another worker won the race: move on
             with self.engine.begin() as conn:
                 current = validate_row(self._row(conn, task_id), self.base_dir)
                 if current.halt_reason:
                     return None
                 now = db_now(conn)
-                day, code = current.next_round()
+                day, code = current.next_round(self.day_census)
                 if day > current.limit(now):
                     break
                 moved = conn.execute(
@@ -480,10 +519,13 @@ class TaskStore:
                     return None
                 day, code = missing[0]
                 logger.info(
-                    "task %s: round %s %s has no row (category added?): crawling it",
+                    "task %s: round %s %s has no row (%s): crawling it",
                     task_id,
                     day,
                     code,
+                    "the day's census was not for this task's categories"
+                    if self.day_census
+                    else "category added?",
                 )
                 return self._open_round(conn, task_id, day.isoformat(), code, worker_id, now)
         except sa.exc.IntegrityError:  # another worker opened it a moment ago
@@ -574,7 +616,7 @@ class TaskStore:
             round_.c.category.in_(roots),
         ]
 
-        def due(day: str) -> list[str]:  # the roots the cursor has passed on that day
+        def walked(day: str) -> list[str]:  # the roots the cursor has passed on that day
             if day == current.cur_date.isoformat():
                 if current.cur_code is None or current.cur_code not in roots:
                     return []
@@ -587,7 +629,30 @@ class TaskStore:
             .group_by(round_.c.day)
             .order_by(round_.c.day)
         ).all()
-        short = [day for day, count in per_day if count < len(due(day))]
+        # A day with a census round is covered by it, unless it closed as `categories` (the
+        # task does not cover the tree): then every root of the day is due.
+        census = {
+            day: state == "done" and (note or "").startswith(CATEGORIES_NOTE)
+            for day, state, note in conn.execute(
+                sa.select(round_.c.day, round_.c.state, round_.c.note).where(
+                    round_.c.task_id == current.id,
+                    round_.c.day >= current.start_date.isoformat(),
+                    round_.c.day <= upto.isoformat(),
+                    round_.c.category == DAY,
+                )
+            ).all()
+        }
+
+        def due(day: str) -> list[str]:
+            if day in census:
+                return roots if census[day] else []
+            return walked(day)
+
+        counts = dict(per_day)
+        for day, split in census.items():
+            if split:
+                counts.setdefault(day, 0)
+        short = sorted(day for day, count in counts.items() if count < len(due(day)))
         missing = []
         for day in short:  # the common case: none, after one grouped COUNT
             have = set(
@@ -790,6 +855,8 @@ class TaskStore:
                 values["total"] = total
             if verdict.balanced:
                 values["state"] = "done"
+                if note is None and row.category == DAY and listed == 0 and not row.note:
+                    note = EMPTY_DAY_NOTE  # the census found nothing: no other request that day
                 if note is not None:
                     values["note"] = note[:500]
             else:
@@ -926,6 +993,12 @@ class TaskStore:
                 ledger.note_listed(conn, round_id, pending, drops)
 
         retrying(write, what="writing a list page's rows into its round's ledger")
+
+    @_retried("noting a round")
+    def set_note(self, round_id: int, note: str) -> None:
+        """A note the round keeps when it closes done (its ledger's note wins if it fails)."""
+        with self.engine.begin() as conn:
+            conn.execute(round_.update().where(round_.c.id == round_id).values(note=note[:500]))
 
     def add_total(self, round_id: int, listed: int) -> None:
         """Add a search's listed total to its round (a split round sums its searches)."""
@@ -1118,7 +1191,8 @@ def _iso(day: dt.date | None) -> str | None:
     return day.isoformat() if day is not None else None
 
 
-def rounds_between(current: Task, upto: dt.date) -> int:
-    """How many rounds the task has from its start to ``upto`` (for progress bars)."""
-    days = (upto - current.start_date).days + 1
-    return max(days, 0) * len(current.tree.roots)
+def rounds_between(current: Task, upto: dt.date, census: bool = False) -> int:
+    """How many rounds the task has from its start to ``upto`` (for progress bars); with the
+    day census, the census rounds (one a day: the root rounds of a split day come on top)."""
+    days = max((upto - current.start_date).days + 1, 0)
+    return days if census else days * len(current.tree.roots)

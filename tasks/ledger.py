@@ -48,7 +48,9 @@ STORED = "stored"
 ERROR = "error"
 DROPPED = "dropped:"  # + the rule's name
 #: errorCode reasons of a round's rows no search can reach (recorded permanent by the spider).
-BEYOND_REASONS = ("overflow", "pager-short")
+#: ``census``: a day's roots list fewer than its census (the spider records the shortfall; the
+#: rows the census saw beyond the roots' are what no category search reaches).
+BEYOND_REASONS = ("overflow", "pager-short", "census")
 #: doc_key's width in the ledger table.
 KEY_WIDTH = 320
 

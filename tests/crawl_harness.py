@@ -36,6 +36,10 @@ class CrawlSetup:
     cnki: dict = field(default_factory=dict)
     crawl: dict = field(default_factory=dict)
     proxy: dict = field(default_factory=dict)
+    # [task] day_census: the crawl tests written before the census (issue 21) count a round per
+    # (day x root category), so they run with it off; tests/test_census.py turns it on. None:
+    # not written (the code's own default: the benchmark, whose baseline may not know the key).
+    day_census: str | None = "off"
 
     @property
     def config_path(self) -> Path:
@@ -68,6 +72,7 @@ class CrawlSetup:
                 "start_date": self.start,
                 "end_date": self.end,
                 "categories": self.categories,
+                **({"day_census": self.day_census} if self.day_census else {}),
             },
             "cnki": cnki,
             "crawl": crawl,

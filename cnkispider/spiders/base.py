@@ -16,6 +16,16 @@ A round's searches::
                                                               the cap; what even that cannot reach is
                                                               recorded in errorCode as "overflow"
 
+    census round (day, *): the day's search without a category ([task] day_census, issue 21)
+        total 0 ......................... done, listed 0, note "empty day": one request that day
+        task not covering the tree ...... listed 0, note "categories: census N": the day's root
+                                          rounds are due (tasks/flow.py ``_missing``)
+        total <= cap .................... the day's only round: its pages walked as above
+        total > cap ..................... one search per root of the tree, then as above; the
+                                          roots' totals adding up to less than the census is an
+                                          errorCode row "census" (permanent; ``beyond`` in the
+                                          ledger), never passed over
+
 A detail request whose link went stale (CNKI's verify page) is refreshed by a title search in
 the document's round, which yields a new link for the same (dbname, filename).
 
@@ -27,6 +37,7 @@ done only when its ledger balances.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections import OrderedDict
 
@@ -42,8 +53,10 @@ from cnkispider.items import ITEM_CLASSES, ROW_FIELDS
 from cnkispider.offload import in_thread
 from errors.middleware import failure_reason, record_download_failure, record_failure
 from tasks import ledger
+from tasks.categories import DAY, covers
 from tasks.context import CrawlContext
 from tasks.feeder import RoundFeeder
+from tasks.flow import CATEGORIES_NOTE
 
 # Detail requests get few retries: a verify page on a detail link is most often a stale token,
 # which no retry cures; a title search for a fresh link does.
@@ -66,6 +79,8 @@ _CANARY_CARRIES = (
     "error_code_id",
     "replay_page",
     "retry_times",
+    "census",
+    "census_part",
 )
 
 
@@ -84,6 +99,9 @@ class RoundSpider(scrapy.Spider):
         #: pages waiting for a canary under way, by day: one canary a day per worker.
         self._days_with_rows: OrderedDict[str, None] = OrderedDict()
         self._canaries: dict[str, list[defer.Deferred]] = {}
+        #: Census rounds split by the tree's roots: round id -> [census, the roots' totals so
+        #: far, roots still to answer] (the shortfall check, :meth:`_census_part`).
+        self._census_parts: dict[int, list[int]] = {}
 
     @classmethod
     def from_crawler(cls, crawler, *args, **kwargs):
@@ -132,8 +150,19 @@ class RoundSpider(scrapy.Spider):
 
     def round_requests(self, round_) -> list[scrapy.Request]:
         """The first request of a round (flow control seeds it into Redis)."""
+        if round_.category == DAY:
+            # the day's census: its search without the category (tasks/flow.py)
+            search = Search.for_day(self.doc_type, round_.day, None)
+            return [
+                self.search_request(search, 1, round_id=round_.id, round_root=True, census=True)
+            ]
         search = Search.for_day(self.doc_type, round_.day, round_.category)
         return [self.search_request(search, 1, round_id=round_.id, round_root=True)]
+
+    def covers_tree(self) -> bool:
+        """The task's categories are the type's whole tree: its census is its rows."""
+        context = self.context
+        return context is not None and covers(context.tree, self.doc_type)
 
     def detail_request(
         self, row: parsers.ListRow, meta: dict, refreshed: bool = False
@@ -238,6 +267,11 @@ class RoundSpider(scrapy.Spider):
         page's round (meta round_id), so the round does not drain before it answers."""
         carried = {k: meta[k] for k in _CANARY_CARRIES if meta.get(k) is not None}
         canary = Search.for_day(self.doc_type, day)
+        if meta.get("census"):
+            # The census IS the day's search without its category: its own soft block cannot
+            # be told by asking it again. The week up to that day must list rows.
+            first = dt.date.fromisoformat(str(day)) - dt.timedelta(days=6)
+            canary = Search(self.doc_type, day_start=first.isoformat(), day_end=day)
         extra = {"cnki_session": meta["cnki_session"]} if meta.get("cnki_session") else {}
         return self.search_request(
             canary,
@@ -289,6 +323,10 @@ class RoundSpider(scrapy.Spider):
         self.crawler.stats.inc_value("list/true-zero")
         if meta.get("round_root") and self.context is not None:
             await in_thread(self.context.tasks.add_total, meta["round_id"], 0)
+            if meta.get("census"):
+                self.crawler.stats.inc_value("census/empty-days")
+        if meta.get("census_part"):
+            await self._census_part(meta, 0)
         if meta.get("error_code_id"):
             await in_thread(self.context.error_recorder.resolve_code, meta["error_code_id"])
 
@@ -299,7 +337,15 @@ class RoundSpider(scrapy.Spider):
         self.crawler.stats.inc_value(f"retry/reason_count/{SOFT_BLOCK}")
         carried = {
             k: meta[k]
-            for k in ("round_id", "round_root", "sort_cut", "error_code_id", "replay_page")
+            for k in (
+                "round_id",
+                "round_root",
+                "sort_cut",
+                "error_code_id",
+                "replay_page",
+                "census",
+                "census_part",
+            )
             if meta.get(k) is not None
         }
         return self.search_request(
@@ -317,7 +363,27 @@ class RoundSpider(scrapy.Spider):
         if number == 1:
             if meta.get("round_root"):
                 self.crawler.stats.inc_value("rounds/searched")
+                if meta.get("census") and page.total and not self.covers_tree():
+                    # Not this task's rows to take: its categories are part of the tree. The
+                    # census round lists none of them and the day's root rounds become due.
+                    self.crawler.stats.inc_value("census/categories")
+                    tasks = self.context.tasks
+                    note = f"{CATEGORIES_NOTE}: census {page.total}"
+                    await in_thread(tasks.set_note, meta["round_id"], note)
+                    await in_thread(tasks.add_total, meta["round_id"], 0)
+                    return
                 await in_thread(self.context.tasks.add_total, meta["round_id"], page.total)
+                if meta.get("census"):
+                    self.crawler.stats.inc_value("census/days")
+                    if page.total == 0:
+                        self.crawler.stats.inc_value("census/empty-days")
+                    else:  # the day lists rows: it is its own zero canary (a root's empty answer)
+                        self._days_with_rows[search.day_start] = None
+                    if page.total > self.protocol.cap and self.context is not None:
+                        roots = len(self.context.tree.roots)
+                        self._census_parts[meta["round_id"]] = [page.total, 0, roots]
+            if meta.get("census_part"):
+                await self._census_part(meta, page.total)
             if page.total > self.protocol.cap and not meta.get("sort_cut"):
                 async for out in self._split(search, page.total, meta):
                     yield out
@@ -431,10 +497,51 @@ class RoundSpider(scrapy.Spider):
         shown = page.page_count * self.protocol.page_size
         return max(0, self.protocol.reachable(page.total) - shown)
 
+    async def _census_part(self, meta: dict, total: int) -> None:
+        """A root search of a split census answered its total: once every root has, their
+        totals must add up to the census at least (a document under two roots counts twice).
+        Less is a shortfall: recorded (errorCode ``census``, permanent: what the census saw
+        beyond the roots' rows no category search reaches), never passed over."""
+        round_id = meta.get("round_id")
+        entry = self._census_parts.get(round_id)
+        if entry is None:
+            return  # another worker's census, or this worker restarted: not checked here
+        entry[1] += total
+        entry[2] -= 1
+        if entry[2] > 0:
+            return
+        census, parts, _ = self._census_parts.pop(round_id)
+        self.crawler.stats.inc_value("census/checked")
+        if parts >= census:
+            return
+        self.crawler.stats.inc_value("census/short")
+        day = Search.from_dict(meta["search"]).day_start
+        self.logger.warning(
+            "round %s: the categories of %s list %d of the census's %d",
+            round_id,
+            day,
+            parts,
+            census,
+        )
+        # the row names the census's search (page 1), the one whose total was not met
+        census_search = Search.for_day(self.doc_type, day, None)
+        await record_failure(
+            self.crawler,
+            {"round_id": round_id, "search": census_search.to_dict(), "page": 1},
+            "",
+            "census",
+            stage="list",
+            permanent=True,
+            detail=f"census {census}, categories {parts}: {census - parts} unaccounted",
+        )
+
     async def _split(self, search: Search, total: int, meta: dict):
         context = self.context
         tree = context.tree if context is not None else None
         children = tree.children(search.category) if search.category and tree else []
+        part = {}
+        if meta.get("census") and search.category is None and tree is not None:
+            children, part = list(tree.roots), {"census_part": True}  # a census over the cap
         self.crawler.stats.inc_value("rounds/split")
         if children:
             self.logger.info(
@@ -447,7 +554,7 @@ class RoundSpider(scrapy.Spider):
             )
             for code in children:
                 child = Search.for_day(self.doc_type, search.day_start, code)
-                yield self.search_request(child, 1, **_carry(meta))
+                yield self.search_request(child, 1, **part, **_carry(meta))
             return
         # A leaf: each end of one sort order reaches `cap` documents; together up to 2 x cap.
         for sort_type in ("desc", "asc"):

@@ -70,6 +70,7 @@ from cnkispider.exceptions import TaskRowError
 from cnkispider.items import FIELDS
 from cnkispider.redisconn import EMBEDDED_IDLE
 from cnkispider.schema import documents, error_code, error_link, round_, task, worker
+from tasks.categories import DAY
 from tasks.flow import IN_FLIGHT, LEDGER_NOTE, rounds_between, validate_row
 
 GONE_AFTER_BEATS = 3
@@ -304,7 +305,7 @@ def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, w
         until = current.limit(now)
         entry["until"] = until.isoformat()
         entry["categories"] = len(current.tree.roots)
-        total = rounds_between(current, until) + _unplanned_rounds(conn, current, until)
+        total = _planned_rounds(conn, current, until) + _unplanned_rounds(conn, current, until)
         rounds["total"] = total
         rounds["remaining"] = max(total - finished, 0)
         entry["progress"] = round(finished / total, 4) if total else 1.0
@@ -407,12 +408,35 @@ def _stopped(row) -> bool:
     return bool(end and cur and cur > end)
 
 
+def _planned_rounds(conn, current, until: dt.date) -> int:
+    """The rounds of (start .. until): a round per day x root; with the day census (the task
+    has census rounds, category ``*``), one per day, which covers the day, plus the root rounds
+    of the days split by root (a task not covering the tree, a cursor steered onto a root)."""
+    in_range = [
+        round_.c.task_id == current.id,
+        round_.c.day >= current.start_date.isoformat(),
+        round_.c.day <= until.isoformat(),
+    ]
+    census = conn.execute(
+        sa.select(sa.func.count()).select_from(round_).where(*in_range, round_.c.category == DAY)
+    ).scalar()
+    if not census:
+        return rounds_between(current, until)
+    roots = conn.execute(
+        sa.select(sa.func.count())
+        .select_from(round_)
+        .where(*in_range, round_.c.category.in_(current.tree.roots))
+    ).scalar()
+    return rounds_between(current, until, census=True) + roots
+
+
 def _unplanned_rounds(conn, current, until: dt.date) -> int:
-    """Round rows outside (start .. until) x root categories: begun, then planned away."""
+    """Round rows outside (start .. until) x (root categories and the day's census): begun,
+    then planned away."""
     planned = sa.and_(
         round_.c.day >= current.start_date.isoformat(),
         round_.c.day <= until.isoformat(),
-        round_.c.category.in_(current.tree.roots),
+        round_.c.category.in_([*current.tree.roots, DAY]),
     )
     return conn.execute(
         sa.select(sa.func.count())
