@@ -544,41 +544,15 @@ class TaskStore:
         left, from its first page (its errorCode rows go; its ledger rows stay, so what it stored
         stays stored). After the new rounds, so that a passing fault does not spend a round's
         attempts in a burst, and its errorCode rows stay to be seen until then."""
-        retryable = self._retryable()
         with self.engine.begin() as conn:
-            now = db_now(conn)
-            candidates = conn.execute(
-                sa.select(round_.c.id, round_.c.day, round_.c.category, round_.c.attempts)
-                .where(round_.c.task_id == task_id, retryable)
-                .order_by(round_.c.day, round_.c.id)
-                .limit(5)
-            ).all()
-            for cand in candidates:
-                won = conn.execute(
-                    round_.update()
-                    .where(round_.c.id == cand.id, retryable)
-                    .values(
-                        state="claimed",
-                        worker=worker_id,
-                        lease_until=now + self.round_lease,
-                        attempts=round_.c.attempts + 1,
-                        epoch=None,
-                        total=None,  # its search adds its total again (add_total)
-                        note=None,
-                        updated_at=now,
-                    )
-                ).rowcount
-                if won == 1:
-                    _forget_errors(conn, cand.id)
-                    logger.info(
-                        "round %s (%s %s) crawled again: its ledger did not balance (attempt %s)",
-                        cand.id,
-                        cand.day,
-                        cand.category,
-                        cand.attempts + 1,
-                    )
-                    return Round(cand.id, task_id, cand.day, cand.category, cand.attempts + 1)
-        return None
+            return self._reclaim(
+                conn,
+                task_id,
+                worker_id,
+                db_now(conn),
+                self._retryable(),
+                "round %s (%s %s) crawled again: its ledger did not balance (attempt %s)",
+            )
 
     @_retried("counting rounds to crawl again")
     def retryable(self, task_id: int) -> int:
@@ -721,39 +695,50 @@ class TaskStore:
                     round_.c.epoch != epoch,
                 )
                 lapsed = sa.or_(lapsed, lost)
-            candidates = conn.execute(
-                sa.select(round_.c.id, round_.c.day, round_.c.category, round_.c.attempts)
-                .where(round_.c.task_id == task_id, lapsed)
-                .order_by(round_.c.day, round_.c.id)
-                .limit(5)
-            ).all()
-            for cand in candidates:
-                won = conn.execute(
-                    round_.update()
-                    .where(round_.c.id == cand.id, lapsed)
-                    .values(
-                        state="claimed",
-                        worker=worker_id,
-                        lease_until=now + self.round_lease,
-                        attempts=round_.c.attempts + 1,
-                        epoch=None,
-                        # the attempt starts over, as in _open_round: its search adds its total
-                        # again (add_total), so the old one must go, and so must what it counted
-                        total=None,
-                        stored=None,
-                        note=None,
-                        updated_at=now,
-                    )
-                ).rowcount
-                if won == 1:
-                    _forget_errors(conn, cand.id)
-                    logger.info(
-                        "took over round %s (%s %s) from a lost worker",
-                        cand.id,
-                        cand.day,
-                        cand.category,
-                    )
-                    return Round(cand.id, task_id, cand.day, cand.category, cand.attempts + 1)
+            return self._reclaim(
+                conn,
+                task_id,
+                worker_id,
+                now,
+                lapsed,
+                "took over round %s (%s %s) from a lost worker",
+            )
+
+    def _reclaim(self, conn, task_id, worker_id, now, which, announce: str) -> Round | None:
+        """Claim again the first round of the task that ``which`` matches (a lapsed lease, a lost
+        Redis, a ledger that did not balance), from its first page: one conditional UPDATE per
+        candidate, so of two workers racing for it exactly one wins. The attempt starts over, as
+        in _open_round: its search adds its total again (add_total), so the old total must go,
+        and so must what it counted and its errorCode rows (its ledger rows stay: what it stored
+        stays stored). ``announce``: the log line, with id, day, category (and the attempt)."""
+        candidates = conn.execute(
+            sa.select(round_.c.id, round_.c.day, round_.c.category, round_.c.attempts)
+            .where(round_.c.task_id == task_id, which)
+            .order_by(round_.c.day, round_.c.id)
+            .limit(5)
+        ).all()
+        for cand in candidates:
+            won = conn.execute(
+                round_.update()
+                .where(round_.c.id == cand.id, which)
+                .values(
+                    state="claimed",
+                    worker=worker_id,
+                    lease_until=now + self.round_lease,
+                    attempts=round_.c.attempts + 1,
+                    epoch=None,
+                    total=None,
+                    stored=None,
+                    note=None,
+                    updated_at=now,
+                )
+            ).rowcount
+            if won == 1:
+                _forget_errors(conn, cand.id)
+                attempt = cand.attempts + 1
+                args = (cand.id, cand.day, cand.category, attempt)
+                logger.info(announce, *args[: announce.count("%s")])
+                return Round(cand.id, task_id, cand.day, cand.category, attempt)
         return None
 
     def release_claim(self, round_id: int, worker_id: str) -> bool:
