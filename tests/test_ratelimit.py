@@ -424,6 +424,7 @@ def test_two_workers_under_a_shared_limit_stay_within_it(tmp_path, redis_url, re
 
 
 @pytest.mark.slow
+@pytest.mark.timing  # 18 s alone; once past 120 s beside five other xdist workers (CI, 2026-11-24)
 def test_two_crawlers_under_the_sites_own_per_ip_limit_are_never_banned(
     tmp_path, cnki_site, mysql_url
 ):
