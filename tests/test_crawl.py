@@ -7,6 +7,8 @@ still overflow are walked in both sort orders, and one round is beyond even that
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import sqlalchemy as sa
 
@@ -222,8 +224,15 @@ def test_a_stale_link_deep_in_its_common_titles_search_is_refreshed_and_stored(s
     assert result.returncode == 0, result.stderr[-3000:] + setup.log()[-3000:]
     assert setup.query(sa.select(error_link.c.filename, error_link.c.reason)) == []
     assert compare(setup.stored(), truth, "patent") == {"missing": [], "extra": [], "differing": {}}
-    # each stale link was refused (the verify page) before its refresh found the new one
-    assert setup.site.stats()["token_refusals"]["expired"] >= len(stale)
+    # each stale link was refused before its refresh found the new one: by its token (the verify
+    # page), or, on a loaded machine, by a challenge on the way to it (a burst), which the spider
+    # answers with the same refresh
+    stats = setup.site.stats()
+    refused = stats["token_refusals"]["expired"] + stats["challenged"]["total"]
+    refreshed = re.search(r"'details/refreshed': (\d+)", setup.log())
+    why = f"site: {stats['token_refusals']}, {stats['challenged']}; log: {setup.log()[-2000:]}"
+    assert refused >= len(stale), why
+    assert refreshed and int(refreshed.group(1)) >= len(stale), why
 
 
 def test_an_open_ended_task_crawls_to_today_then_says_it_is_up_to_date(setup_crawl):
