@@ -23,6 +23,12 @@ FAST_SITE = {"human_check": True, "session_pace": 0, "session_burst": 0}
 FAST_CNKI = {"sessions": "verified", "session_pace": 30}
 
 
+CHROME_UA = (
+    "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
+    "Chrome/141.0.0.0 Safari/537.36"
+)
+
+
 def pool_of(site) -> SessionStore:
     return SessionStore(redis.Redis.from_url(REDIS_URL), namespace_for(site.base_url))
 
@@ -87,8 +93,9 @@ def test_a_run_without_a_session_waits_then_goes_on_when_a_person_passes(
     worker = setup.spawn(
         "run", "-s", "SESSIONS_POLL=1", "-s", f"NOTIFY_WEBHOOKS={hook.url}/hook?access_token=t"
     )
+    started = time.monotonic()
     try:
-        deadline = time.monotonic() + 60
+        deadline = started + 60
         waiting = None
         while waiting is None:
             assert worker.poll() is None and time.monotonic() < deadline, setup.log()[-3000:]
@@ -96,8 +103,9 @@ def test_a_run_without_a_session_waits_then_goes_on_when_a_person_passes(
             task = status_json(setup, started=False)["tasks"]
             waiting = task[0].get("waiting") if task else None
         assert waiting == "CNKI wants a person to pass its check (cnkispider session login)"
-        # The same wait, SESSIONS_POLL=1 instead of 5 s: 20 polls of the pool, nothing moves.
-        time.sleep(20)
+        # A minute after the start, with SESSIONS_POLL=1 (a poll of the pool a second): nothing
+        # moves, nothing is recorded, nothing is sent.
+        time.sleep(max(0.0, started + 60 - time.monotonic()))
         assert worker.poll() is None
         assert rounds_done(setup) == 0
         assert count_rows(setup, error_code) == 0 and count_rows(setup, error_link) == 0
@@ -126,6 +134,8 @@ def test_a_run_without_a_session_waits_then_goes_on_when_a_person_passes(
 def test_with_a_passed_session_the_crawl_equals_the_truth_without_a_pause(
     tmp_path, cnki_site, sqlite_url
 ):
+    """A session a person passed, added as a server's operator would (`session add --from-curl`
+    of a browser's "Copy as cURL"): the crawl equals the truth, never checked, never paused."""
     site = cnki_site(**FAST_SITE)
     # one day: fewer documents than one pass's hidden request limit (300)
     setup = CrawlSetup(
@@ -133,7 +143,22 @@ def test_with_a_passed_session_the_crawl_equals_the_truth_without_a_pause(
     )
     pool = pool_of(site)
     try:
-        session, _ = add_passed(site, pool)
+        # the person passes the check in a browser and copies a request as cURL (Chrome, bash);
+        # `cnkispider session add --from-curl FILE` puts that session in the pool
+        cookies = site.pass_check()
+        paste = tmp_path / "request.txt"
+        paste.write_text(
+            f"curl '{site.base_url}/kns8s/defaultresult/index' \\\n"
+            "  -H 'accept: text/html,application/xhtml+xml' \\\n"
+            f"  -b '{'; '.join(f'{k}={v}' for k, v in cookies.items())}' \\\n"
+            f"  -H 'user-agent: {CHROME_UA}'\n"
+        )
+        added = setup.run("session", "add", "--from-curl", str(paste), timeout=60)
+        assert added.returncode == 0, added.stdout + added.stderr
+        line = added.stdout.strip().splitlines()[-1]
+        assert line.startswith("added session s-") and "(curl): " in line, line
+        session = pool.get(line.split()[2])
+        assert {c["name"]: c["value"] for c in session.cookies} == cookies
         before = site.stats()["human_check_refusals"]  # the person's own first page
         result = setup.run(timeout=300)
         assert result.returncode == 0, result.stdout[-2000:] + setup.log()[-3000:]
