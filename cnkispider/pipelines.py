@@ -228,5 +228,4 @@ def _key(values: dict) -> str:
 
 
 def _reason(exc: Exception) -> str:
-    """The database's own words (first line), without SQLAlchemy's statement and parameters."""
-    return str(getattr(exc, "orig", None) or exc).splitlines()[0][:300]
+    return db.first_line(exc)[:300]
