@@ -14,6 +14,7 @@ machine serialize their writes instead of failing on lock upgrades; WAL lets rea
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import threading
 import time
@@ -162,6 +163,20 @@ def retrying(function, *args, what: str, policy: OutagePolicy | None = None, **k
                     attempt,
                 )
             return result
+
+
+def retried(what: str):
+    """A method decorator: the method runs under :func:`retrying` (``what`` names it in the
+    warnings). Only for methods that are safe to run again: the caller says why beside each."""
+
+    def wrap(method):
+        @functools.wraps(method)
+        def run(*args, **kwargs):
+            return retrying(method, *args, what=what, **kwargs)
+
+        return run
+
+    return wrap
 
 
 def _ride_out_outages(engine: Engine, shown: str) -> None:
