@@ -10,12 +10,13 @@ Settings: ``ARCHIVE_DIR`` (empty or unset: off).
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 import re
 from pathlib import Path
 
 from scrapy.exceptions import NotConfigured
+
+from cnkispider.offload import in_thread
 
 SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -45,7 +46,7 @@ class HtmlArchiveMiddleware:
     async def process_response(self, request, response):
         doc_key = request.meta.get("doc_key")
         if request.meta.get("cnki_kind") == "detail" and doc_key and response.status == 200:
-            await asyncio.to_thread(self._write, self.path_for(doc_key), response.body)
+            await in_thread(self._write, self.path_for(doc_key), response.body)
             if self.stats is not None:
                 self.stats.inc_value("archive/pages")
         return response

@@ -14,6 +14,7 @@ machine serialize their writes instead of failing on lock upgrades; WAL lets rea
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import threading
 import time
@@ -85,6 +86,13 @@ def is_transient(exc: BaseException) -> bool:
     return "database is locked" in text or "database is busy" in text  # SQLite's busy writer
 
 
+def first_line(exc: BaseException) -> str:
+    """The database's own words for ``exc``: the first line of the driver's error (``orig``),
+    without SQLAlchemy's statement and parameters; "" when it says nothing. Not masked."""
+    lines = str(getattr(exc, "orig", None) or exc).splitlines()
+    return lines[0] if lines else ""
+
+
 @dataclass
 class OutagePolicy:
     """How long and how patiently to wait for the database (time and sleep injected for tests)."""
@@ -122,7 +130,7 @@ def retrying(function, *args, what: str, policy: OutagePolicy | None = None, **k
                 raise
             attempt += 1
             waited = policy.clock() - started
-            reason = masking.mask_text(str(getattr(exc, "orig", None) or exc).splitlines()[0])
+            reason = masking.mask_text(first_line(exc))
             if waited + delay > policy.seconds:
                 logger.error(
                     "database unreachable while %s: gave up after %d attempts in %.0f s "
@@ -155,6 +163,20 @@ def retrying(function, *args, what: str, policy: OutagePolicy | None = None, **k
                     attempt,
                 )
             return result
+
+
+def retried(what: str):
+    """A method decorator: the method runs under :func:`retrying` (``what`` names it in the
+    warnings). Only for methods that are safe to run again: the caller says why beside each."""
+
+    def wrap(method):
+        @functools.wraps(method)
+        def run(*args, **kwargs):
+            return retrying(method, *args, what=what, **kwargs)
+
+        return run
+
+    return wrap
 
 
 def _ride_out_outages(engine: Engine, shown: str) -> None:
@@ -248,7 +270,7 @@ class _LostConnectionOnReturn(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         if exc is not None and is_transient(exc):
-            reason = masking.mask_text(str(exc).splitlines()[0])
+            reason = masking.mask_text(first_line(exc))
             record.msg, record.args = (
                 "a pooled connection was lost with the database: %s",
                 (reason,),

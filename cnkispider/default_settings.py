@@ -107,7 +107,7 @@ RETRY_BACKOFF_MAX = 30.0
 RETRY_CHALLENGE_SESSIONS = 4
 RETRY_CHALLENGE_COOLDOWN = 300.0  # seconds; shared by every worker (Redis); 0 = no pause
 
-# -- RATELIMIT_*, PACE_*: cnkispider/middlewares/ratelimit.py (its docstring says more) ---------
+# -- RATELIMIT_*, PACE_*: cnkispider/middlewares/ratelimit.py (and cnkispider/pace/store.py) ----
 
 RATELIMIT_ENABLED = True
 RATELIMIT_RATE = 0.0  # requests/s to one site, all workers together; 0 = no limit

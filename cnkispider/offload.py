@@ -1,13 +1,28 @@
-"""Blocking work off the reactor thread: the one module every component leaves the reactor by.
+"""Blocking work off the reactor thread: the way components leave the reactor, but for the
+exceptions listed below.
 
-- :func:`in_thread`: one blocking call (a database read or write), awaited by a coroutine;
-  :func:`deferred_in_thread` is the same for code that works with Deferreds.
+- :func:`in_thread`: one blocking call (a database read or write, a file), awaited by a
+  coroutine; :func:`deferred_in_thread` is the same for code that works with Deferreds.
 - :class:`ThreadIO`: a thread of one's own for a component's Redis calls, so they run in the
   order they were made; :class:`InlineIO` runs them at once instead (tests that drive a
   component by hand).
 - :class:`RedisCalls`: the batching loop over a ``ThreadIO`` that the scheduler and the rate
   limiter share: one call in flight, each carrying everything that waited, retried with
   :func:`backoff` when Redis cannot be reached.
+
+The exceptions, each on purpose:
+
+- Twisted's thread pool (``twisted.internet.threads.deferToThread``), not :func:`in_thread`
+  (asyncio's executor under Scrapy's asyncio reactor): the document pipeline's batch writes and
+  its ``open_database`` (``cnkispider.pipelines``) and flow control's heartbeat
+  (``tasks.feeder``). During a database outage the writes and the heartbeat wait it out
+  (``cnkispider.db.retrying``, up to ``DATABASE_OUTAGE_SECONDS``); in Twisted's pool they do not
+  share asyncio's executor with flow control's claims and moves, which go through
+  :func:`in_thread`.
+- ``proxy.provider`` calls the proxy provider with Scrapy's
+  ``scrapy.utils.asyncio.run_in_thread``: ``proxy/`` imports nothing of ``cnkispider``.
+- ``cnkispider.notify`` posts each webhook on a daemon thread of its own (fire and forget,
+  nothing awaits it).
 """
 
 from __future__ import annotations

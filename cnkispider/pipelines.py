@@ -47,7 +47,6 @@ from cnkispider import db
 from cnkispider.db import db_now, is_transient, open_database, retrying
 from cnkispider.items import doc_type_of
 from cnkispider.storage import DocumentRejected, key_problem, row_for, upsert_documents
-from errors.recorder import ErrorRecorder
 from tasks import ledger
 from tasks.feeder import RoundFeeder
 
@@ -90,7 +89,6 @@ class DocumentPipeline:
         self.engine = await maybe_deferred_to_future(
             threads.deferToThread(open_database, self.database_url)
         )
-        self.errors = ErrorRecorder(self.engine)
 
     async def close_spider(self):
         await self._flush()
@@ -215,9 +213,16 @@ class DocumentPipeline:
             ledger.note_stored(
                 conn, [batch[i][1][LEDGER_KEY] for i in indexes if LEDGER_KEY in batch[i][1]]
             )
-        # A stored document is no longer missing, whoever listed it as failed.
-        keys = [(batch[i][1]["dbname"], batch[i][1]["filename"]) for i in indexes]
-        retrying(self.errors.resolve_links, self.task_id, keys, what="clearing errorLink rows")
+        # A stored document is no longer missing, whoever listed it as failed (errorLink is flow
+        # control's: a crawl without it records no failures).
+        if context is not None:
+            keys = [(batch[i][1]["dbname"], batch[i][1]["filename"]) for i in indexes]
+            retrying(
+                context.error_recorder.resolve_links,
+                self.task_id,
+                keys,
+                what="clearing errorLink rows",
+            )
         if self.stats is not None:
             self.stats.inc_value("storage/documents_written", len(indexes))
             self.stats.inc_value("storage/batches")
@@ -228,5 +233,4 @@ def _key(values: dict) -> str:
 
 
 def _reason(exc: Exception) -> str:
-    """The database's own words (first line), without SQLAlchemy's statement and parameters."""
-    return str(getattr(exc, "orig", None) or exc).splitlines()[0][:300]
+    return db.first_line(exc)[:300]

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from cnkispider import default_settings
+from cnkispider.clock import cnki_today
 from cnkispider.cnki import parsers, refusals
 from cnkispider.cnki.protocol import RESOURCES, Protocol, Search, protocol_from_settings
 from cnkispider.exceptions import RefusedPage
@@ -631,7 +632,7 @@ class Probe:
 
 def default_day(today: dt.date | None = None) -> dt.date:
     """A busy day: the Wednesday four weeks back (CNKI's calendar), well indexed by now."""
-    today = today or (dt.datetime.now(dt.UTC) + dt.timedelta(hours=8)).date()
+    today = today or cnki_today()
     day = today - dt.timedelta(days=28)
     return day - dt.timedelta(days=(day.weekday() - 2) % 7)
 

@@ -234,7 +234,9 @@ async def record_or_hold(
             crawler, meta, url, reason, detail, stage=stage, request=request, words=words
         )
     except Exception as exc:
-        cause = str(getattr(exc, "orig", None) or exc).splitlines()[0] if str(exc) else ""
+        from cnkispider.db import first_line
+
+        cause = first_line(exc)
         crawler.stats.inc_value("errors/unrecorded")
         logger.critical(
             "cannot %s nor record its failure (%s: %s); %s is kept for its lease to bring "

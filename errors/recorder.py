@@ -25,7 +25,6 @@ found is stored, or its link is in errorLink).
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
 import logging
 
@@ -33,7 +32,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from cnkispider import default_settings
-from cnkispider.db import db_now, retrying
+from cnkispider.db import db_now, retried
 from cnkispider.halting import is_network
 from cnkispider.schema import error_code, error_link
 from tasks import ledger
@@ -41,26 +40,16 @@ from tasks import ledger
 logger = logging.getLogger(__name__)
 
 
-def _retried(what: str):
-    """Run the method again while the database is away (``cnkispider.db.retrying``).
+class ErrorRecorder:
+    """The errorCode and errorLink rows of one database.
 
-    Each method so marked is one transaction, rolled back whole when a statement is cut off, so
-    running it again is safe. The one imprecision: a commit whose answer was lost and then run
-    again counts an attempt twice (``record_link``) or adds a second row for the same page
-    (``record_code``); both err toward replaying more, never toward losing a failure.
+    Each method marked ``@retried`` (run again while the database is away,
+    :func:`cnkispider.db.retried`) is one transaction, rolled back whole when a statement is cut
+    off, so running it again is safe. The one imprecision: a commit whose answer was lost and
+    then run again counts an attempt twice (``record_link``) or adds a second row for the same
+    page (``record_code``); both err toward replaying more, never toward losing a failure.
     """
 
-    def wrap(method):
-        @functools.wraps(method)
-        def run(*args, **kwargs):
-            return retrying(method, *args, what=what, **kwargs)
-
-        return run
-
-    return wrap
-
-
-class ErrorRecorder:
     def __init__(
         self,
         engine: Engine,
@@ -74,7 +63,7 @@ class ErrorRecorder:
 
     # -- recording -----------------------------------------------------------------------
 
-    @_retried("recording a list-stage failure")
+    @retried("recording a list-stage failure")
     def record_code(
         self,
         task_id: int,
@@ -141,7 +130,7 @@ class ErrorRecorder:
                 )
             )
 
-    @_retried("recording a detail-stage failure")
+    @retried("recording a detail-stage failure")
     def record_link(
         self,
         task_id: int,
@@ -263,7 +252,7 @@ class ErrorRecorder:
             )
         return stage
 
-    @_retried("clearing errorLink rows")
+    @retried("clearing errorLink rows")
     def resolve_links(self, task_id: int | None, keys: list[tuple[str, str]]) -> int:
         """Documents now stored: their errorLink rows go (whatever task listed them)."""
         if not keys:
@@ -272,12 +261,12 @@ class ErrorRecorder:
             condition = sa.tuple_(error_link.c.dbname, error_link.c.filename).in_(keys)
             return conn.execute(error_link.delete().where(condition)).rowcount
 
-    @_retried("clearing an errorCode row")
+    @retried("clearing an errorCode row")
     def resolve_code(self, code_id: int) -> None:
         with self.engine.begin() as conn:
             conn.execute(error_code.delete().where(error_code.c.id == code_id))
 
-    @_retried("setting an error row permanent")
+    @retried("setting an error row permanent")
     def unreplayable(self, table_name: str, row_id: int, why: str) -> bool:
         """A claimed row no request can be built from (an empty day, a search that no longer
         parses): permanent, with the reason in ``detail``, so it is neither claimed again every
@@ -329,15 +318,15 @@ class ErrorRecorder:
                 return []
             return list(conn.execute(sa.select(table).where(table.c.id.in_(claimed))).mappings())
 
-    @_retried("claiming errorCode rows")
+    @retried("claiming errorCode rows")
     def claim_codes(self, task_id: int, worker_id: str, limit: int = 10) -> list:
         return self._claim(error_code, task_id, worker_id, limit)
 
-    @_retried("claiming errorLink rows")
+    @retried("claiming errorLink rows")
     def claim_links(self, task_id: int, worker_id: str, limit: int = 100) -> list:
         return self._claim(error_link, task_id, worker_id, limit)
 
-    @_retried("counting error rows")
+    @retried("counting error rows")
     def outstanding(self, task_id: int) -> dict[str, int]:
         """Error rows still to replay (open or claimed) and permanent ones, per table."""
         counts = {}

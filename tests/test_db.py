@@ -249,7 +249,7 @@ def _pipeline(engine):
         task=task, tasks=tasks, error_recorder=recorder
     )
     pipeline = DocumentPipeline("unused")
-    pipeline.engine, pipeline.errors, pipeline.crawler = engine, recorder, crawler
+    pipeline.engine, pipeline.crawler = engine, crawler
     return pipeline
 
 
@@ -273,6 +273,25 @@ def test_a_value_too_long_for_its_column_fails_only_its_document(mysql_url, capl
     assert sorted(stored) == [batch[i][1]["filename"] for i in (0, 1, 2)]
     assert stored[batch[1][1]["filename"]]["title"] == "长" * 600
     assert any("one at a time" in r.getMessage() for r in caplog.records)
+    engine.dispose()
+
+
+def test_a_stored_document_clears_its_error_link_row_through_the_crawl_context(mysql_url):
+    """The pipeline deletes the errorLink row of a document it stores, with the recorder of the
+    crawl context (tasks.context), whichever task listed it."""
+    from tasks.feeder import RoundFeeder
+
+    engine = open_database(mysql_url)
+    pipeline = _pipeline(engine)
+    context = RoundFeeder.context_of(pipeline.crawler)
+    for i in (1, 2):
+        context.error_recorder.record_link(
+            context.task_id + 1, None, "patent", "u", "SCPD", f"CN{i:09d}A", "http-500"
+        )
+    assert pipeline._write([("patent", _patent(1), None)]) == {}
+    with engine.connect() as conn:
+        left = conn.execute(sa.select(schema.error_link.c.filename)).scalars().all()
+    assert left == ["CN000000002A"]
     engine.dispose()
 
 

@@ -1,6 +1,6 @@
-"""The learned pace (cnkispider/middlewares/ratelimit.py): the AIMD rule on a fixed clock, the
-rule against a model of CNKI's sliding-window threshold, and a real crawl of the strict
-stand-in under its hidden pace threshold."""
+"""The learned pace (cnkispider/pace/; its model, tests/fixtures/pace_model.py): the AIMD rule
+on a fixed clock, the rule against a model of CNKI's sliding-window threshold, and a real crawl
+of the strict stand-in under its hidden pace threshold."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import pytest
 import redis
 
 from cnkispider import default_settings
-from cnkispider.middlewares.ratelimit import HORIZON, Pace, PaceRule
+from cnkispider.pace.script import HORIZON
+from cnkispider.pace.store import PaceRule
 from tests.crawl_harness import CrawlSetup, compare
+from tests.fixtures.pace_model import Pace
 
 
 class Clock:

@@ -1,7 +1,7 @@
-"""The shared rate limit (cnkispider/middlewares/ratelimit.py): reservations in the real Redis,
-the keys a request counts against, the config.ini mapping, two worker processes that together
-stay within one limit as the site's own clock sees it, and the real crawler kept under the
-stand-in's own per-IP ban limit."""
+"""The shared rate limit (cnkispider/middlewares/ratelimit.py, cnkispider/pace/): reservations
+in the real Redis, the keys a request counts against, the config.ini mapping, two worker
+processes that together stay within one limit as the site's own clock sees it, and the real
+crawler kept under the stand-in's own per-IP ban limit."""
 
 from __future__ import annotations
 
@@ -21,17 +21,12 @@ from scrapy.utils.test import get_crawler
 
 from cnkispider.addon import ADDONS
 from cnkispider.config import load_config
-from cnkispider.middlewares.ratelimit import (
-    ORDER,
-    Answer,
-    Pace,
-    PaceRule,
-    RateLimitMiddleware,
-    SharedRateLimit,
-)
+from cnkispider.middlewares.ratelimit import ORDER, RateLimitMiddleware
 from cnkispider.offload import ThreadIO
+from cnkispider.pace.store import Answer, PaceRule, SharedRateLimit
 from cnkispider.settings import crawler_settings
 from tests.crawl_harness import CrawlSetup, compare
+from tests.fixtures.pace_model import Pace
 from tests.fixtures.tiny_site import TinySite, read_lines
 from tests.test_pace import Clock
 

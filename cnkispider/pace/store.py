@@ -1,0 +1,276 @@
+"""The shared limits and paces of a cluster in one Redis: which keys a request counts against,
+and the blocking call that reports CNKI's answers and reserves send times.
+
+Ten machines together must be as polite as one: the limits are per site, per proxy, per CNKI
+session and per IP for the whole cluster, not per worker.
+
+Fixed limits (``RATELIMIT_RATE`` per site, ``RATELIMIT_PROXY_RATE`` per proxy,
+``SESSIONS_PACE_MAX`` per session a person verified). Each is a key holding its *theoretical
+arrival time* (GCRA, a token bucket written as one number): a request may go at
+``max(now, tat - (burst - 1) * interval)``, and going moves ``tat`` to
+``max(tat, then) + interval``. A request goes at the latest time its keys allow, and every key
+it touched counts it.
+
+Paces (``PACE_*``, for CNKI pages: requests with meta ``cnki_kind``). CNKI challenges a session
+or an address that goes faster than a threshold it does not publish (PROTOCOL.md, 2026
+evidence), so each session and each IP (the proxy in use, or ``PACE_DIRECT_NAME``) learns a pace
+of its own by AIMD (:class:`PaceRule`): it starts at ``PACE_START``, grows by ``PACE_STEP``
+requests/s per second of clean answers, and on a *challenge* (``refusals.kind_of(reason) ==
+"challenge"``) it remembers the pace that was too fast (the *ceiling*: the granted pace, less
+what the site's window, ``PACE_WINDOW``, lagged behind a growing pace), falls to
+``PACE_DECREASE`` x the ceiling and goes quiet for ``PACE_COOLDOWN`` (doubled, up to
+``PACE_COOLDOWN_MAX``, when the next challenge comes before any clean answer: a flagged address
+stays flagged while it keeps asking). Then it grows fast again up to ``PACE_CEILING`` x the
+ceiling and covers the rest in ``PACE_PROBE_SECONDS`` (the threshold may have moved; each
+challenge costs a cool-down). A pace is a GCRA key with an even spacing of ``1 / pace`` (no
+burst), never above the fixed limits of its site and proxy, and booked at most
+:data:`~cnkispider.pace.script.HORIZON` ahead: a request beyond it is *held* and asks again. An
+IP's pace outlives its last use by ``PACE_TTL`` (a restarted crawler goes on at the pace it
+learned), a session's by :data:`SESSION_PACE_TTL`.
+
+Keys (``RATELIMIT_KEY_PREFIX``, shared by every task on the Redis: politeness is per site):
+``{prefix}:site:{host:port}``, ``{prefix}:proxy:{host:port}``, ``{prefix}:verified:{session}``
+(a fixed key expires a second after its schedule runs out), ``{prefix}:pace:{site}:ip:{proxy
+host:port or direct name}`` and ``{prefix}:pace:{site}:session:{id}``.
+
+Invariants, kept by one Lua script (:mod:`cnkispider.pace.script`) that does everything
+atomically on the Redis server's clock, so that machines with skewed clocks share one schedule:
+
+- a pace changes only through an answer to a request *granted after its last decrease*: the
+  dozen answers in flight when CNKI said no halve it once, not a dozen times, and their clean
+  answers do not grow it back during the cool-down;
+- a cool-down starts after the last send time already granted (``max(tat, now)``), so the
+  address is quiet for the whole cool-down even though those sends were promised earlier;
+- every call returns the last decrease of each pace key it touched; a request granted before
+  it is not sent but reserves again (*revoked*, in the middleware).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from scrapy.utils.httpobj import urlparse_cached
+
+from cnkispider import default_settings
+from cnkispider.pace.script import RESERVE_LUA
+from proxy.provider import proxy_key
+
+if TYPE_CHECKING:
+    import redis
+    from scrapy import Request
+
+#: A session's pace outlives the session (10 minutes at most) by a margin; then it is garbage.
+SESSION_PACE_TTL = 3600.0
+
+
+@dataclasses.dataclass(frozen=True)
+class PaceRule:
+    """The parameters of AIMD (see the module docstring); the same for every pace."""
+
+    start: float = default_settings.PACE_START
+    step: float = default_settings.PACE_STEP
+    decrease: float = default_settings.PACE_DECREASE
+    ceiling: float = default_settings.PACE_CEILING
+    probe_seconds: float = default_settings.PACE_PROBE_SECONDS
+    min_rate: float = default_settings.PACE_MIN
+    cooldown: float = default_settings.PACE_COOLDOWN
+    cooldown_max: float = default_settings.PACE_COOLDOWN_MAX
+    window: float = default_settings.PACE_WINDOW
+
+    def __post_init__(self) -> None:
+        if not 0 < self.min_rate <= self.start:
+            raise ValueError("PACE_MIN must be positive and at most PACE_START")
+        if self.step <= 0 or self.probe_seconds <= 0:
+            raise ValueError("PACE_STEP and PACE_PROBE_SECONDS must be positive")
+        if not 0 < self.decrease < 1:
+            raise ValueError("PACE_DECREASE must be between 0 and 1")
+        if not 0 < self.ceiling <= 1:
+            raise ValueError("PACE_CEILING must be in (0, 1]")
+        if self.window < 0:
+            raise ValueError("PACE_WINDOW must be at least 0")
+        if self.cooldown < 0 or self.cooldown_max < self.cooldown:
+            raise ValueError("PACE_COOLDOWN must be at least 0 and at most PACE_COOLDOWN_MAX")
+
+    def as_json(self) -> dict[str, float]:
+        return dataclasses.asdict(self)
+
+
+class Limit(NamedTuple):
+    """One limit on one request: a fixed rate (``interval``, ``tolerance`` in µs) or a pace
+    (``max_rate`` requests/s, 0 = none, and the key's ``ttl`` in seconds)."""
+
+    key: str
+    pace: bool
+    interval: float = 0.0
+    tolerance: float = 0.0
+    max_rate: float = 0.0
+    ttl: float = 0.0
+
+
+class Answer(NamedTuple):
+    """A CNKI answer to report: a challenge or a clean page, for the paces of its request."""
+
+    challenge: bool
+    granted: int  # µs, Redis clock
+    limits: tuple[Limit, ...]  # the request's paces
+    rates: tuple[float, ...]  # the pace of each when the request was granted
+
+
+class Reply(NamedTuple):
+    """What one script call answered."""
+
+    now: int  # µs, Redis clock
+    waits: list[float]  # seconds, per reservation
+    decreased_at: dict[str, int]  # µs, per pace key touched (-1: never)
+    decreases: list[tuple[str, float, float, float]]  # key, old rate, new rate, cool-down s
+    returned: float  # time.monotonic() when the call returned, on the calling thread
+    rates: list[tuple[float, ...]]  # per reservation, the paces of its pace keys
+
+
+class SharedRateLimit:
+    """The limits and paces of a cluster in one Redis: which keys a request counts against, and
+    the blocking call that reports answers and reserves send times for a batch of requests."""
+
+    def __init__(
+        self,
+        client_factory: Callable[[], redis.Redis],
+        *,
+        site_rate: float = 0.0,
+        proxy_rate: float = 0.0,
+        burst: int = 1,
+        prefix: str = default_settings.RATELIMIT_KEY_PREFIX,
+        pace: PaceRule | None = None,
+        pace_max: float = 0.0,
+        pace_ttl: float = default_settings.PACE_TTL,
+        direct_name: str = default_settings.PACE_DIRECT_NAME,
+        verified_rate: float = 0.0,
+    ):
+        if site_rate < 0 or proxy_rate < 0 or pace_max < 0:
+            raise ValueError("rate limits must be 0 (none) or positive")
+        if burst < 1:
+            raise ValueError(f"RATELIMIT_BURST must be at least 1, got {burst}")
+        self.site_rate, self.proxy_rate, self.burst = site_rate, proxy_rate, burst
+        self.prefix = prefix
+        self.pace = pace
+        # "bounded by the site's limit": a pace that outgrew what may be sent would be a lie
+        self.pace_max = pace_max or site_rate
+        self.pace_ttl = pace_ttl
+        self.direct_name = direct_name
+        # A session a person passed is checked again past a pace CNKI does not publish, and a
+        # check costs a person's slider, not a cool-down: it never goes faster than this
+        # (requests/s, every worker together), whether or not paces are learned.
+        self.verified_rate = verified_rate
+        self._client_factory = client_factory
+        self._client: redis.Redis | None = None
+        self._script: Any = None
+
+    @property
+    def active(self) -> bool:
+        return (
+            self.site_rate > 0
+            or self.proxy_rate > 0
+            or self.pace is not None
+            or self.verified_rate > 0
+        )
+
+    def _limit(self, kind: str, name: str, rate: float) -> Limit:
+        interval = 1_000_000 / rate
+        return Limit(f"{self.prefix}:{kind}:{name}", False, interval, (self.burst - 1) * interval)
+
+    def limits(self, request: Request) -> list[Limit]:
+        """The limits ``request`` counts against (none for a non-HTTP URL or ``dont_ratelimit``)."""
+        if request.meta.get("dont_ratelimit"):
+            return []
+        parsed = urlparse_cached(request)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            return []
+        out = []
+        site = parsed.hostname.lower() + (f":{parsed.port}" if parsed.port else "")
+        if self.site_rate > 0:
+            out.append(self._limit("site", site, self.site_rate))
+        proxy = proxy_key(request.meta.get("proxy"))
+        if self.proxy_rate > 0 and proxy:
+            out.append(self._limit("proxy", proxy, self.proxy_rate))
+        verified = request.meta.get("cnki_verified") and request.meta.get("cnki_session")
+        if verified and self.verified_rate > 0:
+            interval = 1_000_000 / self.verified_rate
+            out.append(Limit(f"{self.prefix}:verified:{verified}", False, interval, 0.0))
+        if self.pace is not None and request.meta.get("cnki_kind"):
+            base = f"{self.prefix}:pace:{site}"
+            ip_max = self.pace_max
+            if proxy and self.proxy_rate > 0:
+                ip_max = min(ip_max, self.proxy_rate) if ip_max else self.proxy_rate
+            out.append(
+                Limit(
+                    f"{base}:ip:{proxy or self.direct_name}",
+                    True,
+                    max_rate=ip_max,
+                    ttl=self.pace_ttl,
+                )
+            )
+            session = request.meta.get("cnki_session")
+            if session:
+                out.append(
+                    Limit(f"{base}:session:{session}", True, max_rate=ip_max, ttl=SESSION_PACE_TTL)
+                )
+        return out
+
+    def call(self, batch: list[list[Limit]], answers: Iterable[Answer] = ()) -> Reply:
+        """Report ``answers``, then reserve send times for ``batch``, in order. Blocking: one
+        script call (the client is made on first use, on the calling thread)."""
+        if self._client is None:
+            self._client = self._client_factory()
+            self._script = self._client.register_script(RESERVE_LUA)
+        keys: list[str] = []
+        meta: list[list[float]] = []
+        index: dict[str, int] = {}
+
+        def key_index(limit: Limit) -> int:
+            # Each key once in KEYS: the script keeps state per key name anyway.
+            if limit.key not in index:
+                keys.append(limit.key)
+                if limit.pace:
+                    meta.append([1, limit.max_rate, int(limit.ttl * 1000)])
+                else:
+                    meta.append([0, limit.interval, limit.tolerance])
+                index[limit.key] = len(keys)  # Lua counts from 1
+            return index[limit.key]
+
+        requests = [[key_index(limit) for limit in limits] for limits in batch]
+        feedback = []
+        for answer in answers:
+            event: list[Any] = [int(answer.challenge), answer.granted]
+            for limit, rate in zip(answer.limits, answer.rates, strict=True):
+                event += [key_index(limit), rate]
+            feedback.append(event)
+        document = {
+            "p": self.pace.as_json() if self.pace else PaceRule().as_json(),
+            "m": meta,
+            "f": feedback,
+            "r": requests,
+        }
+        now, waits, decreases, changes, rates = self._script(keys=keys, args=[json.dumps(document)])
+        returned = time.monotonic()
+        return Reply(
+            now=now,
+            waits=[w / 1_000_000 for w in waits],
+            decreased_at={keys[i - 1]: d for i, d in decreases},
+            decreases=[
+                (keys[i - 1], old / 1000, new / 1000, cool) for i, old, new, cool in changes
+            ],
+            returned=returned,
+            rates=[tuple(float(r) for r in granted) for granted in rates],
+        )
+
+    def reserve(self, batch: list[list[Limit]]) -> list[float]:
+        """The seconds each request of ``batch`` must wait (see :meth:`call`)."""
+        return self.call(batch).waits
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
