@@ -83,7 +83,8 @@ from cnkispider import default_settings
 from cnkispider.db import db_now, retrying
 from cnkispider.exceptions import TaskRowError
 from cnkispider.items import DOC_TYPES
-from cnkispider.schema import error_code, error_link, round_, task, worker
+from cnkispider.schema import round_, task, worker
+from errors.recorder import ErrorRecorder
 from tasks import ledger
 from tasks.categories import DAY, CategoryError, CategoryTree, load_tree, reload_if_changed
 
@@ -98,12 +99,6 @@ EMPTY_DAY_NOTE = "empty day"
 CATEGORIES_NOTE = "categories"
 LEDGER_NOTE = "ledger"  # round.note (and errorCode reason) of a round whose ledger did not balance
 NOW = object()  # a value for _transition: the database's clock at the move
-
-
-def _forget_errors(conn, round_id: int) -> None:
-    """The round is crawled again from its first page: its old list-stage failures are stale
-    (what still fails is recorded again, an overflow too, by the new crawl of the round)."""
-    conn.execute(error_code.delete().where(error_code.c.round_id == round_id))
 
 
 def _retried(what: str):
@@ -316,8 +311,12 @@ class TaskStore:
         round_attempts: int = default_settings.TASKS_ROUND_ATTEMPTS,
         base_dir: Path | None = None,
         day_census: bool = False,
+        errors: ErrorRecorder | None = None,
     ):
         self.engine = engine
+        # errorCode rows are the recorder's to write (a round re-opened forgets its rows, a
+        # round failed for good leaves one), in the transaction that moves the round
+        self.errors = errors or ErrorRecorder(engine)
         # the crawl's [task] day_census (the feeder passes it; default on in config.ini); off
         # here for the tools that only read or steer the table
         self.day_census = day_census
@@ -666,7 +665,7 @@ class TaskStore:
             return Round(result.inserted_primary_key[0], task_id, day, code, 1)
         if existing.state in IN_FLIGHT:
             return None
-        _forget_errors(conn, existing.id)
+        self.errors.forget_round(conn, existing.id)
         conn.execute(
             round_.update()
             .where(round_.c.id == existing.id)
@@ -734,7 +733,7 @@ class TaskStore:
                 )
             ).rowcount
             if won == 1:
-                _forget_errors(conn, cand.id)
+                self.errors.forget_round(conn, cand.id)
                 attempt = cand.attempts + 1
                 args = (cand.id, cand.day, cand.category, attempt)
                 logger.info(announce, *args[: announce.count("%s")])
@@ -864,21 +863,16 @@ class TaskStore:
         words = f"{LEDGER_NOTE}: {verdict.words()}"
         if row.attempts < self.round_attempts:
             return "again", verdict, row.attempts  # claimed again once no new round is due
-        conn.execute(
-            error_code.insert().values(
-                task_id=row.task_id,
-                round_id=row.id,
-                day=row.day,
-                category=row.category,
-                search=None,
-                page=None,
-                reason=LEDGER_NOTE,
-                detail=f"{words} (after {row.attempts} attempts)",
-                attempts=row.attempts,
-                state="permanent",
-                created_at=now,
-                updated_at=now,
-            )
+        self.errors.record_round_failed(
+            conn,
+            task_id=row.task_id,
+            round_id=row.id,
+            day=row.day,
+            category=row.category,
+            reason=LEDGER_NOTE,
+            detail=f"{words} (after {row.attempts} attempts)",
+            attempts=row.attempts,
+            now=now,
         )
         return "failed", verdict, row.attempts
 
@@ -930,11 +924,7 @@ class TaskStore:
             reasons: list[str] = []
             if slug is not None:
                 reasons = list(NETWORK_REASONS) if is_network(slug) else [slug]
-            failed_for_it = sa.select(error_code.c.round_id).where(
-                error_code.c.task_id == row.id,
-                error_code.c.reason.in_(reasons),
-                error_code.c.round_id.is_not(None),
-            )
+            failed_for_it = self.errors.rounds_failed_for(row.id, reasons)
             # rounds that drained while halted, and rounds marked done before the breaker tripped
             # whose list stage failed for the halt's reason: crawled again from their first page
             reopen = sa.or_(
@@ -955,11 +945,7 @@ class TaskStore:
             ).rowcount
             replay = 0
             if reasons:  # the others (a replay's row, a round not re-opened): replayed by recrawl
-                replay = conn.execute(
-                    error_code.update()
-                    .where(error_code.c.task_id == row.id, error_code.c.reason.in_(reasons))
-                    .values(state="open", attempts=0, lease_until=None, updated_at=now)
-                ).rowcount
+                replay = self.errors.reopen_for(conn, row.id, reasons, now)
             if (replay or reopened) and row.phase != "crawl":
                 # what failed is crawled again: the task is not done, whatever phase it halted in
                 conn.execute(task.update().where(task.c.id == row.id).values(phase="crawl"))
@@ -1159,17 +1145,8 @@ class TaskStore:
                     .group_by(round_.c.state)
                 ).all()
             )
-            codes = conn.execute(
-                sa.select(sa.func.count())
-                .select_from(error_code)
-                .where(error_code.c.task_id == task_id)
-            ).scalar()
-            links = conn.execute(
-                sa.select(sa.func.count())
-                .select_from(error_link)
-                .where(error_link.c.task_id == task_id)
-            ).scalar()
-        return {"rounds": by_state, "error_code": codes, "error_link": links}
+            errors = self.errors.count_rows(conn, task_id)
+        return {"rounds": by_state, **errors}
 
 
 def _iso(day: dt.date | None) -> str | None:
