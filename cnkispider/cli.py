@@ -109,7 +109,7 @@ def cmd_init_db(config: Config, args) -> int:
 
 def cmd_task(config: Config, args) -> int:
     from cnkispider.exceptions import TaskRowError
-    from tasks.flow import validate_row
+    from tasks.rows import validate_row
 
     store = _store(config)
     action = args.action
