@@ -109,7 +109,7 @@ def cmd_init_db(config: Config, args) -> int:
 
 def cmd_task(config: Config, args) -> int:
     from cnkispider.exceptions import TaskRowError
-    from tasks.flow import validate_row
+    from tasks.rows import validate_row
 
     store = _store(config)
     action = args.action
@@ -125,7 +125,7 @@ def cmd_task(config: Config, args) -> int:
         )
         print(("created " if created else "exists: ") + _describe(current))
     elif action == "set":
-        print("changed: " + _describe(set_task(store, args.name, args.categories, args.type)))
+        print("changed: " + _describe(store.set_task(args.name, args.categories, args.type)))
     elif action == "list":
         rows = store.rows()
         if not rows:
@@ -171,46 +171,6 @@ def cmd_task(config: Config, args) -> int:
             + _describe(store.move_cursor(args.name, parse_day(args.date, "date"), args.code))
         )
     return 0
-
-
-def set_task(store, name: str, categories: str | None, doc_type: str | None):
-    """Change what the task table allows to change: the categories, and the type while nothing
-    of the task is crawled (its rounds, documents and error rows belong to one type)."""
-    import sqlalchemy as sa
-
-    from cnkispider.schema import round_, task
-
-    current = store.get(name)
-    if categories is None and doc_type is None:
-        raise ValueError("task set: give --categories and/or --type")
-    new_type = doc_type or current.type
-    new_categories = categories if categories is not None else current.categories
-    values = {}
-    if categories is not None:
-        values["categories"] = new_categories
-    if doc_type is not None and doc_type != current.type:
-        with store.engine.connect() as conn:
-            crawled = conn.execute(
-                sa.select(sa.func.count()).select_from(round_).where(round_.c.task_id == current.id)
-            ).scalar()
-        if crawled:
-            raise ValueError(
-                f"task {current.name!r}: the type stays {current.type} because {crawled} rounds are already "
-                f"crawled as {current.type} (add a new task for {doc_type})"
-            )
-        values["type"] = doc_type
-    from tasks.categories import check_spec
-
-    check_spec(new_categories, new_type, store.base_dir)  # after the type: say the real obstacle
-    if current.cur_code and categories is not None:
-        from tasks.categories import load_tree
-
-        if current.cur_code not in load_tree(new_categories, new_type, store.base_dir):
-            values["cur_code"] = None  # the cursor's category is gone: its day starts over
-    if values:
-        with store.engine.begin() as conn:
-            conn.execute(task.update().where(task.c.id == current.id).values(**values))
-    return store.get(current.id)
 
 
 def config_drift(config: Config, row) -> list[str]:

@@ -253,7 +253,7 @@ def make_engine(url: str) -> Engine:
         # pooled connection is dead: the ping finds it and a new one is made (and waited for)
         pool_pre_ping=True,
         pool_recycle=3600,
-        isolation_level="READ COMMITTED",  # claims re-read the row they update (see tasks/flow.py)
+        isolation_level="READ COMMITTED",  # claims re-read the row they update (see tasks/rounds.py)
     )
     _ride_out_outages(engine, mask_url(url))
     _quiet_pool_resets(engine)

@@ -156,7 +156,7 @@ TASKS_TYPE = "patent"
 TASKS_START_DATE = ""  # empty: today
 TASKS_END_DATE = ""  # empty: open-ended, crawled up to today
 TASKS_CATEGORIES = "builtin"
-# one search per day without the category first (tasks/flow.py "The day census"); False: a round
+# one search per day without the category first (tasks/rounds.py "The day census"); False: a round
 # per (day x root category), as before issue 21 (the benchmark's baseline)
 TASKS_DAY_CENSUS = True
 TASKS_ROUND_LEASE = 300  # seconds a claimed round stays with a silent worker

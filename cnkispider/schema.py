@@ -5,7 +5,7 @@ Tables
 task        the operator's steering wheel: one row per task. The seed's columns are kept so
             an operator recognises them: type, cur_date, cur_code, end_date, and status = time
             of the last heartbeat of any worker on the task.
-round       one (day x category) search of a task and where it stands (see tasks/flow.py).
+round       one (day x category) search of a task and where it stands (see tasks/rounds.py).
 errorCode   rounds that failed at the list stage, replayed by the recrawl phase.
 errorLink   detail links that failed, replayed by the recrawl phase.
 ledger      every row a round listed, by its document key, with its outcome (tasks/ledger.py):

@@ -14,8 +14,10 @@ An error row's life::
 A list-stage failure of the network itself (DNS, refused, timeout, reset:
 :data:`cnkispider.halting.NETWORK_REASONS`) is never permanent: CNKI was not asked, so nothing is
 known about the page; when the network stays down the circuit breaker halts the task instead.
-A round crawled again deletes its own errorCode rows (tasks/flow.py), and a replayed page that
-parses deletes its row, so a row left is a page still missing.
+A round crawled again deletes its own errorCode rows (:meth:`ErrorRecorder.forget_round`, called
+by flow control in the transaction that re-opens the round), and a replayed page that parses
+deletes its row, so a row left is a page still missing. Only this module writes errorCode and
+errorLink; flow control calls it.
 
 A document stored by any route deletes its errorLink row, so "errorLink is empty" means no
 document is missing, and a row left is a document not stored (the invariant: each document
@@ -287,6 +289,77 @@ class ErrorRecorder:
                 ).rowcount
                 == 1
             )
+
+    # -- in flow control's transaction ----------------------------------------------------
+    # Flow control (tasks/) moves a round and writes its errorCode rows in one transaction, so
+    # these take the caller's connection (``conn``): the round's move and its rows commit or roll
+    # back together. They are the only writes of errorCode outside this class's own transactions.
+
+    def forget_round(self, conn, round_id: int) -> None:
+        """The round is crawled again from its first page: its old list-stage failures are stale
+        (what still fails is recorded again, an overflow too, by the new crawl of the round)."""
+        conn.execute(error_code.delete().where(error_code.c.round_id == round_id))
+
+    def record_round_failed(
+        self,
+        conn,
+        *,
+        task_id: int,
+        round_id: int,
+        day: str,
+        category: str,
+        reason: str,
+        detail: str,
+        attempts: int,
+        now: dt.datetime,
+    ) -> None:
+        """A round failed for good (its ledger never balanced): a permanent errorCode row."""
+        conn.execute(
+            error_code.insert().values(
+                task_id=task_id,
+                round_id=round_id,
+                day=day,
+                category=category,
+                search=None,
+                page=None,
+                reason=reason,
+                detail=detail,
+                attempts=attempts,
+                state="permanent",
+                created_at=now,
+                updated_at=now,
+            )
+        )
+
+    @staticmethod
+    def rounds_failed_for(task_id: int, reasons: list[str]):
+        """A subquery: the ids of the task's rounds with an errorCode row for one of
+        ``reasons`` (``round.id IN (...)``)."""
+        return sa.select(error_code.c.round_id).where(
+            error_code.c.task_id == task_id,
+            error_code.c.reason.in_(reasons),
+            error_code.c.round_id.is_not(None),
+        )
+
+    def reopen_for(self, conn, task_id: int, reasons: list[str], now: dt.datetime) -> int:
+        """The task's errorCode rows that failed for one of ``reasons`` are open again, their
+        attempts reset (a halt for that reason was lifted): the recrawl phase replays them.
+        Returns how many."""
+        return conn.execute(
+            error_code.update()
+            .where(error_code.c.task_id == task_id, error_code.c.reason.in_(reasons))
+            .values(state="open", attempts=0, lease_until=None, updated_at=now)
+        ).rowcount
+
+    @staticmethod
+    def count_rows(conn, task_id: int) -> dict[str, int]:
+        """How many errorCode and errorLink rows the task has, whatever their state."""
+        return {
+            name: conn.execute(
+                sa.select(sa.func.count()).select_from(table).where(table.c.task_id == task_id)
+            ).scalar()
+            for name, table in (("error_code", error_code), ("error_link", error_link))
+        }
 
     # -- the recrawl phase: claims like rounds --------------------------------------------
 

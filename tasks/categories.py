@@ -30,7 +30,7 @@ BUILTIN_DIR = Path(__file__).resolve().parent / "categories"
 BUILTIN_FOR_TYPE = {"patent": "ipc", "paper": "clc", "achievement": "clc"}
 
 
-# The category of a day's census round (tasks/flow.py "The day census"): the day's search
+# The category of a day's census round (tasks/rounds.py "The day census"): the day's search
 # without a category condition. Not a code of any tree (codes start with a letter).
 DAY = "*"
 

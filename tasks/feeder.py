@@ -109,6 +109,8 @@ class RoundFeeder:
         #: tasks.context); they ask for it with ``RoundFeeder.context_of(crawler)``.
         self.context: CrawlContext | None = None
         self.worker_id = new_worker_id()
+        #: The round this worker seeded last (``day category``), for its heartbeat (worker row).
+        self.current_round: str | None = None
         self.busy = False
         self.closing = False
         self.finished_reason: str | None = None
@@ -237,6 +239,7 @@ class RoundFeeder:
             pages=stats.get_value("response_received_count", 0),
             items=stats.get_value("item_scraped_count", 0),
             errors=sum(v for k, v in stats.get_stats().items() if k.startswith("errors/")),
+            current_round=self.current_round,
             state=state,
         )
 
@@ -320,6 +323,7 @@ class RoundFeeder:
                 await in_thread(self.store.release_claim, round_.id, self.worker_id)
                 raise
             seeded += 1
+            self.current_round = f"{round_.day} {round_.category}"
             logger.info(
                 "round %s seeded: %s %s (attempt %s)",
                 round_.id,

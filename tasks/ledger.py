@@ -29,7 +29,7 @@ Invariants, held by the statements themselves (any number of workers, at-least-o
   dropped and count as accounted for;
 - the rows stay across a round's attempts (a re-opened round keeps what it stored).
 
-:func:`balance` is the one rule that reads a round's counts; ``tasks.flow.TaskStore.mark_done``
+:func:`balance` is the one rule that reads a round's counts; ``tasks.rounds.Rounds.close_round``
 applies it when the round drains.
 """
 

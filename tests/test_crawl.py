@@ -242,7 +242,7 @@ def test_an_open_ended_task_crawls_to_today_then_says_it_is_up_to_date(setup_cra
     import datetime as dt
 
     from cnkispider.schema import task as task_table
-    from tasks.flow import BEIJING
+    from tasks.rows import BEIJING
 
     today = (dt.datetime.now(dt.UTC) + BEIJING).date()
     start = (today - dt.timedelta(days=2)).isoformat()

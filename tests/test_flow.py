@@ -18,7 +18,8 @@ import sqlalchemy as sa
 
 from cnkispider.db import open_database
 from cnkispider.schema import round_, task
-from tasks.flow import BEIJING, TaskStore
+from tasks.flow import TaskStore
+from tasks.rows import BEIJING
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -500,13 +501,13 @@ PHASE_RULES = [
     "facts, action", PHASE_RULES, ids=[f"{a}-{i}" for i, (_, a) in enumerate(PHASE_RULES)]
 )
 def test_the_phase_rules(facts, action):
-    from tasks.flow import PhaseFacts, next_action
+    from tasks.phase import PhaseFacts, next_action
 
     assert next_action(PhaseFacts(**facts)) == action
 
 
 def test_phase_facts_read_the_task_and_its_rounds(sqlite_url):
-    from tasks.flow import Action, next_action
+    from tasks.phase import Action, next_action
 
     store = store_for(sqlite_url)
     t, _ = store.register("facts", "paper", "2024-01-01", "2024-01-01", "A")

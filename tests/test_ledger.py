@@ -21,7 +21,8 @@ from cnkispider.db import open_database
 from cnkispider.schema import error_code, error_link, ledger, round_, task
 from errors.recorder import ErrorRecorder
 from tasks import ledger as ledgers
-from tasks.flow import Action, TaskStore, next_action
+from tasks.flow import TaskStore
+from tasks.phase import Action, next_action
 from tests.crawl_harness import CrawlSetup, compare
 
 HALTED = 3  # cnkispider.halting.EXIT_HALTED

@@ -249,6 +249,17 @@ def test_status_after_the_run_equals_the_database(watched_crawl):
     assert report["phase"] == "done" and report["activity"] == "finished"
 
 
+@pytest.mark.xdist_group("status-watched-crawl")  # the one watched crawl
+def test_a_worker_row_names_the_round_it_seeded_last(watched_crawl):
+    """The heartbeat carries the round the worker seeded last (worker.current_round)."""
+    _, view = watched_crawl["final"]
+    named = {row.current_round for row in view["workers"].values()} - {None}
+    assert named, "no worker row names a round"
+    for current in named:
+        day, category = current.split(" ")
+        assert day in DAYS and category, current
+
+
 # -- status from tables built by hand -----------------------------------------------------------------
 
 NOW = dt.datetime(2024, 3, 1, 12, 0, 0)

@@ -19,7 +19,7 @@ A round's searches::
     census round (day, *): the day's search without a category ([task] day_census, issue 21)
         total 0 ......................... done, listed 0, note "empty day": one request that day
         task not covering the tree ...... listed 0, note "categories: census N": the day's root
-                                          rounds are due (tasks/flow.py ``_missing``)
+                                          rounds are due (tasks/rounds.py ``_missing``)
         total <= cap .................... the day's only round: its pages walked as above
         total > cap ..................... one search per root of the tree, then as above; the
                                           roots' totals adding up to less than the census is an
@@ -56,7 +56,7 @@ from tasks import ledger
 from tasks.categories import DAY, covers
 from tasks.context import CrawlContext
 from tasks.feeder import RoundFeeder
-from tasks.flow import CATEGORIES_NOTE
+from tasks.rounds import CATEGORIES_NOTE
 
 # Detail requests get few retries: a verify page on a detail link is most often a stale token,
 # which no retry cures; a title search for a fresh link does.
@@ -151,7 +151,7 @@ class RoundSpider(scrapy.Spider):
     def round_requests(self, round_) -> list[scrapy.Request]:
         """The first request of a round (flow control seeds it into Redis)."""
         if round_.category == DAY:
-            # the day's census: its search without the category (tasks/flow.py)
+            # the day's census: its search without the category (tasks/rounds.py)
             search = Search.for_day(self.doc_type, round_.day, None)
             return [
                 self.search_request(search, 1, round_id=round_.id, round_root=True, census=True)

@@ -38,7 +38,7 @@ The report (``cnkispider status --json``; times are ISO 8601 UTC, ``...Z``)::
 
 Definitions
     total rounds   days from start_date to end_date (or today on CNKI's calendar) x root
-                   categories (:func:`tasks.flow.rounds_between`), plus round rows that lie
+                   categories (:func:`tasks.rows.rounds_between`), plus round rows that lie
                    outside that plan (a task stopped after they were handed out, a category list
                    edited since): progress never passes 100 %.
     finished       rounds done or failed (a failed round's list page sits in errorCode).
@@ -71,7 +71,8 @@ from cnkispider.items import FIELDS
 from cnkispider.redisconn import EMBEDDED_IDLE
 from cnkispider.schema import documents, error_code, error_link, round_, task, worker
 from tasks.categories import DAY
-from tasks.flow import IN_FLIGHT, LEDGER_NOTE, rounds_between, validate_row
+from tasks.rounds import IN_FLIGHT, LEDGER_NOTE
+from tasks.rows import rounds_between, validate_row
 
 GONE_AFTER_BEATS = 3
 RATE_WINDOW = dt.timedelta(hours=6)

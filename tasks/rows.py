@@ -1,0 +1,204 @@
+"""The task row: what a row of the task table means, checked, and reading it.
+
+The operator steers a task by editing its row from any MySQL client while workers run, so a row
+is read back as data to check, never trusted: :func:`validate_row` turns it into a :class:`Task`
+or raises :class:`~cnkispider.exceptions.TaskRowError` naming the column and what is wrong with
+it (a worker reports a bad row once, :meth:`TaskRows.report_bad_row`, and skips it).
+
+Days are CNKI's calendar (Beijing time, :data:`BEIJING`): an open-ended task (``end_date``
+empty) is crawled up to today there, whatever the worker's clock says.
+
+:class:`TaskRows` is the part of :class:`tasks.flow.TaskStore` that reads the task table; the
+other parts (tasks/rounds.py, tasks/steering.py, tasks/workers.py) build on it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from cnkispider.db import retrying
+from cnkispider.exceptions import TaskRowError
+from cnkispider.items import DOC_TYPES
+from cnkispider.schema import task
+from tasks.categories import DAY, CategoryError, CategoryTree, load_tree, reload_if_changed
+
+logger = logging.getLogger(__name__)
+
+BEIJING = dt.timedelta(hours=8)
+
+
+def retried(what: str):
+    """Run the method again while the database is away (``cnkispider.db.retrying``): only for
+    reads, and for moves that are one conditional UPDATE (run again after its commit was lost,
+    it matches nothing and says False: another caller's move, which is what the callers already
+    expect). Never for claims (a lost commit's round would stay claimed by a live worker's
+    lease) nor for ``add_total`` (it adds)."""
+
+    def wrap(method):
+        @functools.wraps(method)
+        def run(*args, **kwargs):
+            return retrying(method, *args, what=what, **kwargs)
+
+        return run
+
+    return wrap
+
+
+@dataclass(frozen=True)
+class Task:
+    """A task row that passed validation."""
+
+    id: int
+    name: str
+    type: str
+    start_date: dt.date
+    cur_date: dt.date | None
+    cur_code: str | None
+    end_date: dt.date | None
+    categories: str
+    phase: str
+    status: dt.datetime | None
+    tree: CategoryTree
+    halt_reason: str | None = None
+    halted_at: dt.datetime | None = None
+
+    def limit(self, now: dt.datetime) -> dt.date:
+        """The last day that may be handed out: end_date, or today on CNKI's calendar."""
+        return self.end_date or (now + BEIJING).date()
+
+    def next_round(self, census: bool = False) -> tuple[dt.date, str]:
+        """The round after the cursor. With the day census (``census``) the cursor walks days:
+        ``(day, '*')``; a cursor an operator set on a root goes on through that day's roots,
+        then by days again, so steering by the table keeps its meaning."""
+        if census:
+            if self.cur_date is None:
+                return self.start_date, DAY
+            if self.cur_code in (None, DAY):
+                if self.cur_code is None:
+                    return self.cur_date, DAY
+                return self.cur_date + dt.timedelta(days=1), DAY
+            following = self.tree.next_root(self.cur_code)
+            if following is None:
+                return self.cur_date + dt.timedelta(days=1), DAY
+            return self.cur_date, following
+        if self.cur_date is None:
+            return self.start_date, self.tree.roots[0]
+        if self.cur_code == DAY:  # the census was switched off on a census cursor
+            return self.cur_date + dt.timedelta(days=1), self.tree.roots[0]
+        following = self.tree.next_root(self.cur_code)
+        if following is None:
+            return self.cur_date + dt.timedelta(days=1), self.tree.roots[0]
+        return self.cur_date, following
+
+
+def _parse_day(value, what: str, task_id: int, required: bool) -> dt.date | None:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        if required:
+            raise TaskRowError(task_id, f"{what} is empty")
+        return None
+    try:
+        return dt.date.fromisoformat(str(value).strip())
+    except ValueError:
+        raise TaskRowError(task_id, f"{what} {value!r} is not a date (YYYY-MM-DD)") from None
+
+
+def validate_row(row, base_dir: Path | None = None) -> Task:
+    """Turn a task row into a Task, or raise TaskRowError saying what is wrong with it."""
+    tid = row.id
+    if row.type not in DOC_TYPES:
+        raise TaskRowError(
+            tid, f"type {row.type!r} is unknown; expected one of {', '.join(DOC_TYPES)}"
+        )
+    start = _parse_day(row.start_date, "start_date", tid, required=True)
+    cur = _parse_day(row.cur_date, "cur_date", tid, required=False)
+    end = _parse_day(row.end_date, "end_date", tid, required=False)
+    # end_date = the day before start_date is how `task stop` stops a task still on its first
+    # day; anything earlier is a typo.
+    if end is not None and end < start - dt.timedelta(days=1):
+        raise TaskRowError(tid, f"end_date {end} is before start_date {start}")
+    try:
+        reload_if_changed(row.categories, base_dir)
+        tree = load_tree(row.categories, row.type, base_dir)
+    except CategoryError as exc:
+        raise TaskRowError(tid, f"categories: {exc}") from None
+    code = row.cur_code or None
+    if code is not None and code != DAY and code not in tree:
+        raise TaskRowError(tid, f"cur_code {code!r} is not one of the task's categories")
+    if cur is None and code is not None:
+        raise TaskRowError(tid, "cur_code is set but cur_date is empty")
+    return Task(
+        id=tid,
+        name=row.name,
+        type=row.type,
+        start_date=start,
+        cur_date=cur,
+        cur_code=code,
+        end_date=end,
+        categories=row.categories,
+        phase=row.phase,
+        status=row.status,
+        tree=tree,
+        halt_reason=getattr(row, "halt_reason", None) or None,
+        halted_at=getattr(row, "halted_at", None),
+    )
+
+
+def read_row(conn, key: int | str):
+    """The raw task row of ``key`` (its id, or its name), or LookupError."""
+    where = task.c.id == int(key) if str(key).isdigit() else task.c.name == key
+    row = conn.execute(sa.select(task).where(where)).first()
+    if row is None:
+        raise LookupError(f"no task {key!r}")
+    return row
+
+
+def iso(day: dt.date | None) -> str | None:
+    return day.isoformat() if day is not None else None
+
+
+def rounds_between(current: Task, upto: dt.date, census: bool = False) -> int:
+    """How many rounds the task has from its start to ``upto`` (for progress bars); with the
+    day census, the census rounds (one a day: the root rounds of a split day come on top)."""
+    days = max((upto - current.start_date).days + 1, 0)
+    return days if census else days * len(current.tree.roots)
+
+
+class TaskRows:
+    """Reading the task table (a part of :class:`tasks.flow.TaskStore`, which sets
+    ``engine``, ``base_dir`` and ``_reported``)."""
+
+    engine: Engine
+    base_dir: Path | None
+    _reported: set[tuple[int, str]]
+
+    def _row(self, conn, key: int | str):
+        return read_row(conn, key)
+
+    @retried("reading a task")
+    def get(self, key: int | str) -> Task:
+        with self.engine.connect() as conn:
+            return validate_row(self._row(conn, key), self.base_dir)
+
+    def rows(self) -> list:
+        """Every task row, unvalidated (for listing, where a bad row is shown, not hidden)."""
+        with self.engine.connect() as conn:
+            return list(conn.execute(sa.select(task).order_by(task.c.id)))
+
+    @retried("reading a task's halt")
+    def halt_of(self, task_id: int) -> str | None:
+        with self.engine.connect() as conn:
+            return conn.execute(sa.select(task.c.halt_reason).where(task.c.id == task_id)).scalar()
+
+    def report_bad_row(self, error: TaskRowError) -> None:
+        """Log a bad task row once per process (the same problem is not repeated every claim)."""
+        key = (error.task_id, error.problem)
+        if key not in self._reported:
+            self._reported.add(key)
+            logger.error("skipping %s (fix the row in the task table)", error)

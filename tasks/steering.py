@@ -1,0 +1,221 @@
+"""Steering: what an operator does to a task row (add, set, stop, extend, move, halt, resume).
+
+The operator steers a task by editing its row, from any MySQL client or the command line
+(``cnkispider task ...``, which only parses arguments and calls these), while workers run:
+
+- end_date earlier than cur_date: nothing more is handed out; in-flight rounds finish
+  (``task stop``: end_date becomes the day before the cursor's day).
+- a later end_date (or an empty one): the task goes on from its cursor (``task extend``).
+- changing cur_date / cur_code moves the cursor (``task move``); rounds already done are crawled
+  again when the cursor passes them (upserts make that safe).
+- categories, and the type while no round of the task exists (``task set``).
+- a halt (``task.halt_reason``, set by the circuit breaker, cnkispider/halting.py): nothing is
+  claimed until ``task resume`` lifts it and re-opens what failed for it.
+
+An edit (:func:`edit_task`) is not a move: it is unconditional, the operator's word is the last,
+and no worker races for it. Halting and resuming are moves of the task's state, and resuming
+moves rounds too, so they go through tasks/rounds.py's :func:`~tasks.rounds.move` /
+:func:`~tasks.rounds.transition` like every other move; the errorCode rows they touch are the
+error recorder's to write (errors/recorder.py).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import sqlalchemy as sa
+
+from cnkispider.db import db_now
+from cnkispider.items import DOC_TYPES
+from cnkispider.schema import round_, task
+from errors.recorder import ErrorRecorder
+from tasks.categories import check_spec, load_tree
+from tasks.rounds import HALTED_NOTE, NOW, move, transition
+from tasks.rows import Task, TaskRows
+
+
+def edit_task(conn, task_id: int, **values) -> None:
+    """An operator's edit of the task row: one unconditional UPDATE of ``values``, in their
+    order (no ``updated_at`` unless given: each edit says whether it stamps it)."""
+    conn.execute(task.update().where(task.c.id == task_id).values(**values))
+
+
+class Steering(TaskRows):
+    """What an operator does to a task row (a part of :class:`tasks.flow.TaskStore`, which sets
+    ``errors``, the :class:`~errors.recorder.ErrorRecorder` that re-opens error rows)."""
+
+    errors: ErrorRecorder
+
+    def register(
+        self,
+        name: str,
+        doc_type: str,
+        start_date: str,
+        end_date: str = "",
+        categories: str = "builtin",
+    ) -> tuple[Task, bool]:
+        """Create the task if it is new; join it unchanged if it exists (returns created?).
+
+        An existing row is never overwritten from a config file: the operator steers through
+        the table, and a PC restarting with an old config.ini must not undo that.
+        """
+        if doc_type not in DOC_TYPES:
+            raise ValueError(f"type must be one of {', '.join(DOC_TYPES)}")
+        start = dt.date.fromisoformat(start_date).isoformat()
+        end = dt.date.fromisoformat(end_date).isoformat() if end_date else None
+        load_tree(categories, doc_type, self.base_dir)  # fail now on a bad category spec
+        with self.engine.begin() as conn:
+            existing = conn.execute(sa.select(task.c.id).where(task.c.name == name)).first()
+            if existing is None:
+                now = db_now(conn)
+                try:
+                    conn.execute(
+                        task.insert().values(
+                            name=name,
+                            type=doc_type,
+                            start_date=start,
+                            cur_date=start,
+                            cur_code=None,
+                            end_date=end,
+                            categories=categories,
+                            phase="crawl",
+                            created_at=now,
+                            updated_at=now,
+                        )
+                    )
+                    created = True
+                except sa.exc.IntegrityError:  # another PC registered it a moment ago
+                    created = False
+            else:
+                created = False
+        return self.get(name), created
+
+    def set_task(self, key: int | str, categories: str | None, doc_type: str | None) -> Task:
+        """Change what the task table allows to change: the categories, and the type while nothing
+        of the task is crawled (its rounds, documents and error rows belong to one type)."""
+        current = self.get(key)
+        if categories is None and doc_type is None:
+            raise ValueError("task set: give --categories and/or --type")
+        new_type = doc_type or current.type
+        new_categories = categories if categories is not None else current.categories
+        values = {}
+        if categories is not None:
+            values["categories"] = new_categories
+        if doc_type is not None and doc_type != current.type:
+            with self.engine.connect() as conn:
+                crawled = conn.execute(
+                    sa.select(sa.func.count())
+                    .select_from(round_)
+                    .where(round_.c.task_id == current.id)
+                ).scalar()
+            if crawled:
+                raise ValueError(
+                    f"task {current.name!r}: the type stays {current.type} because {crawled} rounds are already "
+                    f"crawled as {current.type} (add a new task for {doc_type})"
+                )
+            values["type"] = doc_type
+        check_spec(new_categories, new_type, self.base_dir)  # after the type: say the real obstacle
+        if current.cur_code and categories is not None:
+            if current.cur_code not in load_tree(new_categories, new_type, self.base_dir):
+                values["cur_code"] = None  # the cursor's category is gone: its day starts over
+        if values:
+            with self.engine.begin() as conn:
+                edit_task(conn, current.id, **values)
+        return self.get(current.id)
+
+    def set_end_date(self, key: int | str, end_date: str | None) -> Task:
+        """What an operator does by editing end_date: extend, resume (None = up to today)."""
+        value = dt.date.fromisoformat(end_date).isoformat() if end_date else None
+        with self.engine.begin() as conn:
+            row = self._row(conn, key)
+            if value is not None and value < row.start_date:
+                raise ValueError(
+                    f"end_date {value} is before the task's start_date {row.start_date}"
+                )
+            edit_task(conn, row.id, end_date=value, updated_at=db_now(conn))
+        return self.get(row.id)
+
+    def stop(self, key: int | str) -> Task:
+        """Stop handing out rounds: end_date becomes the day before the cursor's day."""
+        current = self.get(key)
+        day = current.cur_date or current.start_date
+        stop_at = day - dt.timedelta(days=1)
+        with self.engine.begin() as conn:
+            edit_task(conn, current.id, end_date=stop_at.isoformat(), updated_at=db_now(conn))
+        return self.get(current.id)
+
+    def move_cursor(self, key: int | str, cur_date: str, cur_code: str | None) -> Task:
+        with self.engine.begin() as conn:
+            row = self._row(conn, key)
+            edit_task(
+                conn,
+                row.id,
+                cur_date=dt.date.fromisoformat(cur_date).isoformat(),
+                cur_code=cur_code,
+                updated_at=db_now(conn),
+            )
+        return self.get(row.id)
+
+    # -- halting -------------------------------------------------------------------------
+
+    def halt(self, task_id: int, reason: str) -> bool:
+        """Halt the task with ``reason``: True for the one caller that halted it (a task already
+        halted keeps its first reason). One conditional UPDATE."""
+        return transition(
+            self.engine,
+            task,
+            [task.c.id == task_id, task.c.halt_reason.is_(None)],
+            halt_reason=reason[:500],
+            halted_at=NOW,
+        )
+
+    def resume_halted(self, key: int | str, end_date: str | None = None) -> tuple[Task, dict]:
+        """Clear the task's halt and crawl again what failed for it.
+
+        Rounds that drained while halted are re-opened (claimed with a lapsed lease: the next
+        claim takes them over from their first page, deleting their errorCode rows); errorCode
+        rows that failed for the halt's reason (for a network halt: any network reason) are
+        opened again with their attempts reset, so the recrawl phase replays them.
+        """
+        from cnkispider.halting import NETWORK_REASONS, is_network, slug_of
+
+        with self.engine.begin() as conn:
+            row = self._row(conn, key)
+            now = db_now(conn)
+            slug = slug_of(row.halt_reason)
+            values = {"halt_reason": None, "halted_at": None, "updated_at": now}
+            if end_date:
+                values["end_date"] = dt.date.fromisoformat(end_date).isoformat()
+            move(conn, task, [task.c.id == row.id], now, **values)
+            reasons: list[str] = []
+            if slug is not None:
+                reasons = list(NETWORK_REASONS) if is_network(slug) else [slug]
+            failed_for_it = self.errors.rounds_failed_for(row.id, reasons)
+            # rounds that drained while halted, and rounds marked done before the breaker tripped
+            # whose list stage failed for the halt's reason: crawled again from their first page
+            reopen = sa.or_(
+                sa.and_(round_.c.state == "failed", round_.c.note == HALTED_NOTE),
+                sa.and_(round_.c.state.in_(("done", "failed")), round_.c.id.in_(failed_for_it)),
+            )
+            reopened = move(
+                conn,
+                round_,
+                [round_.c.task_id == row.id, reopen],
+                now,
+                state="claimed",
+                worker=None,
+                lease_until=now - dt.timedelta(seconds=1),
+                attempts=0,
+                note=None,
+            )
+            replay = 0
+            if reasons:  # the others (a replay's row, a round not re-opened): replayed by recrawl
+                replay = self.errors.reopen_for(conn, row.id, reasons, now)
+            if (replay or reopened) and row.phase != "crawl":
+                # what failed is crawled again: the task is not done, whatever phase it halted in
+                move(conn, task, [task.c.id == row.id], now, phase="crawl")
+        return self.get(row.id), {
+            "rounds": reopened,
+            "error_code": replay,
+            "reason": row.halt_reason,
+        }

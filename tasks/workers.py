@@ -1,0 +1,73 @@
+"""Workers: who crawls, and that they are alive (the worker table, heartbeats).
+
+A worker registers once (:meth:`Workers.register_worker`) and beats every few seconds
+(:meth:`Workers.heartbeat`): the beat renews the leases of the rounds it holds claimed (a worker
+that stops beating loses them within one lease, tasks/rounds.py), stamps the task's ``status``
+(its last sign of life, shown by ``task list``) and writes the worker's counts and the round it
+seeded last (``current_round``) for ``cnkispider status``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+import uuid
+
+from cnkispider.db import db_now
+from cnkispider.schema import task, worker
+from tasks.rounds import renew_leases
+from tasks.rows import TaskRows, retried
+
+
+def new_worker_id() -> str:
+    return f"{socket.gethostname()[:60]}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Workers(TaskRows):
+    """Worker rows and heartbeats (a part of :class:`tasks.flow.TaskStore`, which sets
+    ``round_lease``)."""
+
+    round_lease: dt.timedelta
+
+    def register_worker(self, worker_id: str, task_id: int | None) -> None:
+        host, pid = worker_id.split(":")[0], int(worker_id.split(":")[1])
+        with self.engine.begin() as conn:
+            now = db_now(conn)
+            conn.execute(
+                worker.insert().values(
+                    id=worker_id, task_id=task_id, host=host, pid=pid, started_at=now, last_seen=now
+                )
+            )
+
+    @retried("sending a heartbeat")
+    def heartbeat(
+        self,
+        worker_id: str,
+        task_id: int | None,
+        *,
+        pages: int = 0,
+        items: int = 0,
+        errors: int = 0,
+        current_round: str | None = None,
+        state: str = "running",
+    ) -> None:
+        """Renew this worker's round leases and say it is alive (task.status = now).
+        ``current_round``: the round it seeded last (``day category``), for the operator."""
+        with self.engine.begin() as conn:
+            now = db_now(conn)
+            renew_leases(conn, worker_id, now + self.round_lease)
+            if task_id is not None:
+                conn.execute(task.update().where(task.c.id == task_id).values(status=now))
+            conn.execute(
+                worker.update()
+                .where(worker.c.id == worker_id)
+                .values(
+                    last_seen=now,
+                    pages=pages,
+                    items=items,
+                    errors=errors,
+                    current_round=current_round,
+                    state=state,
+                )
+            )
