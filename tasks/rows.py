@@ -5,7 +5,7 @@ is read back as data to check, never trusted: :func:`validate_row` turns it into
 or raises :class:`~cnkispider.exceptions.TaskRowError` naming the column and what is wrong with
 it (a worker reports a bad row once, :meth:`TaskRows.report_bad_row`, and skips it).
 
-Days are CNKI's calendar (Beijing time, :data:`BEIJING`): an open-ended task (``end_date``
+Days are CNKI's calendar (Beijing time, :func:`cnkispider.clock.cnki_today`): an open-ended task (``end_date``
 empty) is crawled up to today there, whatever the worker's clock says.
 
 :class:`TaskRows` is the part of :class:`tasks.flow.TaskStore` that reads the task table; the
@@ -15,7 +15,6 @@ other parts (tasks/rounds.py, tasks/steering.py, tasks/workers.py) build on it.
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,32 +22,19 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from cnkispider.db import retrying
+from cnkispider.clock import cnki_today
+
+# Run again while the database is away: only for reads, and for moves that are one conditional
+# UPDATE (run again after its commit was lost, it matches nothing and says False: another
+# caller's move, which is what the callers already expect). Never for claims (a lost commit's
+# round would stay claimed by a live worker's lease) nor for ``add_total`` (it adds).
+from cnkispider.db import retried
 from cnkispider.exceptions import TaskRowError
 from cnkispider.items import DOC_TYPES
 from cnkispider.schema import task
 from tasks.categories import DAY, CategoryError, CategoryTree, load_tree, reload_if_changed
 
 logger = logging.getLogger(__name__)
-
-BEIJING = dt.timedelta(hours=8)
-
-
-def retried(what: str):
-    """Run the method again while the database is away (``cnkispider.db.retrying``): only for
-    reads, and for moves that are one conditional UPDATE (run again after its commit was lost,
-    it matches nothing and says False: another caller's move, which is what the callers already
-    expect). Never for claims (a lost commit's round would stay claimed by a live worker's
-    lease) nor for ``add_total`` (it adds)."""
-
-    def wrap(method):
-        @functools.wraps(method)
-        def run(*args, **kwargs):
-            return retrying(method, *args, what=what, **kwargs)
-
-        return run
-
-    return wrap
 
 
 @dataclass(frozen=True)
@@ -71,7 +57,7 @@ class Task:
 
     def limit(self, now: dt.datetime) -> dt.date:
         """The last day that may be handed out: end_date, or today on CNKI's calendar."""
-        return self.end_date or (now + BEIJING).date()
+        return self.end_date or cnki_today(now)
 
     def next_round(self, census: bool = False) -> tuple[dt.date, str]:
         """The round after the cursor. With the day census (``census``) the cursor walks days:

@@ -14,10 +14,10 @@ import os
 import socket
 import uuid
 
-from cnkispider.db import db_now
+from cnkispider.db import db_now, retried
 from cnkispider.schema import task, worker
 from tasks.rounds import renew_leases
-from tasks.rows import TaskRows, retried
+from tasks.rows import TaskRows
 
 
 def new_worker_id() -> str:

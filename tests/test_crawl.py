@@ -241,8 +241,8 @@ def test_an_open_ended_task_crawls_to_today_then_says_it_is_up_to_date(setup_cra
     next run finds nothing due and adds nothing."""
     import datetime as dt
 
+    from cnkispider.clock import BEIJING
     from cnkispider.schema import task as task_table
-    from tasks.rows import BEIJING
 
     today = (dt.datetime.now(dt.UTC) + BEIJING).date()
     start = (today - dt.timedelta(days=2)).isoformat()

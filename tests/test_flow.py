@@ -16,10 +16,10 @@ import time
 import pytest
 import sqlalchemy as sa
 
+from cnkispider.clock import BEIJING
 from cnkispider.db import open_database
 from cnkispider.schema import round_, task
 from tasks.flow import TaskStore
-from tasks.rows import BEIJING
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
