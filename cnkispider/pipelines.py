@@ -44,12 +44,12 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import defer, threads
 
 from cnkispider import db
+from cnkispider.context import context_of
 from cnkispider.db import db_now, is_transient, open_database, retrying
 from cnkispider.items import doc_type_of
 from cnkispider.storage import DocumentRejected, key_problem, row_for, upsert_documents
 from errors.recorder import ErrorRecorder
 from tasks import ledger
-from tasks.feeder import RoundFeeder
 
 logger = logging.getLogger(__name__)
 
@@ -199,7 +199,7 @@ class DocumentPipeline:
     def _write_rows(self, batch, indexes: list[int]) -> None:
         """One transaction: upsert the rows of ``batch`` at ``indexes``; then their errorLink rows go."""
         # Read at write time: flow control opens the task after the pipelines opened.
-        context = RoundFeeder.context_of(self.crawler)
+        context = context_of(self.crawler)
         self.task_id = context.task_id if context is not None else None
         by_type: dict[str, list[dict]] = {}
         with self._write_lock, self.engine.begin() as conn:

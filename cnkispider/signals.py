@@ -24,6 +24,12 @@ request_unreadable(reason: str, spider)
 task_halted(task_id: int, reason: str, spider)
     Sent on the worker that halted the task (task.halt_reason set by its conditional UPDATE).
     The feeder stops this worker at once; other workers see the halt at their next feed.
+
+
+person_waiting(waiting: bool, spider)
+    Sent by the verified-session runtime (cnkispider.sessions.runtime) when the worker starts
+    waiting for a person to pass a session (``waiting`` True: no usable session is left) and when
+    a session is there again (False). The feeder claims no new round while the worker waits.
 """
 
 round_drained = object()
@@ -31,3 +37,4 @@ request_abandoned = object()
 list_failed = object()
 task_halted = object()
 request_unreadable = object()
+person_waiting = object()

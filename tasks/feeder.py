@@ -29,9 +29,10 @@ A worker never closes on an idle timeout: it closes when its task is done, or wh
 has no round due (an empty end_date waits for tomorrow; ``TASKS_EXIT_WHEN_IDLE`` says whether to
 wait or exit then).
 
-The feeder is the one writer of the worker's :class:`~tasks.context.CrawlContext` (the task, its
-store, the error recorder, the halt as this worker knows it); the spider, the pipelines and the
-middlewares read it through ``RoundFeeder.context_of(crawler)``.
+The feeder is the one writer of the worker's :class:`~cnkispider.context.CrawlContext` (the task,
+its store, the error recorder, the halt as this worker knows it): it opens it with
+``cnkispider.context.open_context``; the spider, the pipelines and the middlewares read it through
+``cnkispider.context.context_of(crawler)``, without importing this module.
 
 Settings
 --------
@@ -66,12 +67,12 @@ from twisted.internet import threads
 
 from cnkispider import signals as cnki_signals
 from cnkispider.cnki.refusals import REJECTION, kind_of
+from cnkispider.context import CrawlContext, context_of, open_context
 from cnkispider.db import is_transient, open_database
 from cnkispider.exceptions import CnkiSpiderError, TaskRowError
 from cnkispider.halting import Breaker, scheduler_cooldown
 from cnkispider.offload import in_thread
 from errors.recorder import ErrorRecorder
-from tasks.context import CrawlContext
 from tasks.flow import Action, PhaseFacts, TaskStore, new_worker_id, next_action
 
 logger = logging.getLogger(__name__)
@@ -103,11 +104,10 @@ class RoundFeeder:
         )
         self.halt_reason: str | None = None
         self._cooldown = None
+        #: The session runtime waits for a person to pass a session (signal ``person_waiting``).
+        self.waiting_for_person = False
         self.spider = None
         self.task_id: int | None = None
-        #: What this worker's components share about its task, once it is open (see
-        #: tasks.context); they ask for it with ``RoundFeeder.context_of(crawler)``.
-        self.context: CrawlContext | None = None
         self.worker_id = new_worker_id()
         self.busy = False
         self.closing = False
@@ -131,14 +131,14 @@ class RoundFeeder:
         crawler.signals.connect(feeder.list_failed, signal=cnki_signals.list_failed)
         crawler.signals.connect(feeder.task_halted, signal=cnki_signals.task_halted)
         crawler.signals.connect(feeder.request_unreadable, signal=cnki_signals.request_unreadable)
+        crawler.signals.connect(feeder.person_waiting, signal=cnki_signals.person_waiting)
         return feeder
 
-    @classmethod
-    def context_of(cls, crawler) -> CrawlContext | None:
-        """The crawl context of ``crawler``'s task; ``None`` before the task is open and in a
-        crawl without flow control. (Once the extensions are built: from ``spider_opened`` on.)"""
-        feeder = crawler.get_extension(cls)
-        return None if feeder is None else feeder.context
+    @property
+    def context(self) -> CrawlContext | None:
+        """What this worker's components share about its task, once it is open
+        (cnkispider/context.py); they ask for it with ``context_of(crawler)``."""
+        return context_of(self.crawler)
 
     # -- start and stop ------------------------------------------------------------------
 
@@ -196,7 +196,15 @@ class RoundFeeder:
             logger.error("task %s is a %s task, not %s", task.name, task.type, spider.doc_type)
             self._close("task_error")
             return
-        self.context = CrawlContext(task=task, tasks=self.store, error_recorder=self.error_recorder)
+        open_context(
+            self.crawler,
+            CrawlContext(
+                task=task,
+                tasks=self.store,
+                error_recorder=self.error_recorder,
+                worker_id=self.worker_id,
+            ),
+        )
         self.task_id = task.id
         self.task_name = task.name  # the row's (``-a task=NAME`` may have chosen it)
         await in_thread(self.store.register_worker, self.worker_id, task.id)
@@ -289,7 +297,7 @@ class RoundFeeder:
         if halt:
             self._halted(halt)
             return
-        if await self._cooling_down() or self._waiting_for_person():
+        if await self._cooling_down() or self.waiting_for_person:
             return
         scheduler = self.scheduler
         low_water = self.crawler.settings.getint("CONCURRENT_REQUESTS")
@@ -340,12 +348,10 @@ class RoundFeeder:
         except Exception:  # Redis trouble is the scheduler's to report
             return False
 
-    def _waiting_for_person(self) -> bool:
-        """No verified session is usable (cnkispider.sessions.runtime): claim nothing new."""
-        from cnkispider.sessions.runtime import VerifiedSessions
-
-        sessions = VerifiedSessions.of(self.crawler)
-        return sessions is not None and sessions.waiting
+    def person_waiting(self, waiting: bool, spider=None) -> None:
+        """No verified session is usable (cnkispider.sessions.runtime): claim nothing new until
+        one is there again."""
+        self.waiting_for_person = waiting
 
     # -- halting ---------------------------------------------------------------------------
 

@@ -230,12 +230,12 @@ def _patent(i: int, **values) -> dict:
 
 
 def _pipeline(engine):
-    """A pipeline on ``engine`` in a crawl whose context (tasks.context) is open on a task."""
+    """A pipeline on ``engine`` in a crawl whose context (cnkispider.context) is open on a task."""
     from scrapy.utils.test import get_crawler
 
+    from cnkispider.context import CrawlContext, open_context
     from cnkispider.pipelines import DocumentPipeline
     from errors.recorder import ErrorRecorder
-    from tasks.context import CrawlContext
     from tasks.feeder import RoundFeeder
     from tasks.flow import TaskStore
 
@@ -245,9 +245,7 @@ def _pipeline(engine):
     tasks = TaskStore(engine)
     task, _ = tasks.register("t", "patent", "2024-01-01", "2024-01-31", "G06")
     recorder = ErrorRecorder(engine)
-    crawler.get_extension(RoundFeeder).context = CrawlContext(
-        task=task, tasks=tasks, error_recorder=recorder
-    )
+    open_context(crawler, CrawlContext(task=task, tasks=tasks, error_recorder=recorder))
     pipeline = DocumentPipeline("unused")
     pipeline.engine, pipeline.errors, pipeline.crawler = engine, recorder, crawler
     return pipeline
