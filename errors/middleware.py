@@ -56,7 +56,6 @@ from cnkispider.exceptions import CnkiSpiderError, GaveUp, HaltedRequest, Refuse
 from cnkispider.masking import mask_text
 from cnkispider.offload import in_thread
 from cnkispider.scheduling.outcome import hold
-from tasks.feeder import RoundFeeder
 
 logger = logging.getLogger(__name__)
 
@@ -256,5 +255,15 @@ async def record_or_hold(
 
 
 async def _halt(crawler, reason: str, words: str) -> None:
-    feeder = crawler.get_extension(RoundFeeder)
-    await feeder.halt(f"{reason}: {words}" if words else reason)
+    """Ask flow control to halt the task, and wait until it has (signal ``halt_requested``): the
+    request is acknowledged only after the halt is written. What the handler raised is raised
+    here, unlogged by Scrapy, as if the feeder had been called."""
+    results = await crawler.signals.send_catch_log_async(
+        cnki_signals.halt_requested,
+        reason=f"{reason}: {words}" if words else reason,
+        spider=crawler.spider,
+        dont_log=Exception,
+    )
+    for _, result in results:
+        if isinstance(result, BaseException):
+            raise result

@@ -20,7 +20,7 @@ every list page that comes back counts ok, every list-stage failure recorded (si
 (``TASKS_HALT_AFTER`` pages in a row, or half of the last ``TASKS_HALT_WINDOW``), or CNKI cannot
 be reached at all (the first ``TASKS_UNREACHABLE_AFTER`` list requests all failed on DNS, refusal
 or timeout), the task halts (``task.halt_reason``, :meth:`RoundFeeder.halt`). A rejection halts
-it at once, as it is recorded (``errors.middleware``). A halted task is seen at every feed (each
+it at once, as it is recorded (``errors.middleware`` sends ``halt_requested``). A halted task is seen at every feed (each
 second) by every worker: it seeds nothing, marks no round done (a round that drains is marked
 failed, for ``resume`` to re-open), and its workers stop with finish reason ``halted``. While the task's challenge cool-down runs (a Redis key, see the retry
 middleware), nothing is seeded.
@@ -130,6 +130,7 @@ class RoundFeeder:
         crawler.signals.connect(feeder.response_received, signal=signals.response_received)
         crawler.signals.connect(feeder.list_failed, signal=cnki_signals.list_failed)
         crawler.signals.connect(feeder.task_halted, signal=cnki_signals.task_halted)
+        crawler.signals.connect(feeder.halt_requested, signal=cnki_signals.halt_requested)
         crawler.signals.connect(feeder.request_unreadable, signal=cnki_signals.request_unreadable)
         crawler.signals.connect(feeder.person_waiting, signal=cnki_signals.person_waiting)
         return feeder
@@ -391,6 +392,10 @@ class RoundFeeder:
         )
         return True
 
+    async def halt_requested(self, reason, spider=None) -> bool:
+        """errors.middleware recorded a rejection: halt the task at once (see :meth:`halt`)."""
+        return await self.halt(reason)
+
     def task_halted(self, task_id, reason, spider=None):
         if task_id == self.task_id:
             self._halted(reason)
@@ -512,11 +517,9 @@ class RoundFeeder:
         later. Closed means done when its ledger balances, else failed (re-opened while it has
         attempts left: tasks/flow.py ``close_round``). While the task is halted it is failed
         instead (note ``halted``), and ``task resume`` re-opens it."""
-        from cnkispider.scheduling.scheduler import DRAIN_LATER  # (kept local to this method)
-
         closed = await in_thread(self.store.close_round, round_id, epoch=epoch)
         if closed.moved is None:
-            return DRAIN_LATER
+            return cnki_signals.DRAIN_LATER
         if closed.moved:
             info = await in_thread(self.store.round_info, round_id)
             words = closed.verdict.words()

@@ -58,9 +58,9 @@ Signals sent (see :mod:`cnkispider.signals`):
 - ``round_drained(round_id, epoch, spider)`` on the one worker whose ack brought the round's
   outstanding count to 0, with the epoch of the Redis it drained in (see :mod:`.queue` for the
   redelivery if that worker dies before its handlers finish). A handler that returns
-  :data:`DRAIN_LATER` (flow control: the round is not marked seeded yet) has the drain checked
-  again in Redis after a short backoff: reported again while the round has nothing
-  outstanding, forgotten once it has requests again.
+  :data:`cnkispider.signals.DRAIN_LATER` (flow control: the round is not marked seeded yet) has
+  the drain checked again in Redis after a short backoff: reported again while the round has
+  nothing outstanding, forgotten once it has requests again.
 
 ``scheduler.epoch`` is the namespace's epoch in Redis: it changes if Redis lost the namespace
 (flow control then replays the rounds whose state is gone).
@@ -100,9 +100,6 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
-
-#: What a ``round_drained`` handler returns when it cannot take the drain yet (see above).
-DRAIN_LATER = "drain-later"
 
 
 class LeasedScheduler(BaseScheduler):
@@ -514,7 +511,7 @@ class LeasedScheduler(BaseScheduler):
                 {"round": round_id},
             )
             return
-        if any(result == DRAIN_LATER for _, result in results):
+        if any(result == signals.DRAIN_LATER for _, result in results):
             delay = self._recheck_delay.get(round_id, defaults.DRAINED_RECHECK_SECONDS)
             self._recheck_delay[round_id] = min(2 * delay, defaults.DRAINED_RECHECK_MAX)
             logger.debug("Round %(round)s: drain to be checked again", {"round": round_id})
