@@ -70,7 +70,7 @@ from cnkispider.cnki.refusals import REJECTION, kind_of
 from cnkispider.context import CrawlContext, context_of, open_context
 from cnkispider.db import is_transient, open_database
 from cnkispider.exceptions import CnkiSpiderError, TaskRowError
-from cnkispider.halting import Breaker, scheduler_cooldown
+from cnkispider.halting import Breaker
 from cnkispider.offload import in_thread
 from errors.recorder import ErrorRecorder
 from tasks.flow import Action, PhaseFacts, TaskStore, new_worker_id, next_action
@@ -341,7 +341,10 @@ class RoundFeeder:
 
     async def _cooling_down(self) -> bool:
         if self._cooldown is None:
-            self._cooldown = scheduler_cooldown(self.crawler) or False
+            # the leased scheduler's: it owns the task's Redis client and namespace (none: no
+            # cool-down, as with any other scheduler)
+            make = getattr(self.scheduler, "cooldown", None)
+            self._cooldown = (make() if make is not None else None) or False
         if not self._cooldown:
             return False
         try:

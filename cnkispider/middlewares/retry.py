@@ -93,10 +93,11 @@ from cnkispider.cnki.refusals import (
 )
 from cnkispider.context import context_of
 from cnkispider.exceptions import GaveUp, HaltedRequest, RefusedPage, SessionLost
-from cnkispider.halting import ChallengeWatch, Cooldown, scheduler_cooldown
+from cnkispider.halting import ChallengeWatch, Cooldown
 from cnkispider.middlewares import refusal_of
 from cnkispider.offload import in_thread
 from cnkispider.scheduling.outcome import hold
+from cnkispider.scheduling.scheduler import scheduler_cooldown
 from cnkispider.sessions import COOLING, NEEDS_PERSON
 from cnkispider.sessions.runtime import VerifiedSessions
 

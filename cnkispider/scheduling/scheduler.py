@@ -88,6 +88,7 @@ from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 from cnkispider import default_settings, redisconn, signals
+from cnkispider.halting import Cooldown
 from cnkispider.offload import InlineIO, RedisCalls, ThreadIO
 from cnkispider.scheduling import defaults
 from cnkispider.scheduling.dupefilter import BloomDupeFilter
@@ -100,6 +101,15 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
+
+
+def scheduler_cooldown(crawler: Crawler) -> Cooldown | None:
+    """The task's shared cool-down, in the Redis of the crawl's leased scheduler (None without
+    one, or before it opened)."""
+    engine = getattr(crawler, "engine", None)
+    # not isinstance: Scrapy's BaseScheduler metaclass calls every scheduler-like object one
+    make = getattr(getattr(engine, "scheduler", None), "cooldown", None)
+    return make() if make is not None else None
 
 
 class LeasedScheduler(BaseScheduler):
@@ -223,6 +233,13 @@ class LeasedScheduler(BaseScheduler):
             self._timer = create_looping_call(self._tick)
             self._timer.start(self.flush_interval, now=False)
         self._kick()
+
+    def cooldown(self) -> Cooldown | None:
+        """The task's shared challenge cool-down (cnkispider.halting), a key in this scheduler's
+        Redis and namespace; None before the scheduler opened (no client yet)."""
+        if self.queue is None or not self.namespace:
+            return None
+        return Cooldown(self.queue.client, self.namespace)
 
     def close(self, reason: str) -> Deferred:
         self._closing = True
