@@ -21,6 +21,7 @@ from scrapy.utils.test import get_crawler
 
 from cnkispider.addon import ADDONS
 from cnkispider.config import load_config
+from cnkispider.crawlsettings import crawler_settings
 from cnkispider.middlewares.ratelimit import (
     ORDER,
     Answer,
@@ -30,7 +31,6 @@ from cnkispider.middlewares.ratelimit import (
     SharedRateLimit,
 )
 from cnkispider.offload import ThreadIO
-from cnkispider.settings import crawler_settings
 from tests.crawl_harness import CrawlSetup, compare
 from tests.fixtures.tiny_site import TinySite, read_lines
 from tests.test_pace import Clock
