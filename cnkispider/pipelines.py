@@ -19,7 +19,7 @@ Failures, and what each item's outcome is:
   written again row by row: the other documents are stored, only that one fails
   (DocumentRejected, with the database's reason), and item_error records it in errorLink.
 
-The round ledger (tasks/ledger.py): an item of a round carries ``_cnki_ledger`` (its round and
+The round ledger (cnkispider/ledger.py): an item of a round carries ``_cnki_ledger`` (its round and
 the list row's key: an attribute, not a field, so it is never stored); the upsert's transaction
 marks that row ``stored``, so a ledger row says stored exactly when the document is.
 
@@ -43,13 +43,12 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import defer, threads
 
-from cnkispider import db
+from cnkispider import db, ledger
 from cnkispider.context import context_of
 from cnkispider.db import db_now, is_transient, open_database, retrying
 from cnkispider.items import doc_type_of
 from cnkispider.storage import DocumentRejected, key_problem, row_for, upsert_documents
 from errors.recorder import ErrorRecorder
-from tasks import ledger
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 It registers the task (if new) and the worker, claims rounds as the shared queue drains and
 seeds them into Redis, heart-beats (renewing round leases, ``task.status``), closes a round when
 the scheduler says its last request was acknowledged (done when its ledger balances, else failed
-and claimed again while it has attempts left: ``TaskStore.close_round``, tasks/ledger.py), moves
+and claimed again while it has attempts left: ``TaskStore.close_round``, cnkispider/ledger.py), moves
 the task to its recrawl phase and then to done, exactly once across the cluster, and only then
 lets the spider close.
 

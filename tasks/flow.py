@@ -79,12 +79,11 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from cnkispider import default_settings
+from cnkispider import default_settings, ledger
 from cnkispider.db import db_now, retrying
 from cnkispider.exceptions import TaskRowError
 from cnkispider.items import DOC_TYPES
 from cnkispider.schema import error_code, error_link, round_, task, worker
-from tasks import ledger
 from tasks.categories import DAY, CategoryError, CategoryTree, load_tree, reload_if_changed
 
 logger = logging.getLogger(__name__)

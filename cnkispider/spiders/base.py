@@ -29,7 +29,7 @@ A round's searches::
 A detail request whose link went stale (CNKI's verify page) is refreshed by a title search in
 the document's round, which yields a new link for the same (dbname, filename).
 
-Every row a round's list pages show goes into the round's ledger (``tasks/ledger.py``) before
+Every row a round's list pages show goes into the round's ledger (``cnkispider/ledger.py``) before
 its detail request is handed out: ``pending`` (then ``stored`` by the pipeline, or ``error`` with
 its errorLink row), or ``dropped:<rule>`` for a row a named rule does not crawl. The round is
 done only when its ledger balances.
@@ -45,6 +45,7 @@ import scrapy
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import defer
 
+from cnkispider import ledger
 from cnkispider.cnki import parsers
 from cnkispider.cnki.protocol import Search, protocol_from_settings
 from cnkispider.cnki.refusals import SOFT_BLOCK, ZERO_CHECK, body_reason
@@ -53,7 +54,6 @@ from cnkispider.exceptions import HaltedRequest, RefusedPage, SessionLost
 from cnkispider.items import ITEM_CLASSES, ROW_FIELDS
 from cnkispider.offload import in_thread
 from errors.middleware import failure_reason, record_download_failure, record_failure
-from tasks import ledger
 from tasks.categories import DAY, covers
 from tasks.flow import CATEGORIES_NOTE
 
