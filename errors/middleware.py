@@ -17,7 +17,8 @@ A detail request's failure goes to errorLink, any other's to errorCode
 for the task of the crawl's context (:class:`cnkispider.context.CrawlContext`). After a list-stage
 failure (not a permanent row) the signal ``list_failed`` tells the circuit breaker; a rejection
 (CNKI refused the query itself) halts the task at once, as every other round would be refused
-the same way.
+the same way (signal ``halt_requested``, awaited: flow control sits above errors/ and is never
+imported from here).
 
 The rules kept on the way:
 
@@ -55,7 +56,7 @@ from cnkispider.context import context_of
 from cnkispider.exceptions import CnkiSpiderError, GaveUp, HaltedRequest, RefusedPage
 from cnkispider.masking import mask_text
 from cnkispider.offload import in_thread
-from cnkispider.scheduling.outcome import hold
+from cnkispider.scheduling.outcome import hold  # lease bookkeeping: below errors/ (the layers)
 
 logger = logging.getLogger(__name__)
 
