@@ -160,7 +160,8 @@ TASKS_CATEGORIES = "builtin"
 # per (day x root category), as before issue 21 (the benchmark's baseline)
 TASKS_DAY_CENSUS = True
 TASKS_ROUND_LEASE = 300  # seconds a claimed round stays with a silent worker
-# times a round whose ledger does not balance is crawled before it stays failed (cnkispider/ledger.py)
+# times a round whose ledger does not balance is crawled before it stays failed
+# (cnkispider/ledger.py)
 TASKS_ROUND_ATTEMPTS = 3
 TASKS_HEARTBEAT = 15  # seconds between a worker's heartbeats (renewing its rounds' leases)
 TASKS_ROUNDS_IN_FLIGHT = 4

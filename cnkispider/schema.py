@@ -89,8 +89,9 @@ round_ = Table(
     Column("attempts", Integer, nullable=False, default=1),
     Column("epoch", String(40)),  # the Redis epoch the round was seeded under
     Column("total", Integer),  # documents CNKI listed for the round (its root search's total)
-    # The round's ledger when it drained (cnkispider/ledger.py): listed (= total) = stored + in_error
-    # + dropped + beyond for a done round; a failed round keeps the numbers that did not balance.
+    # The round's ledger when it drained (cnkispider/ledger.py): listed (= total) = stored +
+    # in_error + dropped + beyond for a done round; a failed round keeps the numbers that did not
+    # balance.
     Column("stored", Integer),
     Column("in_error", Integer),  # rows whose document is in errorLink
     Column("dropped", Integer),  # rows dropped by a named rule (by rule in ``drops``)

@@ -3,9 +3,9 @@
 It registers the task (if new) and the worker, claims rounds as the shared queue drains and
 seeds them into Redis, heart-beats (renewing round leases, ``task.status``), closes a round when
 the scheduler says its last request was acknowledged (done when its ledger balances, else failed
-and claimed again while it has attempts left: ``TaskStore.close_round``, cnkispider/ledger.py), moves
-the task to its recrawl phase and then to done, exactly once across the cluster, and only then
-lets the spider close.
+and claimed again while it has attempts left: ``TaskStore.close_round``, cnkispider/ledger.py),
+moves the task to its recrawl phase and then to done, exactly once across the cluster, and only
+then lets the spider close.
 
 Phases of a task (``task.phase``)::
 
@@ -20,9 +20,10 @@ every list page that comes back counts ok, every list-stage failure recorded (si
 (``TASKS_HALT_AFTER`` pages in a row, or half of the last ``TASKS_HALT_WINDOW``), or CNKI cannot
 be reached at all (the first ``TASKS_UNREACHABLE_AFTER`` list requests all failed on DNS, refusal
 or timeout), the task halts (``task.halt_reason``, :meth:`RoundFeeder.halt`). A rejection halts
-it at once, as it is recorded (``errors.middleware`` sends ``halt_requested``). A halted task is seen at every feed (each
-second) by every worker: it seeds nothing, marks no round done (a round that drains is marked
-failed, for ``resume`` to re-open), and its workers stop with finish reason ``halted``. While the task's challenge cool-down runs (a Redis key, see the retry
+it at once, as it is recorded (``errors.middleware`` sends ``halt_requested``). A halted task is
+seen at every feed (each second) by every worker: it seeds nothing, marks no round done (a round
+that drains is marked failed, for ``resume`` to re-open), and its workers stop with finish reason
+``halted``. While the task's challenge cool-down runs (a Redis key, see the retry
 middleware), nothing is seeded.
 
 A worker never closes on an idle timeout: it closes when its task is done, or when the task

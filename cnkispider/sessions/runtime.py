@@ -1,8 +1,9 @@
 """The worker's side of the verified-session pool: which sessions it uses, and waiting for a person.
 
 :class:`VerifiedSessions` is a Scrapy extension, the one owner of this worker's view of the pool;
-the session middleware and the retry middleware ask it through
-``VerifiedSessions.of(crawler)``; the task feeder hears whether it waits (signal ``person_waiting``) (None: the extension is off, every session is plain).
+the session middleware and the retry middleware ask it through ``VerifiedSessions.of(crawler)``
+(None: the extension is off, every session is plain); the task feeder hears whether it waits
+(signal ``person_waiting``).
 
 Modes (``[cnki] sessions``, setting ``SESSIONS_MODE``):
 

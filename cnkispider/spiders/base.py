@@ -3,10 +3,10 @@
 A spider only decides what to request next and hands pages to the pure parsers in
 ``cnkispider.cnki.parsers``. Where rounds come from (claims, leases, the recrawl phase) is flow
 control's business (``tasks.feeder``), and so is the task it crawls for, which the spider reads
-from the crawl context (``cnkispider.context``, ``self.context``); CNKI sessions, proxies and retries
-are the downloader middlewares'; writing failures down (errorCode, errorLink) and halting on a
-rejection is ``errors.middleware``'s; acknowledging a request once its outcome is written is the
-scheduler's.
+from the crawl context (``cnkispider.context``, ``self.context``); CNKI sessions, proxies and
+retries are the downloader middlewares'; writing failures down (errorCode, errorLink) and halting
+on a rejection is ``errors.middleware``'s; acknowledging a request once its outcome is written is
+the scheduler's.
 
 A round's searches::
 
