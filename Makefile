@@ -29,12 +29,14 @@ TEST_WORKERS ?= 6
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 	$(BIN)/pytest -n $(TEST_WORKERS) -m "not timing" --durations=10; parallel=$$?; \
 	$(BIN)/pytest -m timing --durations=10 && exit $$parallel
 
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 exe: setup
 	$(BIN)/pyinstaller --noconfirm --clean build_exe.spec

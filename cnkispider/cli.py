@@ -33,59 +33,13 @@ import re
 import sys
 from pathlib import Path
 
+from cnkispider.clock import cnki_today
 from cnkispider.config import Config, load_config
 from cnkispider.exceptions import CnkiSpiderError
 from cnkispider.items import DOC_TYPES
+from cnkispider.preflight import check_task_input, parse_day, preflight, task_store
 
 logger = logging.getLogger("cnkispider")
-
-
-def _store(config: Config):
-    from cnkispider.db import open_database
-    from tasks.flow import TaskStore
-
-    engine = open_database(config.database_url)
-    return TaskStore(
-        engine, round_lease=config.crawl["round_lease_seconds"], base_dir=config.base_dir
-    )
-
-
-DATE_FORM = "YYYY-MM-DD, e.g. 2024-01-31"
-
-
-def parse_day(value: str | None, what: str) -> str | None:
-    """``value`` as an ISO day, or ValueError in one line naming the value and the expected form.
-
-    Every date an operator types (task add/extend/resume/move, export --since, probe --day)
-    goes through here, so "yesterday" and "2024-02-30" get the same message everywhere.
-    """
-    import datetime as dt
-
-    if value is None or not str(value).strip():
-        return None
-    text = str(value).strip()
-    try:
-        return dt.date.fromisoformat(text).isoformat()
-    except ValueError:
-        pass
-    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):  # the right shape, an impossible day (2024-02-30)
-        raise ValueError(
-            f"{what} {text!r} is not a real day (month or day out of range); expected {DATE_FORM}"
-        )
-    raise ValueError(f"{what} {text!r} is not a date; expected {DATE_FORM}") from None
-
-
-def check_task_input(
-    doc_type: str, start: str | None, end: str | None, categories: str, base_dir
-) -> None:
-    """Everything a new or changed task row needs, checked before anything is written."""
-    from tasks.categories import check_spec
-
-    first = parse_day(start, "start date")
-    last = parse_day(end, "end date")
-    if first and last and last < first:
-        raise ValueError(f"end date {last} is before start date {first}")
-    check_spec(categories, doc_type, base_dir)
 
 
 def _describe(t) -> str:
@@ -102,7 +56,7 @@ def _describe(t) -> str:
 def cmd_init_db(config: Config, args) -> int:
     from cnkispider.db import mask_url
 
-    _store(config)
+    task_store(config)
     print(f"database ready: {mask_url(config.database_url)}")
     return 0
 
@@ -111,7 +65,7 @@ def cmd_task(config: Config, args) -> int:
     from cnkispider.exceptions import TaskRowError
     from tasks.rows import validate_row
 
-    store = _store(config)
+    store = task_store(config)
     action = args.action
     if action == "add":
         # every check first: an error leaves no row behind
@@ -173,79 +127,6 @@ def cmd_task(config: Config, args) -> int:
     return 0
 
 
-def config_drift(config: Config, row) -> list[str]:
-    """One warning line per [task] key of config.ini that differs from the task's row.
-
-    The row wins (the table is how a task is steered, and another PC may run an older
-    config.ini), so a changed config.ini is said, with the command that applies it.
-    """
-    t = config.task
-    name = t.name
-    lines = []
-
-    def warn(key, ini_value, row_value, command):
-        lines.append(
-            f"warning: config.ini [task] {key} = {ini_value or '(empty)'} but task {name!r} has "
-            f"{row_value or '(empty)'} (the task row wins; to apply: {command})"
-        )
-
-    if t.categories.strip() != (row.categories or "").strip():
-        warn(
-            "categories",
-            t.categories,
-            row.categories,
-            f"cnkispider task set {name} --categories {t.categories}",
-        )
-    if t.type != row.type:
-        warn("type", t.type, row.type, f"cnkispider task set {name} --type {t.type}")
-    row_end = row.end_date.isoformat() if row.end_date else ""
-    if (t.end_date or "") != row_end:
-        command = (
-            f"cnkispider task extend {name} {t.end_date}"
-            if t.end_date
-            else f"cnkispider task resume {name}"
-        )
-        warn("end_date", t.end_date, row_end, command)
-    if t.start_date and t.start_date != row.start_date.isoformat():
-        warn(
-            "start_date",
-            t.start_date,
-            row.start_date.isoformat(),
-            f"cnkispider task add {name}-2 --start {t.start_date} (a task's start is fixed)",
-        )
-    return lines
-
-
-def preflight(config: Config, task_arg: str | None = None) -> None:
-    """The checks before a crawl, the same for `cnkispider run` and `scrapy crawl`: the database
-    and Redis answer, the [task] of config.ini is valid input, a named task exists; a drifted
-    config.ini is warned about. Raises CnkiSpiderError or ValueError (one line)."""
-    _check_services(config)
-    t = config.task
-    store = _store(config)
-    if task_arg:
-        store.get(task_arg)  # LookupError: no such task
-        return
-    try:
-        row = store.get(t.name)
-    except LookupError:
-        check_task_input(
-            t.type, t.start_date or None, t.end_date or None, t.categories, config.base_dir
-        )
-        return
-    for line in config_drift(config, row):
-        print(line, file=sys.stderr)
-
-
-def _check_services(config: Config) -> None:
-    """Fail before Scrapy starts, with one clear line, if the database or Redis is unusable."""
-    from cnkispider.db import open_database
-    from cnkispider.redisconn import connect
-
-    open_database(config.database_url).dispose()
-    connect(config.redis_url, config.data_dir).close()
-
-
 def crawl(
     config: Config, *, recrawl_only: bool = False, settings_overrides: dict | None = None
 ) -> dict:
@@ -255,7 +136,7 @@ def crawl(
     from scrapy.crawler import CrawlerProcess
 
     from cnkispider import logs
-    from cnkispider.settings import crawler_settings
+    from cnkispider.crawlsettings import crawler_settings
 
     preflight(config)
     settings = crawler_settings(config)
@@ -268,11 +149,11 @@ def crawl(
     settings.update(overrides)
     settings["CNKI_VERBOSE"] = verbose
     if recrawl_only:
-        store = _store(config)
+        store = task_store(config)
         current, _ = store.register(
             config.task.name,
             config.task.type,
-            config.task.start_date or _today(),
+            config.task.start_date or cnki_today().isoformat(),
             config.task.end_date,
             config.task.categories,
         )
@@ -293,12 +174,6 @@ def crawl(
         stats["finish_reason"] = FORCED_STOP
     stats["elapsed_seconds"] = time.monotonic() - started
     return stats
-
-
-def _today() -> str:
-    import datetime as dt
-
-    return (dt.datetime.now(dt.UTC) + dt.timedelta(hours=8)).date().isoformat()
 
 
 def print_summary(config: Config, stats: dict) -> None:
@@ -374,7 +249,7 @@ def report_halt(config: Config) -> int:
     from cnkispider.halting import EXIT_HALTED, halt_line
 
     try:
-        reason = _store(config).get(config.task.name).halt_reason or "unknown reason"
+        reason = task_store(config).get(config.task.name).halt_reason or "unknown reason"
     except (CnkiSpiderError, LookupError):
         reason = "unknown reason"
     print(halt_line(config.task.name, reason), file=sys.stderr)

@@ -186,7 +186,8 @@ def _default(setting: str) -> str:
 
 # (section, key) -> (parser, default). The one table of every key config.ini may hold;
 # config.ini documents each of them in place. A key that maps onto a Scrapy setting (in
-# cnkispider.settings.crawler_settings) takes that setting's default; the rest are config.ini's own.
+# cnkispider.crawlsettings.crawler_settings) takes that setting's default; the rest are
+# config.ini's own.
 SCHEMA: dict[str, dict[str, tuple[Any, str]]] = {
     "database": {
         "url": (_database_url, _default("DATABASE_URL")),

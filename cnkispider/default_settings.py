@@ -3,7 +3,7 @@
 The counterpart of Scrapy's ``scrapy/settings/default_settings.py``: every upper-case name here is
 a Scrapy setting, and :class:`cnkispider.addon.DefaultSettings` (in ``ADDONS`` of
 ``cnkispider.settings``) installs them all at the ``addon`` priority, so the project settings,
-config.ini (mapped in :func:`cnkispider.settings.crawler_settings`), ``-s`` and a spider's
+config.ini (mapped in :func:`cnkispider.crawlsettings.crawler_settings`), ``-s`` and a spider's
 ``custom_settings`` override them, and components read a setting without a fallback of their own.
 ``config.SCHEMA`` takes the default of each key that maps onto a setting from here, and
 constructors that have a default refer to these names.
@@ -47,7 +47,7 @@ REDIS_URL = ""  # empty: the embedded Redis under CNKI_DATA_DIR
 
 # -- SCHEDULER_*, DUPEFILTER_*: Redis scheduling (cnkispider/scheduling/) -----------------------
 
-SCHEDULER_NAMESPACE = "cnki"  # key prefix of one task (cnkispider.settings adds the task's name)
+SCHEDULER_NAMESPACE = "cnki"  # key prefix of one task (crawler_settings adds the task's name)
 # a popped request returns to the queue after this long without renewal (renewed every third
 # of it while its worker lives)
 SCHEDULER_LEASE_SECONDS = 60
@@ -160,7 +160,8 @@ TASKS_CATEGORIES = "builtin"
 # per (day x root category), as before issue 21 (the benchmark's baseline)
 TASKS_DAY_CENSUS = True
 TASKS_ROUND_LEASE = 300  # seconds a claimed round stays with a silent worker
-# times a round whose ledger does not balance is crawled before it stays failed (tasks/ledger.py)
+# times a round whose ledger does not balance is crawled before it stays failed
+# (cnkispider/ledger.py)
 TASKS_ROUND_ATTEMPTS = 3
 TASKS_HEARTBEAT = 15  # seconds between a worker's heartbeats (renewing its rounds' leases)
 TASKS_ROUNDS_IN_FLIGHT = 4

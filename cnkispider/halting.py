@@ -4,10 +4,11 @@ Three kinds of no (:func:`cnkispider.cnki.refusals.kind_of`) get three answers:
 
 - a **rejection** (CNKI refused the query itself) is never retried: the task halts at once with
   CNKI's words (the retry middleware gives up, ``errors.middleware`` records the errorCode row and
-  calls :meth:`tasks.feeder.RoundFeeder.halt`);
+  asks :meth:`tasks.feeder.RoundFeeder.halt` for it, signal ``halt_requested``);
 - a **challenge** is retried with a fresh session and another proxy; when challenges persist
   across fresh sessions (:class:`ChallengeWatch`), every worker of the task pauses for a
-  cool-down (:class:`Cooldown`, one Redis key with a TTL in the task's namespace);
+  cool-down (:class:`Cooldown`, one Redis key with a TTL in the task's namespace; the leased
+  scheduler, which owns that Redis client and namespace, builds it: ``LeasedScheduler.cooldown``);
 - a **fault** is retried; when one fault repeats (:class:`Breaker`) the task halts.
 
 A halt is ``task.halt_reason`` (+ ``halted_at``): no round is handed out or marked done while it
@@ -212,14 +213,3 @@ class Cooldown:
         """Seconds left of the pause, 0 when none runs."""
         left = self.client.pttl(self.key)
         return left / 1000.0 if left and left > 0 else 0.0
-
-
-def scheduler_cooldown(crawler) -> Cooldown | None:
-    """The task's shared cool-down, in the Redis of the leased scheduler (None without one)."""
-    engine = getattr(crawler, "engine", None)
-    scheduler = getattr(engine, "scheduler", None) if engine is not None else None
-    client = getattr(getattr(scheduler, "queue", None), "client", None)
-    namespace = getattr(scheduler, "namespace", None)
-    if client is None or not namespace:
-        return None
-    return Cooldown(client, namespace)

@@ -19,7 +19,7 @@ Failures, and what each item's outcome is:
   written again row by row: the other documents are stored, only that one fails
   (DocumentRejected, with the database's reason), and item_error records it in errorLink.
 
-The round ledger (tasks/ledger.py): an item of a round carries ``_cnki_ledger`` (its round and
+The round ledger (cnkispider/ledger.py): an item of a round carries ``_cnki_ledger`` (its round and
 the list row's key: an attribute, not a field, so it is never stored); the upsert's transaction
 marks that row ``stored``, so a ledger row says stored exactly when the document is.
 
@@ -43,12 +43,11 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import defer, threads
 
-from cnkispider import db
+from cnkispider import db, ledger
+from cnkispider.context import context_of
 from cnkispider.db import db_now, is_transient, open_database, retrying
 from cnkispider.items import doc_type_of
 from cnkispider.storage import DocumentRejected, key_problem, row_for, upsert_documents
-from tasks import ledger
-from tasks.feeder import RoundFeeder
 
 logger = logging.getLogger(__name__)
 
@@ -197,7 +196,7 @@ class DocumentPipeline:
     def _write_rows(self, batch, indexes: list[int]) -> None:
         """One transaction: upsert the rows of ``batch`` at ``indexes``; then their errorLink rows go."""
         # Read at write time: flow control opens the task after the pipelines opened.
-        context = RoundFeeder.context_of(self.crawler)
+        context = context_of(self.crawler)
         self.task_id = context.task_id if context is not None else None
         by_type: dict[str, list[dict]] = {}
         with self._write_lock, self.engine.begin() as conn:

@@ -22,7 +22,6 @@ PROGRESS_INTERVAL   seconds between lines (60); 0 switches the extension off
 from __future__ import annotations
 
 import logging
-import math
 import os
 import socket
 import time
@@ -32,44 +31,6 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.asyncio import create_looping_call
 
 logger = logging.getLogger(__name__)
-
-
-def round_rate_eta(
-    finished: list[tuple[float, float]], in_flight: list[float], remaining: int, now: float
-) -> tuple[float | None, float | None]:
-    """(rounds per hour, seconds left) of a task; pure, every time injected (seconds).
-
-    ``finished`` are (started, finished) times of the last finished rounds, ``in_flight`` the
-    start times of the rounds running now, ``remaining`` the rounds not finished (those in
-    flight included). Rounds run several at a time, so this is Little's law rather than
-    "rounds over time since the first finish" (which made four rounds finishing together look
-    instant: "22 s" with 81 s left): a round takes ``mean`` seconds, ``c`` run at once (the
-    rounds in flight now, at least one), so ``c / mean`` rounds finish a second. What is left
-    is ``mean`` for each round not started yet and, for each round in flight, what its mean
-    leaves of it, all shared by ``c`` lanes, and never less than the last rounds need on their
-    own (at the end, lanes fall idle). A stalled crawl keeps a steady ETA (its rounds in
-    flight count as nearly done) instead of a falling one; status shows no ETA at all when no
-    worker is alive. No rate before one round finishes.
-    """
-    durations = [max(end - start, 0.0) for start, end in finished]
-    if not durations:
-        return None, None
-    mean = sum(durations) / len(durations)
-    if mean <= 0:
-        return None, None
-    lanes = max(len(in_flight), 1)
-    per_second = lanes / mean
-    if remaining <= 0:
-        return per_second * 3600, 0.0
-    waiting = max(remaining - len(in_flight), 0)
-    lefts = [max(mean - (now - start), 0.0) for start in in_flight[:remaining]]
-    shared = (waiting * mean + sum(lefts)) / lanes
-    # at the end lanes fall idle: the last rounds take their own time, whatever the lanes
-    if waiting:
-        tail = (min(lefts) if lefts else 0.0) + math.ceil(waiting / lanes) * mean
-    else:
-        tail = max(lefts, default=0.0)
-    return per_second * 3600, max(shared, tail)
 
 
 def _fmt_duration(seconds: float | None) -> str:

@@ -8,7 +8,7 @@ task        the operator's steering wheel: one row per task. The seed's columns 
 round       one (day x category) search of a task and where it stands (see tasks/rounds.py).
 errorCode   rounds that failed at the list stage, replayed by the recrawl phase.
 errorLink   detail links that failed, replayed by the recrawl phase.
-ledger      every row a round listed, by its document key, with its outcome (tasks/ledger.py):
+ledger      every row a round listed, by its document key, with its outcome (cnkispider/ledger.py):
             a round is done only when its rows are accounted for.
 worker      one row per running worker process: host, pid, heartbeat, counters.
 patent, paper, achievement
@@ -89,8 +89,9 @@ round_ = Table(
     Column("attempts", Integer, nullable=False, default=1),
     Column("epoch", String(40)),  # the Redis epoch the round was seeded under
     Column("total", Integer),  # documents CNKI listed for the round (its root search's total)
-    # The round's ledger when it drained (tasks/ledger.py): listed (= total) = stored + in_error
-    # + dropped + beyond for a done round; a failed round keeps the numbers that did not balance.
+    # The round's ledger when it drained (cnkispider/ledger.py): listed (= total) = stored +
+    # in_error + dropped + beyond for a done round; a failed round keeps the numbers that did not
+    # balance.
     Column("stored", Integer),
     Column("in_error", Integer),  # rows whose document is in errorLink
     Column("dropped", Integer),  # rows dropped by a named rule (by rule in ``drops``)
@@ -157,7 +158,7 @@ error_link = Table(
 #   error             its detail failed: the document is in errorLink (written with that row)
 #   dropped:<rule>    listed but not crawled, for a named rule (dropped:other-database)
 # Written idempotently on (round_id, doc_key): a page or a document handled twice (at-least-once
-# delivery) changes nothing, and ``stored`` is final (tasks/ledger.py).
+# delivery) changes nothing, and ``stored`` is final (cnkispider/ledger.py).
 ledger = Table(
     "ledger",
     metadata,

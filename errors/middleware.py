@@ -14,10 +14,11 @@ Every way a request can fail for good comes here, and is written down for the re
 
 A detail request's failure goes to errorLink, any other's to errorCode
 (:meth:`errors.recorder.ErrorRecorder.record_failure` reads the row from the request's meta),
-for the task of the crawl's context (:class:`tasks.context.CrawlContext`). After a list-stage
+for the task of the crawl's context (:class:`cnkispider.context.CrawlContext`). After a list-stage
 failure (not a permanent row) the signal ``list_failed`` tells the circuit breaker; a rejection
 (CNKI refused the query itself) halts the task at once, as every other round would be refused
-the same way.
+the same way (signal ``halt_requested``, awaited: flow control sits above errors/ and is never
+imported from here).
 
 The rules kept on the way:
 
@@ -51,11 +52,11 @@ from scrapy.utils.defer import deferred_from_coro
 
 from cnkispider import signals as cnki_signals
 from cnkispider.cnki.refusals import REJECTION, kind_of, rejection_text
+from cnkispider.context import context_of
 from cnkispider.exceptions import CnkiSpiderError, GaveUp, HaltedRequest, RefusedPage
 from cnkispider.masking import mask_text
 from cnkispider.offload import in_thread
-from cnkispider.scheduling.outcome import hold
-from tasks.feeder import RoundFeeder
+from cnkispider.scheduling.outcome import hold  # lease bookkeeping: below errors/ (the layers)
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ class ErrorRecordingMiddleware:
         return middleware
 
     def process_spider_exception(self, response, exception):
-        if RoundFeeder.context_of(self.crawler) is None:
+        if context_of(self.crawler) is None:
             return None  # no task to record it for: let Scrapy handle it
         self.stats.inc_value(f"errors/exception/{type(exception).__name__}")
         logger.warning("recorded %s on %s: %s", type(exception).__name__, response.url, exception)
@@ -90,7 +91,7 @@ class ErrorRecordingMiddleware:
 
     async def item_error(self, item, response, spider=None, failure=None):
         """A document parsed but not stored (a pipeline raised): record its link."""
-        if RoundFeeder.context_of(self.crawler) is None:
+        if context_of(self.crawler) is None:
             return
         meta = response.meta if response is not None else {}
         reason = f"pipeline:{type(failure.value).__name__}" if failure is not None else "pipeline"
@@ -112,7 +113,7 @@ class ErrorRecordingMiddleware:
     async def request_abandoned(self, request, reason, attempts, spider=None):
         """A request whose lease ran out too often (it kills or stalls its workers): record it.
         Not held if that fails: the scheduler acknowledges it only after this returned."""
-        if RoundFeeder.context_of(self.crawler) is None:
+        if context_of(self.crawler) is None:
             return
         meta = request.meta
         self.stats.inc_value(f"errors/{meta.get('cnki_kind', 'other')}/{reason}")
@@ -187,7 +188,7 @@ async def record_failure(
     rejection), but not a permanent row: an overflow is a fact about CNKI, not a failure of the
     crawl.
     """
-    context = RoundFeeder.context_of(crawler)
+    context = context_of(crawler)
     if context is None:
         raise CnkiSpiderError(
             "no task is open (flow control, TASKS_ENABLED and DATABASE_URL, records failures)"
@@ -257,5 +258,15 @@ async def record_or_hold(
 
 
 async def _halt(crawler, reason: str, words: str) -> None:
-    feeder = crawler.get_extension(RoundFeeder)
-    await feeder.halt(f"{reason}: {words}" if words else reason)
+    """Ask flow control to halt the task, and wait until it has (signal ``halt_requested``): the
+    request is acknowledged only after the halt is written. What the handler raised is raised
+    here, unlogged by Scrapy, as if the feeder had been called."""
+    results = await crawler.signals.send_catch_log_async(
+        cnki_signals.halt_requested,
+        reason=f"{reason}: {words}" if words else reason,
+        spider=crawler.spider,
+        dont_log=Exception,
+    )
+    for _, result in results:
+        if isinstance(result, BaseException):
+            raise result

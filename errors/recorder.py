@@ -33,11 +33,10 @@ import logging
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from cnkispider import default_settings
+from cnkispider import default_settings, ledger
 from cnkispider.db import db_now, retried
 from cnkispider.halting import is_network
 from cnkispider.schema import error_code, error_link
-from tasks import ledger
 
 logger = logging.getLogger(__name__)
 

@@ -3,9 +3,9 @@
 It registers the task (if new) and the worker, claims rounds as the shared queue drains and
 seeds them into Redis, heart-beats (renewing round leases, ``task.status``), closes a round when
 the scheduler says its last request was acknowledged (done when its ledger balances, else failed
-and claimed again while it has attempts left: ``TaskStore.close_round``, tasks/ledger.py), moves
-the task to its recrawl phase and then to done, exactly once across the cluster, and only then
-lets the spider close.
+and claimed again while it has attempts left: ``TaskStore.close_round``, cnkispider/ledger.py),
+moves the task to its recrawl phase and then to done, exactly once across the cluster, and only
+then lets the spider close.
 
 Phases of a task (``task.phase``)::
 
@@ -20,18 +20,20 @@ every list page that comes back counts ok, every list-stage failure recorded (si
 (``TASKS_HALT_AFTER`` pages in a row, or half of the last ``TASKS_HALT_WINDOW``), or CNKI cannot
 be reached at all (the first ``TASKS_UNREACHABLE_AFTER`` list requests all failed on DNS, refusal
 or timeout), the task halts (``task.halt_reason``, :meth:`RoundFeeder.halt`). A rejection halts
-it at once, as it is recorded (``errors.middleware``). A halted task is seen at every feed (each
-second) by every worker: it seeds nothing, marks no round done (a round that drains is marked
-failed, for ``resume`` to re-open), and its workers stop with finish reason ``halted``. While the task's challenge cool-down runs (a Redis key, see the retry
+it at once, as it is recorded (``errors.middleware`` sends ``halt_requested``). A halted task is
+seen at every feed (each second) by every worker: it seeds nothing, marks no round done (a round
+that drains is marked failed, for ``resume`` to re-open), and its workers stop with finish reason
+``halted``. While the task's challenge cool-down runs (a Redis key, see the retry
 middleware), nothing is seeded.
 
 A worker never closes on an idle timeout: it closes when its task is done, or when the task
 has no round due (an empty end_date waits for tomorrow; ``TASKS_EXIT_WHEN_IDLE`` says whether to
 wait or exit then).
 
-The feeder is the one writer of the worker's :class:`~tasks.context.CrawlContext` (the task, its
-store, the error recorder, the halt as this worker knows it); the spider, the pipelines and the
-middlewares read it through ``RoundFeeder.context_of(crawler)``.
+The feeder is the one writer of the worker's :class:`~cnkispider.context.CrawlContext` (the task,
+its store, the error recorder, the halt as this worker knows it): it opens it with
+``cnkispider.context.open_context``; the spider, the pipelines and the middlewares read it through
+``cnkispider.context.context_of(crawler)``, without importing this module.
 
 Settings
 --------
@@ -54,7 +56,6 @@ DATABASE_URL, ERRORS_MAX_ATTEMPTS
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import logging
 from pathlib import Path
 
@@ -65,13 +66,14 @@ from twisted.internet import task as twisted_task
 from twisted.internet import threads
 
 from cnkispider import signals as cnki_signals
+from cnkispider.clock import cnki_today
 from cnkispider.cnki.refusals import REJECTION, kind_of
+from cnkispider.context import CrawlContext, context_of, open_context
 from cnkispider.db import is_transient, open_database
 from cnkispider.exceptions import CnkiSpiderError, TaskRowError
-from cnkispider.halting import Breaker, scheduler_cooldown
+from cnkispider.halting import Breaker
 from cnkispider.offload import in_thread
 from errors.recorder import ErrorRecorder
-from tasks.context import CrawlContext
 from tasks.flow import Action, PhaseFacts, TaskStore, new_worker_id, next_action
 
 logger = logging.getLogger(__name__)
@@ -103,11 +105,10 @@ class RoundFeeder:
         )
         self.halt_reason: str | None = None
         self._cooldown = None
+        #: The session runtime waits for a person to pass a session (signal ``person_waiting``).
+        self.waiting_for_person = False
         self.spider = None
         self.task_id: int | None = None
-        #: What this worker's components share about its task, once it is open (see
-        #: tasks.context); they ask for it with ``RoundFeeder.context_of(crawler)``.
-        self.context: CrawlContext | None = None
         self.worker_id = new_worker_id()
         #: The round this worker seeded last (``day category``), for its heartbeat (worker row).
         self.current_round: str | None = None
@@ -132,15 +133,16 @@ class RoundFeeder:
         crawler.signals.connect(feeder.response_received, signal=signals.response_received)
         crawler.signals.connect(feeder.list_failed, signal=cnki_signals.list_failed)
         crawler.signals.connect(feeder.task_halted, signal=cnki_signals.task_halted)
+        crawler.signals.connect(feeder.halt_requested, signal=cnki_signals.halt_requested)
         crawler.signals.connect(feeder.request_unreadable, signal=cnki_signals.request_unreadable)
+        crawler.signals.connect(feeder.person_waiting, signal=cnki_signals.person_waiting)
         return feeder
 
-    @classmethod
-    def context_of(cls, crawler) -> CrawlContext | None:
-        """The crawl context of ``crawler``'s task; ``None`` before the task is open and in a
-        crawl without flow control. (Once the extensions are built: from ``spider_opened`` on.)"""
-        feeder = crawler.get_extension(cls)
-        return None if feeder is None else feeder.context
+    @property
+    def context(self) -> CrawlContext | None:
+        """What this worker's components share about its task, once it is open
+        (cnkispider/context.py); they ask for it with ``context_of(crawler)``."""
+        return context_of(self.crawler)
 
     # -- start and stop ------------------------------------------------------------------
 
@@ -184,10 +186,7 @@ class RoundFeeder:
                     f"config.ini [task] type is {self.task_type} but the spider is {spider.doc_type}; "
                     f"run `scrapy crawl {self.task_type}` or pass -a task=NAME"
                 )
-            start = (
-                self.start_date
-                or (dt.datetime.now(dt.UTC) + dt.timedelta(hours=8)).date().isoformat()
-            )
+            start = self.start_date or cnki_today().isoformat()
             task, created = await in_thread(
                 self.store.register, name, spider.doc_type, start, self.end_date, self.categories
             )
@@ -198,7 +197,15 @@ class RoundFeeder:
             logger.error("task %s is a %s task, not %s", task.name, task.type, spider.doc_type)
             self._close("task_error")
             return
-        self.context = CrawlContext(task=task, tasks=self.store, error_recorder=self.error_recorder)
+        open_context(
+            self.crawler,
+            CrawlContext(
+                task=task,
+                tasks=self.store,
+                error_recorder=self.error_recorder,
+                worker_id=self.worker_id,
+            ),
+        )
         self.task_id = task.id
         self.task_name = task.name  # the row's (``-a task=NAME`` may have chosen it)
         await in_thread(self.store.register_worker, self.worker_id, task.id)
@@ -292,7 +299,7 @@ class RoundFeeder:
         if halt:
             self._halted(halt)
             return
-        if await self._cooling_down() or self._waiting_for_person():
+        if await self._cooling_down() or self.waiting_for_person:
             return
         scheduler = self.scheduler
         low_water = self.crawler.settings.getint("CONCURRENT_REQUESTS")
@@ -336,7 +343,10 @@ class RoundFeeder:
 
     async def _cooling_down(self) -> bool:
         if self._cooldown is None:
-            self._cooldown = scheduler_cooldown(self.crawler) or False
+            # the leased scheduler's: it owns the task's Redis client and namespace (none: no
+            # cool-down, as with any other scheduler)
+            make = getattr(self.scheduler, "cooldown", None)
+            self._cooldown = (make() if make is not None else None) or False
         if not self._cooldown:
             return False
         try:
@@ -344,12 +354,10 @@ class RoundFeeder:
         except Exception:  # Redis trouble is the scheduler's to report
             return False
 
-    def _waiting_for_person(self) -> bool:
-        """No verified session is usable (cnkispider.sessions.runtime): claim nothing new."""
-        from cnkispider.sessions.runtime import VerifiedSessions
-
-        sessions = VerifiedSessions.of(self.crawler)
-        return sessions is not None and sessions.waiting
+    def person_waiting(self, waiting: bool, spider=None) -> None:
+        """No verified session is usable (cnkispider.sessions.runtime): claim nothing new until
+        one is there again."""
+        self.waiting_for_person = waiting
 
     # -- halting ---------------------------------------------------------------------------
 
@@ -388,6 +396,10 @@ class RoundFeeder:
             cnki_signals.task_halted, task_id=context.task_id, reason=reason, spider=self.spider
         )
         return True
+
+    async def halt_requested(self, reason, spider=None) -> bool:
+        """errors.middleware recorded a rejection: halt the task at once (see :meth:`halt`)."""
+        return await self.halt(reason)
 
     def task_halted(self, task_id, reason, spider=None):
         if task_id == self.task_id:
@@ -510,11 +522,9 @@ class RoundFeeder:
         later. Closed means done when its ledger balances, else failed (re-opened while it has
         attempts left: tasks/flow.py ``close_round``). While the task is halted it is failed
         instead (note ``halted``), and ``task resume`` re-opens it."""
-        from cnkispider.scheduling.scheduler import DRAIN_LATER  # (kept local to this method)
-
         closed = await in_thread(self.store.close_round, round_id, epoch=epoch)
         if closed.moved is None:
-            return DRAIN_LATER
+            return cnki_signals.DRAIN_LATER
         if closed.moved:
             info = await in_thread(self.store.round_info, round_id)
             words = closed.verdict.words()

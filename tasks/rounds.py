@@ -79,11 +79,11 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from cnkispider import ledger
 from cnkispider.db import db_now, retried, retrying
 from cnkispider.exceptions import TaskRowError
 from cnkispider.schema import round_, task
 from errors.recorder import ErrorRecorder
-from tasks import ledger
 from tasks.categories import DAY
 from tasks.phase import Action, PhaseFacts, next_action
 from tasks.rows import Task, TaskRows, iso, validate_row

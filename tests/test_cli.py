@@ -298,8 +298,8 @@ def test_task_set_changes_categories_and_the_type_only_while_nothing_is_crawled(
 def test_a_config_ini_that_differs_from_the_task_row_is_warned_with_the_command(
     tmp_path, db_url, capsys
 ):
-    from cnkispider.cli import preflight
     from cnkispider.config import load_config
+    from cnkispider.preflight import preflight
 
     path = tmp_path / "config.ini"
     task = "[task]\nname = w\ntype = patent\nstart_date = 2024-01-01\nend_date = 2024-01-05\ncategories = {}\n"
@@ -442,7 +442,7 @@ def test_run_takes_scrapy_settings_and_feeds(capsys):
 
 def test_feeds_are_utf8_not_escapes():
     from cnkispider.config import load_config
-    from cnkispider.settings import crawler_settings
+    from cnkispider.crawlsettings import crawler_settings
 
     assert crawler_settings(load_config(None, environ={}))["FEED_EXPORT_ENCODING"] == "utf-8"
 

@@ -225,7 +225,7 @@ def test_workers_open_no_remote_shell_and_take_the_outage_time_from_config(tmp_p
     from scrapy.extensions.telnet import TelnetConsole
     from scrapy.utils.test import get_crawler
 
-    from cnkispider.settings import crawler_settings
+    from cnkispider.crawlsettings import crawler_settings
 
     config = load_config(write(tmp_path, "[database]\noutage_seconds = 90\n"), environ={})
     settings = crawler_settings(config)
@@ -254,7 +254,7 @@ def test_config_ini_defaults_are_the_settings_defaults(tmp_path, monkeypatch):
     default_settings (the few derived from others or made absolute excepted)."""
     import cnkispider.config as config_module
     from cnkispider import default_settings
-    from cnkispider.settings import crawler_settings
+    from cnkispider.crawlsettings import crawler_settings
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(config_module, "executable_dir", lambda: tmp_path / "program")
@@ -274,7 +274,7 @@ def test_the_add_on_installs_every_default_below_the_project_settings(tmp_path):
     from scrapy.utils.test import get_crawler
 
     from cnkispider import default_settings
-    from cnkispider.settings import crawler_settings
+    from cnkispider.crawlsettings import crawler_settings
 
     config = load_config(write(tmp_path, "[cnki]\nturn_limit = 7\n"), environ={})
     settings = get_crawler(settings_dict=crawler_settings(config)).settings

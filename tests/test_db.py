@@ -230,12 +230,12 @@ def _patent(i: int, **values) -> dict:
 
 
 def _pipeline(engine):
-    """A pipeline on ``engine`` in a crawl whose context (tasks.context) is open on a task."""
+    """A pipeline on ``engine`` in a crawl whose context (cnkispider.context) is open on a task."""
     from scrapy.utils.test import get_crawler
 
+    from cnkispider.context import CrawlContext, open_context
     from cnkispider.pipelines import DocumentPipeline
     from errors.recorder import ErrorRecorder
-    from tasks.context import CrawlContext
     from tasks.feeder import RoundFeeder
     from tasks.flow import TaskStore
 
@@ -245,9 +245,7 @@ def _pipeline(engine):
     tasks = TaskStore(engine)
     task, _ = tasks.register("t", "patent", "2024-01-01", "2024-01-31", "G06")
     recorder = ErrorRecorder(engine)
-    crawler.get_extension(RoundFeeder).context = CrawlContext(
-        task=task, tasks=tasks, error_recorder=recorder
-    )
+    open_context(crawler, CrawlContext(task=task, tasks=tasks, error_recorder=recorder))
     pipeline = DocumentPipeline("unused")
     pipeline.engine, pipeline.crawler = engine, crawler
     return pipeline
@@ -278,12 +276,12 @@ def test_a_value_too_long_for_its_column_fails_only_its_document(mysql_url, capl
 
 def test_a_stored_document_clears_its_error_link_row_through_the_crawl_context(mysql_url):
     """The pipeline deletes the errorLink row of a document it stores, with the recorder of the
-    crawl context (tasks.context), whichever task listed it."""
-    from tasks.feeder import RoundFeeder
+    crawl context (cnkispider.context), whichever task listed it."""
+    from cnkispider.context import context_of
 
     engine = open_database(mysql_url)
     pipeline = _pipeline(engine)
-    context = RoundFeeder.context_of(pipeline.crawler)
+    context = context_of(pipeline.crawler)
     for i in (1, 2):
         context.error_recorder.record_link(
             context.task_id + 1, None, "patent", "u", "SCPD", f"CN{i:09d}A", "http-500"

@@ -28,10 +28,10 @@ import redis
 import sqlalchemy as sa
 
 from cnkispider.config import load_config
+from cnkispider.crawlsettings import crawler_settings
 from cnkispider.db import open_database
 from cnkispider.exceptions import StorageError
 from cnkispider.schema import documents, error_code, error_link, task
-from cnkispider.settings import crawler_settings
 from cnkispider.storage import fetch_all
 from tests.crawl_harness import REDIS_URL, ROOT, compare
 from tests.fixtures.build_once import build_once

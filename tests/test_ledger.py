@@ -15,12 +15,12 @@ from types import SimpleNamespace
 import pytest
 import sqlalchemy as sa
 
+from cnkispider import ledger as ledgers
 from cnkispider import schema
 from cnkispider.cnki.protocol import Protocol
 from cnkispider.db import open_database
 from cnkispider.schema import error_code, error_link, ledger, round_, task
 from errors.recorder import ErrorRecorder
-from tasks import ledger as ledgers
 from tasks.flow import TaskStore
 from tasks.phase import Action, next_action
 from tests.crawl_harness import CrawlSetup, compare

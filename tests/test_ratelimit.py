@@ -21,10 +21,10 @@ from scrapy.utils.test import get_crawler
 
 from cnkispider.addon import ADDONS
 from cnkispider.config import load_config
+from cnkispider.crawlsettings import crawler_settings
 from cnkispider.middlewares.ratelimit import ORDER, RateLimitMiddleware
 from cnkispider.offload import ThreadIO
 from cnkispider.pace.store import Answer, PaceRule, SharedRateLimit
-from cnkispider.settings import crawler_settings
 from tests.crawl_harness import CrawlSetup, compare
 from tests.fixtures.pace_model import Pace
 from tests.fixtures.tiny_site import TinySite, read_lines

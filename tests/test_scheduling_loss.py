@@ -17,12 +17,11 @@ import redis
 import scrapy
 from scrapy.utils.test import get_crawler
 
-from cnkispider import signals
+from cnkispider import ledger, signals
 from cnkispider.addon import ADDONS
 from cnkispider.db import open_database
 from cnkispider.offload import InlineIO
 from cnkispider.scheduling.scheduler import LeasedScheduler
-from tasks import ledger
 from tasks.feeder import RoundFeeder
 from tasks.flow import TaskStore
 

@@ -11,12 +11,12 @@ from scrapy.utils.test import get_crawler
 
 from cnkispider.addon import ADDONS
 from cnkispider.cnki.protocol import Search
+from cnkispider.context import CrawlContext, open_context
 from cnkispider.db import open_database
 from cnkispider.schema import error_code, error_link
 from cnkispider.spiders.patent import PatentSpider
 from errors.middleware import ErrorRecordingMiddleware
 from errors.recorder import ErrorRecorder
-from tasks.context import CrawlContext
 from tasks.feeder import RoundFeeder
 from tasks.flow import TaskStore
 
@@ -39,7 +39,7 @@ def spider_on(db_url):
     tasks = TaskStore(engine)
     task, _ = tasks.register("t", "patent", "2024-01-01", "2024-01-31", "G06")
     context = CrawlContext(task=task, tasks=tasks, error_recorder=ErrorRecorder(engine))
-    crawler.get_extension(RoundFeeder).context = context
+    open_context(crawler, context)
     return spider, engine
 
 

@@ -26,7 +26,7 @@ Three kinds of no (``refusals.kind_of``), three answers:
 - a **fault** is retried as below.
 
 While a cool-down runs, every retry waits for it to end before it is handed back (and the
-task feeder seeds no round). Once the task is halted (``tasks.context.CrawlContext.halted``), a
+task feeder seeds no round). Once the task is halted (``cnkispider.context.CrawlContext.halted``), a
 request that would be retried is held instead (never acknowledged: its lease brings it back
 after ``task resume``) and fails with :class:`~cnkispider.exceptions.HaltedRequest`, which is not
 recorded (``errors.middleware``).
@@ -91,14 +91,15 @@ from cnkispider.cnki.refusals import (
     kind_of,
     rejection_text,
 )
+from cnkispider.context import context_of
 from cnkispider.exceptions import GaveUp, HaltedRequest, RefusedPage, SessionLost
-from cnkispider.halting import ChallengeWatch, Cooldown, scheduler_cooldown
+from cnkispider.halting import ChallengeWatch, Cooldown
 from cnkispider.middlewares import refusal_of
 from cnkispider.offload import in_thread
 from cnkispider.scheduling.outcome import hold
+from cnkispider.scheduling.scheduler import scheduler_cooldown
 from cnkispider.sessions import COOLING, NEEDS_PERSON
 from cnkispider.sessions.runtime import VerifiedSessions
-from tasks.feeder import RoundFeeder
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -371,7 +372,7 @@ class CnkiRetryMiddleware:
     def _stop_if_halted(self, request: Request) -> None:
         """The task halted (the crawl context's ``halted``): no more retries. The request is held,
         never acked, so its lease brings it back after ``task resume``; its errback records nothing."""
-        context = RoundFeeder.context_of(self.crawler)
+        context = context_of(self.crawler)
         halted = context.halted if context is not None else None
         if halted:
             hold(self.crawler, request)

@@ -58,9 +58,9 @@ Signals sent (see :mod:`cnkispider.signals`):
 - ``round_drained(round_id, epoch, spider)`` on the one worker whose ack brought the round's
   outstanding count to 0, with the epoch of the Redis it drained in (see :mod:`.queue` for the
   redelivery if that worker dies before its handlers finish). A handler that returns
-  :data:`DRAIN_LATER` (flow control: the round is not marked seeded yet) has the drain checked
-  again in Redis after a short backoff: reported again while the round has nothing
-  outstanding, forgotten once it has requests again.
+  :data:`cnkispider.signals.DRAIN_LATER` (flow control: the round is not marked seeded yet) has
+  the drain checked again in Redis after a short backoff: reported again while the round has
+  nothing outstanding, forgotten once it has requests again.
 
 ``scheduler.epoch`` is the namespace's epoch in Redis: it changes if Redis lost the namespace
 (flow control then replays the rounds whose state is gone).
@@ -88,6 +88,7 @@ from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 from cnkispider import default_settings, redisconn, signals
+from cnkispider.halting import Cooldown
 from cnkispider.offload import InlineIO, RedisCalls, ThreadIO
 from cnkispider.scheduling import defaults
 from cnkispider.scheduling.dupefilter import BloomDupeFilter
@@ -101,8 +102,14 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: What a ``round_drained`` handler returns when it cannot take the drain yet (see above).
-DRAIN_LATER = "drain-later"
+
+def scheduler_cooldown(crawler: Crawler) -> Cooldown | None:
+    """The task's shared cool-down, in the Redis of the crawl's leased scheduler (None without
+    one, or before it opened)."""
+    engine = getattr(crawler, "engine", None)
+    # not isinstance: Scrapy's BaseScheduler metaclass calls every scheduler-like object one
+    make = getattr(getattr(engine, "scheduler", None), "cooldown", None)
+    return make() if make is not None else None
 
 
 class LeasedScheduler(BaseScheduler):
@@ -226,6 +233,13 @@ class LeasedScheduler(BaseScheduler):
             self._timer = create_looping_call(self._tick)
             self._timer.start(self.flush_interval, now=False)
         self._kick()
+
+    def cooldown(self) -> Cooldown | None:
+        """The task's shared challenge cool-down (cnkispider.halting), a key in this scheduler's
+        Redis and namespace; None before the scheduler opened (no client yet)."""
+        if self.queue is None or not self.namespace:
+            return None
+        return Cooldown(self.queue.client, self.namespace)
 
     def close(self, reason: str) -> Deferred:
         self._closing = True
@@ -514,7 +528,7 @@ class LeasedScheduler(BaseScheduler):
                 {"round": round_id},
             )
             return
-        if any(result == DRAIN_LATER for _, result in results):
+        if any(result == signals.DRAIN_LATER for _, result in results):
             delay = self._recheck_delay.get(round_id, defaults.DRAINED_RECHECK_SECONDS)
             self._recheck_delay[round_id] = min(2 * delay, defaults.DRAINED_RECHECK_MAX)
             logger.debug("Round %(round)s: drain to be checked again", {"round": round_id})

@@ -1,8 +1,9 @@
 """The worker's side of the verified-session pool: which sessions it uses, and waiting for a person.
 
 :class:`VerifiedSessions` is a Scrapy extension, the one owner of this worker's view of the pool;
-the session middleware, the retry middleware and the task feeder ask it through
-``VerifiedSessions.of(crawler)`` (None: the extension is off, every session is plain).
+the session middleware and the retry middleware ask it through ``VerifiedSessions.of(crawler)``
+(None: the extension is off, every session is plain); the task feeder hears whether it waits
+(signal ``person_waiting``).
 
 Modes (``[cnki] sessions``, setting ``SESSIONS_MODE``):
 
@@ -14,7 +15,7 @@ Modes (``[cnki] sessions``, setting ``SESSIONS_MODE``):
 Waiting for a person is a state, not a failure. When a request needs a verified session and the
 pool has none ready and none that will come back (all need a person, or none was ever added),
 the worker waits: the request is held in the session middleware (no retry spent, nothing
-recorded), the feeder claims no new round (:meth:`VerifiedSessions.waiting`), one line says what
+recorded), the feeder claims no new round (signal ``person_waiting``), one line says what
 to run, the state is published in Redis for ``cnkispider status`` on any machine, the webhooks of
 ``[notify]`` get one message, and the pool is polled every ``SESSIONS_POLL`` seconds: a session
 added by ``cnkispider session add`` or ``login`` ends the wait by itself. ``[cnki] on_check``
@@ -45,6 +46,7 @@ from scrapy.utils.asyncio import sleep as loop_sleep
 from scrapy.utils.defer import deferred_from_coro
 
 from cnkispider import signals as cnki_signals
+from cnkispider.context import context_of
 from cnkispider.offload import in_thread
 from cnkispider.sessions.pool import WAITING_MESSAGE, SessionStore
 
@@ -130,20 +132,19 @@ class VerifiedSessions:
 
     # -- who and where ------------------------------------------------------------------------
 
+    # Both from the crawl context once flow control opened the task (the only time a request,
+    # so a wait, happens under flow control); this worker's own before that and without it.
+
     @property
     def worker(self) -> str:
-        from tasks.feeder import RoundFeeder
-
-        feeder = self.crawler.get_extension(RoundFeeder)
-        return feeder.worker_id if feeder is not None else self._own_worker
+        context = context_of(self.crawler)
+        return (context.worker_id if context is not None else None) or self._own_worker
 
     @property
     def task_name(self) -> str:
         name = self.crawler.settings.get("TASKS_NAME") or ""
-        from tasks.feeder import RoundFeeder
-
-        feeder = self.crawler.get_extension(RoundFeeder)
-        return (feeder.task_name if feeder is not None else None) or name
+        context = context_of(self.crawler)
+        return (context.task.name if context is not None else None) or name
 
     def round_key(self, round_id) -> str:
         """The lease name of a round of this task (a request without one: this worker's own)."""
@@ -205,7 +206,7 @@ class VerifiedSessions:
     async def wait_for_person(self) -> None:
         """No usable session: wait one poll (the first caller announces it; see the docstring)."""
         if self.waiting_since is None:
-            self.waiting_since = time.monotonic()
+            self._set_waiting(time.monotonic())
             self._inc_stat("waits")
             logger.warning(
                 "waiting: %s (or `%s` of a browser's request). The crawl goes on by itself "
@@ -222,6 +223,16 @@ class VerifiedSessions:
         started = time.monotonic()
         await loop_sleep(self.poll)
         self._inc_stat("waiting_seconds", round(time.monotonic() - started, 3))
+
+    def _set_waiting(self, since: float | None) -> None:
+        """Start (a monotonic time) or end (None) the wait, and say so (signal ``person_waiting``:
+        the task feeder claims no new round meanwhile)."""
+        self.waiting_since = since
+        self.crawler.signals.send_catch_log(
+            cnki_signals.person_waiting,
+            waiting=since is not None,
+            spider=getattr(self.crawler, "spider", None),
+        )
 
     @property
     def stopping(self) -> bool:
@@ -243,7 +254,7 @@ class VerifiedSessions:
             "a verified session is there: the crawl goes on (waited %.0f s)",
             time.monotonic() - self.waiting_since,
         )
-        self.waiting_since = None
+        self._set_waiting(None)
         d = deferred_from_coro(in_thread(self.store.clear_waiting, self.worker))
         d.addErrback(lambda f: logger.debug("cannot clear the waiting state: %s", f.value))
 

@@ -3,10 +3,10 @@
 A spider only decides what to request next and hands pages to the pure parsers in
 ``cnkispider.cnki.parsers``. Where rounds come from (claims, leases, the recrawl phase) is flow
 control's business (``tasks.feeder``), and so is the task it crawls for, which the spider reads
-from the crawl context (``tasks.context``, ``self.context``); CNKI sessions, proxies and retries
-are the downloader middlewares'; writing failures down (errorCode, errorLink) and halting on a
-rejection is ``errors.middleware``'s; acknowledging a request once its outcome is written is the
-scheduler's.
+from the crawl context (``cnkispider.context``, ``self.context``); CNKI sessions, proxies and
+retries are the downloader middlewares'; writing failures down (errorCode, errorLink) and halting
+on a rejection is ``errors.middleware``'s; acknowledging a request once its outcome is written is
+the scheduler's.
 
 A round's searches::
 
@@ -29,7 +29,7 @@ A round's searches::
 A detail request whose link went stale (CNKI's verify page) is refreshed by a title search in
 the document's round, which yields a new link for the same (dbname, filename).
 
-Every row a round's list pages show goes into the round's ledger (``tasks/ledger.py``) before
+Every row a round's list pages show goes into the round's ledger (``cnkispider/ledger.py``) before
 its detail request is handed out: ``pending`` (then ``stored`` by the pipeline, or ``error`` with
 its errorLink row), or ``dropped:<rule>`` for a row a named rule does not crawl. The round is
 done only when its ledger balances.
@@ -45,17 +45,16 @@ import scrapy
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import defer
 
+from cnkispider import ledger
 from cnkispider.cnki import parsers
 from cnkispider.cnki.protocol import Search, protocol_from_settings
 from cnkispider.cnki.refusals import SOFT_BLOCK, ZERO_CHECK, body_reason
+from cnkispider.context import CrawlContext, context_of
 from cnkispider.exceptions import HaltedRequest, RefusedPage, SessionLost
 from cnkispider.items import ITEM_CLASSES, ROW_FIELDS
 from cnkispider.offload import in_thread
 from errors.middleware import failure_reason, record_download_failure, record_failure
-from tasks import ledger
 from tasks.categories import DAY, covers
-from tasks.context import CrawlContext
-from tasks.feeder import RoundFeeder
 from tasks.rounds import CATEGORIES_NOTE
 
 # Detail requests get few retries: a verify page on a detail link is most often a stale token,
@@ -111,8 +110,8 @@ class RoundSpider(scrapy.Spider):
 
     @property
     def context(self) -> CrawlContext | None:
-        """The task this spider crawls for (flow control opens it: ``tasks.context``)."""
-        return RoundFeeder.context_of(self.crawler)
+        """The task this spider crawls for (flow control opens it: ``cnkispider.context``)."""
+        return context_of(self.crawler)
 
     def _task_id(self) -> int | None:
         context = self.context

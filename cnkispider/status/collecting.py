@@ -42,12 +42,12 @@ Definitions
                    outside that plan (a task stopped after they were handed out, a category list
                    edited since): progress never passes 100 %.
     finished       rounds done or failed (a failed round's list page sits in errorCode).
-    ledger         the sums of the closed rounds' ledgers (tasks/ledger.py), as each round
+    ledger         the sums of the closed rounds' ledgers (cnkispider/ledger.py), as each round
                    drained: listed = stored + in errorLink + dropped + beyond for a done round;
                    a failed one keeps the numbers that did not balance (its ``note``).
     rate, ETA      a round's mean time (the last ``RATE_ROUNDS`` rounds finished within
                    ``RATE_WINDOW``) and the rounds in flight now (Little's law:
-                   :func:`cnkispider.progress.round_rate_eta`, tested on a fixed clock).
+                   :func:`round_rate_eta`, tested on a fixed clock).
     worker alive   state ``running`` and last heartbeat within ``GONE_AFTER_BEATS`` heartbeats;
     worker gone    state ``running`` but silent longer than that (killed, crashed, cut off);
     worker stopped it said goodbye (``state = stopped``).
@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -83,6 +84,44 @@ LEDGER_SHOWN = 20
 # runs for weeks leaves one worker row per process start.
 LIST_GONE_FOR = dt.timedelta(hours=24)
 LIST_STOPPED_FOR = dt.timedelta(hours=1)
+
+
+def round_rate_eta(
+    finished: list[tuple[float, float]], in_flight: list[float], remaining: int, now: float
+) -> tuple[float | None, float | None]:
+    """(rounds per hour, seconds left) of a task; pure, every time injected (seconds).
+
+    ``finished`` are (started, finished) times of the last finished rounds, ``in_flight`` the
+    start times of the rounds running now, ``remaining`` the rounds not finished (those in
+    flight included). Rounds run several at a time, so this is Little's law rather than
+    "rounds over time since the first finish" (which made four rounds finishing together look
+    instant: "22 s" with 81 s left): a round takes ``mean`` seconds, ``c`` run at once (the
+    rounds in flight now, at least one), so ``c / mean`` rounds finish a second. What is left
+    is ``mean`` for each round not started yet and, for each round in flight, what its mean
+    leaves of it, all shared by ``c`` lanes, and never less than the last rounds need on their
+    own (at the end, lanes fall idle). A stalled crawl keeps a steady ETA (its rounds in
+    flight count as nearly done) instead of a falling one; status shows no ETA at all when no
+    worker is alive. No rate before one round finishes.
+    """
+    durations = [max(end - start, 0.0) for start, end in finished]
+    if not durations:
+        return None, None
+    mean = sum(durations) / len(durations)
+    if mean <= 0:
+        return None, None
+    lanes = max(len(in_flight), 1)
+    per_second = lanes / mean
+    if remaining <= 0:
+        return per_second * 3600, 0.0
+    waiting = max(remaining - len(in_flight), 0)
+    lefts = [max(mean - (now - start), 0.0) for start in in_flight[:remaining]]
+    shared = (waiting * mean + sum(lefts)) / lanes
+    # at the end lanes fall idle: the last rounds take their own time, whatever the lanes
+    if waiting:
+        tail = (min(lefts) if lefts else 0.0) + math.ceil(waiting / lanes) * mean
+    else:
+        tail = max(lefts, default=0.0)
+    return per_second * 3600, max(shared, tail)
 
 
 def namespace_of(task_name: str) -> str:
@@ -450,9 +489,7 @@ def _round_rate(
     conn, task_id: int, now: dt.datetime, remaining: int
 ) -> tuple[float | None, int, float | None]:
     """(rounds per hour, rounds counted, ETA seconds) from the last RATE_ROUNDS rounds finished
-    within RATE_WINDOW and the rounds in flight (:func:`cnkispider.progress.round_rate_eta`)."""
-    from cnkispider.progress import round_rate_eta
-
+    within RATE_WINDOW and the rounds in flight (:func:`round_rate_eta`)."""
     finished = [
         ((created or updated).timestamp(), updated.timestamp())
         for created, updated in conn.execute(

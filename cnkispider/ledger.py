@@ -31,6 +31,10 @@ Invariants, held by the statements themselves (any number of workers, at-least-o
 
 :func:`balance` is the one rule that reads a round's counts; ``tasks.rounds.Rounds.close_round``
 applies it when the round drains.
+
+The ledger sits in the base layer, beside the schema of its table: the error recorder (errors/,
+below flow control) writes its ``error`` rows in the transaction of the errorLink row, as flow
+control and the crawl layer write theirs.
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""The project's Scrapy commands (``COMMANDS_MODULE`` in cnkispider/settings.py): ``crawl``."""

@@ -1,0 +1,145 @@
+"""The checks before a crawl, the same for `cnkispider run` and `scrapy crawl`.
+
+:func:`preflight` fails before Scrapy starts, with one line (``CnkiSpiderError``, or ValueError
+for bad input and LookupError for a missing task), when the database or Redis is unusable, the
+[task] of config.ini is not valid input or a task named on the command line does not exist; it
+warns about a config.ini that drifted from its task's row. The entry points call it: the
+`cnkispider` command line (:mod:`cnkispider.cli`) and the project's `scrapy crawl`
+(:mod:`cnkispider.commands.crawl`); what it needs to check a task (:func:`parse_day`,
+:func:`check_task_input`, :func:`task_store`) is the command line's too.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import TYPE_CHECKING
+
+from cnkispider.config import Config
+
+# The database, Redis and flow control are imported where they are used, as the command line
+# always did: `cnkispider --help` (and the .exe's start) need none of them.
+if TYPE_CHECKING:
+    from tasks.flow import TaskStore
+
+
+def task_store(config: Config) -> TaskStore:
+    """The task table of ``config``'s database (created with its tables if missing)."""
+    from cnkispider.db import open_database
+    from tasks.flow import TaskStore
+
+    engine = open_database(config.database_url)
+    return TaskStore(
+        engine, round_lease=config.crawl["round_lease_seconds"], base_dir=config.base_dir
+    )
+
+
+DATE_FORM = "YYYY-MM-DD, e.g. 2024-01-31"
+
+
+def parse_day(value: str | None, what: str) -> str | None:
+    """``value`` as an ISO day, or ValueError in one line naming the value and the expected form.
+
+    Every date an operator types (task add/extend/resume/move, export --since, probe --day)
+    goes through here, so "yesterday" and "2024-02-30" get the same message everywhere.
+    """
+    import datetime as dt
+
+    if value is None or not str(value).strip():
+        return None
+    text = str(value).strip()
+    try:
+        return dt.date.fromisoformat(text).isoformat()
+    except ValueError:
+        pass
+    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):  # the right shape, an impossible day (2024-02-30)
+        raise ValueError(
+            f"{what} {text!r} is not a real day (month or day out of range); expected {DATE_FORM}"
+        )
+    raise ValueError(f"{what} {text!r} is not a date; expected {DATE_FORM}") from None
+
+
+def check_task_input(
+    doc_type: str, start: str | None, end: str | None, categories: str, base_dir
+) -> None:
+    """Everything a new or changed task row needs, checked before anything is written."""
+    from tasks.categories import check_spec
+
+    first = parse_day(start, "start date")
+    last = parse_day(end, "end date")
+    if first and last and last < first:
+        raise ValueError(f"end date {last} is before start date {first}")
+    check_spec(categories, doc_type, base_dir)
+
+
+def config_drift(config: Config, row) -> list[str]:
+    """One warning line per [task] key of config.ini that differs from the task's row.
+
+    The row wins (the table is how a task is steered, and another PC may run an older
+    config.ini), so a changed config.ini is said, with the command that applies it.
+    """
+    t = config.task
+    name = t.name
+    lines = []
+
+    def warn(key, ini_value, row_value, command):
+        lines.append(
+            f"warning: config.ini [task] {key} = {ini_value or '(empty)'} but task {name!r} has "
+            f"{row_value or '(empty)'} (the task row wins; to apply: {command})"
+        )
+
+    if t.categories.strip() != (row.categories or "").strip():
+        warn(
+            "categories",
+            t.categories,
+            row.categories,
+            f"cnkispider task set {name} --categories {t.categories}",
+        )
+    if t.type != row.type:
+        warn("type", t.type, row.type, f"cnkispider task set {name} --type {t.type}")
+    row_end = row.end_date.isoformat() if row.end_date else ""
+    if (t.end_date or "") != row_end:
+        command = (
+            f"cnkispider task extend {name} {t.end_date}"
+            if t.end_date
+            else f"cnkispider task resume {name}"
+        )
+        warn("end_date", t.end_date, row_end, command)
+    if t.start_date and t.start_date != row.start_date.isoformat():
+        warn(
+            "start_date",
+            t.start_date,
+            row.start_date.isoformat(),
+            f"cnkispider task add {name}-2 --start {t.start_date} (a task's start is fixed)",
+        )
+    return lines
+
+
+def preflight(config: Config, task_arg: str | None = None) -> None:
+    """The checks before a crawl, the same for `cnkispider run` and `scrapy crawl`: the database
+    and Redis answer, the [task] of config.ini is valid input, a named task exists; a drifted
+    config.ini is warned about. Raises CnkiSpiderError or ValueError (one line)."""
+    _check_services(config)
+    t = config.task
+    store = task_store(config)
+    if task_arg:
+        store.get(task_arg)  # LookupError: no such task
+        return
+    try:
+        row = store.get(t.name)
+    except LookupError:
+        check_task_input(
+            t.type, t.start_date or None, t.end_date or None, t.categories, config.base_dir
+        )
+        return
+    for line in config_drift(config, row):
+        print(line, file=sys.stderr)
+
+
+def _check_services(config: Config) -> None:
+    """Fail before Scrapy starts, with one clear line, if the database or Redis is unusable."""
+    from cnkispider.db import open_database
+    from cnkispider.redisconn import connect
+
+    open_database(config.database_url).dispose()
+    connect(config.redis_url, config.data_dir).close()
