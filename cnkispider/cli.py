@@ -15,6 +15,7 @@
     cnkispider session login [--browser PATH | --cdp PORT]   pass CNKI's check in a browser, keep it
     cnkispider session add --from-curl FILE|- | --cookie-string "a=1; b=2" | --cookie-file FILE
     cnkispider session list | remove ID | check [ID]
+    cnkispider web [--host 127.0.0.1] [--port 8700]   the operator's page (cnkispider/web/)
 
 Every error the crawler raises on purpose (a bad config key, an unreachable database, a bad task
 row) is printed as one line and the exit status is 2; a traceback means a bug.
@@ -572,6 +573,13 @@ def cmd_status(config: Config, args) -> int:
     return status_command(config, task_name=args.task, every=args.watch, as_json=args.json)
 
 
+def cmd_web(config: Config, args) -> int:
+    # imported here: a crawl never loads Starlette, Jinja2 or uvicorn
+    from cnkispider.web.serve import serve
+
+    return serve(config, host=args.host, port=args.port)
+
+
 def cmd_export(config: Config, args) -> int:
     from cnkispider.export import export_command
 
@@ -955,6 +963,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     probe.set_defaults(func=cmd_probe)
     _session_parser(sub)
+    web = sub.add_parser(
+        "web", help="the operator's page: tasks, coverage grid, workers, errors, /metrics, actions"
+    )
+    web.add_argument("--host", help="address to listen on (default [web] host: 127.0.0.1)")
+    web.add_argument("--port", type=int, help="port (default [web] port: 8700)")
+    web.set_defaults(func=cmd_web)
     return parser
 
 
