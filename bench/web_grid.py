@@ -1,0 +1,189 @@
+"""The web page's coverage grid of a large task: a year x 600 categories must stay fast.
+
+    python bench/web_grid.py [--days 365] [--categories 600] [--runs 5] [--mysql mysql+pymysql://root@127.0.0.1:3306]
+
+Seeds the round table directly (no crawl): one task of ``--days`` days x ``--categories``
+category codes (a plain list in a file, as ``[task] categories`` may name one), with a round
+row for every (day x category) but the last 30 days (pending), mostly ``done`` with a stored
+count, every 97th ``failed``, every 89th failed on its ledger (out of balance) and every 101st
+in flight. On a fresh SQLite database and, with ``--mysql``, a fresh database on that MariaDB
+server (dropped afterwards).
+
+Then serves ``cnkispider web``'s app (the real one: :func:`cnkispider.web.create_app` under
+uvicorn, in this process) and times ``--runs`` GETs of
+
+  year   /tasks/<name>             the whole grid: past 20,000 cells, months roll up (12 x 600)
+  month  /tasks/<name>?month=M     one month's days (30 x 600 = 18,000 cells)
+  round  /rounds/<id>              one cell's detail
+
+each a full HTTP answer read to its end over loopback (what a browser waits for before it
+draws), and prints the median and the slowest, with the page's size. The issue's bar: the grid
+of 365 days x 600 categories in under 2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import sqlalchemy as sa  # noqa: E402
+
+from cnkispider.config import load_config  # noqa: E402
+from cnkispider.db import open_database  # noqa: E402
+from cnkispider.schema import round_, task  # noqa: E402
+
+FIRST = dt.date(2023, 1, 1)
+
+
+def seed(engine, days: int, codes: list[str], categories_file: Path) -> tuple[str, int]:
+    name = "bench-grid"
+    end = FIRST + dt.timedelta(days=days - 1)
+    crawled_until = end - dt.timedelta(days=30)
+    with engine.begin() as conn:
+        task_id = conn.execute(
+            task.insert().values(
+                name=name,
+                type="patent",
+                start_date=FIRST.isoformat(),
+                cur_date=crawled_until.isoformat(),
+                cur_code=codes[-1],
+                end_date=end.isoformat(),
+                categories=str(categories_file),
+                phase="crawl",
+            )
+        ).inserted_primary_key[0]
+    rows = []
+    n = 0
+    for d in range((crawled_until - FIRST).days + 1):
+        day = (FIRST + dt.timedelta(days=d)).isoformat()
+        for code in codes:
+            n += 1
+            row = {"task_id": task_id, "day": day, "category": code, "state": "done"}
+            row.update(stored=n % 40, total=n % 40, note=None)
+            if n % 101 == 0:
+                row.update(state="seeded", stored=None, total=None)
+            elif n % 89 == 0:
+                row.update(state="failed", note="ledger: listed 40, stored 38")
+            elif n % 97 == 0:
+                row.update(state="failed", note="http-500")
+            rows.append(row)
+    with engine.begin() as conn:
+        for i in range(0, len(rows), 5000):
+            conn.execute(round_.insert(), rows[i : i + 5000])
+    return name, len(rows)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def timed_gets(url: str, runs: int) -> tuple[list[float], int]:
+    times, size = [], 0
+    for _ in range(runs):
+        started = time.perf_counter()
+        body = urllib.request.urlopen(url, timeout=120).read()
+        times.append(time.perf_counter() - started)
+        size = len(body)
+    return times, size
+
+
+def measure(db_url: str, label: str, days: int, n_categories: int, runs: int) -> list[tuple]:
+    import uvicorn
+
+    from cnkispider.web import create_app
+    from cnkispider.web.serve import UVICORN_OPTIONS
+
+    work = Path(tempfile.mkdtemp(prefix="web-grid-"))
+    codes = [f"K{i:03d}" for i in range(n_categories)]
+    (work / "codes.txt").write_text("\n".join(codes) + "\n", encoding="utf-8")
+    (work / "config.ini").write_text(
+        f"[database]\nurl = {db_url}\n[redis]\nurl = redis://127.0.0.1:1/0\n", encoding="utf-8"
+    )
+    config = load_config(work / "config.ini", environ={})
+    engine = open_database(db_url)
+    started = time.perf_counter()
+    name, count = seed(engine, days, codes, work / "codes.txt")
+    print(f"{label}: seeded {count:,} rounds in {time.perf_counter() - started:.1f} s", flush=True)
+    with engine.connect() as conn:
+        some_round = conn.execute(sa.select(sa.func.min(round_.c.id))).scalar()
+    port = _free_port()
+    app = create_app(config, engine=engine, token="bench", sample_seconds=3600)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", **UVICORN_OPTIONS)
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    base = f"http://127.0.0.1:{port}"
+    month = (FIRST + dt.timedelta(days=150)).strftime("%Y-%m")
+    out = []
+    try:
+        for what, path in (
+            (f"year ({days} days x {n_categories})", f"/tasks/{name}"),
+            (f"month {month} (days x {n_categories})", f"/tasks/{name}?month={month}"),
+            ("round (a cell's detail)", f"/rounds/{some_round}"),
+        ):
+            urllib.request.urlopen(base + path, timeout=120).read()  # warm: imports, templates
+            times, size = timed_gets(base + path, runs)
+            out.append((label, what, statistics.median(times), max(times), size))
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        engine.dispose()
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--days", type=int, default=365)
+    parser.add_argument("--categories", type=int, default=600)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--mysql", help="a MariaDB/MySQL server URL (a database is made there)")
+    args = parser.parse_args(argv)
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        results += measure(
+            f"sqlite:///{tmp}/grid.db", "SQLite", args.days, args.categories, args.runs
+        )
+    if args.mysql:
+        import pymysql
+
+        name = f"cnkibench_{uuid.uuid4().hex[:8]}"
+        server = args.mysql.rstrip("/")
+        try:
+            results += measure(
+                f"{server}/{name}?charset=utf8mb4", "MariaDB", args.days, args.categories, args.runs
+            )
+        finally:
+            url = sa.engine.make_url(server)
+            admin = pymysql.connect(
+                host=url.host, port=url.port or 3306, user=url.username, password=url.password or ""
+            )
+            with admin.cursor() as cur:
+                cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+            admin.close()
+    print()
+    print(f"| database | page | median | slowest | size (of {args.runs} GETs) |")
+    print("|---|---|---|---|---|")
+    for label, what, median, slowest, size in results:
+        print(f"| {label} | {what} | {median:.2f} s | {slowest:.2f} s | {size / 1e3:,.0f} KB |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
