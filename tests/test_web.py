@@ -167,6 +167,7 @@ def _task_id(engine, name: str) -> int:
 # -- in a real browser, after a real crawl ------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("web-crawl")
 def test_the_grid_has_one_cell_per_round_in_its_state_colour(crawled, page, tmp_path):
     setup, engine, server = crawled["setup"], crawled["engine"], crawled["server"]
@@ -196,6 +197,7 @@ def test_the_grid_has_one_cell_per_round_in_its_state_colour(crawled, page, tmp_
     page.screenshot(path=str(target / "web-grid.png"), full_page=False)
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("web-crawl")
 def test_a_cell_opens_its_round_and_a_title_holding_script_shows_as_text(crawled, page):
     setup, engine, server = crawled["setup"], crawled["engine"], crawled["server"]
@@ -218,6 +220,7 @@ def test_a_cell_opens_its_round_and_a_title_holding_script_shows_as_text(crawled
     assert page.locator("#round img").count() == 0
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("web-crawl")
 def test_a_halted_task_shows_its_banner_and_resumes_from_the_page_with_the_token(crawled, page):
     setup, engine, server = crawled["setup"], crawled["engine"], crawled["server"]
@@ -245,6 +248,7 @@ def test_a_halted_task_shows_its_banner_and_resumes_from_the_page_with_the_token
     assert "127.0.0.1" in recorded[0].who and "halt cleared" in recorded[0].detail
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("web-crawl")
 def test_an_action_without_the_token_or_from_another_origin_is_refused(crawled, page):
     setup, engine, server = crawled["setup"], crawled["engine"], crawled["server"]
@@ -280,6 +284,7 @@ def test_an_action_without_the_token_or_from_another_origin_is_refused(crawled, 
     assert row() == before  # nothing changed, nothing recorded
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("web-crawl")
 def test_metrics_parse_and_count_the_documents_of_the_database(crawled):
     from prometheus_client.parser import text_string_to_metric_families
@@ -300,6 +305,7 @@ def test_metrics_parse_and_count_the_documents_of_the_database(crawled):
     assert {"cnkispider_sessions", "cnkispider_workers", "cnkispider_challenges"} <= set(families)
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("web-crawl")
 def test_api_status_is_status_json(crawled):
     setup, server = crawled["setup"], crawled["server"]
@@ -316,6 +322,44 @@ def test_api_status_is_status_json(crawled):
             b["rounds"],
             b["errors"],
         )
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("web-crawl")
+def test_a_pasted_copy_as_curl_joins_the_pool_after_its_preview(crawled, page):
+    from cnkispider.sessions.pool import SessionStore, namespace_for
+
+    site, server = crawled["site"], crawled["server"]
+    host = site.base_url.split("/")[2]
+    store = SessionStore(redis_client(), namespace_for(site.base_url))
+    before = {s.id for s in store.list()}
+    page.goto(server.url + "/sessions")
+    page.fill("textarea[name=paste]", "curl 'https://www.example.com/' -b 'a=1'")
+    page.fill("input[name=token]", server.token)
+    page.click("button[name=preview]")
+    assert "is a request to www.example.com" in page.locator(".error").inner_text()
+    paste = f"curl 'http://{host}/kns8s/defaultresult/index' -b 'SID=s1; Ecp_ClientId=c2' -A 'Mozilla/5.0 Chrome/130.0'"
+    page.fill("textarea[name=paste]", paste)
+    page.click("button[name=preview]")
+    assert "will add a session" in page.locator(".plan").inner_text()
+    assert {s.id for s in store.list()} == before  # the preview added nothing
+    page.click("button[name=confirm]")
+    assert page.locator(".result").inner_text().startswith("added session ")
+    added = [s for s in store.list() if s.id not in before]
+    try:
+        assert [s.cookie_names() for s in added] == [["Ecp_ClientId", "SID"]]
+        assert "s1" not in page.content()  # never a cookie value on the page
+    finally:
+        for s in added:
+            store.remove(s.id)
+
+
+def redis_client():
+    import redis
+
+    from tests.crawl_harness import REDIS_URL
+
+    return redis.Redis.from_url(REDIS_URL)
 
 
 # -- without a crawl --------------------------------------------------------------------------
