@@ -180,6 +180,7 @@ def test_the_grid_has_one_cell_per_round_in_its_state_colour(crawled, page, tmp_
         }
     page.goto(f"{server.url}/tasks/{setup.task}")
     cells = page.locator("table.grid td[data-round]")
+    cells.first.wait_for()  # the grid comes beside the page (htmx)
     shown = {
         cells.nth(i).get_attribute("data-round"): cells.nth(i).get_attribute("class")
         for i in range(cells.count())
@@ -407,6 +408,7 @@ def test_the_grid_rolls_up_to_months_past_its_cell_limit(sqlite_url, tmp_path):
                 "category": code,
                 "state": "done",
                 "stored": 2,
+                "note": None,
             }
             for d in range(400)
             for code in codes

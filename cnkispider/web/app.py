@@ -3,7 +3,8 @@
 Pages (GET, never changing anything)::
 
     /                          every task: phase, state, rounds, documents, rate, ETA; banners
-    /tasks/<name>[?month=M]    the coverage grid, workers, errors by reason, throughput chart
+    /tasks/<name>[?month=M]    the task: workers, errors by reason, throughput chart, and
+                               its coverage grid, loaded beside it from /tasks/<name>/grid
     /rounds/<id>               one round (the grid's cell opens it): history, worker, errors
     /tasks/<name>/<action>     what the action will do, and the form that confirms it
     /sessions                  the form to paste a "Copy as cURL"
@@ -210,7 +211,6 @@ def create_app(config, *, engine=None, token: str, sample_seconds: float = SAMPL
             return problem(request, 400, f"month {month!r}: expected YYYY-MM")
         try:
             report = web.report(name)
-            grid = round_grid(engine, name, month=month, base_dir=config.base_dir)
         except LookupError as exc:
             return problem(request, 404, str(exc))
         t = report["tasks"][0]
@@ -221,10 +221,23 @@ def create_app(config, *, engine=None, token: str, sample_seconds: float = SAMPL
             "task.html",
             t=t,
             report=report,
-            grid=grid,
+            month=month,
             claims=claims,
             banners=banners(report),
         )
+
+    def grid_fragment(request: Request):
+        """The grid alone: the task page loads it beside itself (htmx), so neither waits for
+        the other's queries."""
+        name = request.path_params["name"]
+        month = request.query_params.get("month") or None
+        if month is not None and not _is_month(month):
+            return problem(request, 400, f"month {month!r}: expected YYYY-MM")
+        try:
+            grid = round_grid(engine, name, month=month, base_dir=config.base_dir)
+        except LookupError as exc:
+            return problem(request, 404, str(exc))
+        return page(request, "_grid.html", grid=grid)
 
     def round_page(request: Request):
         try:
@@ -410,6 +423,7 @@ def create_app(config, *, engine=None, token: str, sample_seconds: float = SAMPL
         Route("/sessions", sessions_post, methods=["POST"]),
         Route("/rounds/{round_id:int}", round_page),
         Route("/tasks/{name}", task_page),
+        Route("/tasks/{name}/grid", grid_fragment, methods=["GET"]),
         Route("/tasks/{name}/{action}", action_form, methods=["GET"]),
         Route("/tasks/{name}/{action}", action_post, methods=["POST"]),
         Mount("/static", StaticFiles(packages=[("cnkispider.web", "static")]), name="static"),
