@@ -473,3 +473,28 @@ def test_a_crawl_never_imports_the_web_stack():
 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "[]", out.stderr
+
+
+@pytest.mark.slow
+def test_the_grid_benchmark_prints_its_table():
+    """bench/web_grid.py at a tiny size (its figures are the README's at 365 x 600)."""
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "bench/web_grid.py", "--days", "40", "--categories", "30", "--runs", "1"]
+        + ["--browser"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    rows = [line for line in run.stdout.splitlines() if line.startswith("| SQLite |")]
+    assert [r.split(" | ")[1].split(":")[0] for r in rows] == [
+        "page (without its grid)",
+        "grid",
+        "grid",
+        "round (a cell's detail)",
+        "browser",
+        "browser month",
+    ]
