@@ -3,8 +3,8 @@
 Pages (GET, never changing anything)::
 
     /                          every task: phase, state, rounds, documents, rate, ETA; banners
-    /tasks/<name>[?month=M]    the task: workers, errors by reason, throughput chart, and
-                               its coverage grid, loaded beside it from /tasks/<name>/grid
+    /tasks/<name>[?month=M]    the coverage grid, workers, errors by reason, throughput chart
+    /tasks/<name>/grid         the grid alone
     /rounds/<id>               one round (the grid's cell opens it): history, worker, errors
     /tasks/<name>/<action>     what the action will do, and the form that confirms it
     /sessions                  the form to paste a "Copy as cURL"
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from jinja2 import Environment, PackageLoader
 from starlette.applications import Starlette
@@ -209,10 +210,15 @@ def create_app(config, *, engine=None, token: str, sample_seconds: float = SAMPL
         month = request.query_params.get("month") or None
         if month is not None and not _is_month(month):
             return problem(request, 400, f"month {month!r}: expected YYYY-MM")
-        try:
-            report = web.report(name)
-        except LookupError as exc:
-            return problem(request, 404, str(exc))
+        # the task's report and its grid are read at once, each on its own connection: the
+        # page waits for the slower of the two queries, not their sum
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            grid_read = pool.submit(round_grid, engine, name, month=month, base_dir=config.base_dir)
+            try:
+                report = web.report(name)
+                grid = grid_read.result()
+            except LookupError as exc:
+                return problem(request, 404, str(exc))
         t = report["tasks"][0]
         alive = {w["id"] for w in t["workers"] if w["state"] == "alive"}
         claims = [dict(r, gone=r["worker"] not in alive) for r in t["current_rounds"]]
@@ -221,14 +227,13 @@ def create_app(config, *, engine=None, token: str, sample_seconds: float = SAMPL
             "task.html",
             t=t,
             report=report,
-            month=month,
+            grid=grid,
             claims=claims,
             banners=banners(report),
         )
 
     def grid_fragment(request: Request):
-        """The grid alone: the task page loads it beside itself (htmx), so neither waits for
-        the other's queries."""
+        """The grid alone (for a script, or a page that redraws only its grid)."""
         name = request.path_params["name"]
         month = request.query_params.get("month") or None
         if month is not None and not _is_month(month):
