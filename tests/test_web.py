@@ -286,6 +286,18 @@ def test_an_action_without_the_token_or_from_another_origin_is_refused(crawled, 
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("web-crawl")
+def test_a_page_asked_for_under_another_host_name_is_refused(crawled):
+    """Bound to 127.0.0.1, the page answers only its loopback names (no DNS rebinding)."""
+    server = crawled["server"]
+    request = urllib.request.Request(server.url + "/api/status", headers={"Host": "evil.test"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+    assert refused.value.code == 400
+    assert json.loads(server.get("/api/status"))["tasks"]
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("web-crawl")
 def test_metrics_parse_and_count_the_documents_of_the_database(crawled):
     from prometheus_client.parser import text_string_to_metric_families
 

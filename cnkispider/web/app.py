@@ -172,10 +172,22 @@ def _templates() -> Jinja2Templates:
     return Jinja2Templates(env=env)
 
 
-def create_app(config, *, engine=None, token: str, sample_seconds: float = SAMPLE_SECONDS):
+def create_app(
+    config,
+    *,
+    engine=None,
+    token: str,
+    sample_seconds: float = SAMPLE_SECONDS,
+    allowed_hosts: list[str] | None = None,
+):
     """The app over ``config``'s database and Redis. ``engine``: an open engine (default: one
-    opened here, which creates the ``audit`` table when missing); ``token``: see guard."""
+    opened here, which creates the ``audit`` table when missing); ``token``: see guard;
+    ``allowed_hosts``: the names the ``Host`` header may give (None: any). Bound to this machine,
+    ``cnkispider web`` allows only its loopback names, so a site that points its own name at
+    127.0.0.1 (DNS rebinding) cannot read the page from a browser on this machine."""
     from contextlib import asynccontextmanager
+
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
 
     from cnkispider.db import open_database
 
@@ -433,7 +445,10 @@ def create_app(config, *, engine=None, token: str, sample_seconds: float = SAMPL
         Route("/tasks/{name}/{action}", action_post, methods=["POST"]),
         Mount("/static", StaticFiles(packages=[("cnkispider.web", "static")]), name="static"),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(_Headers)])
+    middleware = [Middleware(_Headers)]
+    if allowed_hosts:
+        middleware.insert(0, Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts))
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.web = web
     return app
 

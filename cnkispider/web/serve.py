@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
 # uvicorn picks its HTTP and loop implementations by name at run time: naming them here makes
 # the choice fixed (no uvloop, no httptools, which the .exe does not bundle) and visible.
 UVICORN_OPTIONS = {"loop": "asyncio", "http": "h11", "ws": "none", "lifespan": "on"}
@@ -30,10 +32,12 @@ def serve(config, *, host: str | None = None, port: int | None = None, stream=No
     elif kept is not None:
         print(f"web token: the one kept in {kept}", file=stream)
     engine = open_database(config.database_url)  # creates the audit table when missing
-    app = create_app(config, engine=engine, token=token)
+    # bound to this machine: only its loopback names may be asked for (see create_app)
+    allowed = list(LOOPBACK) if host in LOOPBACK else None
+    app = create_app(config, engine=engine, token=token, allowed_hosts=allowed)
     shown = f"[{host}]" if ":" in host else host
     print(f"cnkispider web: http://{shown}:{port}/  (Ctrl-C stops it)", file=stream, flush=True)
-    if host not in ("127.0.0.1", "localhost", "::1"):
+    if host not in LOOPBACK:
         print(
             f"note: listening on {host}, not only this machine: anyone who reaches it sees the "
             "tasks (actions still need the token); an SSH tunnel keeps it private",
