@@ -178,7 +178,14 @@ def test_the_grid_has_one_cell_per_round_in_its_state_colour(crawled, page, tmp_
                 sa.select(round_).where(round_.c.task_id == _task_id(engine, setup.task))
             )
         }
+    problems = []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
     page.goto(f"{server.url}/tasks/{setup.task}")
+    page.wait_for_load_state("networkidle")
+    # the vendored scripts loaded and ran under the Content-Security-Policy, with no error
+    assert page.evaluate("typeof window.htmx + ' ' + typeof window.uPlot") == "object function"
+    assert problems == []
     cells = page.locator("table.grid td[data-round]")
     shown = {
         cells.nth(i).get_attribute("data-round"): cells.nth(i).get_attribute("class")
@@ -509,3 +516,61 @@ def test_the_grid_benchmark_prints_its_table():
         "browser",
         "browser month",
     ]
+
+
+def test_the_throughput_and_error_charts_draw_the_page_s_samples(
+    sqlite_url, redis_url, tmp_path, page
+):
+    """The app samples the report (here every 0.2 s) and uPlot draws its series in the page."""
+    import uvicorn
+
+    from cnkispider.cli import main
+    from cnkispider.web import create_app
+    from cnkispider.web.serve import UVICORN_OPTIONS
+
+    ini = tmp_path / "config.ini"
+    ini.write_text(
+        f"[database]\nurl = {sqlite_url}\n[redis]\nurl = {redis_url}\n", encoding="utf-8"
+    )
+    assert (
+        main(
+            ["--config", str(ini), "task", "add", "t", "--type", "patent", "--start", "2024-01-01"]
+        )
+        == 0
+    )
+    engine = open_database(sqlite_url)
+    with engine.begin() as conn:
+        task_id = conn.execute(sa.select(task.c.id)).scalar()
+        conn.execute(
+            error_link.insert().values(
+                task_id=task_id,
+                doc_type="patent",
+                url="http://x/",
+                dbname="D",
+                filename="F",
+                reason="http-500",
+                state="open",
+            )
+        )
+    app = create_app(load_config(ini, environ={}), engine=engine, token="t", sample_seconds=0.2)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app, host="127.0.0.1", port=_free_port(), log_level="warning", **UVICORN_OPTIONS
+        )
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.05)
+        time.sleep(1.0)  # a few samples
+        page.goto(f"http://127.0.0.1:{server.config.port}/tasks/t")
+        page.locator("#throughput-chart canvas").wait_for()
+        page.locator("#errors-chart canvas").wait_for()
+        legend = page.locator("#throughput-chart").inner_text()
+        assert "pages/min" in legend and "documents/min" in legend and "challenges" in legend
+        assert "http-500" in page.locator("#errors-chart").inner_text()
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        engine.dispose()
