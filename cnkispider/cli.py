@@ -15,6 +15,7 @@
     cnkispider session login [--browser PATH | --cdp PORT]   pass CNKI's check in a browser, keep it
     cnkispider session add --from-curl FILE|- | --cookie-string "a=1; b=2" | --cookie-file FILE
     cnkispider session list | remove ID | check [ID]
+    cnkispider web [--host 127.0.0.1] [--port 8700]   the operator's page (cnkispider/web/)
 
 Every error the crawler raises on purpose (a bad config key, an unreachable database, a bad task
 row) is printed as one line and the exit status is 2; a traceback means a bug.
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 import sys
 from pathlib import Path
 
@@ -38,19 +38,10 @@ from cnkispider.config import Config, load_config
 from cnkispider.exceptions import CnkiSpiderError
 from cnkispider.items import DOC_TYPES
 from cnkispider.preflight import check_task_input, parse_day, preflight, task_store
+from cnkispider.sessions.waysin import added_line, cnki_site_of
+from tasks.rows import describe
 
 logger = logging.getLogger("cnkispider")
-
-
-def _describe(t) -> str:
-    end = t.end_date.isoformat() if t.end_date else "(today)"
-    cur = f"{t.cur_date or '-'} {t.cur_code or '-'}"
-    status = t.status.strftime("%Y-%m-%d %H:%M:%S") if t.status else "never"
-    return (
-        f"task {t.id} {t.name!r}: {t.type} {t.start_date}..{end}, cursor {cur}, "
-        f"{len(t.tree.roots)} categories, phase {t.phase}, last heartbeat {status}"
-        + (f", halted: {t.halt_reason}" if t.halt_reason else "")
-    )
 
 
 def cmd_init_db(config: Config, args) -> int:
@@ -77,31 +68,31 @@ def cmd_task(config: Config, args) -> int:
             parse_day(args.end, "end date") or "",
             args.categories,
         )
-        print(("created " if created else "exists: ") + _describe(current))
+        print(("created " if created else "exists: ") + describe(current))
     elif action == "set":
-        print("changed: " + _describe(store.set_task(args.name, args.categories, args.type)))
+        print("changed: " + describe(store.set_task(args.name, args.categories, args.type)))
     elif action == "list":
         rows = store.rows()
         if not rows:
             print("no tasks")
         for row in rows:
             try:
-                print(_describe(validate_row(row, store.base_dir)))
+                print(describe(validate_row(row, store.base_dir)))
             except TaskRowError as exc:
                 print(f"task {row.id} {row.name!r}: BAD ROW, skipped by workers: {exc.problem}")
     elif action == "show":
         current = store.get(args.name)
-        print(_describe(current))
+        print(describe(current))
         progress = store.progress(current.id)
         rounds = ", ".join(f"{k} {v}" for k, v in sorted(progress["rounds"].items())) or "none"
         print(
             f"rounds: {rounds}; errorCode {progress['error_code']}; errorLink {progress['error_link']}"
         )
     elif action == "stop":
-        print("stopped: " + _describe(store.stop(args.name)))
+        print("stopped: " + describe(store.stop(args.name)))
     elif action == "extend":
         print(
-            "extended: " + _describe(store.set_end_date(args.name, parse_day(args.end, "end date")))
+            "extended: " + describe(store.set_end_date(args.name, parse_day(args.end, "end date")))
         )
     elif action == "resume":
         current = store.get(args.name)
@@ -109,20 +100,20 @@ def cmd_task(config: Config, args) -> int:
             # a halted task goes on where it halted (its end date stays unless --end is given)
             resumed, reopened = store.resume_halted(args.name, parse_day(args.end, "end date"))
             print(
-                f"resumed: {_describe(resumed)} (halt cleared: {reopened['reason']}; "
+                f"resumed: {describe(resumed)} (halt cleared: {reopened['reason']}; "
                 f"{reopened['rounds']} rounds re-opened, {reopened['error_code']} errorCode rows to replay)"
             )
         else:
             print(
                 "resumed: "
-                + _describe(store.set_end_date(args.name, parse_day(args.end, "end date")))
+                + describe(store.set_end_date(args.name, parse_day(args.end, "end date")))
             )
     elif action == "move":
         if args.code is not None and len(args.code) > 64:
             raise ValueError(f"category code {args.code[:20]!r}... is longer than 64 characters")
         print(
             "moved: "
-            + _describe(store.move_cursor(args.name, parse_day(args.date, "date"), args.code))
+            + describe(store.move_cursor(args.name, parse_day(args.date, "date"), args.code))
         )
     return 0
 
@@ -407,6 +398,13 @@ def cmd_status(config: Config, args) -> int:
     return status_command(config, task_name=args.task, every=args.watch, as_json=args.json)
 
 
+def cmd_web(config: Config, args) -> int:
+    # imported here: a crawl never loads Starlette, Jinja2 or uvicorn
+    from cnkispider.web.serve import serve
+
+    return serve(config, host=args.host, port=args.port)
+
+
 def cmd_export(config: Config, args) -> int:
     from cnkispider.export import export_command
 
@@ -448,32 +446,12 @@ def _sessions(config: Config):
     return SessionStore.from_config(config)
 
 
-def _site(config: Config) -> tuple[str, tuple[str, ...]]:
-    """(CNKI's search page, the hosts whose cookies are CNKI's) for this config."""
-    from cnkispider.cnki.protocol import HOME_PATH
-    from cnkispider.sessions.waysin import cnki_hosts_of
-
-    base_url = config.cnki["base_url"].rstrip("/")
-    return base_url + HOME_PATH, cnki_hosts_of(base_url)
-
-
 def _age(seconds: float) -> str:
     seconds = max(0, int(seconds))
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
-
-
-def _added(session, paste, source: str) -> str:
-    """The line of a new session: its cookies' names (never a value) and the browser's name."""
-    browser = re.findall(r"(Edg|Firefox|HeadlessChrome|Chrome)/(\d+)", paste.user_agent)
-    return (
-        f"added session {session.id} ({source}): {len(paste.cookies)} cookies of "
-        f"{paste.host or '?'} ({', '.join(paste.names)})"
-        + (f", user agent {browser[-1][0]}/{browser[-1][1]}" if browser else "")
-        + f"; try it: cnkispider session check {session.id}"
-    )
 
 
 def cmd_session(config: Config, args) -> int:
@@ -483,7 +461,7 @@ def cmd_session(config: Config, args) -> int:
     from cnkispider.sessions.waysin import PasteError
 
     action = args.action
-    home_url, hosts = _site(config)
+    home_url, hosts = cnki_site_of(config.cnki["base_url"])
     if action in ("add", "login"):
         if action == "login":
             from cnkispider.sessions.login import login
@@ -504,7 +482,7 @@ def cmd_session(config: Config, args) -> int:
         session = _sessions(config).add(
             paste.cookies, source=source, user_agent=paste.user_agent, egress=egress
         )
-        print(_added(session, paste, source))
+        print(added_line(session, paste, source))
         return 0
     store = _sessions(config)
     if action == "list":
@@ -790,6 +768,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     probe.set_defaults(func=cmd_probe)
     _session_parser(sub)
+    web = sub.add_parser(
+        "web", help="the operator's page: tasks, coverage grid, workers, errors, /metrics, actions"
+    )
+    web.add_argument("--host", help="address to listen on (default [web] host: 127.0.0.1)")
+    web.add_argument("--port", type=int, help="port (default [web] port: 8700)")
+    web.set_defaults(func=cmd_web)
     return parser
 
 

@@ -225,6 +225,11 @@ SCHEMA: dict[str, dict[str, tuple[Any, str]]] = {
         "webhook": (_http_urls, _default("NOTIFY_WEBHOOKS")),
         "format": (_choice("json", "dingtalk", "wecom", "feishu"), _default("NOTIFY_FORMAT")),
     },
+    "web": {
+        "host": (_required(_text), _default("WEB_HOST")),
+        "port": (_int(1, 65535), _default("WEB_PORT")),
+        "token": (_text, _default("WEB_TOKEN")),
+    },
     "proxy": {
         "enabled": (_bool, _default("PROXY_ENABLED")),
         "api_url": (_http_url, _default("PROXY_API_URL")),

@@ -148,6 +148,13 @@ NOTIFY_WEBHOOKS: list[str] = []  # URLs that get one POST when a task waits, hal
 NOTIFY_FORMAT = "json"  # json | dingtalk | wecom | feishu
 NOTIFY_TIMEOUT = 5.0  # seconds a webhook may take
 
+# -- WEB_*: `cnkispider web`, the operator's page (cnkispider/web/) ------------------------------
+
+WEB_HOST = "127.0.0.1"  # this machine only: reach it from elsewhere through an SSH tunnel
+WEB_PORT = 8700
+# empty: made at the first start, kept in data_dir/web-token and printed once
+WEB_TOKEN = ""
+
 # -- TASKS_*, ERRORS_*: flow control (tasks/, errors/, cnkispider/halting.py) -------------------
 
 TASKS_ENABLED = True

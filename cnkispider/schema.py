@@ -11,6 +11,7 @@ errorLink   detail links that failed, replayed by the recrawl phase.
 ledger      every row a round listed, by its document key, with its outcome (cnkispider/ledger.py):
             a round is done only when its rows are accounted for.
 worker      one row per running worker process: host, pid, heartbeat, counters.
+audit       one row per action taken on the web page (cnkispider/web/): who, when, what, result.
 patent, paper, achievement
             the documents, one row per natural key (dbname, filename), upserted.
 schema_version
@@ -38,7 +39,7 @@ from sqlalchemy.dialects.mysql import MEDIUMTEXT
 
 from cnkispider.items import FIELDS
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 metadata = MetaData()
 
@@ -187,6 +188,23 @@ worker = Table(
     Column("state", String(16), nullable=False, default="running"),  # running | stopped
 )
 
+# One row per action the operator's web page carried out (cnkispider/web/actions.py): resume,
+# stop, extend, move, recrawl, a session added. Written after the action, with its outcome; the
+# page never deletes a row. ``who`` is the client's address and User-Agent (the token proves the
+# right to act, not a name); ``detail`` is what the action did, in the CLI's words.
+audit = Table(
+    "audit",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", DateTime, nullable=False),  # the database's clock
+    Column("who", String(300), nullable=False),
+    Column("action", String(40), nullable=False),
+    Column("task_name", String(100)),  # NULL for a session
+    Column("detail", Text),
+    Column("ok", Integer, nullable=False, default=1),  # 0: refused or failed (detail says why)
+    Index("ix_audit_at", "at"),
+)
+
 
 #: What each schema version adds to the one before, for :func:`cnkispider.db.upgrade`: version ->
 #: (table, column) pairs to add when missing. Columns only; each step is idempotent, so a
@@ -195,6 +213,8 @@ UPGRADES: dict[int, list[tuple[Table, str]]] = {
     2: [(task, "halt_reason"), (task, "halted_at")],
     # the round ledger; its table is created like any new table (CREATE TABLE IF NOT EXISTS)
     3: [(round_, "in_error"), (round_, "dropped"), (round_, "beyond"), (round_, "drops")],
+    # the web page's audit table, created like any new table (CREATE TABLE IF NOT EXISTS)
+    4: [],
 }
 
 # Document columns that can outgrow TEXT's 65,535 bytes (about 21,000 Chinese characters in

@@ -188,3 +188,15 @@ class TaskRows:
         if key not in self._reported:
             self._reported.add(key)
             logger.error("skipping %s (fix the row in the task table)", error)
+
+
+def describe(t: Task) -> str:
+    """One line of a task for the operator: type, days, cursor, categories, phase, heartbeat, halt."""
+    end = t.end_date.isoformat() if t.end_date else "(today)"
+    cur = f"{t.cur_date or '-'} {t.cur_code or '-'}"
+    status = t.status.strftime("%Y-%m-%d %H:%M:%S") if t.status else "never"
+    return (
+        f"task {t.id} {t.name!r}: {t.type} {t.start_date}..{end}, cursor {cur}, "
+        f"{len(t.tree.roots)} categories, phase {t.phase}, last heartbeat {status}"
+        + (f", halted: {t.halt_reason}" if t.halt_reason else "")
+    )

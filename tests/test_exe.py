@@ -381,3 +381,75 @@ def test_crawl_processes_2_runs_two_workers_of_the_exe_that_share_the_task(
     assert result.returncode == 0, install.explain(result)
     assert result.stdout.count("== cnkispider summary") == 2
     assert compare(install.stored(), truth(site), "patent") == SAME
+
+
+@pytest.mark.timeout(900)
+def test_the_exe_serves_the_web_page_with_its_templates_and_static_files(exe, tmp_path):
+    """`cnkispider web` from the one-file program: pages, vendored scripts, metrics, an action."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    install = Install(
+        exe,
+        tmp_path / "pc",
+        {"database": {"url": "sqlite:///data/cnki.db"}, "redis": {"url": "redis://127.0.0.1:1/0"}},
+    )
+
+    def program(*args, **kw):
+        return [str(install.program), "--config", str(install.folder / "config.ini"), *args]
+
+    added = subprocess.run(
+        program(
+            "task", "add", "t1", "--type", "patent", "--start", "2024-01-01", "--end", "2024-01-05"
+        ),
+        cwd=install.folder,
+        env=install.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert added.returncode == 0, added.stdout + added.stderr
+    web = subprocess.Popen(
+        program("web", "--port", str(port)),
+        cwd=install.folder,
+        env=install.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # the one-file bootloader passes no signal on: signal the group
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        first = web.stdout.readline()
+        token = first.rsplit(": ", 1)[1].strip()
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(base + "/", timeout=5).read()
+                break
+            except OSError:
+                assert web.poll() is None and time.monotonic() < deadline, first
+                time.sleep(0.2)
+        sizes = {
+            path: len(urllib.request.urlopen(base + path, timeout=30).read())
+            for path in (
+                "/tasks/t1",
+                "/static/htmx.min.js",
+                "/static/uPlot.iife.min.js",
+                "/metrics",
+            )
+        }
+        assert all(sizes.values()) and sizes["/static/htmx.min.js"] > 40_000, sizes
+        request = urllib.request.Request(
+            base + "/tasks/t1/extend",
+            data=f"token={token}&end=2024-02-01".encode(),
+            headers={"Origin": base},
+        )
+        answer = urllib.request.urlopen(request, timeout=30).read().decode("utf-8")
+        assert "extended: task 1" in answer and "2024-01-01..2024-02-01" in answer
+    finally:
+        os.killpg(web.pid, signal.SIGTERM)
+        web.wait(30)

@@ -662,3 +662,22 @@ def check(cookies: list[Cookie], url: str, *, user_agent: str = "", timeout: flo
     if status == 200 and re.search(r"<title>[^<]*(超时验证|安全验证)", body):
         return CHECKED, "HTTP 200 with CNKI's verify page"
     return UNCLEAR, f"HTTP {status} without the search page"
+
+
+def cnki_site_of(base_url: str) -> tuple[str, tuple[str, ...]]:
+    """(CNKI's search page, the hosts whose cookies are CNKI's) for the configured site."""
+    from cnkispider.cnki.protocol import HOME_PATH
+
+    base_url = base_url.rstrip("/")
+    return base_url + HOME_PATH, cnki_hosts_of(base_url)
+
+
+def added_line(session, paste, source: str) -> str:
+    """The line of a new session: its cookies' names (never a value) and the browser's name."""
+    browser = re.findall(r"(Edg|Firefox|HeadlessChrome|Chrome)/(\d+)", paste.user_agent)
+    return (
+        f"added session {session.id} ({source}): {len(paste.cookies)} cookies of "
+        f"{paste.host or '?'} ({', '.join(paste.names)})"
+        + (f", user agent {browser[-1][0]}/{browser[-1][1]}" if browser else "")
+        + f"; try it: cnkispider session check {session.id}"
+    )

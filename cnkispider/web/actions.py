@@ -1,0 +1,225 @@
+"""The actions of the web page: the ONLY module of cnkispider.web that steers anything.
+
+Each is one the command line has, called the way the command line calls it (the task store's
+steering, tasks/steering.py; the checks of cnkispider/preflight.py; the session pool's ways in,
+cnkispider/sessions/waysin.py), so the page can never do what the CLI cannot:
+
+    resume   cnkispider task resume NAME [--end DATE]   clear a halt, or set the end date
+    stop     cnkispider task stop NAME                   end_date = the day before the cursor
+    extend   cnkispider task extend NAME END             a later end date
+    move     cnkispider task move NAME DATE [CODE]       the cursor back: re-crawl from DATE
+    recrawl  the phase to recrawl (what `cnkispider recrawl` sets before it crawls): the
+             task's workers replay errorCode and errorLink
+    session  cnkispider session add --from-curl -        a pasted "Copy as cURL" joins the pool
+
+:func:`plan` reads the task and says what the action will do ("will set end_date of task X
+from A to B") without changing anything; :func:`carry_out` does it and records who and when in
+the ``audit`` table. No action runs a program, reads a path or takes a file.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+
+from cnkispider.db import db_now
+from cnkispider.schema import audit
+
+TASK_ACTIONS = ("resume", "stop", "extend", "move", "recrawl")
+#: The form fields each action takes (anything else is ignored).
+FIELDS = {
+    "resume": ("end",),
+    "stop": (),
+    "extend": ("end",),
+    "move": ("date", "code"),
+    "recrawl": (),
+}
+
+
+@dataclass
+class Plan:
+    action: str
+    task: str | None
+    says: str  # what it will do, in words
+    values: dict = field(default_factory=dict)  # the checked parameters, carried to the confirm
+    ready: bool = True  # False: the plan itself says why it cannot be done (missing value)
+
+
+def _store(config, engine):
+    from tasks.flow import TaskStore
+
+    return TaskStore(
+        engine, round_lease=config.crawl["round_lease_seconds"], base_dir=config.base_dir
+    )
+
+
+def _day(value, what: str) -> str | None:
+    from cnkispider.preflight import parse_day
+
+    return parse_day(value, what)
+
+
+def _end(value) -> str:
+    return value.isoformat() if value else "(up to today)"
+
+
+def plan(config, engine, action: str, name: str, form: dict) -> Plan:
+    """What ``action`` on task ``name`` will do with ``form``'s values; changes nothing.
+
+    LookupError: no such task; ValueError: a value the CLI would refuse (same words)."""
+    if action not in TASK_ACTIONS:
+        raise LookupError(f"no action {action!r}; one of {', '.join(TASK_ACTIONS)}")
+    store = _store(config, engine)
+    current = store.get(name)
+    values = {k: (form.get(k) or "").strip() for k in FIELDS[action]}
+    label = f"task {current.name!r}"
+    if action == "resume":
+        end = _day(values["end"], "end date")
+        if current.halt_reason:
+            after = end or (current.end_date.isoformat() if current.end_date else None)
+            says = (
+                f"will clear the halt of {label} ({current.halt_reason}): the rounds that drained "
+                f"while halted are crawled again, errorCode rows that failed for it are replayed; "
+                f"end_date {_end(current.end_date)} -> {after or '(up to today)'}"
+            )
+        else:
+            says = f"will set end_date of {label} from {_end(current.end_date)} to {end or '(up to today)'}"
+        return Plan(action, current.name, says, {"end": end or ""})
+    if action == "stop":
+        day = current.cur_date or current.start_date
+        stop_at = (day - dt.timedelta(days=1)).isoformat()
+        return Plan(
+            action,
+            current.name,
+            f"will set end_date of {label} from {_end(current.end_date)} to {stop_at}: no round "
+            "is handed out after the cursor; the rounds in flight finish",
+        )
+    if action == "extend":
+        end = _day(values["end"], "end date")
+        if not end:
+            return Plan(action, current.name, "give the new end date", values, ready=False)
+        if end < current.start_date.isoformat():
+            raise ValueError(f"end_date {end} is before the task's start_date {current.start_date}")
+        return Plan(
+            action,
+            current.name,
+            f"will set end_date of {label} from {_end(current.end_date)} to {end}",
+            {"end": end},
+        )
+    if action == "move":
+        date = _day(values["date"], "date")
+        code = values["code"] or None
+        if code is not None and len(code) > 64:
+            raise ValueError(f"category code {code[:20]!r}... is longer than 64 characters")
+        if code is not None and code not in current.tree:
+            raise ValueError(f"category {code!r} is not one of the task's categories")
+        if not date:
+            return Plan(
+                action, current.name, "give the day to crawl again from", values, ready=False
+            )
+        cursor = f"{current.cur_date or '-'} {current.cur_code or '-'}"
+        return Plan(
+            action,
+            current.name,
+            f"will move the cursor of {label} from {cursor} to {date} {code or '-'}: the rounds "
+            f"from {date} on are crawled again (documents are upserted, never duplicated)",
+            {"date": date, "code": code or ""},
+        )
+    # recrawl
+    progress = store.progress(current.id)
+    if current.halt_reason:
+        raise ValueError(f"{label} is halted ({current.halt_reason}): resume it first")
+    return Plan(
+        action,
+        current.name,
+        f"will set the phase of {label} from {current.phase} to recrawl: its workers replay "
+        f"{progress['error_code']} errorCode and {progress['error_link']} errorLink rows",
+    )
+
+
+def carry_out(config, engine, p: Plan) -> str:
+    """Do what ``p`` said, as the CLI does it; the CLI's line describing the task after."""
+    from tasks.rows import describe
+
+    store = _store(config, engine)
+    v = p.values
+    if p.action == "resume":
+        current = store.get(p.task)
+        if current.halt_reason:
+            resumed, reopened = store.resume_halted(p.task, v.get("end") or None)
+            return (
+                f"resumed: {describe(resumed)} (halt cleared: {reopened['reason']}; "
+                f"{reopened['rounds']} rounds re-opened, {reopened['error_code']} errorCode rows to replay)"
+            )
+        return "resumed: " + describe(store.set_end_date(p.task, v.get("end") or None))
+    if p.action == "stop":
+        return "stopped: " + describe(store.stop(p.task))
+    if p.action == "extend":
+        return "extended: " + describe(store.set_end_date(p.task, v["end"]))
+    if p.action == "move":
+        return "moved: " + describe(store.move_cursor(p.task, v["date"], v.get("code") or None))
+    if p.action == "recrawl":
+        current = store.get(p.task)
+        if not store.set_phase(current.id, "recrawl"):
+            raise ValueError(f"task {p.task!r}: the phase did not move (halted meanwhile?)")
+        return "recrawl: " + describe(store.get(current.id))
+    raise LookupError(f"no action {p.action!r}")
+
+
+# -- sessions ------------------------------------------------------------------------------------
+
+
+def plan_session(config, paste_text: str):
+    """(the parsed paste, what adding it will do): the checks of `session add --from-curl -`."""
+    from cnkispider.sessions import waysin
+    from cnkispider.sessions.waysin import cnki_site_of
+
+    home_url, hosts = cnki_site_of(config.cnki["base_url"])
+    site = home_url.split("/")[2].split(":")[0].lower()
+    paste = waysin.from_curl(paste_text, cnki_hosts=hosts)
+    if paste.host != site:
+        raise waysin.PasteError(
+            f"the paste is a request to {paste.host}, but the crawler searches {site}: "
+            f"copy a request to {site} (its search page, or brief/grid after a search)"
+        )
+    says = (
+        f"will add a session of {paste.host} to the pool: {len(paste.cookies)} cookies "
+        f"({', '.join(paste.names)})"
+    )
+    return paste, says
+
+
+def add_session(config, redis_client, paste) -> str:
+    from cnkispider.sessions import SessionStore
+    from cnkispider.sessions.pool import namespace_for
+    from cnkispider.sessions.waysin import added_line
+
+    store = SessionStore(redis_client, namespace_for(config.cnki["base_url"]))
+    session = store.add(paste.cookies, source="curl", user_agent=paste.user_agent)
+    return added_line(session, paste, "curl")
+
+
+# -- the audit table -----------------------------------------------------------------------------
+
+
+def record(engine, *, who: str, action: str, task: str | None, detail: str, ok: bool) -> None:
+    """One row of ``audit``: who (address and browser), when (the database's clock), what."""
+    with engine.begin() as conn:
+        conn.execute(
+            audit.insert().values(
+                at=db_now(conn),
+                who=who[:300],
+                action=action,
+                task_name=task,
+                detail=detail,
+                ok=1 if ok else 0,
+            )
+        )
+
+
+def recent(engine, limit: int = 50) -> list[dict]:
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(audit).order_by(audit.c.id.desc()).limit(limit)).all()
+    return [dict(r._mapping) for r in rows]

@@ -1,0 +1,487 @@
+"""The Starlette app of ``cnkispider web`` (see the package's docstring for the rooms).
+
+Pages (GET, never changing anything)::
+
+    /                          every task: phase, state, rounds, documents, rate, ETA; banners
+    /tasks/<name>[?month=M]    the coverage grid, workers, errors by reason, throughput chart
+    /tasks/<name>/grid         the grid alone
+    /rounds/<id>               one round (the grid's cell opens it): history, worker, errors
+    /tasks/<name>/<action>     what the action will do, and the form that confirms it
+    /sessions                  the form to paste a "Copy as cURL"
+    /api/status                `cnkispider status --json`, over HTTP
+    /api/tasks/<name>/history  the chart's series (in memory, since the page started)
+    /metrics                   Prometheus text
+
+Actions (POST, each through :mod:`cnkispider.web.guard`, then :mod:`cnkispider.web.actions`)::
+
+    /tasks/<name>/<action>     resume | stop | extend | move | recrawl ("preview" in the
+                               form: say what it will do; else do it and record it in audit)
+    /sessions                  add the pasted session (same two steps)
+
+Every text of CNKI or the database reaches the page through Jinja2 with autoescape on, or as
+JSON through ``tojson`` (which escapes ``<``, ``>``, ``&``); the page runs no inline script
+(Content-Security-Policy ``script-src 'self'``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from jinja2 import Environment, PackageLoader
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from cnkispider.exceptions import CnkiSpiderError
+from cnkispider.status.collecting import collect, round_detail, round_grid
+from cnkispider.web import actions, guard
+from cnkispider.web.history import History
+from cnkispider.web.metrics import metrics_text
+
+logger = logging.getLogger(__name__)
+
+REDIS_RETRY_SECONDS = 30
+SAMPLE_SECONDS = 10.0
+HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' data:; frame-ancestors 'none'; form-action 'self'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+def state_of(t: dict) -> str:
+    """A task's state in the page's words."""
+    if t["halted"]:
+        return f"halted: {t['halted']}"
+    if t.get("waiting"):
+        return "waiting for a person"
+    return t["activity"]
+
+
+def banners(report: dict) -> list[dict]:
+    """What needs a person: a halt, CNKI's check, a task with work and no live worker."""
+    out = []
+    for t in report["tasks"]:
+        if t["halted"]:
+            out.append({"task": t["name"], "kind": "halted", "text": f"halted: {t['halted']}"})
+        if t.get("waiting"):
+            out.append(
+                {
+                    "task": t["name"],
+                    "kind": "person",
+                    "text": "CNKI wants a person to pass its check",
+                }
+            )
+        has_work = (
+            t["phase"] != "done" and (t["rounds"]["remaining"] or 0) + t["rounds"]["in_flight"]
+        )
+        if t["activity"] == "no live worker" and has_work and not t["halted"]:
+            out.append({"task": t["name"], "kind": "idle", "text": "has work but no live worker"})
+    return out
+
+
+def _duration(seconds) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds} s"
+
+
+class Web:
+    """The app's state: the configuration, the database, Redis (when it runs), the token."""
+
+    def __init__(self, config, engine, token: str, *, sample_seconds: float = SAMPLE_SECONDS):
+        from cnkispider.redisconn import connect_if_running
+        from cnkispider.sessions.pool import namespace_for
+
+        self.config = config
+        self.engine = engine
+        self.token = token
+        self.sample_seconds = sample_seconds
+        self.namespace = namespace_for(config.cnki["base_url"])
+        self._connect = lambda: connect_if_running(config.redis_url, config.data_dir)
+        self.redis, self.redis_label, self.redis_error = self._connect()
+        self._tried = 0.0
+        self.history = History()
+        self._stop = threading.Event()
+        self._sampler: threading.Thread | None = None
+
+    # -- the one way to the numbers: cnkispider.status.collecting ---------------------------
+
+    def report(self, task_name: str | None = None) -> dict:
+        import time
+
+        if self.redis is None and time.monotonic() - self._tried >= REDIS_RETRY_SECONDS:
+            self.redis, self.redis_label, self.redis_error = self._connect()
+            self._tried = time.monotonic()
+        report = collect(
+            self.engine,
+            self.redis,
+            heartbeat_seconds=self.config.crawl["heartbeat_seconds"],
+            base_dir=self.config.base_dir,
+            task_name=task_name,
+            redis_label=self.redis_label,
+            redis_error=self.redis_error,
+            sessions_namespace=self.namespace,
+        )
+        if task_name is None:
+            age = self.history.age()
+            if age is None or age >= self.sample_seconds / 2:
+                self.history.add(report)
+        return report
+
+    def start(self) -> None:
+        def run():
+            while not self._stop.wait(self.sample_seconds):
+                try:
+                    self.report()
+                except Exception:  # the database away a moment: the next sample tries again
+                    logger.warning("web: sampling the status failed", exc_info=True)
+
+        self._sampler = threading.Thread(target=run, name="web-sampler", daemon=True)
+        self._sampler.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._sampler is not None:
+            self._sampler.join(5)
+        if self.redis is not None:
+            self.redis.close()
+
+
+def _templates() -> Jinja2Templates:
+    env = Environment(loader=PackageLoader("cnkispider.web", "templates"), autoescape=True)
+    env.filters["duration"] = _duration
+    env.globals["state_of"] = state_of
+    env.globals["fields"] = actions.FIELDS
+    return Jinja2Templates(env=env)
+
+
+def create_app(
+    config,
+    *,
+    engine=None,
+    token: str,
+    sample_seconds: float = SAMPLE_SECONDS,
+    allowed_hosts: list[str] | None = None,
+):
+    """The app over ``config``'s database and Redis. ``engine``: an open engine (default: one
+    opened here, which creates the ``audit`` table when missing); ``token``: see guard;
+    ``allowed_hosts``: the names the ``Host`` header may give (None: any). Bound to this machine,
+    ``cnkispider web`` allows only its loopback names, so a site that points its own name at
+    127.0.0.1 (DNS rebinding) cannot read the page from a browser on this machine."""
+    from contextlib import asynccontextmanager
+
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+    from cnkispider.db import open_database
+
+    engine = engine or open_database(config.database_url)
+    web = Web(config, engine, token, sample_seconds=sample_seconds)
+    templates = _templates()
+
+    def page(request, template, status=200, /, **context):
+        return templates.TemplateResponse(request, template, context, status_code=status)
+
+    def problem(request, status: int, text: str):
+        return page(request, "problem.html", status, status_code=status, text=text)
+
+    # -- pages ---------------------------------------------------------------------------------
+
+    def index(request: Request):
+        report = web.report()
+        return page(
+            request,
+            "index.html",
+            report=report,
+            banners=banners(report),
+            audit=actions.recent(engine, 20),
+        )
+
+    def tasks_fragment(request: Request):
+        report = web.report()
+        return page(request, "_tasks.html", report=report, banners=banners(report))
+
+    def task_page(request: Request):
+        name = request.path_params["name"]
+        month = request.query_params.get("month") or None
+        if month is not None and not _is_month(month):
+            return problem(request, 400, f"month {month!r}: expected YYYY-MM")
+        # the task's report and its grid are read at once, each on its own connection: the
+        # page waits for the slower of the two queries, not their sum
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            grid_read = pool.submit(round_grid, engine, name, month=month, base_dir=config.base_dir)
+            try:
+                report = web.report(name)
+                grid = grid_read.result()
+            except LookupError as exc:
+                return problem(request, 404, str(exc))
+        t = report["tasks"][0]
+        alive = {w["id"] for w in t["workers"] if w["state"] == "alive"}
+        claims = [dict(r, gone=r["worker"] not in alive) for r in t["current_rounds"]]
+        return page(
+            request,
+            "task.html",
+            t=t,
+            report=report,
+            grid=grid,
+            claims=claims,
+            banners=banners(report),
+        )
+
+    def grid_fragment(request: Request):
+        """The grid alone (for a script, or a page that redraws only its grid)."""
+        name = request.path_params["name"]
+        month = request.query_params.get("month") or None
+        if month is not None and not _is_month(month):
+            return problem(request, 400, f"month {month!r}: expected YYYY-MM")
+        try:
+            grid = round_grid(engine, name, month=month, base_dir=config.base_dir)
+        except LookupError as exc:
+            return problem(request, 404, str(exc))
+        return page(request, "_grid.html", grid=grid)
+
+    def round_page(request: Request):
+        try:
+            detail = round_detail(
+                engine,
+                request.path_params["round_id"],
+                heartbeat_seconds=config.crawl["heartbeat_seconds"],
+            )
+        except LookupError as exc:
+            return problem(request, 404, str(exc))
+        return page(request, "_round.html", r=detail)
+
+    def action_form(request: Request):
+        name, action = request.path_params["name"], request.path_params["action"]
+        form = dict(request.query_params)
+        try:
+            plan = actions.plan(config, engine, action, name, form)
+        except LookupError as exc:
+            return problem(request, 404, str(exc))
+        except (ValueError, CnkiSpiderError) as exc:
+            return page(
+                request,
+                "action.html",
+                400,
+                action=action,
+                name=name,
+                plan=None,
+                values=form,
+                error=str(exc),
+            )
+        return page(
+            request,
+            "action.html",
+            action=action,
+            name=name,
+            plan=plan,
+            values=plan.values or form,
+            error=None,
+        )
+
+    async def action_post(request: Request):
+        name, action = request.path_params["name"], request.path_params["action"]
+        form, refusal = await _guarded(request)
+        if refusal is not None:
+            return refusal
+        if action not in actions.TASK_ACTIONS:
+            return problem(request, 404, f"no action {action!r}")
+        who = _who(request)
+        try:
+            plan = await run_in_threadpool(actions.plan, config, engine, action, name, form)
+        except LookupError as exc:
+            return problem(request, 404, str(exc))
+        except (ValueError, CnkiSpiderError) as exc:
+            return page(
+                request,
+                "action.html",
+                400,
+                action=action,
+                name=name,
+                plan=None,
+                values=form,
+                error=str(exc),
+            )
+        if "preview" in form or not plan.ready:
+            return page(
+                request,
+                "action.html",
+                action=action,
+                name=name,
+                plan=plan,
+                values=plan.values,
+                error=None,
+            )
+        try:
+            said = await run_in_threadpool(actions.carry_out, config, engine, plan)
+        except (LookupError, ValueError, CnkiSpiderError) as exc:
+            await run_in_threadpool(
+                actions.record,
+                engine,
+                who=who,
+                action=action,
+                task=name,
+                detail=f"{plan.says}; failed: {exc}",
+                ok=False,
+            )
+            return page(request, "done.html", 400, ok=False, text=str(exc), plan=plan)
+        await run_in_threadpool(
+            actions.record,
+            engine,
+            who=who,
+            action=action,
+            task=plan.task,
+            detail=f"{plan.says}; {said}",
+            ok=True,
+        )
+        logger.info("web: %s %s by %s: %s", action, plan.task, who, said)
+        return page(request, "done.html", ok=True, text=said, plan=plan)
+
+    def sessions_form(request: Request):
+        return page(request, "session.html", says=None, paste="", error=None)
+
+    async def sessions_post(request: Request):
+        form, refusal = await _guarded(request)
+        if refusal is not None:
+            return refusal
+        text = form.get("paste") or ""
+        try:
+            paste, says = await run_in_threadpool(actions.plan_session, config, text)
+        except (ValueError, CnkiSpiderError) as exc:
+            return page(request, "session.html", 400, says=None, paste="", error=str(exc))
+        if "preview" in form:
+            return page(request, "session.html", says=says, paste=text, error=None)
+        if web.redis is None:
+            return page(
+                request,
+                "session.html",
+                503,
+                says=None,
+                paste="",
+                error=f"Redis is not reachable ({web.redis_error}): the pool lives there",
+            )
+        said = await run_in_threadpool(actions.add_session, config, web.redis, paste)
+        await run_in_threadpool(
+            actions.record,
+            engine,
+            who=_who(request),
+            action="session",
+            task=None,
+            detail=f"{says}; {said}",
+            ok=True,
+        )
+        return page(request, "done.html", ok=True, text=said, plan=None)
+
+    # -- data ----------------------------------------------------------------------------------
+
+    def api_status(request: Request):
+        try:
+            report = web.report(request.query_params.get("task") or None)
+        except LookupError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=404)
+        return JSONResponse(report, headers={"Cache-Control": "no-store"})
+
+    def api_history(request: Request):
+        return JSONResponse(web.history.series(request.path_params["name"]))
+
+    def metrics(request: Request):
+        return Response(
+            metrics_text(web.report()),
+            media_type="text/plain; version=0.0.4; charset=utf-8",
+        )
+
+    # -- the guard -----------------------------------------------------------------------------
+
+    async def _guarded(request: Request):
+        """(the form, None) when the POST carries the token and comes from this origin; else
+        (None, a 403 response). Nothing else is read before this."""
+        same, why = guard.same_origin(request.headers)
+        form = dict(await request.form())
+        given = request.headers.get(guard.TOKEN_HEADER) or form.get(guard.TOKEN_FIELD)
+        if not same:
+            logger.warning("web: refused a POST to %s: %s", request.url.path, why)
+            return None, problem(request, 403, f"refused: {why}")
+        if not guard.token_ok(web.token, given if isinstance(given, str) else None):
+            logger.warning("web: refused a POST to %s: no valid token", request.url.path)
+            return None, problem(request, 403, "refused: the token is missing or wrong")
+        return {k: v for k, v in form.items() if isinstance(v, str)}, None
+
+    @asynccontextmanager
+    async def lifespan(app):
+        web.start()
+        try:
+            yield
+        finally:
+            web.stop()
+
+    routes = [
+        Route("/", index),
+        Route("/fragment/tasks", tasks_fragment),
+        Route("/api/status", api_status),
+        Route("/api/tasks/{name}/history", api_history),
+        Route("/metrics", metrics),
+        Route("/sessions", sessions_form, methods=["GET"]),
+        Route("/sessions", sessions_post, methods=["POST"]),
+        Route("/rounds/{round_id:int}", round_page),
+        Route("/tasks/{name}", task_page),
+        Route("/tasks/{name}/grid", grid_fragment, methods=["GET"]),
+        Route("/tasks/{name}/{action}", action_form, methods=["GET"]),
+        Route("/tasks/{name}/{action}", action_post, methods=["POST"]),
+        Mount("/static", StaticFiles(packages=[("cnkispider.web", "static")]), name="static"),
+    ]
+    middleware = [Middleware(_Headers)]
+    if allowed_hosts:
+        middleware.insert(0, Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts))
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
+    app.state.web = web
+    return app
+
+
+class _Headers:
+    """Security headers on every answer (a pure ASGI middleware: no buffering)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def sending(message):
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                present = {k.lower() for k, _ in headers}
+                for key, value in HEADERS.items():
+                    if key.lower().encode() not in present:
+                        headers.append((key.lower().encode(), value.encode()))
+                message = dict(message, headers=headers)
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
+def _who(request: Request) -> str:
+    client = request.client.host if request.client else "?"
+    return f"{client} {request.headers.get('user-agent', '')[:200]}"
+
+
+def _is_month(value: str) -> bool:
+    import re
+
+    return bool(re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", value))

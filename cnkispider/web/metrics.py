@@ -1,0 +1,81 @@
+"""``/metrics``: the status report as Prometheus text, through the official ``prometheus_client``.
+
+Every family is a gauge of the report at scrape time (``cnkispider_`` prefix, labelled by task):
+
+    cnkispider_documents{task,type}          documents stored by the task
+    cnkispider_rounds{task,state}            round rows by state (claimed, seeded, done, failed)
+    cnkispider_rounds_planned{task}          rounds the task plans (start .. until x categories)
+    cnkispider_pages{task}                   pages fetched by the task's listed workers
+    cnkispider_errors{task,table,reason}     errorCode / errorLink rows by reason
+    cnkispider_workers{task,state}           alive, gone, stopped
+    cnkispider_queue{task,kind}              requests queued and leased in Redis
+    cnkispider_halted{task}                  1 while the task is halted
+    cnkispider_waiting_for_person{task}      1 while a worker waits for a person (CNKI's check)
+    cnkispider_challenges{task}              the same wait, as CNKI's check met: see README
+    cnkispider_sessions{state}               the pool of sessions a person passed, by state
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+
+class ReportCollector:
+    """A collector over one report (a fresh one per scrape: nothing is kept between them)."""
+
+    def __init__(self, report: dict):
+        self.report = report
+
+    def collect(self):
+        tasks = self.report["tasks"]
+
+        def family(name, doc, labels):
+            return GaugeMetricFamily(f"cnkispider_{name}", doc, labels=labels)
+
+        documents = family("documents", "Documents stored by the task", ["task", "type"])
+        rounds = family("rounds", "Round rows by state", ["task", "state"])
+        planned = family("rounds_planned", "Rounds the task plans", ["task"])
+        pages = family("pages", "Pages fetched by the task's listed workers", ["task"])
+        errors = family(
+            "errors", "errorCode and errorLink rows by reason", ["task", "table", "reason"]
+        )
+        workers = family("workers", "Workers by state", ["task", "state"])
+        queue = family("queue", "Requests in Redis", ["task", "kind"])
+        halted = family("halted", "1 while the task is halted", ["task"])
+        waiting = family("waiting_for_person", "1 while CNKI wants a person", ["task"])
+        challenges = family(
+            "challenges", "CNKI's check for a person met (a worker waits)", ["task"]
+        )
+        for t in tasks:
+            name = t["name"]
+            if t.get("documents") is not None:
+                documents.add_metric([name, t["type"]], t["documents"])
+            for state, n in sorted(t["rounds"]["by_state"].items()):
+                rounds.add_metric([name, state], n)
+            if t["rounds"]["total"] is not None:
+                planned.add_metric([name], t["rounds"]["total"])
+            pages.add_metric([name], sum(w["pages"] or 0 for w in t["workers"]))
+            for table in ("errorCode", "errorLink"):
+                for reason, n in sorted(t["errors"][table]["by_reason"].items()):
+                    errors.add_metric([name, table, reason], n)
+            for state, n in sorted(t["worker_counts"].items()):
+                workers.add_metric([name, state], n)
+            if t.get("queue"):
+                for kind, n in sorted(t["queue"].items()):
+                    queue.add_metric([name, kind], n)
+            halted.add_metric([name], 1 if t["halted"] else 0)
+            waiting.add_metric([name], 1 if t.get("waiting") else 0)
+            challenges.add_metric([name], 1 if t.get("waiting") else 0)
+        yield from (documents, rounds, planned, pages, errors, workers, queue, halted, waiting)
+        yield challenges
+        sessions = family("sessions", "Sessions a person passed, by state", ["state"])
+        for state, n in sorted((self.report.get("sessions") or {}).items()):
+            sessions.add_metric([state], n)
+        yield sessions
+
+
+def metrics_text(report: dict) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ReportCollector(report))
+    return generate_latest(registry)

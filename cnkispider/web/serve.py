@@ -1,0 +1,51 @@
+"""``cnkispider web [--host H] [--port P]``: the app under uvicorn, in this process."""
+
+from __future__ import annotations
+
+import sys
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+# uvicorn picks its HTTP and loop implementations by name at run time: naming them here makes
+# the choice fixed (no uvloop, no httptools, which the .exe does not bundle) and visible.
+UVICORN_OPTIONS = {"loop": "asyncio", "http": "h11", "ws": "none", "lifespan": "on"}
+
+
+def serve(config, *, host: str | None = None, port: int | None = None, stream=None) -> int:
+    import uvicorn
+
+    from cnkispider.db import open_database
+    from cnkispider.web.app import create_app
+    from cnkispider.web.guard import load_or_make_token
+
+    stream = stream or sys.stdout
+    web = config.raw.get("web", {})
+    host = host or web.get("host") or "127.0.0.1"
+    port = port or web.get("port") or 8700
+    token, kept, made = load_or_make_token(web.get("token", ""), config.data_dir)
+    if made:
+        print(
+            f"web token (shown only now; kept in {kept}): {token}\n"
+            "every action on the page asks for it",
+            file=stream,
+        )
+    elif kept is not None:
+        print(f"web token: the one kept in {kept}", file=stream)
+    engine = open_database(config.database_url)  # creates the audit table when missing
+    # bound to this machine: only its loopback names may be asked for (see create_app)
+    allowed = list(LOOPBACK) if host in LOOPBACK else None
+    app = create_app(config, engine=engine, token=token, allowed_hosts=allowed)
+    shown = f"[{host}]" if ":" in host else host
+    print(f"cnkispider web: http://{shown}:{port}/  (Ctrl-C stops it)", file=stream, flush=True)
+    if host not in LOOPBACK:
+        print(
+            f"note: listening on {host}, not only this machine: anyone who reaches it sees the "
+            "tasks (actions still need the token); an SSH tunnel keeps it private",
+            file=stream,
+            flush=True,
+        )
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning", **UVICORN_OPTIONS)
+    finally:
+        engine.dispose()
+    return 0

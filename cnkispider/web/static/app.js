@@ -1,0 +1,91 @@
+// The page's own script (no inline script: the Content-Security-Policy allows 'self' only).
+// - grid: a day's cell opens its round below the grid (htmx), a month's cell opens its month
+// - token: remembered for this tab (sessionStorage) once typed, so each confirm needs no retype
+// - charts: /api/tasks/<name>/history drawn with uPlot, redrawn every 10 s
+(function () {
+  "use strict";
+  var KEY = "cnkispider-token";
+
+  function onReady(fn) {
+    if (document.readyState !== "loading") fn(); else document.addEventListener("DOMContentLoaded", fn);
+  }
+
+  function grid() {
+    document.addEventListener("click", function (event) {
+      var cell = event.target.closest("table.grid td");
+      if (!cell) return;
+      if (cell.dataset.month) {
+        window.location.search = "?month=" + encodeURIComponent(cell.dataset.month);
+      } else if (cell.dataset.round && window.htmx) {
+        window.htmx.ajax("GET", "/rounds/" + encodeURIComponent(cell.dataset.round), { target: "#round" });
+      }
+    });
+  }
+
+  // A cell's tooltip is made when the pointer first reaches it, from its row, its column and
+  // its class: 7,200 to 20,000 title attributes would double the grid's size.
+  function tooltips() {
+    document.addEventListener("mouseover", function (event) {
+      var cell = event.target.closest("table.grid td");
+      if (!cell || cell.title || !cell.className) return;
+      var table = cell.closest("table");
+      var column = table.tHead.rows[0].cells[cell.cellIndex].textContent;
+      var label = cell.parentNode.cells[0].textContent;
+      var rounds = cell.dataset.rounds ? ", " + cell.dataset.rounds + " rounds" : "";
+      cell.title = label + " " + column + ": " + cell.className.replace("c-", "") + rounds +
+        ", " + (cell.textContent || "0") + " documents";
+    });
+  }
+
+  function token() {
+    var saved = window.sessionStorage.getItem(KEY);
+    document.querySelectorAll('input[name="token"]').forEach(function (input) {
+      if (saved && !input.value) input.value = saved;
+      input.form.addEventListener("submit", function () {
+        if (input.value) window.sessionStorage.setItem(KEY, input.value);
+      });
+    });
+  }
+
+  function draw(el, title, series, data) {
+    el.textContent = "";
+    if (!window.uPlot || data[0].length < 2) {
+      el.textContent = title + ": not enough samples yet";
+      return;
+    }
+    var opts = { title: title, width: Math.min(el.clientWidth || 900, 1200), height: 220,
+                 series: [{}].concat(series), axes: [{}, {}] };
+    new window.uPlot(opts, data, el);
+  }
+
+  var COLOURS = ["#1e88e5", "#43a047", "#e53935", "#8e24aa", "#fb8c00", "#00897b", "#6d4c41"];
+
+  function charts() {
+    var throughput = document.getElementById("throughput-chart");
+    var errors = document.getElementById("errors-chart");
+    if (!throughput) return;
+    var task = throughput.dataset.task;
+    function refresh() {
+      fetch("/api/tasks/" + encodeURIComponent(task) + "/history")
+        .then(function (r) { return r.json(); })
+        .then(function (h) {
+          draw(throughput, "throughput", [
+            { label: "pages/min", stroke: COLOURS[0] },
+            { label: "documents/min", stroke: COLOURS[1] },
+            { label: "challenges", stroke: COLOURS[2] }
+          ], [h.t, h.pages_per_min, h.documents_per_min, h.challenges]);
+          var reasons = Object.keys(h.errors);
+          if (errors && reasons.length) {
+            draw(errors, "errors by reason (rows)",
+                 reasons.map(function (r, i) { return { label: r, stroke: COLOURS[i % COLOURS.length] }; }),
+                 [h.t].concat(reasons.map(function (r) { return h.errors[r]; })));
+          }
+        })
+        .catch(function () { /* the server away a moment: the next refresh tries again */ });
+    }
+    refresh();
+    window.setInterval(refresh, 10000);
+  }
+
+  onReady(function () { grid(); tooltips(); token(); charts(); });
+})();
