@@ -267,6 +267,19 @@ def create_app(
             return problem(request, 404, str(exc))
         return page(request, "_round.html", r=detail)
 
+    def refused_form(request: Request, action: str, name: str, form: dict, exc: Exception):
+        """The action's form again, with why its values were refused (400): nothing was done."""
+        return page(
+            request,
+            "action.html",
+            400,
+            action=action,
+            name=name,
+            plan=None,
+            values=form,
+            error=str(exc),
+        )
+
     def action_form(request: Request):
         name, action = request.path_params["name"], request.path_params["action"]
         form = dict(request.query_params)
@@ -275,16 +288,7 @@ def create_app(
         except LookupError as exc:
             return problem(request, 404, str(exc))
         except (ValueError, CnkiSpiderError) as exc:
-            return page(
-                request,
-                "action.html",
-                400,
-                action=action,
-                name=name,
-                plan=None,
-                values=form,
-                error=str(exc),
-            )
+            return refused_form(request, action, name, form, exc)
         return page(
             request,
             "action.html",
@@ -308,16 +312,7 @@ def create_app(
         except LookupError as exc:
             return problem(request, 404, str(exc))
         except (ValueError, CnkiSpiderError) as exc:
-            return page(
-                request,
-                "action.html",
-                400,
-                action=action,
-                name=name,
-                plan=None,
-                values=form,
-                error=str(exc),
-            )
+            return refused_form(request, action, name, form, exc)
         if "preview" in form or not plan.ready:
             return page(
                 request,
