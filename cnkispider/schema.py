@@ -10,7 +10,8 @@ errorCode   rounds that failed at the list stage, replayed by the recrawl phase.
 errorLink   detail links that failed, replayed by the recrawl phase.
 ledger      every row a round listed, by its document key, with its outcome (cnkispider/ledger.py):
             a round is done only when its rows are accounted for.
-worker      one row per running worker process: host, pid, heartbeat, counters.
+worker      one row per running worker process: host, pid, heartbeat, counters (pages, items,
+            errors, challenges) and its last error.
 audit       one row per action taken on the web page (cnkispider/web/): who, when, what, result.
 patent, paper, achievement
             the documents, one row per natural key (dbname, filename), upserted.
@@ -39,7 +40,7 @@ from sqlalchemy.dialects.mysql import MEDIUMTEXT
 
 from cnkispider.items import FIELDS
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 metadata = MetaData()
 
@@ -186,6 +187,11 @@ worker = Table(
     Column("errors", Integer, nullable=False, default=0),
     Column("current_round", String(100)),
     Column("state", String(16), nullable=False, default="running"),  # running | stopped
+    # CNKI's challenges this worker met (verify, captcha, the soft block, a JavaScript page, a
+    # verified session checked again: the retry middleware's ``retry/challenges``), and the last
+    # failure it recorded ("reason: words", masked, cut to the column): both from its heartbeat.
+    Column("challenges", Integer, nullable=False, default=0),
+    Column("last_error", String(300)),
 )
 
 # One row per action the operator's web page carried out (cnkispider/web/actions.py): resume,
@@ -215,6 +221,8 @@ UPGRADES: dict[int, list[tuple[Table, str]]] = {
     3: [(round_, "in_error"), (round_, "dropped"), (round_, "beyond"), (round_, "drops")],
     # the web page's audit table, created like any new table (CREATE TABLE IF NOT EXISTS)
     4: [],
+    # the worker's challenges and last error, for the web page and /metrics
+    5: [(worker, "challenges"), (worker, "last_error")],
 }
 
 # Document columns that can outgrow TEXT's 65,535 bytes (about 21,000 Chinese characters in

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 
 from cnkispider.config import load_config
 from cnkispider.db import open_database
-from cnkispider.schema import audit, documents, error_link, round_, task
+from cnkispider.schema import audit, documents, error_link, round_, task, worker
 from cnkispider.status.collecting import GRID_CELLS_MAX, round_grid
 from cnkispider.web import guard
 from standin.client import start_site
@@ -395,8 +395,35 @@ def test_a_version_3_database_gets_the_audit_table(db_url):
     for _ in range(2):  # idempotent: a second start finds everything in place
         upgraded = open_database(db_url)
         with upgraded.connect() as conn:
-            assert conn.execute(sa.select(schema.schema_version.c.version)).scalar() == 4
+            assert (
+                conn.execute(sa.select(schema.schema_version.c.version)).scalar()
+                == schema.SCHEMA_VERSION
+            )
             assert "audit" in sa.inspect(conn).get_table_names()
+        upgraded.dispose()
+
+
+def test_a_version_4_database_gets_the_workers_challenges_and_last_error(db_url):
+    from cnkispider import schema
+
+    engine = open_database(db_url)
+    with engine.begin() as conn:  # what a version-4 cnkispider left behind
+        conn.execute(worker.insert().values(id="pc:1:x", host="pc", pid=1, state="running"))
+        for column in ("challenges", "last_error"):
+            conn.exec_driver_sql(f"ALTER TABLE worker DROP COLUMN {column}")
+        conn.execute(schema.schema_version.update().values(version=4))
+    engine.dispose()
+    for _ in range(2):  # idempotent: a second start finds everything in place
+        upgraded = open_database(db_url)
+        with upgraded.connect() as conn:
+            assert (
+                conn.execute(sa.select(schema.schema_version.c.version)).scalar()
+                == schema.SCHEMA_VERSION
+            )
+            columns = {c["name"] for c in sa.inspect(conn).get_columns("worker")}
+            assert {"challenges", "last_error"} <= columns
+            row = conn.execute(sa.select(worker.c.challenges, worker.c.last_error)).one()
+            assert tuple(row) in {(None, None), (0, None)}  # the old row: nothing met yet
         upgraded.dispose()
 
 
