@@ -60,6 +60,12 @@ from cnkispider.scheduling.outcome import hold  # lease bookkeeping: below error
 
 logger = logging.getLogger(__name__)
 
+#: The stat holding the last failure this worker recorded, ``"<reason>: <words>"`` (the last line
+#: of its detail: a traceback's exception, a refusal's words), URLs and their secrets masked; the
+#: feeder's heartbeat writes it to the ``worker`` row. Not under ``errors/``, whose stats are
+#: counts summed by the heartbeat and the progress line.
+LAST_ERROR_STAT = "last_error"
+
 
 class ErrorRecordingMiddleware:
     def __init__(self, crawler):
@@ -204,6 +210,7 @@ async def record_failure(
         stage=stage,
         permanent=permanent,
     )
+    crawler.stats.set_value(LAST_ERROR_STAT, last_error(reason, detail, url))
     if stage == "list" and not permanent:
         crawler.signals.send_catch_log(
             cnki_signals.list_failed,
@@ -212,6 +219,14 @@ async def record_failure(
             request=request,
             spider=crawler.spider,
         )
+
+
+def last_error(reason: str, detail: str, url: str = "") -> str:
+    """One line for the operator: the reason and the last line of its detail, masked (the URLs
+    in it, and the password or secret query values of ``url`` wherever they appear)."""
+    lines = [line.strip() for line in (detail or "").splitlines() if line.strip()]
+    words = f"{reason}: {lines[-1]}" if lines else reason
+    return mask_text(words, url)
 
 
 async def record_or_hold(

@@ -73,6 +73,7 @@ from cnkispider.db import is_transient, open_database
 from cnkispider.exceptions import CnkiSpiderError, TaskRowError
 from cnkispider.halting import Breaker
 from cnkispider.offload import in_thread
+from errors.middleware import LAST_ERROR_STAT
 from errors.recorder import ErrorRecorder
 from tasks.flow import Action, PhaseFacts, TaskStore, new_worker_id, next_action
 
@@ -246,6 +247,8 @@ class RoundFeeder:
             pages=stats.get_value("response_received_count", 0),
             items=stats.get_value("item_scraped_count", 0),
             errors=sum(v for k, v in stats.get_stats().items() if k.startswith("errors/")),
+            challenges=stats.get_value("retry/challenges", 0),
+            last_error=stats.get_value(LAST_ERROR_STAT),
             current_round=self.current_round,
             state=state,
         )

@@ -49,11 +49,17 @@ class Workers(TaskRows):
         pages: int = 0,
         items: int = 0,
         errors: int = 0,
+        challenges: int = 0,
+        last_error: str | None = None,
         current_round: str | None = None,
         state: str = "running",
     ) -> None:
         """Renew this worker's round leases and say it is alive (task.status = now).
-        ``current_round``: the round it seeded last (``day category``), for the operator."""
+        ``current_round``: the round it seeded last (``day category``), for the operator;
+        ``challenges``: CNKI's challenges it met; ``last_error``: the last failure it recorded
+        (cut to the column here)."""
+        if last_error is not None:
+            last_error = last_error[: worker.c.last_error.type.length]
         with self.engine.begin() as conn:
             now = db_now(conn)
             renew_leases(conn, worker_id, now + self.round_lease)
@@ -67,6 +73,8 @@ class Workers(TaskRows):
                     pages=pages,
                     items=items,
                     errors=errors,
+                    challenges=challenges,
+                    last_error=last_error,
                     current_round=current_round,
                     state=state,
                 )

@@ -65,7 +65,10 @@ Stats: ``retry/count``, ``retry/reason_count/<reason>``, ``retry/max_reached`` (
 Scrapy's ``get_retry_request``, which this middleware reuses as asked, under the same names as
 Scrapy's own middleware); ``retry/backoff_seconds`` and ``retry/gave_up/<reason>`` through
 ``_inc_stat``; ``retry/rejected``, ``retry/cooldowns`` (started by this worker),
-``retry/cooldown_seconds`` (retries' waits for one).
+``retry/cooldown_seconds`` (retries' waits for one); ``retry/challenges``: every challenge CNKI
+answered with (:func:`cnkispider.cnki.refusals.kind_of`; a first page's soft block only once
+the spider's canary told it from a true zero: the spider counts that one), the number a worker's
+heartbeat carries to its ``worker`` row.
 """
 
 from __future__ import annotations
@@ -225,6 +228,8 @@ class CnkiRetryMiddleware:
         verified = VerifiedSessions.of(getattr(self, "crawler", None))
         if reason == SOFT_BLOCK and request.meta.get(ZERO_CHECK):
             return response  # a true zero or the soft block: the spider's canary tells (refusals)
+        if kind_of(reason) == CHALLENGE:
+            self._inc_stat("challenges")  # each one CNKI put up, whatever is done about it
         if reason is None:
             if request.meta.get("cnki_kind") in ("list", "detail"):
                 self.watch.clean()  # a page CNKI served (a warm-up page proves nothing)

@@ -334,6 +334,7 @@ class RoundSpider(scrapy.Spider):
         fresh session, one retry counted), and without the zero check, so that a soft block
         again is retried, counted toward the cool-down, and recorded when retries run out."""
         self.crawler.stats.inc_value(f"retry/reason_count/{SOFT_BLOCK}")
+        self.crawler.stats.inc_value("retry/challenges")  # as the retry middleware counts one
         carried = {
             k: meta[k]
             for k in (
