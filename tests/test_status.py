@@ -358,6 +358,61 @@ def test_a_worker_is_alive_within_three_heartbeats_then_gone(engine):
     assert t["workers"][0]["pages_per_minute"] == 60.0  # 600 pages in 10 minutes
 
 
+def test_a_heartbeat_carries_challenges_and_the_last_error_to_the_report(db_url):
+    """Each worker's heartbeat writes the challenges it met and its last failure to its row;
+    the report lists both per worker and sums the challenges per task, gone workers too."""
+    from errors.middleware import last_error
+    from tasks.flow import TaskStore
+
+    engine = open_database(db_url)
+    try:
+        with engine.begin() as conn:
+            tid = add_task(conn)
+        store = TaskStore(engine)
+        store.register_worker("pc:1:a", tid)
+        store.register_worker("pc:2:b", tid)
+        failure = last_error(
+            "http-503",
+            "Traceback (most recent call last):\n  ...\n"
+            "GaveUp: http-503 via http://user:hunter22@10.0.0.1:8080/ after 4 attempts "
+            + "x"
+            * 400,
+            "http://user:hunter22@10.0.0.1:8080/",
+        )
+        assert failure.startswith("http-503: GaveUp: http-503 via ") and "hunter22" not in failure
+        store.heartbeat("pc:1:a", tid, pages=10, challenges=3, last_error=failure)
+        store.heartbeat("pc:2:b", tid, pages=5, challenges=4, state="stopped")
+        with engine.begin() as conn:  # a worker long gone still counts toward the task's sum
+            conn.execute(
+                worker.insert().values(
+                    id="pc:3:c", task_id=tid, host="pc", pid=3, challenges=5, last_seen=NOW
+                )
+            )
+        t = collect(engine, None)["tasks"][0]
+        assert t["challenges"] == 12
+        shown = {w["pid"]: (w["challenges"], w["last_error"]) for w in t["workers"]}
+        assert shown == {1: (3, failure[:300]), 2: (4, None)}
+        assert len(failure) > 300  # cut to the column by the heartbeat
+    finally:
+        engine.dispose()
+
+
+def test_a_database_without_the_worker_columns_still_reports(sqlite_url):
+    """Status read before any worker of this version upgraded the database: no challenges."""
+    engine = open_database(sqlite_url)
+    try:
+        with engine.begin() as conn:
+            tid = add_task(conn)
+            add_worker(conn, tid, 1, NOW)
+            for column in ("challenges", "last_error"):
+                conn.exec_driver_sql(f"ALTER TABLE worker DROP COLUMN {column}")
+        t = collect(engine, None, NOW)["tasks"][0]
+        assert t["challenges"] == 0
+        assert [(w["challenges"], w["last_error"]) for w in t["workers"]] == [(0, None)]
+    finally:
+        engine.dispose()
+
+
 def test_a_bad_task_row_is_shown_with_its_reason(engine):
     with engine.begin() as conn:
         add_task(conn, "good")

@@ -33,9 +33,11 @@ The report (``cnkispider status --json``; times are ISO 8601 UTC, ``...Z``)::
                            "attempts", "note"}] (the first LEDGER_SHOWN)},
                 "queue": {"queued", "leased"} (null when Redis is unreachable),
                 "worker_counts": {"alive", "gone", "stopped"},
+                "challenges" (CNKI's challenges met by all the task's workers, listed or not),
                 "workers": [{"id", "host", "pid", "state" ("alive" | "gone" | "stopped"),
                              "started_at", "last_seen", "last_seen_age_seconds", "pages", "items",
-                             "errors", "pages_per_minute", "items_per_minute", "rounds"}]}]}
+                             "errors", "challenges", "last_error" (masked; null: none),
+                             "pages_per_minute", "items_per_minute", "rounds"}]}]}
 
 Definitions
     total rounds   days from start_date to end_date (or today on CNKI's calendar) x root
@@ -548,20 +550,26 @@ def _workers(conn, ids, now, gone_after) -> dict[int, dict]:
         return {}
     fresh = now - gone_after
     is_fresh = sa.case((worker.c.last_seen >= fresh, 1), else_=0)
+    # A database not upgraded yet (no worker of this version ran) has no challenges column.
+    present = {c["name"] for c in sa.inspect(conn).get_columns(worker.name)}
+    columns = [c for c in worker.c if c.name in present]
+    challenged = sa.func.sum(worker.c.challenges) if "challenges" in present else sa.literal(0)
     counts: dict[int, dict] = {i: {"alive": 0, "gone": 0, "stopped": 0} for i in ids}
-    for task_id, state, fresh_flag, n in conn.execute(
-        sa.select(worker.c.task_id, worker.c.state, is_fresh, sa.func.count())
+    challenges: dict[int, int] = dict.fromkeys(ids, 0)
+    for task_id, state, fresh_flag, n, met in conn.execute(
+        sa.select(worker.c.task_id, worker.c.state, is_fresh, sa.func.count(), challenged)
         .where(worker.c.task_id.in_(ids))
         .group_by(worker.c.task_id, worker.c.state, is_fresh)
     ):
         counts[task_id][_liveness(state, bool(fresh_flag))] += n
+        challenges[task_id] += int(met or 0)
     listed = sa.or_(
         sa.and_(worker.c.state == "running", worker.c.last_seen >= now - LIST_GONE_FOR),
         worker.c.last_seen >= now - LIST_STOPPED_FOR,
     )
-    out = {i: {"counts": counts[i], "rows": []} for i in ids}
+    out = {i: {"counts": counts[i], "challenges": challenges[i], "rows": []} for i in ids}
     for w in conn.execute(
-        sa.select(worker)
+        sa.select(*columns)
         .where(worker.c.task_id.in_(ids), listed)
         .order_by(worker.c.started_at, worker.c.id)
     ):
@@ -591,6 +599,8 @@ def _worker_report(w, now, liveness: str) -> dict:
         "pages": w.pages,
         "items": w.items,
         "errors": w.errors,
+        "challenges": getattr(w, "challenges", None) or 0,
+        "last_error": getattr(w, "last_error", None),
         "pages_per_minute": round(w.pages / minutes, 1) if minutes else None,
         "items_per_minute": round(w.items / minutes, 1) if minutes else None,
         "rounds": [],
@@ -657,12 +667,15 @@ def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, w
         name: _error_summary(groups.get(row.id, [])) for name, groups in errors.items()
     }
     entry["ledger"] = _ledger(conn, row.id)
-    listing = workers.get(row.id, {"counts": {"alive": 0, "gone": 0, "stopped": 0}, "rows": []})
+    listing = workers.get(
+        row.id, {"counts": {"alive": 0, "gone": 0, "stopped": 0}, "challenges": 0, "rows": []}
+    )
     for w in listing["rows"]:
         w["rounds"] = [
             f"{r['day']} {r['category']}" for r in entry["current_rounds"] if r["worker"] == w["id"]
         ]
     entry["worker_counts"] = listing["counts"]
+    entry["challenges"] = listing["challenges"]
     entry["workers"] = listing["rows"]
     if entry["halted"]:
         entry["activity"] = "halted"  # its workers are stopping, or stopped
