@@ -35,6 +35,7 @@ from tests.fixtures.services import MYSQL_HOST, MYSQL_PORT, _mysql_admin
 
 SCRIPT_TITLE = '<script>window.__xss = 1</script><img src=x onerror="window.__xss = 2">'
 HALT_REASON = "http-500: CNKI answered <script>window.__xss = 3</script> five times"
+LAST_ERROR = "parse-error: ValueError: <script>window.__xss = 4</script> in the pager"
 #: The page's colour classes by the round's state (cnkispider/status/collecting.py _cell_state).
 COLOUR = {"claimed": "in-flight", "seeded": "in-flight", "done": "done", "failed": "failed"}
 
@@ -109,7 +110,8 @@ def crawled(tmp_path_factory):
         cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
     admin.close()
     url = f"mysql+pymysql://root@{MYSQL_HOST}:{MYSQL_PORT}/{name}?charset=utf8mb4"
-    site = start_site(seed=7, scale=0.1, latency="0.005-0.01")
+    # a few captcha pages (challenges the workers count), retried without the task's cool-down
+    site = start_site(seed=7, scale=0.1, latency="0.005-0.01", faults={"captcha": 0.03})
     setup = CrawlSetup(
         tmp_path_factory.mktemp("web"),
         site,
@@ -118,7 +120,7 @@ def crawled(tmp_path_factory):
         "2024-01-01",
         "2024-01-03",
         "A61,G06,H04",
-        crawl={"concurrent_requests": 4, "log_file": ""},
+        crawl={"concurrent_requests": 4, "log_file": "", "challenge_cooldown": 0},
     )
     site.control(doomed=[setup.truth()[2]["filename"]])  # always fails: an errorLink row
     server = None
@@ -321,7 +323,60 @@ def test_metrics_parse_and_count_the_documents_of_the_database(crawled):
     assert rounds == states
     errors = [s for s in families["cnkispider_errors"].samples if s.labels["table"] == "errorLink"]
     assert sum(s.value for s in errors) >= 1
-    assert {"cnkispider_sessions", "cnkispider_workers", "cnkispider_challenges"} <= set(families)
+    assert {"cnkispider_sessions", "cnkispider_workers", "cnkispider_waiting_for_person"} <= set(
+        families
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("web-crawl")
+def test_metrics_count_the_challenges_the_workers_heartbeats_wrote(crawled):
+    """``cnkispider_challenges_total`` is the sum of the task's worker.challenges: the crawl met
+    the stand-in's captcha pages, and each worker's last heartbeat wrote how many it met."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    setup, engine, server = crawled["setup"], crawled["engine"], crawled["server"]
+    with engine.connect() as conn:
+        met = conn.execute(
+            sa.select(sa.func.sum(worker.c.challenges)).where(
+                worker.c.task_id == _task_id(engine, setup.task)
+            )
+        ).scalar()
+    assert met > 0, "the crawl met none of the stand-in's captcha pages"
+    families = {f.name: f for f in text_string_to_metric_families(server.get("/metrics"))}
+    assert families["cnkispider_challenges"].type == "counter"
+    counted = {
+        s.labels["task"]: s.value
+        for s in families["cnkispider_challenges"].samples
+        if s.name == "cnkispider_challenges_total"
+    }
+    assert counted == {setup.task: met}
+    assert json.loads(server.get("/api/status"))["tasks"][0]["challenges"] == met
+    with engine.connect() as conn:  # the doomed document's failure, as its worker recorded it
+        last = [e for e in conn.execute(sa.select(worker.c.last_error)).scalars() if e]
+    assert last and all(len(e) <= 300 for e in last), last
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("web-crawl")
+def test_the_workers_table_shows_a_last_error_holding_script_as_text(crawled, page):
+    from tasks.flow import TaskStore
+
+    setup, engine, server = crawled["setup"], crawled["engine"], crawled["server"]
+    task_id = _task_id(engine, setup.task)
+    store = TaskStore(engine)
+    worker_id = f"web-test:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    store.register_worker(worker_id, task_id)
+    store.heartbeat(worker_id, task_id, pages=1, challenges=2, last_error=LAST_ERROR)
+    try:
+        page.goto(f"{server.url}/tasks/{setup.task}")
+        row = page.locator("table.workers tr", has_text="web-test")
+        row.locator("td.last-error").wait_for()
+        assert row.locator("td.last-error").inner_text() == LAST_ERROR
+        assert page.evaluate("window.__xss") is None
+    finally:
+        with engine.begin() as conn:  # the other tests count the crawl's workers only
+            conn.execute(worker.delete().where(worker.c.id == worker_id))
 
 
 @pytest.mark.slow
@@ -401,6 +456,33 @@ def test_a_version_3_database_gets_the_audit_table(db_url):
             )
             assert "audit" in sa.inspect(conn).get_table_names()
         upgraded.dispose()
+
+
+def test_the_chart_gives_challenges_per_minute_from_the_summed_count_between_samples():
+    from cnkispider.web.history import History
+
+    clock = iter([0.0, 30.0, 90.0, 150.0])
+    history = History(clock=lambda: next(clock))
+    empty = {"errorCode": {"by_reason": {}}, "errorLink": {"by_reason": {}}}
+    for challenges, waiting in ((4, None), (10, None), (10, "a person"), (7, None)):
+        history.add(
+            {
+                "tasks": [
+                    {
+                        "name": "t",
+                        "documents": 0,
+                        "workers": [],
+                        "challenges": challenges,
+                        "waiting": waiting,
+                        "errors": empty,
+                    }
+                ]
+            }
+        )
+    series = history.series("t")
+    # 6 in 30 s, none in the next minute; a gone worker's row removed: a fall, never below 0
+    assert series["challenges_per_min"] == [None, 12.0, 0.0, 0.0]
+    assert series["waiting"] == [0, 0, 1, 0]
 
 
 def test_a_version_4_database_gets_the_workers_challenges_and_last_error(db_url):

@@ -29,6 +29,7 @@ class History:
             point["tasks"][t["name"]] = {
                 "documents": t.get("documents") or 0,
                 "pages": sum(w["pages"] or 0 for w in t["workers"]),
+                "challenges": t.get("challenges") or 0,
                 "waiting": 1 if t.get("waiting") else 0,
                 "errors": errors,
             }
@@ -40,23 +41,30 @@ class History:
             return self.clock() - self.samples[-1]["t"] if self.samples else None
 
     def series(self, task: str) -> dict:
-        """{"t": [unix seconds], "pages_per_min", "documents_per_min", "challenges",
-        "errors": {reason: [count]}} for the task (a rate needs two samples: the first is null)."""
+        """{"t": [unix seconds], "pages_per_min", "documents_per_min", "challenges_per_min",
+        "waiting" (1 while a worker waits for a person), "errors": {reason: [count]}} for the
+        task (a rate needs two samples: the first is null)."""
         with self.lock:
             points = [(p["t"], p["tasks"][task]) for p in self.samples if task in p["tasks"]]
-        out: dict = {"t": [], "pages_per_min": [], "documents_per_min": [], "challenges": []}
+        rates = (
+            ("pages_per_min", "pages"),
+            ("documents_per_min", "documents"),
+            ("challenges_per_min", "challenges"),
+        )
+        out: dict = {"t": [], "waiting": []}
+        out.update({key: [] for key, _ in rates})
         reasons = sorted({r for _, s in points for r in s["errors"]})
         out["errors"] = {r: [] for r in reasons}
         before = None
         for t, s in points:
             out["t"].append(round(t, 1))
-            for key, value in (("pages_per_min", "pages"), ("documents_per_min", "documents")):
+            for key, value in rates:
                 if before is None or t <= before[0]:
                     out[key].append(None)
                 else:
-                    rate = (s[value] - before[1][value]) / (t - before[0]) * 60
+                    rate = (s.get(value, 0) - before[1].get(value, 0)) / (t - before[0]) * 60
                     out[key].append(round(max(rate, 0.0), 1))  # a worker left the listing: not < 0
-            out["challenges"].append(s["waiting"])
+            out["waiting"].append(s["waiting"])
             for r in reasons:
                 out["errors"][r].append(s["errors"].get(r, 0))
             before = (t, s)

@@ -1,6 +1,7 @@
 """``/metrics``: the status report as Prometheus text, through the official ``prometheus_client``.
 
-Every family is a gauge of the report at scrape time (``cnkispider_`` prefix, labelled by task):
+Every family but one is a gauge of the report at scrape time (``cnkispider_`` prefix, labelled
+by task); ``cnkispider_challenges_total`` is a counter (use ``rate()``):
 
     cnkispider_documents{task,type}          documents stored by the task
     cnkispider_rounds{task,state}            round rows by state (claimed, seeded, done, failed)
@@ -11,14 +12,16 @@ Every family is a gauge of the report at scrape time (``cnkispider_`` prefix, la
     cnkispider_queue{task,kind}              requests queued and leased in Redis
     cnkispider_halted{task}                  1 while the task is halted
     cnkispider_waiting_for_person{task}      1 while a worker waits for a person (CNKI's check)
-    cnkispider_challenges{task}              the same wait, as CNKI's check met: see README
+    cnkispider_challenges_total{task}        CNKI's challenges the task's workers met (the sum of
+                                             their ``worker.challenges``; it falls back only when
+                                             old worker rows are removed: a counter reset)
     cnkispider_sessions{state}               the pool of sessions a person passed, by state
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 
 class ReportCollector:
@@ -44,8 +47,10 @@ class ReportCollector:
         queue = family("queue", "Requests in Redis", ["task", "kind"])
         halted = family("halted", "1 while the task is halted", ["task"])
         waiting = family("waiting_for_person", "1 while CNKI wants a person", ["task"])
-        challenges = family(
-            "challenges", "CNKI's check for a person met (a worker waits)", ["task"]
+        challenges = CounterMetricFamily(
+            "cnkispider_challenges",
+            "CNKI's challenges met by the task's workers (verify, captcha, soft block, ...)",
+            labels=["task"],
         )
         for t in tasks:
             name = t["name"]
@@ -66,7 +71,7 @@ class ReportCollector:
                     queue.add_metric([name, kind], n)
             halted.add_metric([name], 1 if t["halted"] else 0)
             waiting.add_metric([name], 1 if t.get("waiting") else 0)
-            challenges.add_metric([name], 1 if t.get("waiting") else 0)
+            challenges.add_metric([name], t.get("challenges") or 0)
         yield from (documents, rounds, planned, pages, errors, workers, queue, halted, waiting)
         yield challenges
         sessions = family("sessions", "Sessions a person passed, by state", ["state"])

@@ -72,8 +72,9 @@
           draw(throughput, "throughput", [
             { label: "pages/min", stroke: COLOURS[0] },
             { label: "documents/min", stroke: COLOURS[1] },
-            { label: "challenges", stroke: COLOURS[2] }
-          ], [h.t, h.pages_per_min, h.documents_per_min, h.challenges]);
+            { label: "challenges/min", stroke: COLOURS[2] },
+            { label: "waiting for a person", stroke: COLOURS[3] }
+          ], [h.t, h.pages_per_min, h.documents_per_min, h.challenges_per_min, h.waiting]);
           var reasons = Object.keys(h.errors);
           if (errors && reasons.length) {
             draw(errors, "errors by reason (rows)",
