@@ -49,6 +49,10 @@ def missing_binaries() -> list[str]:
     return missing
 
 
+class PortTaken(RuntimeError):
+    """The port drawn for a private server answered for another one."""
+
+
 class OwnMariaDB:
     """A private mariadbd: root without a password, on 127.0.0.1 and a free port."""
 
@@ -73,7 +77,7 @@ class OwnMariaDB:
             capture_output=True,
             timeout=120,
         )
-        self.start()
+        self.start_on_a_free_port()
 
     def start(self, timeout: float = 60.0) -> None:
         user = ["--user=root"] if os.geteuid() == 0 else []
@@ -100,13 +104,33 @@ class OwnMariaDB:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                pymysql.connect(host="127.0.0.1", port=self.port, user="root", password="").close()
-                return
+                conn = pymysql.connect(host="127.0.0.1", port=self.port, user="root", password="")
             except pymysql.err.OperationalError:
                 if self.process.poll() is not None or time.monotonic() > deadline:
                     tail = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
                     raise RuntimeError(f"mariadbd did not start:\n{tail}") from None
                 time.sleep(0.1)
+                continue
+            with conn.cursor() as cur:
+                cur.execute("SELECT @@datadir")
+                datadir = Path(cur.fetchone()[0])
+            conn.close()
+            if datadir.resolve() != self.datadir.resolve():
+                # Another test's private server answers on this port (free_port() lets a port go
+                # before mariadbd binds it, and another xdist worker took it): ours could not
+                # bind. Answering for it would make that test's outages ours (seen once in CI).
+                self.process.wait(timeout=60)
+                raise PortTaken(f"port {self.port} is another mariadbd's ({datadir})")
+            return
+
+    def start_on_a_free_port(self, attempts: int = 5) -> None:
+        """The first start: on another free port while the one drawn is someone else's."""
+        for _ in range(attempts - 1):
+            try:
+                return self.start()
+            except PortTaken:
+                self.port = free_port()
+        self.start()
 
     def stop(self, crash: bool = False) -> None:
         """Shut down (SIGTERM: what a restart looks like) or crash (SIGKILL)."""
@@ -139,9 +163,18 @@ class OwnRedis:
     """A private redis-server on a free port, without persistence (``password``: requirepass)."""
 
     def __init__(self, password: str | None = None):
-        self.port = free_port()
         self.password = password
         self.dir = tempfile.mkdtemp(prefix="own-redis-")
+        for _ in range(4):
+            try:
+                return self._start()
+            except PortTaken:
+                pass  # another test's server took the port drawn (see OwnMariaDB.start)
+        self._start()
+
+    def _start(self) -> None:
+        self.port = free_port()
+        password = self.password
         auth = ["--requirepass", password] if password else []
         self.process = subprocess.Popen(
             [
@@ -161,15 +194,23 @@ class OwnRedis:
             stdout=subprocess.DEVNULL,
         )
         client = redis.Redis(port=self.port, password=password)
-        for _ in range(200):
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        else:
-            raise RuntimeError("redis-server did not start")
-        client.close()
+        try:
+            for _ in range(200):
+                try:
+                    ours = client.info("server")["process_id"] == self.process.pid
+                    break
+                except (redis.AuthenticationError, redis.ResponseError):
+                    ours = False  # another server, with another password (or none)
+                    break
+                except redis.ConnectionError:
+                    time.sleep(0.05)
+            else:
+                raise RuntimeError("redis-server did not start")
+        finally:
+            client.close()
+        if not ours:
+            self.process.wait(timeout=30)
+            raise PortTaken(f"port {self.port} is another redis-server's")
 
     @property
     def url(self) -> str:
