@@ -4,32 +4,16 @@ Rows come from :func:`cnkispider.storage.iter_documents`, which reads one batch 
 keyset pagination (``WHERE id > last ORDER BY id LIMIT batch``), and each batch is written out
 before the next is read. A million documents export in the memory of one batch.
 
-Formats
-    csv    UTF-8 with a byte order mark, so Excel (which otherwise guesses the ANSI code page,
-           GBK on a Chinese Windows) shows the Chinese text; RFC 4180 quoting (Python's ``excel``
-           dialect), so commas, quotes and line breaks inside an abstract stay inside their cell.
-           Columns: ``cnkispider.items.FIELDS[type]`` then ``crawled_at``.
-    jsonl  one JSON object per line, UTF-8 without a BOM, the same keys, typed values: the
-           fields of ``INT_FIELDS`` (a count: ``pages``) are numbers when their text is a whole
-           number (``"pages": 14``) and null when empty; every other field is text as stored
-           (dates stay ``YYYY-MM-DD``, which JSON has no type for; ``;``-joined lists stay one
-           string, as in the CSV), and ``crawled_at`` is its ``YYYY-MM-DD HH:MM:SS`` text.
-           The choice comes from ``cnkispider/items.py``: every field there is text scraped
-           from a page, and only ``pages`` is a quantity; a field added there that is a count
-           belongs in ``INT_FIELDS``.
-
-Values are written as stored (every field is text, ``;`` joins several values), with one
-exception in CSV: a cell that starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage
-return would be run by Excel as a formula (CSV injection: a document's text is the site's, not
-ours), so it gets a leading ``'``, which Excel shows as text and hides. ``raw_cells=True``
-(``--raw-cells``) writes every value exactly, for programs that read CSV as data; with it, the
-CSV read back with Python's ``csv`` module gives every field unchanged. JSON lines are
-exact apart from their typed counts (above). ``crawled_at`` is ``YYYY-MM-DD HH:MM:SS`` (UTC), a form Excel recognises as a date and
-time.
+Formats: ``csv`` is UTF-8 with a byte order mark (so Excel shows the Chinese) and RFC 4180
+quoting; ``jsonl`` has no BOM and typed counts (``INT_FIELDS``: ``"pages": 14``). A CSV cell
+that Excel would run as a formula gets a leading ``'`` unless ``raw_cells``. The details, and
+why: docs/INTERNALS.md.
 
 A file is written beside its target under a fresh name (``tempfile``, created with O_EXCL, so
 a file or symlink planted there is never opened or followed) and renamed over the target when
 complete. A missing folder, or a target that cannot be written, is one clear line.
+
+The rest of this module's story: docs/INTERNALS.md#cnkispiderexportpy.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """The round ledger: every row a round listed, by its document key, with its outcome.
 
-A round is done only when its rows are accounted for (issue 20)::
-
-    listed = stored + in errorLink + dropped by a named rule + beyond reach
-
-``listed`` is CNKI's total for the round (its root search's; a split round's child searches
-and sort orders list parts of it, and a row listed by two of them counts once, since the
-ledger keys on (round, document)). ``beyond`` is what no search can reach (the overflow past
-both PT orders, the rows past a pager shorter than the total): it is recorded in errorCode as
-``overflow`` / ``pager-short`` (permanent), and its exact number is what is left of ``listed``
-once the rows are counted, only for a round that has such a row.
+A round is done only when its rows are accounted for: listed = stored + in errorLink + dropped
+by a named rule + beyond reach (what each term means:
+docs/RELIABILITY.md#every-listed-row-accounted-for).
 
 Who writes what, each in the transaction of what it records, so a row's outcome commits
 atomically with the fact it stands for:
@@ -32,9 +25,7 @@ Invariants, held by the statements themselves (any number of workers, at-least-o
 :func:`balance` is the one rule that reads a round's counts; ``tasks.rounds.Rounds.close_round``
 applies it when the round drains.
 
-The ledger sits in the base layer, beside the schema of its table: the error recorder (errors/,
-below flow control) writes its ``error`` rows in the transaction of the errorLink row, as flow
-control and the crawl layer write theirs.
+The rest of this module's story: docs/INTERNALS.md#cnkispiderledgerpy.
 """
 
 from __future__ import annotations

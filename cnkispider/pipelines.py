@@ -19,18 +19,11 @@ Failures, and what each item's outcome is:
   written again row by row: the other documents are stored, only that one fails
   (DocumentRejected, with the database's reason), and item_error records it in errorLink.
 
-The round ledger (cnkispider/ledger.py): an item of a round carries ``_cnki_ledger`` (its round and
-the list row's key: an attribute, not a field, so it is never stored); the upsert's transaction
-marks that row ``stored``, so a ledger row says stored exactly when the document is.
+An item of a round carries ``_cnki_ledger``; the upsert's transaction marks that ledger row
+``stored``. Settings: ``DATABASE_URL``, ``DATABASE_BATCH_SIZE`` (200), ``DATABASE_BATCH_SECONDS``
+(0.2), ``DATABASE_OUTAGE_SECONDS`` (600, the process's policy: :data:`cnkispider.db.OUTAGE`).
 
-Settings
---------
-DATABASE_URL              SQLAlchemy URL of the database (required)
-DATABASE_BATCH_SIZE       items per write (default 200)
-DATABASE_BATCH_SECONDS    longest an item waits for its batch (default 0.2)
-DATABASE_OUTAGE_SECONDS   how long this process waits out an unreachable database (default 600);
-                          it is the process's policy (cnkispider.db.OUTAGE), which flow control and
-                          the error recorder follow too
+The rest of this module's story: docs/INTERNALS.md#cnkispiderpipelinespy.
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """Recording the failures of a crawl's requests in errorCode and errorLink, and the spider
 middleware that is the seed's global exception handler.
 
-Every way a request can fail for good comes here, and is written down for the recrawl phase:
-
-- a download that failed after its retries: the spider's errback (``RoundSpider.on_error``)
-  calls :func:`record_download_failure` (after deciding whether a stale detail link is
-  refreshed instead: that is crawling);
-- an exception raised by a spider callback (a parser meeting a page it does not understand, a
-  bug): :class:`ErrorRecordingMiddleware` records it with its traceback and swallows it, so one
-  bad page never stops a worker and never passes for "zero results";
-- a document parsed but not stored (an item pipeline raised; signal ``item_error``);
-- a request whose lease ran out too often (signal ``request_abandoned``).
+Every way a request can fail for good comes here, written down for the recrawl phase: a
+download that failed after its retries (the spider's errback calls
+:func:`record_download_failure`), an exception raised by a spider callback
+(:class:`ErrorRecordingMiddleware` records it with its traceback and swallows it, so one bad
+page never stops a worker and never passes for "zero results"), a document parsed but not
+stored (signal ``item_error``), a request whose lease ran out too often (``request_abandoned``).
 
 A detail request's failure goes to errorLink, any other's to errorCode
 (:meth:`errors.recorder.ErrorRecorder.record_failure` reads the row from the request's meta),
@@ -20,25 +16,15 @@ failure (not a permanent row) the signal ``list_failed`` tells the circuit break
 the same way (signal ``halt_requested``, awaited: flow control sits above errors/ and is never
 imported from here).
 
-The rules kept on the way:
+The rules kept on the way: everything is written before the request is acknowledged (Scrapy
+awaits the errback and the handlers); a request held back by a halted task is not a failure;
+and if even the recording fails, the request is held (never acked, its lease brings it back)
+and the worker closes with one CRITICAL line. The invariant kept: each document found is stored,
+or in errorLink, or still leased in Redis.
 
-- A request held back by a halted task (``HaltedRequest``) is not a failure of its page:
-  nothing is recorded; its lease brings it back after ``task resume``.
-- Everything is written before the request is acknowledged: Scrapy awaits the errback, the
-  (empty) output of ``process_spider_exception`` and the ``item_error`` and
-  ``request_abandoned`` handlers before it is done with the request.
-- If even the recording fails (the database stayed down past ``[database] outage_seconds``, a
-  value its column refuses), the failure would be lost with the request's ack: the request is
-  held instead (``cnkispider.scheduling.outcome.hold``: never acked, its lease brings it back
-  to another worker, or this one restarted) and the worker closes (``database_error``) with one
-  CRITICAL line naming the cause. An abandoned request whose recording fails is left to the
-  scheduler, which does not ack it. The invariant kept: each document found is stored, or in
-  errorLink, or still leased in Redis.
+Settings: ``ERRORS_ENABLED`` (off: the middleware is not installed).
 
-Settings
---------
-ERRORS_ENABLED   on by default; off, the middleware is not installed: callback exceptions are
-                 Scrapy's to log, and unstored documents and abandoned requests are not recorded
+The rest of this module's story: docs/INTERNALS.md#errorsmiddlewarepy.
 """
 
 from __future__ import annotations

@@ -2,42 +2,26 @@
 
 A paid provider hands out proxies through an HTTP API. Two answer formats are common:
 
-``lines``
-    one proxy per line, ``host:port`` or ``user:pass@host:port`` (a scheme is allowed); a line
-    such as ``ERROR 请2秒后再试`` or a JSON error object means the call was refused (too fast, no
-    balance, IP not whitelisted): :class:`ProviderError`.
-``json``
-    ``{"code": 0, "data": [{"ip": "1.2.3.4", "port": 8080}, ...]}``; the dotted path to the list
-    (``data``, ``data.proxy_list``, ...) and the names of the ip and port fields are configurable.
-    An item may also be a plain ``"host:port"`` string.
+``lines`` (one ``[user:pass@]host:port`` a line) or ``json`` (a configurable path to a list of
+ip and port fields); a refusal (``ERROR 请2秒后再试``) is :class:`ProviderError`.
 
 Every proxy comes back as a URL, ``http://[user:pass@]host:port``. Such a URL holds credentials:
 only :func:`mask` of it may be logged. The API URL often holds an account key in its query
 string, so it is masked too.
 
-What counts as a proxy address (:func:`address_problem`): ``host:port`` with a port in 1..65535
-and a host that is an IP address or a public-looking DNS name (at least two labels, a last label
-of letters). Refused, each with a warning naming the line: text that is no address
-(``ERROR:10001``: a one-word "host" is a provider's status code, not a machine), ``localhost``
-and single-label names (a machine of the crawler's own network picked by name), ``.local`` /
-``.localhost`` / ``.internal`` names, and IP addresses no proxy can have: unspecified
-(``0.0.0.0``), link-local (``169.254.x.x``: the cloud metadata service), multicast, broadcast and
-reserved ranges. Private (10.x, 172.16-31.x, 192.168.x) and loopback IP addresses are accepted:
-a company may run its proxy gateway on its LAN, and a proxy client (Clash, a local squid) listens
-on 127.0.0.1; they are addresses an operator wrote or a provider of that LAN sells, and the
-crawler only sends CNKI requests through them.
-
-The call to the provider has one deadline for all of it (``timeout``: connecting, the headers,
-the whole answer), enforced by a watchdog that shuts the socket when it passes, so a provider
-that sends one byte every few seconds cannot hold a worker; and the answer is read in chunks
-up to ``max_bytes`` (1 MB, some 40,000 proxies), so a huge answer cannot grow the worker's
-memory.
+Only addresses a proxy can have are accepted (:func:`address_problem`): private and loopback
+IPs yes (a LAN gateway, a local proxy client), ``localhost``, single-label names, link-local
+(the cloud metadata service), multicast and reserved ranges no, each with a warning. The call
+has one deadline for all of it, enforced by a watchdog, and reads at most ``max_bytes``, so a
+slow or huge answer cannot hold a worker or grow its memory.
 
 :class:`ProviderClient` is what the proxy middleware calls. It never blocks the reactor: the
 HTTP call runs in a thread (:func:`scrapy.utils.asyncio.run_in_thread`, which works with and
 without a Twisted reactor). It reads no settings itself; the middleware passes the values of
 ``PROXY_API_URL``, ``PROXY_API_FORMAT``, ``PROXY_API_JSON_PATH``, ``PROXY_API_JSON_IP``,
 ``PROXY_API_JSON_PORT``, ``PROXY_API_TIMEOUT``, ``PROXY_CREDENTIALS`` and ``PROXY_STATIC``.
+
+The rest of this module's story: docs/INTERNALS.md#proxyproviderpy.
 """
 
 from __future__ import annotations

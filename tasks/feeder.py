@@ -14,43 +14,20 @@ Phases of a task (``task.phase``)::
       |                                                                                          |
       '-------------------- end_date extended (the next claim sets crawl again) ------------------'
 
-Halting. The feeder runs the worker's circuit breaker (:class:`cnkispider.halting.Breaker`):
-every list page that comes back counts ok, every list-stage failure recorded (signal
-``list_failed`` from ``errors.middleware``) counts against it; when one reason repeats
-(``TASKS_HALT_AFTER`` pages in a row, or half of the last ``TASKS_HALT_WINDOW``), or CNKI cannot
-be reached at all (the first ``TASKS_UNREACHABLE_AFTER`` list requests all failed on DNS, refusal
-or timeout), the task halts (``task.halt_reason``, :meth:`RoundFeeder.halt`). A rejection halts
-it at once, as it is recorded (``errors.middleware`` sends ``halt_requested``). A halted task is
-seen at every feed (each second) by every worker: it seeds nothing, marks no round done (a round
-that drains is marked failed, for ``resume`` to re-open), and its workers stop with finish reason
-``halted``. While the task's challenge cool-down runs (a Redis key, see the retry
-middleware), nothing is seeded.
+Halting: the feeder runs the worker's circuit breaker (:class:`cnkispider.halting.Breaker`):
+one reason repeating over list pages, or CNKI not reachable at all, halts the task; a rejection
+halts it at once. A halted task seeds nothing and marks no round done. A worker never closes on
+an idle timeout: it closes when its task is done or has no round due. The feeder is the one
+writer of the worker's :class:`~cnkispider.context.CrawlContext`.
 
-A worker never closes on an idle timeout: it closes when its task is done, or when the task
-has no round due (an empty end_date waits for tomorrow; ``TASKS_EXIT_WHEN_IDLE`` says whether to
-wait or exit then).
+Settings: ``TASKS_ENABLED``, ``TASKS_NAME``, ``TASKS_TYPE``, ``TASKS_START_DATE``,
+``TASKS_END_DATE``, ``TASKS_CATEGORIES``, ``TASKS_BASE_DIR``, ``TASKS_ROUND_LEASE``,
+``TASKS_ROUND_ATTEMPTS``, ``TASKS_HEARTBEAT``, ``TASKS_ROUNDS_IN_FLIGHT``, ``TASKS_RECRAWL``,
+``TASKS_EXIT_WHEN_IDLE``, ``TASKS_HALT_AFTER``, ``TASKS_HALT_WINDOW``,
+``TASKS_UNREACHABLE_AFTER``, ``DATABASE_URL``, ``ERRORS_MAX_ATTEMPTS`` (each explained in
+docs/INTERNALS.md).
 
-The feeder is the one writer of the worker's :class:`~cnkispider.context.CrawlContext` (the task,
-its store, the error recorder, the halt as this worker knows it): it opens it with
-``cnkispider.context.open_context``; the spider, the pipelines and the middlewares read it through
-``cnkispider.context.context_of(crawler)``, without importing this module.
-
-Settings
---------
-TASKS_ENABLED            on by default; off for crawls that do not use the task table
-TASKS_NAME, TASKS_TYPE, TASKS_START_DATE, TASKS_END_DATE, TASKS_CATEGORIES
-                         the task to register (if new) and join
-TASKS_BASE_DIR           folder relative category files are resolved against
-TASKS_ROUND_LEASE        seconds a claimed round stays with a silent worker (300)
-TASKS_ROUND_ATTEMPTS     times a round whose ledger does not balance is crawled (3)
-TASKS_HEARTBEAT          seconds between heartbeats (15)
-TASKS_ROUNDS_IN_FLIGHT   rounds this worker keeps seeded at once (4)
-TASKS_RECRAWL            run the recrawl phase when the rounds are done (True)
-TASKS_EXIT_WHEN_IDLE     close when no round is due instead of waiting for one (True)
-TASKS_HALT_AFTER         list pages failing in a row for one reason that halt the task (10)
-TASKS_HALT_WINDOW        recent list pages of which half failing for one reason halt it (50)
-TASKS_UNREACHABLE_AFTER  first list requests that, all unreachable, halt it (3)
-DATABASE_URL, ERRORS_MAX_ATTEMPTS
+The rest of this module's story: docs/INTERNALS.md#tasksfeederpy.
 """
 
 from __future__ import annotations

@@ -3,22 +3,6 @@
 The task table is the truth of progress; a worker keeps nothing a restart would miss. This
 module owns the rounds and every move of their state, and the task's cursor and phase moves.
 
-The cursor
-    ``(cur_date, cur_code)`` is the last round handed out (``cur_code`` NULL: none yet on
-    ``cur_date``). The next round is ``(cur_date, the root category after cur_code)``; past the
-    last category it is ``(cur_date + 1, first category)``. Rounds are handed out while their day
-    is <= ``end_date``, or <= today (Beijing time, CNKI's calendar) when ``end_date`` is empty.
-    The operator moves it by editing the row (tasks/steering.py says what each edit means).
-
-The day census (``[task] day_census``, on by default; ``TaskStore.day_census``)
-    The cursor walks days: the next round is ``(cur_date + 1, '*')``, the day's census (its
-    search without a category, cnkispider/spiders/base.py). A cursor an operator set on a root
-    goes on through that day's roots, then by days again. The census round covers its day
-    (note ``empty day``, or its pages walked, or split by root inside it), except when it
-    closes with note ``categories: census N`` (the task's categories are not the whole tree):
-    then that day's root rounds are due, and :meth:`Rounds.claim` opens them before the
-    cursor moves on (:meth:`Rounds._missing`). Off: a round per (day x root category).
-
 A round's life (the invariants)::
 
     (pending: ahead of the cursor, no row yet)
@@ -27,47 +11,23 @@ A round's life (the invariants)::
                           |   '-- lease ran out -------+-- Redis lost its state (epoch changed)
                           '------ failed on its ledger, attempts left, no new round due
 
-    Who moves it, and when:
-    - pending -> claimed: the worker whose compare-and-swap on the cursor succeeds
-      (:meth:`Rounds.claim`); a done or failed round the cursor passes again is claimed again
-      from its first page (:meth:`Rounds._open_round`).
-    - claimed -> seeded: only the worker holding it (``round.worker``), once its first request
-      is in Redis (:meth:`Rounds.mark_seeded`); a worker that cannot seed it lets its lease
-      lapse (:meth:`Rounds.release_claim`).
-    - claimed (lease ran out), seeded (under another Redis epoch), failed (ledger, attempts
-      left) -> claimed: any worker, the first whose conditional UPDATE matches
-      (:meth:`Rounds._reclaim`), ``attempts`` + 1.
-    - claimed | seeded -> done | failed: the one worker that acked its last request, in the
-      transaction that counts its ledger (:meth:`Rounds.close_round`); never while the task is
-      halted: then -> failed, note ``halted`` (:meth:`Rounds.mark_halted`).
-    - failed (``halted``) and rounds whose list failed for the halt's reason -> claimed with a
-      lapsed lease: the operator's ``task resume`` (tasks/steering.py).
+    Who moves it: pending -> claimed, the worker whose compare-and-swap on the cursor succeeds
+    (:meth:`Rounds.claim`); claimed -> seeded, only the worker holding it
+    (:meth:`Rounds.mark_seeded`); a lapsed lease, a new Redis epoch or a failed ledger with
+    attempts left -> claimed again by the first worker whose conditional UPDATE matches
+    (:meth:`Rounds._reclaim`); -> done | failed, the one worker that acked its last request, in
+    the transaction that counts its ledger (:meth:`Rounds.close_round`), never done while the
+    task is halted. A round is done only when its ledger balances (the equation:
+    docs/RELIABILITY.md#every-listed-row-accounted-for).
 
-    A round drained is ``done`` only when its ledger balances (tasks/ledger.py: listed = stored +
-    in errorLink + dropped + beyond, nothing pending, no list page in errorCode); else it is
-    ``failed`` (note ``ledger: <the numbers>``). While it has attempts left (``round_attempts``)
-    it is claimed again, from its first page, once no new round is due (:meth:`_claim_failed`);
-    the last attempt leaves a permanent errorCode row ``ledger``. A task whose every round failed
-    halts (:func:`tasks.phase.next_action`): it is never "finished" on failures.
-
-    claimed: a worker holds it with a lease (``lease_until``), renewed by its heartbeat
-             (:func:`renew_leases`); when the lease runs out any worker reclaims it.
-    seeded:  its first request is in Redis, whose leases now guard it; ``epoch`` records the Redis
-             epoch, so after a Redis crash (new epoch) the round is found and replayed.
-
-Every move goes through :func:`move` (in a transaction of its caller's) or :func:`transition`
-(a move that is a transaction of its own): a conditional UPDATE, so two workers can never both
-win the same move. What is not a move is written apart and says so: a round's note and total
-(:meth:`Rounds.set_note`, :meth:`Rounds.add_total`), a lease renewed (:func:`renew_leases`), an
-operator's edit of the task row (tasks/steering.py ``edit_task``).
-
-Re-opening a round (a take-over, the cursor passing it again, a resume) deletes its errorCode
-rows (``ErrorRecorder.forget_round``, in the same transaction): the round is crawled again from
-its first page, so what still fails is recorded again and what succeeds leaves no stale row.
+Every move is a conditional UPDATE (:func:`move`, :func:`transition`), so two workers never
+both win it; re-opening a round deletes its errorCode rows in the same transaction.
 
 Claims are compare-and-swap on the cursor (``UPDATE task ... WHERE cur_date <=> old AND
 cur_code <=> old``) in the same transaction that inserts the round row: either both happen or
 neither, and of two workers racing for one cursor position exactly one updates a row.
+
+The rest of this module's story: docs/INTERNALS.md#tasksroundspy.
 """
 
 from __future__ import annotations
@@ -519,7 +479,7 @@ class Rounds(TaskRows):
         note: str | None = None,
         epoch: str | None = None,
     ) -> Closed:
-        """The round drained: ``done`` when its ledger balances (tasks/ledger.py), else ``failed``.
+        """The round drained: ``done`` when its ledger balances (cnkispider/ledger.py), else ``failed``.
 
         One transaction: the ledger is counted and the round moved by one conditional UPDATE,
         so of the callers draining it exactly one moves it (``moved``; the others get False).
@@ -615,7 +575,7 @@ class Rounds(TaskRows):
         )
 
     def note_listed(self, round_id: int, pending: list[str], drops: dict[str, str]) -> None:
-        """A list page's rows into the round's ledger (tasks/ledger.py; idempotent, so run
+        """A list page's rows into the round's ledger (cnkispider/ledger.py; idempotent, so run
         again while the database is away)."""
 
         def write():

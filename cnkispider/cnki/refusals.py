@@ -5,33 +5,11 @@ rare page that has none of the markers of a usable page, a couple of regular exp
 never builds a DOM. The parsers call :func:`body_reason` first, so a parser and the retry
 middleware give the same reason for the same body.
 
-Reasons (the slugs of :class:`cnkispider.exceptions.RefusedPage`):
-
-========================= =================================================================
-``rejected``              CNKI refused the query itself: a non-empty ``p.no-content@value``
-                          (查询对象结构错误, 没有指定检索分类！ / 起始游标越界 / 参数校验;...);
-                          :func:`rejection_text` gives CNKI's words
-``verify``                a redirect to, or a page at, ``/verify/...``; a <title> with 超时验证;
-                          a 安全验证 page that points at ``/verify/``; the 2026 ``{"code":-403,
-                          "message":".../verify/home?captchaType=..."}`` JSON (as 403 or as 200)
-``captcha``               a captcha page: AJ-Captcha (``verify-api``, ``captchaType=blockPuzzle``
-                          / ``clickWord``), the letters form ``vericodeForm``, the older Tencent
-                          slider (TJCaptcha.js), or a 安全验证 page
-``blank``                 2xx with an empty or near-empty body
-``javascript``            a page that is only script (a cookie/redirect challenge)
-``no-data-retry``         抱歉，暂无数据，请稍后重试 (anywhere: it is never a zero result)
-``no-pager``              a list page without its pager / total and not a no-content page
-``unexpected``            a detail page without ``.wx-tit``
-``http-<status>``         4xx and 5xx statuses, and 3xx redirects to anywhere but ``/verify``
-========================= =================================================================
-
-A zero or the soft block? (PROTOCOL.md, 2026 evidence point 13.) The soft block's body (an empty
-``p.no-content@value`` with 暂无数据，请稍后重试) may also be how CNKI answers a search that truly
-lists nothing. A list request with meta :data:`ZERO_CHECK` (the first page of a round's searches)
-that gets it is not retried by the retry middleware: the spider asks one canary on the same
-session, a search that must list rows (the day without its category, once per day:
-``RoundSpider._zero_or_soft_block``); rows listed: the page was a true zero; none: it was the
-soft block, retried as any other.
+Reasons (the slugs of :class:`cnkispider.exceptions.RefusedPage`, each described in
+docs/INTERNALS.md): ``rejected``, ``verify``, ``captcha``, ``blank``, ``javascript``,
+``no-data-retry``, ``no-pager``, ``unexpected``, ``http-<status>``. The soft block's body may
+also be a true zero: a round's first page carrying meta :data:`ZERO_CHECK` is decided by the
+spider's canary, not retried here.
 
 The usable-page markers are checked before the captcha markers on purpose: real kns8s list
 pages load TJCaptcha.js and carry a hidden slider, in case they need it later.
@@ -45,6 +23,8 @@ Three kinds of "no" (:func:`kind_of`), three answers (PROTOCOL.md, 2026 evidence
   and proxy, retry; when challenges persist across fresh sessions the task pauses.
 - ``fault``: anything else (5xx, resets, timeouts, blank bodies, markup not understood): retried
   as usual; when one fault repeats across rounds the circuit breaker halts the task.
+
+The rest of this module's story: docs/INTERNALS.md#cnkispidercnkirefusalspy.
 """
 
 from __future__ import annotations

@@ -16,24 +16,16 @@ the failed one (private meta ``_proxy_avoid``, set by the session middleware). M
 
 Proxy credentials never reach a log line: only :func:`proxy.provider.mask` forms are logged.
 
-Settings:
-- ``PROXY_ENABLED`` (False): the global switch (the seed's PROXY_OPEN); off -> NotConfigured.
-- ``PROXY_API_URL``: the provider's API; ``PROXY_API_FORMAT`` (``lines`` | ``json``);
-  ``PROXY_API_JSON_PATH`` (``data``), ``PROXY_API_JSON_IP`` (``ip``), ``PROXY_API_JSON_PORT``
-  (``port``); ``PROXY_API_TIMEOUT`` (10 s).
-- ``PROXY_STATIC`` ([]): fixed proxies (``[user:pass@]host:port``) instead of an API.
-- ``PROXY_CREDENTIALS`` (""): ``user:pass`` for proxies that come without.
-- ``PROXY_REUSE`` (10): average uses per proxy; ``PROXY_MAX_AGE`` (0 = none): seconds a proxy is
-  handed out after purchase.
-- ``PROXY_FETCH_INTERVAL`` (5 s): at least this long between provider calls.
-- ``PROXY_BAN_STATUSES`` ([403, 407, 429]), ``PROXY_BAN_REASONS`` (["captcha"]): responses
-  that evict the proxy; ``PROXY_BAN_TIME`` (300 s): an evicted address offered again is refused
-  this long (a static list comes back after it).
-- ``PROXY_WAIT_MAX`` (600 s): a request that found no proxy for this long fails with
-  :class:`~cnkispider.exceptions.GaveUp` (reason ``no-proxy``).
+Settings: ``PROXY_ENABLED`` (the global switch), ``PROXY_API_URL``, ``PROXY_API_FORMAT``,
+``PROXY_API_JSON_PATH``, ``PROXY_API_JSON_IP``, ``PROXY_API_JSON_PORT``, ``PROXY_API_TIMEOUT``,
+``PROXY_STATIC``, ``PROXY_CREDENTIALS``, ``PROXY_REUSE``, ``PROXY_MAX_AGE``,
+``PROXY_FETCH_INTERVAL``, ``PROXY_BAN_STATUSES``, ``PROXY_BAN_REASONS``, ``PROXY_BAN_TIME``,
+``PROXY_WAIT_MAX`` (defaults and meaning: docs/INTERNALS.md).
 
 Stats (``proxy/...``): ``assigned``, ``session_kept``, ``fetch/count``, ``fetch/added``,
 ``fetch/empty``, ``fetch/error``, ``evicted/<reason>``, ``released/ok``, ``released/refused``, ``wait_gave_up``.
+
+The rest of this module's story: docs/INTERNALS.md#cnkispidermiddlewaresproxypy.
 """
 
 from __future__ import annotations

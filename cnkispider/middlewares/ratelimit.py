@@ -2,71 +2,26 @@
 it go, and tells the paces how CNKI answered (what they are, their keys and their invariants:
 :mod:`cnkispider.pace.store`).
 
-Sending on time. A request sleeps its wait on the event loop (never blocking the reactor) and
-then goes, unless it woke more than ``RATELIMIT_LATE`` seconds after its time: then it reserves
-again. A late reactor fires many timers at once, and the requests it woke would leave together,
-a burst the schedule never granted (this once got two crawlers banned by a site whose limit they
-respected on paper, under a busy machine). So on the wire, in any window of ``T`` seconds at most
-``rate * (T + late) + burst`` requests leave for a key, whatever the number of workers. The
-allowed lateness doubles with each new reservation of the same request, so that an overloaded
-machine still makes progress. A request granted before a decrease of one of its paces reserves
-again too (*revoked*), and so does one whose paces are booked beyond their horizon (*held*).
+Why: ten machines together must be as polite as one, and a busy machine must not turn a
+schedule into a burst. A request sleeps its wait on the event loop and goes, unless it woke more
+than ``RATELIMIT_LATE`` seconds late: then it reserves again (a late reactor once let requests
+leave together and got two crawlers banned by a site whose limit they kept on paper). Requests
+and answers are batched into one script call at a time, off the reactor; without Redis a
+request waits, it never goes without its reservation. It sits at ``ORDER`` = 630, after the
+session (480) and proxy (620) middlewares, so both are known when it reserves.
 
-Batching. Requests waiting for a reservation, and answers waiting to be reported, are batched:
-one script call carries all that arrived while the previous one was in flight, on a thread of its
-own (the loop is :class:`cnkispider.offload.RedisCalls`, shared with the scheduler). If Redis
-cannot be reached, requests wait and the call is retried with backoff: a request never goes
-without its reservation.
-
-Where it sits (``ORDER`` = 630 in ``DOWNLOADER_MIDDLEWARES``; ``process_request`` runs in
-ascending order, ``process_response`` in descending order): after the session middleware (480,
-which may await a warm-up, itself limited here as a request of its own) and the proxy middleware
-(620, which sets ``meta["proxy"]``), so that both are known; what runs between here and the wire
-(HttpCompression 640, Cookies 700, HttpProxy 750) never waits, so a reservation is spent when it
-was granted. On the way back it sees the answer after HttpCompression has decompressed it and
-before the proxy (620) and retry (610) middlewares act on a refusal. A retry or a redirect is a
-new request through the chain and takes a new reservation: the site sees it.
-
-Settings (defaults in :mod:`cnkispider.default_settings`; config.ini maps onto them in
-``cnkispider.settings``):
-
-- ``RATELIMIT_ENABLED``: off -> ``NotConfigured`` (paces too); also off while both rates are 0,
-  ``PACE_ENABLED`` is False and no verified session can be used (``SESSIONS_MODE`` plain or
-  ``SESSIONS_PACE_MAX`` 0).
-- ``RATELIMIT_RATE``: requests per second to one site (``host:port``), all workers together;
-  0 = no limit per site (``[crawl] rate_limit``).
-- ``RATELIMIT_PROXY_RATE``: requests per second through one proxy, all workers together;
-  0 = no limit per proxy (``[proxy] rate_limit``).
-- ``RATELIMIT_BURST``: requests a fixed key lets go at once after a quiet spell; 1 spaces them
-  evenly (``[crawl] rate_burst``).
-- ``RATELIMIT_LATE``: seconds a request may wake after its time and still go.
-- ``RATELIMIT_KEY_PREFIX``: the prefix of every key (:mod:`cnkispider.pace.store`).
-- ``PACE_ENABLED``: learn a pace per session and per IP (``[crawl] pace``).
-- ``PACE_START``: requests/s of a new session or IP (``[crawl] pace_start``).
-- ``PACE_STEP``: requests/s gained per second of clean answers (``[crawl] pace_step``).
-- ``PACE_DECREASE``: factor applied on a challenge.
-- ``PACE_CEILING``: share of the last challenged pace where fast growth stops.
-- ``PACE_PROBE_SECONDS``: clean seconds to grow from that share back to the ceiling.
-- ``PACE_MIN``: the pace never goes below this.
-- ``PACE_MAX``: the pace never goes above this; 0 = the site's fixed limit (``RATELIMIT_RATE``),
-  or none when that is 0 too (``[crawl] pace_max``).
-- ``PACE_COOLDOWN`` / ``PACE_COOLDOWN_MAX``: seconds a challenged session or IP stays quiet
-  (``[crawl] pace_cooldown``).
-- ``PACE_WINDOW``: seconds over which the site is assumed to count a pace; a pace challenged
-  while it grew was too fast half a window before, and that is the ceiling kept.
-- ``PACE_TTL``: seconds an IP's learned pace is kept after its last use.
-- ``SESSIONS_PACE_MAX``: requests/s a session a person verified (meta ``cnki_verified``) never
-  exceeds, all workers together, paces on or off; 0 = none (``[cnki] session_pace``).
-- ``PACE_DIRECT_NAME``: the IP name of requests without a proxy; every worker on the Redis shares
-  it (right when they leave through one address; give each machine its own name when they do
-  not: ``[proxy] direct_name``).
-- ``REDIS_URL``, ``CNKI_DATA_DIR``: the shared Redis (see :mod:`cnkispider.redisconn`).
-
-Meta ``dont_ratelimit`` lets a request pass unlimited.
+Settings (defaults in :mod:`cnkispider.default_settings`): ``RATELIMIT_ENABLED``,
+``RATELIMIT_RATE``, ``RATELIMIT_PROXY_RATE``, ``RATELIMIT_BURST``, ``RATELIMIT_LATE``,
+``RATELIMIT_KEY_PREFIX``, ``PACE_ENABLED``, ``PACE_START``, ``PACE_STEP``, ``PACE_DECREASE``,
+``PACE_CEILING``, ``PACE_PROBE_SECONDS``, ``PACE_MIN``, ``PACE_MAX``, ``PACE_COOLDOWN``,
+``PACE_COOLDOWN_MAX``, ``PACE_WINDOW``, ``PACE_TTL``, ``SESSIONS_PACE_MAX``,
+``PACE_DIRECT_NAME``, ``REDIS_URL``, ``CNKI_DATA_DIR``. Meta ``dont_ratelimit`` passes unlimited.
 
 Stats (``ratelimit/...``): ``requests``, ``delayed`` (had to wait), ``wait_seconds`` (total),
 ``held``, ``late``, ``revoked`` (reserved again, see above), ``pace/clean``,
 ``pace/challenged``, ``pace/decreased``, ``redis/calls``, ``redis/errors``.
+
+The rest of this module's story: docs/INTERNALS.md#cnkispidermiddlewaresratelimitpy.
 """
 
 from __future__ import annotations

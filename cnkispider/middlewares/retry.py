@@ -1,74 +1,31 @@
 """Retries for CNKI: on errors and on CNKI's ways of saying no, each time with a fresh session,
 another proxy, and a growing pause; then :class:`~cnkispider.exceptions.GaveUp`.
 
-Replaces Scrapy's RetryMiddleware (disable that one: see ``DOWNLOADER_MIDDLEWARES`` in
-:mod:`cnkispider.middlewares`, which also explains why this one sits above RedirectMiddleware).
-A request is retried when:
+Replaces Scrapy's RetryMiddleware (why it sits above RedirectMiddleware:
+:mod:`cnkispider.middlewares`). A request is retried when ``refusals.classify`` names a reason
+(a redirect is classified by its target, so ``302 -> /verify`` is caught before it is
+followed), its status is in ``RETRY_HTTP_CODES``, or it failed with ``RETRY_EXCEPTIONS``.
 
-- it has meta ``cnki_kind`` and ``cnkispider.cnki.refusals.classify`` names a reason (verify
-  redirect, captcha, blank page, JavaScript page, list without pager, ...); a redirect is
-  classified by its target, so CNKI's ``302 -> /verify`` is caught before it is followed;
-- its status is in ``RETRY_HTTP_CODES`` (reason ``http-<status>``);
-- it failed with one of ``RETRY_EXCEPTIONS`` (reason: the exception's class name), or with a
-  :class:`~cnkispider.exceptions.RefusedPage` raised by a downloader middleware (its reason).
-
-Three kinds of no (``refusals.kind_of``), three answers:
-
-- a **rejection** (reason ``rejected``: CNKI refused the query itself) is never retried: the
-  request fails at once with ``GaveUp("rejected", 1, detail=<CNKI's words>)`` and its errback
-  halts the task (no fresh session or proxy changes a query CNKI finds wrong);
-- a **challenge** (verify, captcha, the soft block ``no-data-retry``, a JavaScript page) is
-  retried as below; when challenges persist across fresh sessions (``RETRY_CHALLENGE_SESSIONS``
-  challenged answers in a row from that many distinct CNKI sessions, no clean page between; a
-  detail link's retries do not count: :func:`counts_toward_cooldown`),
-  the task pauses for ``RETRY_CHALLENGE_COOLDOWN`` seconds, shared by every worker through one
-  Redis key with a TTL (:class:`cnkispider.halting.Cooldown`), and says so in one warning;
-- a **fault** is retried as below.
-
-While a cool-down runs, every retry waits for it to end before it is handed back (and the
-task feeder seeds no round). Once the task is halted (``cnkispider.context.CrawlContext.halted``), a
-request that would be retried is held instead (never acknowledged: its lease brings it back
-after ``task resume``) and fails with :class:`~cnkispider.exceptions.HaltedRequest`, which is not
-recorded (``errors.middleware``).
-
-Verified sessions (a person passed CNKI's check: :mod:`cnkispider.sessions`). A challenge to a
-request sent in one (meta ``cnki_verified``) is never retried blindly and never answered with a
-fresh plain session: on a list page CNKI checked the session again, so it goes to
-``needs-person`` in the shared pool (its note says at which of its requests) and the page is
-handed back as it was, without spending a retry, for the round's next verified session (or the
-wait for a person); a detail link that is refused fails with
-:class:`~cnkispider.exceptions.SessionLost`, and the spider lists its page again in the round's
-session (the link is bound to the session that listed it; if that session is the one CNKI
-checked, the new list page finds out). The soft block (``no-data-retry``) on a verified session
-is a pace CNKI found too fast, not a check: the session cools for ``PACE_COOLDOWN`` seconds
-and the page is retried in it. In ``[cnki] sessions = auto``, a warm-up page (meta ``cnki_kind``
-``home``) of a plain session that CNKI sends to its check is not retried: it tells the session
-runtime, which moves every worker to verified sessions once ``SESSIONS_AUTO_AFTER`` fresh plain
-sessions in a row were checked that way.
-
-Each retry is a copy (Scrapy's ``get_retry_request``: ``retry_times``, ``dont_filter``,
-priority) with meta ``cnki_renew_session`` set, so the session middleware retires the old
-session and the proxy middleware picks another proxy. Before the copy is handed back, the
-middleware waits ``min(RETRY_BACKOFF_MAX, RETRY_BACKOFF_BASE * 2 ** (n - 1))`` seconds, jittered
-into its upper half, for retry ``n``; the wait is a sleep on the event loop (an ``async``
-``process_response``, as Scrapy >= 2.14 allows), so other requests go on meanwhile. After
-``RETRY_TIMES`` retries the request fails with ``GaveUp(reason, attempts)``, which its errback
-receives (``attempts`` = RETRY_TIMES + 1). Meta ``dont_retry`` and ``max_retry_times`` are
-honoured as in Scrapy.
+Three kinds of no (``refusals.kind_of``), three answers: a **rejection** (CNKI refused the query
+itself) is never retried, its errback halts the task; a **challenge** (verify, captcha, the soft
+block, a JavaScript page) is retried on a fresh session through another proxy, and when
+challenges persist across ``RETRY_CHALLENGE_SESSIONS`` fresh sessions the task pauses for
+``RETRY_CHALLENGE_COOLDOWN`` seconds, shared through Redis; a **fault** is retried as usual.
+A challenge on a session a person verified is never retried blindly: the session goes to
+``needs-person`` and the page waits for the round's next verified session. Each retry waits a
+jittered, doubling back-off on the event loop; after ``RETRY_TIMES`` it fails with ``GaveUp``.
+What the operator sees: docs/SESSIONS.md#when-cnki-says-no.
 
 Settings: ``RETRY_ENABLED``, ``RETRY_TIMES``, ``RETRY_HTTP_CODES``, ``RETRY_EXCEPTIONS``,
 ``RETRY_PRIORITY_ADJUST``, ``RETRY_GIVE_UP_LOG_LEVEL`` (Scrapy's), ``RETRY_BACKOFF_BASE`` (0.5 s),
 ``RETRY_BACKOFF_MAX`` (30 s), ``RETRY_CHALLENGE_SESSIONS`` (4), ``RETRY_CHALLENGE_COOLDOWN`` (300 s; 0: no
 cool-down).
 
-Stats: ``retry/count``, ``retry/reason_count/<reason>``, ``retry/max_reached`` (written by
-Scrapy's ``get_retry_request``, which this middleware reuses as asked, under the same names as
-Scrapy's own middleware); ``retry/backoff_seconds`` and ``retry/gave_up/<reason>`` through
-``_inc_stat``; ``retry/rejected``, ``retry/cooldowns`` (started by this worker),
-``retry/cooldown_seconds`` (retries' waits for one); ``retry/challenges``: every challenge CNKI
-answered with (:func:`cnkispider.cnki.refusals.kind_of`; a first page's soft block only once
-the spider's canary told it from a true zero: the spider counts that one), the number a worker's
-heartbeat carries to its ``worker`` row.
+Stats: ``retry/count``, ``retry/reason_count/<reason>``, ``retry/max_reached`` (Scrapy's names),
+``retry/backoff_seconds``, ``retry/gave_up/<reason>``, ``retry/rejected``, ``retry/cooldowns``,
+``retry/cooldown_seconds``, ``retry/challenges`` (carried to the ``worker`` row).
+
+The rest of this module's story: docs/INTERNALS.md#cnkispidermiddlewaresretrypy.
 """
 
 from __future__ import annotations

@@ -5,67 +5,27 @@ from :class:`~cnkispider.cnki.session.SessionPool` (the one named by meta ``cnki
 it may still serve, so that the pages of one search stay together), and sets meta
 ``cnki_session`` and ``cookiejar`` (Scrapy's CookiesMiddleware keeps one cookie jar per session).
 
-A session that is not warmed yet is warmed first, in two steps, both downloaded through the
-engine with every downloader middleware (retries, proxy, User-Agent, the shared rate limit:
-neither sets ``dont_ratelimit``; the client id is asked of CNKI's recsys host, which the rate
-limiter keeps under its own ``host:port`` key), in the session's cookie jar, hence with its
-User-Agent and proxy, meta ``cnki_kind`` ``home``:
+Why: CNKI serves a search only in a session it knows (cookies from its home page, an
+``Ecp_ClientId`` from its client-id endpoint, at most 15 grid requests), and a detail link opens
+only in the session that listed it. So a plain session is warmed up first through the engine
+(every middleware applies: retries, proxy, the shared rate limit); a warm-up that fails retires
+the session and the request is retried with a fresh one, never sent on in a session CNKI will
+refuse. ``Ecp_ClientId`` rides in ``Request.cookies`` (Scrapy's public API), scoped to the kns
+host. A retry (meta ``cnki_renew_session``) gets a fresh session that avoids the failed proxy.
+With verified sessions (:mod:`cnkispider.sessions`), a round's requests use the one session a
+person passed that its lease names; a detail link whose session CNKI checked again fails with
+``SessionLost`` and its page is listed again; with no session ready the request waits for a
+person without spending a retry.
 
-1. ``GET Protocol.home_url`` (``defaultresult/index``): sets KNS2COOKIE, SID_kns_new, dblang;
-2. ``GET Protocol.client_id_url`` (``CNKI_CLIENT_ID_URL``): ``{"Success":true,"Data":"<id>"}``.
-   The id becomes the session's ``Ecp_ClientId`` cookie (path ``/``) on the kns host, which
-   CNKI requires on a grid POST (without it: ``403 {"code":-403,...}``).
-
-A warm-up that fails at either step (an HTTP error, a challenge, an answer without an id)
-retires the session and raises :class:`~cnkispider.exceptions.RefusedPage` (reason
-``warm-up`` or ``client-id``, or the refusal the retry middleware named), so the request is
-retried with a fresh session: never sent on in a session CNKI will refuse.
-
-How the cookie gets into the jar: every list/detail request of the session carries
-``Ecp_ClientId`` in ``Request.cookies`` (path ``/``), which Scrapy's CookiesMiddleware merges into
-the session's jar for the request's own host before it writes the Cookie header. This uses only
-Scrapy's public API (no reaching into the cookies middleware's jars), scopes the cookie to the
-kns host by construction (it is never sent to recsys or anywhere else), and survives anything
-that empties or replaces the jar (CNKI expiring the cookie, a jar freed after its session
-retired, a request replayed by another worker: the session middleware always writes the id of
-the session the request is about to use).
-
-Requests requeued with meta ``cnki_renew_session`` (set by the retry middleware on every
-retry) retire their old session and get a fresh one, whose warm-up avoids the proxy the request
-failed through (private meta ``_proxy_avoid``, read by the proxy middleware). ``home`` requests,
-requests with another kind or none, and requests with meta ``dont_cnki_session`` pass
-untouched: the warm-up requests are among them, which keeps this middleware from recursing.
-
-Verified sessions (CNKI 2026 checks for a person: PROTOCOL.md "2026 evidence" point 11). While
-:class:`cnkispider.sessions.runtime.VerifiedSessions` says so (``[cnki] sessions`` = verified, or
-auto once CNKI checked a plain session), list and detail requests use a session a person passed,
-from the shared pool (:mod:`cnkispider.sessions.pool`), instead of a warmed-up plain one:
-
-- a request names its round (meta ``round_id``); the round's lease names its session (one per
-  round: its list pages and its detail pages, whose ``v=`` links open only in it); the request
-  carries the id in meta ``cnki_session`` (also its cookie jar key and its pace key in the rate
-  limiter) and ``cnki_verified``, and the session's cookies and User-Agent;
-- every request counts against the session and renews the round's lease
-  (:meth:`SessionStore.use`); there is no warm-up (it would spend one of the session's requests);
-  ``Ecp_ClientId`` comes with the person's cookies, or once from CNKI's issuing endpoint;
-- a list request whose session can no longer serve (CNKI checked it: needs-person) takes the
-  round's next session; a detail request cannot (its link is bound to the dead session): it fails
-  with :class:`~cnkispider.exceptions.SessionLost` and the spider lists its page again;
-- no session ready and none coming back: the request waits for a person
-  (:meth:`VerifiedSessions.wait_for_person`), polling the pool; its retries are not spent.
-
-Settings:
-- ``SESSION_ENABLED`` (True): off -> NotConfigured.
-- ``SESSION_TURN_LIMIT`` (14): grid requests a session serves after its first (CNKI allows 15).
-- ``SESSION_MAX_AGE`` (600 s; 0 = none): a session older than this is retired.
-- ``SESSION_POOL_SIZE`` (4): sessions live at once.
-- ``SESSION_JAR_GRACE`` (660 s): a retired session's cookie jar is dropped this long after it
-  retired (longer than a request may take from getting its session to its response).
-- ``CNKI_BASE_URL``, ``CNKI_CLIENT_ID_URL`` (the site protocol's): where the warm-up goes.
+Settings: ``SESSION_ENABLED``, ``SESSION_TURN_LIMIT`` (14), ``SESSION_MAX_AGE`` (600 s),
+``SESSION_POOL_SIZE`` (4), ``SESSION_JAR_GRACE`` (660 s), ``CNKI_BASE_URL``,
+``CNKI_CLIENT_ID_URL``.
 
 Stats (``session/...``): ``opened``, ``warmed``, ``warmup_failed``, ``client_id/failed``,
 ``retired/<reason>`` (``turn-limit``, ``max-age``, ``renewed``, ``warmup-failed``),
 ``requests/<kind>``, ``jars_freed``.
+
+The rest of this module's story: docs/INTERNALS.md#cnkispidermiddlewaressessionpy.
 """
 
 from __future__ import annotations

@@ -4,34 +4,11 @@ and the blocking call that reports CNKI's answers and reserves send times.
 Ten machines together must be as polite as one: the limits are per site, per proxy, per CNKI
 session and per IP for the whole cluster, not per worker.
 
-Fixed limits (``RATELIMIT_RATE`` per site, ``RATELIMIT_PROXY_RATE`` per proxy,
-``SESSIONS_PACE_MAX`` per session a person verified). Each is a key holding its *theoretical
-arrival time* (GCRA, a token bucket written as one number): a request may go at
-``max(now, tat - (burst - 1) * interval)``, and going moves ``tat`` to
-``max(tat, then) + interval``. A request goes at the latest time its keys allow, and every key
-it touched counts it.
-
-Paces (``PACE_*``, for CNKI pages: requests with meta ``cnki_kind``). CNKI challenges a session
-or an address that goes faster than a threshold it does not publish (PROTOCOL.md, 2026
-evidence), so each session and each IP (the proxy in use, or ``PACE_DIRECT_NAME``) learns a pace
-of its own by AIMD (:class:`PaceRule`): it starts at ``PACE_START``, grows by ``PACE_STEP``
-requests/s per second of clean answers, and on a *challenge* (``refusals.kind_of(reason) ==
-"challenge"``) it remembers the pace that was too fast (the *ceiling*: the granted pace, less
-what the site's window, ``PACE_WINDOW``, lagged behind a growing pace), falls to
-``PACE_DECREASE`` x the ceiling and goes quiet for ``PACE_COOLDOWN`` (doubled, up to
-``PACE_COOLDOWN_MAX``, when the next challenge comes before any clean answer: a flagged address
-stays flagged while it keeps asking). Then it grows fast again up to ``PACE_CEILING`` x the
-ceiling and covers the rest in ``PACE_PROBE_SECONDS`` (the threshold may have moved; each
-challenge costs a cool-down). A pace is a GCRA key with an even spacing of ``1 / pace`` (no
-burst), never above the fixed limits of its site and proxy, and booked at most
-:data:`~cnkispider.pace.script.HORIZON` ahead: a request beyond it is *held* and asks again. An
-IP's pace outlives its last use by ``PACE_TTL`` (a restarted crawler goes on at the pace it
-learned), a session's by :data:`SESSION_PACE_TTL`.
-
-Keys (``RATELIMIT_KEY_PREFIX``, shared by every task on the Redis: politeness is per site):
-``{prefix}:site:{host:port}``, ``{prefix}:proxy:{host:port}``, ``{prefix}:verified:{session}``
-(a fixed key expires a second after its schedule runs out), ``{prefix}:pace:{site}:ip:{proxy
-host:port or direct name}`` and ``{prefix}:pace:{site}:session:{id}``.
+Fixed limits (per site, per proxy, per verified session) are GCRA keys: a request goes at the
+latest time its keys allow. Paces (``PACE_*``, for CNKI pages) are learned per session and per
+IP by AIMD (:class:`PaceRule`): grow on clean answers, fall and go quiet on a challenge, never
+above the fixed limits. Keys: ``{prefix}:site:``, ``:proxy:``, ``:verified:``, ``:pace:{site}:ip:``
+and ``:pace:{site}:session:`` (how each rule works: docs/INTERNALS.md).
 
 Invariants, kept by one Lua script (:mod:`cnkispider.pace.script`) that does everything
 atomically on the Redis server's clock, so that machines with skewed clocks share one schedule:
@@ -43,6 +20,8 @@ atomically on the Redis server's clock, so that machines with skewed clocks shar
   address is quiet for the whole cool-down even though those sends were promised earlier;
 - every call returns the last decrease of each pace key it touched; a request granted before
   it is not sent but reserves again (*revoked*, in the middleware).
+
+The rest of this module's story: docs/INTERNALS.md#cnkispiderpacestorepy.
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
 """A scalable Bloom filter in Redis: the crawl's dedupe, a few bytes per fingerprint.
 
-Layout under ``{namespace}:bloom``: a hash with the configuration, the number of layers and the
-count of fingerprints in the newest layer, and one Redis string per layer
-(``{namespace}:bloom:{i}``) holding its bit array. Layer ``i`` holds
-``DUPEFILTER_CAPACITY * DUPEFILTER_GROWTH**i`` fingerprints at an error rate of
-``DUPEFILTER_ERROR_RATE * (1 - r) * r**i`` (``r`` = ``defaults.DUPEFILTER_TIGHTENING``), so the
-rates of all layers sum to less than ``DUPEFILTER_ERROR_RATE`` however far the filter grows
-(Almeida et al., "Scalable Bloom Filters"). Each layer has the textbook size
-``m = -n ln p / (ln 2)^2`` bits and ``k = (m/n) ln 2`` hash positions; a small task allocates only
-its first, small layer, and a new layer (twice as big by default) is allocated whole when the
-newest one is full. At ``p = 1e-9`` that is 43 to 50 bits per fingerprint in a full layer, about
-8 bytes per fingerprint at 10 million counting the unused part of the newest layer.
-
-Positions come from the fingerprint bytes (enhanced double hashing of two 32-bit words), and a
-fingerprint is tested against every layer and set in the newest one in one Lua function
-(:data:`BLOOM_LUA`), with ``BITFIELD`` reading or writing all ``k`` bits of a layer in one call.
-The scheduler runs that function inside its enqueue script, so deduplication costs no Redis round
-trip of its own: a request is dropped as a duplicate in the same atomic step that would have
-queued it. :meth:`BloomDupeFilter.request_seen` (one round trip) is for use outside the scheduler.
+Layers under ``{namespace}:bloom`` grow by ``DUPEFILTER_GROWTH`` with tightening error rates,
+so the rates sum to less than ``DUPEFILTER_ERROR_RATE`` however far the filter grows (about 9
+bytes per fingerprint at 10 million: docs/SPEED.md). The test and set run inside the
+scheduler's enqueue script, so dedupe costs no round trip of its own.
 
 Scope. A filter must not outlive what it describes, or it hides documents that are not stored
 (a re-crawl after ``task move``, a new database on the same Redis). So the scheduler keeps one
@@ -36,6 +22,8 @@ Settings: ``SCHEDULER_NAMESPACE``, ``DUPEFILTER_CAPACITY``, ``DUPEFILTER_ROUND_C
 ``DUPEFILTER_ERROR_RATE``,
 ``DUPEFILTER_GROWTH``, ``DUPEFILTER_DEBUG``; for standalone use also ``REDIS_URL`` and
 ``CNKI_DATA_DIR``.
+
+The rest of this module's story: docs/INTERNALS.md#cnkispiderschedulingdupefilterpy.
 """
 
 from __future__ import annotations

@@ -2,25 +2,9 @@
 
 The scheduler acknowledges a leased request once Scrapy's engine has finished with it *and* no
 one holds it. The engine finishes with a request only after everything that came of it has been
-handled:
-
-- a response: the callback's whole output was consumed, every item went through the item
-  pipelines (each ``process_item`` returned, so a pipeline that stores the item before returning
-  has stored it) and every new request was handed to the scheduler (children are written to
-  Redis in the same step as, and before, their parent's ack);
-- a download failure: the errback ran to its end (an ``async def`` errback is awaited) and its
-  output was handled the same way; without an errback the failure was logged;
-- a callback exception: the spider middlewares' ``process_spider_exception`` and the
-  ``spider_error`` signal handlers ran;
-- a redirect or a retry: the new request was handed to the scheduler (it gets its own lease;
-  being a continuation of the same document it skips the dupefilter, see the scheduler);
-- a request dropped by a downloader middleware (``IgnoreRequest``): its errback ran, or without
-  one it was logged. Either way it is acked, not leaked: replaying it would only drop it again.
-
-So spider code needs nothing for the ordinary case, errbacks included::
-
-    async def on_error(self, failure):
-        await record_download_failure(self.crawler, failure)  # awaited: written before the ack
+handled: a response's callback output consumed and every item through the pipelines, a
+failure's errback run to its end, a redirect's or retry's new request handed to the scheduler
+(the full list: docs/INTERNALS.md). So spider code needs nothing for the ordinary case.
 
 Only work that outlives the callback, errback, pipeline or signal handler that started it must be
 declared, or the request could be acked before that work is written:
@@ -33,12 +17,9 @@ declared, or the request could be acked before that work is written:
 A hold taken after the request was acked does nothing (and logs why). It does nothing
 when the crawler does not run the leased scheduler.
 
-A lease held here is in one of these states (the Redis side is described in :mod:`.queue`):
-``buffered`` (popped, waiting in the scheduler's local buffer), ``handed`` (given to the engine),
-``abandoned`` (its ``request_abandoned`` handlers are running). The scheduler alone moves them;
-all of them are renewed together.
-
 Settings: none.
+
+The rest of this module's story: docs/INTERNALS.md#cnkispiderschedulingoutcomepy.
 """
 
 from __future__ import annotations

@@ -1,30 +1,13 @@
 """The leased request queue of one task namespace: Redis structures and the one script that moves them.
 
-Keys under the namespace ``{ns}`` (``SCHEDULER_NAMESPACE``, e.g. ``cnki:task:7``):
-
-==============================  =======  ==================================================
-key                             type     holds
-==============================  =======  ==================================================
-``{ns}:queue``                  zset     request id -> score; lowest score first
-``{ns}:requests``               hash     request id -> ``round_id "\\n" request JSON``
-``{ns}:leases``                 zset     request id -> lease expiry (ms, Redis server clock)
-``{ns}:attempts``               hash     request id -> times it was handed out
-``{ns}:seq``                    string   sequence of request ids (INCR)
-``{ns}:round:{r}:outstanding``  string   requests of round ``r`` queued or leased; deleted
-                                         when it reaches 0 (no key = nothing outstanding)
-``{ns}:round:{r}:bloom[:i]``             round ``r``'s dedupe filter (:mod:`.dupefilter`),
-                                         deleted with the count when the round drains
-``{ns}:bloom``, ``{ns}:bloom:i``         the dedupe filter of requests without a round,
-                                         deleted whenever nothing is queued or leased
-``{ns}:drained``                zset     round id -> deadline for its drain to be confirmed
-``{ns}:epoch``                  string   random id written when the namespace is new
-``{ns}:unreadable``             hash     request id -> ``reason "\n" stored value`` of a
-                                         request no worker would read (see :mod:`.serialize`)
-==============================  =======  ==================================================
-
-A request's id is its score: ``-priority * 2**33 + seq``, an integer below 2**53 (exact as a Redis
-score and a Lua number), so the queue pops by priority and first-in first-out within a priority,
-and a request that comes back keeps its place in line.
+Why: a request popped from a shared queue must not be lost with the worker that popped it, nor
+run twice by two workers, and exactly one worker must learn that a round is finished. So a pop
+is a lease, not a delete, and every move is one atomic step of :data:`SYNC_LUA`. The keys under
+``{ns}`` (``SCHEDULER_NAMESPACE``): ``queue``, ``requests``, ``leases``, ``attempts``, ``seq``,
+``round:{r}:outstanding``, ``round:{r}:bloom[:i]``, ``bloom``, ``drained``, ``epoch``,
+``unreadable`` (the table: docs/INTERNALS.md). A request's id is its score
+(``-priority * 2**33 + seq``): priority first, first-in first-out within one. One Redis
+server (or a primary with replicas): the script builds key names, so not Redis Cluster.
 
 Life of a request (the invariants; every move is one atomic step of :data:`SYNC_LUA`)::
 
@@ -34,37 +17,16 @@ Life of a request (the invariants; every move is one atomic step of :data:`SYNC_
                   └────release────┘                 (handed to one worker, acked after
                                                      request_abandoned has been handled)
 
-- *enqueue* (any worker): a request whose fingerprint its round's Bloom filter has seen is
-  dropped in the same step; a new one gets an id, is queued, and its round's outstanding count
-  goes up by one. That happens once per request: requeues and hand-outs never count again.
-  Dedupe is scoped to one life of a round in Redis (from its first request until it drains):
-  it stops a replayed list page from queueing its documents twice, and it never hides a
-  document from a later crawl of the round (``task move``, a new database), whose documents
-  may not be stored.
-- *pop* (any worker): moves up to N ids from the queue to the leases, with expiry
-  ``now + lease``, and increments their attempts. The attempts at the hand-out are the lease's
+- *enqueue* drops a fingerprint its round's Bloom filter has seen, in the same step; a new
+  request is queued and its round's outstanding count goes up, once per request.
+- *pop* leases up to N ids until ``now + lease``; the attempts at the hand-out are the lease's
   token: only that hand-out may renew, release or acknowledge it.
-- *renew* (the holder, every third of a lease): pushes the expiry back. A holder whose lease ran
-  out but whose request is still queued takes it back instead of letting it run twice.
-- *ack* (the holder, once the request's outcome is written): deletes the request and decrements
-  its round's count. The ack that brings the count to 0 reports the round as drained to the
-  worker that sent it (and only to it); a drained round is also recorded in ``{ns}:drained``
-  until that worker confirms it has told flow control, so a worker dying in between makes
-  another worker report it after ``DRAINED_CONFIRM_SECONDS``. Children are written in the same
-  step before their parent's ack, so a round never reaches 0 while work remains. The count and
-  the round's filter are deleted at 0. A drain flow control cannot take yet is *rechecked*: it
-  is reported again while the round still has nothing outstanding, and forgotten once the round
-  has requests again (it was seeded again, and its own drain will be reported).
-- *lease ran out* (found by any worker's next call): back to the queue with its attempts, for any
-  worker; once its attempts reach ``SCHEDULER_MAX_ATTEMPTS`` it is instead handed to the caller
-  as *abandoned* (not to be crawled: to be recorded in the error tables, then acked).
-- *release* (the holder, for popped requests it never started, e.g. at shutdown): back to the
-  queue and the attempt is not counted.
+- *ack* (once the outcome is written) deletes the request; the ack that brings the round's
+  count to 0 reports the round drained to that one worker (``{ns}:drained`` until confirmed),
+  and children are written before their parent's ack, so a round never reaches 0 early.
+- *lease ran out*: back to the queue, or *abandoned* after ``SCHEDULER_MAX_ATTEMPTS``.
 
-The script builds key names from the namespace, so Redis Cluster is not supported (one server,
-or a primary with replicas, is).
-
-Settings: none (the scheduler passes its values in).
+The rest of this module's story: docs/INTERNALS.md#cnkispiderschedulingqueuepy.
 """
 
 from __future__ import annotations

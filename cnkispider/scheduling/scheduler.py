@@ -6,70 +6,27 @@ Enable with::
     DUPEFILTER_CLASS = "cnkispider.scheduling.dupefilter.BloomDupeFilter"
     REQUEST_FINGERPRINTER_CLASS = "cnkispider.scheduling.fingerprint.DocKeyFingerprinter"
 
-How it talks to Redis. Every Redis call is one run of the queue's script, on one thread of its
-own (never the reactor's; the loop is :class:`cnkispider.offload.RedisCalls`, shared with the rate
-limiter), and does everything that is due at once: it writes the new requests
-(dedupe included), the acks, the lease renewals and releases, and pops the next batch. The engine
-takes requests from a local buffer, so ``next_request`` never waits for Redis:
+Why: every request lives in Redis from the moment it is made until its outcome is written, so
+a worker killed at any moment loses nothing (a popped request is leased, acknowledged only when
+its outcome is written: :mod:`.outcome`), and the engine never waits for Redis: every Redis call
+is one run of the queue's script (new requests with their dedupe, acks, renewals, the next pops)
+on a thread of its own (:class:`cnkispider.offload.RedisCalls`), and the engine takes requests
+from a local buffer. Calls never overlap, so writes land in the order they were made, and a
+request's children are written before the ack of the request that produced them.
 
-- a call is made when the buffer falls to half of ``SCHEDULER_BATCH_SIZE``, when writes have
-  waited ``SCHEDULER_FLUSH_INTERVAL``, when leases are due for renewal (every third of
-  ``SCHEDULER_LEASE_SECONDS``), and every ``SCHEDULER_IDLE_POLL`` while the queue looks empty;
-- calls never overlap, so writes land in the order they were made;
-- a request's children are written before (in the same atomic call as, or a call before) the
-  ack of the request that produced them.
-
-Acknowledgement: see :mod:`.outcome`. A request popped from Redis carries meta ``lease_id`` and
-``lease_attempts``; it is acked once the engine is done with it and nobody holds it.
-
-Deduplication happens in the same Redis script that queues a request, in the filter of the
-request's round (see :mod:`.dupefilter`), so it costs no round trip. Because that answer comes
-later, ``enqueue_request`` returns ``True`` for a request it passes on, and a duplicate caught in
-Redis is only counted (``dupefilter/filtered``). Nothing is deduplicated locally: only Redis
-knows whether a round's filter still describes the crawl under way.
-
-A request read from Redis is checked (:class:`.serialize.ReadPolicy`: http(s) on the configured
-CNKI hosts, no Scrapy control meta, headers and callbacks the spiders use); one that fails is
-never run and moves to ``{ns}:unreadable`` with the reason (``scheduler/unreadable``).
-
-A request made from a leased one (a redirect, a retry: Scrapy copies the meta, so it carries the
-same ``lease_id``) with the same fingerprint is a continuation of the same document: it skips the
-dupefilter (which has seen that fingerprint already, from its parent; with ``doc_key``
-fingerprints it always has) and is queued as a new request with its own lease, while its parent
-is acked when the engine is done with it.
-
-Two reads of the engine's private slot (Scrapy 2.19) are the only coupling to Scrapy internals:
-its in-progress set (to know the engine is done with a request) and its ``nextcall`` (to ask for
-requests as soon as a pop lands, rather than at the engine's 5 s heartbeat).
-
-``has_pending_requests`` is true while anything is local (the buffer, unsent writes, leases whose
-acks are pending, a call in flight, signal handlers running) or while the last Redis view showed
-requests queued or leased by other workers, and before the first view. So a worker keeps its
-spider open while another worker's leases may still come back to the queue; when the whole
-namespace is empty it reports nothing pending and the engine goes idle. Whether an idle spider
-closes is the spider's decision (flow control raises ``DontCloseSpider`` while its task runs); the
-scheduler never decides that a crawl is over by a timeout.
-
-Signals sent (see :mod:`cnkispider.signals`):
-
-- ``request_abandoned(request, reason="lease-expired", attempts, spider)`` for a request whose
-  lease ran out ``SCHEDULER_MAX_ATTEMPTS`` times; it is acked once every handler has finished
-  (handlers may return Deferreds), and left to come back if a handler failed;
-- ``round_drained(round_id, epoch, spider)`` on the one worker whose ack brought the round's
-  outstanding count to 0, with the epoch of the Redis it drained in (see :mod:`.queue` for the
-  redelivery if that worker dies before its handlers finish). A handler that returns
-  :data:`cnkispider.signals.DRAIN_LATER` (flow control: the round is not marked seeded yet) has
-  the drain checked again in Redis after a short backoff: reported again while the round has
-  nothing outstanding, forgotten once it has requests again.
-
-``scheduler.epoch`` is the namespace's epoch in Redis: it changes if Redis lost the namespace
-(flow control then replays the rounds whose state is gone).
+A request read from Redis is checked (:class:`.serialize.ReadPolicy`); one that fails is never
+run and moves to ``{ns}:unreadable``. Whether an idle spider closes is flow control's decision;
+the scheduler never decides that a crawl is over by a timeout. ``scheduler.epoch`` changes when
+Redis lost the namespace (flow control then replays the rounds whose state is gone).
+Signals sent: ``request_abandoned``, ``round_drained`` (:mod:`cnkispider.signals`).
 
 Settings: ``SCHEDULER_NAMESPACE``, ``SCHEDULER_LEASE_SECONDS``, ``SCHEDULER_MAX_ATTEMPTS``,
 ``SCHEDULER_BATCH_SIZE``, ``SCHEDULER_FLUSH_INTERVAL``, ``SCHEDULER_IDLE_POLL``,
 ``SCHEDULER_ALLOWED_HOSTS`` (URLs or ``host[:port]`` a request read from Redis may go to, besides
 ``CNKI_BASE_URL`` and ``CNKI_CLIENT_ID_URL``), ``REDIS_URL``, ``CNKI_DATA_DIR``,
 ``DUPEFILTER_CLASS`` (and the dupefilter's own).
+
+The rest of this module's story: docs/INTERNALS.md#cnkispiderschedulingschedulerpy.
 """
 
 from __future__ import annotations

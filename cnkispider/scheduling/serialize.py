@@ -3,42 +3,24 @@
 The stored form is :meth:`scrapy.Request.to_dict` (the same keys, read back the same way as
 :func:`scrapy.utils.request.request_from_dict`), made JSON-safe and compact:
 
-- ``callback`` and ``errback`` are spider method names;
-- ``body`` is base64; header names and values are latin-1 strings (lossless for bytes);
-- ``meta`` and ``cb_kwargs`` must already be plain JSON data (dicts with string keys, lists,
-  strings, ints, finite floats, booleans, None). Anything else (a tuple, a date, an object) is
-  refused at enqueue with :class:`UnserializableRequest` naming the key, instead of being
-  silently changed on the way through Redis;
-- attributes at their default value are left out;
-- the scheduler's hand-out keys (``lease_id``, ``lease_attempts``) are never stored: they belong
-  to one hand-out, and a request derived from a leased one (a redirect, a retry) gets its own.
-
-Reading is stricter than Scrapy's ``request_from_dict``: ``_class`` must name a Request subclass
-in a module that is already imported (nothing is imported because Redis said so), and callbacks
-must be public methods of the spider.
+``callback`` and ``errback`` are method names, ``body`` is base64, ``meta`` and ``cb_kwargs``
+must be plain JSON data (anything else is refused at enqueue with :class:`UnserializableRequest`,
+never silently changed), and the scheduler's hand-out keys are never stored.
 
 The shared Redis is a trust boundary: whoever can write to it must not be able to make a worker
 fetch any URL, go through a proxy of theirs, or call any spider method. So a request read back
 is checked against a :class:`ReadPolicy` (``ValueError`` naming the reason if it fails; the
 scheduler then moves it to ``{ns}:unreadable`` with that reason, unfetched):
 
-- its URL is ``http(s)`` on one of the configured hosts (host and port);
-- its method is GET or POST, it carries no cookies, and its headers are among
-  :data:`HEADERS` (what the spiders set; the downloader middlewares add the rest, the cookie
-  jar's and the proxy's credentials included, at each download);
-- its meta holds none of Scrapy's control keys (:func:`is_control_meta`: ``proxy``,
-  ``cookiejar``, ``bindaddress``, ``download_*``, ``handle_httpstatus*``, ``dont_*`` but the
-  crawler's own :data:`OWN_DONT_KEYS`, ...);
-- its callback and errback are in the spider's ``queue_callbacks`` (``("parse",)`` for a spider
-  without that list).
-
-Writing drops what reading refuses, so the crawler's own requests always read back: cookies and
-control meta keys are dropped (a retry's ``proxy`` is kept only as ``_proxy_avoid``, ``host:port`` without
-credentials, so that the retry avoids the proxy it failed through), and so are headers not in
-:data:`HEADERS`.
+A request read back must be ``http(s)`` on a configured host, GET or POST without cookies,
+with headers among :data:`HEADERS`, no Scrapy control meta (:func:`is_control_meta`) and a
+callback in the spider's ``queue_callbacks``. Writing drops what reading refuses, so the
+crawler's own requests always read back.
 
 Settings: none (the scheduler builds the policy from ``SCHEDULER_ALLOWED_HOSTS``,
 ``CNKI_BASE_URL`` and ``CNKI_CLIENT_ID_URL``).
+
+The rest of this module's story: docs/INTERNALS.md#cnkispiderschedulingserializepy.
 """
 
 from __future__ import annotations

@@ -5,16 +5,9 @@ its slider check; the pass is bound to the session's cookies, not to the address
 the check in a browser (``cnkispider session login``, or ``session add --from-curl`` of a browser's
 request), the cookies go into this pool, and every worker on every machine crawls with them.
 
-Keys (``<ns>`` is the pool's namespace, :func:`namespace_for` the site: ``cnki:kns.cnki.net``; a
-session is the site's, not a task's, and a stand-in on another port has a pool of its own)::
-
-    <ns>:sessions:ids                 zset  session id -> created_at (listing order; pruned lazily)
-    <ns>:sessions:s:<id>              hash  the session (fields of VerifiedSession; cookies as JSON)
-                                            + leased_until, cooling_until, round_key; EXPIRE ttl
-    <ns>:sessions:round:<round_key>   str   the session leased to that round; PEXPIRE = the lease
-    <ns>:sessions:waiting             hash  worker id -> JSON {task, since, until, message}
-    <ns>:sessions:checked:<scope>     str   "1" once CNKI checked a plain session of task <scope>
-                                            ([cnki] sessions = auto moves to verified sessions)
+Keys under ``<ns>`` (:func:`namespace_for` the site: a session is the site's, not a task's):
+``sessions:ids``, ``sessions:s:<id>``, ``sessions:round:<round_key>``, ``sessions:waiting``,
+``sessions:checked:<scope>`` (the table: docs/INTERNALS.md).
 
 States of a session and who moves it (one Lua script per move, so two workers never both win):
 
@@ -23,28 +16,13 @@ States of a session and who moves it (one Lua script per move, so two workers ne
     any --mark("needs-person")--> needs-person     (CNKI checked it again: only a person cures it)
     any --mark("expired") | its Redis key expired--> expired / gone
 
-Invariants:
-- A round uses ONE session at a time: ``<ns>:sessions:round:<round_key>`` names it, and every list
-  and detail request of the round carries that id (meta ``cnki_session``), because a detail link
-  (``v=``) opens only in the session that listed it.
-- A session is leased to at most one round at a time (its hash names it). The lease names worker
-  and round and ends at
-  ``leased_until``; every request of the round renews it (:meth:`SessionStore.use`), so it ends
-  one lease period after the last request of a worker that died: the session is then ``ready``
-  again for :meth:`SessionStore.lease` (a stale lease counts as ready; nobody has to clean up).
-- When every usable session is leased to other rounds, a round shares one of them (its round
-  key names it; the session's hash still names its leasing round) rather than wait: a waiting
-  round would hold download slots the other rounds need. A request that still names a session
-  whose lease went to another round is served by it all the same (its links are bound to it;
-  CNKI allows concurrent requests in one session; the session's pace is shared in Redis).
-- ``needs-person`` and ``expired`` are never left by the crawler: it never retries such a session
-  and never replaces it with a fresh plain one. Only ``session check`` (a person passed it again)
-  or ``session remove`` moves it. ``note`` says why (e.g. "checked by CNKI at request 212").
-- ``requests`` counts every request the session served, across workers (HINCRBY).
-- Cookie values live only in the session hash: ``repr()`` of a session, logs, stats, status and
-  errors show the id, the source and cookie names at most.
-- Time is the injected ``clock`` (unix seconds), the same on every worker within the skew of their
-  clocks; leases are long (a minute and more) compared with that skew.
+Invariants: a round uses ONE session at a time (a detail link opens only in the session that
+listed it); a session is leased to at most one round, a lease that lapsed counts as ready
+(nobody has to clean up); ``needs-person`` and ``expired`` are never left by the crawler, only
+``session check`` or ``session remove`` moves them; cookie values live only in the session hash,
+never in a log, a stat, status or an error.
+
+The rest of this module's story: docs/INTERNALS.md#cnkispidersessionspoolpy.
 """
 
 from __future__ import annotations

@@ -12,16 +12,10 @@ Modes (``[cnki] sessions``, setting ``SESSIONS_MODE``):
 - ``auto``: plain until CNKI checks one (a challenge on a plain session), then verified, for
   every worker of the task (the switch is a Redis key, :meth:`SessionStore.set_checked`).
 
-Waiting for a person is a state, not a failure. When a request needs a verified session and the
-pool has none ready and none that will come back (all need a person, or none was ever added),
-the worker waits: the request is held in the session middleware (no retry spent, nothing
-recorded), the feeder claims no new round (signal ``person_waiting``), one line says what
-to run, the state is published in Redis for ``cnkispider status`` on any machine, the webhooks of
-``[notify]`` get one message, and the pool is polled every ``SESSIONS_POLL`` seconds: a session
-added by ``cnkispider session add`` or ``login`` ends the wait by itself. ``[cnki] on_check``
-(``SESSIONS_ON_CHECK``) says what else happens: ``wait`` (nothing), ``fail`` (the worker stops
-with finish reason ``needs_person``; ``cnkispider run`` exits 3), ``prompt`` (on a console: ask
-the person at the keyboard and run ``session login``, then go on).
+Waiting for a person is a state, not a failure: the request is held (no retry spent, nothing
+recorded), the feeder claims no round, the state is published for ``status``, ``[notify]`` gets
+one message, and a session added ends the wait by itself; ``[cnki] on_check`` says what else
+happens (``wait``, ``fail``, ``prompt``).
 
 Settings: ``SESSIONS_MODE``, ``SESSIONS_ON_CHECK``, ``SESSIONS_AUTO_AFTER``, ``SESSIONS_NAMESPACE``, ``SESSIONS_TTL``,
 ``SESSIONS_LEASE``, ``SESSIONS_POLL``, ``SESSIONS_PACE_MAX`` (the rate limiter's cap on a verified
@@ -29,6 +23,8 @@ session's learned pace), ``REDIS_URL``, ``CNKI_DATA_DIR``, ``SCHEDULER_NAMESPACE
 scope for round leases and the auto switch).
 
 Stats (``sessions/...``): ``leased``, ``needs_person``, ``waiting_seconds``, ``relisted``.
+
+The rest of this module's story: docs/INTERNALS.md#cnkispidersessionsruntimepy.
 """
 
 from __future__ import annotations

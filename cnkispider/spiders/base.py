@@ -16,23 +16,13 @@ A round's searches::
                                                               the cap; what even that cannot reach is
                                                               recorded in errorCode as "overflow"
 
-    census round (day, *): the day's search without a category ([task] day_census, issue 21)
-        total 0 ......................... done, listed 0, note "empty day": one request that day
-        task not covering the tree ...... listed 0, note "categories: census N": the day's root
-                                          rounds are due (tasks/rounds.py ``_missing``)
-        total <= cap .................... the day's only round: its pages walked as above
-        total > cap ..................... one search per root of the tree, then as above; the
-                                          roots' totals adding up to less than the census is an
-                                          errorCode row "census" (permanent; ``beyond`` in the
-                                          ledger), never passed over
+A census round ``(day, *)`` ([task] day_census) searches the day without a category: an empty
+day is one request, a day within the cap is the day's only round, a larger one is split by the
+tree's roots (the full table: docs/INTERNALS.md). A stale detail link is refreshed by a title
+search in its round. Every listed row goes into the round's ledger before its detail request
+is handed out (docs/RELIABILITY.md#every-listed-row-accounted-for).
 
-A detail request whose link went stale (CNKI's verify page) is refreshed by a title search in
-the document's round, which yields a new link for the same (dbname, filename).
-
-Every row a round's list pages show goes into the round's ledger (``cnkispider/ledger.py``) before
-its detail request is handed out: ``pending`` (then ``stored`` by the pipeline, or ``error`` with
-its errorLink row), or ``dropped:<rule>`` for a row a named rule does not crawl. The round is
-done only when its ledger balances.
+The rest of this module's story: docs/INTERNALS.md#cnkispiderspidersbasepy.
 """
 
 from __future__ import annotations

@@ -9,58 +9,17 @@ Clock: every time compared here (heartbeats, round completions) was stamped with
 clock (:func:`cnkispider.db.db_now`), so ``now`` is the database's clock too, never this
 machine's: a PC whose clock is off still sees the right ages.
 
-The report (``cnkispider status --json``; times are ISO 8601 UTC, ``...Z``)::
-
-    {"generated_at", "clock", "database" (password masked), "heartbeat_seconds", "gone_after_seconds",
-     "redis": {"url", "reachable", "error", "state" ("connected" | "idle" | "unreachable")},
-     "sessions": {state: n} (the pool of sessions a person passed; null when Redis is unreachable),
-     "tasks": [{"id", "name", "ok", "problem" (why a BAD ROW is bad, else null), "type",
-                "start_date", "end_date" (null: up to today), "until" (the last day due now),
-                "phase", "activity" ("running" | "finished" | "stopped" | "halted" | "no live worker"),
-                "halted" (the halt reason, null when not halted), "halted_at",
-                "waiting" (what a worker waits for: a person to pass CNKI's check; null: nothing),
-                "cursor": {"date", "category"}, "last_heartbeat", "last_heartbeat_age_seconds",
-                "categories" (root categories),
-                "rounds": {"total", "finished", "done", "failed", "in_flight", "remaining",
-                           "by_state": {state: n}},
-                "progress" (0..1), "rate": {"rounds_per_hour", "rounds_counted"},
-                "eta_seconds", "eta_at", "current_rounds": [{"id", "day", "category", "state",
-                "worker", "attempts"}], "documents",
-                "errors": {"errorCode" | "errorLink": {"total", "by_state", "by_reason"}},
-                "ledger": {"rounds" (closed rounds counted), "listed", "stored", "in_error",
-                           "dropped": {rule: n}, "beyond", "unbalanced" (rounds failed on
-                           their ledger), "out_of_balance": [{"id", "day", "category",
-                           "attempts", "note"}] (the first LEDGER_SHOWN)},
-                "queue": {"queued", "leased"} (null when Redis is unreachable),
-                "worker_counts": {"alive", "gone", "stopped"},
-                "challenges" (CNKI's challenges met by all the task's workers, listed or not),
-                "workers": [{"id", "host", "pid", "state" ("alive" | "gone" | "stopped"),
-                             "started_at", "last_seen", "last_seen_age_seconds", "pages", "items",
-                             "errors", "challenges", "last_error" (masked; null: none),
-                             "pages_per_minute", "items_per_minute", "rounds"}]}]}
-
-Definitions
-    total rounds   days from start_date to end_date (or today on CNKI's calendar) x root
-                   categories (:func:`tasks.rows.rounds_between`), plus round rows that lie
-                   outside that plan (a task stopped after they were handed out, a category list
-                   edited since): progress never passes 100 %.
-    finished       rounds done or failed (a failed round's list page sits in errorCode).
-    ledger         the sums of the closed rounds' ledgers (cnkispider/ledger.py), as each round
-                   drained: listed = stored + in errorLink + dropped + beyond for a done round;
-                   a failed one keeps the numbers that did not balance (its ``note``).
-    rate, ETA      a round's mean time (the last ``RATE_ROUNDS`` rounds finished within
-                   ``RATE_WINDOW``) and the rounds in flight now (Little's law:
-                   :func:`round_rate_eta`, tested on a fixed clock).
-    worker alive   state ``running`` and last heartbeat within ``GONE_AFTER_BEATS`` heartbeats;
-    worker gone    state ``running`` but silent longer than that (killed, crashed, cut off);
-    worker stopped it said goodbye (``state = stopped``).
-    pages/min      a worker's average since it started (``worker.pages`` over started_at ..
-                   last_seen); ``watch`` adds the rate between its last two heartbeats.
+The report is ``cnkispider status --json``; its keys (tasks, rounds, ledger, errors, queue,
+workers, ...) and the definitions of total rounds, finished, rate, ETA and a worker alive, gone
+or stopped are in docs/INTERNALS.md. The ledger sums follow the equation in
+docs/RELIABILITY.md#every-listed-row-accounted-for.
 
 The web page (cnkispider/web/) shows this report, and two views the report has no room for,
 collected here too so that every query of the status stays in this module:
 :func:`round_grid` (a task's rounds, day x category, rolled up to months when large) and
 :func:`round_detail` (one round, its worker, its errorCode rows and a sample of its errorLink).
+
+The rest of this module's story: docs/INTERNALS.md#cnkispiderstatuscollectingpy.
 """
 
 from __future__ import annotations
