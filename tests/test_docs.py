@@ -113,6 +113,19 @@ def test_relative_links_resolve():
     assert not broken, f"links that lead nowhere: {broken}"
 
 
+def test_docs_anchors_cited_in_the_product_exist():
+    """A docstring's ``docs/PAGE.md#anchor`` names a heading of that page."""
+    broken = []
+    for package in PACKAGES:
+        for module in sorted((ROOT / package).rglob("*.py")):
+            text = module.read_text(encoding="utf-8")
+            for page, anchor in re.findall(r"\bdocs/([\w-]+\.md)#([\w-]+)", text):
+                target = ROOT / "docs" / page
+                if not target.exists() or anchor not in _anchors(target):
+                    broken.append(f"{module.relative_to(ROOT).as_posix()}: docs/{page}#{anchor}")
+    assert not broken, f"anchors that lead nowhere: {broken}"
+
+
 def test_module_docstrings_are_short():
     long = {}
     for package in PACKAGES:
