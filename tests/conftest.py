@@ -13,6 +13,7 @@ import pytest
 pytest_plugins = [
     "tests.fixtures.services",  # real MariaDB, SQLite and Redis
     "tests.fixtures.standin",  # the local CNKI stand-in site
+    "tests.fixtures.scheduling",  # the scheduler driven by hand on the real Redis
 ]
 
 #: Fixtures that mark a test as long: a build, a crawl against the stand-in, private services.
