@@ -11,7 +11,7 @@ $(BIN)/cnkispider: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test,exe]'
 	touch $@
 
-.PHONY: setup run demo test lint bench exe exe-windows
+.PHONY: setup run demo test test-fast lint bench exe exe-windows
 setup: $(BIN)/cnkispider
 
 run: setup
@@ -32,6 +32,13 @@ test: setup
 	$(BIN)/lint-imports
 	$(BIN)/pytest -n $(TEST_WORKERS) -m "not timing" --durations=10; parallel=$$?; \
 	$(BIN)/pytest -m timing --durations=10 && exit $$parallel
+
+# The fast tier (docs/TESTING.md): parsers, pure policies, unit tests and small stand-in crawls,
+# under 2 minutes on 2 cores. It is every test not known to be slow: not marked `slow` or
+# `timing` and using no slow fixture (tests/conftest.py); `--fast` fails a test of the tier that
+# takes over 10 s, so a slow test cannot land in it unnoticed. It is a subset of `make test`.
+test-fast: setup
+	$(BIN)/pytest -n $(TEST_WORKERS) --fast --durations=10
 
 lint: setup
 	$(BIN)/ruff check .

@@ -16,8 +16,30 @@ pytest_plugins = [
     "tests.fixtures.scheduling",  # the scheduler driven by hand on the real Redis
 ]
 
-#: Fixtures that mark a test as long: a build, a crawl against the stand-in, private services.
-_LONG_FIXTURES = {"exe", "cnki_site", "services", "watched_crawl"}
+#: Fixtures that make a test long (a build, a crawl shared by a module, private services, a
+#: browser): a test that uses one is in the full tier only, whatever its markers say.
+SLOW_FIXTURES = {"exe", "services", "watched_crawl", "crawled", "browser"}
+
+#: The fast tier's budget per test (set-up, call and tear-down), in seconds. Its tests take well
+#: under a second alone; the budget is ten times more so that a busy machine does not fail them,
+#: and little enough that a crawl or a build landing in the tier fails it (see pytest_runtest_makereport).
+FAST_BUDGET = 10.0
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--fast",
+        action="store_true",
+        help="the fast tier (make test-fast): no slow or timing test, each within "
+        f"{FAST_BUDGET:g} s",
+    )
+
+
+def is_slow(item: pytest.Item) -> bool:
+    """In the full tier only: marked ``slow`` (or ``timing``), or using a slow fixture."""
+    if item.get_closest_marker("slow") or item.get_closest_marker("timing"):
+        return True
+    return bool(SLOW_FIXTURES & set(getattr(item, "fixturenames", ())))
 
 
 def _weight(item: pytest.Item) -> int:
@@ -25,14 +47,42 @@ def _weight(item: pytest.Item) -> int:
     1: crawls and other long tests; 2: the rest (quick, they fill the workers at the end)."""
     if item.get_closest_marker("xdist_group") and "exe" in getattr(item, "fixturenames", ()):
         return 0
-    if item.get_closest_marker("slow") or _LONG_FIXTURES & set(getattr(item, "fixturenames", ())):
+    if is_slow(item):
         return 1
     return 2
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Longest first: xdist hands tests out in collection order (`--no-loadscope-reorder`), so
     the builds and crawls start at once and the quick tests fill in behind them, instead of a
-    build starting in the last minute. A stable sort: within a weight the order is the files'."""
+    build starting in the last minute. A stable sort: within a weight the order is the files'.
+    With ``--fast``, the slow tests are deselected."""
+    if config.getoption("fast"):
+        slow = [item for item in items if is_slow(item)]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if not is_slow(item)]
     items.sort(key=_weight)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """In the fast tier, a test whose set-up and call took over FAST_BUDGET fails, naming the
+    cure: so that a slow test cannot land in the tier unnoticed (the tier is "every test not
+    known to be slow")."""
+    outcome = yield
+    if not item.config.getoption("fast"):
+        return
+    report = outcome.get_result()
+    spent = item.stash.get(_SPENT, 0.0) + call.duration
+    item.stash[_SPENT] = spent
+    if report.when == "call" and report.passed and spent > FAST_BUDGET:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} took {spent:.1f} s, over the fast tier's {FAST_BUDGET:g} s per "
+            "test: mark it `@pytest.mark.slow` (docs/TESTING.md), or make it faster"
+        )
+
+
+_SPENT = pytest.StashKey[float]()

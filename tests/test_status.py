@@ -543,12 +543,21 @@ def test_watch_exits_0_on_ctrl_c(tmp_path, sqlite_url):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    first = proc.stdout.read(len(b"\x1b[H\x1b[2J"))
-    time.sleep(0.5)
+    shown: list[bytes] = []  # what the terminal shows, read as it comes
+    reader = threading.Thread(target=lambda: shown.extend(iter(proc.stdout.read1, b"")))
+    reader.start()
+
+    def refreshed() -> bool:  # a report, then the screen cleared again: --watch goes on
+        out = b"".join(shown)
+        return b"no tasks yet" in out and out.count(b"\x1b[H\x1b[2J") >= 2
+
+    wait_until(refreshed, 120, what="two reports", workers=[proc])
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=10)
-    assert (first, proc.returncode) == (b"\x1b[H\x1b[2J", 0), err.decode()[-2000:]
-    assert out.count(b"\x1b[H\x1b[2J") >= 1 and b"no tasks yet" in out
+    proc.wait(timeout=60)
+    reader.join(10)
+    out, err = b"".join(shown), proc.stderr.read()
+    assert (out[:7], proc.returncode) == (b"\x1b[H\x1b[2J", 0), err.decode()[-2000:]
+    assert b"no tasks yet" in out
 
 
 class _Stream:
