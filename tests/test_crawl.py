@@ -15,6 +15,8 @@ import sqlalchemy as sa
 from cnkispider.schema import error_code, error_link, round_
 from tests.crawl_harness import CrawlSetup, compare
 
+pytestmark = pytest.mark.slow  # every test crawls the stand-in in a worker subprocess
+
 SITE = {
     "seed": 5,
     "cap_rows": 60,

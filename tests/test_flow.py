@@ -109,6 +109,7 @@ HOLDER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a command in a subprocess
 def test_killed_worker_loses_its_round_to_another_after_the_lease(db_url):
     store = store_for(db_url, round_lease=2)
     t, _ = store.register("lease", "paper", "2024-01-01", "2024-01-01", "A,B,C")
@@ -395,6 +396,7 @@ def _crawl_setup(tmp_path, site, url, categories="G06,H04", **kw):
     return setup
 
 
+@pytest.mark.slow  # a crawl in a worker subprocess
 def test_a_database_error_at_start_stops_the_worker_at_once_with_its_cause(
     tmp_path, cnki_site, mysql_url
 ):
@@ -418,6 +420,7 @@ def test_a_database_error_at_start_stops_the_worker_at_once_with_its_cause(
     assert "Traceback" not in log
 
 
+@pytest.mark.slow  # a crawl in a worker subprocess
 def test_a_task_row_broken_mid_run_is_reported_once_then_quiet_and_taken_up_again_when_fixed(
     tmp_path, cnki_site, mysql_url
 ):

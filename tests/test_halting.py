@@ -368,6 +368,7 @@ def test_a_rejection_halts_the_task_within_one_round_and_resume_ends_equal_to_th
         setup.cleanup_redis()
 
 
+@pytest.mark.slow  # a crawl in a worker subprocess
 def test_challenges_across_fresh_sessions_pause_every_worker_and_the_crawl_finishes(
     tmp_path, gate, sqlite_url
 ):
@@ -417,6 +418,7 @@ def test_challenges_across_fresh_sessions_pause_every_worker_and_the_crawl_finis
         setup.cleanup_redis()
 
 
+@pytest.mark.slow  # a crawl in a worker subprocess
 def test_a_worker_told_to_stop_during_a_pause_stops_in_seconds_and_loses_nothing(
     tmp_path, gate, sqlite_url
 ):
@@ -463,6 +465,7 @@ def test_a_worker_told_to_stop_during_a_pause_stops_in_seconds_and_loses_nothing
         setup.cleanup_redis()
 
 
+@pytest.mark.slow  # a crawl in a worker subprocess
 def test_k_rounds_failing_for_one_fault_halt_the_task_and_resume_clears_their_rows(
     tmp_path, gate, mysql_url
 ):
@@ -544,6 +547,7 @@ def test_an_unreachable_cnki_halts_within_a_minute_with_one_line(tmp_path, sqlit
         setup.cleanup_redis()
 
 
+@pytest.mark.slow  # a crawl in a worker subprocess
 def test_status_json_of_a_task_never_halted_says_null(tmp_path, sqlite_url):
     setup = _setup(tmp_path, SimpleNamespace(base_url="http://127.0.0.1:9"), sqlite_url)
     setup.write()
@@ -560,6 +564,7 @@ def test_status_json_of_a_task_never_halted_says_null(tmp_path, sqlite_url):
     )
 
 
+@pytest.mark.slow  # a crawl in a worker subprocess
 def test_requests_refused_by_the_trust_boundary_halt_the_task(tmp_path, gate, sqlite_url):
     """Detail links to a host the configuration does not allow are set aside unfetched: the task
     halts with the reason instead of ending "done" without those documents."""

@@ -319,6 +319,7 @@ def assert_every_round_accounted(setup) -> None:
             assert re.match(r"^(ledger: (listed \d+|the list never answered)|halted)", r.note), r
 
 
+@pytest.mark.slow  # a crawl in a worker subprocess
 def test_a_finished_crawl_accounts_for_every_row(crawl_setup):
     setup = crawl_setup(
         "patent",
@@ -341,6 +342,7 @@ def test_a_finished_crawl_accounts_for_every_row(crawl_setup):
     assert "ledger     listed" in result.stdout
 
 
+@pytest.mark.slow  # a crawl in a worker subprocess
 def test_an_unreachable_list_never_makes_a_round_done(crawl_setup):
     """Issue 20: `round 2 done: ..., None listed` while CNKI could not be reached. The circuit
     breaker is kept out of play here (it halts an unreachable CNKI on its own): the rounds alone
@@ -366,6 +368,7 @@ def test_an_unreachable_list_never_makes_a_round_done(crawl_setup):
     assert sorted(c.reason for c in codes if c.state == "permanent") == ["ledger"] * 4
 
 
+@pytest.mark.slow  # a crawl in a worker subprocess
 def test_a_short_task_whose_warm_up_fails_never_finishes_its_crawl_phase(crawl_setup):
     """Issue 20: a 2-round task, every warm-up failing, burned to "crawl phase finished" below
     the breaker's halt_after. Now its rounds fail and the task halts with the reason."""
@@ -397,6 +400,7 @@ def test_a_short_task_whose_warm_up_fails_never_finishes_its_crawl_phase(crawl_s
         ("paper", "TP3,F0", [(b"CJFQ", b"CJFDLAST2015"), (b"CMFD", b"CMFD202101")]),
     ],
 )
+@pytest.mark.slow  # a crawl in a worker subprocess
 def test_year_suffixed_database_names_crawl_equal_to_the_truth(
     crawl_setup, cnki_site, doc_type, categories, renames
 ):
@@ -433,6 +437,7 @@ def test_year_suffixed_database_names_crawl_equal_to_the_truth(
         gate.close()
 
 
+@pytest.mark.slow  # a crawl in a worker subprocess
 @pytest.mark.parametrize("seed", [11, 23, 37])
 def test_random_fault_mixes_leave_every_round_accounted_for(crawl_setup, seed):
     """For a random mix of faults (one retry, so pages and rounds really fail): every done
@@ -468,6 +473,7 @@ def test_random_fault_mixes_leave_every_round_accounted_for(crawl_setup, seed):
 # -- a zero that is really zero -----------------------------------------------------------------
 
 
+@pytest.mark.slow  # a crawl in a worker subprocess
 def test_genuine_zeros_answered_as_the_soft_block_finish_equal_to_the_truth(crawl_setup, cnki_site):
     """Genuine zeros answered exactly as the soft block (the gate rewrites the stand-in's zero
     page into the 105-byte body): the task finishes equal to the truth, no challenge pause, no
@@ -561,6 +567,7 @@ def test_status_shows_the_ledger_sums_the_drops_by_rule_and_the_rounds_out_of_ba
         ("achievement", "TP3", "sqlite"),
     ],
 )
+@pytest.mark.slow  # a crawl in a worker subprocess
 def test_the_stand_in_s_year_suffixed_names_crawl_equal_to_the_truth(
     crawl_setup, doc_type, categories, db
 ):
@@ -579,6 +586,7 @@ def test_the_stand_in_s_year_suffixed_names_crawl_equal_to_the_truth(
     assert_every_round_accounted(setup)
 
 
+@pytest.mark.slow  # a crawl in a worker subprocess
 def test_the_stand_in_s_zeros_as_the_soft_block_cost_one_canary_a_day(crawl_setup):
     """`cnki_site(zero_as_soft_block=True)`: a task with empty rounds finishes equal to the
     truth, with no pause and no error row; the grid requests beyond the rounds' own pages (the

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import sqlalchemy as sa
 
 from cnkispider.reload import ROOT, changed, snapshot, watched_paths, worker_command
 from cnkispider.schema import documents, round_
 from tests.crawl_harness import CrawlSetup, compare, count_rows
 from tests.fixtures.waiting import wait_until
+
+pytestmark = pytest.mark.slow  # every test crawls the stand-in in a worker subprocess
 
 
 def test_added_modified_and_removed_files_are_changes_and_caches_are_not(tmp_path):

@@ -30,6 +30,8 @@ from cnkispider.sessions import SessionStore, namespace_for
 from cnkispider.sessions.login import Cdp, cdp_http
 from tests.crawl_harness import REDIS_URL, ROOT, CrawlSetup, compare, count_rows
 
+pytestmark = pytest.mark.slow  # a real Chromium and the session commands in subprocesses
+
 SAME = {"missing": [], "extra": [], "differing": {}}
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 HOME_PATH = "/kns8s/defaultresult/index"

@@ -521,6 +521,7 @@ def test_watch_redraws_in_place_and_adds_the_rate_between_heartbeats(engine):
     )  # 300 pages in 15 s
 
 
+@pytest.mark.slow  # a command in a subprocess
 def test_watch_exits_0_on_ctrl_c(tmp_path, sqlite_url):
     engine = open_database(sqlite_url)
     engine.dispose()
@@ -614,6 +615,7 @@ def test_progress_log_switched_off():
             ProgressLog.from_crawler(get_crawler(settings_dict={"ADDONS": ADDONS, **settings}))
 
 
+@pytest.mark.slow  # a command in a subprocess
 def test_status_runs_without_a_database_file_and_says_so(tmp_path):
     config = tmp_path / "config.ini"
     config.write_text(f"[database]\nurl = sqlite:///{tmp_path / 'none.db'}\n", encoding="utf-8")

@@ -589,6 +589,7 @@ def test_web_is_bound_to_this_machine_unless_told_otherwise(tmp_path, monkeypatc
     assert config.raw["web"] == {"host": "127.0.0.1", "port": 8700, "token": ""}
 
 
+@pytest.mark.slow  # a command in a subprocess
 def test_a_crawl_never_imports_the_web_stack():
     """`cnkispider run` and `status` import no Starlette, Jinja2, uvicorn or prometheus_client."""
     code = (
