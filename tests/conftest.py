@@ -14,11 +14,12 @@ pytest_plugins = [
     "tests.fixtures.services",  # real MariaDB, SQLite and Redis
     "tests.fixtures.standin",  # the local CNKI stand-in site
     "tests.fixtures.scheduling",  # the scheduler driven by hand on the real Redis
+    "tests.fixtures.crawls",  # crawls of the stand-in in a worker subprocess
 ]
 
 #: Fixtures that make a test long (a build, a crawl shared by a module, private services, a
 #: browser): a test that uses one is in the full tier only, whatever its markers say.
-SLOW_FIXTURES = {"exe", "services", "watched_crawl", "crawled", "browser"}
+SLOW_FIXTURES = {"exe", "services", "watched_crawl", "crawled", "browser", "crawl_setup"}
 
 #: The fast tier's budget per test (set-up, call and tear-down), in seconds. Its tests take well
 #: under a second alone; the budget is ten times more so that a busy machine does not fail them,

@@ -129,6 +129,7 @@ def test_killed_worker_loses_its_round_to_another_after_the_lease(db_url):
     assert after.id == held and after.attempts == 2
 
 
+@pytest.mark.timing  # a beat each second must reach the database within the 2 s lease
 def test_heartbeat_keeps_a_slow_round(sqlite_url):
     store = store_for(sqlite_url, round_lease=2)
     t, _ = store.register("beat", "paper", "2024-01-01", "2024-01-01", "A,B")

@@ -23,7 +23,7 @@ from cnkispider.schema import error_code, error_link, ledger, round_, task
 from errors.recorder import ErrorRecorder
 from tasks.flow import TaskStore
 from tasks.phase import Action, next_action
-from tests.crawl_harness import CrawlSetup, compare
+from tests.crawl_harness import compare
 
 HALTED = 3  # cnkispider.halting.EXIT_HALTED
 
@@ -259,33 +259,6 @@ def test_a_version_2_database_gets_the_ledger(db_url):
 
 
 # -- real crawls ----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def crawl_setup(tmp_path, cnki_site, request):
-    made = []
-
-    def make(
-        doc_type, categories, db="sqlite", start="2024-01-01", end="2024-01-02", site=None, **kw
-    ):
-        handle = site if isinstance(site, SimpleNamespace) else cnki_site(**(site or {"seed": 5}))
-        setup = CrawlSetup(
-            tmp_path / f"{doc_type}-{len(made)}",
-            handle,
-            request.getfixturevalue(f"{db}_url"),
-            doc_type,
-            start,
-            end,
-            categories,
-            **kw,
-        )
-        setup.tmp_path.mkdir()
-        made.append(setup)
-        return setup
-
-    yield make
-    for setup in made:
-        setup.cleanup_redis()
 
 
 def _rounds(setup):
