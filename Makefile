@@ -36,7 +36,7 @@ test: setup
 # The fast tier (docs/TESTING.md): parsers, pure policies, unit tests and small stand-in crawls,
 # under 2 minutes on 2 cores. It is every test not known to be slow: not marked `slow` or
 # `timing` and using no slow fixture (tests/conftest.py); `--fast` fails a test of the tier that
-# takes over 10 s, so a slow test cannot land in it unnoticed. It is a subset of `make test`.
+# takes over 4 s of CPU (or 60 s), so a slow test cannot land in it unnoticed. A subset of `make test`.
 test-fast: setup
 	$(BIN)/pytest -n $(TEST_WORKERS) --fast --durations=10
 

@@ -727,6 +727,7 @@ def test_single_database_resources_keep_their_own_databases(cnki_site):
         }
 
 
+@pytest.mark.slow  # about 7 s of CPU: every kuakucode's cross-database search
 def test_crossdb_lists_exactly_the_databases_of_its_kuakucode(cnki_site):
     site = cnki_site(seed=2, dbname_years=False)  # the families' bare names
     truth = site.truth("paper", DAY, categories=["TP3"])
