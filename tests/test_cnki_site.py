@@ -280,6 +280,7 @@ def test_field_names_are_the_items_fields():
 @pytest.mark.parametrize(
     ("doc_type", "code"), [("patent", "H04"), ("paper", "TP"), ("achievement", "R")]
 )
+@pytest.mark.slow  # every list page of a day against the truth
 def test_list_pages_match_truth(cnki_site, doc_type, code):
     site = cnki_site(seed=2)
     truth = site.truth(doc_type, DAY, categories=[code])
@@ -411,6 +412,7 @@ def test_truth_deduplicates_categories_and_documents_appear_in_several_rounds(cn
 # -- CNKI's limits ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # every page in both orders
 def test_cap_is_rows_and_the_two_orders(cnki_site):
     """At most cap_rows rows whatever the page size; the total stays the real one; asc is the
     exact reverse of desc."""
@@ -602,6 +604,7 @@ def test_latency_delays_without_blocking_other_connections(cnki_site):
     assert done["slow"] >= 0.4 and fast < 0.2
 
 
+@pytest.mark.slow  # a whole day of details
 def test_doomed_documents_always_fail_but_stay_in_truth(cnki_site):
     site = cnki_site(seed=1, doomed=2)
     doomed = site.doomed("patent", DAY)
@@ -635,6 +638,7 @@ def test_overflow_on_an_inner_code_and_on_a_leaf(cnki_site):
     )
 
 
+@pytest.mark.slow  # every page in both orders
 def test_overflow_leaf_is_reachable_through_both_orders(cnki_site):
     site = cnki_site(seed=1, max_pages=30, overflow=["paper:2024-03-05:TP31:2500"])
     truth = {t["filename"] for t in site.truth("paper", DAY, categories=["TP31"])}
@@ -1260,6 +1264,7 @@ def _first_page(site) -> bytes:
     return _normalised(client.grid("paper", DAY, code="T")[2])
 
 
+@pytest.mark.slow  # three sites, a day each
 def test_same_seed_same_site_other_seed_other_site(cnki_site):
     a, b, c = cnki_site(seed=5), cnki_site(seed=5), cnki_site(seed=6)
     assert a.truth("patent", DAY, "2024-03-06") == b.truth("patent", DAY, "2024-03-06")

@@ -70,6 +70,7 @@ def _claim_all(url, task_id, worker, out, ready, go):
     out.put(got)
 
 
+@pytest.mark.slow  # two processes claim 1000 rounds: 4 to 6 s of CPU
 def test_two_processes_claim_1000_rounds_each_exactly_once(db_url):
     store = store_for(db_url)
     codes = ",".join(f"C{i}" for i in range(10))

@@ -24,6 +24,7 @@ def add_all(df: BloomDupeFilter, fps: list[bytes]) -> list[bool]:
     return seen
 
 
+@pytest.mark.slow  # 200k fingerprints: Redis's CPU, 30 s on a busy machine
 def test_no_false_drop_over_200k_distinct_fingerprints_and_every_repeat_is_caught(
     redis_client, redis_namespace
 ):
@@ -49,6 +50,7 @@ def test_layers_are_allocated_as_planned(redis_client, redis_namespace):
     assert df.memory()["bytes"] == bytes_for(5000, 1000, 1e-9, 2)
 
 
+@pytest.mark.slow  # 50k fingerprints: Redis's CPU, 15 s on a busy machine
 def test_redis_memory_per_fingerprint_including_overhead(redis_client, redis_namespace):
     df = BloomDupeFilter(redis_namespace, capacity=50_000, client=redis_client)
     add_all(df, fingerprints(0, 100_000))
