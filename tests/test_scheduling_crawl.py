@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ import redis
 
 from cnkispider import redisconn
 from tests.fixtures.tiny_site import TinySite, read_lines
+from tests.fixtures.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -126,10 +126,13 @@ def test_kill9_mid_crawl_then_another_worker_loses_no_page(
     tiny = site(pages=400, fanout=3, delay=0.03)
     options = dict(redis_url=redis_url, lease=1.5, concurrency=8, batch=8)
     first = worker(tiny, redis_namespace, tmp_path, "a", **options)
-    deadline = time.monotonic() + 60
-    while sum(pages_of(tmp_path).values()) < 100:
-        assert first.poll() is None and time.monotonic() < deadline, "first worker ended early"
-        time.sleep(0.02)
+    wait_until(
+        lambda: sum(pages_of(tmp_path).values()) >= 100,
+        60,
+        workers=[first],
+        what="100 pages crawled by the first worker",
+        every=0.02,
+    )
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
     client = redis.Redis.from_url(redis_url)

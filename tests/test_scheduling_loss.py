@@ -9,8 +9,6 @@ crawl loses, and asserts there are none.
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 import redis
 import scrapy
@@ -21,6 +19,7 @@ from cnkispider.scheduling.scheduler import LeasedScheduler
 from tasks.feeder import RoundFeeder
 from tasks.flow import TaskStore
 from tests.fixtures.scheduling import HAND_DRIVEN, in_loop
+from tests.fixtures.waiting import wait_until_async
 
 W1, W2 = "host:1:aaaaaa", "host:2:bbbbbb"
 
@@ -58,11 +57,14 @@ def finish(scheduler: LeasedScheduler, *requests: scrapy.Request) -> None:
 
 
 async def settle(scheduler: LeasedScheduler) -> None:
-    for _ in range(40):  # the handler's database call runs in a thread
-        await asyncio.sleep(0.02)
+    """Kick the scheduler until its handlers have finished (their database calls run in a
+    thread) and its writes are out. Before, it gave up silently after 0.8 s."""
+
+    def settled() -> bool:
         scheduler._kick()
-        if not scheduler._handlers_running and not scheduler._writes.ops():
-            return
+        return not scheduler._handlers_running and not scheduler._writes.ops()
+
+    await wait_until_async(settled, 60, what="the scheduler's handlers and writes", every=0.02)
 
 
 def detail(doc: str, round_id: int) -> scrapy.Request:
@@ -145,12 +147,12 @@ async def test_a_round_drained_before_it_is_marked_seeded_is_done_once_it_is(mak
     await settle(scheduler)
     assert store.round_info(round_.id).state == "claimed"  # not done before it is seeded
     assert store.mark_seeded(round_.id, W1, scheduler.epoch)
-    for _ in range(30):
-        await asyncio.sleep(0.1)
+
+    def done() -> bool:
         scheduler._kick()
-        if store.round_info(round_.id).state == "done":
-            break
-    assert store.round_info(round_.id).state == "done"
+        return store.round_info(round_.id).state == "done"
+
+    await wait_until_async(done, 60, what="the round done", every=0.1)
 
 
 @in_loop
