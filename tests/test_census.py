@@ -22,30 +22,24 @@ EMPTY, WITHIN, OVER = "2024-03-02", "2024-03-01", "2024-03-05"
 
 
 @pytest.fixture
-def census_crawl(tmp_path, cnki_site, sqlite_url):
-    made = []
+def census_crawl(crawl_setup):
+    """A patent crawl with the day census on (tests/fixtures/crawls.py), on SQLite."""
 
     def make(day, site=None, categories=IPC, end=None, **kw):
-        handle = cnki_site(**(site or YEAR))
-        setup = CrawlSetup(
-            tmp_path / f"c{len(made)}",
-            handle,
-            sqlite_url,
+        cnki = kw.pop("cnki", CAP)
+        return crawl_setup(
             "patent",
+            categories,
+            "sqlite",
             day,
             end or day,
-            categories,
+            site=site or YEAR,
             day_census="on",
-            cnki=kw.pop("cnki", CAP),
+            cnki=cnki,
             **kw,
         )
-        setup.tmp_path.mkdir()
-        made.append(setup)
-        return setup
 
-    yield make
-    for setup in made:
-        setup.cleanup_redis()
+    return make
 
 
 def _crawl(setup, timeout=240):
