@@ -11,7 +11,7 @@ $(BIN)/cnkispider: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test,exe]'
 	touch $@
 
-.PHONY: setup run demo test lint bench exe exe-windows
+.PHONY: setup run demo test test-fast lint bench exe exe-windows
 setup: $(BIN)/cnkispider
 
 run: setup
@@ -21,17 +21,25 @@ demo: setup
 	$(BIN)/cnkispider demo
 
 # The tests mostly wait (on timers, subprocesses, the stand-in), so more workers than the CI
-# machine's 2 cores pay; --durations=10 prints the ten slowest tests. The few tests that measure
-# wall-clock gaps (marker `timing`) run afterwards on their own, on a machine the suite is not
+# machine's 2 cores pay; each pass prints its TEST_DURATIONS slowest tests. The tests that assert
+# a wall-clock bound (marker `timing`) run afterwards on their own, on a machine the suite is not
 # loading: both passes together are the whole suite, and the second runs (and reports) even when
-# the first failed; make test fails if either did.
+# the first failed; make test fails if either did. docs/TESTING.md: the tiers and markers.
 TEST_WORKERS ?= 6
+TEST_DURATIONS ?= 10
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
-	$(BIN)/pytest -n $(TEST_WORKERS) -m "not timing" --durations=10; parallel=$$?; \
-	$(BIN)/pytest -m timing --durations=10 && exit $$parallel
+	$(BIN)/pytest -n $(TEST_WORKERS) -m "not timing" --durations=$(TEST_DURATIONS); parallel=$$?; \
+	$(BIN)/pytest -m timing --durations=$(TEST_DURATIONS) && exit $$parallel
+
+# The fast tier (docs/TESTING.md): parsers, pure policies, unit tests and small stand-in crawls,
+# under 2 minutes on 2 cores. It is every test not known to be slow: not marked `slow` or
+# `timing` and using no slow fixture (tests/conftest.py); `--fast` fails a test of the tier that
+# takes over 4 s of CPU (or 60 s), so a slow test cannot land in it unnoticed. A subset of `make test`.
+test-fast: setup
+	$(BIN)/pytest -n $(TEST_WORKERS) --fast --durations=$(TEST_DURATIONS)
 
 lint: setup
 	$(BIN)/ruff check .

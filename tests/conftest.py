@@ -8,30 +8,119 @@ and the tests that read one module-scoped crawl. Tests that measure wall-clock g
 of a second are marked ``timing``; `make test` runs them alone after the parallel pass.
 """
 
+import os
+import time
+
 import pytest
 
 pytest_plugins = [
     "tests.fixtures.services",  # real MariaDB, SQLite and Redis
     "tests.fixtures.standin",  # the local CNKI stand-in site
+    "tests.fixtures.scheduling",  # the scheduler driven by hand on the real Redis
+    "tests.fixtures.crawls",  # crawls of the stand-in in a worker subprocess
 ]
 
-#: Fixtures that mark a test as long: a build, a crawl against the stand-in, private services.
-_LONG_FIXTURES = {"exe", "cnki_site", "services", "watched_crawl"}
+#: Fixtures that make a test long (a build, a crawl shared by a module, private services, a
+#: browser): a test that uses one is in the full tier only, whatever its markers say.
+SLOW_FIXTURES = {"exe", "services", "watched_crawl", "crawled", "browser", "crawl_setup"}
+
+#: The fast tier's budgets per test (its set-up and call). CPU seconds, of the test's process and
+#: the subprocesses it waited for: what a test costs, which a busy machine hardly changes (wall
+#: time on two cores shared by five engineers' tests stretches tenfold). Its tests take well
+#: under a second of CPU; a crawl or a build in a subprocess takes more than FAST_CPU_BUDGET. Wall
+#: seconds catch a test that mostly waits (a timer, a lease), generously.
+FAST_CPU_BUDGET = 4.0
+FAST_WALL_BUDGET = 60.0
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--fast",
+        action="store_true",
+        help="the fast tier (make test-fast): no slow or timing test, each within "
+        f"{FAST_CPU_BUDGET:g} s of CPU and {FAST_WALL_BUDGET:g} s",
+    )
+
+
+def is_slow(item: pytest.Item) -> bool:
+    """In the full tier only: marked ``slow`` (or ``timing``), or using a slow fixture."""
+    if item.get_closest_marker("slow") or item.get_closest_marker("timing"):
+        return True
+    return bool(SLOW_FIXTURES & set(getattr(item, "fixturenames", ())))
 
 
 def _weight(item: pytest.Item) -> int:
     """0: the executables' groups (a build of minutes, then their tests on one worker);
-    1: crawls and other long tests; 2: the rest (quick, they fill the workers at the end)."""
-    if item.get_closest_marker("xdist_group") and "exe" in getattr(item, "fixturenames", ()):
-        return 0
-    if item.get_closest_marker("slow") or _LONG_FIXTURES & set(getattr(item, "fixturenames", ())):
+    1: crawls and other long tests; 2: the executables' tests outside their groups (handed out
+    after the crawls: the build is done by then, where at the start they held a worker idle on
+    the build's lock for minutes); 3: the rest (quick, they fill the workers at the end)."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if "exe" in fixtures:
+        return 0 if item.get_closest_marker("xdist_group") else 2
+    if is_slow(item):
         return 1
-    return 2
+    return 3
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Longest first: xdist hands tests out in collection order (`--no-loadscope-reorder`), so
     the builds and crawls start at once and the quick tests fill in behind them, instead of a
-    build starting in the last minute. A stable sort: within a weight the order is the files'."""
+    build starting in the last minute. A stable sort: within a weight the order is the files'.
+    With ``--fast``, the slow tests are deselected."""
+    if config.getoption("fast"):
+        slow = [item for item in items if is_slow(item)]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if not is_slow(item)]
     items.sort(key=_weight)
+
+
+def _cpu() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[_STARTED] = (_cpu(), time.monotonic())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """In the fast tier, a test whose set-up and call took over a budget fails, naming the
+    cure: so that a slow test cannot land in the tier unnoticed (the tier is "every test not
+    known to be slow"). Each test's CPU seconds go to the report (printed at the end)."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or _STARTED not in item.stash:
+        return
+    cpu0, wall0 = item.stash[_STARTED]
+    cpu, wall = _cpu() - cpu0, time.monotonic() - wall0
+    report.user_properties.append(("cpu_seconds", round(cpu, 2)))
+    if not item.config.getoption("fast") or not report.passed:
+        return
+    if cpu > FAST_CPU_BUDGET or wall > FAST_WALL_BUDGET:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} took {cpu:.1f} s of CPU and {wall:.1f} s, over the fast tier's "
+            f"budget ({FAST_CPU_BUDGET:g} s of CPU, {FAST_WALL_BUDGET:g} s): mark it "
+            "`@pytest.mark.slow` (docs/TESTING.md), or make it cheaper"
+        )
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    """With --fast: the tier's ten costliest tests in CPU seconds (what its budget measures)."""
+    if not config.getoption("fast"):
+        return
+    costs = [
+        (dict(r.user_properties).get("cpu_seconds", 0.0), r.nodeid)
+        for r in terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", [])
+        if r.when == "call"
+    ]
+    terminalreporter.section("fast tier: the costliest tests (CPU seconds)")
+    for cpu, nodeid in sorted(costs, reverse=True)[:10]:
+        terminalreporter.write_line(f"{cpu:6.2f}  {nodeid}")
+
+
+_STARTED = pytest.StashKey[tuple[float, float]]()

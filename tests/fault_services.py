@@ -61,6 +61,8 @@ class OwnMariaDB:
         self.datadir = self.root / "data"
         self.socket = self.root / "mariadb.sock"
         self.log = self.root / "error.log"
+        self.tmpdir = self.root / "tmp"
+        self.tmpdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.process: subprocess.Popen | None = None
         user = ["--user=root"] if os.geteuid() == 0 else []
@@ -96,6 +98,11 @@ class OwnMariaDB:
                 "--skip-log-bin",
                 f"--pid-file={self.root / 'mariadb.pid'}",
                 f"--log-error={self.log}",
+                # Its own: at each start mariadbd deletes every #sql* file in its tmpdir (the
+                # temporary tables of a crashed run), and in /tmp those were the shared server's
+                # live ones (a shared-server test failed with "Error on delete of
+                # '/tmp/#sql-temptable-...'" while the fault suite restarted its server).
+                f"--tmpdir={self.tmpdir}",
                 *user,
             ],
             stdout=subprocess.DEVNULL,

@@ -1,7 +1,9 @@
 """Each benchmark of bench/ runs from its one command and prints its table with values that make
 sense (tiny sizes here; the README's figures come from the default sizes). Timing targets are not
 asserted (they measure the machine); counts are: Redis round trips per page, bytes per
-fingerprint, false drops, and each scaling run storing the truth."""
+fingerprint, false drops, and each scaling run storing the truth. The subprocesses' time limits
+are safety nets only (a benchmark that hangs), generous for a busy two-core machine: each of
+these takes 10 to 60 s alone and was seen past 120 s beside the rest of the suite."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.slow
+BENCH_TIMEOUT = 600
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(BENCH_TIMEOUT + 60)]
 
 
 def bench(script: str, *args: str) -> subprocess.CompletedProcess:
@@ -24,7 +27,7 @@ def bench(script: str, *args: str) -> subprocess.CompletedProcess:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=BENCH_TIMEOUT,
     )
 
 
@@ -82,11 +85,13 @@ def test_scaling_prints_both_runs_and_each_stored_the_truth():
 
 
 def test_soak_samples_rss_pages_and_sessions_and_prints_the_growth():
-    run = bench("soak.py", "--minutes", "0.25", "--warmup-pages", "50", "--interval", "1")
+    # Samples are taken from the worker's spawn on, one a second; a busy machine spends 10 s or
+    # more starting the worker, so no warm-up: every sample counts (the slope needs 5 of them).
+    run = bench("soak.py", "--minutes", "0.5", "--warmup-pages", "0", "--interval", "1")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     values = dict(line.rsplit(None, 1) for line in run.stdout.splitlines()[1:] if line.strip())
     values = {k.strip(): v for k, v in values.items()}
-    assert int(values["pages"].replace(",", "")) > 200, run.stdout
+    assert int(values["pages"].replace(",", "")) > 50, run.stdout
     assert int(values["sessions created after warm-up"].replace(",", "")) > 0, run.stdout
     assert float(values["RSS at the end (MB)"]) > 20, run.stdout
     float(values["growth per 100,000 pages (MB, slope)"])  # a number, whatever its sign
@@ -104,7 +109,7 @@ def test_requests_per_doc_counts_a_crawl_of_each_code_equal_to_the_truth(tmp_pat
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=360,
+        timeout=BENCH_TIMEOUT,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     result = json.loads(out.read_text(encoding="utf-8"))

@@ -22,30 +22,24 @@ EMPTY, WITHIN, OVER = "2024-03-02", "2024-03-01", "2024-03-05"
 
 
 @pytest.fixture
-def census_crawl(tmp_path, cnki_site, sqlite_url):
-    made = []
+def census_crawl(crawl_setup):
+    """A patent crawl with the day census on (tests/fixtures/crawls.py), on SQLite."""
 
     def make(day, site=None, categories=IPC, end=None, **kw):
-        handle = cnki_site(**(site or YEAR))
-        setup = CrawlSetup(
-            tmp_path / f"c{len(made)}",
-            handle,
-            sqlite_url,
+        cnki = kw.pop("cnki", CAP)
+        return crawl_setup(
             "patent",
+            categories,
+            "sqlite",
             day,
             end or day,
-            categories,
+            site=site or YEAR,
             day_census="on",
-            cnki=kw.pop("cnki", CAP),
+            cnki=cnki,
             **kw,
         )
-        setup.tmp_path.mkdir()
-        made.append(setup)
-        return setup
 
-    yield make
-    for setup in made:
-        setup.cleanup_redis()
+    return make
 
 
 def _crawl(setup, timeout=240):
@@ -108,6 +102,7 @@ def test_a_task_covers_the_tree_only_with_all_the_roots():
 # -- acceptance (issue 21) -------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a crawl in a worker subprocess
 def test_an_empty_day_costs_one_request(census_crawl):
     setup = census_crawl(EMPTY)
     _crawl(setup)
@@ -120,6 +115,7 @@ def test_an_empty_day_costs_one_request(census_crawl):
     ]
 
 
+@pytest.mark.slow  # a crawl in a worker subprocess
 def test_an_empty_day_answered_as_the_soft_block_asks_its_week_once(census_crawl):
     """CNKI may answer a genuine zero with the soft block's body: the census cannot be its own
     canary, so the week up to the day is asked on the same session (one request more)."""
@@ -133,6 +129,7 @@ def test_an_empty_day_answered_as_the_soft_block_asks_its_week_once(census_crawl
     assert "pauses for" not in setup.log(), result.stdout[-2000:]
 
 
+@pytest.mark.slow  # a crawl in a worker subprocess
 def test_a_day_within_the_cap_is_one_round_and_equals_the_truth(census_crawl):
     setup = census_crawl(WITHIN)
     _crawl(setup)
@@ -149,6 +146,7 @@ def test_a_day_within_the_cap_is_one_round_and_equals_the_truth(census_crawl):
     ]
 
 
+@pytest.mark.slow  # a crawl in a worker subprocess
 def test_a_day_over_the_cap_splits_by_the_roots_and_equals_the_truth(census_crawl):
     setup = census_crawl(OVER)
     _crawl(setup)
@@ -167,6 +165,7 @@ def test_a_day_over_the_cap_splits_by_the_roots_and_equals_the_truth(census_craw
     assert report["rounds"]["total"] == report["rounds"]["finished"] == 1
 
 
+@pytest.mark.slow  # a crawl in a worker subprocess
 def test_a_census_shortfall_is_recorded(census_crawl):
     """The stand-in's category searches lose one document in ten (break census-short): the
     roots add up to less than the census. The shortfall is an errorCode row ``census``
@@ -187,6 +186,7 @@ def test_a_census_shortfall_is_recorded(census_crawl):
     assert pending == 0
 
 
+@pytest.mark.slow  # a crawl in a worker subprocess
 def test_a_task_that_does_not_cover_the_tree_crawls_the_day_s_roots_after_its_census(
     census_crawl,
 ):
@@ -222,6 +222,7 @@ def _status(setup) -> dict:
 WITHIN_NEXT = "2024-03-05"
 
 
+@pytest.mark.slow  # a crawl in a worker subprocess
 def test_a_session_serves_several_rounds(tmp_path, cnki_site, sqlite_url):
     """Warm-up and client id once per session, not per round: 8 rounds of many pages (page
     size 10, more grid POSTs than the pool's sessions would take at 14 turns each) on the

@@ -9,7 +9,11 @@ round lost, and a dead worker's leases handed out again within about one lease p
 
 from __future__ import annotations
 
+import pytest
+
 from bench.chaos import LEASE, run
+
+pytestmark = pytest.mark.slow  # every test crawls the stand-in in a worker subprocess
 
 
 def test_kill_9_of_workers_and_of_redis_at_random_moments_lose_nothing():

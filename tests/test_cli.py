@@ -97,6 +97,7 @@ def test_unknown_task_is_a_clear_error(ini, capsys):
         ),
     ],
 )
+@pytest.mark.slow  # a command in a subprocess
 def test_bad_config_or_unreachable_service_exits_2_with_one_line_and_no_traceback(
     tmp_path, text, expected
 ):
@@ -342,6 +343,7 @@ def test_a_config_ini_that_differs_from_the_task_row_is_warned_with_the_command(
     ]
 
 
+@pytest.mark.slow  # a command in a subprocess
 def test_run_refuses_a_typod_category_in_config_ini_with_one_line(tmp_path, db_url):
     path = tmp_path / "config.ini"
     path.write_text(
@@ -395,6 +397,7 @@ SCRAPY = str(Path(sys.executable).with_name("scrapy"))
         ),
     ],
 )
+@pytest.mark.slow  # a command in a subprocess
 def test_scrapy_crawl_gives_the_same_one_line_and_exit_code_as_run(
     tmp_path, ini_text, args, expected
 ):
@@ -465,6 +468,7 @@ def test_a_feed_with_several_processes_is_refused_in_one_line(ini, capsys):
     assert "-o FILE takes one process" in _one_error_line(capsys.readouterr().err)
 
 
+@pytest.mark.slow  # a crawl in a worker subprocess
 def test_config_names_the_file_even_beside_a_broken_config_ini(tmp_path, cnki_site, sqlite_url):
     """Issue 15's first defect: `cnkispider.settings` loaded ./config.ini when it was imported,
     so `cnkispider --config good.ini run` from a folder whose config.ini has a typo stopped with

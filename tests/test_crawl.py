@@ -13,7 +13,9 @@ import pytest
 import sqlalchemy as sa
 
 from cnkispider.schema import error_code, error_link, round_
-from tests.crawl_harness import CrawlSetup, compare
+from tests.crawl_harness import compare
+
+pytestmark = pytest.mark.slow  # every test crawls the stand-in in a worker subprocess
 
 SITE = {
     "seed": 5,
@@ -31,28 +33,13 @@ CASES = [
 
 
 @pytest.fixture
-def setup_crawl(tmp_path, cnki_site, request):
-    made = []
+def setup_crawl(crawl_setup):
+    """tests/fixtures/crawls.py's crawl_setup, against SITE unless told otherwise."""
 
-    def make(doc_type, categories, db, start="2024-01-01", end="2024-01-02", site=None, **kw):
-        handle = cnki_site(**(site or SITE))
-        setup = CrawlSetup(
-            tmp_path / f"{doc_type}-{len(made)}",
-            handle,
-            request.getfixturevalue(f"{db}_url"),
-            doc_type,
-            start,
-            end,
-            categories,
-            **kw,
-        )
-        setup.tmp_path.mkdir()
-        made.append(setup)
-        return setup
+    def make(doc_type, categories, db, site=None, **kw):
+        return crawl_setup(doc_type, categories, db, site=site or SITE, **kw)
 
-    yield make
-    for setup in made:
-        setup.cleanup_redis()
+    return make
 
 
 @pytest.mark.parametrize(("doc_type", "categories", "db"), CASES)

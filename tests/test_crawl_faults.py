@@ -9,10 +9,13 @@ the site will never serve.
 
 from __future__ import annotations
 
+import pytest
 import sqlalchemy as sa
 
 from cnkispider.schema import error_code, error_link
 from tests.crawl_harness import CrawlSetup, compare
+
+pytestmark = pytest.mark.slow  # every test crawls the stand-in in a worker subprocess
 
 FAULTS = {
     "verify": 0.02,

@@ -35,6 +35,7 @@ from cnkispider.schema import documents, error_code, error_link, task
 from cnkispider.storage import fetch_all
 from tests.crawl_harness import REDIS_URL, ROOT, compare
 from tests.fixtures.build_once import build_once
+from tests.fixtures.waiting import wait_until
 
 EXE_NAME = "cnkispider.exe" if sys.platform == "win32" else "cnkispider"
 LOG_NAME = "cnkispider.log"  # [crawl] log_file of the executable when config.ini leaves it empty
@@ -284,10 +285,13 @@ def test_the_exe_alone_creates_the_database_and_task_crawls_recrawls_and_a_secon
     )
     process = install.start()
     try:
-        deadline = time.monotonic() + 120
-        while not _count(install, error_link):
-            assert process.poll() is None and time.monotonic() < deadline, install.console()
-            time.sleep(0.05)
+        wait_until(
+            lambda: _count(install, error_link),
+            300,
+            workers=[process],
+            log=lambda: install.console(),
+            every=0.05,
+        )
         site.control(doomed=[])
         process.wait(timeout=300)
     finally:
@@ -331,10 +335,13 @@ def test_ctrl_c_stops_the_exe_gracefully_and_a_second_start_resumes_to_the_truth
     expected = truth(site)
     process = install.start()
     try:
-        deadline = time.monotonic() + 120
-        while _count(install, documents["patent"]) < 20:
-            assert process.poll() is None and time.monotonic() < deadline, install.console()
-            time.sleep(0.2)
+        wait_until(
+            lambda: _count(install, documents["patent"]) >= 20,
+            300,
+            workers=[process],
+            log=lambda: install.console(),
+            every=0.2,
+        )
         os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in its terminal does
         process.wait(timeout=120)
     finally:

@@ -38,6 +38,7 @@ from cnkispider.schema import documents, error_code, error_link, task
 from tests import test_exe
 from tests.crawl_harness import REDIS_URL, ROOT, compare
 from tests.fixtures.build_once import build_once
+from tests.fixtures.waiting import wait_until
 from tests.test_exe import (
     LOG_NAME,
     SAME,
@@ -344,10 +345,13 @@ def test_the_exe_alone_creates_the_database_and_task_crawls_recrawls_and_a_secon
     started = time.monotonic()
     process = install.start()
     try:
-        deadline = time.monotonic() + 300
-        while not _count(install, error_link):
-            assert process.poll() is None and time.monotonic() < deadline, install.console()
-            time.sleep(0.1)
+        wait_until(
+            lambda: _count(install, error_link),
+            300,
+            workers=[process],
+            log=lambda: install.console(),
+            every=0.1,
+        )
         site.control(doomed=[])
         process.wait(timeout=600)
     finally:
@@ -434,10 +438,13 @@ def test_ctrl_c_under_wine_stops_the_exe_gracefully_and_a_second_start_resumes_t
     expected = truth(site)
     process = install.start()
     try:
-        deadline = time.monotonic() + 300
-        while _count(install, documents["patent"]) < 20:
-            assert process.poll() is None and time.monotonic() < deadline, install.console()
-            time.sleep(0.2)
+        wait_until(
+            lambda: _count(install, documents["patent"]) >= 20,
+            300,
+            workers=[process],
+            log=lambda: install.console(),
+            every=0.2,
+        )
         os.killpg(process.pid, signal.SIGINT)  # Wine turns it into the console's CTRL_C_EVENT
         process.wait(timeout=120)
     finally:
@@ -567,10 +574,9 @@ def test_the_exe_session_login_reads_the_pass_from_a_running_browser_over_devtoo
     )
     login = None
     try:
-        deadline = time.monotonic() + 30
-        while not answers(port):
-            assert browser.poll() is None and time.monotonic() < deadline, "chromium did not start"
-            time.sleep(0.1)
+        wait_until(
+            lambda: answers(port), 30, workers=[browser], what="chromium answering", every=0.1
+        )
         login = subprocess.Popen(
             [
                 _wine(),

@@ -13,6 +13,8 @@ import pytest
 
 from tests.crawl_harness import ROOT, CrawlSetup
 
+pytestmark = pytest.mark.slow  # every test crawls the stand-in in a worker subprocess
+
 SITE = {"seed": 5, "scale": 0.05}
 
 

@@ -23,7 +23,7 @@ from cnkispider.schema import error_code, error_link, ledger, round_, task
 from errors.recorder import ErrorRecorder
 from tasks.flow import TaskStore
 from tasks.phase import Action, next_action
-from tests.crawl_harness import CrawlSetup, compare
+from tests.crawl_harness import compare
 
 HALTED = 3  # cnkispider.halting.EXIT_HALTED
 
@@ -261,33 +261,6 @@ def test_a_version_2_database_gets_the_ledger(db_url):
 # -- real crawls ----------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def crawl_setup(tmp_path, cnki_site, request):
-    made = []
-
-    def make(
-        doc_type, categories, db="sqlite", start="2024-01-01", end="2024-01-02", site=None, **kw
-    ):
-        handle = site if isinstance(site, SimpleNamespace) else cnki_site(**(site or {"seed": 5}))
-        setup = CrawlSetup(
-            tmp_path / f"{doc_type}-{len(made)}",
-            handle,
-            request.getfixturevalue(f"{db}_url"),
-            doc_type,
-            start,
-            end,
-            categories,
-            **kw,
-        )
-        setup.tmp_path.mkdir()
-        made.append(setup)
-        return setup
-
-    yield make
-    for setup in made:
-        setup.cleanup_redis()
-
-
 def _rounds(setup):
     return setup.query(
         sa.select(
@@ -319,6 +292,7 @@ def assert_every_round_accounted(setup) -> None:
             assert re.match(r"^(ledger: (listed \d+|the list never answered)|halted)", r.note), r
 
 
+@pytest.mark.slow  # a crawl in a worker subprocess
 def test_a_finished_crawl_accounts_for_every_row(crawl_setup):
     setup = crawl_setup(
         "patent",
@@ -341,6 +315,7 @@ def test_a_finished_crawl_accounts_for_every_row(crawl_setup):
     assert "ledger     listed" in result.stdout
 
 
+@pytest.mark.slow  # a crawl in a worker subprocess
 def test_an_unreachable_list_never_makes_a_round_done(crawl_setup):
     """Issue 20: `round 2 done: ..., None listed` while CNKI could not be reached. The circuit
     breaker is kept out of play here (it halts an unreachable CNKI on its own): the rounds alone
@@ -366,6 +341,7 @@ def test_an_unreachable_list_never_makes_a_round_done(crawl_setup):
     assert sorted(c.reason for c in codes if c.state == "permanent") == ["ledger"] * 4
 
 
+@pytest.mark.slow  # a crawl in a worker subprocess
 def test_a_short_task_whose_warm_up_fails_never_finishes_its_crawl_phase(crawl_setup):
     """Issue 20: a 2-round task, every warm-up failing, burned to "crawl phase finished" below
     the breaker's halt_after. Now its rounds fail and the task halts with the reason."""
@@ -397,6 +373,7 @@ def test_a_short_task_whose_warm_up_fails_never_finishes_its_crawl_phase(crawl_s
         ("paper", "TP3,F0", [(b"CJFQ", b"CJFDLAST2015"), (b"CMFD", b"CMFD202101")]),
     ],
 )
+@pytest.mark.slow  # a crawl in a worker subprocess
 def test_year_suffixed_database_names_crawl_equal_to_the_truth(
     crawl_setup, cnki_site, doc_type, categories, renames
 ):
@@ -433,6 +410,7 @@ def test_year_suffixed_database_names_crawl_equal_to_the_truth(
         gate.close()
 
 
+@pytest.mark.slow  # a crawl in a worker subprocess
 @pytest.mark.parametrize("seed", [11, 23, 37])
 def test_random_fault_mixes_leave_every_round_accounted_for(crawl_setup, seed):
     """For a random mix of faults (one retry, so pages and rounds really fail): every done
@@ -468,6 +446,7 @@ def test_random_fault_mixes_leave_every_round_accounted_for(crawl_setup, seed):
 # -- a zero that is really zero -----------------------------------------------------------------
 
 
+@pytest.mark.slow  # a crawl in a worker subprocess
 def test_genuine_zeros_answered_as_the_soft_block_finish_equal_to_the_truth(crawl_setup, cnki_site):
     """Genuine zeros answered exactly as the soft block (the gate rewrites the stand-in's zero
     page into the 105-byte body): the task finishes equal to the truth, no challenge pause, no
@@ -561,6 +540,7 @@ def test_status_shows_the_ledger_sums_the_drops_by_rule_and_the_rounds_out_of_ba
         ("achievement", "TP3", "sqlite"),
     ],
 )
+@pytest.mark.slow  # a crawl in a worker subprocess
 def test_the_stand_in_s_year_suffixed_names_crawl_equal_to_the_truth(
     crawl_setup, doc_type, categories, db
 ):
@@ -579,6 +559,7 @@ def test_the_stand_in_s_year_suffixed_names_crawl_equal_to_the_truth(
     assert_every_round_accounted(setup)
 
 
+@pytest.mark.slow  # a crawl in a worker subprocess
 def test_the_stand_in_s_zeros_as_the_soft_block_cost_one_canary_a_day(crawl_setup):
     """`cnki_site(zero_as_soft_block=True)`: a task with empty rounds finishes equal to the
     truth, with no pause and no error row; the grid requests beyond the rounds' own pages (the

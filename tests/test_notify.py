@@ -103,6 +103,7 @@ def test_plain_json_names_the_event_and_the_task_and_goes_to_every_webhook(recei
     assert "参数校验" in halted["text"]
 
 
+@pytest.mark.timing  # asserts a wall-clock bound: `make test` runs it apart, after the parallel pass
 def test_a_failing_webhook_is_logged_once_and_the_others_still_get_it(receiver, caplog):
     broken, good = receiver(status=500), receiver()
     dead = "http://127.0.0.1:9/hook?access_token=SECRET123"  # nothing listens on port 9
@@ -119,6 +120,7 @@ def test_a_failing_webhook_is_logged_once_and_the_others_still_get_it(receiver, 
     assert not any("SECRET123" in line for line in lines)
 
 
+@pytest.mark.timing  # asserts a wall-clock bound: `make test` runs it apart, after the parallel pass
 def test_a_slow_webhook_times_out_without_stopping_anything(receiver, caplog):
     slow = receiver(delay=3.0)
     notifier = Notifier([slow.url], "json", timeout=0.5, task="t")

@@ -5,20 +5,13 @@ the scheduler's and the rate limiter's own tests run it on real Redis."""
 from __future__ import annotations
 
 import asyncio
-import functools
 
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 from cnkispider.offload import RedisCalls, backoff
-
-
-def in_loop(test):
-    @functools.wraps(test)
-    def run(*args, **kwargs):
-        asyncio.run(test(*args, **kwargs))
-
-    return run
+from tests.fixtures.scheduling import in_loop
+from tests.fixtures.waiting import wait_until_async
 
 
 class HeldIO:
@@ -89,7 +82,7 @@ async def test_a_failed_call_is_put_back_and_retried_after_the_backoff():
     assert owner.failures == [(["a"], 0.2)] and owner.calls.failures == 1
     owner.calls.kick()  # too early: no call
     assert len(owner.io.calls) == 1
-    await asyncio.sleep(0.3)
+    await wait_until_async(lambda: len(owner.io.calls) > 1, what="the retry after the backoff")
     assert [batch for batch, _ in owner.io.calls] == [["a"], ["a"]]
     owner.io.calls[1][1].callback("ok")
     assert owner.calls.failures == 0
@@ -102,5 +95,5 @@ async def test_after_close_a_failed_call_is_not_retried():
     owner.calls.kick()
     owner.calls.close()
     owner.io.calls[0][1].errback(Failure(ConnectionError("down")))
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # time passes: past the 0.2 s backoff a retry would have waited
     assert len(owner.io.calls) == 1 and owner.waiting == ["a"]

@@ -112,6 +112,7 @@ def test_default_day_is_a_wednesday_weeks_back():
     assert dt.timedelta(days=28) <= dt.date(2026, 11, 23) - day < dt.timedelta(days=35)
 
 
+@pytest.mark.slow  # a command in a subprocess
 def test_probe_command_prints_one_line_per_assumption(cnki_site, tmp_path):
     site = cnki_site()
     config = tmp_path / "config.ini"

@@ -476,6 +476,7 @@ def bad_provider():
         server.close()
 
 
+@pytest.mark.timing  # asserts a wall-clock bound: `make test` runs it apart, after the parallel pass
 @pytest.mark.parametrize("mode", ["drip", "drip-headers"])
 def test_a_dripping_provider_fails_within_the_deadline(bad_provider, mode):
     """One byte every 0.5 s never trips a per-read timeout of 2 s; the call's one deadline does."""
@@ -490,6 +491,7 @@ def test_a_dripping_provider_fails_within_the_deadline(bad_provider, mode):
     assert "s3cret" not in str(info.value)
 
 
+@pytest.mark.timing  # asserts a wall-clock bound: `make test` runs it apart, after the parallel pass
 @pytest.mark.parametrize("mode", ["huge", "flood"])
 def test_a_100_mb_answer_is_refused_without_growing_memory(bad_provider, mode):
     import resource

@@ -174,6 +174,7 @@ def test_the_shared_test_redis_is_accepted(redis_url, tmp_path):
     client.close()
 
 
+@pytest.mark.timing  # asserts a wall-clock bound: `make test` runs it apart, after the parallel pass
 def test_a_killed_process_leaves_the_embedded_redis_running_for_the_next_one(tmp_path):
     code = (
         "import os, signal; from cnkispider import redisconn; "

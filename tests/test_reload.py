@@ -4,13 +4,16 @@ whose worker is restarted by a code change half-way that still ends equal to the
 from __future__ import annotations
 
 import os
-import time
 
+import pytest
 import sqlalchemy as sa
 
 from cnkispider.reload import ROOT, changed, snapshot, watched_paths, worker_command
 from cnkispider.schema import documents, round_
 from tests.crawl_harness import CrawlSetup, compare, count_rows
+from tests.fixtures.waiting import wait_until
+
+pytestmark = pytest.mark.slow  # every test crawls the stand-in in a worker subprocess
 
 
 def test_added_modified_and_removed_files_are_changes_and_caches_are_not(tmp_path):
@@ -63,18 +66,18 @@ def test_a_code_change_mid_crawl_restarts_the_worker_and_nothing_is_lost(
     truth = setup.truth()
     try:
         supervisor = setup.spawn("run", "--reload")
-        deadline = time.monotonic() + 60
-        stored_then = 0
-        while time.monotonic() < deadline:
-            time.sleep(0.3)
+
+        def stored() -> int:
             try:
-                stored_then = count_rows(setup, documents["paper"])
+                return count_rows(setup, documents["paper"])
             except sa.exc.SQLAlchemyError:  # the worker has not made the tables yet
-                continue
-            if stored_then >= 20:
-                break
+                return 0
+
+        stored_then = wait_until(
+            lambda: (n := stored()) >= 20 and n, 120, what="20 papers stored", workers=[supervisor]
+        )
         (watch / "module.py").write_text("VALUE = 2  # a change\n")
-        out, _ = supervisor.communicate(timeout=120)
+        out, _ = supervisor.communicate(timeout=600)  # generous: a busy machine
     finally:
         if supervisor.poll() is None:
             supervisor.kill()

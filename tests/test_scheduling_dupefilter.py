@@ -6,19 +6,11 @@ import hashlib
 import math
 
 import pytest
-import redis
 import scrapy
 from scrapy.utils.test import get_crawler
 
 from cnkispider.addon import ADDONS
 from cnkispider.scheduling.dupefilter import BloomDupeFilter, bytes_for, layer_plan
-
-
-@pytest.fixture
-def client(redis_url):
-    c = redis.Redis.from_url(redis_url)
-    yield c
-    c.close()
 
 
 def fingerprints(start: int, count: int) -> list[bytes]:
@@ -32,10 +24,11 @@ def add_all(df: BloomDupeFilter, fps: list[bytes]) -> list[bool]:
     return seen
 
 
+@pytest.mark.slow  # 200k fingerprints: Redis's CPU, 30 s on a busy machine
 def test_no_false_drop_over_200k_distinct_fingerprints_and_every_repeat_is_caught(
-    client, redis_namespace
+    redis_client, redis_namespace
 ):
-    df = BloomDupeFilter(redis_namespace, capacity=50_000, client=client)
+    df = BloomDupeFilter(redis_namespace, capacity=50_000, client=redis_client)
     fps = fingerprints(0, 200_000)
     assert not any(add_all(df, fps))  # a false drop would lose a document
     assert all(add_all(df, fps[::97]))
@@ -46,22 +39,24 @@ def test_no_false_drop_over_200k_distinct_fingerprints_and_every_repeat_is_caugh
     assert per_fingerprint <= 24
 
 
-def test_layers_are_allocated_as_planned(client, redis_namespace):
-    df = BloomDupeFilter(redis_namespace, capacity=1000, client=client)
+def test_layers_are_allocated_as_planned(redis_client, redis_namespace):
+    df = BloomDupeFilter(redis_namespace, capacity=1000, client=redis_client)
     add_all(df, fingerprints(0, 5000))
     layers = df.memory()["layers"]
     assert layers == 3  # 1000 + 2000 + 4000 >= 5000 (a new layer once the newest is full)
     for i in range(layers):
         planned = layer_plan(1000, 1e-9, 2, i)
-        assert client.strlen(f"{redis_namespace}:bloom:{i}") == math.ceil(planned.bits / 8)
+        assert redis_client.strlen(f"{redis_namespace}:bloom:{i}") == math.ceil(planned.bits / 8)
     assert df.memory()["bytes"] == bytes_for(5000, 1000, 1e-9, 2)
 
 
-def test_redis_memory_per_fingerprint_including_overhead(client, redis_namespace):
-    df = BloomDupeFilter(redis_namespace, capacity=50_000, client=client)
+@pytest.mark.slow  # 50k fingerprints: Redis's CPU, 15 s on a busy machine
+def test_redis_memory_per_fingerprint_including_overhead(redis_client, redis_namespace):
+    df = BloomDupeFilter(redis_namespace, capacity=50_000, client=redis_client)
     add_all(df, fingerprints(0, 100_000))
     used = sum(
-        client.memory_usage(key) or 0 for key in client.scan_iter(match=f"{redis_namespace}:bloom*")
+        redis_client.memory_usage(key) or 0
+        for key in redis_client.scan_iter(match=f"{redis_namespace}:bloom*")
     )
     assert used / 100_000 <= 24
 
@@ -80,9 +75,9 @@ def test_memory_at_ten_million_fingerprints_meets_the_target():
     assert error <= 1e-9
 
 
-def test_measured_false_positive_rate_matches_the_formula(client, redis_namespace):
+def test_measured_false_positive_rate_matches_the_formula(redis_client, redis_namespace):
     """At a loose rate (1%) the filter's real error rate is what the formula promises."""
-    df = BloomDupeFilter(redis_namespace, capacity=20_000, error_rate=0.01, client=client)
+    df = BloomDupeFilter(redis_namespace, capacity=20_000, error_rate=0.01, client=redis_client)
     add_all(df, fingerprints(0, 20_000 - 1))  # one full layer
     false = sum(add_all(df, fingerprints(10_000_000, 20_000)))
     layer = layer_plan(20_000, 0.01, 2, 0)

@@ -9,82 +9,35 @@ crawl loses, and asserts there are none.
 
 from __future__ import annotations
 
-import asyncio
-import functools
-
 import pytest
 import redis
 import scrapy
-from scrapy.utils.test import get_crawler
 
 from cnkispider import ledger, signals
-from cnkispider.addon import ADDONS
 from cnkispider.db import open_database
-from cnkispider.offload import InlineIO
 from cnkispider.scheduling.scheduler import LeasedScheduler
 from tasks.feeder import RoundFeeder
 from tasks.flow import TaskStore
+from tests.fixtures.scheduling import HAND_DRIVEN, in_loop
+from tests.fixtures.waiting import wait_until_async
 
 W1, W2 = "host:1:aaaaaa", "host:2:bbbbbb"
 
 
-class Spider(scrapy.Spider):
-    name = "s"
-
-    def parse(self, response):
-        pass
-
-
-def in_loop(test):
-    @functools.wraps(test)
-    def run(*args, **kwargs):
-        asyncio.run(test(*args, **kwargs))
-
-    return run
-
-
 @pytest.fixture
-def client(redis_url):
-    c = redis.Redis.from_url(redis_url)
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def make(redis_url, redis_namespace):
+def make(make_scheduler):
     """A worker: a scheduler whose round_drained goes to flow control's real handler."""
-    made = []
 
     def make(store: TaskStore) -> LeasedScheduler:
-        crawler = get_crawler(
-            Spider,
-            {
-                "ADDONS": ADDONS,
-                "SCHEDULER_NAMESPACE": redis_namespace,
-                "REDIS_URL": redis_url,
-                "DUPEFILTER_CLASS": "cnkispider.scheduling.dupefilter.BloomDupeFilter",
-                "REQUEST_FINGERPRINTER_CLASS": "cnkispider.scheduling.fingerprint.DocKeyFingerprinter",
-                "SCHEDULER_BATCH_SIZE": 4,
-                "SCHEDULER_ALLOWED_HOSTS": ["x"],
-                "DATABASE_URL": "sqlite://",
-            },
-        )
-        crawler.spider = Spider.from_crawler(crawler)
-        scheduler = LeasedScheduler.from_crawler(crawler)
-        scheduler._io = InlineIO()
-        scheduler.engine_inprogress = set()
-        scheduler._inprogress = lambda: scheduler.engine_inprogress
-        scheduler.open(crawler.spider)
+        scheduler = make_scheduler(**HAND_DRIVEN, DATABASE_URL="sqlite://")
+        crawler = scheduler.crawler
         feeder = RoundFeeder(crawler, crawler.settings)
         feeder.store = store  # no task_id: its _kick() after a drain does nothing here
         crawler.signals.connect(feeder.round_drained, signal=signals.round_drained)
         scheduler.feeder = feeder  # signals hold their receivers weakly
-        made.append(scheduler)
         return scheduler
 
-    yield make
-    for scheduler in made:
-        scheduler.queue.client.close()
+    return make
 
 
 def take_all(scheduler: LeasedScheduler) -> list[scrapy.Request]:
@@ -104,11 +57,14 @@ def finish(scheduler: LeasedScheduler, *requests: scrapy.Request) -> None:
 
 
 async def settle(scheduler: LeasedScheduler) -> None:
-    for _ in range(40):  # the handler's database call runs in a thread
-        await asyncio.sleep(0.02)
+    """Kick the scheduler until its handlers have finished (their database calls run in a
+    thread) and its writes are out. Before, it gave up silently after 0.8 s."""
+
+    def settled() -> bool:
         scheduler._kick()
-        if not scheduler._handlers_running and not scheduler._writes.ops():
-            return
+        return not scheduler._handlers_running and not scheduler._writes.ops()
+
+    await wait_until_async(settled, 60, what="the scheduler's handlers and writes", every=0.02)
 
 
 def detail(doc: str, round_id: int) -> scrapy.Request:
@@ -117,10 +73,10 @@ def detail(doc: str, round_id: int) -> scrapy.Request:
     )
 
 
-def lose_redis(client: redis.Redis, namespace: str) -> None:
+def lose_redis(redis_client: redis.Redis, namespace: str) -> None:
     """What a Redis restart without persistence does to the namespace: every key is gone."""
-    keys = list(client.scan_iter(match=f"{namespace}:*", count=1000))
-    client.delete(*keys)
+    keys = list(redis_client.scan_iter(match=f"{namespace}:*", count=1000))
+    redis_client.delete(*keys)
 
 
 def listed_and_stored(store: TaskStore, round_id: int, docs: str) -> None:
@@ -140,7 +96,7 @@ def new_store(url: str) -> tuple[TaskStore, int]:
 
 @in_loop
 async def test_a_round_seeded_before_redis_lost_its_data_is_replayed_not_marked_done(
-    make, client, redis_namespace, sqlite_url
+    make, redis_client, redis_namespace, sqlite_url
 ):
     """Path 1: five documents queued under the old epoch, one in flight when Redis lost them. The
     in-flight one's follow-up is counted again in the new, empty Redis; when it drains, the round
@@ -158,7 +114,7 @@ async def test_a_round_seeded_before_redis_lost_its_data_is_replayed_not_marked_
     scheduler.engine_inprogress.add(in_flight)
     crawled = {in_flight.meta["doc_key"]}
 
-    lose_redis(client, redis_namespace)
+    lose_redis(redis_client, redis_namespace)
     retry = in_flight.replace(url=in_flight.url + "&retry=1")  # a continuation, same round
     scheduler.enqueue_request(retry)
     finish(scheduler, in_flight)
@@ -191,17 +147,17 @@ async def test_a_round_drained_before_it_is_marked_seeded_is_done_once_it_is(mak
     await settle(scheduler)
     assert store.round_info(round_.id).state == "claimed"  # not done before it is seeded
     assert store.mark_seeded(round_.id, W1, scheduler.epoch)
-    for _ in range(30):
-        await asyncio.sleep(0.1)
+
+    def done() -> bool:
         scheduler._kick()
-        if store.round_info(round_.id).state == "done":
-            break
-    assert store.round_info(round_.id).state == "done"
+        return store.round_info(round_.id).state == "done"
+
+    await wait_until_async(done, 60, what="the round done", every=0.1)
 
 
 @in_loop
 async def test_task_move_back_crawls_a_done_round_again_for_real(
-    make, client, redis_namespace, sqlite_url
+    make, redis_client, redis_namespace, sqlite_url
 ):
     """Path 3: `task move` back over a done round (after its documents were deleted) must hand its
     documents out again; the dedupe filter of the first crawl must not hide them."""
@@ -278,7 +234,7 @@ async def test_within_one_round_a_replayed_list_page_queues_no_document_twice(ma
 
 @in_loop
 async def test_a_drained_round_leaves_no_outstanding_key_in_redis(
-    make, client, redis_namespace, sqlite_url
+    make, redis_client, redis_namespace, sqlite_url
 ):
     store, task_id = new_store(sqlite_url)
     scheduler = make(store)
@@ -291,5 +247,5 @@ async def test_a_drained_round_leaves_no_outstanding_key_in_redis(
         finish(scheduler, request)
     await settle(scheduler)
     assert store.round_info(round_.id).state == "done"
-    assert client.get(f"{redis_namespace}:round:{round_.id}:outstanding") is None
-    assert not list(client.scan_iter(match=f"{redis_namespace}:round:*"))  # nor its filter
+    assert redis_client.get(f"{redis_namespace}:round:{round_.id}:outstanding") is None
+    assert not list(redis_client.scan_iter(match=f"{redis_namespace}:round:*"))  # nor its filter

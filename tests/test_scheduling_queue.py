@@ -9,7 +9,6 @@ import json
 import random
 
 import pytest
-import redis
 
 from cnkispider.scheduling.queue import Burial, Enqueue, Held, LeasedQueue, SyncBatch
 
@@ -18,17 +17,10 @@ LEASE_MS = 1000
 
 
 @pytest.fixture
-def client(redis_url):
-    c = redis.Redis.from_url(redis_url)
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def make_queue(client, redis_namespace):
+def make_queue(redis_client, redis_namespace):
     def make(**options) -> LeasedQueue:
         options.setdefault("lease_seconds", LEASE_MS / 1000)
-        queue = LeasedQueue(client, redis_namespace, **options)
+        queue = LeasedQueue(redis_client, redis_namespace, **options)
         queue.open()
         return queue
 
@@ -56,25 +48,25 @@ def test_pops_by_priority_then_first_in_first_out(make_queue):
     assert names(result.popped) == ["x", "y", "a", "b", "c", "z"]
 
 
-def test_a_pop_leases_a_batch(make_queue, client, redis_namespace):
+def test_a_pop_leases_a_batch(make_queue, redis_client, redis_namespace):
     q = make_queue()
     q.sync(SyncBatch(enqueues=[new(str(i)) for i in range(5)]), now_ms=T0)
     result = q.sync(SyncBatch(pop=3), now_ms=T0)
     assert names(result.popped) == ["0", "1", "2"]
     assert [p.attempts for p in result.popped] == [1, 1, 1]
     assert (result.queued, result.leased) == (2, 3)
-    leases = client.zrange(f"{redis_namespace}:leases", 0, -1, withscores=True)
+    leases = redis_client.zrange(f"{redis_namespace}:leases", 0, -1, withscores=True)
     assert {score for _, score in leases} == {T0 + LEASE_MS}
 
 
-def test_an_ack_removes_the_request(make_queue, client, redis_namespace):
+def test_an_ack_removes_the_request(make_queue, redis_client, redis_namespace):
     q = make_queue()
     q.sync(SyncBatch(enqueues=[new("a")]), now_ms=T0)
     popped = q.sync(SyncBatch(pop=1), now_ms=T0).popped
     result = q.sync(SyncBatch(acks=held(popped)), now_ms=T0)
     assert (result.acked, result.queued, result.leased) == (1, 0, 0)
-    assert client.hlen(f"{redis_namespace}:requests") == 0
-    assert client.hlen(f"{redis_namespace}:attempts") == 0
+    assert redis_client.hlen(f"{redis_namespace}:requests") == 0
+    assert redis_client.hlen(f"{redis_namespace}:attempts") == 0
 
 
 def test_an_expired_lease_returns_to_the_queue_for_any_worker_with_attempts_plus_one(make_queue):
@@ -107,7 +99,9 @@ def test_a_late_renewal_takes_back_a_request_still_in_the_queue(make_queue):
     assert other.sync(SyncBatch(pop=1), now_ms=T0 + 1700).popped == []
 
 
-def test_too_many_attempts_abandons_the_request_to_the_caller(make_queue, client, redis_namespace):
+def test_too_many_attempts_abandons_the_request_to_the_caller(
+    make_queue, redis_client, redis_namespace
+):
     q = make_queue(max_attempts=2)
     q.sync(SyncBatch(enqueues=[new("a", round_id="3")]), now_ms=T0)
     assert q.sync(SyncBatch(pop=1), now_ms=T0).popped[0].attempts == 1
@@ -119,7 +113,7 @@ def test_too_many_attempts_abandons_the_request_to_the_caller(make_queue, client
     assert q.sync(SyncBatch(pop=1), now_ms=T0 + 2003).abandoned == []  # leased to the caller
     done = q.sync(SyncBatch(acks=held(result.abandoned)), now_ms=T0 + 2004)
     assert done.acked == 1 and done.drained == ["3"]
-    assert client.hlen(f"{redis_namespace}:requests") == 0
+    assert redis_client.hlen(f"{redis_namespace}:requests") == 0
 
 
 def test_only_the_current_holder_can_ack(make_queue):
@@ -179,20 +173,20 @@ def test_children_land_before_their_parents_ack(make_queue):
 
 
 def test_a_drained_round_takes_its_filter_with_it_so_a_recrawl_queues_it_again(
-    make_queue, client, redis_namespace
+    make_queue, redis_client, redis_namespace
 ):
     q = make_queue()
     q.sync(SyncBatch(enqueues=[new("a", round_id="3")]), now_ms=T0)
-    assert client.exists(f"{redis_namespace}:round:3:bloom")
+    assert redis_client.exists(f"{redis_namespace}:round:3:bloom")
     assert q.sync(SyncBatch(enqueues=[new("a", round_id="3")]), now_ms=T0).duplicates == 1
     popped = q.sync(SyncBatch(pop=1), now_ms=T0).popped
     q.sync(SyncBatch(acks=held(popped)), now_ms=T0)
-    assert not list(client.scan_iter(match=f"{redis_namespace}:round:*"))
+    assert not list(redis_client.scan_iter(match=f"{redis_namespace}:round:*"))
     assert q.sync(SyncBatch(enqueues=[new("a", round_id="3")]), now_ms=T0).enqueued == 1
 
 
 def test_rounds_dedupe_apart_and_the_roundless_filter_goes_when_the_namespace_is_empty(
-    make_queue, client, redis_namespace
+    make_queue, redis_client, redis_namespace
 ):
     q = make_queue()
     result = q.sync(
@@ -202,7 +196,7 @@ def test_rounds_dedupe_apart_and_the_roundless_filter_goes_when_the_namespace_is
     assert (result.enqueued, result.duplicates) == (3, 1)
     popped = q.sync(SyncBatch(pop=3), now_ms=T0).popped
     q.sync(SyncBatch(acks=held(popped)), now_ms=T0)
-    assert not list(client.scan_iter(match=f"{redis_namespace}:*bloom*"))
+    assert not list(redis_client.scan_iter(match=f"{redis_namespace}:*bloom*"))
     assert q.sync(SyncBatch(enqueues=[new("a")]), now_ms=T0).enqueued == 1
 
 
@@ -238,7 +232,9 @@ def test_an_unconfirmed_drain_is_reported_again_by_another_worker(make_queue):
     assert a.sync(SyncBatch(pop=1), now_ms=T0 + 20000).drained == []
 
 
-def test_a_buried_request_is_kept_aside_and_no_longer_counted(make_queue, client, redis_namespace):
+def test_a_buried_request_is_kept_aside_and_no_longer_counted(
+    make_queue, redis_client, redis_namespace
+):
     q = make_queue()
     q.sync(SyncBatch(enqueues=[new("x", round_id="2")]), now_ms=T0)
     popped = q.sync(SyncBatch(pop=1), now_ms=T0).popped
@@ -247,17 +243,17 @@ def test_a_buried_request_is_kept_aside_and_no_longer_counted(make_queue, client
         for h in held(popped)
     ]
     assert q.sync(SyncBatch(burials=burials), now_ms=T0).drained == ["2"]
-    (value,) = client.hvals(f"{redis_namespace}:unreadable")
+    (value,) = redis_client.hvals(f"{redis_namespace}:unreadable")
     assert value.startswith(b"host evil.example:80 is not one of the configured CNKI hosts\n2\n")
 
 
 def test_the_epoch_is_created_once_and_changes_when_redis_lost_the_namespace(
-    make_queue, client, redis_namespace
+    make_queue, redis_client, redis_namespace
 ):
     q = make_queue()
     epoch = q.open()
     assert q.open() == epoch == q.sync(SyncBatch()).epoch
-    client.delete(f"{redis_namespace}:epoch")  # as after a Redis restart without persistence
+    redis_client.delete(f"{redis_namespace}:epoch")  # as after a Redis restart without persistence
     assert q.sync(SyncBatch()).epoch != epoch
 
 
@@ -314,11 +310,13 @@ class Worker:
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_exactly_one_worker_is_told_the_round_drained(make_queue, client, redis_namespace, seed):
+def test_exactly_one_worker_is_told_the_round_drained(
+    make_queue, redis_client, redis_namespace, seed
+):
     """Two workers on one namespace, random pops, processing order, sync timing and deaths."""
     rng = random.Random(seed)
-    for key in client.scan_iter(match=f"{redis_namespace}*"):
-        client.delete(key)
+    for key in redis_client.scan_iter(match=f"{redis_namespace}*"):
+        redis_client.delete(key)
     workers = [Worker(make_queue(max_attempts=50)), Worker(make_queue(max_attempts=50))]
     workers[0].queue.sync(SyncBatch(enqueues=[new("0", round_id="1")]), now_ms=T0)
     now = T0

@@ -5,74 +5,23 @@ signal handlers may be asynchronous."""
 from __future__ import annotations
 
 import asyncio
-import functools
 
 import pytest
-import redis
 import scrapy
-from scrapy.utils.test import get_crawler
 
 from cnkispider import signals
-from cnkispider.addon import ADDONS
-from cnkispider.offload import InlineIO
 from cnkispider.scheduling.scheduler import LeasedScheduler
 from cnkispider.scheduling.serialize import UnserializableRequest
-
-
-class Spider(scrapy.Spider):
-    name = "s"
-
-    def parse(self, response):
-        pass
-
-
-def in_loop(test):
-    @functools.wraps(test)
-    def run(*args, **kwargs):
-        asyncio.run(test(*args, **kwargs))
-
-    return run
+from tests.fixtures.scheduling import HAND_DRIVEN, in_loop
+from tests.fixtures.waiting import wait_until_async
 
 
 @pytest.fixture
-def client(redis_url):
-    c = redis.Redis.from_url(redis_url)
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def make(redis_url, redis_namespace):
-    made = []
-
+def make(make_scheduler):
     def make(opened: bool = True, **settings) -> LeasedScheduler:
-        crawler = get_crawler(
-            Spider,
-            {
-                "ADDONS": ADDONS,
-                "SCHEDULER_NAMESPACE": redis_namespace,
-                "REDIS_URL": redis_url,
-                "DUPEFILTER_CLASS": "cnkispider.scheduling.dupefilter.BloomDupeFilter",
-                "REQUEST_FINGERPRINTER_CLASS": "cnkispider.scheduling.fingerprint.DocKeyFingerprinter",
-                "SCHEDULER_BATCH_SIZE": 4,
-                "SCHEDULER_ALLOWED_HOSTS": ["x"],
-                **settings,
-            },
-        )
-        crawler.spider = Spider.from_crawler(crawler)
-        scheduler = LeasedScheduler.from_crawler(crawler)
-        scheduler._io = InlineIO()
-        scheduler.engine_inprogress = set()
-        scheduler._inprogress = lambda: scheduler.engine_inprogress
-        if opened:
-            scheduler.open(crawler.spider)
-        made.append(scheduler)
-        return scheduler
+        return make_scheduler(opened=opened, **{**HAND_DRIVEN, **settings})
 
-    yield make
-    for scheduler in made:
-        if scheduler.queue is not None:
-            scheduler.queue.client.close()
+    return make
 
 
 def take(scheduler: LeasedScheduler) -> scrapy.Request | None:
@@ -87,14 +36,17 @@ def done(scheduler: LeasedScheduler, request: scrapy.Request) -> None:
     scheduler.engine_inprogress.discard(request)
 
 
-async def settle() -> None:
-    for _ in range(5):
-        await asyncio.sleep(0.01)
+async def handled(scheduler: LeasedScheduler, condition=lambda: True) -> None:
+    """Wait until ``condition()`` holds and the scheduler's signal handlers have all finished
+    (their results are handled in callbacks of the loop, not inline)."""
+    await wait_until_async(
+        lambda: condition() and scheduler._handlers_running == 0, what="the signal handlers"
+    )
 
 
 @in_loop
 async def test_a_request_just_handed_out_is_not_acked_by_the_call_its_hand_out_starts(
-    make, client, redis_namespace
+    make, redis_client, redis_namespace
 ):
     scheduler = make()
     for i in range(6):
@@ -103,10 +55,10 @@ async def test_a_request_just_handed_out_is_not_acked_by_the_call_its_hand_out_s
     first = take(scheduler)  # the buffer runs low: this starts a call
     take(scheduler)
     take(scheduler)  # and another
-    assert client.zscore(f"{redis_namespace}:leases", first.meta["lease_id"]) is not None
+    assert redis_client.zscore(f"{redis_namespace}:leases", first.meta["lease_id"]) is not None
     done(scheduler, first)
     scheduler._kick()
-    assert client.zscore(f"{redis_namespace}:leases", first.meta["lease_id"]) is None
+    assert redis_client.zscore(f"{redis_namespace}:leases", first.meta["lease_id"]) is None
 
 
 @in_loop
@@ -121,7 +73,7 @@ async def test_popped_requests_carry_their_lease(make):
 
 @in_loop
 async def test_round_drained_is_sent_by_the_worker_whose_ack_drained_it(
-    make, client, redis_namespace
+    make, redis_client, redis_namespace
 ):
     scheduler = make()
     told = []
@@ -134,15 +86,15 @@ async def test_round_drained_is_sent_by_the_worker_whose_ack_drained_it(
     scheduler._kick()
     done(scheduler, take(scheduler))
     scheduler._kick()
-    await settle()
+    await handled(scheduler, lambda: told)
     assert told == [12]
     scheduler._kick()  # confirms it
-    assert client.zcard(f"{redis_namespace}:drained") == 0
+    assert redis_client.zcard(f"{redis_namespace}:drained") == 0
 
 
 @in_loop
 async def test_an_abandoned_request_is_signalled_and_acked_after_its_handlers(
-    make, client, redis_namespace
+    make, redis_client, redis_namespace
 ):
     dead = make(SCHEDULER_LEASE_SECONDS=0.1, SCHEDULER_MAX_ATTEMPTS=1)
     dead.enqueue_request(scrapy.Request("https://x/hangs", meta={"round_id": 1}))
@@ -159,21 +111,23 @@ async def test_an_abandoned_request_is_signalled_and_acked_after_its_handlers(
 
     alive.crawler.signals.connect(record, signal=signals.request_abandoned)
     alive._kick()
-    await settle()
+    await wait_until_async(lambda: recorded, what="the abandon handler")
     assert recorded == [("https://x/hangs", "lease-expired", 1)]
     assert alive.next_request() is None  # not handed to the engine
     alive._kick()
-    assert client.zcard(f"{redis_namespace}:leases") == 1  # not acked while the write runs
+    assert redis_client.zcard(f"{redis_namespace}:leases") == 1  # not acked while the write runs
     written.set()
-    await settle()
+    await handled(alive)
     alive._kick()
-    assert client.zcard(f"{redis_namespace}:leases") == 0
-    assert client.get(f"{redis_namespace}:round:1:outstanding") is None  # drained: deleted at 0
+    assert redis_client.zcard(f"{redis_namespace}:leases") == 0
+    assert (
+        redis_client.get(f"{redis_namespace}:round:1:outstanding") is None
+    )  # drained: deleted at 0
 
 
 @in_loop
 async def test_a_failed_abandon_handler_leaves_the_request_to_come_back(
-    make, client, redis_namespace
+    make, redis_client, redis_namespace
 ):
     dead = make(SCHEDULER_LEASE_SECONDS=0.1, SCHEDULER_MAX_ATTEMPTS=1)
     dead.enqueue_request(scrapy.Request("https://x/hangs"))
@@ -182,14 +136,19 @@ async def test_a_failed_abandon_handler_leaves_the_request_to_come_back(
     await asyncio.sleep(0.15)
     alive = make(SCHEDULER_LEASE_SECONDS=0.1, SCHEDULER_MAX_ATTEMPTS=1)
 
+    called = []
+
     def broken(request, reason, attempts, spider):
+        called.append(request.url)
         raise RuntimeError("database down")
 
     alive.crawler.signals.connect(broken, signal=signals.request_abandoned)
     alive._kick()
-    await settle()
+    await handled(alive, lambda: called)
     alive._kick()
-    assert client.hlen(f"{redis_namespace}:requests") == 1  # still there, to be abandoned again
+    assert (
+        redis_client.hlen(f"{redis_namespace}:requests") == 1
+    )  # still there, to be abandoned again
 
 
 @in_loop
@@ -217,7 +176,9 @@ def test_meta_that_is_not_json_is_refused_at_enqueue(make):
 
 
 @in_loop
-async def test_pending_while_anything_is_queued_or_leased_anywhere(make, client, redis_namespace):
+async def test_pending_while_anything_is_queued_or_leased_anywhere(
+    make, redis_client, redis_namespace
+):
     assert make(opened=False).has_pending_requests()  # before its first view of Redis
     other = make()
     scheduler = make()
@@ -235,7 +196,7 @@ async def test_pending_while_anything_is_queued_or_leased_anywhere(make, client,
 
 @in_loop
 async def test_closing_releases_unstarted_requests_and_acks_finished_ones(
-    make, client, redis_namespace
+    make, redis_client, redis_namespace
 ):
     scheduler = make()
     for i in range(3):
@@ -243,8 +204,8 @@ async def test_closing_releases_unstarted_requests_and_acks_finished_ones(
     scheduler._kick()
     done(scheduler, take(scheduler))
     await scheduler.close("shutdown").asFuture(asyncio.get_running_loop())
-    assert client.zcard(f"{redis_namespace}:leases") == 0
-    assert client.zcard(f"{redis_namespace}:queue") == 2
+    assert redis_client.zcard(f"{redis_namespace}:leases") == 0
+    assert redis_client.zcard(f"{redis_namespace}:queue") == 2
     assert scheduler.stats.get_value("scheduler/released") == 2
     fresh = make()
     fresh._kick()
@@ -252,7 +213,7 @@ async def test_closing_releases_unstarted_requests_and_acks_finished_ones(
 
 
 @in_loop
-async def test_a_hold_delays_the_ack(make, client, redis_namespace):
+async def test_a_hold_delays_the_ack(make, redis_client, redis_namespace):
     scheduler = make()
     scheduler.enqueue_request(scrapy.Request("https://x/a"))
     scheduler._kick()
@@ -260,10 +221,10 @@ async def test_a_hold_delays_the_ack(make, client, redis_namespace):
     held = scheduler.outcomes.hold(request)  # e.g. an error row still being written
     done(scheduler, request)
     scheduler._kick()
-    assert client.zcard(f"{redis_namespace}:leases") == 1
+    assert redis_client.zcard(f"{redis_namespace}:leases") == 1
     held.release()
     scheduler._kick()
-    assert client.zcard(f"{redis_namespace}:leases") == 0
+    assert redis_client.zcard(f"{redis_namespace}:leases") == 0
 
 
 def test_a_refused_request_does_not_make_a_later_valid_one_a_duplicate(make):

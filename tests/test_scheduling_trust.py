@@ -7,20 +7,16 @@ move the former to ``{ns}:unreadable`` with the reason.
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import functools
 import json
 
 import pytest
 import redis
 import scrapy
-from scrapy.utils.test import get_crawler
 
-from cnkispider.addon import ADDONS
-from cnkispider.offload import InlineIO
 from cnkispider.scheduling.scheduler import LeasedScheduler
 from cnkispider.scheduling.serialize import ReadPolicy, request_from_json, request_to_json
+from tests.fixtures.scheduling import in_loop
 
 BASE = "https://kns.cnki.net"
 
@@ -42,47 +38,20 @@ class Spider(scrapy.Spider):
         pass  # would write an errorLink row
 
 
-def in_loop(test):
-    @functools.wraps(test)
-    def run(*args, **kwargs):
-        asyncio.run(test(*args, **kwargs))
-
-    return run
-
-
 @pytest.fixture
-def client(redis_url):
-    c = redis.Redis.from_url(redis_url)
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def scheduler(redis_url, redis_namespace):
-    crawler = get_crawler(
+def scheduler(make_scheduler):
+    return make_scheduler(
         Spider,
-        {
-            "ADDONS": ADDONS,
-            "SCHEDULER_NAMESPACE": redis_namespace,
-            "REDIS_URL": redis_url,
-            "DUPEFILTER_CLASS": "cnkispider.scheduling.dupefilter.BloomDupeFilter",
-            "CNKI_BASE_URL": BASE,
-        },
+        DUPEFILTER_CLASS="cnkispider.scheduling.dupefilter.BloomDupeFilter",
+        CNKI_BASE_URL=BASE,
     )
-    crawler.spider = Spider.from_crawler(crawler)
-    made = LeasedScheduler.from_crawler(crawler)
-    made._io = InlineIO()
-    made._inprogress = lambda: ()
-    made.open(crawler.spider)
-    yield made
-    made.queue.client.close()
 
 
-def plant(client: redis.Redis, namespace: str, entry: dict, round_id: str = "") -> str:
+def plant(redis_client: redis.Redis, namespace: str, entry: dict, round_id: str = "") -> str:
     """Write a request into the namespace as an attacker would (no script, no dedupe)."""
     request_id = str(10**9 + len(entry))
-    client.hset(f"{namespace}:requests", request_id, f"{round_id}\n{json.dumps(entry)}")
-    client.zadd(f"{namespace}:queue", {request_id: -1})  # ahead of everything
+    redis_client.hset(f"{namespace}:requests", request_id, f"{round_id}\n{json.dumps(entry)}")
+    redis_client.zadd(f"{namespace}:queue", {request_id: -1})  # ahead of everything
     return request_id
 
 
@@ -172,27 +141,27 @@ HOSTILE = {
 @pytest.mark.parametrize("form", list(HOSTILE))
 @in_loop
 async def test_a_hostile_entry_is_never_run_and_is_set_aside_with_the_reason(
-    form, scheduler, client, redis_namespace
+    form, scheduler, redis_client, redis_namespace
 ):
     entry, reason = HOSTILE[form]
-    request_id = plant(client, redis_namespace, entry)
+    request_id = plant(redis_client, redis_namespace, entry)
     handed = run_queue(scheduler)
     assert [r.url for r in handed] == [f"{BASE}/kns8s/brief/grid"]  # only the crawler's own
-    stored = client.hget(f"{redis_namespace}:unreadable", request_id)
+    stored = redis_client.hget(f"{redis_namespace}:unreadable", request_id)
     assert stored is not None, "not set aside"
     assert reason in stored.decode().split("\n", 1)[0], stored
-    assert client.hget(f"{redis_namespace}:requests", request_id) is None
+    assert redis_client.hget(f"{redis_namespace}:requests", request_id) is None
     assert scheduler.stats.get_value("scheduler/unreadable") == 1
 
 
 @in_loop
 async def test_a_hostile_entry_in_a_round_does_not_keep_the_round_open(
-    scheduler, client, redis_namespace
+    scheduler, redis_client, redis_namespace
 ):
-    client.set(f"{redis_namespace}:round:4:outstanding", 1)
-    plant(client, redis_namespace, {"url": "file:///etc/passwd"}, round_id="4")
+    redis_client.set(f"{redis_namespace}:round:4:outstanding", 1)
+    plant(redis_client, redis_namespace, {"url": "file:///etc/passwd"}, round_id="4")
     run_queue(scheduler)
-    assert client.get(f"{redis_namespace}:round:4:outstanding") is None
+    assert redis_client.get(f"{redis_namespace}:round:4:outstanding") is None
 
 
 def test_the_crawlers_own_retry_reads_back_without_its_proxy_or_credentials():

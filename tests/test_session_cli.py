@@ -304,6 +304,7 @@ NOT_CNKI = (
         "foreign-host",
     ],
 )
+@pytest.mark.slow  # a command in a subprocess
 def test_a_bad_paste_is_one_line_and_exit_2_and_adds_nothing(ini, pool, args, stdin, expected):
     before = len(pool.list())
     result = session(ini, "add", *args, stdin=stdin)
@@ -311,6 +312,7 @@ def test_a_bad_paste_is_one_line_and_exit_2_and_adds_nothing(ini, pool, args, st
     assert len(pool.list()) == before
 
 
+@pytest.mark.slow  # a command in a subprocess
 def test_a_cookie_file_of_another_site_or_long_expired_is_one_line_and_exit_2(ini, pool, tmp_path):
     foreign = tmp_path / "foreign.txt"
     foreign.write_text(".example.com\tTRUE\t/\tFALSE\t0\tsid\tSECRETVALUE1\n", encoding="utf-8")
@@ -338,6 +340,7 @@ def test_a_cookie_file_of_another_site_or_long_expired_is_one_line_and_exit_2(in
     )
 
 
+@pytest.mark.slow  # a command in a subprocess
 def test_add_list_remove_through_the_command_line_never_show_a_cookie_value(ini, pool, tmp_path):
     pasted = tmp_path / "chrome.txt"
     pasted.write_text(paste("chrome_cmd_index.txt"), encoding="utf-8")
@@ -388,6 +391,7 @@ def test_add_list_remove_through_the_command_line_never_show_a_cookie_value(ini,
     assert ids[0] not in session(ini, "list").stdout
 
 
+@pytest.mark.slow  # a command in a subprocess
 def test_check_says_passed_for_a_session_a_person_passed_and_checked_for_one_nobody_did(
     tmp_path, cnki_site, request
 ):

@@ -29,6 +29,9 @@ from cnkispider.schema import error_code, error_link
 from cnkispider.sessions import SessionStore, namespace_for
 from cnkispider.sessions.login import Cdp, cdp_http
 from tests.crawl_harness import REDIS_URL, ROOT, CrawlSetup, compare, count_rows
+from tests.fixtures.waiting import wait_until
+
+pytestmark = pytest.mark.slow  # a real Chromium and the session commands in subprocesses
 
 SAME = {"missing": [], "extra": [], "differing": {}}
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -274,10 +277,13 @@ def test_session_login_cdp_uses_a_running_browser_and_leaves_it_running(ini, sit
         argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
     try:
-        deadline = time.monotonic() + 30
-        while not answers(port):
-            assert browser.poll() is None and time.monotonic() < deadline, "chromium did not start"
-            time.sleep(0.1)
+        wait_until(
+            lambda: answers(port),
+            30,
+            workers=[browser],
+            what="chromium answering",
+            every=0.1,
+        )
         login = subprocess.Popen(
             cli(ini, "session", "login", "--cdp", str(port), "--timeout", "60"),
             cwd=ROOT,

@@ -251,6 +251,7 @@ def test_a_passed_session_answers_its_hidden_number_of_requests(cnki_site):
     assert [r["requests"] for r in session_stats(site, cookies)] == [6, 2]
 
 
+@pytest.mark.timing  # requests must come within a sub-second window: run apart
 def test_a_pass_lasts_its_hidden_minutes(cnki_site):
     site = cnki_site(seed=1, human_check=True, session_minutes=0.02)  # 1.2 s
     cookies = site.pass_check()
@@ -262,6 +263,7 @@ def test_a_pass_lasts_its_hidden_minutes(cnki_site):
     assert record["reason"] == "minutes" and record["checked_after_seconds"] >= 1.2
 
 
+@pytest.mark.timing  # requests must come within a sub-second window: run apart
 def test_four_rapid_requests_draw_the_check(cnki_site):
     """PROTOCOL.md point 11: "4 rapid requests drew the captcha"."""
     site = cnki_site(seed=1, human_check=True)
@@ -275,6 +277,7 @@ def test_four_rapid_requests_draw_the_check(cnki_site):
     assert (record["reason"], record["requests"]) == ("pace", 4)
 
 
+@pytest.mark.timing  # requests must come within a sub-second window: run apart
 def test_a_session_over_its_hidden_pace_is_checked(cnki_site):
     site = cnki_site(
         seed=1, human_check=True, session_pace=3, session_pace_window=1, session_burst=0
@@ -368,6 +371,7 @@ def test_control_expires_a_session_now_or_after_n_more_requests(cnki_site):
         site.expire_session("0" * 24)
 
 
+@pytest.mark.timing  # requests must come within a sub-second window: run apart
 def test_an_idle_expired_session_needs_a_person_again(cnki_site):
     site = cnki_site(seed=1, human_check=True, session_ttl=0.5)
     cookies = site.pass_check()
@@ -379,6 +383,7 @@ def test_an_idle_expired_session_needs_a_person_again(cnki_site):
 # -- the other guards work on passed sessions too -------------------------------------------------
 
 
+@pytest.mark.timing  # requests must come within a sub-second window: run apart
 def test_faults_pace_guard_and_turn_limit_still_apply_to_passed_sessions(cnki_site):
     site = cnki_site(
         seed=1, human_check=True, session_burst=0, session_pace=0, faults={"e503": 1.0}

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import re
 
+import pytest
 import sqlalchemy as sa
 
 from cnkispider.schema import round_
 from tests.crawl_harness import CrawlSetup, compare
+
+pytestmark = pytest.mark.slow  # every test crawls the stand-in in a worker subprocess
 
 
 def test_two_workers_split_rounds_and_one_reports_each_completion(tmp_path, cnki_site, mysql_url):

@@ -8,6 +8,7 @@ import subprocess
 import time
 from urllib.parse import urlsplit
 
+import pytest
 import redis
 import sqlalchemy as sa
 
@@ -15,6 +16,8 @@ from cnkispider.schema import error_code, error_link, round_
 from cnkispider.sessions import NEEDS_PERSON, SessionStore, namespace_for
 from tests.crawl_harness import REDIS_URL, CrawlSetup, compare, count_rows
 from tests.test_notify import Receiver
+
+pytestmark = pytest.mark.slow  # every test crawls the stand-in in a worker subprocess
 
 # The stand-in's hidden per-pass pace is loosened here so that a crawl takes seconds; the
 # crawler's own cap on a verified session (session_pace) is raised to match. The hidden request

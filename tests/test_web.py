@@ -32,6 +32,7 @@ from cnkispider.web import guard
 from standin.client import start_site
 from tests.crawl_harness import ROOT, CrawlSetup
 from tests.fixtures.services import MYSQL_HOST, MYSQL_PORT, _mysql_admin
+from tests.fixtures.waiting import wait_until
 
 SCRIPT_TITLE = '<script>window.__xss = 1</script><img src=x onerror="window.__xss = 2">'
 HALT_REASON = "http-500: CNKI answered <script>window.__xss = 3</script> five times"
@@ -588,6 +589,7 @@ def test_web_is_bound_to_this_machine_unless_told_otherwise(tmp_path, monkeypatc
     assert config.raw["web"] == {"host": "127.0.0.1", "port": 8700, "token": ""}
 
 
+@pytest.mark.slow  # a command in a subprocess
 def test_a_crawl_never_imports_the_web_stack():
     """`cnkispider run` and `status` import no Starlette, Jinja2, uvicorn or prometheus_client."""
     code = (
@@ -670,9 +672,9 @@ def test_the_throughput_and_error_charts_draw_the_page_s_samples(
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
-        while not server.started:
-            time.sleep(0.05)
-        time.sleep(1.0)  # a few samples
+        wait_until(lambda: server.started, 60, what="the web server")
+        history = app.state.web.history  # a few samples: a rate needs two
+        wait_until(lambda: len(history.samples) >= 3, 60, what="three samples")
         page.goto(f"http://127.0.0.1:{server.config.port}/tasks/t")
         page.locator("#throughput-chart canvas").wait_for()
         page.locator("#errors-chart canvas").wait_for()
