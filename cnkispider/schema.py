@@ -245,6 +245,7 @@ LONG_FIELDS = frozenset(
         "first_unit",
         "keywords",
         "fund",
+        "author_affiliations",
     }
 )
 

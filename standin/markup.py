@@ -304,12 +304,31 @@ def _patent_body(doc: Document, broken: bool) -> str:
 
 
 def _paper_top(doc: Document) -> str:
-    f = doc.fields
+    """The source line (.top-tip "焊接学报. 2020,41(04):157-165", the form translators_CN
+    reads); a 网络首发 paper has no issue yet: the journal alone and the icon-shoufa mark
+    (hand-made: no real kcms2 page is public). A thesis shows its university."""
+    f, x = doc.fields, doc.extra
+    source = f'<a href="/knavi/detail?p={x["cookie"][:16]}">{_e(f["source"])}</a>'
     if f["database"] != "期刊":
-        return ""
-    return (
-        f'<div class="top-tip"><span><a>{_e(f["source"])}</a>. {_e(f["date"][:10])}</span></div>\n'
-    )
+        return f'<div class="top-tip"><span>{source}</span></div>\n'
+    if not f["year"]:
+        return (
+            f'<div class="top-tip"><span>{source}</span></div>\n'
+            f'<span class="head-time"><i class="icon-shoufa"></i>网络首发时间：{_e(f["date"])}</span>\n'
+        )
+    line = f"{source}. {f['year']},{f['volume']}({int(f['issue']):02d})"
+    if not x.get("pages_in_total"):
+        line += f":{f['page_range']}"
+    return f'<div class="top-tip"><span>{line}</span></div>\n'
+
+
+def _paper_totals(doc: Document) -> str:
+    """kcms2's counts line; 页码 there when the source line has no pages (translators_CN)."""
+    f, x = doc.fields, doc.extra
+    spans = f"<span>下载：{x['downloads']}</span>"
+    if x.get("pages_in_total"):
+        spans += f"<span>页码：{_e(f['page_range'])}</span>"
+    return f'<div class="total-inform">{spans}<span>大小：1024K</span></div>'
 
 
 def _paper_body(doc: Document, broken: bool) -> str:
@@ -356,7 +375,16 @@ def _paper_body(doc: Document, broken: bool) -> str:
     items.append(
         f'<li class="top-space"><span class="rowtit">分类号：</span><p class="clc-code">{_e(f["clc"])}</p></li>'
     )
+    if f["issn"]:  # hand-made: a labelled row (older pages have it in div.sourinfo)
+        items.append(
+            f'<li class="top-space"><span class="rowtit">ISSN：</span><p>{_e(f["issn"])}</p></li>'
+        )
     parts.append('<ul class="top-space-ul">' + "".join(items) + "</ul>")
+    if f["supervisor"]:  # theses: 导师, as translators_CN reads it (data('导师'))
+        parts.append(
+            f'<div class="row"><span class="rowtit">导师：</span><p>{_e(f["supervisor"])}</p></div>'
+        )
+    parts.append(_paper_totals(doc))
     return "\n".join(parts)
 
 

@@ -7,6 +7,8 @@ that is fetched anyway: a crawl asks exactly one detail page per document and no
 from __future__ import annotations
 
 import datetime as dt
+import json
+import re
 
 import pytest
 import sqlalchemy as sa
@@ -79,6 +81,8 @@ def test_list_row_fields_equal_the_truth_and_cost_no_request(crawl, doc_type, ca
         assert all(before <= d["counted_at"] <= after for d in stored), (before, after)
     # opaque: never the key
     assert all(d["export_id"] and d["filename"] not in d["export_id"] for d in stored)
+    if doc_type == "paper":
+        _paper_detail_fields_are_filled(stored)
     # no request for them: one detail page per document, the list pages, the session's pages
     kinds = setup.site.stats()["kinds"]
     assert kinds["detail"] == len(truth), kinds
@@ -132,3 +136,22 @@ def test_a_version_5_database_is_upgraded_with_the_new_fields(db_url):
     assert (old["cited"], old["downloads"], old["online_first"]) == (12, 0, 1)
     assert old["counted_at"] == dt.datetime(2026, 11, 26, 10, 30)
     engine.dispose()
+
+
+def _paper_detail_fields_are_filled(stored: list[dict]) -> None:
+    """The truth equals the crawl on every field; here: each field is really there, by kind."""
+    journals = [d for d in stored if d["database"] == "期刊"]
+    issued = [d for d in journals if not d["online_first"]]
+    theses = [d for d in stored if d["database"] in ("博士", "硕士")]
+    assert issued and theses and len(issued) < len(journals)  # some 网络首发 papers too
+    for d in issued:
+        assert d["year"] == d["date"][:4] and d["volume"] and d["issue"].isdigit(), d
+        assert re.fullmatch(r"\d+-\d+", d["page_range"]), d
+    for d in journals:
+        assert re.fullmatch(r"\d{4}-\d{3}[\dX]", d["issn"]), d
+    for d in stored:
+        people = json.loads(d["author_affiliations"])
+        assert [p["author"] for p in people] == d["authors"].split(";")
+        assert all(set(p["institutions"]) <= set(d["institutions"].split(";")) for p in people)
+    for d in theses:
+        assert d["supervisor"] and d["degree"] == d["database"] and not d["page_range"], d

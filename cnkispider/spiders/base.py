@@ -57,6 +57,9 @@ from errors.middleware import failure_reason, record_download_failure, record_fa
 from tasks.categories import DAY, covers
 from tasks.rounds import CATEGORIES_NOTE
 
+#: A list row's 数据库 that names a thesis's degree.
+THESIS_DEGREES = {"博士": "博士", "硕士": "硕士"}
+
 
 def counted_now() -> str:
     """The time a list row's counts were read, as ``counted_at`` carries it (UTC, seconds)."""
@@ -631,6 +634,9 @@ class RoundSpider(scrapy.Spider):
             fields.get("dbname") or dbname,
             fields.get("filename") or filename,
         )
+        if "degree" in fields and not values.get("degree"):
+            # a thesis page without its database's name (older pages): the row's 博士/硕士
+            values["degree"] = THESIS_DEGREES.get(values.get("database", ""), "")
         item = ITEM_CLASSES[self.doc_type](**values)
         if meta.get("round_id") is not None:
             # The ledger row this document settles: the list's key, whatever key the detail page
