@@ -723,7 +723,12 @@ def build_parser() -> argparse.ArgumentParser:
     export_parser.add_argument(
         "--type", choices=DOC_TYPES, help="document type (default: [task] type)"
     )
-    export_parser.add_argument("--format", choices=("csv", "jsonl"), default="csv")
+    export_parser.add_argument(
+        "--format",
+        choices=("csv", "jsonl", "ris", "bibtex", "endnote", "xlsx"),
+        default="csv",
+        help="csv, jsonl, or for reference managers ris, bibtex, endnote; xlsx (Excel, needs --out)",
+    )
     export_parser.add_argument(
         "--since", metavar="DATE", help="only documents dated DATE (YYYY-MM-DD) or later"
     )
