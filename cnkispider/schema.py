@@ -12,6 +12,7 @@ ledger      every row a round listed, by its document key, with its outcome (cnk
             a round is done only when its rows are accounted for.
 worker      one row per running worker process: host, pid, heartbeat, counters (pages, items,
             errors, challenges) and its last error.
+fill        per round and detail field, the documents the parser filled it on (the drift alarm)
 audit       one row per action taken on the web page (cnkispider/web/): who, when, what, result.
 patent, paper, achievement
             the documents, one row per natural key (dbname, filename), upserted.
@@ -209,6 +210,23 @@ audit = Table(
     Column("detail", Text),
     Column("ok", Integer, nullable=False, default=1),  # 0: refused or failed (detail says why)
     Index("ix_audit_at", "at"),
+)
+
+
+# The drift alarm's counts (cnkispider/drift.py): per round and detail field, how many stored
+# documents the parser filled it on. Written in the document upsert's transaction.
+fill = Table(
+    "fill",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("task_id", Integer, nullable=False),
+    Column("round_id", Integer, nullable=False),
+    Column("doc_type", String(20), nullable=False),
+    Column("field", String(64), nullable=False),
+    Column("documents", Integer, nullable=False, default=0),
+    Column("filled", Integer, nullable=False, default=0),
+    UniqueConstraint("round_id", "field", name="uq_fill_round_field"),
+    Index("ix_fill_task_round", "task_id", "round_id"),
 )
 
 

@@ -299,6 +299,9 @@ class CorpusOptions:
     span: tuple[str, str] = ("2024-01-01", "2024-12-31")
     # database names as CNKI's real rows show them (SCPD2024, CJFDLAST2024, CMFD202401, ...);
     # off: the families' bare names (SCPD, CJFQ, CMFD, ...)
+    # issue 26: added to every document's 被引 and 下载 (as CNKI's counts grow; /_control
+    # count_shift changes it while the site runs, for `cnkispider refresh-counts`)
+    count_shift: int = 0
     dbname_years: bool = True  # as CNKI's real rows (SCPD2017, CJFDLAST2015, CMFD202101)
     # how counts are spread over days and categories: "" (the hash spread above) or
     # "realistic-year" (publication weekdays, Zipf-skewed categories, surge days; PROFILES)
@@ -840,8 +843,9 @@ class Corpus:
                 date=_iso(day),
             )
             extra["first_online"] = False
-        extra["cites"] = cites
-        extra["downloads"] = downloads
+        shift = self.options.count_shift if i >= 0 else 0
+        extra["cites"] = cites = cites + shift
+        extra["downloads"] = downloads = downloads + shift
         base = self.leaf_base(doc_type, day, li)
         if doc_type == "paper":
             # drawn from a generator of their own, so that every older field keeps its value

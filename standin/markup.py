@@ -317,7 +317,7 @@ def _paper_top(doc: Document) -> str:
             f'<span class="head-time"><i class="icon-shoufa"></i>网络首发时间：{_e(f["date"])}</span>\n'
         )
     line = f"{source}. {f['year']},{f['volume']}({int(f['issue']):02d})"
-    if not x.get("pages_in_total"):
+    if not x.get("pages_in_total") and f["page_range"]:
         line += f":{f['page_range']}"
     return f'<div class="top-tip"><span>{line}</span></div>\n'
 
@@ -326,7 +326,7 @@ def _paper_totals(doc: Document) -> str:
     """kcms2's counts line; 页码 there when the source line has no pages (translators_CN)."""
     f, x = doc.fields, doc.extra
     spans = f"<span>下载：{x['downloads']}</span>"
-    if x.get("pages_in_total"):
+    if x.get("pages_in_total") and f["page_range"]:
         spans += f"<span>页码：{_e(f['page_range'])}</span>"
     return f'<div class="total-inform">{spans}<span>大小：1024K</span></div>'
 
@@ -351,10 +351,13 @@ def _paper_body(doc: Document, broken: bool) -> str:
         "</div>",
         '<div class="row"><span class="rowtit">摘要：</span>'
         f'<span class="abstract-text" id="ChDivSummary" name="ChDivSummary">{_e(visible(f["abstract"]))}</span></div>',
-        '<div class="row"><span class="rowtit">关键词：</span><p class="keywords">'
-        + "".join(f"<a>{_e(k)};</a>" for k in f["keywords"].split(";"))
-        + "</p></div>",
     ]
+    if f["keywords"]:  # always, unless /_control drop_field took them away
+        parts.append(
+            '<div class="row"><span class="rowtit">关键词：</span><p class="keywords">'
+            + "".join(f"<a>{_e(k)};</a>" for k in f["keywords"].split(";"))
+            + "</p></div>"
+        )
     if f["fund"]:
         parts.append(
             '<div class="row"><span class="rowtit">基金：</span><p class="funds">'
@@ -410,8 +413,14 @@ def _achievement_body(doc: Document, broken: bool) -> str:
     return "\n".join(rows)
 
 
-def detail_page(doc: Document, broken: bool = False) -> bytes:
-    """The kcms2 page of a document; ``broken``: without its main labelled fields."""
+def detail_page(doc: Document, broken: bool = False, drop: str = "") -> bytes:
+    """The kcms2 page of a document; ``broken``: without its main labelled fields; ``drop``: a
+    field the page leaves out (/_control drop_field: CNKI changed its markup)."""
+    if drop and doc.fields.get(drop):
+        blank = Document(doc.doc_type, doc.ref, {**doc.fields, drop: ""}, doc.codes, doc.extra)
+        if drop == "author_affiliations":  # the <sup> numbers are gone
+            blank.extra = {**doc.extra, "affiliations": [[] for _ in doc.extra["affiliations"]]}
+        return detail_page(blank, broken)
     if doc.detail_html is not None and not broken:
         return doc.detail_html
     if doc.doc_type == "patent":

@@ -155,3 +155,70 @@ def _paper_detail_fields_are_filled(stored: list[dict]) -> None:
         assert all(set(p["institutions"]) <= set(d["institutions"].split(";")) for p in people)
     for d in theses:
         assert d["supervisor"] and d["degree"] == d["database"] and not d["page_range"], d
+
+
+# -- the markup drift alarm -------------------------------------------------------------------
+
+
+def test_drift_verdict_names_the_field_and_the_round():
+    from cnkispider.drift import verdict
+
+    history = {
+        "page_range": [(1, 60, 50), (2, 50, 40), (3, 60, 0), (4, 40, 0)],
+        "fund": [(1, 40, 5), (2, 50, 0), (3, 60, 0), (4, 40, 0)],  # rarely filled: not "most"
+    }
+    found = verdict(history, 100)
+    assert (found.field, found.empty, found.since_round) == ("page_range", 100, 3)
+    assert found.reason() == "markup drift: page_range empty on 100 of 100 documents since round 3"
+    assert verdict(history, 101) is None  # not yet that many documents
+    assert verdict({"page_range": [(1, 40, 30), (3, 60, 0), (4, 40, 1)]}, 50) is None
+    assert verdict({"page_range": [(3, 500, 0)]}, 100) is None  # never filled: no baseline
+    assert verdict(history, 0) is None  # off
+
+
+def test_a_field_the_pages_lose_halts_the_task_and_stored_documents_stay(crawl):
+    setup = crawl("paper", "TP3,F0", "sqlite", end="2024-01-01")
+    _run(setup, "run", "-s", "CNKI_DRIFT_DOCUMENTS=15")
+    before = {(d["dbname"], d["filename"]): d for d in setup.stored()}
+    assert len(before) > 20 and all(d["keywords"] for d in before.values())
+    # CNKI changes its markup: every detail page from now on lacks 关键词
+    setup.site.control(drop_field="keywords")
+    extended = setup.run("task", "extend", setup.task, "2024-01-05")
+    assert extended.returncode == 0, extended.stderr
+    result = setup.run("run", "-s", "CNKI_DRIFT_DOCUMENTS=15")
+    assert result.returncode == 3, result.stdout[-2000:] + result.stderr[-2000:]
+    line = result.stderr.strip().splitlines()[-1]
+    found = re.search(
+        r"halted: markup drift: keywords empty on (\d+) of \1 documents since round (\d+); "
+        r"sample page (\S+\.html)",
+        line,
+    )
+    assert found, line
+    sample = (
+        setup.tmp_path / found.group(3) if not found.group(3).startswith("/") else found.group(3)
+    )
+    assert "关键词" not in open(sample, encoding="utf-8").read()
+    # within two rounds of the change: rounds of day 1 came first, by id
+    engine = open_database(setup.db_url)
+    with engine.connect() as conn:
+        rounds = conn.execute(
+            sa.select(schema.round_.c.id, schema.round_.c.day).order_by(schema.round_.c.id)
+        ).all()
+        halted = conn.execute(sa.select(schema.task.c.halt_reason)).scalar()
+    engine.dispose()
+    assert halted.startswith("markup drift: keywords")
+    later = [rid for rid, day in rounds if day > "2024-01-01"]
+    assert int(found.group(2)) in later[:2], (found.group(2), later)
+    after = {(d["dbname"], d["filename"]): d for d in setup.stored()}
+    for key, doc in before.items():  # what was stored before is untouched
+        assert after[key] == doc
+    # it stopped: the rounds in flight drain, no further round is handed out
+    later_truth = setup.site.truth("paper", "2024-01-02", "2024-01-05", ["TP3", "F0"])
+    assert len(after) - len(before) < len(later_truth)
+    # fill rates per field in `status --json`: the lost field, and the others still there
+    status = setup.run("status", "--json")
+    report = json.loads(status.stdout)
+    [entry] = [t for t in report["tasks"] if t["name"] == setup.task]
+    assert entry["halted"].startswith("markup drift: keywords")
+    fill = entry["fill"]
+    assert 0 <= fill["keywords"] < 1 and fill["abstract"] == 1 and fill["authors"] == 1

@@ -50,6 +50,7 @@ from cnkispider.cnki import parsers
 from cnkispider.cnki.protocol import Search, protocol_from_settings
 from cnkispider.cnki.refusals import SOFT_BLOCK, ZERO_CHECK, body_reason
 from cnkispider.context import CrawlContext, context_of
+from cnkispider.drift import watched
 from cnkispider.exceptions import HaltedRequest, RefusedPage, SessionLost
 from cnkispider.items import FIELDS, ITEM_CLASSES, ROW_FIELDS
 from cnkispider.offload import in_thread
@@ -115,6 +116,7 @@ class RoundSpider(scrapy.Spider):
     def from_crawler(cls, crawler, *args, **kwargs):
         spider = super().from_crawler(crawler, *args, **kwargs)
         spider.protocol = protocol_from_settings(crawler.settings)
+        spider._drift_fields = watched(spider.doc_type) if spider.doc_type else ()
         return spider
 
     @property
@@ -638,6 +640,10 @@ class RoundSpider(scrapy.Spider):
             # a thesis page without its database's name (older pages): the row's 博士/硕士
             values["degree"] = THESIS_DEGREES.get(values.get("database", ""), "")
         item = ITEM_CLASSES[self.doc_type](**values)
+        if any(not fields.get(name) for name in self._drift_fields):
+            # the drift alarm's sample: the page of a document that lacks a watched field (not a
+            # field: never stored; the pipeline saves it only if the task halts for drift)
+            item._cnki_page = response.body
         if meta.get("round_id") is not None:
             # The ledger row this document settles: the list's key, whatever key the detail page
             # gives the document. Not a field: it is never stored (the pipeline reads it).
