@@ -222,3 +222,58 @@ def test_a_field_the_pages_lose_halts_the_task_and_stored_documents_stay(crawl):
     assert entry["halted"].startswith("markup drift: keywords")
     fill = entry["fill"]
     assert 0 <= fill["keywords"] < 1 and fill["abstract"] == 1 and fill["authors"] == 1
+
+
+# -- refresh-counts -----------------------------------------------------------------------------
+
+
+def test_refresh_counts_updates_only_the_counts_at_a_list_page_per_50(crawl):
+    setup = crawl("paper", "TP3,TN9", "mysql", end="2024-01-02", site={"seed": 11, "scale": 16})
+    _run(setup)
+    before = {(d["dbname"], d["filename"]): d for d in setup.stored()}
+    day1 = [k for k, d in before.items() if d["date"][:10] == "2024-01-01"]
+    assert len(day1) > 500 and len(before) > len(day1)
+    # CNKI's counts grow; the refresh reads day 1 again, day 2 is not listed
+    setup.site.control(count_shift=7, reset_stats=True)
+    result = setup.run("refresh-counts", setup.task, "--from", "2024-01-01", "--to", "2024-01-01")
+    assert result.returncode == 0, (
+        result.stdout[-2000:] + result.stderr[-2000:] + setup.log()[-2000:]
+    )
+    found = re.search(r"counts read again from ([\d,]+) listed rows", result.stdout)
+    assert found and int(found.group(1).replace(",", "")) >= len(day1), result.stdout
+    stats = setup.site.stats()
+    assert stats["kinds"]["detail"] == 0, stats["kinds"]  # no detail page
+    assert stats["requests"] / len(day1) <= 0.03, (stats["requests"], len(day1), stats["kinds"])
+    truth = {
+        (d["dbname"], d["filename"]): d
+        for d in setup.site.truth("paper", "2024-01-01", "2024-01-02", ["TP3", "TN9"])
+    }
+    after = {(d["dbname"], d["filename"]): d for d in setup.stored()}
+    assert after.keys() == before.keys()
+    for key, doc in after.items():
+        old = before[key]
+        if key in day1:
+            assert (doc["cited"], doc["downloads"]) == (
+                int(truth[key]["cited"]),
+                int(truth[key]["downloads"]),
+            )
+            assert doc["cited"] == old["cited"] + 7 and doc["counted_at"] > old["counted_at"]
+        else:  # not listed by this refresh: its last counts stay
+            assert (doc["cited"], doc["downloads"], doc["counted_at"]) == (
+                old["cited"],
+                old["downloads"],
+                old["counted_at"],
+            )
+        unchanged = {f for f in doc if f not in ("cited", "downloads", "counted_at")}
+        assert {f: doc[f] for f in unchanged} == {f: old[f] for f in unchanged}
+
+
+def test_refresh_counts_of_a_patent_task_or_no_task_is_one_line(crawl):
+    setup = crawl("patent", "G06", "sqlite")
+    setup.write()
+    missing = setup.run("refresh-counts", "nosuchtask")
+    assert missing.returncode == 2 and "no task 'nosuchtask'" in missing.stderr
+    assert missing.stderr.strip().count("\n") == 0
+    _run(setup)
+    patent = setup.run("refresh-counts", setup.task)
+    assert patent.returncode == 2 and "patent rows carry no counts" in patent.stderr

@@ -45,7 +45,7 @@ import scrapy
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import defer
 
-from cnkispider import ledger
+from cnkispider import ledger, refresh
 from cnkispider.cnki import parsers
 from cnkispider.cnki.protocol import Search, protocol_from_settings
 from cnkispider.cnki.refusals import SOFT_BLOCK, ZERO_CHECK, body_reason
@@ -99,6 +99,8 @@ class RoundSpider(scrapy.Spider):
     #: The only callbacks and errbacks a request read from the shared Redis may name (the
     #: scheduler refuses any other: see cnkispider.scheduling.serialize).
     queue_callbacks = ("parse_list", "parse_detail", "on_error")
+    #: ``cnkispider refresh-counts`` (setting CNKI_COUNTS_ONLY): list pages only, counts updated
+    counts_only = False
 
     def __init__(self, *args, task: str | None = None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -117,6 +119,7 @@ class RoundSpider(scrapy.Spider):
         spider = super().from_crawler(crawler, *args, **kwargs)
         spider.protocol = protocol_from_settings(crawler.settings)
         spider._drift_fields = watched(spider.doc_type) if spider.doc_type else ()
+        spider.counts_only = crawler.settings.getbool("CNKI_COUNTS_ONLY")
         return spider
 
     @property
@@ -415,10 +418,13 @@ class RoundSpider(scrapy.Spider):
                 f"{search.category or ''}): every one of its {len(page.rows)} rows is of "
                 f"another database ({', '.join(names)})",
             )
-        requests = [self.detail_request(row, meta) for row in kept]
-        await self._note_listed(meta, requests, drops)
-        for request in requests:
-            yield request
+        if self.counts_only:  # `cnkispider refresh-counts`: the rows' counts, no detail page
+            await self._refresh_counts(meta, kept, drops)
+        else:
+            requests = [self.detail_request(row, meta) for row in kept]
+            await self._note_listed(meta, requests, drops)
+            for request in requests:
+                yield request
         last = self.last_page(page, meta)
         unreachable = self.unreachable_past_pager(page, meta)
         if unreachable:
@@ -466,6 +472,27 @@ class RoundSpider(scrapy.Spider):
                 meta.get("page"),
             )
         return kept, drops
+
+    async def _refresh_counts(self, meta: dict, kept: list, drops: list) -> None:
+        """Counts-only mode (cnkispider/refresh.py): the page's rows update the stored
+        documents' cited, downloads and counted_at, and settle the round's ledger."""
+        context = self.context
+        if context is None:
+            return
+        rows = [(r.dbname, r.filename, r.cited, r.downloads) for r in kept]
+        dropped = {ledger.doc_key(row.dbname, row.filename): rule for row, rule in drops}
+        when = dt.datetime.fromisoformat(counted_now())
+        updated, missing = await in_thread(
+            refresh.update_counts,
+            context.tasks.engine,
+            self.doc_type,
+            meta.get("round_id"),
+            rows,
+            when,
+            dropped,
+        )
+        self.crawler.stats.inc_value("counts/updated", updated)
+        self.crawler.stats.inc_value("counts/not-stored", missing)
 
     async def _note_listed(self, meta: dict, requests: list, drops: list) -> None:
         """Write the page's rows into its round's ledger (one batch, off the reactor) before
