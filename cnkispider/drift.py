@@ -80,17 +80,37 @@ def verdict(history: dict[str, list[tuple[int, int, int]]], window: int) -> Drif
     return None
 
 
+# Fields a document has only of some kind: counted only on documents of that kind, so that a
+# run of 网络首发 papers (no issue or pages yet) or of theses is no drift of the source line.
+_JOURNAL_ISSUE = frozenset({"year", "volume", "issue", "page_range"})
+_THESIS = frozenset({"supervisor", "degree"})
+
+
+def applies(name: str, values: dict) -> bool:
+    """Whether the document ``values`` should have the field ``name`` at all."""
+    if name in _JOURNAL_ISSUE:
+        return values.get("database") == "期刊" and values.get("online_first") not in ("1", 1)
+    if name == "issn":
+        return values.get("database") == "期刊"
+    if name in _THESIS:
+        return values.get("database") in ("博士", "硕士")
+    return True
+
+
 def counts(doc_type: str, items: Iterable[dict]) -> dict[str, tuple[int, int]]:
-    """field -> (documents, filled) of ``items`` (one round's documents of a batch)."""
+    """field -> (documents, filled) of ``items`` (one round's documents of a batch): the
+    documents the field applies to (:func:`applies`), and those of them that have it."""
     fields = watched(doc_type)
-    documents = 0
+    documents = dict.fromkeys(fields, 0)
     filled = dict.fromkeys(fields, 0)
     for values in items:
-        documents += 1
         for name in fields:
+            if not applies(name, values):
+                continue
+            documents[name] += 1
             if values.get(name) not in (None, ""):
                 filled[name] += 1
-    return {name: (documents, filled[name]) for name in fields}
+    return {name: (documents[name], filled[name]) for name in fields if documents[name]}
 
 
 def note_fill(

@@ -279,3 +279,15 @@ def test_refresh_counts_of_a_patent_task_or_no_task_is_one_line(crawl):
     _run(setup)
     patent = setup.run("refresh-counts", setup.task)
     assert patent.returncode == 2 and "patent rows carry no counts" in patent.stderr
+
+
+def test_drift_counts_a_field_only_where_it_applies():
+    """A run of 网络首发 papers or theses has no issue or pages: no drift of the source line."""
+    from cnkispider.drift import counts
+
+    online = {"database": "期刊", "online_first": "1", "issn": "1001-1668", "abstract": "x"}
+    issued = {"database": "期刊", "online_first": "", "page_range": "1-7", "issn": "1001-1668"}
+    thesis = {"database": "硕士", "supervisor": "张三", "degree": "硕士", "abstract": "x"}
+    got = counts("paper", [online, issued, thesis, thesis])
+    assert got["page_range"] == (1, 1) and got["issn"] == (2, 2)
+    assert got["supervisor"] == (2, 2) and got["abstract"] == (4, 3)
