@@ -291,3 +291,52 @@ def test_drift_counts_a_field_only_where_it_applies():
     got = counts("paper", [online, issued, thesis, thesis])
     assert got["page_range"] == (1, 1) and got["issn"] == (2, 2)
     assert got["supervisor"] == (2, 2) and got["abstract"] == (4, 3)
+
+
+def test_the_task_page_shows_the_fill_rates(sqlite_url, redis_url, tmp_path):
+    import socket
+    import threading
+    import time
+    import urllib.request
+
+    import uvicorn
+
+    from cnkispider.cli import main
+    from cnkispider.config import load_config
+    from cnkispider.drift import note_fill
+    from cnkispider.web import create_app
+    from cnkispider.web.serve import UVICORN_OPTIONS
+
+    ini = tmp_path / "config.ini"
+    ini.write_text(f"[database]\nurl = {sqlite_url}\n[redis]\nurl = {redis_url}\n", "utf-8")
+    args = ["--config", str(ini), "task", "add", "t", "--type", "paper", "--start", "2024-01-01"]
+    assert main(args) == 0
+    engine = open_database(sqlite_url)
+    with engine.begin() as conn:
+        task_id = conn.execute(sa.select(schema.task.c.id)).scalar()
+        note_fill(conn, task_id, "paper", 1, {"keywords": (40, 40), "page_range": (40, 0)})
+    app = create_app(load_config(ini, environ={}), engine=engine, token="t", sample_seconds=60)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", **UVICORN_OPTIONS)
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:  # a condition, polled
+            time.sleep(0.05)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/tasks/t", timeout=30) as answer:
+            html = answer.read().decode("utf-8")
+        status = urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=30)
+        report = json.loads(status.read())
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        engine.dispose()
+    assert "Fields filled" in html
+    assert re.search(r"<td>keywords</td><td>100%</td>", html)
+    assert re.search(r'<tr class="empty"><td>page_range</td><td>0%</td>', html)
+    [entry] = [t for t in report["tasks"] if t["name"] == "t"]
+    assert entry["fill"] == {"keywords": 1.0, "page_range": 0.0}
