@@ -87,7 +87,7 @@ class DocumentPipeline:
             crawler.stats,
         )
         db.set_outage_seconds(crawler.settings.getfloat("DATABASE_OUTAGE_SECONDS"))
-        pipeline.drift_documents = crawler.settings.getint("CNKI_DRIFT_DOCUMENTS", 100)
+        pipeline.drift_documents = crawler.settings.getint("CNKI_DRIFT_DOCUMENTS")
         pipeline.data_dir = crawler.settings.get("CNKI_DATA_DIR") or "."
         pipeline.crawler = crawler
         return pipeline
