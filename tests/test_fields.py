@@ -244,6 +244,7 @@ def test_refresh_counts_updates_only_the_counts_at_a_list_page_per_50(crawl):
     found = re.search(r"counts read again from ([\d,]+) listed rows", result.stdout)
     assert found and int(found.group(1).replace(",", "")) >= len(day1), result.stdout
     stats = setup.site.stats()
+    print(result.stdout, stats["requests"], "requests for", len(day1), "documents", stats["kinds"])
     assert stats["kinds"]["detail"] == 0, stats["kinds"]  # no detail page
     assert stats["requests"] / len(day1) <= 0.03, (stats["requests"], len(day1), stats["kinds"])
     truth = {
