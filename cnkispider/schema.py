@@ -12,6 +12,7 @@ ledger      every row a round listed, by its document key, with its outcome (cnk
             a round is done only when its rows are accounted for.
 worker      one row per running worker process: host, pid, heartbeat, counters (pages, items,
             errors, challenges) and its last error.
+fill        per round and detail field, the documents the parser filled it on (the drift alarm)
 audit       one row per action taken on the web page (cnkispider/web/): who, when, what, result.
 patent, paper, achievement
             the documents, one row per natural key (dbname, filename), upserted.
@@ -38,9 +39,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.mysql import MEDIUMTEXT
 
-from cnkispider.items import FIELDS
+from cnkispider.items import FIELDS, INTEGER_FIELDS, TIME_FIELDS
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 metadata = MetaData()
 
@@ -212,6 +213,23 @@ audit = Table(
 )
 
 
+# The drift alarm's counts (cnkispider/drift.py): per round and detail field, how many stored
+# documents the parser filled it on. Written in the document upsert's transaction.
+fill = Table(
+    "fill",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("task_id", Integer, nullable=False),
+    Column("round_id", Integer, nullable=False),
+    Column("doc_type", String(20), nullable=False),
+    Column("field", String(64), nullable=False),
+    Column("documents", Integer, nullable=False, default=0),
+    Column("filled", Integer, nullable=False, default=0),
+    UniqueConstraint("round_id", "field", name="uq_fill_round_field"),
+    Index("ix_fill_task_round", "task_id", "round_id"),
+)
+
+
 #: What each schema version adds to the one before, for :func:`cnkispider.db.upgrade`: version ->
 #: (table, column) pairs to add when missing. Columns only; each step is idempotent, so a
 #: database upgraded half-way (two workers starting at once) is finished by the next start.
@@ -223,6 +241,9 @@ UPGRADES: dict[int, list[tuple[Table, str]]] = {
     4: [],
     # the worker's challenges and last error, for the web page and /metrics
     5: [(worker, "challenges"), (worker, "last_error")],
+    # issue 26: the fields researchers cite (list-row counts and export id, the source line,
+    # affiliations, theses, references); filled in below, once the document tables exist
+    6: [],
 }
 
 # Document columns that can outgrow TEXT's 65,535 bytes (about 21,000 Chinese characters in
@@ -242,6 +263,7 @@ LONG_FIELDS = frozenset(
         "first_unit",
         "keywords",
         "fund",
+        "author_affiliations",
     }
 )
 
@@ -255,6 +277,10 @@ def _document_table(doc_type: str) -> Table:
             columns.append(Column(name, String(64), nullable=False))
         elif name in LONG_FIELDS:
             columns.append(Column(name, LongText))
+        elif name in INTEGER_FIELDS:  # counted, sorted and summed: numbers, NULL when unknown
+            columns.append(Column(name, Integer))
+        elif name in TIME_FIELDS:
+            columns.append(Column(name, DateTime))
         else:  # the title too: nothing bounds a CNKI title, and VARCHAR(500) refused a 600-character one
             columns.append(Column(name, Text))
     return Table(
@@ -271,3 +297,34 @@ def _document_table(doc_type: str) -> Table:
 
 
 documents = {doc_type: _document_table(doc_type) for doc_type in FIELDS}
+
+
+def _new_document_columns() -> list[tuple[Table, str]]:
+    """Schema 6's document columns: every field added to the items since schema 5."""
+    added = []
+    for doc_type, table in documents.items():
+        for name in FIELDS[doc_type]:
+            if name not in _SCHEMA5_FIELDS[doc_type]:
+                added.append((table, name))
+    return added
+
+
+# The document fields schema 5 had; any other field of cnkispider.items is a column that
+# ``db.upgrade`` adds to an older database.
+_SCHEMA5_FIELDS = {
+    "patent": frozenset(
+        "dbname filename title source date database patent_type application_no "
+        "application_date publication_no publication_date grant_no grant_date applicant "
+        "address co_applicants inventors ipc main_ipc province_code agency agent pages "
+        "abstract claim".split()
+    ),
+    "paper": frozenset(
+        "dbname filename title source date database authors institutions abstract keywords "
+        "fund doi clc album topic".split()
+    ),
+    "achievement": frozenset(
+        "dbname filename title source date database completers first_unit keywords clc "
+        "subject_code summary achievement_type entry_date level period evaluation".split()
+    ),
+}
+UPGRADES[6] = _new_document_columns()

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, sqlite
 from sqlalchemy.engine import Engine
 
-from cnkispider.items import FIELDS
+from cnkispider.items import FIELDS, INTEGER_FIELDS, TIME_FIELDS
 from cnkispider.schema import documents
 
 
@@ -45,10 +45,37 @@ def key_problem(doc_type: str, values: dict) -> str | None:
 
 
 def row_for(doc_type: str, values: dict, task_id: int | None, now: dt.datetime) -> dict:
-    row = {field: (values.get(field) or "") for field in FIELDS[doc_type]}
+    row = {}
+    for field in FIELDS[doc_type]:
+        value = values.get(field)
+        if field in INTEGER_FIELDS:
+            row[field] = as_integer(field, value)
+        elif field in TIME_FIELDS:
+            row[field] = as_time(value)
+        else:
+            row[field] = value or ""
     row["task_id"] = task_id
     row["crawled_at"] = now
     return row
+
+
+def as_integer(field: str, value) -> int | None:
+    """An item's count ("37", "" unknown) as the integer column holds it: ``None`` when unknown.
+    ``online_first`` is a flag: "1" or a true value is 1, anything else 0."""
+    if field == "online_first":
+        return 1 if value in (1, True, "1") else 0
+    if value is None or value == "":
+        return None
+    return int(value)
+
+
+def as_time(value) -> dt.datetime | None:
+    """``counted_at`` ("2026-11-26 10:30:00" UTC, as the spider stamps it) as a naive datetime."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, dt.datetime):
+        return value.replace(tzinfo=None)
+    return dt.datetime.fromisoformat(str(value)).replace(tzinfo=None, microsecond=0)
 
 
 def upsert_documents(conn, doc_type: str, rows: list[dict]) -> None:
