@@ -47,7 +47,13 @@ from cnkispider import db, ledger
 from cnkispider.context import context_of
 from cnkispider.db import db_now, is_transient, open_database, retrying
 from cnkispider.items import doc_type_of
-from cnkispider.storage import DocumentRejected, key_problem, row_for, upsert_documents
+from cnkispider.storage import (
+    DEPTH_KEY,
+    DocumentRejected,
+    key_problem,
+    row_for,
+    upsert_documents,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +106,9 @@ class DocumentPipeline:
         settles = getattr(item, "_cnki_ledger", None)
         if settles is not None:
             values[LEDGER_KEY] = settles  # not a column: row_for reads only the type's fields
+        depth = getattr(item, "_cnki_depth", None)
+        if depth is not None:  # the depth it was crawled at (absent: detail, today's crawl)
+            values[DEPTH_KEY] = depth
         self._pending.append((doc_type_of(item), values, done))
         if len(self._pending) >= self.batch_size:
             self._flush_soon(0)

@@ -40,7 +40,7 @@ from sqlalchemy.dialects.mysql import MEDIUMTEXT
 
 from cnkispider.items import FIELDS
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 8
 
 metadata = MetaData()
 
@@ -76,6 +76,8 @@ task = Table(
     # does not move; `cnkispider task resume NAME` clears both (cnkispider/halting.py).
     Column("halt_reason", String(500)),
     Column("halted_at", DateTime),
+    # list | export | detail (cnkispider.items.DEPTHS); NULL = detail, today's crawl
+    Column("depth", String(10)),
 )
 
 round_ = Table(
@@ -223,6 +225,10 @@ UPGRADES: dict[int, list[tuple[Table, str]]] = {
     4: [],
     # the worker's challenges and last error, for the web page and /metrics
     5: [(worker, "challenges"), (worker, "last_error")],
+    # (6 and 7: other branches' steps; their absence here upgrades nothing, as UPGRADES.get says)
+    # the task's depth and each document's (NULL: detail, what every older row was crawled at).
+    # Filled in below, once the document tables exist.
+    8: [(task, "depth")],
 }
 
 # Document columns that can outgrow TEXT's 65,535 bytes (about 21,000 Chinese characters in
@@ -264,6 +270,7 @@ def _document_table(doc_type: str) -> Table:
         *columns,
         Column("task_id", Integer),
         Column("crawled_at", DateTime),
+        Column("depth", String(10)),  # the depth it was stored at (NULL: detail)
         UniqueConstraint("dbname", "filename", name=f"uq_{doc_type}_doc"),
         Index(f"ix_{doc_type}_crawled", "crawled_at"),
         Index(f"ix_{doc_type}_task", "task_id"),  # per-task counts for status and summaries
@@ -271,3 +278,4 @@ def _document_table(doc_type: str) -> Table:
 
 
 documents = {doc_type: _document_table(doc_type) for doc_type in FIELDS}
+UPGRADES[8] += [(table, "depth") for table in documents.values()]
