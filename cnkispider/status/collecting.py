@@ -16,7 +16,7 @@ The report (``cnkispider status --json``; times are ISO 8601 UTC, ``...Z``)::
      "sessions": {state: n} (the pool of sessions a person passed; null when Redis is unreachable),
      "tasks": [{"id", "name", "ok", "problem" (why a BAD ROW is bad, else null), "type",
                 "start_date", "end_date" (null: up to today), "until" (the last day due now),
-                "phase", "activity" ("running" | "finished" | "stopped" | "halted" | "no live worker"),
+                "depth" (list | export | detail), "phase", "activity" ("running" | "finished" | "stopped" | "halted" | "no live worker"),
                 "halted" (the halt reason, null when not halted), "halted_at",
                 "waiting" (what a worker waits for: a person to pass CNKI's check; null: nothing),
                 "cursor": {"date", "category"}, "last_heartbeat", "last_heartbeat_age_seconds",
@@ -618,6 +618,7 @@ def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, w
         "start_date": row.start_date,
         "end_date": row.end_date or None,
         "until": None,
+        "depth": getattr(row, "depth", None) or "detail",  # NULL (or before v8): detail
         "phase": row.phase,
         "halted": getattr(row, "halt_reason", None) or None,
         "halted_at": _iso(getattr(row, "halted_at", None)),

@@ -43,7 +43,8 @@ def _render_task(t: dict, report: dict) -> list[str]:
     else:
         end = t["end_date"] or f"(today: {t['until']})"
         lines = [
-            f"{head}  {t['type']}  {t['start_date']} .. {end}  phase {t['phase']}  [{t['activity']}]"
+            f"{head}  {t['type']}  {t['start_date']} .. {end}  depth {t.get('depth') or 'detail'}"
+            f"  phase {t['phase']}  [{t['activity']}]"
         ]
     if t.get("halted"):
         lines.append(
