@@ -46,12 +46,14 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from cnkispider.items import FIELDS
+from cnkispider.items import FIELDS, INTEGER_FIELDS
 from cnkispider.schema import task
 from cnkispider.storage import iter_documents
 
 FORMATS = ("csv", "jsonl")
-INT_FIELDS = frozenset({"pages"})  # counts: JSON numbers (see the module docstring)
+# counts: JSON numbers (see the module docstring); the integer columns (cited, downloads, the
+# online_first flag) are numbers already
+INT_FIELDS = frozenset({"pages"}) | INTEGER_FIELDS
 BATCH = 1000
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what spreadsheets take for a formula
 

@@ -18,15 +18,29 @@ import scrapy
 # Fields that every type shares. ``source``, ``date`` and ``database`` are the list row's
 # 来源 / 日期 / 数据库 cells; ``title`` comes from the detail page's ``.wx-tit h1``.
 COMMON_FIELDS = ("dbname", "filename", "title", "source", "date", "database")
-LIST_FIELDS = ("source", "date", "database")
+# Fields only a list row gives (no detail page is asked for them). The counts and the export id
+# cost no request: they ride on the list page that is fetched anyway (PROTOCOL.md point 15).
+#   cited       被引 (td.quote; an empty cell is 0), an integer column
+#   downloads   下载 (td.download a.downloadCnt), an integer column
+#   counted_at  when the counts were read (the list page's time, UTC): they change, and
+#               ``cnkispider refresh-counts`` reads them again
+#   export_id   td.seq input.cbItem@value: CNKI's opaque id for its citation export (GetExport),
+#               never dbname!filename
+LIST_FIELDS = ("source", "date", "database", "cited", "downloads", "counted_at", "export_id")
+COUNT_FIELDS = ("cited", "downloads", "counted_at")
 # What a list row gives per type, carried to its detail request (a non-empty value of the
 # detail page wins). A patent's row also holds its 申请日 (the first td.date; the second,
 # 公开日, is its ``date``); the detail page repeats it, so it stays a detail field as well.
+# ``online_first`` (网络首发, "1" or "") is the row's b.marktip, and the detail page's mark too.
+# ``counted_at`` is not the row's: the spider stamps it when it reads the row.
 ROW_FIELDS = {
-    "patent": LIST_FIELDS + ("application_date",),
-    "paper": LIST_FIELDS,
-    "achievement": LIST_FIELDS,
+    "patent": ("source", "date", "database", "application_date", "export_id"),
+    "paper": ("source", "date", "database", "cited", "downloads", "export_id", "online_first"),
+    "achievement": ("source", "date", "database", "cited", "downloads", "export_id"),
 }
+# Stored as numbers or times, not text (cnkispider/storage.py converts the item's strings).
+INTEGER_FIELDS = frozenset({"cited", "downloads", "online_first"})
+TIME_FIELDS = frozenset({"counted_at"})
 
 PATENT_FIELDS = COMMON_FIELDS + (
     "patent_type",  # 专利类型
@@ -48,6 +62,7 @@ PATENT_FIELDS = COMMON_FIELDS + (
     "pages",  # 页数
     "abstract",  # input#abstract_text@value (the visible div.abstract-text may be cut)
     "claim",  # 主权项: .claim > h5 + div (older pages div.claim-text)
+    "export_id",  # the list row's input.cbItem (patent rows carry no counts)
 )
 
 PAPER_FIELDS = COMMON_FIELDS + (
@@ -60,6 +75,11 @@ PAPER_FIELDS = COMMON_FIELDS + (
     "clc",  # 分类号 (中图分类号): p.clc-code
     "album",  # 专辑
     "topic",  # 专题
+    "cited",  # 被引 (list row)
+    "downloads",  # 下载 (list row)
+    "counted_at",  # when cited/downloads were read
+    "export_id",  # input.cbItem (list row)
+    "online_first",  # 网络首发: 1 when the row's b.marktip or the page marks it, else 0
 )
 
 ACHIEVEMENT_FIELDS = COMMON_FIELDS + (
@@ -74,6 +94,10 @@ ACHIEVEMENT_FIELDS = COMMON_FIELDS + (
     "level",  # 成果水平
     "period",  # 研究起止时间
     "evaluation",  # 评价形式
+    "cited",  # 被引 (list row)
+    "downloads",  # 下载 (list row)
+    "counted_at",  # when cited/downloads were read
+    "export_id",  # input.cbItem (list row)
 )
 
 FIELDS = {"patent": PATENT_FIELDS, "paper": PAPER_FIELDS, "achievement": ACHIEVEMENT_FIELDS}

@@ -38,7 +38,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.mysql import MEDIUMTEXT
 
-from cnkispider.items import FIELDS
+from cnkispider.items import FIELDS, INTEGER_FIELDS, TIME_FIELDS
 
 SCHEMA_VERSION = 8
 
@@ -225,9 +225,12 @@ UPGRADES: dict[int, list[tuple[Table, str]]] = {
     4: [],
     # the worker's challenges and last error, for the web page and /metrics
     5: [(worker, "challenges"), (worker, "last_error")],
-    # (6 and 7: other branches' steps; their absence here upgrades nothing, as UPGRADES.get says)
-    # the task's depth and each document's (NULL: detail, what every older row was crawled at).
-    # Filled in below, once the document tables exist.
+    # issue 26: the fields researchers cite (list-row counts and export id, the source line,
+    # affiliations, theses, references); filled in below, once the document tables exist
+    6: [],
+    # (7: another branch's step; its absence here upgrades nothing, as UPGRADES.get says)
+    # issue 27: the task's depth and each document's (NULL: detail, what every older row was
+    # crawled at); the documents' are filled in below, once the document tables exist
     8: [(task, "depth")],
 }
 
@@ -261,6 +264,10 @@ def _document_table(doc_type: str) -> Table:
             columns.append(Column(name, String(64), nullable=False))
         elif name in LONG_FIELDS:
             columns.append(Column(name, LongText))
+        elif name in INTEGER_FIELDS:  # counted, sorted and summed: numbers, NULL when unknown
+            columns.append(Column(name, Integer))
+        elif name in TIME_FIELDS:
+            columns.append(Column(name, DateTime))
         else:  # the title too: nothing bounds a CNKI title, and VARCHAR(500) refused a 600-character one
             columns.append(Column(name, Text))
     return Table(
@@ -278,4 +285,35 @@ def _document_table(doc_type: str) -> Table:
 
 
 documents = {doc_type: _document_table(doc_type) for doc_type in FIELDS}
+
+
+def _new_document_columns() -> list[tuple[Table, str]]:
+    """Schema 6's document columns: every field added to the items since schema 5."""
+    added = []
+    for doc_type, table in documents.items():
+        for name in FIELDS[doc_type]:
+            if name not in _SCHEMA5_FIELDS[doc_type]:
+                added.append((table, name))
+    return added
+
+
+# The document fields schema 5 had; any other field of cnkispider.items is a column that
+# ``db.upgrade`` adds to an older database.
+_SCHEMA5_FIELDS = {
+    "patent": frozenset(
+        "dbname filename title source date database patent_type application_no "
+        "application_date publication_no publication_date grant_no grant_date applicant "
+        "address co_applicants inventors ipc main_ipc province_code agency agent pages "
+        "abstract claim".split()
+    ),
+    "paper": frozenset(
+        "dbname filename title source date database authors institutions abstract keywords "
+        "fund doi clc album topic".split()
+    ),
+    "achievement": frozenset(
+        "dbname filename title source date database completers first_unit keywords clc "
+        "subject_code summary achievement_type entry_date level period evaluation".split()
+    ),
+}
+UPGRADES[6] = _new_document_columns()
 UPGRADES[8] += [(table, "depth") for table in documents.values()]

@@ -8,8 +8,11 @@ Depths (docs/DEPTH.md): a row carries the depth it was stored at (``depth``: lis
 detail; NULL = detail). The upsert never lets a pass blank what another filled, nor a shallower
 pass overwrite a deeper one's values: for each field, an empty new value keeps the stored one;
 a non-empty new value replaces it unless the stored row is deeper and its value is not empty (a
-list-depth pass fills a field no deeper pass found, and nothing else). The row's depth becomes
-the deeper of the two.
+list-depth pass fills a field no deeper pass found, and nothing else). The counts
+(``cited``, ``downloads``, ``counted_at``) and ``export_id``, which every depth reads from the
+list row and which change, take the newest non-empty read whatever the depth. Numbers and times
+are empty only when NULL (a count of 0 is a count). The row's depth becomes the deeper of the
+two.
 
 A document whose key cannot be stored (an empty or over-long ``dbname``/``filename``) is refused
 by :func:`key_problem` before anything is written; one whose value the database refuses (a value
@@ -26,7 +29,14 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, sqlite
 from sqlalchemy.engine import Engine
 
-from cnkispider.items import DEFAULT_DEPTH, DEPTHS, FIELDS
+from cnkispider.items import (
+    COUNT_FIELDS,
+    DEFAULT_DEPTH,
+    DEPTHS,
+    FIELDS,
+    INTEGER_FIELDS,
+    TIME_FIELDS,
+)
 from cnkispider.schema import documents
 
 
@@ -56,7 +66,15 @@ DEPTH_KEY = "_depth"
 
 
 def row_for(doc_type: str, values: dict, task_id: int | None, now: dt.datetime) -> dict:
-    row = {field: (values.get(field) or "") for field in FIELDS[doc_type]}
+    row = {}
+    for field in FIELDS[doc_type]:
+        value = values.get(field)
+        if field in INTEGER_FIELDS:
+            row[field] = as_integer(field, value)
+        elif field in TIME_FIELDS:
+            row[field] = as_time(value)
+        else:
+            row[field] = value or ""
     row["task_id"] = task_id
     row["crawled_at"] = now
     row["depth"] = values.get(DEPTH_KEY) or DEFAULT_DEPTH
@@ -83,12 +101,21 @@ def _merged(table, new, columns: list[str]) -> list[tuple[str, object]]:
         if name in ("task_id", "crawled_at"):
             out.append((name, value))
             continue
-        old_empty = sa.or_(old.is_(None), old == "")
+        if name in INTEGER_FIELDS or name in TIME_FIELDS:
+            # numbers and times: only NULL is "not read" (0 is a count; '' would be cast to 0)
+            old_empty, new_empty = old.is_(None), value.is_(None)
+        else:
+            old_empty = sa.or_(old.is_(None), old == "")
+            new_empty = sa.or_(value.is_(None), value == "")
+        if name in COUNT_FIELDS or name == "export_id":
+            # what every depth reads from the list row, and what changes: the newest read wins
+            out.append((name, sa.case((new_empty, old), else_=value)))
+            continue
         out.append(
             (
                 name,
                 sa.case(
-                    (sa.or_(value.is_(None), value == ""), old),
+                    (new_empty, old),
                     (sa.and_(old_rank > new_rank, sa.not_(old_empty)), old),
                     else_=value,
                 ),
@@ -104,6 +131,25 @@ def _merged(table, new, columns: list[str]) -> list[tuple[str, object]]:
         )
     )
     return out
+
+
+def as_integer(field: str, value) -> int | None:
+    """An item's count ("37", "" unknown) as the integer column holds it: ``None`` when unknown.
+    ``online_first`` is a flag: "1" or a true value is 1, anything else 0."""
+    if field == "online_first":
+        return 1 if value in (1, True, "1") else 0
+    if value is None or value == "":
+        return None
+    return int(value)
+
+
+def as_time(value) -> dt.datetime | None:
+    """``counted_at`` ("2026-11-26 10:30:00" UTC, as the spider stamps it) as a naive datetime."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, dt.datetime):
+        return value.replace(tzinfo=None)
+    return dt.datetime.fromisoformat(str(value)).replace(tzinfo=None, microsecond=0)
 
 
 def upsert_documents(conn, doc_type: str, rows: list[dict]) -> None:

@@ -84,6 +84,7 @@ FIELDS = {
         "pages",
         "abstract",
         "claim",
+        "export_id",
     ),
     "paper": COMMON_FIELDS
     + (
@@ -96,6 +97,11 @@ FIELDS = {
         "clc",
         "album",
         "topic",
+        "cited",
+        "downloads",
+        "counted_at",
+        "export_id",
+        "online_first",
     ),
     "achievement": COMMON_FIELDS
     + (
@@ -110,8 +116,15 @@ FIELDS = {
         "level",
         "period",
         "evaluation",
+        "cited",
+        "downloads",
+        "counted_at",
+        "export_id",
     ),
 }
+# The list row's counts, as a crawler stores them (strings here): counted_at is when a crawler
+# read them, so the truth leaves it "" and a comparison skips it.
+UNTRUE_FIELDS = frozenset({"counted_at"})
 # 总库 (CROSSDB) KuaKuCode class ids. A paper crawl lists journals and theses; the other ids of
 # the browser's full list mix in rows of other databases, named here for illustration, that are
 # not papers of this corpus's ground truth (a crawler must drop them by dbname).
@@ -817,6 +830,16 @@ class Corpus:
         if self.options.dbname_years and i >= 0:
             fields["dbname"] = self._year_dbname(fields["dbname"], day, _mix(base, i, 9))
         extra["cookie"] = "".join(f"{_mix(base, i, k):016x}" for k in (5, 6, 7))
+        # the list row's fields: the opaque export id (input.cbItem) of every type, the counts
+        # of papers and achievements (patent rows have none), 网络首发 of papers
+        fields["export_id"] = extra["cookie"]
+        if doc_type != "patent":
+            fields["cited"] = str(cites)
+            fields["downloads"] = str(downloads)
+            fields["counted_at"] = ""
+        if doc_type == "paper":
+            fields["online_first"] = "1" if extra.get("first_online") else "0"
+        fields = {name: fields.get(name, "") for name in FIELDS[doc_type]}
         return Document(doc_type, (day, li, i), fields, codes, extra)
 
     @staticmethod

@@ -118,7 +118,11 @@ def row_parts(doc: Document, base: str, variant: str = "collect") -> tuple[bytes
             )
         else:
             source = f"<p>{_e(f['source'])}</p>"
+        # 被引: empty when nobody cited it; the number, inside a link on some rows (PROTOCOL.md
+        # point 15 "a number, possibly inside a link")
         quote = str(x["cites"]) if x["cites"] else ""
+        if x["cites"] and x["cites"] % 2:
+            quote = f'<a class="KnowledgeNetLink" href="javascript:void(0);">{quote}</a>'
         c = (
             head + f'<td class="author">{_people_links(doc, f[people], base)}</td>'
             f'<td class="source"><!-- 会议 表名是 IPFDTEMP 或者 IPFDPREP 的跳转knavi不加链接 -->{source}</td>'

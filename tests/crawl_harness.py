@@ -17,6 +17,7 @@ from cnkispider.cnki.protocol import CLIENT_ID_PATH
 from cnkispider.db import open_database
 from cnkispider.items import FIELDS
 from cnkispider.storage import fetch_all
+from standin.corpus import UNTRUE_FIELDS
 
 ROOT = Path(__file__).resolve().parents[1]
 REDIS_URL = os.environ.get("CNKI_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -140,6 +141,12 @@ class CrawlSetup:
         client.close()
 
 
+def _as_text(value) -> str:
+    """A stored value as the truth writes it: counts are integers in the database, strings in
+    the truth; NULL and "" are both absent."""
+    return "" if value is None else str(value)
+
+
 def compare(stored: list[dict], truth: list[dict], doc_type: str) -> dict:
     """Missing, extra and differing documents, keyed on (dbname, filename), every field compared."""
     have = {(d["dbname"], d["filename"]): d for d in stored}
@@ -149,7 +156,7 @@ def compare(stored: list[dict], truth: list[dict], doc_type: str) -> dict:
         diffs = {
             f: (have[key].get(f), want[key].get(f))
             for f in FIELDS[doc_type]
-            if (have[key].get(f) or "") != (want[key].get(f) or "")
+            if f not in UNTRUE_FIELDS and _as_text(have[key].get(f)) != _as_text(want[key].get(f))
         }
         if diffs:
             differing[key] = diffs

@@ -81,7 +81,14 @@ def parse_list(body: bytes) -> dict:
             "title": link.text_content().strip(),
             "href": link.get("href"),
             "database": tr.cssselect("td.data")[0].text_content().strip(),
+            "export_id": tr.cssselect("td.seq input.cbItem")[0].get("value"),
         }
+        for cls, name in (("quote", "cited"), ("download", "downloads")):
+            cells = tr.cssselect(f"td.{cls}")
+            if cells:  # 被引 left empty means nobody cited it
+                row[name] = cells[0].text_content().strip() or "0"
+        if not tr.cssselect("td.inventor"):
+            row["online_first"] = "1" if tr.cssselect("td.name b.marktip") else "0"
         dates = [td.text_content().strip() for td in tr.cssselect("td.date")]
         if tr.cssselect("td.inventor"):  # patent markup: 申请日, then 公开日
             row["people"] = [a.text_content() for a in tr.cssselect("td.inventor a")]
@@ -145,6 +152,15 @@ def _title(doc) -> str:
         if "display:none" in (span.get("style") or "").replace(" ", ""):
             span.drop_tree()
     return h1.text_content().strip()
+
+
+# What a detail page does not carry: the list row's (counted_at is when a crawler read it, in
+# no page and not in the truth).
+LIST_ONLY = {
+    "patent": ("source", "date", "database", "export_id"),
+    "paper": ("source", "date", "database", "cited", "downloads", "export_id", "online_first"),
+    "achievement": ("source", "date", "database", "cited", "downloads", "export_id"),
+}
 
 
 def parse_detail(doc_type: str, body: bytes) -> tuple[dict, list[str]]:
@@ -316,7 +332,7 @@ def test_detail_pages_match_truth_field_by_field(cnki_site, doc_type, code):
         claims.add("claim" if b'<div class="claim"><h5>' in body else "claim-text")
         fields, raw = parse_detail(doc_type, body)
         labels += raw
-        for name in ("source", "date", "database"):  # these come from the list row
+        for name in LIST_ONLY[doc_type]:  # these come from the list row
             fields[name] = row[name]
         if doc_type == "patent":  # the list's 申请日 and 公开日 are the page's
             assert row["application_date"] == fields["application_date"]
@@ -982,7 +998,7 @@ def test_a_crawl_under_the_pace_gets_the_truth_unchallenged(cnki_site):
         status, _, body = client.get(row["href"])
         assert status == 200
         fields, _ = parse_detail("achievement", body)
-        for name in ("source", "date", "database"):
+        for name in LIST_ONLY["achievement"]:
             fields[name] = row[name]
         assert fields == truth[row["filename"]]
     assert {r["filename"] for r in rows} == set(truth)

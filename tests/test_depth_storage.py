@@ -103,3 +103,14 @@ def test_an_older_database_gets_the_depth_columns(sqlite_url):
 def test_a_bad_depth_is_refused_naming_the_choices(bad):
     with pytest.raises(ValueError, match="list, export, detail"):
         check_depth(bad)
+
+
+def test_counts_take_the_newest_read_whatever_the_depth_and_zero_is_a_count(db_url):
+    engine = open_database(db_url)
+    _write(engine, "detail", title="题名", cited="5", downloads="40", export_id="id-a")
+    _write(engine, "list", title="题名", cited="0", downloads="41", export_id="id-b")
+    row = _stored(engine)
+    assert (row["cited"], row["downloads"], row["export_id"]) == (0, 41, "id-b")
+    _write(engine, "list", title="题名", cited="", downloads="")  # not read: kept
+    row = _stored(engine)
+    assert (row["cited"], row["downloads"], row["depth"]) == (0, 41, "detail")

@@ -73,6 +73,57 @@ def test_real_list_ids_match_the_raw_markup(real_list, real_list_raw):
     assert [(r.dbname, r.filename) for r in real_list.rows] == expected
 
 
+def test_real_list_counts_match_the_raw_markup(real_list, real_list_raw):
+    """被引 and 下载 of every row, against a regex over the raw cells: an empty td.quote is 0."""
+    quotes = re.findall(rb'<td class="quote">(.*?)</td>', real_list_raw, re.S)
+    downloads = re.findall(rb'<a class="downloadCnt"[^>]*>([^<]*)</a>', real_list_raw)
+    assert len(quotes) == len(downloads) == 20
+    expected = [
+        (re.sub(rb"<[^>]+>", b"", q).strip().decode() or "0", d.decode())
+        for q, d in zip(quotes, downloads, strict=True)
+    ]
+    assert expected[0] == ("0", "37")  # the first row: nobody cited it yet, 37 downloads
+    assert [(r.cited, r.downloads) for r in real_list.rows] == expected
+    assert all(r.downloads.isdigit() for r in real_list.rows)
+
+
+def test_real_list_export_ids_are_the_opaque_cbitem_values(real_list, real_list_raw):
+    values = re.findall(rb'<input class="cbItem"[^>]*value="([^"]*)"', real_list_raw)
+    assert len(values) == 20
+    assert [r.export_id for r in real_list.rows] == [v.decode() for v in values]
+    assert real_list.rows[0].export_id.startswith("kd9kqNkOM8Xy")
+    for row in real_list.rows:  # opaque: neither the key nor made of it
+        assert "!" + row.filename not in row.export_id and row.filename not in row.export_id
+
+
+def test_real_list_online_first_is_the_rows_marktip(real_list, real_list_raw):
+    rows = re.findall(rb"<tr><td class=\"seq\">.*?</tr>", real_list_raw, re.S)
+    marked = [
+        "1" if b'<b class="marktip">\xe7\xbd\x91\xe7\xbb\x9c\xe9\xa6\x96\xe5\x8f\x91' in r else ""
+        for r in rows
+    ]
+    assert marked.count("1") == 10
+    assert [r.online_first for r in real_list.rows] == marked
+    # on this page exactly the CAPJ rows (网络首发 journals) carry the mark
+    assert {r.dbname for r in real_list.rows if r.online_first} == {"CAPJ"}
+
+
+@pytest.mark.parametrize(
+    ("cell", "expected"),
+    [
+        ('<td class="quote"></td>', "0"),
+        ('<td class="quote"> 12 </td>', "12"),
+        ('<td class="quote"><a href="javascript:void(0)">1,204</a></td>', "1204"),
+        ('<td class="quote">-</td>', ""),  # not a number: unknown, never a guessed 0
+        ("", ""),  # no cell at all (patent rows): unknown
+    ],
+)
+def test_cited_cell_forms(cell, expected):
+    page = load("list_two_rows").body.decode("utf-8")
+    page = re.sub(r'<td class="quote">3</td>', cell, page, count=1)
+    assert parse_list(page).rows[0].cited == expected
+
+
 def test_real_list_turn_token_is_the_hidden_input(real_list, real_list_raw):
     token = re.search(rb'id="hidTurnPage" type="hidden" value="([^"]+)"', real_list_raw)
     assert real_list.turn_token == token.group(1).decode() != ""

@@ -128,8 +128,14 @@ class ListRow:
     # parameters; never empty (a row without a key makes the page unexpected); never the url.
     dbname: str
     filename: str
-    quote: str
-    download: str
+    quote: str  # td.quote as written
+    download: str  # td.download as written
+    # 被引 and 下载 as digits: an empty cell is "0"; "" when the row has no such cell (patent
+    # rows) or the cell holds no number (unknown, never guessed as 0).
+    cited: str = ""
+    downloads: str = ""
+    export_id: str = ""  # td.seq input.cbItem@value: opaque, not dbname!filename
+    online_first: str = ""  # "1" when td.name has b.marktip 网络首发
 
     @property
     def doc_key(self) -> str:
@@ -429,6 +435,20 @@ def _list_row(tr, doc_type: str | None = None, where: str = "list row") -> ListR
         links = _links(people_td, people_class)
         authors = _join(_text(a) for a in links) if links else _join([_text(people_td)])
 
+    seq_td = cells.get("seq")
+    export_id = ""
+    if seq_td is not None:
+        for box in seq_td.iter("input"):
+            if "cbItem" in (box.get("class") or "").split():
+                export_id = (box.get("value") or "").strip()
+                break
+    online_first = ""
+    if name_td is not None:
+        for mark in name_td.iter("b"):
+            if "marktip" in (mark.get("class") or "").split() and _ONLINE_FIRST in _text(mark):
+                online_first = "1"
+                break
+
     return ListRow(
         seq=cell("seq"),
         title=title,
@@ -442,7 +462,29 @@ def _list_row(tr, doc_type: str | None = None, where: str = "list row") -> ListR
         filename=filename,
         quote=cell("quote"),
         download=cell("download"),
+        cited=_count(cells.get("quote")),
+        downloads=_count(cells.get("download")),
+        export_id=export_id,
+        online_first=online_first,
     )
+
+
+_ONLINE_FIRST = "网络首发"
+_COUNT_RE = re.compile(r"^\d[\d,]*$")
+
+
+def _count(td) -> str:
+    """A count cell (td.quote, td.download; the number possibly inside a link) as digits: an
+    empty cell is "0" (CNKI leaves 被引 empty when nobody cited it); no cell, or a cell holding
+    something else than one number, is "" (unknown: stored NULL, never a guessed 0)."""
+    if td is None:
+        return ""
+    text = _text(td)
+    if not text:
+        return "0"
+    if _COUNT_RE.match(text):
+        return text.replace(",", "")
+    return ""
 
 
 # -- detail pages ---------------------------------------------------------------------------
@@ -457,6 +499,12 @@ _X_CLC_CODE = etree.XPath(f"//p[{_cls('clc-code')}]")
 _X_SUMMARY = etree.XPath("//*[@id='ChDivSummary']")
 _X_AUTHOR_H3 = etree.XPath(f"//h3[{_cls('author')}]")
 _X_KEYWORDS = etree.XPath(f"//p[{_cls('keywords')}]")
+# 网络首发 on a kcms2 page: a mark in the title block or the source line above it (where the
+# list row's b.marktip sits on the list page); never the body text, which may quote the words.
+_X_HEAD_MARKS = etree.XPath(
+    f"//div[{_cls('wx-tit')}]//*[self::b or self::span or self::i or self::em]"
+    f" | //div[{_cls('top-tip')}]//*[self::b or self::span or self::i or self::em]"
+)
 # The old KCMS detail page (before kcms2), read as a fallback for papers.
 _X_OLD_TITLE = etree.XPath(f"//div[{_cls('wxTitle')}]/h2[{_cls('title')}]")
 _X_OLD_AUTHORS = etree.XPath(f"//div[{_cls('wxTitle')}]/div[{_cls('author')}]")
@@ -531,6 +579,7 @@ def parse_detail(doc_type: str, page: str | bytes) -> dict[str, str]:
         if keywords:
             out["keywords"] = _value(keywords[0], multi=True) or out["keywords"]
         _override(out, "clc", _X_CLC_CODE(root), multi)
+        out["online_first"] = _online_first_mark(root)
     # The visible abstract is cut to 100 characters + "…" when longer; the page keeps the
     # whole text in a hidden input, which wins whenever it is there.
     full = hidden.get("abstract_text", "")
@@ -580,6 +629,14 @@ def _people(container, strip_index: bool = False) -> str:
     if strip_index:
         names = [_INSTITUTION_INDEX_RE.sub("", n) for n in names]
     return _join(n.strip(",，") for n in names)
+
+
+def _online_first_mark(root) -> str:
+    """ "1" when the page's head marks the paper 网络首发, else ""."""
+    for el in _X_HEAD_MARKS(root):
+        if not _hidden(el) and _ONLINE_FIRST in (el.text or ""):
+            return "1"
+    return ""
 
 
 def _old_paper(root, out: dict[str, str], multi: frozenset[str]) -> dict[str, str]:

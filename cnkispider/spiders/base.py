@@ -51,11 +51,17 @@ from cnkispider.cnki.protocol import Search, protocol_from_settings
 from cnkispider.cnki.refusals import SOFT_BLOCK, ZERO_CHECK, body_reason
 from cnkispider.context import CrawlContext, context_of
 from cnkispider.exceptions import HaltedRequest, RefusedPage, SessionLost
-from cnkispider.items import ITEM_CLASSES, ROW_FIELDS
+from cnkispider.items import FIELDS, ITEM_CLASSES, ROW_FIELDS
 from cnkispider.offload import in_thread
 from errors.middleware import failure_reason, record_download_failure, record_failure
 from tasks.categories import DAY, covers
 from tasks.rounds import CATEGORIES_NOTE
+
+
+def counted_now() -> str:
+    """The time a list row's counts were read, as ``counted_at`` carries it (UTC, seconds)."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
 
 # Detail requests get few retries: a verify page on a detail link is most often a stale token,
 # which no retry cures; a title search for a fresh link does.
@@ -176,6 +182,9 @@ class RoundSpider(scrapy.Spider):
             )
         listing = {name: getattr(row, name) for name in ROW_FIELDS[self.doc_type]}
         listing["title"] = row.title
+        if "counted_at" in FIELDS[self.doc_type]:
+            # when the row's counts were read (they change; refresh-counts reads them again)
+            listing["counted_at"] = counted_now()
         return scrapy.Request(
             self.protocol.absolute(row.url),
             meta={
