@@ -1,0 +1,155 @@
+"""Crawls at list and export depth against the stand-in (issue 27): each equals the truth on the
+fields of its depth, asks no detail page, and keeps the ledger (every round done and balanced;
+a row whose export record never came goes to errorLink ``export-missing`` and the recrawl phase
+fetches its detail page)."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from cnkispider.schema import error_code, error_link, round_
+from tests.crawl_harness import CrawlSetup, count_rows
+
+# what each depth stores, per type (the truth's names); the rest stays empty at that depth
+LIST_FIELDS = {
+    "paper": ("title", "authors", "source", "date", "database", "cited", "downloads", "export_id"),
+    "patent": ("title", "inventors", "date", "database", "application_date", "export_id"),
+    "achievement": ("title", "completers", "source", "date", "database", "cited", "export_id"),
+}
+EXPORT_FIELDS = {
+    "paper": LIST_FIELDS["paper"] + ("abstract", "keywords", "doi"),
+    "patent": LIST_FIELDS["patent"] + ("abstract", "address", "publication_date"),
+    "achievement": LIST_FIELDS["achievement"] + ("summary", "keywords", "first_unit"),
+}
+
+
+class DepthSetup(CrawlSetup):
+    depth: str = "detail"
+
+    def write(self):
+        path = super().write()
+        text = path.read_text(encoding="utf-8")
+        path.write_text(text.replace("[task]\n", f"[task]\ndepth = {self.depth}\n", 1), "utf-8")
+        return path
+
+
+@pytest.fixture
+def crawl(tmp_path, cnki_site, request):
+    made = []
+
+    def make(doc_type, categories, depth, db="sqlite", site=None, **kw):
+        setup = DepthSetup(
+            tmp_path / f"{doc_type}-{len(made)}",
+            cnki_site(**(site or {"seed": 11})),
+            request.getfixturevalue(f"{db}_url"),
+            doc_type,
+            "2024-01-01",
+            "2024-01-01",
+            categories,
+            **kw,
+        )
+        setup.depth = depth
+        setup.tmp_path.mkdir()
+        made.append(setup)
+        return setup
+
+    yield make
+    for setup in made:
+        setup.cleanup_redis()
+
+
+def _run(setup, *args):
+    result = setup.run(*args)
+    assert result.returncode == 0, result.stderr[-3000:] + setup.log()[-3000:]
+
+
+def _text(value) -> str:
+    return "" if value is None else str(value)
+
+
+def _differences(setup, fields) -> dict:
+    truth = {(d["dbname"], d["filename"]): d for d in setup.truth()}
+    stored = {(d["dbname"], d["filename"]): d for d in setup.stored()}
+    assert stored.keys() == truth.keys()
+    return {
+        key: {f: (_text(stored[key][f]), _text(truth[key][f])) for f in fields if f in truth[key]}
+        for key in truth
+        if any(_text(stored[key].get(f)) != _text(truth[key].get(f)) for f in fields)
+    }
+
+
+def _ledger_balanced(setup) -> None:
+    rounds = setup.query(
+        sa.select(
+            round_.c.state,
+            round_.c.total,
+            round_.c.stored,
+            round_.c.in_error,
+            round_.c.dropped,
+            round_.c.beyond,
+        )
+    )
+    assert rounds and all(r.state == "done" for r in rounds), rounds
+    for r in rounds:
+        assert r.total == r.stored + r.in_error + r.dropped + r.beyond, r
+
+
+@pytest.mark.parametrize(
+    ("doc_type", "categories"), [("paper", "TP3,F0"), ("patent", "G06"), ("achievement", "TP3")]
+)
+def test_a_list_depth_crawl_equals_the_truth_on_the_rows_fields_and_asks_no_more(
+    crawl, doc_type, categories
+):
+    setup = crawl(doc_type, categories, "list")
+    _run(setup)
+    assert _differences(setup, LIST_FIELDS[doc_type]) == {}
+    stored = setup.stored()
+    assert len(stored) > 20 and {d["depth"] for d in stored} == {"list"}
+    kinds = setup.site.stats()["kinds"]
+    assert kinds["detail"] == 0 and kinds["export"] == 0
+    assert kinds["grid"] <= len(stored) / 10  # 50 rows a page, a few pages per round
+    _ledger_balanced(setup)
+    assert count_rows(setup, error_link) == count_rows(setup, error_code) == 0
+
+
+@pytest.mark.parametrize(
+    ("doc_type", "categories", "db"),
+    [("paper", "TP3,F0", "mysql"), ("patent", "G06", "sqlite"), ("achievement", "TP3", "sqlite")],
+)
+def test_an_export_depth_crawl_with_a_hidden_batch_of_10_equals_the_truth(
+    crawl, doc_type, categories, db
+):
+    setup = crawl(doc_type, categories, "export", db=db, site={"seed": 11, "export_batch": 10})
+    _run(setup)
+    assert _differences(setup, EXPORT_FIELDS[doc_type]) == {}
+    stored = setup.stored()
+    assert {d["depth"] for d in stored} == {"export"}
+    stats = setup.site.stats()
+    kinds = stats["kinds"]
+    assert kinds["detail"] == 0
+    # learned, not assumed: a few requests over the ideal one per 10 rows
+    assert kinds["export"] <= len(stored) / 10 + 3 * len(setup.query(sa.select(round_.c.id))) + 3
+    _ledger_balanced(setup)
+    assert count_rows(setup, error_link) == count_rows(setup, error_code) == 0
+
+
+def test_a_record_that_never_comes_goes_to_errorlink_and_the_recrawl_fetches_its_page(
+    crawl, cnki_site
+):
+    setup = crawl("paper", "TP3", "export", site={"seed": 11})
+    truth = setup.truth()
+    never = sorted(d["filename"] for d in truth)[:3]
+    setup.site.control(export_missing=never)
+    setup.crawl = {"recrawl": "off"}
+    _run(setup)
+    links = setup.query(sa.select(error_link.c.filename, error_link.c.reason))
+    assert sorted(links) == [(f, "export-missing") for f in never]
+    _ledger_balanced(setup)  # the rows in errorLink are accounted for
+    setup.crawl = {}
+    _run(setup, "recrawl")  # the recrawl phase: their detail pages
+    assert count_rows(setup, error_link) == 0
+    by_name = {d["filename"]: d for d in setup.stored()}
+    assert len(by_name) == len(truth)
+    assert {by_name[f]["depth"] for f in never} == {"detail"}
+    assert _differences(setup, EXPORT_FIELDS["paper"]) == {}
