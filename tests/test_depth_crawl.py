@@ -11,29 +11,9 @@ import pytest
 import sqlalchemy as sa
 
 from cnkispider.schema import error_code, error_link, round_
-from tests.crawl_harness import CrawlSetup, count_rows
+from tests.crawl_harness import EXPORT_DEPTH_FIELDS, LIST_DEPTH_FIELDS, CrawlSetup, count_rows
 
-# what each depth stores, per type (the truth's names); the rest stays empty at that depth
-LIST_FIELDS = {
-    "paper": ("title", "authors", "source", "date", "database", "cited", "downloads", "export_id"),
-    "patent": ("title", "inventors", "date", "database", "application_date", "export_id"),
-    "achievement": ("title", "completers", "source", "date", "database", "cited", "export_id"),
-}
-EXPORT_FIELDS = {
-    "paper": LIST_FIELDS["paper"] + ("abstract", "keywords", "doi"),
-    "patent": LIST_FIELDS["patent"] + ("abstract", "address", "publication_date"),
-    "achievement": LIST_FIELDS["achievement"] + ("summary", "keywords", "first_unit"),
-}
-
-
-class DepthSetup(CrawlSetup):
-    depth: str = "detail"
-
-    def write(self):
-        path = super().write()
-        text = path.read_text(encoding="utf-8")
-        path.write_text(text.replace("[task]\n", f"[task]\ndepth = {self.depth}\n", 1), "utf-8")
-        return path
+LIST_FIELDS, EXPORT_FIELDS = LIST_DEPTH_FIELDS, EXPORT_DEPTH_FIELDS
 
 
 @pytest.fixture
@@ -41,7 +21,7 @@ def crawl(tmp_path, cnki_site, request):
     made = []
 
     def make(doc_type, categories, depth, db="sqlite", site=None, **kw):
-        setup = DepthSetup(
+        setup = CrawlSetup(
             tmp_path / f"{doc_type}-{len(made)}",
             cnki_site(**(site or {"seed": 11})),
             request.getfixturevalue(f"{db}_url"),
@@ -49,9 +29,9 @@ def crawl(tmp_path, cnki_site, request):
             "2024-01-01",
             "2024-01-01",
             categories,
+            depth=depth,
             **kw,
         )
-        setup.depth = depth
         setup.tmp_path.mkdir()
         made.append(setup)
         return setup
