@@ -60,9 +60,25 @@ def cmd_task(config: Config, args) -> int:
     store = task_store(config)
     action = args.action
     if action == "add":
+        from tasks.selection import selection_text
+
+        if args.like:
+            # a deepening task: the other task's rounds again (their links died with their
+            # sessions), with its type, days and categories unless given here
+            like = store.get(args.like)
+            args.type = args.type or like.type
+            args.start = args.start or like.start_date.isoformat()
+            args.end = args.end or (like.end_date.isoformat() if like.end_date else None)
+            if args.categories is None:
+                args.categories = like.categories
+        if not args.type or not args.start:
+            raise ValueError("task add: give --type and --start (or --like TASK)")
+        if args.categories is None:
+            args.categories = "builtin"
         # every check first: an error leaves no row behind
         check_task_input(args.type, args.start, args.end, args.categories, store.base_dir)
         depth = check_depth(args.depth, "--depth")
+        selection = selection_text(args.where, args.keys)
         current, created = store.register(
             args.name,
             args.type,
@@ -70,6 +86,7 @@ def cmd_task(config: Config, args) -> int:
             parse_day(args.end, "end date") or "",
             args.categories,
             depth,
+            selection,
         )
         print(("created " if created else "exists: ") + describe(current))
     elif action == "set":
@@ -657,10 +674,19 @@ def build_parser() -> argparse.ArgumentParser:
     actions = task_parser.add_subparsers(dest="action", required=True)
     add = actions.add_parser("add", help="register a task (joins it unchanged if it exists)")
     add.add_argument("name")
-    add.add_argument("--type", required=True, choices=DOC_TYPES)
-    add.add_argument("--start", required=True, help="first day, YYYY-MM-DD")
+    add.add_argument("--type", choices=DOC_TYPES, help="required unless --like")
+    add.add_argument("--start", help="first day, YYYY-MM-DD (required unless --like)")
     add.add_argument("--end", help="last day, YYYY-MM-DD (default: up to today)")
-    add.add_argument("--categories", default="builtin", help="category spec (see config.ini)")
+    add.add_argument("--categories", help="category spec (see config.ini; default builtin)")
+    add.add_argument(
+        "--like", help="a deepening task: list TASK's rounds again (its type, days, categories)"
+    )
+    add.add_argument(
+        "--where", help="crawl only rows where RULE holds, e.g. 'cited >= 10' (docs/DEPTH.md)"
+    )
+    add.add_argument(
+        "--keys", help="crawl only the documents of this file (dbname/filename a line)"
+    )
     add.add_argument(
         "--depth",
         default="detail",

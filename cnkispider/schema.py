@@ -78,6 +78,8 @@ task = Table(
     Column("halted_at", DateTime),
     # list | export | detail (cnkispider.items.DEPTHS); NULL = detail, today's crawl
     Column("depth", String(10)),
+    # a deepening task's rule (tasks/selection.py): where:RULE or keys:PATH; NULL = every row
+    Column("selection", Text),
 )
 
 round_ = Table(
@@ -231,7 +233,7 @@ UPGRADES: dict[int, list[tuple[Table, str]]] = {
     # (7: another branch's step; its absence here upgrades nothing, as UPGRADES.get says)
     # issue 27: the task's depth and each document's (NULL: detail, what every older row was
     # crawled at); the documents' are filled in below, once the document tables exist
-    8: [(task, "depth")],
+    8: [(task, "depth"), (task, "selection")],
 }
 
 # Document columns that can outgrow TEXT's 65,535 bytes (about 21,000 Chinese characters in

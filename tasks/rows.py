@@ -33,6 +33,7 @@ from cnkispider.exceptions import TaskRowError
 from cnkispider.items import DEFAULT_DEPTH, DOC_TYPES, check_depth
 from cnkispider.schema import task
 from tasks.categories import DAY, CategoryError, CategoryTree, load_tree, reload_if_changed
+from tasks.selection import Selection, SelectionError, parse_selection
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +56,7 @@ class Task:
     halt_reason: str | None = None
     halted_at: dt.datetime | None = None
     depth: str = DEFAULT_DEPTH  # list | export | detail (cnkispider.items.DEPTHS)
+    selection: Selection | None = None  # a deepening task's rule (tasks/selection.py)
 
     def limit(self, now: dt.datetime) -> dt.date:
         """The last day that may be handed out: end_date, or today on CNKI's calendar."""
@@ -125,6 +127,10 @@ def validate_row(row, base_dir: Path | None = None) -> Task:
         depth = check_depth(raw_depth) if raw_depth not in (None, "") else DEFAULT_DEPTH
     except ValueError as exc:
         raise TaskRowError(tid, str(exc)) from None
+    try:
+        selection = parse_selection(getattr(row, "selection", None))
+    except SelectionError as exc:
+        raise TaskRowError(tid, f"selection: {exc}") from None
     return Task(
         id=tid,
         name=row.name,
@@ -140,6 +146,7 @@ def validate_row(row, base_dir: Path | None = None) -> Task:
         halt_reason=getattr(row, "halt_reason", None) or None,
         halted_at=getattr(row, "halted_at", None),
         depth=depth,
+        selection=selection,
     )
 
 
@@ -205,5 +212,7 @@ def describe(t: Task) -> str:
     return (
         f"task {t.id} {t.name!r}: {t.type} {t.start_date}..{end}, cursor {cur}, "
         f"{len(t.tree.roots)} categories, depth {t.depth}, phase {t.phase}, "
-        f"last heartbeat {status}" + (f", halted: {t.halt_reason}" if t.halt_reason else "")
+        f"last heartbeat {status}"
+        + (f", selects {t.selection.text}" if t.selection else "")
+        + (f", halted: {t.halt_reason}" if t.halt_reason else "")
     )

@@ -32,6 +32,7 @@ from errors.recorder import ErrorRecorder
 from tasks.categories import check_spec, load_tree
 from tasks.rounds import HALTED_NOTE, NOW, move, transition
 from tasks.rows import Task, TaskRows
+from tasks.selection import parse_selection
 
 
 def edit_task(conn, task_id: int, **values) -> None:
@@ -54,6 +55,7 @@ class Steering(TaskRows):
         end_date: str = "",
         categories: str = "builtin",
         depth: str = DEFAULT_DEPTH,
+        selection: str | None = None,
     ) -> tuple[Task, bool]:
         """Create the task if it is new; join it unchanged if it exists (returns created?).
 
@@ -66,6 +68,7 @@ class Steering(TaskRows):
         end = dt.date.fromisoformat(end_date).isoformat() if end_date else None
         load_tree(categories, doc_type, self.base_dir)  # fail now on a bad category spec
         depth = check_depth(depth)
+        parse_selection(selection)  # fail now on a bad rule
         with self.engine.begin() as conn:
             existing = conn.execute(sa.select(task.c.id).where(task.c.name == name)).first()
             if existing is None:
@@ -81,6 +84,7 @@ class Steering(TaskRows):
                             end_date=end,
                             categories=categories,
                             depth=depth,
+                            selection=selection or None,
                             phase="crawl",
                             created_at=now,
                             updated_at=now,

@@ -11,6 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from cnkispider.schema import error_code, error_link, round_
+from cnkispider.schema import task as task_table
 from tests.crawl_harness import EXPORT_DEPTH_FIELDS, LIST_DEPTH_FIELDS, CrawlSetup, count_rows
 
 LIST_FIELDS, EXPORT_FIELDS = LIST_DEPTH_FIELDS, EXPORT_DEPTH_FIELDS
@@ -162,3 +163,70 @@ def test_every_done_round_balances_under_random_batch_limits_and_lost_records(cr
     assert {f for f, _ in links} == never, (limit, start)
     assert {r for _, r in links} <= {"export-missing"}
     assert {d["filename"] for d in setup.stored()} == set(names) - never
+
+
+def test_a_deepening_task_fetches_exactly_the_selected_documents(crawl, tmp_path):
+    """`task add top --depth detail --like all --where "cited >= 10"`: the rounds of `all`
+    listed again, detail pages of the rows the rule selects only, the others dropped by the rule
+    not-selected in each round's ledger; the list-depth documents stay as they were."""
+    from cnkispider.cli import main
+
+    listed = crawl("paper", "TP3", "list", db="mysql")
+    _run(listed)
+    truth = {d["filename"]: d for d in listed.truth()}
+    chosen = {f for f, d in truth.items() if int(d["cited"] or 0) >= 10}
+    assert 0 < len(chosen) < len(truth)
+    listed.site.control(reset_stats=True)
+    top = CrawlSetup(
+        tmp_path / "top",
+        listed.site,
+        listed.db_url,
+        "paper",
+        "2024-01-01",
+        "2024-01-01",
+        "TP3",
+        task=f"top{listed.task}",
+    )
+    top.tmp_path.mkdir()
+    config = str(top.write())
+    assert (
+        main(
+            [
+                "--config",
+                config,
+                "task",
+                "add",
+                top.task,
+                "--depth",
+                "detail",
+                "--like",
+                listed.task,
+                "--where",
+                "cited >= 10",
+            ]
+        )
+        == 0
+    )
+    try:
+        _run(top)
+    finally:
+        top.cleanup_redis()
+    assert setup_kinds(top)["detail"] == len(chosen)
+    stored = {d["filename"]: d for d in top.stored()}
+    assert {f for f, d in stored.items() if d["depth"] == "detail"} == chosen
+    assert {f for f, d in stored.items() if d["depth"] == "list"} == set(truth) - chosen
+    for f in chosen:  # deepened: every field now
+        assert stored[f]["abstract"] == truth[f]["abstract"]
+    rounds = top.query(
+        sa.select(round_.c.state, round_.c.total, round_.c.stored, round_.c.dropped, round_.c.drops)
+        .select_from(round_.join(task_table, task_table.c.id == round_.c.task_id))
+        .where(task_table.c.name == top.task)
+    )
+    assert rounds and all(r.state == "done" for r in rounds)
+    assert sum(r.dropped for r in rounds) == len(truth) - len(chosen)
+    assert all(r.total == r.stored + r.dropped for r in rounds)
+    assert all("not-selected" in (r.drops or "") for r in rounds if r.dropped)
+
+
+def setup_kinds(setup) -> dict:
+    return setup.site.stats()["kinds"]

@@ -421,6 +421,7 @@ class RoundSpider(DepthMixin, scrapy.Spider):
                 f"{search.category or ''}): every one of its {len(page.rows)} rows is of "
                 f"another database ({', '.join(names)})",
             )
+        kept, drops = self.selected_rows(kept, drops)  # a deepening task's rule
         depth = self.depth()
         if depth == "detail":
             requests = [self.detail_request(row, meta) for row in kept]

@@ -30,6 +30,8 @@ from cnkispider.cnki.refusals import REJECTION, kind_of
 from cnkispider.exceptions import HaltedRequest, RefusedPage
 from cnkispider.items import DEFAULT_DEPTH, FIELDS, ITEM_CLASSES
 from errors.middleware import failure_reason, record_download_failure, record_failure
+from tasks.selection import FIELDS as SELECTION_FIELDS
+from tasks.selection import NOT_SELECTED
 
 #: errorLink's reason for a row whose export record never came.
 EXPORT_MISSING = "export-missing"
@@ -55,6 +57,22 @@ class DepthMixin:
                 self.crawler.settings.getint("CNKI_EXPORT_BATCH", 50) or 50
             )
         return self._export_batches
+
+    def selected_rows(self, kept: list, drops: list) -> tuple[list, list]:
+        """A deepening task crawls only the rows its rule selects; the others are dropped by
+        the rule ``not-selected`` (counted in the ledger). Every row without a rule."""
+        context = self.context
+        task = getattr(context, "task", None) if context is not None else None
+        selection = getattr(task, "selection", None)
+        if selection is None:
+            return kept, drops
+        chosen, skipped = [], []
+        for row in kept:
+            fields = {name: getattr(row, name, "") for name in SELECTION_FIELDS}
+            (chosen if selection.selects(fields) else skipped).append(row)
+        if skipped:
+            self.crawler.stats.inc_value(f"rows/dropped/{NOT_SELECTED}", len(skipped))
+        return chosen, drops + [(row, NOT_SELECTED) for row in skipped]
 
     # -- a page's rows at list or export depth -------------------------------------------
 
