@@ -196,6 +196,8 @@ worker = Table(
     # failure it recorded ("reason: words", masked, cut to the column): both from its heartbeat.
     Column("challenges", Integer, nullable=False, default=0),
     Column("last_error", String(300)),
+    # the GetExport batch size its sessions last reached (export depth, docs/DEPTH.md); NULL: none
+    Column("export_batch", Integer),
 )
 
 # One row per action the operator's web page carried out (cnkispider/web/actions.py): resume,
@@ -233,7 +235,7 @@ UPGRADES: dict[int, list[tuple[Table, str]]] = {
     # (7: another branch's step; its absence here upgrades nothing, as UPGRADES.get says)
     # issue 27: the task's depth and each document's (NULL: detail, what every older row was
     # crawled at); the documents' are filled in below, once the document tables exist
-    8: [(task, "depth"), (task, "selection")],
+    8: [(task, "depth"), (task, "selection"), (worker, "export_batch")],
 }
 
 # Document columns that can outgrow TEXT's 65,535 bytes (about 21,000 Chinese characters in

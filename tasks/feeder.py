@@ -256,6 +256,7 @@ class RoundFeeder:
             errors=sum(v for k, v in stats.get_stats().items() if k.startswith("errors/")),
             challenges=stats.get_value("retry/challenges", 0),
             last_error=stats.get_value(LAST_ERROR_STAT),
+            export_batch=stats.get_value("depth/export/batch_size"),
             current_round=self.current_round,
             state=state,
         )

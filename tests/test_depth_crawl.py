@@ -5,6 +5,7 @@ fetches its detail page)."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -113,6 +114,9 @@ def test_an_export_depth_crawl_with_a_hidden_batch_of_10_equals_the_truth(
     assert kinds["detail"] == 0
     # learned, not assumed: a few requests over the ideal one per 10 rows
     assert kinds["export"] <= len(stored) / 10 + 3 * len(setup.query(sa.select(round_.c.id))) + 3
+    status = setup.run("status", "--json")
+    (report,) = json.loads(status.stdout)["tasks"]
+    assert {w["export_batch"] for w in report["workers"]} == {10}  # the size reached
     _ledger_balanced(setup)
     assert count_rows(setup, error_link) == count_rows(setup, error_code) == 0
 

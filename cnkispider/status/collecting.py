@@ -37,6 +37,7 @@ The report (``cnkispider status --json``; times are ISO 8601 UTC, ``...Z``)::
                 "workers": [{"id", "host", "pid", "state" ("alive" | "gone" | "stopped"),
                              "started_at", "last_seen", "last_seen_age_seconds", "pages", "items",
                              "errors", "challenges", "last_error" (masked; null: none),
+                             "export_batch" (GetExport's batch size reached; null: none),
                              "pages_per_minute", "items_per_minute", "rounds"}]}]}
 
 Definitions
@@ -601,6 +602,7 @@ def _worker_report(w, now, liveness: str) -> dict:
         "errors": w.errors,
         "challenges": getattr(w, "challenges", None) or 0,
         "last_error": getattr(w, "last_error", None),
+        "export_batch": getattr(w, "export_batch", None),  # GetExport's learned size; null: none
         "pages_per_minute": round(w.pages / minutes, 1) if minutes else None,
         "items_per_minute": round(w.items / minutes, 1) if minutes else None,
         "rounds": [],

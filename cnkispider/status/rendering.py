@@ -123,6 +123,11 @@ def _render_task(t: dict, report: dict) -> list[str]:
                 f"{'-' if rate is None else f'{rate:,.1f}':>9} {w['pages']:>8,} {w['items']:>8,} {w['errors']:>6,}  "
                 f"{', '.join(w['rounds']) or '-'}"
             )
+        sizes = sorted({w["export_batch"] for w in t["workers"] if w.get("export_batch")})
+        if sizes:  # export depth: the batch size learned from CNKI's answers (docs/DEPTH.md)
+            lines.append(
+                f"    export batch size reached: {', '.join(map(str, sizes))} ids a request"
+            )
     return lines
 
 
