@@ -234,3 +234,50 @@ def test_a_deepening_task_fetches_exactly_the_selected_documents(crawl, tmp_path
 
 def setup_kinds(setup) -> dict:
     return setup.site.stats()["kinds"]
+
+
+@pytest.mark.parametrize("depth", ["list", "export"])
+def test_one_pass_handed_over_by_curl_crawls_each_depth_equal_to_the_truth(
+    tmp_path, cnki_site, sqlite_url, depth
+):
+    """On a stand-in that checks for a person: one pass, added by `session add --from-curl`,
+    and the crawl at list or export depth equals the truth on its fields, never checked."""
+    from tests.crawl_harness import depth_fields
+    from tests.test_verified_crawl import CHROME_UA, cleanup, pool_of
+
+    site = cnki_site(human_check=True, session_pace=0, session_burst=0, export_batch=10)
+    setup = CrawlSetup(
+        tmp_path,
+        site,
+        sqlite_url,
+        "paper",
+        "2024-01-01",
+        "2024-01-01",
+        "TP3,F0",
+        cnki={"sessions": "verified", "session_pace": 30},
+        depth=depth,
+    )
+    pool = pool_of(site)
+    try:
+        cookies = site.pass_check()
+        paste = tmp_path / "request.txt"
+        paste.write_text(
+            f"curl '{site.base_url}/kns8s/defaultresult/index' \\\n"
+            f"  -b '{'; '.join(f'{k}={v}' for k, v in cookies.items())}' \\\n"
+            f"  -H 'user-agent: {CHROME_UA}'\n"
+        )
+        added = setup.run("session", "add", "--from-curl", str(paste), timeout=60)
+        assert added.returncode == 0, added.stdout + added.stderr
+        before = site.stats()["human_check_refusals"]
+        _run(setup)
+        from tests.crawl_harness import compare
+
+        diff = compare(setup.stored(), setup.truth(), "paper", depth_fields(depth, "paper"))
+        assert diff == {"missing": [], "extra": [], "differing": {}}
+        stats = site.stats()
+        assert stats["human_check_refusals"] == before and stats["human_check"]["passes"] == 1
+        assert stats["kinds"]["detail"] == 0
+        assert (stats["kinds"]["export"] > 0) is (depth == "export")
+        _ledger_balanced(setup)
+    finally:
+        cleanup(setup, pool)
