@@ -497,9 +497,12 @@ class RoundSpider(DepthMixin, scrapy.Spider):
             while len(self._drops_logged) > _LOGGED_ROUNDS:
                 self._drops_logged.popitem(last=False)
             self.logger.info(
-                "round %s: dropping rows of other databases (%s), counted in its ledger",
+                "round %s: dropping rows (%s), counted in its ledger",
                 round_id,
-                ", ".join(sorted({row.dbname for row, _ in drops})),
+                # other-database: by dbname; not-selected (a deepening task's rule): by rule
+                ", ".join(
+                    sorted({row.dbname if rule == OTHER_DATABASE else rule for row, rule in drops})
+                ),
             )
 
     def last_page(self, page, meta: dict) -> int:
