@@ -429,6 +429,60 @@ def cmd_web(config: Config, args) -> int:
     return serve(config, host=args.host, port=args.port)
 
 
+def cmd_refresh_counts(config: Config, args) -> int:
+    """``refresh-counts TASK [--from DAY --to DAY]``: 被引/下载 read again from the list pages
+    (cnkispider/refresh.py); only cited, downloads and counted_at change."""
+    import dataclasses
+
+    import sqlalchemy as sa
+
+    from cnkispider import refresh
+    from cnkispider.db import open_database
+    from cnkispider.schema import task as task_table
+
+    first, last = parse_day(args.from_day, "--from"), parse_day(args.to_day, "--to")
+    engine = open_database(config.database_url)
+    try:
+        with engine.connect() as conn:
+            row = conn.execute(sa.select(task_table).where(task_table.c.name == args.task)).first()
+        if row is None:
+            raise LookupError(f"refresh-counts: no task {args.task!r}")
+        if not refresh.has_counts(row.type):
+            raise ValueError(f"refresh-counts: {row.type} rows carry no counts on CNKI's list")
+        start = first or row.start_date
+        end = last or row.end_date or row.cur_date or start
+        if end < start:
+            raise ValueError(f"refresh-counts: --to {end} is before --from {start}")
+        name = refresh.counts_task_name(row.name)
+        refresh.reset(engine, name)
+    finally:
+        engine.dispose()
+    shadow = dataclasses.replace(
+        config,
+        task=dataclasses.replace(
+            config.task,
+            name=name,
+            type=row.type,
+            start_date=start,
+            end_date=end,
+            categories=row.categories,
+        ),
+    )
+    overrides = {**run_overrides(args), "CNKI_COUNTS_ONLY": True}
+    stats = crawl(shadow, settings_overrides=overrides)
+    updated = stats.get("counts/updated", 0)
+    requests = stats.get("downloader/request_count", 0)
+    per = f", {requests / updated:.3f} a row" if updated else ""
+    print(
+        f"task {row.name}: counts read again from {updated:,} listed rows ({start} .. {end}; a "
+        f"document in two categories is listed twice), {stats.get('counts/not-stored', 0):,} "
+        f"listed rows not stored; {requests:,} requests{per}"
+    )
+    if stats.get("finish_reason") == "halted":
+        return report_halt(shadow)
+    return 0 if stats.get("finish_reason") in ("finished", "up_to_date", "shutdown") else 1
+
+
 def cmd_export(config: Config, args) -> int:
     from cnkispider.export import export_command
 
@@ -762,7 +816,12 @@ def build_parser() -> argparse.ArgumentParser:
     export_parser.add_argument(
         "--type", choices=DOC_TYPES, help="document type (default: [task] type)"
     )
-    export_parser.add_argument("--format", choices=("csv", "jsonl"), default="csv")
+    export_parser.add_argument(
+        "--format",
+        choices=("csv", "jsonl", "ris", "bibtex", "endnote", "xlsx"),
+        default="csv",
+        help="csv, jsonl, or for reference managers ris, bibtex, endnote; xlsx (Excel, needs --out)",
+    )
     export_parser.add_argument(
         "--since", metavar="DATE", help="only documents dated DATE (YYYY-MM-DD) or later"
     )
@@ -780,6 +839,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--batch", type=int, default=1000, help=argparse.SUPPRESS
     )  # rows a query
     export_parser.set_defaults(func=cmd_export)
+    refresh_parser = sub.add_parser(
+        "refresh-counts",
+        help="read 被引/下载 again from the task's list pages (no detail page; docs/FIELDS.md)",
+    )
+    refresh_parser.add_argument("task", help="the task whose documents' counts to refresh")
+    refresh_parser.add_argument("--from", dest="from_day", metavar="DAY", help="first day")
+    refresh_parser.add_argument("--to", dest="to_day", metavar="DAY", help="last day")
+    _crawl_options(refresh_parser)
+    refresh_parser.set_defaults(func=cmd_refresh_counts)
     probe = sub.add_parser(
         "probe", help="check the crawler's assumptions against the live CNKI (~30 requests)"
     )

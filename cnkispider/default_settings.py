@@ -185,6 +185,11 @@ TASKS_HALT_WINDOW = 50
 TASKS_UNREACHABLE_AFTER = 3
 ERRORS_ENABLED = True
 ERRORS_MAX_ATTEMPTS = 3
+# the markup drift alarm (cnkispider/drift.py): a field filled on most documents before and
+# empty on this many in a row halts the task; 0 turns it off
+CNKI_DRIFT_DOCUMENTS = 100
+# `cnkispider refresh-counts` (cnkispider/refresh.py): list pages only, their rows' counts stored
+CNKI_COUNTS_ONLY = False
 
 # -- PROGRESS_*: cnkispider/progress.py ---------------------------------------------------------
 

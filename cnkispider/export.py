@@ -46,11 +46,12 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from cnkispider import citations
 from cnkispider.items import FIELDS, INTEGER_FIELDS
 from cnkispider.schema import task
 from cnkispider.storage import iter_documents
 
-FORMATS = ("csv", "jsonl")
+FORMATS = ("csv", "jsonl", "ris", "bibtex", "endnote", "xlsx")
 # counts: JSON numbers (see the module docstring); the integer columns (cited, downloads, the
 # online_first flag) are numbers already
 INT_FIELDS = frozenset({"pages"}) | INTEGER_FIELDS
@@ -89,6 +90,11 @@ def write_documents(
     names = columns(doc_type)
     # newline="": the csv module writes its own \r\n line ends and must see line breaks inside
     # values untranslated; JSON escapes them anyway.
+    rows = iter_documents(engine, doc_type, since=since, batch=batch, task_id=task_id)
+    if fmt == "xlsx":
+        from cnkispider.spreadsheet import write_xlsx
+
+        return write_xlsx(binary, names, rows)
     text = io.TextIOWrapper(
         binary, encoding="utf-8-sig" if fmt == "csv" else "utf-8", newline="", write_through=True
     )
@@ -98,11 +104,21 @@ def write_documents(
             writer = csv.writer(text)
             writer.writerow(names)
             cell = _text if raw_cells else _safe_cell
-            for row in iter_documents(engine, doc_type, since=since, batch=batch, task_id=task_id):
+            for row in rows:
+                if not raw_cells and row.get("author_affiliations"):
+                    # one flat column: 张三:单位A|单位B;李四:单位B
+                    row["author_affiliations"] = citations.flat_affiliations(
+                        row["author_affiliations"]
+                    )
                 writer.writerow([cell(row.get(name)) for name in names])
                 count += 1
+        elif fmt in citations.WRITERS:
+            record = citations.WRITERS[fmt]
+            for row in rows:
+                text.write(record(row, doc_type))
+                count += 1
         else:
-            for row in iter_documents(engine, doc_type, since=since, batch=batch, task_id=task_id):
+            for row in rows:
                 record = {name: _typed(name, row.get(name)) for name in names}
                 text.write(json.dumps(record, ensure_ascii=False) + "\n")
                 count += 1
@@ -113,7 +129,10 @@ def write_documents(
 
 
 def _typed(name: str, value):
-    """A JSON value: a count as a number (null when empty), the rest as text."""
+    """A JSON value: a count as a number (null when empty), the affiliations as a list of
+    {"author", "institutions"}, the rest as text."""
+    if name == "author_affiliations":
+        return citations.parse_affiliations(value)
     if name in INT_FIELDS:
         if value is None or (isinstance(value, str) and not value.strip()):
             return None
@@ -171,6 +190,8 @@ def export(
     """
     started = time.monotonic()
     options = {"since": since, "task_id": task_id, "batch": batch, "raw_cells": raw_cells}
+    if fmt == "xlsx" and out in (None, "", "-"):
+        raise ValueError("--format xlsx: give a file with --out (a workbook is not text)")
     if out in (None, "", "-"):
         count = write_documents(engine, doc_type, sys.stdout.buffer, fmt, **options)
         sys.stdout.flush()
@@ -207,8 +228,8 @@ def export_command(
     batch: int = BATCH,
     raw_cells: bool = False,
 ) -> int:
-    """``cnkispider export --type T --format csv|jsonl [--since DATE] [--task NAME] [--out PATH]
-    [--raw-cells]``."""
+    """``cnkispider export --type T --format csv|jsonl|ris|bibtex|endnote|xlsx [--since DATE]
+    [--task NAME] [--out PATH] [--raw-cells]``."""
     import datetime as dt
 
     from cnkispider.db import open_database_readonly

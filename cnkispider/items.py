@@ -75,6 +75,18 @@ PAPER_FIELDS = COMMON_FIELDS + (
     "clc",  # 分类号 (中图分类号): p.clc-code
     "album",  # 专辑
     "topic",  # 专题
+    # the source line (.top-tip "焊接学报. 2020,41(04):157-165"; older pages div.sourinfo
+    # "1987年12期" and 页码), as the public translators read it
+    "year",
+    "volume",
+    "issue",  # without leading zeros: (04) is "4"
+    "page_range",  # "157-165"
+    "issn",  # ISSN (older pages div.sourinfo; a labelled row)
+    # each author with the institutions their <sup> numbers point to in the second h3.author:
+    # JSON text [{"author": "张三", "institutions": ["华中科技大学"]}, ...]
+    "author_affiliations",
+    "supervisor",  # theses: 导师 (several joined with ";")
+    "degree",  # theses: 博士 (CDFD) or 硕士 (CMFD, CDMH)
     "cited",  # 被引 (list row)
     "downloads",  # 下载 (list row)
     "counted_at",  # when cited/downloads were read

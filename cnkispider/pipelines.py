@@ -37,13 +37,15 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
 
 import sqlalchemy as sa
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import defer, threads
 
-from cnkispider import db, ledger
+from cnkispider import db, drift, ledger
+from cnkispider import signals as cnki_signals
 from cnkispider.context import context_of
 from cnkispider.db import db_now, is_transient, open_database, retrying
 from cnkispider.items import doc_type_of
@@ -59,6 +61,8 @@ logger = logging.getLogger(__name__)
 
 #: Where an item's round-ledger row (round id, list key) travels with its values.
 LEDGER_KEY = "_ledger"
+#: Where the detail page of a document lacking a watched field travels (the drift sample).
+PAGE_KEY = "_page"
 
 
 class DocumentPipeline:
@@ -74,6 +78,8 @@ class DocumentPipeline:
         self._pending: list[tuple[str, dict, defer.Deferred]] = []
         self._timer = None
         self._write_lock = threading.Lock()  # one batch at a time: fewer lock waits in the DB
+        self.drift_documents = 100
+        self._drifted: str | None = None  # a drift halt reason found by the last batch
 
     @classmethod
     def from_crawler(cls, crawler):
@@ -87,6 +93,8 @@ class DocumentPipeline:
             crawler.stats,
         )
         db.set_outage_seconds(crawler.settings.getfloat("DATABASE_OUTAGE_SECONDS"))
+        pipeline.drift_documents = crawler.settings.getint("CNKI_DRIFT_DOCUMENTS")
+        pipeline.data_dir = crawler.settings.get("CNKI_DATA_DIR") or "."
         pipeline.crawler = crawler
         return pipeline
 
@@ -109,6 +117,9 @@ class DocumentPipeline:
         depth = getattr(item, "_cnki_depth", None)
         if depth is not None:  # the depth it was crawled at (absent: detail, today's crawl)
             values[DEPTH_KEY] = depth
+        page = getattr(item, "_cnki_page", None)
+        if page is not None:
+            values[PAGE_KEY] = page
         self._pending.append((doc_type_of(item), values, done))
         if len(self._pending) >= self.batch_size:
             self._flush_soon(0)
@@ -136,6 +147,15 @@ class DocumentPipeline:
         d = threads.deferToThread(self._write, batch)
 
         def written(failures: dict[int, Exception]):
+            drifted, self._drifted = self._drifted, None
+            if drifted is not None:
+                # before the items are done: their requests are acknowledged after the halt
+                return defer.ensureDeferred(self._halt_for_drift(drifted)).addBoth(
+                    lambda _: settle(failures)
+                )
+            return settle(failures)
+
+        def settle(failures: dict[int, Exception]):
             for index, (_, _, done) in enumerate(batch):
                 if index in failures:
                     done.errback(failures[index])
@@ -221,6 +241,7 @@ class DocumentPipeline:
             ledger.note_stored(
                 conn, [batch[i][1][LEDGER_KEY] for i in indexes if LEDGER_KEY in batch[i][1]]
             )
+            found = self._note_drift(conn, batch, indexes)
         # A stored document is no longer missing, whoever listed it as failed (errorLink is flow
         # control's: a crawl without it records no failures).
         if context is not None:
@@ -231,9 +252,59 @@ class DocumentPipeline:
                 keys,
                 what="clearing errorLink rows",
             )
+        if found is not None:
+            self._drifted = self._drift_reason(*found)
         if self.stats is not None:
             self.stats.inc_value("storage/documents_written", len(indexes))
             self.stats.inc_value("storage/batches")
+
+    # -- the markup drift alarm (cnkispider/drift.py) ------------------------------------
+
+    def _note_drift(self, conn, batch, indexes: list[int]):
+        """Count the round documents' filled fields; the drift found, with its sample page."""
+        if self.task_id is None or self.drift_documents <= 0:
+            return None
+        by_round: dict[tuple[str, int], list[dict]] = {}
+        for i in indexes:
+            doc_type, values, _ = batch[i]
+            settles = values.get(LEDGER_KEY)
+            if settles is not None:
+                by_round.setdefault((doc_type, settles[0]), []).append(values)
+        if not by_round:
+            return None
+        for (doc_type, round_id), items in by_round.items():
+            drift.note_fill(conn, self.task_id, doc_type, round_id, drift.counts(doc_type, items))
+        found = drift.verdict(drift.history(conn, self.task_id), self.drift_documents)
+        if found is None:
+            return None
+        pages = [
+            batch[i][1][PAGE_KEY]
+            for i in indexes
+            if PAGE_KEY in batch[i][1] and not batch[i][1].get(found.field)
+        ]
+        return found, (pages[-1] if pages else None)
+
+    def _drift_reason(self, found: drift.Drift, page: bytes | None) -> str:
+        """The halt reason, with the sample page saved where the operator can open it."""
+        sample = None
+        if page is not None:
+            folder = Path(self.data_dir) / "drift"
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                path = folder / f"task{self.task_id}-{found.field}-{found.since_round}.html"
+                path.write_bytes(page)
+                sample = str(path)
+            except OSError as exc:
+                logger.warning("the drift sample page was not saved: %s", exc)
+        return found.reason(sample)
+
+    async def _halt_for_drift(self, reason: str) -> None:
+        logger.error("markup drift: %s", reason)
+        if self.stats is not None:
+            self.stats.inc_value("drift/halts")
+        await self.crawler.signals.send_catch_log_async(
+            cnki_signals.halt_requested, reason=reason, spider=self.crawler.spider
+        )
 
 
 def _key(values: dict) -> str:

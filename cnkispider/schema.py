@@ -12,6 +12,7 @@ ledger      every row a round listed, by its document key, with its outcome (cnk
             a round is done only when its rows are accounted for.
 worker      one row per running worker process: host, pid, heartbeat, counters (pages, items,
             errors, challenges) and its last error.
+fill        per round and detail field, the documents the parser filled it on (the drift alarm)
 audit       one row per action taken on the web page (cnkispider/web/): who, when, what, result.
 patent, paper, achievement
             the documents, one row per natural key (dbname, filename), upserted.
@@ -218,6 +219,23 @@ audit = Table(
 )
 
 
+# The drift alarm's counts (cnkispider/drift.py): per round and detail field, how many stored
+# documents the parser filled it on. Written in the document upsert's transaction.
+fill = Table(
+    "fill",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("task_id", Integer, nullable=False),
+    Column("round_id", Integer, nullable=False),
+    Column("doc_type", String(20), nullable=False),
+    Column("field", String(64), nullable=False),
+    Column("documents", Integer, nullable=False, default=0),
+    Column("filled", Integer, nullable=False, default=0),
+    UniqueConstraint("round_id", "field", name="uq_fill_round_field"),
+    Index("ix_fill_task_round", "task_id", "round_id"),
+)
+
+
 #: What each schema version adds to the one before, for :func:`cnkispider.db.upgrade`: version ->
 #: (table, column) pairs to add when missing. Columns only; each step is idempotent, so a
 #: database upgraded half-way (two workers starting at once) is finished by the next start.
@@ -255,6 +273,7 @@ LONG_FIELDS = frozenset(
         "first_unit",
         "keywords",
         "fund",
+        "author_affiliations",
     }
 )
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -97,6 +98,14 @@ FIELDS = {
         "clc",
         "album",
         "topic",
+        "year",
+        "volume",
+        "issue",
+        "page_range",
+        "issn",
+        "author_affiliations",
+        "supervisor",
+        "degree",
         "cited",
         "downloads",
         "counted_at",
@@ -290,6 +299,9 @@ class CorpusOptions:
     span: tuple[str, str] = ("2024-01-01", "2024-12-31")
     # database names as CNKI's real rows show them (SCPD2024, CJFDLAST2024, CMFD202401, ...);
     # off: the families' bare names (SCPD, CJFQ, CMFD, ...)
+    # issue 26: added to every document's 被引 and 下载 (as CNKI's counts grow; /_control
+    # count_shift changes it while the site runs, for `cnkispider refresh-counts`)
+    count_shift: int = 0
     dbname_years: bool = True  # as CNKI's real rows (SCPD2017, CJFDLAST2015, CMFD202101)
     # how counts are spread over days and categories: "" (the hash spread above) or
     # "realistic-year" (publication weekdays, Zipf-skewed categories, surge days; PROFILES)
@@ -336,6 +348,13 @@ def _day_digits(day: int) -> str:
 
 def _iso(day: int) -> str:
     return date.fromordinal(day).isoformat()
+
+
+def _issn(draw: int) -> str:
+    """An ISSN with its check digit (weights 8..2, mod 11; 10 is X)."""
+    digits = f"{draw % 10_000_000:07d}"
+    check = -sum(int(d) * w for d, w in zip(digits, range(8, 1, -1), strict=True)) % 11
+    return f"{digits[:4]}-{digits[4:]}{'X' if check == 10 else check}"
 
 
 def parse_day(text: str) -> int:
@@ -824,9 +843,13 @@ class Corpus:
                 date=_iso(day),
             )
             extra["first_online"] = False
-        extra["cites"] = cites
-        extra["downloads"] = downloads
+        shift = self.options.count_shift if i >= 0 else 0
+        extra["cites"] = cites = cites + shift
+        extra["downloads"] = downloads = downloads + shift
         base = self.leaf_base(doc_type, day, li)
+        if doc_type == "paper":
+            # drawn from a generator of their own, so that every older field keeps its value
+            self._citation_fields(random.Random(_mix(base, i, 13)), day, fields, extra)
         if self.options.dbname_years and i >= 0:
             fields["dbname"] = self._year_dbname(fields["dbname"], day, _mix(base, i, 9))
         extra["cookie"] = "".join(f"{_mix(base, i, k):016x}" for k in (5, 6, 7))
@@ -841,6 +864,44 @@ class Corpus:
             fields["online_first"] = "1" if extra.get("first_online") else "0"
         fields = {name: fields.get(name, "") for name in FIELDS[doc_type]}
         return Document(doc_type, (day, li, i), fields, codes, extra)
+
+    def _citation_fields(self, rnd: random.Random, day: int, fields: dict, extra: dict) -> None:
+        """A paper's source line, ISSN, affiliations and thesis fields (issue 26), as a correct
+        parser stores them: a journal issue of the day's year (网络首发 papers have none yet),
+        the journal's ISSN, each author's institutions, a thesis's supervisor and degree."""
+        journal = fields["database"] == "期刊"
+        year = str(date.fromordinal(day).year)
+        cited = {name: "" for name in ("year", "volume", "issue", "page_range", "issn")}
+        if journal:
+            cited["issn"] = _issn(self.h("issn", fields["source"]))
+            if not extra.get("first_online"):
+                first = rnd.randint(1, 300)
+                cited.update(
+                    year=year,
+                    volume=str(int(year) - 1980 + self.h("volume", fields["source"]) % 5),
+                    issue=str(rnd.randint(1, 12)),
+                    page_range=f"{first}-{first + rnd.randint(2, 15)}",
+                )
+                # some pages give 页码 in .total-inform instead of the source line
+                extra["pages_in_total"] = rnd.random() < 0.2
+        institutions = fields["institutions"].split(";") if fields["institutions"] else []
+        numbered = len(institutions) > 1
+        affiliations = [
+            {
+                "author": name,
+                "institutions": [institutions[k - 1] for k in aff] if numbered else institutions,
+            }
+            for name, aff in zip(fields["authors"].split(";"), extra["affiliations"], strict=True)
+        ]
+        thesis = fields["database"] in ("博士", "硕士")
+        fields.update(
+            cited,
+            author_affiliations=json.dumps(affiliations, ensure_ascii=False, separators=(",", ":"))
+            if affiliations
+            else "",
+            supervisor=";".join(self._people(rnd, 1, 2)) if thesis else "",
+            degree=fields["database"] if thesis else "",
+        )
 
     @staticmethod
     def _year_dbname(family: str, day: int, draw: int) -> str:

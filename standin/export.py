@@ -64,7 +64,12 @@ def _draw(*parts) -> int:
 def endnote_record(doc) -> str:
     """One document's EndNote record, ``<br>``-joined as GetExport writes it."""
     f = doc.fields
-    year = (f.get("year") or f.get("date", ""))[:4]
+    # a paper's year is its source line's (none for a thesis or a 网络首发 paper: the truth's);
+    # patents and achievements: their date's
+    year = f["year"] if "year" in f else f.get("date", "")[:4]
+    issue = f.get("issue", "")
+    if issue.isdigit():
+        issue = issue.zfill(2)  # as CNKI writes an issue: (04)
     lines: list[str] = []
 
     def add(tag: str, value: str) -> None:
@@ -121,7 +126,7 @@ def endnote_record(doc) -> str:
         add("X", f.get("abstract", ""))
         add("D", year)
         add("V", f.get("volume", ""))
-        add("N", f.get("issue", ""))
+        add("N", issue)
         add("P", f.get("page_range", ""))
         add("@", f.get("issn", ""))
         add("R", f.get("doi", ""))

@@ -304,12 +304,31 @@ def _patent_body(doc: Document, broken: bool) -> str:
 
 
 def _paper_top(doc: Document) -> str:
-    f = doc.fields
+    """The source line (.top-tip "焊接学报. 2020,41(04):157-165", the form translators_CN
+    reads); a 网络首发 paper has no issue yet: the journal alone and the icon-shoufa mark
+    (hand-made: no real kcms2 page is public). A thesis shows its university."""
+    f, x = doc.fields, doc.extra
+    source = f'<a href="/knavi/detail?p={x["cookie"][:16]}">{_e(f["source"])}</a>'
     if f["database"] != "期刊":
-        return ""
-    return (
-        f'<div class="top-tip"><span><a>{_e(f["source"])}</a>. {_e(f["date"][:10])}</span></div>\n'
-    )
+        return f'<div class="top-tip"><span>{source}</span></div>\n'
+    if not f["year"]:
+        return (
+            f'<div class="top-tip"><span>{source}</span></div>\n'
+            f'<span class="head-time"><i class="icon-shoufa"></i>网络首发时间：{_e(f["date"])}</span>\n'
+        )
+    line = f"{source}. {f['year']},{f['volume']}({int(f['issue']):02d})"
+    if not x.get("pages_in_total") and f["page_range"]:
+        line += f":{f['page_range']}"
+    return f'<div class="top-tip"><span>{line}</span></div>\n'
+
+
+def _paper_totals(doc: Document) -> str:
+    """kcms2's counts line; 页码 there when the source line has no pages (translators_CN)."""
+    f, x = doc.fields, doc.extra
+    spans = f"<span>下载：{x['downloads']}</span>"
+    if x.get("pages_in_total") and f["page_range"]:
+        spans += f"<span>页码：{_e(f['page_range'])}</span>"
+    return f'<div class="total-inform">{spans}<span>大小：1024K</span></div>'
 
 
 def _paper_body(doc: Document, broken: bool) -> str:
@@ -332,10 +351,13 @@ def _paper_body(doc: Document, broken: bool) -> str:
         "</div>",
         '<div class="row"><span class="rowtit">摘要：</span>'
         f'<span class="abstract-text" id="ChDivSummary" name="ChDivSummary">{_e(visible(f["abstract"]))}</span></div>',
-        '<div class="row"><span class="rowtit">关键词：</span><p class="keywords">'
-        + "".join(f"<a>{_e(k)};</a>" for k in f["keywords"].split(";"))
-        + "</p></div>",
     ]
+    if f["keywords"]:  # always, unless /_control drop_field took them away
+        parts.append(
+            '<div class="row"><span class="rowtit">关键词：</span><p class="keywords">'
+            + "".join(f"<a>{_e(k)};</a>" for k in f["keywords"].split(";"))
+            + "</p></div>"
+        )
     if f["fund"]:
         parts.append(
             '<div class="row"><span class="rowtit">基金：</span><p class="funds">'
@@ -356,7 +378,16 @@ def _paper_body(doc: Document, broken: bool) -> str:
     items.append(
         f'<li class="top-space"><span class="rowtit">分类号：</span><p class="clc-code">{_e(f["clc"])}</p></li>'
     )
+    if f["issn"]:  # hand-made: a labelled row (older pages have it in div.sourinfo)
+        items.append(
+            f'<li class="top-space"><span class="rowtit">ISSN：</span><p>{_e(f["issn"])}</p></li>'
+        )
     parts.append('<ul class="top-space-ul">' + "".join(items) + "</ul>")
+    if f["supervisor"]:  # theses: 导师, as translators_CN reads it (data('导师'))
+        parts.append(
+            f'<div class="row"><span class="rowtit">导师：</span><p>{_e(f["supervisor"])}</p></div>'
+        )
+    parts.append(_paper_totals(doc))
     return "\n".join(parts)
 
 
@@ -382,8 +413,14 @@ def _achievement_body(doc: Document, broken: bool) -> str:
     return "\n".join(rows)
 
 
-def detail_page(doc: Document, broken: bool = False) -> bytes:
-    """The kcms2 page of a document; ``broken``: without its main labelled fields."""
+def detail_page(doc: Document, broken: bool = False, drop: str = "") -> bytes:
+    """The kcms2 page of a document; ``broken``: without its main labelled fields; ``drop``: a
+    field the page leaves out (/_control drop_field: CNKI changed its markup)."""
+    if drop and doc.fields.get(drop):
+        blank = Document(doc.doc_type, doc.ref, {**doc.fields, drop: ""}, doc.codes, doc.extra)
+        if drop == "author_affiliations":  # the <sup> numbers are gone
+            blank.extra = {**doc.extra, "affiliations": [[] for _ in doc.extra["affiliations"]]}
+        return detail_page(blank, broken)
     if doc.detail_html is not None and not broken:
         return doc.detail_html
     if doc.doc_type == "patent":

@@ -260,6 +260,8 @@ class Site:
         self.ip_pace = PaceGuard(o.pace_limit, o.pace_block_seconds, quiet=True)
         self.latency = parse_latency(o.latency)
         self.breaks = set(o.breaks)
+        #: issue 26: a field every detail page leaves out (CNKI changed its markup), "" none
+        self.drop_field = ""
         self._random = random.Random(o.corpus.seed)
         self.doomed_extra: set[str] = set()
         self.exports = ExportDesk(o.export_batch)
@@ -882,7 +884,9 @@ class Site:
         self.stats["pages"]["detail"] += 1
         if self.human.on:
             self.human.current(sid).documents += 1  # the gate admitted this passed session
-        return Response(200, markup.detail_page(doc, "detail-fields" in self.breaks))
+        return Response(
+            200, markup.detail_page(doc, "detail-fields" in self.breaks, drop=self.drop_field)
+        )
 
     def export(self, req: Request) -> Response:
         return self.exports.handle(self, req)
@@ -1027,6 +1031,12 @@ class Site:
                 for sid, more in dict(value).items():
                     if not self.human.check_after(sid, int(more)):
                         raise ValueError(f"check_after: session {sid!r} is not passed and live")
+            elif key == "drop_field":  # issue 26: the drift alarm's markup change
+                self.drop_field = str(value or "")
+            elif key == "count_shift":  # issue 26: the counts change (refresh-counts)
+                o.corpus.count_shift = int(value)
+                self.corpus.document.cache_clear()  # documents (and their rows) are made anew
+                self.corpus.results.cache_clear()
             elif key == "zero_as_soft_block":
                 o.zero_as_soft_block = bool(value)
             elif key in EXPORT_CONTROLS:

@@ -158,7 +158,9 @@ LIST_DEPTH_FIELDS = {
     "achievement": ("title", "completers", "source", "date", "database", "cited", "export_id"),
 }
 EXPORT_DEPTH_FIELDS = {
-    "paper": LIST_DEPTH_FIELDS["paper"] + ("abstract", "keywords", "doi"),
+    "paper": LIST_DEPTH_FIELDS["paper"]
+    + ("abstract", "keywords", "doi", "year", "volume", "issue", "page_range", "issn")
+    + ("supervisor", "degree"),
     "patent": LIST_DEPTH_FIELDS["patent"] + ("abstract", "address", "publication_date"),
     "achievement": LIST_DEPTH_FIELDS["achievement"] + ("summary", "keywords", "first_unit"),
 }

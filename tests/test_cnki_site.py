@@ -143,7 +143,7 @@ ACHIEVEMENT_LABELS = {
     "学科分类号": "subject_code", "成果简介": "summary", "成果类别": "achievement_type",
     "成果入库时间": "entry_date", "成果水平": "level", "研究起止时间": "period", "评价形式": "evaluation",
 }  # fmt: skip
-PAPER_LABELS = {"DOI": "doi", "专辑": "album", "专题": "topic", "分类号": "clc"}
+PAPER_LABELS = {"DOI": "doi", "专辑": "album", "专题": "topic", "分类号": "clc", "ISSN": "issn"}
 
 
 def _title(doc) -> str:
@@ -158,9 +158,36 @@ def _title(doc) -> str:
 # no page and not in the truth).
 LIST_ONLY = {
     "patent": ("source", "date", "database", "export_id"),
-    "paper": ("source", "date", "database", "cited", "downloads", "export_id", "online_first"),
+    "paper": ("source", "date", "database", "cited", "downloads", "export_id"),
     "achievement": ("source", "date", "database", "cited", "downloads", "export_id"),
 }
+
+
+def _source_line(doc, out: dict) -> None:
+    """Issue 26's fields of a paper page: .top-tip "刊名. 2020,41(04):157-165" (or 页码 in
+    .total-inform), each author's <sup> institutions, 网络首发 from .icon-shoufa."""
+    tip = doc.cssselect("div.top-tip")[0].text_content().strip()
+    found = re.fullmatch(r".+?\. (\d{4}),(\d+)\((\d+)\)(?::(\d+-\d+))?", tip)
+    if found:
+        out["year"], out["volume"] = found.group(1), found.group(2)
+        out["issue"], out["page_range"] = str(int(found.group(3))), found.group(4) or ""
+    for span in doc.cssselect("div.total-inform span"):
+        label, _, value = span.text_content().partition("：")
+        if label == "页码":
+            out["page_range"] = value
+    out["online_first"] = "1" if doc.cssselect(".icon-shoufa") else "0"
+    insts = [
+        re.sub(r"^\d+\.\s*", "", a.text_content().strip())
+        for a in doc.cssselect("h3.author")[1].cssselect("span a")
+    ]
+    people = []
+    for a in doc.cssselect("h3#authorpart span a"):
+        sup = a.cssselect("sup")
+        numbers = [int(n) for n in sup[0].text_content().split(",")] if sup else []
+        people.append(
+            {"author": a.text.strip(), "institutions": [insts[n - 1] for n in numbers] or insts}
+        )
+    out["author_affiliations"] = json.dumps(people, ensure_ascii=False, separators=(",", ":"))
 
 
 def parse_detail(doc_type: str, body: bytes) -> tuple[dict, list[str]]:
@@ -191,6 +218,9 @@ def parse_detail(doc_type: str, body: bytes) -> tuple[dict, list[str]]:
                 out["fund"] = ";".join(
                     a.text_content().strip().rstrip(";") for a in row.cssselect("p.funds a")
                 )
+            if label == "导师":
+                out["supervisor"] = row.cssselect("p")[0].text_content().strip()
+        _source_line(doc, out)
         for li in doc.cssselect("li.top-space"):
             label = li.cssselect("span.rowtit")[0].text_content().strip().rstrip("：")
             out[PAPER_LABELS[label]] = li.cssselect("p")[0].text_content().strip()
@@ -334,6 +364,9 @@ def test_detail_pages_match_truth_field_by_field(cnki_site, doc_type, code):
         labels += raw
         for name in LIST_ONLY[doc_type]:  # these come from the list row
             fields[name] = row[name]
+        if doc_type == "paper":  # 网络首发 is on both the row and the page; a thesis's degree
+            assert fields["online_first"] == row["online_first"]
+            fields["degree"] = row["database"] if row["database"] in ("博士", "硕士") else ""
         if doc_type == "patent":  # the list's 申请日 and 公开日 are the page's
             assert row["application_date"] == fields["application_date"]
             assert row["date"] == fields["publication_date"]

@@ -590,3 +590,118 @@ def test_a_missing_real_page_skips_in_a_bare_clone_and_fails_in_ci(tmp_path, mon
     monkeypatch.setenv(pages.REQUIRE_ENV, "1")
     with pytest.raises(pytest.fail.Exception, match="CNKI_TEST_REQUIRE_REAL_PAGES=1 requires them"):
         pages.real_page("kns8s_list_crossdb_p1.html")
+
+
+# -- issue 26: the source line, ISSN, affiliations, theses --------------------------------------
+
+
+def test_old_journal_source_line_issn_and_pages(old_journal):
+    """div.sourinfo "1987年12期" and "ISSN：1001-1668", div.total 页码 7-10 (the real page)."""
+    got = {k: old_journal[k] for k in ("year", "volume", "issue", "page_range", "issn")}
+    assert got == {
+        "year": "1987",
+        "volume": "",
+        "issue": "12",
+        "page_range": "7-10",
+        "issn": "1001-1668",
+    }
+
+
+def test_old_journal_affiliations_are_not_guessed(old_journal):
+    """Nine authors, nine institutions, no <sup>: which belongs to whom is unknown."""
+    import json
+
+    got = json.loads(old_journal["author_affiliations"])
+    assert [a["author"] for a in got] == old_journal["authors"].split(";")
+    assert all(a["institutions"] == [] for a in got)
+
+
+def test_old_thesis_supervisor_and_affiliation():
+    import json
+
+    page = parse_paper(real_page("old_thesis_detail.html"))
+    assert page["supervisor"] == "张秉伦;胡化凯"
+    assert json.loads(page["author_affiliations"]) == [
+        {"author": "姚昆仑", "institutions": ["中国科学技术大学"]}
+    ]
+    assert (page["year"], page["issn"], page["page_range"]) == ("", "", "")
+
+
+@pytest.mark.parametrize(
+    ("tip", "expected"),
+    [
+        ("焊接学报. 2020,41(04):157-165", ("2020", "41", "4", "157-165")),
+        ("科学通报. 2012,57(34):3219-3227", ("2012", "57", "34", "3219-3227")),
+        ("应用生态学报. 2009,(06):889-892", ("2009", "", "6", "889-892")),  # no volume
+        ("中国有色金属学报. 2026,36(02)", ("2026", "36", "2", "")),  # no pages yet
+        ("计算机工程. 2021,47(3):1-7,12", ("2021", "47", "3", "1-7,12")),  # pages in pieces
+        ("焊接学报", ("", "", "", "")),  # 网络首发: the journal only
+    ],
+)
+def test_top_tip_forms(tip, expected):
+    """The .top-tip forms l0o0/translators_CN CNKI.js reads (hand-made page around them)."""
+    page = load("paper_journal").body.decode("utf-8")
+    page = re.sub(
+        r'<div class="top-tip">.*?</div>', f'<div class="top-tip"><span>{tip}</span></div>', page
+    )
+    got = parse_paper(page)
+    assert (got["year"], got["volume"], got["issue"], got["page_range"]) == expected
+
+
+def test_pages_from_total_inform_when_the_source_line_has_none():
+    page = load("paper_journal").body.decode("utf-8")
+    page = page.replace(
+        "</body>",
+        '<div class="total-inform"><span>页码：7-10</span><span>页数：4</span><span>x</span></div></body>',
+    )
+    assert parse_paper(page)["page_range"] == "7-10"
+
+
+def test_affiliations_follow_the_sup_numbers():
+    import json
+
+    got = json.loads(parse_paper(load("paper_journal").body)["author_affiliations"])
+    assert got == [
+        {"author": "张三", "institutions": ["华中科技大学材料科学与工程学院"]},
+        {
+            "author": "李四",
+            "institutions": [
+                "华中科技大学材料科学与工程学院",
+                "武汉理工大学材料复合新技术国家重点实验室",
+            ],
+        },
+        {"author": "Wang Wu", "institutions": ["武汉理工大学材料复合新技术国家重点实验室"]},
+    ]
+
+
+def test_online_first_from_the_pages_icon_shoufa():
+    page = load("paper_journal").body.decode("utf-8")
+    assert parse_paper(page)["online_first"] == ""
+    marked = page.replace(
+        "</body>", '<span class="head-time"><i class="icon-shoufa"></i>2026-06-24</span></body>'
+    )
+    assert parse_paper(marked)["online_first"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("dbname", "degree"), [("CDFD202301", "博士"), ("CMFD202401", "硕士"), ("CJFQ", "")]
+)
+def test_thesis_degree_from_the_pages_database(dbname, degree):
+    page = load("paper_thesis").body.decode("utf-8")
+    page = re.sub(
+        r'id="paramdbname" type="hidden" value="[^"]*"',
+        f'id="paramdbname" type="hidden" value="{dbname}"',
+        page,
+    )
+    page = re.sub(
+        r'id="paramdbcode" type="hidden" value="[^"]*"',
+        'id="paramdbcode" type="hidden" value=""',
+        page,
+    )
+    assert parse_paper(page)["degree"] == degree
+
+
+def test_patent_numbers_and_dates_are_kept_apart_as_labelled():
+    got = parse_patent(load("patent_full").body)
+    assert got["publication_no"] and got["grant_no"] and got["publication_no"] != got["grant_no"]
+    assert got["publication_date"] != got["grant_date"]

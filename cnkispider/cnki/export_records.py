@@ -179,7 +179,10 @@ def _pages(text: str) -> str:
 
 
 def _issue(text: str) -> str:
-    return (text or "").strip()
+    """An issue or volume as the items store it: ``04`` is ``4`` (CNKI writes issues with a
+    leading zero); a non-number (``S1``, ``增刊``) stays as written."""
+    text = (text or "").strip()
+    return str(int(text)) if text.isdigit() else text
 
 
 def parse_record(pairs: list[tuple[str, str]]) -> ExportRecord:

@@ -19,6 +19,7 @@ through :data:`LABELS`, never by position, because CNKI drops and adds rows page
 from __future__ import annotations
 
 import codecs
+import json
 import re
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlsplit
@@ -81,6 +82,9 @@ LABELS: dict[str, dict[str, str]] = {
         "中图分类号": "clc",
         "专辑": "album",
         "专题": "topic",
+        "ISSN": "issn",
+        "页码": "page_range",
+        "导师": "supervisor",
     },
     "achievement": {
         "成果完成人": "completers",
@@ -100,7 +104,7 @@ LABELS: dict[str, dict[str, str]] = {
 # Fields that hold a list: written "A;B" whether the page uses <a> children, ";" or "；".
 MULTI_VALUED: dict[str, frozenset[str]] = {
     "patent": frozenset({"applicant", "co_applicants", "inventors", "ipc", "agent"}),
-    "paper": frozenset({"authors", "institutions", "keywords", "fund", "clc"}),
+    "paper": frozenset({"authors", "institutions", "keywords", "fund", "clc", "supervisor"}),
     "achievement": frozenset({"completers", "keywords", "clc", "subject_code"}),
 }
 
@@ -499,6 +503,14 @@ _X_CLC_CODE = etree.XPath(f"//p[{_cls('clc-code')}]")
 _X_SUMMARY = etree.XPath("//*[@id='ChDivSummary']")
 _X_AUTHOR_H3 = etree.XPath(f"//h3[{_cls('author')}]")
 _X_KEYWORDS = etree.XPath(f"//p[{_cls('keywords')}]")
+_X_TOP_TIP = etree.XPath(f"//div[{_cls('top-tip')}]")
+# kcms2's counts and sizes line: <div class="total-inform"><span>页码：7-10</span>...
+_X_TOTAL_INFORM = etree.XPath(f"//*[{_cls('total-inform')}]/span")
+_X_SHOUFA = etree.XPath(f"//*[{_cls('icon-shoufa')}]")
+# older pages: div.sourinfo (刊名, "1987年12期", "ISSN：1001-1668") and div.total spans
+# (<label>页码：</label><b>7-10</b>), old_journal_detail.html
+_X_OLD_SOURINFO = etree.XPath(f"//div[{_cls('sourinfo')}]/p")
+_X_OLD_TOTAL = etree.XPath(f"//div[{_cls('total')}]/span")
 # 网络首发 on a kcms2 page: a mark in the title block or the source line above it (where the
 # list row's b.marktip sits on the list page); never the body text, which may quote the words.
 _X_HEAD_MARKS = etree.XPath(
@@ -580,6 +592,9 @@ def parse_detail(doc_type: str, page: str | bytes) -> dict[str, str]:
             out["keywords"] = _value(keywords[0], multi=True) or out["keywords"]
         _override(out, "clc", _X_CLC_CODE(root), multi)
         out["online_first"] = _online_first_mark(root)
+        _source_line(root, out)
+        _totals(_X_TOTAL_INFORM(root), out)
+        out["degree"] = _degree(hidden)
     # The visible abstract is cut to 100 characters + "…" when longer; the page keeps the
     # whole text in a hidden input, which wins whenever it is there.
     full = hidden.get("abstract_text", "")
@@ -620,6 +635,95 @@ def _paper_people(root, out: dict[str, str]) -> None:
         out["authors"] = _people(authors)
     if others:
         out["institutions"] = _people(others[0], strip_index=True)
+    if authors is not None and others:
+        out["author_affiliations"] = _affiliations(authors, others[0])
+
+
+_SUP_NUMBERS_RE = re.compile(r"\d+")
+_INSTITUTION_NUMBER_RE = re.compile(r"^\s*(\d+)\s*[.．、]")
+
+
+def _affiliations(authors_h3, institutions_h3) -> str:
+    """Each author with the institutions their ``<sup>`` numbers point to, as JSON text.
+
+    The institutions are numbered ("1. 华中科技大学") when there are several; an author's
+    ``<sup>1,2</sup>`` names them. Without numbers, a single institution is every author's;
+    several institutions without numbers give each author none (never a guess)."""
+    parts = list(institutions_h3.iterchildren("span")) or list(institutions_h3.iter("a"))
+    by_number: dict[str, str] = {}
+    names = []
+    for part in parts:
+        text = _text(part, skip_tags=_NO_SUP).strip(",，")
+        match = _INSTITUTION_NUMBER_RE.match(text)
+        name = _INSTITUTION_INDEX_RE.sub("", text)
+        if not name:
+            continue
+        names.append(name)
+        if match:
+            by_number[match.group(1)] = name
+    people = list(authors_h3.iterchildren("span")) or list(authors_h3.iter("a"))
+    out = []
+    for person in people:
+        author = _text(person, skip_tags=_NO_SUP).strip(",，;；")
+        if not author:
+            continue
+        numbers = [n for sup in person.iter("sup") for n in _SUP_NUMBERS_RE.findall(_text(sup))]
+        if numbers:
+            institutions = [by_number[n] for n in numbers if n in by_number]
+        else:
+            institutions = names if len(names) == 1 else []
+        out.append({"author": author, "institutions": institutions})
+    return affiliations_json(out) if out else ""
+
+
+def affiliations_json(affiliations: list[dict]) -> str:
+    """The stored form of ``author_affiliations`` (one spelling, so that equal is equal)."""
+    return json.dumps(affiliations, ensure_ascii=False, separators=(",", ":"))
+
+
+# .top-tip, as l0o0/translators_CN CNKI.js reads it: "刊名. 2020,41(04):157-165", also without
+# volume ("刊名. 2020,(04):1-7"), without pages, or pages in pieces ("3-5,12").
+_TOP_TIP_RE = re.compile(
+    r"^(?P<source>.+?)\s?\.\s?(?P<year>\d{4})?\s?(?:,(?P<volume>\d+)?)?\s?"
+    r"(?:\(0*(?P<issue>\d+)\))?\s?(?::(?P<pages>[\d,\s-]+))?"
+)
+_OLD_ISSUE_RE = re.compile(r"(\d{4})\s*年\s*(?:(\d+)\s*卷\s*)?0*(\d+)\s*期")
+_ISSN_RE = re.compile(r"ISSN\s*[：:]\s*([0-9]{4}-?[0-9]{3}[0-9Xx])")
+
+
+def _source_line(root, out: dict[str, str]) -> None:
+    """year, volume, issue, pages of a journal from its kcms2 ``.top-tip``."""
+    for tip in _X_TOP_TIP(root):
+        match = _TOP_TIP_RE.match(_text(tip))
+        if not match:
+            continue
+        for name in ("year", "volume", "issue"):
+            out[name] = out[name] or (match.group(name) or "")
+        pages = "".join((match.group("pages") or "").split()).strip(",-")
+        out["page_range"] = out["page_range"] or pages
+        return
+
+
+def _totals(spans, out: dict[str, str]) -> None:
+    """页码 from a counts line: kcms2 ``.total-inform > span`` "页码：7-10", or the older
+    ``div.total span`` (<label>页码：</label><b>7-10</b>)."""
+    for span in spans:
+        label, _, value = _text(span).partition("：")
+        if normalize_label(label) == "页码" and not out["page_range"]:
+            out["page_range"] = "".join(value.split())
+
+
+def _degree(hidden: dict[str, str]) -> str:
+    """博士 or 硕士 from the page's own database (CDFD, CMFD/CDMH), as translators_CN does."""
+    for key in ("paramdbname", "paramdbcode"):
+        name = hidden.get(key, "").upper()
+        for prefix, degree in _DEGREES:
+            if name.startswith(prefix):
+                return degree
+    return ""
+
+
+_DEGREES = (("CDFD", "博士"), ("CMFD", "硕士"), ("CDMH", "硕士"))
 
 
 def _people(container, strip_index: bool = False) -> str:
@@ -632,7 +736,10 @@ def _people(container, strip_index: bool = False) -> str:
 
 
 def _online_first_mark(root) -> str:
-    """ "1" when the page's head marks the paper 网络首发, else ""."""
+    """ "1" when the page marks the paper 网络首发, else "" (translators_CN reads
+    ``.icon-shoufa``; the words in the head's marks count too)."""
+    if _X_SHOUFA(root):
+        return "1"
     for el in _X_HEAD_MARKS(root):
         if not _hidden(el) and _ONLINE_FIRST in (el.text or ""):
             return "1"
@@ -664,6 +771,23 @@ def _old_paper(root, out: dict[str, str], multi: frozenset[str]) -> dict[str, st
     _override(out, "abstract", _X_SUMMARY(root), multi)
     if hidden.get("abstract_text"):
         out["abstract"] = " ".join(hidden["abstract_text"].split())
+    authors, orgs = _X_OLD_AUTHORS(root), _X_OLD_ORGS(root)
+    if authors and orgs:
+        out["author_affiliations"] = _affiliations(authors[0], orgs[0])
+    for p in _X_OLD_SOURINFO(root):  # "1987年12期", "ISSN：1001-1668"
+        text = _text(p)
+        issue = _OLD_ISSUE_RE.search(text)
+        if issue and not out["year"]:
+            out["year"], out["volume"], out["issue"] = (
+                issue.group(1),
+                issue.group(2) or "",
+                issue.group(3),
+            )
+        issn = _ISSN_RE.search(text)
+        if issn and not out["issn"]:
+            out["issn"] = issn.group(1).upper()
+    _totals(_X_OLD_TOTAL(root), out)
+    out["degree"] = _degree(hidden)
     return out
 
 

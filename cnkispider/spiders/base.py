@@ -49,11 +49,12 @@ import scrapy
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import defer
 
-from cnkispider import ledger
+from cnkispider import ledger, refresh
 from cnkispider.cnki import parsers
 from cnkispider.cnki.protocol import Search, protocol_from_settings
 from cnkispider.cnki.refusals import SOFT_BLOCK, ZERO_CHECK, body_reason
 from cnkispider.context import CrawlContext, context_of
+from cnkispider.drift import watched
 from cnkispider.exceptions import HaltedRequest, RefusedPage, SessionLost
 from cnkispider.items import FIELDS, ITEM_CLASSES, ROW_FIELDS
 from cnkispider.offload import in_thread
@@ -61,6 +62,9 @@ from cnkispider.spiders.depth import DepthMixin
 from errors.middleware import failure_reason, record_download_failure, record_failure
 from tasks.categories import DAY, covers
 from tasks.rounds import CATEGORIES_NOTE
+
+#: A list row's 数据库 that names a thesis's degree.
+THESIS_DEGREES = {"博士": "博士", "硕士": "硕士"}
 
 
 def counted_now() -> str:
@@ -100,6 +104,8 @@ class RoundSpider(DepthMixin, scrapy.Spider):
     #: The only callbacks and errbacks a request read from the shared Redis may name (the
     #: scheduler refuses any other: see cnkispider.scheduling.serialize).
     queue_callbacks = ("parse_list", "parse_detail", "parse_export", "on_error")
+    #: ``cnkispider refresh-counts`` (setting CNKI_COUNTS_ONLY): list pages only, counts updated
+    counts_only = False
 
     def __init__(self, *args, task: str | None = None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -117,6 +123,8 @@ class RoundSpider(DepthMixin, scrapy.Spider):
     def from_crawler(cls, crawler, *args, **kwargs):
         spider = super().from_crawler(crawler, *args, **kwargs)
         spider.protocol = protocol_from_settings(crawler.settings)
+        spider._drift_fields = watched(spider.doc_type) if spider.doc_type else ()
+        spider.counts_only = crawler.settings.getbool("CNKI_COUNTS_ONLY")
         return spider
 
     @property
@@ -421,14 +429,17 @@ class RoundSpider(DepthMixin, scrapy.Spider):
                 f"{search.category or ''}): every one of its {len(page.rows)} rows is of "
                 f"another database ({', '.join(names)})",
             )
-        kept, drops = self.selected_rows(kept, drops)  # a deepening task's rule
         depth = self.depth()
-        if depth == "detail":
+        if self.counts_only:  # `cnkispider refresh-counts`: the rows' counts, no detail page
+            await self._refresh_counts(meta, kept, drops)
+        elif depth == "detail":
+            kept, drops = self.selected_rows(kept, drops)  # a deepening task's rule
             requests = [self.detail_request(row, meta) for row in kept]
             await self._note_listed(meta, requests, drops)
             for request in requests:
                 yield request
         else:
+            kept, drops = self.selected_rows(kept, drops)  # a deepening task's rule
             async for out in self.listed_at_depth(depth, kept, drops, meta):
                 yield out
         last = self.last_page(page, meta)
@@ -478,6 +489,27 @@ class RoundSpider(DepthMixin, scrapy.Spider):
                 meta.get("page"),
             )
         return kept, drops
+
+    async def _refresh_counts(self, meta: dict, kept: list, drops: list) -> None:
+        """Counts-only mode (cnkispider/refresh.py): the page's rows update the stored
+        documents' cited, downloads and counted_at, and settle the round's ledger."""
+        context = self.context
+        if context is None:
+            return
+        rows = [(r.dbname, r.filename, r.cited, r.downloads) for r in kept]
+        dropped = {ledger.doc_key(row.dbname, row.filename): rule for row, rule in drops}
+        when = dt.datetime.fromisoformat(counted_now())
+        updated, missing = await in_thread(
+            refresh.update_counts,
+            context.tasks.engine,
+            self.doc_type,
+            meta.get("round_id"),
+            rows,
+            when,
+            dropped,
+        )
+        self.crawler.stats.inc_value("counts/updated", updated)
+        self.crawler.stats.inc_value("counts/not-stored", missing)
 
     async def _note_listed(
         self, meta: dict, requests: list, drops: list, keys: list[str] | None = None
@@ -653,7 +685,14 @@ class RoundSpider(DepthMixin, scrapy.Spider):
             fields.get("dbname") or dbname,
             fields.get("filename") or filename,
         )
+        if "degree" in fields and not values.get("degree"):
+            # a thesis page without its database's name (older pages): the row's 博士/硕士
+            values["degree"] = THESIS_DEGREES.get(values.get("database", ""), "")
         item = ITEM_CLASSES[self.doc_type](**values)
+        if any(not fields.get(name) for name in self._drift_fields):
+            # the drift alarm's sample: the page of a document that lacks a watched field (not a
+            # field: never stored; the pipeline saves it only if the task halts for drift)
+            item._cnki_page = response.body
         if meta.get("round_id") is not None:
             # The ledger row this document settles: the list's key, whatever key the detail page
             # gives the document. Not a field: it is never stored (the pipeline reads it).

@@ -74,12 +74,12 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from cnkispider import default_settings
+from cnkispider import default_settings, drift
 from cnkispider.db import db_now
 from cnkispider.exceptions import TaskRowError
 from cnkispider.items import FIELDS
 from cnkispider.redisconn import EMBEDDED_IDLE
-from cnkispider.schema import documents, error_code, error_link, round_, task, worker
+from cnkispider.schema import documents, error_code, error_link, fill, round_, task, worker
 from tasks.categories import DAY
 from tasks.rounds import IN_FLIGHT, LEDGER_NOTE
 from tasks.rows import rounds_between, validate_row
@@ -670,6 +670,7 @@ def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, w
         name: _error_summary(groups.get(row.id, [])) for name, groups in errors.items()
     }
     entry["ledger"] = _ledger(conn, row.id)
+    entry["fill"] = _fill(conn, row.id)
     listing = workers.get(
         row.id, {"counts": {"alive": 0, "gone": 0, "stopped": 0}, "challenges": 0, "rows": []}
     )
@@ -694,6 +695,14 @@ def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, w
         if entry["eta_seconds"]:  # nobody is working: the recent rate promises nothing
             entry["eta_seconds"] = entry["eta_at"] = None
     return entry
+
+
+def _fill(conn, task_id: int) -> dict[str, float]:
+    """Issue 26: per detail field, the share of the documents of the task's latest rounds that
+    the parser filled it on (cnkispider/drift.py; {} for a database not upgraded yet)."""
+    if not sa.inspect(conn).has_table(fill.name):
+        return {}
+    return drift.fill_rates(conn, task_id)
 
 
 def _ledger(conn, task_id: int) -> dict:

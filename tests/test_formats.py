@@ -1,0 +1,298 @@
+"""Issue 26: export as RIS, BibTeX, EndNote and .xlsx, read back by the readers reference managers
+use (rispy, bibtexparser, openpyxl) and compared with the database, for every type."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+
+import bibtexparser
+import openpyxl
+import pytest
+import rispy
+
+from cnkispider.db import open_database
+from cnkispider.export import columns, export
+from cnkispider.storage import fetch_all, row_for, upsert_documents
+from standin.corpus import Corpus, CorpusOptions
+
+CATEGORIES = {"paper": ["TP3", "F0"], "patent": ["G06"], "achievement": ["TP3"]}
+
+
+def _store(url: str, doc_type: str) -> list[dict]:
+    """The stand-in's truth for a day, stored as a crawl stores it, with hostile text added."""
+    corpus = Corpus(CorpusOptions(seed=11))
+    truth = corpus.truth(doc_type, "2024-01-01", "2024-01-01", CATEGORIES[doc_type])
+    assert len(truth) > 10
+    truth[0]["title"] = '=HYPERLINK("http://x","y") {brace} 50%'
+    now = dt.datetime(2026, 11, 26, 10, 0, 0)
+    rows = []
+    for doc in truth:
+        if doc_type != "patent":
+            doc["counted_at"] = "2026-11-26 09:00:00"
+        rows.append(row_for(doc_type, doc, 7, now))
+    engine = open_database(url)
+    with engine.begin() as conn:
+        upsert_documents(conn, doc_type, rows)
+    stored = fetch_all(engine, doc_type)
+    engine.dispose()
+    return stored
+
+
+def _export(url, doc_type, fmt, tmp_path):
+    engine = open_database(url)
+    out = tmp_path / f"{doc_type}.{fmt}"
+    count, _ = export(engine, doc_type, str(out), fmt, batch=7)  # several batches
+    engine.dispose()
+    return count, out
+
+
+def _names(value) -> list[str]:
+    return [n for n in (value or "").split(";") if n]
+
+
+PEOPLE = {"paper": "authors", "patent": "inventors", "achievement": "completers"}
+TEXT = {"paper": "abstract", "patent": "abstract", "achievement": "summary"}
+
+
+@pytest.mark.parametrize("doc_type", ["paper", "patent", "achievement"])
+def test_ris_is_read_back_by_rispy(sqlite_url, tmp_path, doc_type):
+    stored = _store(sqlite_url, doc_type)
+    count, out = _export(sqlite_url, doc_type, "ris", tmp_path)
+    records = rispy.loads(out.read_text(encoding="utf-8"))
+    assert count == len(records) == len(stored)
+    by_key = {r["accession_number"]: r for r in records}
+    for row in stored:
+        r = by_key[f"{row['dbname']}/{row['filename']}"]
+        assert r["title"] == row["title"]
+        assert r.get("authors", []) == _names(row[PEOPLE[doc_type]])  # whole names, in order
+        assert r.get("abstract", "") == row[TEXT[doc_type]]
+        notes = r.get("notes", [])
+        if doc_type == "paper":
+            thesis = row["database"] in ("博士", "硕士")
+            assert r["type_of_reference"] == ("THES" if thesis else "JOUR")
+            assert r.get("keywords", []) == _names(row["keywords"])
+            assert r.get("doi", "") == row["doi"]
+            if thesis:
+                assert r["publisher"] == row["source"]
+                assert r.get("tertiary_authors", []) == _names(row["supervisor"])
+                assert r["type_of_work"] == row["degree"]
+            else:
+                assert r["secondary_title"] == row["source"]
+                assert r.get("volume", "") == row["volume"]
+                assert r.get("number", "") == row["issue"]
+                assert (
+                    "-".join(filter(None, (r.get("start_page"), r.get("end_page"))))
+                    == (row["page_range"])
+                )
+                assert r["issn"] == row["issn"]
+            assert f"被引: {row['cited']}" in notes and f"下载: {row['downloads']}" in notes
+        elif doc_type == "patent":
+            assert r["type_of_reference"] == "PAT"
+            # RIS's own places: M1 the application number, SN the publication number
+            assert r.get("note", "") == row["application_no"]
+            assert r.get("issn", "") == row["publication_no"]
+            assert r.get("authors", []) == _names(row["inventors"])
+            for label, name in (
+                ("申请(专利)号", "application_no"),
+                ("申请公布号", "publication_no"),
+                ("公开公告日", "publication_date"),
+                ("授权公布号", "grant_no"),
+                ("授权公告日", "grant_date"),
+            ):
+                assert (f"{label}: {row[name]}" in notes) == bool(row[name]), name
+        else:
+            assert r["type_of_reference"] == "RPRT"
+            assert r["publisher"] == row["first_unit"]
+            assert f"被引: {row['cited']}" in notes
+
+
+@pytest.mark.parametrize("doc_type", ["paper", "patent", "achievement"])
+def test_bibtex_is_read_back_by_bibtexparser(sqlite_url, tmp_path, doc_type):
+    stored = _store(sqlite_url, doc_type)
+    count, out = _export(sqlite_url, doc_type, "bibtex", tmp_path)
+    library = bibtexparser.parse_string(out.read_text(encoding="utf-8"))
+    assert not library.failed_blocks
+    assert count == len(library.entries) == len(stored)
+    by_key = {e.key: e for e in library.entries}
+
+    def get(entry, name):
+        field = entry.fields_dict.get(name)
+        return field.value.replace("\\{", "{").replace("\\}", "}") if field else ""
+
+    for row in stored:
+        e = by_key[f"{row['dbname']}_{row['filename']}"]
+        assert get(e, "title") == row["title"]
+        people = get(e, "author")
+        assert people == " and ".join("{" + n + "}" for n in _names(row[PEOPLE[doc_type]]))
+        if doc_type == "paper":
+            if row["database"] in ("博士", "硕士"):
+                want = "phdthesis" if row["degree"] == "博士" else "mastersthesis"
+                assert e.entry_type == want and get(e, "school") == row["source"]
+                assert get(e, "supervisor") == " and ".join(
+                    "{" + n + "}" for n in _names(row["supervisor"])
+                )
+            else:
+                assert e.entry_type == "article" and get(e, "journal") == row["source"]
+                assert (get(e, "volume"), get(e, "number")) == (row["volume"], row["issue"])
+                assert get(e, "pages") == row["page_range"].replace("-", "--")
+                assert get(e, "issn") == row["issn"]
+        elif doc_type == "patent":
+            assert e.entry_type == "misc"
+            for name in ("application_no", "publication_no", "grant_no", "grant_date"):
+                assert get(e, name) == row[name], name
+        else:
+            assert e.entry_type == "misc" and get(e, "institution") == row["first_unit"]
+
+
+def _endnote(text: str) -> list[dict[str, list[str]]]:
+    """The tagged EndNote import format: "%X value" lines, records split by a blank line."""
+    records = []
+    for block in text.strip().split("\n\n"):
+        record: dict[str, list[str]] = {}
+        for line in block.splitlines():
+            tag, _, value = line.partition(" ")
+            assert tag.startswith("%") and len(tag) == 2, line
+            record.setdefault(tag, []).append(value)
+        records.append(record)
+    return records
+
+
+@pytest.mark.parametrize("doc_type", ["paper", "patent", "achievement"])
+def test_endnote_records(sqlite_url, tmp_path, doc_type):
+    stored = _store(sqlite_url, doc_type)
+    count, out = _export(sqlite_url, doc_type, "endnote", tmp_path)
+    records = {r["%M"][0]: r for r in _endnote(out.read_text(encoding="utf-8"))}
+    assert count == len(records) == len(stored)
+    kinds = {
+        "paper": ("Journal Article", "Thesis"),
+        "patent": ("Patent",),
+        "achievement": ("Report",),
+    }
+    for row in stored:
+        r = records[f"{row['dbname']}/{row['filename']}"]
+        assert r["%0"][0] in kinds[doc_type]
+        assert r["%T"] == [row["title"]] and r.get("%A", []) == _names(row[PEOPLE[doc_type]])
+        if doc_type == "paper" and r["%0"] == ["Journal Article"]:
+            assert r["%J"] == [row["source"]] and r.get("%P", [""]) == [row["page_range"]]
+        if doc_type == "paper" and r["%0"] == ["Thesis"]:
+            assert r["%Y"] == _names(row["supervisor"]) and r["%9"] == [row["degree"]]
+
+
+@pytest.mark.parametrize("doc_type", ["paper", "patent", "achievement"])
+def test_xlsx_has_typed_columns_and_no_formula(db_url, tmp_path, doc_type):
+    stored = _store(db_url, doc_type)
+    count, out = _export(db_url, doc_type, "xlsx", tmp_path)
+    book = openpyxl.load_workbook(out, read_only=True)
+    sheet = book.worksheets[0]
+    rows = list(sheet.iter_rows(values_only=True))
+    header = list(rows[0])
+    assert header == list(columns(doc_type)) and count == len(rows) - 1 == len(stored)
+    by_key = {(r[0], r[1]): dict(zip(header, r, strict=True)) for r in rows[1:]}
+    for row in stored:
+        cells = by_key[(row["dbname"], row["filename"])]
+        assert cells["title"] == row["title"]  # text, even when it starts with =
+        assert isinstance(cells["crawled_at"], dt.datetime)
+        if doc_type != "patent":
+            assert cells["cited"] == row["cited"] and isinstance(cells["cited"], int)
+            assert cells["downloads"] == row["downloads"]
+            assert cells["counted_at"] == dt.datetime(2026, 11, 26, 9, 0)
+        if doc_type == "patent":
+            assert cells["application_date"] == dt.datetime.fromisoformat(row["application_date"])
+        if doc_type == "paper":
+            people = json.loads(row["author_affiliations"])
+            flat = ";".join(f"{p['author']}:{'|'.join(p['institutions'])}" for p in people)
+            assert cells["author_affiliations"] == flat
+    # formula-injection safe: no cell of the workbook is a formula
+    typed = openpyxl.load_workbook(out)  # not read-only: each cell's data_type
+    assert all(c.data_type != "f" for r in typed.worksheets[0].iter_rows() for c in r)
+    assert typed.worksheets[0].cell(2, 3).value.startswith("=HYPERLINK") or any(
+        str(c.value).startswith("=HYPERLINK") for r in typed.worksheets[0].iter_rows() for c in r
+    )
+
+
+def test_export_command_writes_each_format(sqlite_url, tmp_path):
+    stored = _store(sqlite_url, "achievement")
+    config = tmp_path / "config.ini"
+    config.write_text(f"[database]\nurl = {sqlite_url}\n[task]\nname = t\ntype = achievement\n")
+    for fmt in ("ris", "bibtex", "endnote", "xlsx"):
+        out = tmp_path / f"out.{fmt}"
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "cnkispider.cli",
+                "--config",
+                str(config),
+                "export",
+                "--format",
+                fmt,
+                "--out",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stderr
+        assert f"exported {len(stored)} achievement documents" in result.stderr
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cnkispider.cli",
+            "--config",
+            str(config),
+            "export",
+            "--format",
+            "xlsx",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0 and "give a file with --out" in result.stderr
+    assert result.stderr.strip().count("\n") == 0
+
+
+def _rows(n: int):
+    for i in range(n):
+        yield {
+            "dbname": "CJFQ",
+            "filename": f"X{i:08d}",
+            "title": f"标题{i}" * 5,
+            "abstract": "摘要" * 200,
+            "cited": i % 50,
+            "downloads": i,
+            "date": "2024-01-01",
+            "counted_at": dt.datetime(2026, 11, 26, 9, 0),
+        }
+
+
+def _peak(n: int, fmt: str, tmp_path) -> int:
+    import tracemalloc
+
+    from cnkispider import citations
+    from cnkispider.spreadsheet import write_xlsx
+
+    names = ("dbname", "filename", "title", "abstract", "cited", "downloads", "date", "counted_at")
+    tracemalloc.start()
+    try:
+        with open(tmp_path / f"m{n}.{fmt}", "wb") as binary:
+            if fmt == "xlsx":
+                assert write_xlsx(binary, names, _rows(n)) == n
+            else:
+                for row in _rows(n):
+                    binary.write(citations.ris_record(row, "paper").encode())
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("fmt", ["xlsx", "ris"])
+def test_export_memory_stays_flat(tmp_path, fmt):
+    """Eight times the rows, about the same peak: rows are written, not kept."""
+    small, large = _peak(1_500, fmt, tmp_path), _peak(12_000, fmt, tmp_path)
+    assert large < small * 1.5 + 256 * 1024, (small, large)
