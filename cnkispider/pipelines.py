@@ -268,7 +268,9 @@ class DocumentPipeline:
         for i in indexes:
             doc_type, values, _ = batch[i]
             settles = values.get(LEDGER_KEY)
-            if settles is not None:
+            # only documents read from their detail pages: a list- or export-depth document
+            # lacks the detail fields by design, not because CNKI changed its markup
+            if settles is not None and values.get(DEPTH_KEY, "detail") == "detail":
                 by_round.setdefault((doc_type, settles[0]), []).append(values)
         if not by_round:
             return None

@@ -281,3 +281,23 @@ def test_one_pass_handed_over_by_curl_crawls_each_depth_equal_to_the_truth(
         _ledger_balanced(setup)
     finally:
         cleanup(setup, pool)
+
+
+def test_a_task_set_shallower_mid_way_is_no_markup_drift(crawl):
+    """The drift alarm (issue 26) counts only documents read from detail pages: a task set to
+    list depth after detail rounds stores documents without detail fields by design, and goes
+    on instead of halting for 'markup drift'."""
+    setup = crawl("paper", "TP3,F0", "detail")
+    _run(setup, "run", "-s", "CNKI_DRIFT_DOCUMENTS=15")
+    detail = {d["filename"] for d in setup.stored()}
+    assert len(detail) > 20
+    for args in (("set", setup.task, "--depth", "list"), ("extend", setup.task, "2024-01-03")):
+        changed = setup.run("task", *args)
+        assert changed.returncode == 0, changed.stderr
+    setup.depth = "list"
+    _run(setup, "run", "-s", "CNKI_DRIFT_DOCUMENTS=15")
+    stored = {d["filename"]: d for d in setup.stored()}
+    later = setup.site.truth("paper", "2024-01-02", "2024-01-03", ["TP3", "F0"])
+    assert later and {d["filename"] for d in later} <= set(stored)
+    assert {stored[d["filename"]]["depth"] for d in later} == {"list"}
+    assert {stored[f]["depth"] for f in detail} == {"detail"}
