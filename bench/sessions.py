@@ -2,6 +2,7 @@
 
     python bench/sessions.py [--start 2024-01-01 --end 2024-01-01] [--categories G06,H04]
         [--session-pace 1.0] [--passes 2] [--workers 2] [--timeout 900]
+        [--type patent] [--depth detail|export|list] [--export-batch N]
 
 The stand-in checks for a person as CNKI does in 2026 (PROTOCOL.md "2026 evidence" point 11),
 with its hidden per-pass limits left at their defaults (``--session-requests 300``,
@@ -20,6 +21,11 @@ per pass); CNKI requests (every request the stand-in saw on its crawl routes, th
 too) per stored document (the protocol's floor: 1 + 1/50 = 1.02); and the database against the
 ground truth. Targets (issue 19): documents per pass close to the limit, requests per document
 close to 1.02, the truth.
+
+``--depth`` (issue 27) crawls the task at that depth (``[task] depth``); ``--export-batch N`` is
+the stand-in's hidden GetExport limit (ids answered per request; 0: all), never told to the
+crawler. At list and export depth the database is compared with the truth on the fields of that
+depth (tests/crawl_harness.py ``depth_fields``), and GetExport requests count as CNKI requests.
 """
 
 from __future__ import annotations
@@ -40,9 +46,14 @@ sys.path.insert(0, str(ROOT))
 from bench.compare_schedulers import BenchRedis, exit_on_sigterm, machine  # noqa: E402
 from cnkispider.sessions import SessionStore, namespace_for  # noqa: E402
 from standin.client import start_site  # noqa: E402
-from tests.crawl_harness import CrawlSetup, compare  # noqa: E402
+from tests.crawl_harness import CrawlSetup, compare, depth_fields  # noqa: E402
 
-CRAWL_PATHS = ("/kns8s/brief/grid", "/kcms2/article/abstract", "/kns8s/defaultresult/index")
+CRAWL_PATHS = (
+    "/kns8s/brief/grid",
+    "/kcms2/article/abstract",
+    "/kns8s/defaultresult/index",
+    "/dm8/API/GetExport",
+)
 PAGE_SIZE = 50
 
 
@@ -83,19 +94,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--type", default="patent", choices=("patent", "paper", "achievement"))
+    parser.add_argument("--depth", default="detail", choices=("detail", "export", "list"))
+    parser.add_argument(
+        "--export-batch", type=int, default=0, help="the stand-in's hidden GetExport limit"
+    )
     args = parser.parse_args(argv)
     command = "python bench/sessions.py " + " ".join(sys.argv[1:] if argv is None else argv)
     exit_on_sigterm()
     os.chdir(ROOT)
 
-    site = start_site(seed=args.seed, human_check=True)
+    site = start_site(seed=args.seed, human_check=True, export_batch=args.export_batch)
     redis_server = BenchRedis()
     tmp = Path(tempfile.mkdtemp(prefix="bench-sessions-"))
     setup = CrawlSetup(
         tmp,
         site,
         f"sqlite:///{tmp / 'cnki.db'}",
-        "patent",
+        args.type,
         args.start,
         args.end,
         args.categories,
@@ -103,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         redis_url=redis_server.url,
         cnki={"sessions": "verified", "session_pace": args.session_pace},
         crawl={"heartbeat_seconds": 1, "lease_seconds": 30, "round_lease_seconds": 60},
+        depth=args.depth,
     )
     import redis
 
@@ -123,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         stats = site.stats()
         truth = setup.truth()
-        diff = compare(setup.stored(), truth, "patent")
+        diff = compare(setup.stored(), truth, args.type, depth_fields(args.depth, args.type))
     finally:
         person.done.set()
         redis_server.stop()
@@ -148,8 +165,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"command: {command}")
     print(
-        f"task: patent {args.start}..{args.end}, categories {args.categories}: {len(truth)} "
-        f"documents; {args.workers} worker(s), session_pace {args.session_pace:g} requests/s"
+        f"task: {args.type} {args.start}..{args.end}, categories {args.categories}: "
+        f"{len(truth)} documents; depth {args.depth}; {args.workers} worker(s), session_pace "
+        f"{args.session_pace:g} requests/s; hidden export batch {args.export_batch or 'none'}"
+    )
+    kinds = stats.get("kinds", {})
+    print(
+        f"  requests by kind                 grid {kinds.get('grid', 0)}, detail "
+        f"{kinds.get('detail', 0)}, export {kinds.get('export', 0)}, warm-up "
+        f"{kinds.get('warmup', 0)}"
     )
     print(f"  passes used                      {passes} (before the crawl: {args.passes})")
     print(f"  requests each pass answered      {answered}; checked again by: {reasons}")

@@ -2,11 +2,12 @@
 
     cnkispider [--config PATH] init-db
     cnkispider task add NAME --type patent --start 2024-01-01 [--end 2024-01-31] [--categories SPEC]
+                    [--depth list|export|detail]
     cnkispider task list | show NAME | stop NAME | extend NAME END | resume NAME [--end DATE]
     cnkispider task move NAME DATE [CODE]
     cnkispider run [--processes N]       crawl the task of config.ini, then its recrawl phase
     cnkispider recrawl                   only the recrawl phase (replay errorCode, errorLink)
-    cnkispider task set NAME [--categories SPEC] [--type T]   (type: only before its first round)
+    cnkispider task set NAME [--categories SPEC] [--type T] [--depth D]   (type: only before its first round)
     cnkispider run|recrawl [--verbose] [-s KEY=VALUE] [-o FILE]
     cnkispider demo                      the offline demo: the local stand-in site, crawled
     cnkispider status [--task NAME] [--watch [SECONDS]] [--json]   progress, errors, workers, queue
@@ -36,7 +37,7 @@ from pathlib import Path
 from cnkispider.clock import cnki_today
 from cnkispider.config import Config, load_config
 from cnkispider.exceptions import CnkiSpiderError
-from cnkispider.items import DOC_TYPES
+from cnkispider.items import DOC_TYPES, check_depth
 from cnkispider.preflight import check_task_input, parse_day, preflight, task_store
 from cnkispider.sessions.waysin import added_line, cnki_site_of
 from tasks.rows import describe
@@ -59,18 +60,40 @@ def cmd_task(config: Config, args) -> int:
     store = task_store(config)
     action = args.action
     if action == "add":
+        from tasks.selection import selection_text
+
+        if args.like:
+            # a deepening task: the other task's rounds again (their links died with their
+            # sessions), with its type, days and categories unless given here
+            like = store.get(args.like)
+            args.type = args.type or like.type
+            args.start = args.start or like.start_date.isoformat()
+            args.end = args.end or (like.end_date.isoformat() if like.end_date else None)
+            if args.categories is None:
+                args.categories = like.categories
+        if not args.type or not args.start:
+            raise ValueError("task add: give --type and --start (or --like TASK)")
+        if args.categories is None:
+            args.categories = "builtin"
         # every check first: an error leaves no row behind
         check_task_input(args.type, args.start, args.end, args.categories, store.base_dir)
+        depth = check_depth(args.depth, "--depth")
+        selection = selection_text(args.where, args.keys)
         current, created = store.register(
             args.name,
             args.type,
             parse_day(args.start, "start date"),
             parse_day(args.end, "end date") or "",
             args.categories,
+            depth,
+            selection,
         )
         print(("created " if created else "exists: ") + describe(current))
     elif action == "set":
-        print("changed: " + describe(store.set_task(args.name, args.categories, args.type)))
+        print(
+            "changed: "
+            + describe(store.set_task(args.name, args.categories, args.type, args.depth))
+        )
     elif action == "list":
         rows = store.rows()
         if not rows:
@@ -147,6 +170,7 @@ def crawl(
             config.task.start_date or cnki_today().isoformat(),
             config.task.end_date,
             config.task.categories,
+            config.task.depth,
         )
         store.set_phase(current.id, "recrawl")
     process = CrawlerProcess(settings)
@@ -704,16 +728,31 @@ def build_parser() -> argparse.ArgumentParser:
     actions = task_parser.add_subparsers(dest="action", required=True)
     add = actions.add_parser("add", help="register a task (joins it unchanged if it exists)")
     add.add_argument("name")
-    add.add_argument("--type", required=True, choices=DOC_TYPES)
-    add.add_argument("--start", required=True, help="first day, YYYY-MM-DD")
+    add.add_argument("--type", choices=DOC_TYPES, help="required unless --like")
+    add.add_argument("--start", help="first day, YYYY-MM-DD (required unless --like)")
     add.add_argument("--end", help="last day, YYYY-MM-DD (default: up to today)")
-    add.add_argument("--categories", default="builtin", help="category spec (see config.ini)")
+    add.add_argument("--categories", help="category spec (see config.ini; default builtin)")
+    add.add_argument(
+        "--like", help="a deepening task: list TASK's rounds again (its type, days, categories)"
+    )
+    add.add_argument(
+        "--where", help="crawl only rows where RULE holds, e.g. 'cited >= 10' (docs/DEPTH.md)"
+    )
+    add.add_argument(
+        "--keys", help="crawl only the documents of this file (dbname/filename a line)"
+    )
+    add.add_argument(
+        "--depth",
+        default="detail",
+        help="list | export | detail (default): what is fetched beyond the list rows (docs/DEPTH.md)",
+    )
     tset = actions.add_parser(
         "set", help="change a task's categories, or its type while nothing is crawled"
     )
     tset.add_argument("name")
     tset.add_argument("--categories", help="new category spec (checked against the category tree)")
     tset.add_argument("--type", choices=DOC_TYPES, help="new type (only before its first round)")
+    tset.add_argument("--depth", help="list | export | detail: the depth of rounds from now on")
     actions.add_parser("list", help="every task, bad rows flagged")
     for name, text in (
         ("show", "one task with its progress"),

@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from cnkispider import default_settings
+from cnkispider.cnki.export_batch import MAX_EXPORT_BATCH
 from cnkispider.exceptions import ConfigError
-from cnkispider.items import DOC_TYPES
+from cnkispider.items import DEPTHS, DOC_TYPES
 from cnkispider.masking import install_log_filter, mask_url
 
 logger = logging.getLogger(__name__)
@@ -203,11 +204,13 @@ SCHEMA: dict[str, dict[str, tuple[Any, str]]] = {
         "end_date": (_date_or_empty, _default("TASKS_END_DATE")),
         "categories": (_text, _default("TASKS_CATEGORIES")),
         "day_census": (_bool, _default("TASKS_DAY_CENSUS")),
+        "depth": (_choice(*DEPTHS), _default("TASKS_DEPTH")),
     },
     "cnki": {
         "base_url": (_http_url, _default("CNKI_BASE_URL")),
         "client_id_url": (_required(_http_url), _default("CNKI_CLIENT_ID_URL")),
         "page_size": (_int_choice(10, 20, 50), _default("CNKI_PAGE_SIZE")),
+        "export_batch": (_int(1, MAX_EXPORT_BATCH), _default("CNKI_EXPORT_BATCH")),
         "cap_rows": (_int(10, 1_000_000), _default("CNKI_CAP_ROWS")),
         "max_pages": (_int(0, 100_000), _default("CNKI_MAX_PAGES")),
         "turn_limit": (_int(1, 1000), _default("SESSION_TURN_LIMIT")),
@@ -282,6 +285,7 @@ class TaskConfig:
     end_date: str
     categories: str
     day_census: bool = True
+    depth: str = "detail"
 
 
 @dataclass(frozen=True)

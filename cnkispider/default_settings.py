@@ -30,6 +30,9 @@ CNKI_MAX_PAGES = 0  # 0: cap_rows // page_size
 CNKI_CATEGORY_MODE = "subject"  # subject | facet
 CNKI_CATEGORY_FIELD = "CLC"
 CNKI_CATEGORY_OPERATOR = "SUFFIX"
+# export ids a session's first GetExport asks for; learned down per session from CNKI's answers
+# (cnkispider/cnki/export_batch.py)
+CNKI_EXPORT_BATCH = 50
 CNKI_DATA_DIR = "data"  # the embedded Redis, the archive (relative to config.ini's folder)
 
 # -- DATABASE_*: storage (cnkispider/pipelines.py, cnkispider/db.py) ----------------------------
@@ -163,6 +166,8 @@ TASKS_TYPE = "patent"
 TASKS_START_DATE = ""  # empty: today
 TASKS_END_DATE = ""  # empty: open-ended, crawled up to today
 TASKS_CATEGORIES = "builtin"
+# list | export | detail (docs/DEPTH.md): what a task fetches beyond its list rows
+TASKS_DEPTH = "detail"
 # one search per day without the category first (tasks/rounds.py "The day census"); False: a round
 # per (day x root category), as before issue 21 (the benchmark's baseline)
 TASKS_DAY_CENSUS = True

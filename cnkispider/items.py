@@ -115,6 +115,27 @@ ACHIEVEMENT_FIELDS = COMMON_FIELDS + (
 FIELDS = {"patent": PATENT_FIELDS, "paper": PAPER_FIELDS, "achievement": ACHIEVEMENT_FIELDS}
 DOC_TYPES = tuple(FIELDS)
 
+# How deep a task crawls (docs/DEPTH.md): ``list`` stores documents from their list rows alone,
+# ``export`` adds CNKI's citation export (GetExport, many rows a request), ``detail`` fetches
+# every detail page (today's crawl). Each stored document records the depth it was stored at
+# (its ``depth`` column; NULL: stored before depths, at detail); a deeper pass later fills what
+# a shallower one could not, never the reverse (cnkispider/storage.py).
+DEPTHS = ("list", "export", "detail")  # shallowest first: the rank is the index
+DEFAULT_DEPTH = "detail"
+
+
+def check_depth(value, name: str = "depth") -> str:
+    """A depth from configuration, the command line or a task row; ValueError naming it."""
+    text = str(value if value is not None else "").strip().lower()
+    if text not in DEPTHS:
+        raise ValueError(f"{name}: expected one of {', '.join(DEPTHS)}, got {value!r}")
+    return text
+
+
+def depth_rank(value: str | None) -> int:
+    """0 for list, 1 for export, 2 for detail (and for None: rows older than depths)."""
+    return DEPTHS.index(value) if value in DEPTHS else DEPTHS.index(DEFAULT_DEPTH)
+
 
 def _item_class(name: str, fields: tuple[str, ...]) -> type[scrapy.Item]:
     return type(name, (scrapy.Item,), {f: scrapy.Field() for f in fields})

@@ -42,7 +42,13 @@ from cnkispider import signals as cnki_signals
 from cnkispider.context import context_of
 from cnkispider.db import db_now, is_transient, open_database, retrying
 from cnkispider.items import doc_type_of
-from cnkispider.storage import DocumentRejected, key_problem, row_for, upsert_documents
+from cnkispider.storage import (
+    DEPTH_KEY,
+    DocumentRejected,
+    key_problem,
+    row_for,
+    upsert_documents,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +107,9 @@ class DocumentPipeline:
         settles = getattr(item, "_cnki_ledger", None)
         if settles is not None:
             values[LEDGER_KEY] = settles  # not a column: row_for reads only the type's fields
+        depth = getattr(item, "_cnki_depth", None)
+        if depth is not None:  # the depth it was crawled at (absent: detail, today's crawl)
+            values[DEPTH_KEY] = depth
         page = getattr(item, "_cnki_page", None)
         if page is not None:
             values[PAGE_KEY] = page
@@ -252,7 +261,9 @@ class DocumentPipeline:
         for i in indexes:
             doc_type, values, _ = batch[i]
             settles = values.get(LEDGER_KEY)
-            if settles is not None:
+            # only documents read from their detail pages: a list- or export-depth document
+            # lacks the detail fields by design, not because CNKI changed its markup
+            if settles is not None and values.get(DEPTH_KEY, "detail") == "detail":
                 by_round.setdefault((doc_type, settles[0]), []).append(values)
         if not by_round:
             return None

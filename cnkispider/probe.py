@@ -37,6 +37,8 @@ from typing import Any
 from cnkispider import default_settings
 from cnkispider.clock import cnki_today
 from cnkispider.cnki import parsers, refusals
+from cnkispider.cnki.export_batch import ExportRow, match_records
+from cnkispider.cnki.export_records import ExportAnswerError, parse_export
 from cnkispider.cnki.protocol import RESOURCES, Protocol, Search, protocol_from_settings
 from cnkispider.exceptions import RefusedPage
 
@@ -269,6 +271,7 @@ class Probe:
                 self.check_categories(main, doc_type)
             for doc_type in RESOURCES:
                 self.check_detail(main, doc_type)
+            self.check_export(main)
             self.check_foreign_session()
             if self.checked_plain and self.session_budget > 0:
                 self.check_session_lasts(main)
@@ -573,6 +576,48 @@ class Probe:
         else:
             self.verdict(name, PASS, f"{row.doc_key}: {filled} fields filled")
         self._detail_link = (doc_type, row, url)
+
+    def check_export(self, session: CnkiSession) -> None:
+        """CNKI's citation export (PROTOCOL.md point 16; docs/DEPTH.md): one request with two
+        export ids of a list page, and how many records come back (the batch size that export
+        depth learns per session: 1 of 2 means one id a request)."""
+        name = "export: GetExport, 2 ids"
+        rows = next(
+            (
+                [r for r in page.rows if r.export_id][:2]
+                for page in self.first_pages.values()
+                if sum(1 for r in page.rows if r.export_id) >= 2
+            ),
+            None,
+        )
+        if rows is None:
+            self.verdict(name, UNKNOWN, "no list page with two export ids (input.cbItem)")
+            return
+        session = self.current or session
+        answer = session.post(
+            self.protocol.export_url,
+            self.protocol.export_form([r.export_id for r in rows]),
+            name,
+            referer=self.protocol.home_url,
+        )
+        reason = _reason("export", answer)
+        if reason:
+            words = refusals.rejection_text(answer.body)
+            self.verdict(name, FAIL, f"{reason}" + (f" ({words})" if words else ""))
+            return
+        try:
+            records = parse_export(answer.body)
+        except ExportAnswerError as exc:
+            self.verdict(name, FAIL, str(exc))
+            return
+        asked = [ExportRow(r.export_id, r.title, r.authors) for r in rows]
+        pairs, _, strays = match_records(asked, records)
+        evidence = (
+            f"{len(records)} records for 2 ids, {len(pairs)} matched by title"
+            + (f", {len(strays)} matching no row" if strays else "")
+            + (": batches of several ids work" if len(pairs) == 2 else ": one id a request")
+        )
+        self.verdict(name, PASS if pairs and not strays else FAIL, evidence)
 
     def check_foreign_session(self) -> None:
         """A detail link listed by one session, opened by another (how replays reach links).

@@ -41,7 +41,7 @@ from sqlalchemy.dialects.mysql import MEDIUMTEXT
 
 from cnkispider.items import FIELDS, INTEGER_FIELDS, TIME_FIELDS
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 metadata = MetaData()
 
@@ -77,6 +77,10 @@ task = Table(
     # does not move; `cnkispider task resume NAME` clears both (cnkispider/halting.py).
     Column("halt_reason", String(500)),
     Column("halted_at", DateTime),
+    # list | export | detail (cnkispider.items.DEPTHS); NULL = detail, today's crawl
+    Column("depth", String(10)),
+    # a deepening task's rule (tasks/selection.py): where:RULE or keys:PATH; NULL = every row
+    Column("selection", Text),
 )
 
 round_ = Table(
@@ -193,6 +197,8 @@ worker = Table(
     # failure it recorded ("reason: words", masked, cut to the column): both from its heartbeat.
     Column("challenges", Integer, nullable=False, default=0),
     Column("last_error", String(300)),
+    # the GetExport batch size its sessions last reached (export depth, docs/DEPTH.md); NULL: none
+    Column("export_batch", Integer),
 )
 
 # One row per action the operator's web page carried out (cnkispider/web/actions.py): resume,
@@ -244,6 +250,9 @@ UPGRADES: dict[int, list[tuple[Table, str]]] = {
     # issue 26: the fields researchers cite (list-row counts and export id, the source line,
     # affiliations, theses, references); filled in below, once the document tables exist
     6: [],
+    # issue 27: the task's depth and each document's (NULL: detail, what every older row was
+    # crawled at); the documents' are filled in below, once the document tables exist
+    7: [(task, "depth"), (task, "selection"), (worker, "export_batch")],
 }
 
 # Document columns that can outgrow TEXT's 65,535 bytes (about 21,000 Chinese characters in
@@ -290,6 +299,7 @@ def _document_table(doc_type: str) -> Table:
         *columns,
         Column("task_id", Integer),
         Column("crawled_at", DateTime),
+        Column("depth", String(10)),  # the depth it was stored at (NULL: detail)
         UniqueConstraint("dbname", "filename", name=f"uq_{doc_type}_doc"),
         Index(f"ix_{doc_type}_crawled", "crawled_at"),
         Index(f"ix_{doc_type}_task", "task_id"),  # per-task counts for status and summaries
@@ -328,3 +338,4 @@ _SCHEMA5_FIELDS = {
     ),
 }
 UPGRADES[6] = _new_document_columns()
+UPGRADES[7] += [(table, "depth") for table in documents.values()]

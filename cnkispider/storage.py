@@ -4,6 +4,16 @@ A replayed request, a recrawl or a round crawled twice after a cursor move rewri
 row, never adds one. Both dialects get a native upsert (MySQL ``ON DUPLICATE KEY UPDATE``,
 SQLite ``ON CONFLICT DO UPDATE``), one statement per batch.
 
+Depths (docs/DEPTH.md): a row carries the depth it was stored at (``depth``: list, export or
+detail; NULL = detail). The upsert never lets a pass blank what another filled, nor a shallower
+pass overwrite a deeper one's values: for each field, an empty new value keeps the stored one;
+a non-empty new value replaces it unless the stored row is deeper and its value is not empty (a
+list-depth pass fills a field no deeper pass found, and nothing else). The counts
+(``cited``, ``downloads``, ``counted_at``) and ``export_id``, which every depth reads from the
+list row and which change, take the newest non-empty read whatever the depth. Numbers and times
+are empty only when NULL (a count of 0 is a count). The row's depth becomes the deeper of the
+two.
+
 A document whose key cannot be stored (an empty or over-long ``dbname``/``filename``) is refused
 by :func:`key_problem` before anything is written; one whose value the database refuses (a value
 longer than its column) fails its statement, and with it the whole batch: the pipeline then
@@ -19,7 +29,14 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, sqlite
 from sqlalchemy.engine import Engine
 
-from cnkispider.items import FIELDS, INTEGER_FIELDS, TIME_FIELDS
+from cnkispider.items import (
+    COUNT_FIELDS,
+    DEFAULT_DEPTH,
+    DEPTHS,
+    FIELDS,
+    INTEGER_FIELDS,
+    TIME_FIELDS,
+)
 from cnkispider.schema import documents
 
 
@@ -44,6 +61,10 @@ def key_problem(doc_type: str, values: dict) -> str | None:
     return None
 
 
+#: Where an item's depth travels with its values (not an item field: the pipeline sets it).
+DEPTH_KEY = "_depth"
+
+
 def row_for(doc_type: str, values: dict, task_id: int | None, now: dt.datetime) -> dict:
     row = {}
     for field in FIELDS[doc_type]:
@@ -56,7 +77,60 @@ def row_for(doc_type: str, values: dict, task_id: int | None, now: dt.datetime) 
             row[field] = value or ""
     row["task_id"] = task_id
     row["crawled_at"] = now
+    row["depth"] = values.get(DEPTH_KEY) or DEFAULT_DEPTH
     return row
+
+
+def _rank(column):
+    """A depth column as its rank (NULL and unknown values: detail's)."""
+    return sa.case(
+        *((column == name, rank) for rank, name in enumerate(DEPTHS)),
+        else_=DEPTHS.index(DEFAULT_DEPTH),
+    )
+
+
+def _merged(table, new, columns: list[str]) -> list[tuple[str, object]]:
+    """The upsert's assignments under the depth rule (module docstring), ``depth`` last: MySQL
+    evaluates ON DUPLICATE KEY UPDATE assignments in order, and the others read the old depth."""
+    old_rank, new_rank = _rank(table.c.depth), _rank(new.depth)
+    out = []
+    for name in columns:
+        if name == "depth":
+            continue
+        old, value = table.c[name], new[name]
+        if name in ("task_id", "crawled_at"):
+            out.append((name, value))
+            continue
+        if name in INTEGER_FIELDS or name in TIME_FIELDS:
+            # numbers and times: only NULL is "not read" (0 is a count; '' would be cast to 0)
+            old_empty, new_empty = old.is_(None), value.is_(None)
+        else:
+            old_empty = sa.or_(old.is_(None), old == "")
+            new_empty = sa.or_(value.is_(None), value == "")
+        if name in COUNT_FIELDS or name == "export_id":
+            # what every depth reads from the list row, and what changes: the newest read wins
+            out.append((name, sa.case((new_empty, old), else_=value)))
+            continue
+        out.append(
+            (
+                name,
+                sa.case(
+                    (new_empty, old),
+                    (sa.and_(old_rank > new_rank, sa.not_(old_empty)), old),
+                    else_=value,
+                ),
+            )
+        )
+    out.append(
+        (
+            "depth",
+            sa.case(
+                (new_rank >= old_rank, new.depth),
+                else_=sa.func.coalesce(table.c.depth, DEFAULT_DEPTH),
+            ),
+        )
+    )
+    return out
 
 
 def as_integer(field: str, value) -> int | None:
@@ -89,11 +163,12 @@ def upsert_documents(conn, doc_type: str, rows: list[dict]) -> None:
     updatable = [c for c in unique[0] if c not in ("dbname", "filename")]
     if conn.dialect.name == "mysql":
         stmt = mysql.insert(table).values(unique)
-        stmt = stmt.on_duplicate_key_update({c: stmt.inserted[c] for c in updatable})
+        stmt = stmt.on_duplicate_key_update(_merged(table, stmt.inserted, updatable))
     elif conn.dialect.name == "sqlite":
         stmt = sqlite.insert(table).values(unique)
         stmt = stmt.on_conflict_do_update(
-            index_elements=["dbname", "filename"], set_={c: stmt.excluded[c] for c in updatable}
+            index_elements=["dbname", "filename"],
+            set_=dict(_merged(table, stmt.excluded, updatable)),
         )
     else:  # pragma: no cover - only the two dialects are supported
         raise NotImplementedError(conn.dialect.name)

@@ -6,7 +6,7 @@ per proxy and one for the provider; it serves until SIGTERM or SIGINT)::
     python -m standin [--host 127.0.0.1] [--port 0] [--seed 1] [--scale 1.0]
         [--no-human-check] [--session-requests 300] [--session-minutes 30]
         [--session-pace 1.5 --session-pace-window 10] [--session-burst 4]
-        [--zero-as-soft-block] [--no-dbname-years]
+        [--zero-as-soft-block] [--no-dbname-years] [--export-batch 0]
         [--cap-rows 6000 | --max-pages N] [--turn-limit 15|0] [--token-ttl 600] [--session-ttl 1200]
         [--pace-limit RPS --pace-block-seconds 30]
         [--collect-missing 0.3] [--rows-without-keys] [--header-rows 0] [--break NAME ...]
@@ -205,6 +205,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="a search with no results answers the soft block's 105 bytes",
     )
     parser.add_argument(
+        "--export-batch",
+        type=int,
+        default=0,
+        help="hidden: export ids GetExport answers per request, the rest left out (0: all)",
+    )
+    parser.add_argument(
         "--pace-limit",
         type=float,
         default=0.0,
@@ -307,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         session_pace_window=args.session_pace_window,
         session_burst=args.session_burst,
         zero_as_soft_block=args.zero_as_soft_block,
+        export_batch=args.export_batch,
         pace_limit=args.pace_limit,
         pace_block_seconds=args.pace_block_seconds,
         collect_missing=args.collect_missing,

@@ -325,7 +325,12 @@ class Pass:
         self.checked_at: float | None = None
         self.checked_after_requests: int | None = None
         self.check_after: int | None = None  # control: checked after this many more requests
-        self.by_kind = {"page": 0, "list": 0, "detail": 0}  # admitted requests by route kind
+        self.by_kind = {
+            "page": 0,
+            "list": 0,
+            "detail": 0,
+            "export": 0,
+        }  # admitted requests by route kind
         self.documents = 0  # detail pages served (200) in this pass
 
     def view(self, now: float) -> dict:

@@ -10,6 +10,7 @@ Routes:
   GET  /RCDService/api/UtilityOpenApi/GenerateClientID   {"Success":true,"Data":"<Ecp_ClientId>"}
   POST /kns8s/brief/grid            list fragment (client id, session, QueryJson rules, cap, pace)
   GET  /kcms2/article/abstract?v=   detail page (token checked: signature, age, session)
+  POST /dm8/API/GetExport           citation export of listed rows' ids (standin/export.py)
   GET  /verify/home                 where challenges redirect to (with the human check: sets the
                                     session cookies if none, holds the test-only #standin-pass)
   POST /verify-api/web/check        the pass control: passes the cookie's session, 302 returnUrl
@@ -50,6 +51,8 @@ from standin.corpus import (
     Search,
     parse_day,
 )
+from standin.export import CONTROLS as EXPORT_CONTROLS
+from standin.export import EXPORT_PATH, ExportDesk
 from standin.limits import (
     ALL_FAULTS,
     ClientIds,
@@ -95,7 +98,7 @@ CENSUS_SHORT_EVERY = 10
 JSON_200_SHARE = 0.25
 VERICODE_SHARE = 0.3
 # what each of CNKI's routes is, for /_stats "kinds" (the rest, 404s included, is "other")
-REQUEST_KINDS = ("warmup", "grid", "detail", "client_id", "verify", "home", "other")
+REQUEST_KINDS = ("warmup", "grid", "detail", "client_id", "verify", "home", "other", "export")
 PATH_KINDS = {
     "/kns8s/defaultresult/index": "warmup",
     "/kns8s/search": "warmup",
@@ -107,6 +110,7 @@ PATH_KINDS = {
     "/verify-api/web/check": "verify",
     "/kns8s/brief/checkcode": "verify",
     "/": "home",
+    EXPORT_PATH: "export",
 }
 BROKEN_DATE_DAYS = 7  # date-filter: every search covers the span's first week, whatever its PT
 REASONS = {
@@ -163,6 +167,7 @@ class SiteOptions:
     session_pace_window: float = 10.0
     session_burst: int = 4  # this many requests within 2 s draw the check (0: off)
     zero_as_soft_block: bool = False  # a genuine zero answers the soft block's bytes
+    export_batch: int = 0  # GetExport's hidden limit: ids answered per request (0: all)
     corpus: CorpusOptions = field(default_factory=CorpusOptions)
 
     def __post_init__(self):
@@ -259,6 +264,7 @@ class Site:
         self.drop_field = ""
         self._random = random.Random(o.corpus.seed)
         self.doomed_extra: set[str] = set()
+        self.exports = ExportDesk(o.export_batch)
         # documents whose links on list pages are stale (issued long ago: the detail answers with
         # the verify page) except on a page of a title search, as a refresh gets a fresh link
         self.stale_links: set[str] = set()
@@ -813,6 +819,7 @@ class Site:
             parts = cached.get(variant) if cached else None
             a, b, c = parts or markup.row_parts(doc, base, variant)
             f = doc.fields
+            self.exports.remember(doc, doc.extra["cookie"])  # its input.cbItem value
             rows.append(
                 markup.ROW_HEAD
                 + page_b
@@ -881,6 +888,9 @@ class Site:
             200, markup.detail_page(doc, "detail-fields" in self.breaks, drop=self.drop_field)
         )
 
+    def export(self, req: Request) -> Response:
+        return self.exports.handle(self, req)
+
     def grid_guarded(self, req: Request) -> Response:
         return self._guarded(req, Site.grid)
 
@@ -910,6 +920,7 @@ class Site:
             "human_check": self.human.on,
             **self.human.limits(),
             "zero_as_soft_block": o.zero_as_soft_block,
+            **self.exports.state(),
             "dbname_years": o.corpus.dbname_years,
             "profile": o.corpus.profile,
             "surge_rows": o.corpus.surge_rows,
@@ -1028,6 +1039,8 @@ class Site:
                 self.corpus.results.cache_clear()
             elif key == "zero_as_soft_block":
                 o.zero_as_soft_block = bool(value)
+            elif key in EXPORT_CONTROLS:
+                self.exports.apply(key, value)
             elif key == "reset_stats":
                 if value:
                     self.reset_stats()
@@ -1119,6 +1132,7 @@ class Site:
         "/kns8s/AdvSearch": search_page,
         "/kns8s/brief/grid": grid_guarded,
         "/kcms2/article/abstract": detail_guarded,
+        EXPORT_PATH: export,
         CLIENT_ID_PATH: client_id,
         "/verify/home": verify,
         "/verify-api/web/check": verify_check,

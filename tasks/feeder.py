@@ -66,6 +66,7 @@ class RoundFeeder:
         self.start_date = settings.get("TASKS_START_DATE")
         self.end_date = settings.get("TASKS_END_DATE")
         self.categories = settings.get("TASKS_CATEGORIES")
+        self.depth = settings.get("TASKS_DEPTH") or "detail"
         base_dir = settings.get("TASKS_BASE_DIR")
         self.base_dir = Path(base_dir) if base_dir else None
         self.round_lease = settings.getint("TASKS_ROUND_LEASE")
@@ -166,7 +167,13 @@ class RoundFeeder:
                 )
             start = self.start_date or cnki_today().isoformat()
             task, created = await in_thread(
-                self.store.register, name, spider.doc_type, start, self.end_date, self.categories
+                self.store.register,
+                name,
+                spider.doc_type,
+                start,
+                self.end_date,
+                self.categories,
+                self.depth,
             )
             logger.info(
                 "%s task %s (%s)", "registered" if created else "joined", task.name, task.id
@@ -226,6 +233,7 @@ class RoundFeeder:
             errors=sum(v for k, v in stats.get_stats().items() if k.startswith("errors/")),
             challenges=stats.get_value("retry/challenges", 0),
             last_error=stats.get_value(LAST_ERROR_STAT),
+            export_batch=stats.get_value("depth/export/batch_size"),
             current_round=self.current_round,
             state=state,
         )

@@ -30,9 +30,10 @@ from cnkispider.clock import cnki_today
 # round would stay claimed by a live worker's lease) nor for ``add_total`` (it adds).
 from cnkispider.db import retried
 from cnkispider.exceptions import TaskRowError
-from cnkispider.items import DOC_TYPES
+from cnkispider.items import DEFAULT_DEPTH, DOC_TYPES, check_depth
 from cnkispider.schema import task
 from tasks.categories import DAY, CategoryError, CategoryTree, load_tree, reload_if_changed
+from tasks.selection import Selection, SelectionError, parse_selection
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +55,8 @@ class Task:
     tree: CategoryTree
     halt_reason: str | None = None
     halted_at: dt.datetime | None = None
+    depth: str = DEFAULT_DEPTH  # list | export | detail (cnkispider.items.DEPTHS)
+    selection: Selection | None = None  # a deepening task's rule (tasks/selection.py)
 
     def limit(self, now: dt.datetime) -> dt.date:
         """The last day that may be handed out: end_date, or today on CNKI's calendar."""
@@ -119,6 +122,15 @@ def validate_row(row, base_dir: Path | None = None) -> Task:
         raise TaskRowError(tid, f"cur_code {code!r} is not one of the task's categories")
     if cur is None and code is not None:
         raise TaskRowError(tid, "cur_code is set but cur_date is empty")
+    raw_depth = getattr(row, "depth", None)  # NULL (and a database before v7): detail
+    try:
+        depth = check_depth(raw_depth) if raw_depth not in (None, "") else DEFAULT_DEPTH
+    except ValueError as exc:
+        raise TaskRowError(tid, str(exc)) from None
+    try:
+        selection = parse_selection(getattr(row, "selection", None))
+    except SelectionError as exc:
+        raise TaskRowError(tid, f"selection: {exc}") from None
     return Task(
         id=tid,
         name=row.name,
@@ -133,6 +145,8 @@ def validate_row(row, base_dir: Path | None = None) -> Task:
         tree=tree,
         halt_reason=getattr(row, "halt_reason", None) or None,
         halted_at=getattr(row, "halted_at", None),
+        depth=depth,
+        selection=selection,
     )
 
 
@@ -197,6 +211,8 @@ def describe(t: Task) -> str:
     status = t.status.strftime("%Y-%m-%d %H:%M:%S") if t.status else "never"
     return (
         f"task {t.id} {t.name!r}: {t.type} {t.start_date}..{end}, cursor {cur}, "
-        f"{len(t.tree.roots)} categories, phase {t.phase}, last heartbeat {status}"
+        f"{len(t.tree.roots)} categories, depth {t.depth}, phase {t.phase}, "
+        f"last heartbeat {status}"
+        + (f", selects {t.selection.text}" if t.selection else "")
         + (f", halted: {t.halt_reason}" if t.halt_reason else "")
     )

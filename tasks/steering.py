@@ -26,12 +26,13 @@ import datetime as dt
 import sqlalchemy as sa
 
 from cnkispider.db import db_now
-from cnkispider.items import DOC_TYPES
+from cnkispider.items import DEFAULT_DEPTH, DOC_TYPES, check_depth
 from cnkispider.schema import round_, task
 from errors.recorder import ErrorRecorder
 from tasks.categories import check_spec, load_tree
 from tasks.rounds import HALTED_NOTE, NOW, move, transition
 from tasks.rows import Task, TaskRows
+from tasks.selection import parse_selection
 
 
 def edit_task(conn, task_id: int, **values) -> None:
@@ -53,6 +54,8 @@ class Steering(TaskRows):
         start_date: str,
         end_date: str = "",
         categories: str = "builtin",
+        depth: str = DEFAULT_DEPTH,
+        selection: str | None = None,
     ) -> tuple[Task, bool]:
         """Create the task if it is new; join it unchanged if it exists (returns created?).
 
@@ -64,6 +67,8 @@ class Steering(TaskRows):
         start = dt.date.fromisoformat(start_date).isoformat()
         end = dt.date.fromisoformat(end_date).isoformat() if end_date else None
         load_tree(categories, doc_type, self.base_dir)  # fail now on a bad category spec
+        depth = check_depth(depth)
+        parse_selection(selection)  # fail now on a bad rule
         with self.engine.begin() as conn:
             existing = conn.execute(sa.select(task.c.id).where(task.c.name == name)).first()
             if existing is None:
@@ -78,6 +83,8 @@ class Steering(TaskRows):
                             cur_code=None,
                             end_date=end,
                             categories=categories,
+                            depth=depth,
+                            selection=selection or None,
                             phase="crawl",
                             created_at=now,
                             updated_at=now,
@@ -90,12 +97,21 @@ class Steering(TaskRows):
                 created = False
         return self.get(name), created
 
-    def set_task(self, key: int | str, categories: str | None, doc_type: str | None) -> Task:
-        """Change what the task table allows to change: the categories, and the type while nothing
-        of the task is crawled (its rounds, documents and error rows belong to one type)."""
+    def set_task(
+        self,
+        key: int | str,
+        categories: str | None,
+        doc_type: str | None,
+        depth: str | None = None,
+    ) -> Task:
+        """Change what the task table allows to change: the categories, the depth (rounds
+        handed out from now on are crawled at it; documents already stored keep theirs until a
+        deeper pass fills them), and the type while nothing of the task is crawled (its rounds,
+        documents and error rows belong to one type)."""
         current = self.get(key)
-        if categories is None and doc_type is None:
-            raise ValueError("task set: give --categories and/or --type")
+        if categories is None and doc_type is None and depth is None:
+            raise ValueError("task set: give --categories, --type and/or --depth")
+        new_depth = check_depth(depth, "--depth") if depth is not None else None
         new_type = doc_type or current.type
         new_categories = categories if categories is not None else current.categories
         values = {}
@@ -118,6 +134,8 @@ class Steering(TaskRows):
         if current.cur_code and categories is not None:
             if current.cur_code not in load_tree(new_categories, new_type, self.base_dir):
                 values["cur_code"] = None  # the cursor's category is gone: its day starts over
+        if new_depth is not None and new_depth != current.depth:
+            values["depth"] = new_depth
         if values:
             with self.engine.begin() as conn:
                 edit_task(conn, current.id, **values)

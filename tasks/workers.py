@@ -51,13 +51,15 @@ class Workers(TaskRows):
         errors: int = 0,
         challenges: int = 0,
         last_error: str | None = None,
+        export_batch: int | None = None,
         current_round: str | None = None,
         state: str = "running",
     ) -> None:
         """Renew this worker's round leases and say it is alive (task.status = now).
         ``current_round``: the round it seeded last (``day category``), for the operator;
         ``challenges``: CNKI's challenges it met; ``last_error``: the last failure it recorded
-        (cut to the column here)."""
+        (cut to the column here); ``export_batch``: the GetExport batch size its sessions last
+        reached (None: it asked none)."""
         if last_error is not None:
             last_error = last_error[: worker.c.last_error.type.length]
         with self.engine.begin() as conn:
@@ -75,6 +77,7 @@ class Workers(TaskRows):
                     errors=errors,
                     challenges=challenges,
                     last_error=last_error,
+                    export_batch=export_batch,
                     current_round=current_round,
                     state=state,
                 )

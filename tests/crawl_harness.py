@@ -41,6 +41,8 @@ class CrawlSetup:
     # (day x root category), so they run with it off; tests/test_census.py turns it on. None:
     # not written (the code's own default: the benchmark, whose baseline may not know the key).
     day_census: str | None = "off"
+    # [task] depth (issue 27): None = not written (detail, the default)
+    depth: str | None = None
 
     @property
     def config_path(self) -> Path:
@@ -74,6 +76,7 @@ class CrawlSetup:
                 "end_date": self.end,
                 "categories": self.categories,
                 **({"day_census": self.day_census} if self.day_census else {}),
+                **({"depth": self.depth} if self.depth else {}),
             },
             "cnki": cnki,
             "crawl": crawl,
@@ -147,15 +150,41 @@ def _as_text(value) -> str:
     return "" if value is None else str(value)
 
 
-def compare(stored: list[dict], truth: list[dict], doc_type: str) -> dict:
-    """Missing, extra and differing documents, keyed on (dbname, filename), every field compared."""
+# What a crawl at each depth stores, per type (the truth's names): compare(fields=...) on these
+# (issue 27; detail depth compares every field)
+LIST_DEPTH_FIELDS = {
+    "paper": ("title", "authors", "source", "date", "database", "cited", "downloads", "export_id"),
+    "patent": ("title", "inventors", "date", "database", "application_date", "export_id"),
+    "achievement": ("title", "completers", "source", "date", "database", "cited", "export_id"),
+}
+EXPORT_DEPTH_FIELDS = {
+    "paper": LIST_DEPTH_FIELDS["paper"]
+    + ("abstract", "keywords", "doi", "year", "volume", "issue", "page_range", "issn")
+    + ("supervisor", "degree"),
+    "patent": LIST_DEPTH_FIELDS["patent"] + ("abstract", "address", "publication_date"),
+    "achievement": LIST_DEPTH_FIELDS["achievement"] + ("summary", "keywords", "first_unit"),
+}
+
+
+def depth_fields(depth: str | None, doc_type: str) -> tuple[str, ...] | None:
+    """The fields a crawl at ``depth`` must equal the truth on (None: every field)."""
+    return {"list": LIST_DEPTH_FIELDS, "export": EXPORT_DEPTH_FIELDS}.get(depth or "", {}).get(
+        doc_type
+    )
+
+
+def compare(
+    stored: list[dict], truth: list[dict], doc_type: str, fields: tuple[str, ...] | None = None
+) -> dict:
+    """Missing, extra and differing documents, keyed on (dbname, filename), every field compared
+    (or only ``fields``)."""
     have = {(d["dbname"], d["filename"]): d for d in stored}
     want = {(d["dbname"], d["filename"]): d for d in truth}
     differing = {}
     for key in have.keys() & want.keys():
         diffs = {
             f: (have[key].get(f), want[key].get(f))
-            for f in FIELDS[doc_type]
+            for f in fields or FIELDS[doc_type]
             if f not in UNTRUE_FIELDS and _as_text(have[key].get(f)) != _as_text(want[key].get(f))
         }
         if diffs:

@@ -186,3 +186,14 @@ def test_without_a_passed_session_the_probe_says_what_to_run(cnki_site):
     assert found["session: a plain session is checked"] == PASS
     assert found["session: verified session"] == "UNKNOWN"
     assert any("cnkispider session login" in line for line in lines)
+
+
+@pytest.mark.parametrize(("batch", "matched"), [(0, "2 matched"), (1, "1 matched")])
+def test_the_export_line_measures_how_many_ids_one_request_answers(cnki_site, batch, matched):
+    site = cnki_site(export_batch=batch)
+    lines: list[str] = []
+    probe = make_probe(site, lines)
+    probe.run()
+    line = next(line for line in lines if "export: GetExport, 2 ids" in line)
+    assert line.startswith("PASS") and matched in line, line
+    assert site.stats()["kinds"]["export"] == 1

@@ -685,3 +685,21 @@ def test_the_throughput_and_error_charts_draw_the_page_s_samples(
         server.should_exit = True
         thread.join(10)
         engine.dispose()
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("web-crawl")
+def test_the_task_page_and_the_task_table_show_the_depth(crawled):
+    """Issue 27: a task's depth on the web page (detail, the default, on its own page; any other
+    depth in the table of tasks too)."""
+    setup, engine, server = crawled["setup"], crawled["engine"], crawled["server"]
+    own = server.get(f"/tasks/{setup.task}")
+    assert 'depth <span class="depth">detail</span>' in own
+    with engine.begin() as conn:
+        conn.execute(task.update().where(task.c.name == setup.task).values(depth="list"))
+    try:
+        assert 'depth <span class="depth">list</span>' in server.get(f"/tasks/{setup.task}")
+        assert '<span class="depth">(list depth)</span>' in server.get("/")
+    finally:
+        with engine.begin() as conn:
+            conn.execute(task.update().where(task.c.name == setup.task).values(depth=None))

@@ -40,6 +40,11 @@ HOME_PATH = "/kns8s/defaultresult/index"
 GRID_PATH = "/kns8s/brief/grid"
 CLIENT_ID_PATH = "/RCDService/api/UtilityOpenApi/GenerateClientID"
 CLIENT_ID_COOKIE = "Ecp_ClientId"
+# CNKI's citation export (PROTOCOL.md, 2026 evidence point 16): form-POSTed export ids, answered
+# with JSON; only the three display modes together are answered (one alone: 暂无数据)
+EXPORT_PATH = "/dm8/API/GetExport"
+EXPORT_MODES = "GBTREFER,elearning,EndNote"
+EXPORT_PLATFORM = "NZKPT"
 
 PAGE_SIZES = (10, 20, 50)  # the only pageSize values CNKI accepts
 CATEGORY_MODES = ("subject", "facet")
@@ -446,6 +451,41 @@ class Protocol:
         return {
             "X-Requested-With": "XMLHttpRequest",
             "Content-Type": "application/x-www-form-urlencoded; charset=UTF-8",
+        }
+
+    # -- the citation export ------------------------------------------------------------
+
+    @property
+    def export_url(self) -> str:
+        """Where export ids are POSTed for their citation records."""
+        return self.base_url + EXPORT_PATH
+
+    @staticmethod
+    def export_form(export_ids: list[str] | tuple[str, ...]) -> dict[str, str]:
+        """The form of one GetExport POST: the ids comma-joined (as
+        LongMarching/cnki-search-skill sends them), the platform, the three display modes.
+
+        The ids are the list rows' ``input.cbItem`` values, opaque: a blank one, or one
+        holding the comma that joins them, is refused here (ValueError) rather than sent."""
+        ids = [str(i).strip() for i in export_ids]
+        if not ids:
+            raise ValueError("export_form: no export ids")
+        for i in ids:
+            if not i or "," in i or any(c.isspace() for c in i):
+                raise ValueError(f"export_form: {i!r} is not an export id")
+        return {
+            "filename": ",".join(ids),
+            "uniplatform": EXPORT_PLATFORM,
+            "displaymode": EXPORT_MODES,
+        }
+
+    def export_headers(self, referer: str | None = None) -> dict[str, str]:
+        """Headers of a GetExport POST, as the list page's script sends them."""
+        return {
+            "X-Requested-With": "XMLHttpRequest",
+            "Content-Type": "application/x-www-form-urlencoded; charset=UTF-8",
+            "Origin": self.base_url,
+            "Referer": referer or self.home_url,
         }
 
     # -- the result cap -----------------------------------------------------------------

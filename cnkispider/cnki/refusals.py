@@ -11,6 +11,10 @@ docs/INTERNALS.md): ``rejected``, ``verify``, ``captcha``, ``blank``, ``javascri
 also be a true zero: a round's first page carrying meta :data:`ZERO_CHECK` is decided by the
 spider's canary, not retried here.
 
+GetExport answers (kind ``export``, PROTOCOL.md point 16) are JSON: ``{"code":1,...}`` is usable;
+a 403 (or 200) ``{"message":"<verify url>"}`` is ``verify``; 暂无数据 without 请稍后重试 (one display
+mode alone) is ``rejected``; any other body is ``unexpected``.
+
 The usable-page markers are checked before the captcha markers on purpose: real kns8s list
 pages load TJCaptcha.js and carry a hidden slider, in case they need it later.
 
@@ -33,7 +37,7 @@ import html
 import re
 from urllib.parse import urljoin, urlsplit
 
-KINDS = ("home", "list", "detail")
+KINDS = ("home", "list", "detail", "export")
 
 # Fewer non-whitespace bytes than this is an empty answer, whatever the status says.
 BLANK_MIN_BYTES = 64
@@ -132,6 +136,8 @@ def _is_blank(body: bytes) -> bool:
 def rejection_text(body: bytes | str | None) -> str | None:
     """CNKI's words when it rejects a query (a non-empty ``p.no-content@value``), else None."""
     data = _as_bytes(body)
+    if data.lstrip()[:1] == b"{" and _NO_DATA in data and not _says_retry(data):
+        return "暂无数据"  # GetExport's answer to a request it will not serve (one mode alone)
     if _NO_CONTENT not in data:
         return None
     for tag in _NO_CONTENT_VALUE_RE.finditer(data):
@@ -156,6 +162,23 @@ def kind_of(reason: str | None) -> str | None:
 
 def _json_403(body: bytes) -> bool:
     return bool(_JSON_403_RE.match(body[:64]))
+
+
+_EXPORT_OK_RE = re.compile(rb'^\s*\{.*"code"\s*:\s*"?1"?\s*[,}]', re.S)
+_JSON_VERIFY_RE = re.compile(rb'^\s*\{[^{}]*"message"\s*:\s*"[^"]*/verify/', re.S)
+
+
+def _export_reason(data: bytes) -> str | None:
+    """The refusal a GetExport body shows, or None if it is a usable answer."""
+    if _json_403(data) or _JSON_VERIFY_RE.match(data[:2048]):
+        return "verify"
+    if _says_retry(data):
+        return "no-data-retry"
+    if _NO_DATA in data or b"\\u6682\\u65e0\\u6570\\u636e" in data.lower():
+        return "rejected"
+    if _EXPORT_OK_RE.match(data[:512]) and b'"data"' in data:
+        return None
+    return _challenge(data) or "unexpected"
 
 
 def _says_retry(body: bytes) -> bool:
@@ -197,6 +220,9 @@ def body_reason(kind: str, body: bytes | str | None) -> str | None:
     if kind not in KINDS:
         raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
     data = _as_bytes(body)
+    if kind == "export":
+        # a short JSON refusal is not "blank": only an empty body is
+        return "blank" if not data.strip() else _export_reason(data)
     if kind == "home":
         # A warm-up page only has to set cookies: any non-empty answer that is not a refusal
         # will do (a short page is not "blank").
@@ -250,7 +276,7 @@ def classify(
     data = _as_bytes(body)
     if status >= 400:
         # A 403 that carries a captcha (or the 2026 -403 JSON) says more than its status.
-        if _json_403(data):
+        if _json_403(data) or (kind == "export" and _JSON_VERIFY_RE.match(data[:2048])):
             return "verify"
         return _challenge(data) or f"http-{status}"
     return body_reason(kind, data)

@@ -188,7 +188,7 @@ class CnkiRetryMiddleware:
         if kind_of(reason) == CHALLENGE:
             self._inc_stat("challenges")  # each one CNKI put up, whatever is done about it
         if reason is None:
-            if request.meta.get("cnki_kind") in ("list", "detail"):
+            if request.meta.get("cnki_kind") in ("list", "detail", "export"):
                 self.watch.clean()  # a page CNKI served (a warm-up page proves nothing)
                 if request.meta.get("cnki_verified"):
                     self._detail_strikes.pop(request.meta.get("cnki_session"), None)

@@ -1,6 +1,6 @@
 """CNKI sessions for list and detail requests, so that spiders never manage them.
 
-For each request with meta ``cnki_kind`` ``list`` or ``detail`` the middleware picks a session
+For each request with meta ``cnki_kind`` ``list``, ``detail`` or ``export`` the middleware picks a session
 from :class:`~cnkispider.cnki.session.SessionPool` (the one named by meta ``cnki_session`` while
 it may still serve, so that the pages of one search stay together), and sets meta
 ``cnki_session`` and ``cookiejar`` (Scrapy's CookiesMiddleware keeps one cookie jar per session).
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-KINDS = ("list", "detail")
+KINDS = ("list", "detail", "export")  # export: GetExport, any session of the round
 
 
 class SessionMiddleware:
@@ -234,7 +234,12 @@ class SessionMiddleware:
                 # a list page may leave a session it shares for a free one (its detail links
                 # stay with the session that lists them); a detail request may not
                 state, value = await in_thread(
-                    store.use, session_id, worker, round_key, round_id, own=kind == "list"
+                    store.use,
+                    session_id,
+                    worker,
+                    round_key,
+                    round_id,
+                    own=kind in ("list", "export"),
                 )
                 if state == "shared":
                     free = await in_thread(store.lease, worker, round_key, round_id, share=False)

@@ -22,6 +22,10 @@ tree's roots (the full table: docs/INTERNALS.md). A stale detail link is refresh
 search in its round. Every listed row goes into the round's ledger before its detail request
 is handed out (docs/RELIABILITY.md#every-listed-row-accounted-for).
 
+What a kept row becomes depends on the task's depth (``cnkispider/spiders/depth.py``): a
+detail request (detail), a document from the row alone (list), or its place in a citation
+export batch (export).
+
 The rest of this module's story: docs/INTERNALS.md#cnkispiderspidersbasepy.
 """
 
@@ -44,6 +48,7 @@ from cnkispider.drift import watched
 from cnkispider.exceptions import HaltedRequest, RefusedPage, SessionLost
 from cnkispider.items import FIELDS, ITEM_CLASSES, ROW_FIELDS
 from cnkispider.offload import in_thread
+from cnkispider.spiders.depth import DepthMixin
 from errors.middleware import failure_reason, record_download_failure, record_failure
 from tasks.categories import DAY, covers
 from tasks.rounds import CATEGORIES_NOTE
@@ -83,12 +88,12 @@ _CANARY_CARRIES = (
 )
 
 
-class RoundSpider(scrapy.Spider):
+class RoundSpider(DepthMixin, scrapy.Spider):
     doc_type: str = ""
     custom_settings: dict = {}
     #: The only callbacks and errbacks a request read from the shared Redis may name (the
     #: scheduler refuses any other: see cnkispider.scheduling.serialize).
-    queue_callbacks = ("parse_list", "parse_detail", "on_error")
+    queue_callbacks = ("parse_list", "parse_detail", "parse_export", "on_error")
     #: ``cnkispider refresh-counts`` (setting CNKI_COUNTS_ONLY): list pages only, counts updated
     counts_only = False
 
@@ -167,6 +172,16 @@ class RoundSpider(scrapy.Spider):
         context = self.context
         return context is not None and covers(context.tree, self.doc_type)
 
+    def row_listing(self, row: parsers.ListRow) -> dict:
+        """What a list row says of its document (carried to its detail request, or stored as
+        it is at list depth)."""
+        listing = {name: getattr(row, name) for name in ROW_FIELDS[self.doc_type]}
+        listing["title"] = row.title
+        if "counted_at" in FIELDS[self.doc_type]:
+            # when the row's counts were read (they change; refresh-counts reads them again)
+            listing["counted_at"] = counted_now()
+        return listing
+
     def detail_request(
         self, row: parsers.ListRow, meta: dict, refreshed: bool = False
     ) -> scrapy.Request:
@@ -178,11 +193,7 @@ class RoundSpider(scrapy.Spider):
                 "unexpected",
                 f"list row {row.seq or '?'} ({row.title[:40]!r}) has no dbname/filename key",
             )
-        listing = {name: getattr(row, name) for name in ROW_FIELDS[self.doc_type]}
-        listing["title"] = row.title
-        if "counted_at" in FIELDS[self.doc_type]:
-            # when the row's counts were read (they change; refresh-counts reads them again)
-            listing["counted_at"] = counted_now()
+        listing = self.row_listing(row)
         return scrapy.Request(
             self.protocol.absolute(row.url),
             meta={
@@ -408,13 +419,19 @@ class RoundSpider(scrapy.Spider):
                 f"{search.category or ''}): every one of its {len(page.rows)} rows is of "
                 f"another database ({', '.join(names)})",
             )
+        depth = self.depth()
         if self.counts_only:  # `cnkispider refresh-counts`: the rows' counts, no detail page
             await self._refresh_counts(meta, kept, drops)
-        else:
+        elif depth == "detail":
+            kept, drops = self.selected_rows(kept, drops)  # a deepening task's rule
             requests = [self.detail_request(row, meta) for row in kept]
             await self._note_listed(meta, requests, drops)
             for request in requests:
                 yield request
+        else:
+            kept, drops = self.selected_rows(kept, drops)  # a deepening task's rule
+            async for out in self.listed_at_depth(depth, kept, drops, meta):
+                yield out
         last = self.last_page(page, meta)
         unreachable = self.unreachable_past_pager(page, meta)
         if unreachable:
@@ -484,7 +501,9 @@ class RoundSpider(scrapy.Spider):
         self.crawler.stats.inc_value("counts/updated", updated)
         self.crawler.stats.inc_value("counts/not-stored", missing)
 
-    async def _note_listed(self, meta: dict, requests: list, drops: list) -> None:
+    async def _note_listed(
+        self, meta: dict, requests: list, drops: list, keys: list[str] | None = None
+    ) -> None:
         """Write the page's rows into its round's ledger (one batch, off the reactor) before
         any of its detail requests is handed out: a row is in the ledger before anything can
         store it or record its failure."""
@@ -492,7 +511,7 @@ class RoundSpider(scrapy.Spider):
         context = self.context
         if round_id is None or context is None:
             return  # a title search's page, or a crawl without flow control: no round to account
-        pending = [r.meta["doc_key"] for r in requests]
+        pending = keys if keys is not None else [r.meta["doc_key"] for r in requests]
         dropped = {ledger.doc_key(row.dbname, row.filename): rule for row, rule in drops}
         await in_thread(context.tasks.note_listed, round_id, pending, dropped)
         if drops and round_id not in self._drops_logged:
@@ -500,9 +519,12 @@ class RoundSpider(scrapy.Spider):
             while len(self._drops_logged) > _LOGGED_ROUNDS:
                 self._drops_logged.popitem(last=False)
             self.logger.info(
-                "round %s: dropping rows of other databases (%s), counted in its ledger",
+                "round %s: dropping rows (%s), counted in its ledger",
                 round_id,
-                ", ".join(sorted({row.dbname for row, _ in drops})),
+                # other-database: by dbname; not-selected (a deepening task's rule): by rule
+                ", ".join(
+                    sorted({row.dbname if rule == OTHER_DATABASE else rule for row, rule in drops})
+                ),
             )
 
     def last_page(self, page, meta: dict) -> int:
@@ -676,6 +698,9 @@ class RoundSpider(scrapy.Spider):
         request = failure.request
         meta = request.meta
         reason = failure_reason(failure.value)
+        if meta.get("cnki_kind") == "export":
+            await self.export_failed(failure)
+            return
         if isinstance(failure.value, SessionLost) and meta.get("cnki_kind") == "detail":
             # its verified session cannot open it: list its page again (once for all its dead
             # links) in the round's session

@@ -560,6 +560,7 @@ def _worker_report(w, now, liveness: str) -> dict:
         "errors": w.errors,
         "challenges": getattr(w, "challenges", None) or 0,
         "last_error": getattr(w, "last_error", None),
+        "export_batch": getattr(w, "export_batch", None),  # GetExport's learned size; null: none
         "pages_per_minute": round(w.pages / minutes, 1) if minutes else None,
         "items_per_minute": round(w.items / minutes, 1) if minutes else None,
         "rounds": [],
@@ -577,6 +578,7 @@ def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, w
         "start_date": row.start_date,
         "end_date": row.end_date or None,
         "until": None,
+        "depth": getattr(row, "depth", None) or "detail",  # NULL (or before v7): detail
         "phase": row.phase,
         "halted": getattr(row, "halt_reason", None) or None,
         "halted_at": _iso(getattr(row, "halted_at", None)),

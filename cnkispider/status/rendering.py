@@ -43,7 +43,8 @@ def _render_task(t: dict, report: dict) -> list[str]:
     else:
         end = t["end_date"] or f"(today: {t['until']})"
         lines = [
-            f"{head}  {t['type']}  {t['start_date']} .. {end}  phase {t['phase']}  [{t['activity']}]"
+            f"{head}  {t['type']}  {t['start_date']} .. {end}  depth {t.get('depth') or 'detail'}"
+            f"  phase {t['phase']}  [{t['activity']}]"
         ]
     if t.get("halted"):
         lines.append(
@@ -121,6 +122,11 @@ def _render_task(t: dict, report: dict) -> list[str]:
                 f"    {w['host'][:20]:<20} {w['pid']:>7}  {w['state']:<7} {_ago(w['last_seen_age_seconds']):>10} "
                 f"{'-' if rate is None else f'{rate:,.1f}':>9} {w['pages']:>8,} {w['items']:>8,} {w['errors']:>6,}  "
                 f"{', '.join(w['rounds']) or '-'}"
+            )
+        sizes = sorted({w["export_batch"] for w in t["workers"] if w.get("export_batch")})
+        if sizes:  # export depth: the batch size learned from CNKI's answers (docs/DEPTH.md)
+            lines.append(
+                f"    export batch size reached: {', '.join(map(str, sizes))} ids a request"
             )
     return lines
 
