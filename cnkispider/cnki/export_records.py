@@ -12,26 +12,7 @@ when CNKI joins a batch into one string: a record starts at each ``%0`` line. Li
 at ``<br>`` (any case, ``<br/>``) and real line breaks; a line that does not start with a tag
 continues the previous tag's value (an abstract with a line break in it).
 
-The forms accepted for each tag, and where they come from:
-
-- ``%A``: one author per ``%A`` line (Refer's rule, which l0o0/jasminum relies on when it hands
-  the text to Zotero's Refer/BibIX translator) or several joined by ``;``/``,``/``，`` in one
-  line (PROTOCOL.md's documented form ``%A 作者``); both are read, names kept whole.
-- ``%+``: the authors' institutions (patents: the applicant's address), ``;``-separated with a
-  trailing ``;`` as documented (``%+ 单位;``), or one per ``%+`` line. The export says which
-  institutions a paper has but not which author belongs to which: ``author_affiliations`` is
-  filled only where that is unambiguous (one institution: every author's), else left to the
-  detail page's ``<sup>`` numbers.
-- ``%K``: keywords joined by ``;``/``,``/``，``/``；``, stored joined by ``;``.
-- ``%D`` year, ``%V`` volume, ``%N`` issue, ``%P`` pages, ``%@`` ISSN (patents: the number),
-  ``%R`` DOI, ``%J`` journal (``source``), ``%X`` abstract, ``%U`` URL, ``%W`` provider.
-- theses (``%0 Thesis``/``Dissertation``): ``%Y`` supervisor, ``%9`` degree, ``%I`` university.
-- patents (``%0 Patent``): ``%8`` date, ``%@`` number (a grant's kind letter B/C/U/Y makes it
-  the grant number and date, else the publication number), ``%+`` address, ``%I`` applicant
-  (unconfirmed live).
-- achievements (any other type, e.g. ``%0 Report``): ``%A`` completers, ``%+`` first unit,
-  ``%X`` summary, ``%8`` entry date, ``%9`` type (unconfirmed live: no public capture shows
-  one).
+The forms accepted for each tag, and where each comes from: docs/DEPTH.md#the-endnote-tags.
 
 Field names are the items' (:mod:`cnkispider.items`) and issue 26's (``year``, ``volume``,
 ``issue``, ``page_range``, ``issn``, ``author_affiliations``, ``supervisor``, ``degree``).

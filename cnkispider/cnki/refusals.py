@@ -9,11 +9,9 @@ Reasons (the slugs of :class:`cnkispider.exceptions.RefusedPage`, each described
 docs/INTERNALS.md): ``rejected``, ``verify``, ``captcha``, ``blank``, ``javascript``,
 ``no-data-retry``, ``no-pager``, ``unexpected``, ``http-<status>``. The soft block's body may
 also be a true zero: a round's first page carrying meta :data:`ZERO_CHECK` is decided by the
-spider's canary, not retried here.
-
-GetExport answers (kind ``export``, PROTOCOL.md point 16) are JSON: ``{"code":1,...}`` is usable;
-a 403 (or 200) ``{"message":"<verify url>"}`` is ``verify``; 暂无数据 without 请稍后重试 (one display
-mode alone) is ``rejected``; any other body is ``unexpected``.
+spider's canary, not retried here. GetExport answers (kind ``export``) are JSON: a 403 (or
+200) ``{"message":"<verify url>"}`` is ``verify``; 暂无数据 without 请稍后重试 (one display mode
+alone) is ``rejected``; a body other than ``{"code":1,...}`` is ``unexpected``.
 
 The usable-page markers are checked before the captcha markers on purpose: real kns8s list
 pages load TJCaptcha.js and carry a hidden slider, in case they need it later.
