@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 
 from cnkispider import default_settings, masking, schema
-from cnkispider.exceptions import StorageError
+from cnkispider.exceptions import CnkiSpiderError, StorageError
 
 logger = logging.getLogger(__name__)
 
@@ -325,7 +325,17 @@ def open_database(url: str, *, create: bool = True) -> Engine:
     except sa.exc.SQLAlchemyError as exc:
         engine.dispose()
         reason = getattr(exc, "orig", None) or exc
+        from cnkispider.rights import ASK_ADMIN, RightsError, database_denial
+
+        if database_denial(exc) is not None:  # e.g. no right to create the database
+            raise RightsError(
+                f"the database account of {mask_url(url)} may not use it as a worker does "
+                f"(the server said: {database_denial(exc)}); {ASK_ADMIN}"
+            ) from None
         raise StorageError(f"cannot use the database {mask_url(url)}: {reason}") from None
+    except CnkiSpiderError:
+        engine.dispose()
+        raise
     return engine
 
 
@@ -346,27 +356,62 @@ def create_schema(engine: Engine) -> None:
 
     Safe when several workers start at once: "check, then create" races, so a table created by
     another process between the two is taken as created, and the version row has a fixed key.
+
+    A database at the current version with every table is left alone: no DDL is sent (a
+    worker's account has row rights only, and MySQL checks the CREATE right even for a table
+    that exists). Anything to create or upgrade that the account may not do is a
+    :class:`~cnkispider.rights.RightsError` telling the worker to ask the administrator.
     """
-    for attempt in range(5):
-        try:
-            schema.metadata.create_all(engine, checkfirst=True)
-            break
-        except (sa.exc.OperationalError, sa.exc.ProgrammingError) as exc:
-            if "already exists" not in str(exc) or attempt == 4:
-                raise
-    widen_columns(engine)
+    try:
+        for attempt in range(5):
+            try:
+                schema.metadata.create_all(engine, checkfirst=True)
+                break
+            except (sa.exc.OperationalError, sa.exc.ProgrammingError) as exc:
+                if "already exists" not in str(exc) or attempt == 4:
+                    raise
+    except sa.exc.DBAPIError as exc:
+        _refused(engine, exc, "the database lacks tables of this cnkispider")
     with engine.begin() as conn:
         current = conn.execute(sa.select(schema.schema_version.c.version)).scalar()
-        if current is None:
-            try:
-                with conn.begin_nested():
-                    conn.execute(
-                        schema.schema_version.insert().values(id=1, version=schema.SCHEMA_VERSION)
-                    )
-            except sa.exc.IntegrityError:
-                pass  # another worker recorded it a moment ago
-        elif current < schema.SCHEMA_VERSION:
-            upgrade(conn, current)
+    try:
+        widen_columns(engine)
+        with engine.begin() as conn:
+            if current is None:
+                try:
+                    with conn.begin_nested():
+                        conn.execute(
+                            schema.schema_version.insert().values(
+                                id=1, version=schema.SCHEMA_VERSION
+                            )
+                        )
+                except sa.exc.IntegrityError:
+                    pass  # another worker recorded it a moment ago
+            elif current < schema.SCHEMA_VERSION:
+                upgrade(conn, current)
+    except sa.exc.DBAPIError as exc:
+        _refused(
+            engine,
+            exc,
+            f"the database has schema version {current}, older than this cnkispider's "
+            f"{schema.SCHEMA_VERSION}"
+            if current
+            else "the database has no schema version yet",
+        )
+
+
+def _refused(engine: Engine, exc: BaseException, state: str) -> None:
+    """Raise a RightsError for a schema change the account may not make; re-raise the rest."""
+    from cnkispider.rights import RightsError, database_account, database_denial
+
+    words = database_denial(exc)
+    if words is None:
+        raise exc
+    raise RightsError(
+        f"{state}, and the database account {database_account(engine)} may not change tables "
+        f"(the server said: {words}); ask the administrator to run `cnkispider init-db` with "
+        "their config.ini, which creates and upgrades the tables (docs/WORKERS.md)"
+    ) from None
 
 
 def upgrade(conn, from_version: int) -> None:
