@@ -257,7 +257,32 @@ def make_engine(url: str) -> Engine:
     )
     _ride_out_outages(engine, mask_url(url))
     _quiet_pool_resets(engine)
+    _end_dead_transactions(engine)
     return engine
+
+
+#: Seconds the server waits for the next statement of a transaction this worker left open before
+#: it ends the connection (rolling the transaction back). A worker whose line drops mid-
+#: transaction (a home PC) would otherwise hold its row locks until the server notices the dead
+#: connection, hours later: every other worker then waits on the locks (error 1205, retried for
+#: ever) and the whole crawl stands still (tests/test_cut_lines.py). A transaction killed by
+#: mistake (a worker stalled this long between two statements) is retried like any lost
+#: connection. Set per session: a worker's account needs no right for it.
+IDLE_TRANSACTION_SECONDS = 20
+
+
+def _end_dead_transactions(engine: Engine) -> None:
+    @sa.event.listens_for(engine, "connect")
+    def _set_timeout(dbapi_conn, _record):
+        cursor = dbapi_conn.cursor()
+        try:
+            # MariaDB: only a connection idle inside a transaction is ended
+            cursor.execute(f"SET SESSION idle_transaction_timeout = {IDLE_TRANSACTION_SECONDS}")
+        except Exception:  # MySQL has no such variable: close any idle connection instead
+            # (the pool's pre-ping replaces one closed while it sat in the pool)
+            cursor.execute(f"SET SESSION wait_timeout = {IDLE_TRANSACTION_SECONDS}")
+        finally:
+            cursor.close()
 
 
 class _LostConnectionOnReturn(logging.Filter):
