@@ -140,8 +140,7 @@ def _shown_rights(conn) -> dict[str, set[str]]:
         grantee = {"g": f"'{name}'@'{host}'"}
         shown: dict[str, set[str]] = {"*": set()}
         for query in (
-            "SELECT '*', PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES "
-            "WHERE GRANTEE = :g",
+            "SELECT '*', PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES WHERE GRANTEE = :g",
             "SELECT '*', PRIVILEGE_TYPE FROM information_schema.SCHEMA_PRIVILEGES "
             "WHERE GRANTEE = :g AND TABLE_SCHEMA = DATABASE()",
             "SELECT TABLE_NAME, PRIVILEGE_TYPE FROM information_schema.TABLE_PRIVILEGES "
