@@ -135,11 +135,27 @@ def test_worker_without_task_insert_says_so_and_exits_2(tmp_path, mysql_url, cnk
         assert "grant-worker" in line
         # once the administrator added the task, the same worker joins it
         added = admin.run(
-            "task", "add", admin.task, "--type", "paper", "--start", admin.start, timeout=120
+            "task",
+            "add",
+            admin.task,
+            "--type",
+            "paper",
+            "--start",
+            admin.start,
+            "--end",
+            admin.end,
+            "--categories",
+            admin.categories,
+            timeout=120,
         )
         assert added.returncode == 0, added.stderr
         rows = admin.query(sa.text("SELECT name FROM task"))
         assert [r.name for r in rows] == [admin.task]
+        joined = worker.run(timeout=250)
+        output = joined.stdout + joined.stderr
+        assert joined.returncode == 0, output[-3000:]
+        assert f"joined task {admin.task}" in output
+        assert compare(admin.stored(), admin.truth(), "paper")["missing"] == []
     finally:
         account.drop()
         admin.cleanup_redis()
