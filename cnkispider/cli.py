@@ -17,6 +17,7 @@
     cnkispider session add --from-curl FILE|- | --cookie-string "a=1; b=2" | --cookie-file FILE
     cnkispider session list | remove ID | check [ID]
     cnkispider web [--host 127.0.0.1] [--port 8700]   the operator's page (cnkispider/web/)
+    cnkispider admin grant-worker NAME [--apply]   a worker's database account and Redis user
 
 Every error the crawler raises on purpose (a bad config key, an unreachable database, a bad task
 row) is printed as one line and the exit status is 2; a traceback means a bug.
@@ -881,6 +882,7 @@ def build_parser() -> argparse.ArgumentParser:
     web.add_argument("--host", help="address to listen on (default [web] host: 127.0.0.1)")
     web.add_argument("--port", type=int, help="port (default [web] port: 8700)")
     web.set_defaults(func=cmd_web)
+    _admin_parser(sub)
     return parser
 
 
@@ -933,6 +935,42 @@ def _session_parser(sub) -> None:
     )
     check.add_argument("id", nargs="?", help="only this session")
     session.set_defaults(func=cmd_session)
+
+
+def cmd_admin(config: Config, args) -> int:
+    """`admin grant-worker`: print (or with --apply run) a worker's grants (docs/WORKERS.md)."""
+    from cnkispider.admin import grant_worker
+
+    return grant_worker(config, args)
+
+
+def _admin_parser(sub) -> None:
+    admin = sub.add_parser("admin", help="the administrator's tools: grant-worker")
+    actions = admin.add_subparsers(dest="action", required=True)
+    grant = actions.add_parser(
+        "grant-worker",
+        help="print (or --apply) the SQL and the Redis ACL line for a worker with row rights only",
+    )
+    grant.add_argument("name", help="the worker's account name (database account, Redis user)")
+    grant.add_argument("--password", help="its password (default: a new random one)")
+    grant.add_argument("--host", default="%", help="hosts it connects from (default: %%, any)")
+    grant.add_argument(
+        "--prefix", default=None, help="Redis key and channel prefix (default: cnki:)"
+    )
+    grant.add_argument(
+        "--add-tasks",
+        action="store_true",
+        help="let it add the task of its config.ini (INSERT on table task; default: join only)",
+    )
+    grant.add_argument(
+        "--require-tls", action="store_true", help="the database account must connect over TLS"
+    )
+    grant.add_argument(
+        "--apply",
+        action="store_true",
+        help="run them with the database and Redis accounts of this config.ini (an administrator's)",
+    )
+    admin.set_defaults(func=cmd_admin)
 
 
 def main(argv: list[str] | None = None) -> int:

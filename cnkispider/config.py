@@ -193,9 +193,17 @@ SCHEMA: dict[str, dict[str, tuple[Any, str]]] = {
     "database": {
         "url": (_database_url, _default("DATABASE_URL")),
         "outage_seconds": (_float(0.0), _default("DATABASE_OUTAGE_SECONDS")),
+        # TLS to MySQL/MariaDB (docs/WORKERS.md): PEM files, relative to config.ini's folder
+        "ssl_ca": (_text, ""),
+        "ssl_cert": (_text, ""),
+        "ssl_key": (_text, ""),
     },
     "redis": {
         "url": (_redis_url, _default("REDIS_URL")),
+        # TLS to Redis (a rediss:// URL): the CA, and a client certificate where the server asks
+        "ssl_ca": (_text, ""),
+        "ssl_cert": (_text, ""),
+        "ssl_key": (_text, ""),
     },
     "task": {
         "name": (_text, _default("TASKS_NAME")),
@@ -346,6 +354,7 @@ def load_config(explicit: str | os.PathLike | None = None, environ=None) -> Conf
     install_log_filter()  # from here on the process holds the URLs' secrets: keep them out of logs
     check_environment(environ)
     values: dict[str, dict[str, Any]] = {}
+    sources: dict[tuple[str, str], Path] = {}
     for section in parser.sections():
         if section not in SCHEMA:
             raise ConfigError(
@@ -371,6 +380,7 @@ def load_config(explicit: str | os.PathLike | None = None, environ=None) -> Conf
                 raw = parser.get(section, key)
             else:
                 raw = default
+            sources[(section, key)] = source
             try:
                 values[section][key] = parse(raw)
             except ValueError as exc:
@@ -383,11 +393,12 @@ def load_config(explicit: str | os.PathLike | None = None, environ=None) -> Conf
     task = values["task"]
     if task["start_date"] and task["end_date"] and task["end_date"] < task["start_date"]:
         raise ConfigError(shown, "task", "end_date", "is before start_date")
+    tls = TlsFiles(values, sources, base_dir)
     return Config(
         path=path,
         base_dir=base_dir,
-        database_url=_absolute_sqlite(values["database"]["url"], base_dir),
-        redis_url=values["redis"]["url"],
+        database_url=tls.database_url(_absolute_sqlite(values["database"]["url"], base_dir)),
+        redis_url=tls.redis_url(values["redis"]["url"]),
         task=TaskConfig(**task),
         cnki=values["cnki"],
         proxy=values["proxy"],
@@ -446,3 +457,82 @@ def _absolute_sqlite(url: str, base_dir: Path) -> str:
         if not Path(relative).is_absolute():  # a Windows path like C:/... is already absolute
             return prefix + (base_dir / relative).as_posix()
     return url
+
+
+class TlsFiles:
+    """The ``ssl_ca``/``ssl_cert``/``ssl_key`` keys of [database] and [redis], checked (each file
+    exists; a certificate comes with its key) and written into the URL's query, where the
+    drivers read them: SQLAlchemy hands ``ssl_ca``/``ssl_cert``/``ssl_key`` to pymysql, redis-py
+    takes ``ssl_ca_certs``/``ssl_certfile``/``ssl_keyfile`` of a ``rediss://`` URL. Every
+    consumer of the URL (the crawl, status, web, the .exe) then speaks TLS alike. A URL that
+    already carries these parameters keeps them."""
+
+    REDIS_NAMES = {"ssl_ca": "ssl_ca_certs", "ssl_cert": "ssl_certfile", "ssl_key": "ssl_keyfile"}
+
+    def __init__(self, values, sources, base_dir: Path):
+        self.values, self.sources, self.base_dir = values, sources, base_dir
+
+    def _files(self, section: str) -> dict[str, str]:
+        files = {}
+        for key in ("ssl_ca", "ssl_cert", "ssl_key"):
+            raw = self.values[section][key].strip()
+            if not raw:
+                continue
+            path = Path(raw).expanduser()
+            path = path if path.is_absolute() else self.base_dir / path
+            if not path.is_file():
+                raise ConfigError(
+                    self.sources[(section, key)], section, key, f"no such file: {path}"
+                )
+            files[key] = str(path)
+        if ("ssl_cert" in files) != ("ssl_key" in files):
+            given, missing = (
+                ("ssl_cert", "ssl_key") if "ssl_cert" in files else ("ssl_key", "ssl_cert")
+            )
+            raise ConfigError(
+                self.sources[(section, missing)],
+                section,
+                missing,
+                f"is empty but {given} is set: a client certificate needs its key and the key "
+                "its certificate",
+            )
+        return files
+
+    def database_url(self, url: str) -> str:
+        files = self._files("database")
+        if not files:
+            return url
+        if url.startswith("sqlite"):
+            key = next(iter(files))
+            raise ConfigError(
+                self.sources[("database", key)],
+                "database",
+                key,
+                "TLS is for a MySQL/MariaDB server; the [database] url is SQLite (a file)",
+            )
+        from sqlalchemy.engine import make_url
+
+        parsed = make_url(url)
+        return parsed.update_query_dict(
+            {k: v for k, v in files.items() if k not in parsed.query}
+        ).render_as_string(hide_password=False)
+
+    def redis_url(self, url: str) -> str:
+        files = self._files("redis")
+        if not files:
+            return url
+        if not url.startswith("rediss://"):
+            key = next(iter(files))
+            raise ConfigError(
+                self.sources[("redis", key)],
+                "redis",
+                key,
+                "TLS needs a rediss:// URL in [redis] url (redis:// is plain text)",
+            )
+        from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+        parts = urlsplit(url)
+        query = dict(parse_qsl(parts.query))
+        for key, path in files.items():
+            query.setdefault(self.REDIS_NAMES[key], path)
+        return urlunsplit(parts._replace(query=urlencode(query)))

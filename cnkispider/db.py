@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 
 from cnkispider import default_settings, masking, schema
-from cnkispider.exceptions import StorageError
+from cnkispider.exceptions import CnkiSpiderError, StorageError
 
 logger = logging.getLogger(__name__)
 
@@ -257,7 +257,32 @@ def make_engine(url: str) -> Engine:
     )
     _ride_out_outages(engine, mask_url(url))
     _quiet_pool_resets(engine)
+    _end_dead_transactions(engine)
     return engine
+
+
+#: Seconds the server waits for the next statement of a transaction this worker left open before
+#: it ends the connection (rolling the transaction back). A worker whose line drops mid-
+#: transaction (a home PC) would otherwise hold its row locks until the server notices the dead
+#: connection, hours later: every other worker then waits on the locks (error 1205, retried for
+#: ever) and the whole crawl stands still (tests/test_cut_lines.py). A transaction killed by
+#: mistake (a worker stalled this long between two statements) is retried like any lost
+#: connection. Set per session: a worker's account needs no right for it.
+IDLE_TRANSACTION_SECONDS = 20
+
+
+def _end_dead_transactions(engine: Engine) -> None:
+    @sa.event.listens_for(engine, "connect")
+    def _set_timeout(dbapi_conn, _record):
+        cursor = dbapi_conn.cursor()
+        try:
+            # MariaDB: only a connection idle inside a transaction is ended
+            cursor.execute(f"SET SESSION idle_transaction_timeout = {IDLE_TRANSACTION_SECONDS}")
+        except Exception:  # MySQL has no such variable: close any idle connection instead
+            # (the pool's pre-ping replaces one closed while it sat in the pool)
+            cursor.execute(f"SET SESSION wait_timeout = {IDLE_TRANSACTION_SECONDS}")
+        finally:
+            cursor.close()
 
 
 class _LostConnectionOnReturn(logging.Filter):
@@ -325,7 +350,17 @@ def open_database(url: str, *, create: bool = True) -> Engine:
     except sa.exc.SQLAlchemyError as exc:
         engine.dispose()
         reason = getattr(exc, "orig", None) or exc
+        from cnkispider.rights import ASK_ADMIN, RightsError, database_denial
+
+        if database_denial(exc) is not None:  # e.g. no right to create the database
+            raise RightsError(
+                f"the database account of {mask_url(url)} may not use it as a worker does "
+                f"(the server said: {database_denial(exc)}); {ASK_ADMIN}"
+            ) from None
         raise StorageError(f"cannot use the database {mask_url(url)}: {reason}") from None
+    except CnkiSpiderError:
+        engine.dispose()
+        raise
     return engine
 
 
@@ -346,27 +381,69 @@ def create_schema(engine: Engine) -> None:
 
     Safe when several workers start at once: "check, then create" races, so a table created by
     another process between the two is taken as created, and the version row has a fixed key.
+
+    A database at the current version with every table is left alone: no DDL is sent (a
+    worker's account has row rights only, and MySQL checks the CREATE right even for a table
+    that exists). Anything to create or upgrade that the account may not do is a
+    :class:`~cnkispider.rights.RightsError` telling the worker to ask the administrator.
     """
-    for attempt in range(5):
-        try:
-            schema.metadata.create_all(engine, checkfirst=True)
-            break
-        except (sa.exc.OperationalError, sa.exc.ProgrammingError) as exc:
-            if "already exists" not in str(exc) or attempt == 4:
-                raise
-    widen_columns(engine)
+    try:
+        for attempt in range(5):
+            if not _missing_tables(engine):
+                break  # one query, where create_all asks for each table: seconds on a slow line
+            try:
+                schema.metadata.create_all(engine, checkfirst=True)
+                break
+            except (sa.exc.OperationalError, sa.exc.ProgrammingError) as exc:
+                if "already exists" not in str(exc) or attempt == 4:
+                    raise
+    except sa.exc.DBAPIError as exc:
+        _refused(engine, exc, "the database lacks tables of this cnkispider")
     with engine.begin() as conn:
         current = conn.execute(sa.select(schema.schema_version.c.version)).scalar()
-        if current is None:
-            try:
-                with conn.begin_nested():
-                    conn.execute(
-                        schema.schema_version.insert().values(id=1, version=schema.SCHEMA_VERSION)
-                    )
-            except sa.exc.IntegrityError:
-                pass  # another worker recorded it a moment ago
-        elif current < schema.SCHEMA_VERSION:
-            upgrade(conn, current)
+    try:
+        widen_columns(engine)
+        with engine.begin() as conn:
+            if current is None:
+                try:
+                    with conn.begin_nested():
+                        conn.execute(
+                            schema.schema_version.insert().values(
+                                id=1, version=schema.SCHEMA_VERSION
+                            )
+                        )
+                except sa.exc.IntegrityError:
+                    pass  # another worker recorded it a moment ago
+            elif current < schema.SCHEMA_VERSION:
+                upgrade(conn, current)
+    except sa.exc.DBAPIError as exc:
+        _refused(
+            engine,
+            exc,
+            f"the database has schema version {current}, older than this cnkispider's "
+            f"{schema.SCHEMA_VERSION}"
+            if current
+            else "the database has no schema version yet",
+        )
+
+
+def _missing_tables(engine: Engine) -> bool:
+    present = set(sa.inspect(engine).get_table_names())
+    return any(table.name not in present for table in schema.metadata.sorted_tables)
+
+
+def _refused(engine: Engine, exc: BaseException, state: str) -> None:
+    """Raise a RightsError for a schema change the account may not make; re-raise the rest."""
+    from cnkispider.rights import RightsError, database_account, database_denial
+
+    words = database_denial(exc)
+    if words is None:
+        raise exc
+    raise RightsError(
+        f"{state}, and the database account {database_account(engine)} may not change tables "
+        f"(the server said: {words}); ask the administrator to run `cnkispider init-db` with "
+        "their config.ini, which creates and upgrades the tables (docs/WORKERS.md)"
+    ) from None
 
 
 def upgrade(conn, from_version: int) -> None:

@@ -131,6 +131,11 @@ def preflight(config: Config, task_arg: str | None = None) -> None:
         check_task_input(
             t.type, t.start_date or None, t.end_date or None, t.categories, config.base_dir
         )
+        from cnkispider import schema
+        from cnkispider.rights import check_database
+
+        # the worker adds it: its account needs INSERT on the task table (docs/WORKERS.md)
+        check_database(store.engine, [schema.task], adding_task=True)
         return
     for line in config_drift(config, row):
         print(line, file=sys.stderr)
@@ -138,8 +143,18 @@ def preflight(config: Config, task_arg: str | None = None) -> None:
 
 def _check_services(config: Config) -> None:
     """Fail before Scrapy starts, with one clear line, if the database or Redis is unusable."""
+    from cnkispider import schema
     from cnkispider.db import open_database
     from cnkispider.redisconn import connect
+    from cnkispider.rights import check_database, check_redis, redis_account
 
-    open_database(config.database_url).dispose()
-    connect(config.redis_url, config.data_dir).close()
+    engine = open_database(config.database_url)
+    try:
+        check_database(engine, schema.metadata.sorted_tables)
+    finally:
+        engine.dispose()
+    client = connect(config.redis_url, config.data_dir)
+    try:
+        check_redis(client, redis_account(config.redis_url))
+    finally:
+        client.close()

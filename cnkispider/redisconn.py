@@ -112,7 +112,16 @@ def _scrub(exc: BaseException, url: str) -> str:
 def _check_policy(client: redis.Redis, where: str) -> None:
     try:
         config = client.config_get("maxmemory*")
-    except redis.ResponseError as exc:  # CONFIG disabled or renamed (managed Redis), or ACL
+    except redis.exceptions.NoPermissionError:
+        # a worker's ACL user (docs/WORKERS.md) has no CONFIG: the administrator owns the policy
+        logger.info(
+            "%s: this Redis user may not read the eviction policy (CONFIG is @admin); the "
+            "administrator keeps maxmemory-policy noeviction, because %s",
+            where,
+            _EVICTING_HELP,
+        )
+        return
+    except redis.ResponseError as exc:  # CONFIG disabled or renamed (managed Redis)
         logger.warning(
             "Cannot read the eviction policy of %s (%s); make sure its maxmemory-policy is "
             "noeviction, because %s",

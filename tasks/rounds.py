@@ -591,11 +591,15 @@ class Rounds(TaskRows):
             conn.execute(round_.update().where(round_.c.id == round_id).values(note=note[:500]))
 
     def add_total(self, round_id: int, listed: int) -> None:
-        """Add a search's listed total to its round (a split round sums its searches)."""
+        """Add a search's listed total to its round (a split round sums its searches).
+
+        Only while the round is in flight: a worker whose line was cut while it wrote this
+        (tests/test_cut_lines.py) may get it through after the others re-did its list page and
+        closed the round, and a closed round's total no longer moves."""
         with self.engine.begin() as conn:
             conn.execute(
                 round_.update()
-                .where(round_.c.id == round_id)
+                .where(round_.c.id == round_id, round_.c.state.in_(IN_FLIGHT))
                 .values(total=sa.func.coalesce(round_.c.total, 0) + listed)
             )
 

@@ -56,6 +56,9 @@ class PortTaken(RuntimeError):
 class OwnMariaDB:
     """A private mariadbd: root without a password, on 127.0.0.1 and a free port."""
 
+    #: more mariadbd options (tests/tls_services.py: its TLS certificate and key)
+    extra_args: tuple[str, ...] = ()
+
     def __init__(self, root: Path | None = None):
         self.root = Path(root or tempfile.mkdtemp(prefix="own-mariadb-"))
         self.datadir = self.root / "data"
@@ -104,6 +107,7 @@ class OwnMariaDB:
                 # '/tmp/#sql-temptable-...'" while the fault suite restarted its server).
                 f"--tmpdir={self.tmpdir}",
                 *user,
+                *self.extra_args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

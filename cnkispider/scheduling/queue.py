@@ -279,6 +279,23 @@ class Burial:
     reason: str
 
 
+def server_version(client: redis.Redis) -> str:
+    """The server's version from HELLO (Redis 6+), which a worker's ACL user may run; INFO is
+    @dangerous and refused to it. Redis 5 has no HELLO (and no ACL): INFO then."""
+    import redis as redis_module
+
+    try:
+        reply = client.execute_command("HELLO")
+    except redis_module.ResponseError:
+        return str(client.info("server").get("redis_version", "0"))
+    if isinstance(reply, dict):
+        fields = reply
+    else:  # RESP2: a flat list of name, value pairs
+        fields = dict(zip(reply[::2], reply[1::2], strict=False))
+    version = fields.get(b"version", fields.get("version", b"0"))
+    return version.decode() if isinstance(version, bytes) else str(version)
+
+
 @dataclass
 class SyncBatch:
     """Everything one call writes (in this order) and how many requests it pops."""
@@ -359,7 +376,7 @@ class LeasedQueue:
 
     def open(self) -> str:
         """Check the server can run the script and return the namespace's epoch (created if new)."""
-        version = self.client.info("server").get("redis_version", "0")
+        version = server_version(self.client)
         if tuple(int(x) for x in str(version).split(".")[:2]) < (5, 0):
             raise RedisUnavailable(f"Redis {version} is too old: the scheduler needs 5.0 or newer")
         self.client.set(self.key("epoch"), secrets.token_hex(8), nx=True)

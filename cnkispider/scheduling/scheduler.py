@@ -171,6 +171,9 @@ class LeasedScheduler(BaseScheduler):
             self.namespace,
             lease_seconds=self.lease_seconds,
             max_attempts=self.max_attempts,
+            # a worker told a round drained and cut off before it told flow control is replaced
+            # like a lease holder: within two leases (120 s with the default 60 s lease)
+            drained_confirm_seconds=min(defaults.DRAINED_CONFIRM_SECONDS, 2 * self.lease_seconds),
             bloom_args=self.df.script_args() if self.df is not None else None,
             round_capacity=(
                 self.df.round_capacity

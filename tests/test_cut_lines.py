@@ -1,0 +1,370 @@
+"""Workers on cut and bad lines (issue 29): each worker in a network namespace of its own, the
+servers (a private MariaDB, Redis and the CNKI stand-in) on service addresses of this machine
+(tests/netlab.py), every worker holding only a worker's rights (admin grant-worker).
+
+- one worker's line cut for 30 s mid-round, shorter than its leases (60 s): its leases stay
+  with it, it goes on by itself when the line returns;
+- one worker's line cut for 40 s with leases of 10 s (four leases; the issue's 90 s cut against
+  the default 60 s lease, shortened to keep the test under two minutes): while it is still cut,
+  every request leased at the cut and every round in flight is finished by the other workers
+  (a round it emptied but had not told the database of: within two leases);
+- one worker on a line with 150 ms delay each way (300 ms round trip) and 5% of packets lost
+  each way (user-space, packet level: this kernel has no netem, see tests/netlab.py);
+- Redis unreachable from every worker for 60 s.
+
+Each time: the task equals the truth, every round is done and balances, each round is reported
+done once and the task finished once, and every worker exits 0 by itself.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+
+import pytest
+import redis
+import sqlalchemy as sa
+
+from cnkispider.schema import documents, ledger, round_
+from tests.crawl_harness import ROOT, CrawlSetup, compare
+from tests.netlab import Lab, LabMariaDB, LabRedis, netns_available
+from tests.worker_accounts import grant
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def lab():
+    why = netns_available()
+    if why:
+        pytest.fail(why)
+    lab = Lab()
+    try:
+        lab.mariadb = LabMariaDB(lab.db_address)
+        lab.redis = LabRedis(lab.redis_address)
+        yield lab
+    finally:
+        for server in ("redis", "mariadb"):
+            if hasattr(lab, server):
+                getattr(lab, server).close()
+        lab.close()
+
+
+class Cluster:
+    """An administrator's setup on the lab's servers and workers in namespaces of their own."""
+
+    def __init__(self, lab: Lab, tmp_path, site, *, crawl: dict, days: str = "2024-01-03"):
+        self.lab = lab
+        database = lab.mariadb.create_database()
+        self.admin = CrawlSetup(
+            tmp_path / "admin",
+            site,
+            lab.mariadb.url(database),
+            "paper",
+            "2024-01-01",
+            days,
+            "TP3,F0,O1,R4",
+            redis_url=lab.redis.admin_url,
+            crawl={"log_file": "", **crawl},
+        )
+        self.admin.tmp_path.mkdir(parents=True)
+        done = self.admin.run("init-db", timeout=120)
+        assert done.returncode == 0, done.stderr
+        self.account, _ = grant(
+            self.admin.config_path, self.admin.db_url, lab.redis.admin_url, "--add-tasks"
+        )
+        self.account.admin_connect = {"host": "127.0.0.1", "port": lab.mariadb.port, "user": "root"}
+        worker_dir = tmp_path / "worker"
+        worker_dir.mkdir()
+        a = self.account
+        self.worker = CrawlSetup(
+            worker_dir,
+            site,
+            f"mysql+pymysql://{a.name}:{a.password}@{lab.db_address}:{lab.mariadb.port}/{database}",
+            "paper",
+            self.admin.start,
+            self.admin.end,
+            self.admin.categories,
+            task=self.admin.task,
+            redis_url=f"redis://{a.name}:{a.password}@{lab.redis_address}:{lab.redis.port}/0",
+            crawl=self.admin.crawl,
+        )
+        self.worker.write()
+        self.processes: list[subprocess.Popen] = []
+        self.lines: list[int] = []  # worker index -> its line in the lab
+        self.logs: list = []
+        self.redis = redis.Redis.from_url(lab.redis.admin_url)
+
+    def start(self, bad_line=None) -> None:
+        """Start the next worker (index len(processes)) in a namespace of its own."""
+        line, namespace = self.lab.namespace(bad_line=bad_line)
+        self.lines.append(line)
+        k = len(self.processes)
+        log = open(self.admin.tmp_path / f"worker{k}.log", "w+", encoding="utf-8")
+        self.logs.append(log)
+        self.processes.append(
+            subprocess.Popen(
+                self.lab.command(namespace, self.worker.command("run")),
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+
+    def log(self, k: int) -> str:
+        return (self.admin.tmp_path / f"worker{k}.log").read_text(
+            encoding="utf-8", errors="replace"
+        )
+
+    def stored(self) -> int:
+        table = documents["paper"]
+        return self.admin.query(sa.select(sa.func.count()).select_from(table))[0][0]
+
+    def key(self, name: str) -> str:
+        return f"cnki:{self.admin.task}:{name}"
+
+    def leased(self) -> set[bytes]:
+        return set(self.redis.zrange(self.key("leases"), 0, -1))
+
+    def alive(self, ids: set[bytes]) -> set[bytes]:
+        """Which of the request ids are still queued or leased (not acknowledged)."""
+        if not ids:
+            return set()
+        present = self.redis.hmget(self.key("requests"), list(ids))
+        return {i for i, value in zip(ids, present, strict=True) if value is not None}
+
+    def in_flight(self) -> list[int]:
+        rows = self.admin.query(
+            sa.select(round_.c.id).where(round_.c.state.in_(("claimed", "seeded")))
+        )
+        return [r.id for r in rows]
+
+    def done_rounds(self) -> set[int]:
+        rows = self.admin.query(sa.select(round_.c.id).where(round_.c.state == "done"))
+        return {r.id for r in rows}
+
+    def diagnose(self) -> str:
+        """What a stuck crawl looks like: unfinished rounds and the queue's counters."""
+        rows = self.admin.query(sa.select(round_).where(round_.c.state != "done"))
+        keys = {
+            k.decode(): self.redis.type(k).decode()
+            for k in self.redis.scan_iter(match=f"cnki:{self.admin.task}:*", count=1000)
+        }
+        drained = self.redis.zrange(self.key("drained"), 0, -1, withscores=True)
+        return f"rounds not done: {rows}; keys: {keys}; drained: {drained}"
+
+    def check(self, *alive: int) -> None:
+        """No worker failed (one that finished the task exits 0); those in ``alive`` still run."""
+        for k, p in enumerate(self.processes):
+            code = p.poll()
+            assert code in (None, 0), f"worker {k} failed ({code}): {self.log(k)[-3000:]}"
+            assert k not in alive or code is None, f"worker {k} stopped: {self.log(k)[-3000:]}"
+
+    def wait(self, what: str, condition, timeout: float = 100, alive: tuple[int, ...] = ()):
+        deadline = time.monotonic() + timeout
+        while True:
+            value = condition()
+            if value:
+                return value
+            self.check(*alive)
+            assert time.monotonic() < deadline, f"timed out waiting for {what}: {self.diagnose()}"
+            time.sleep(0.2)
+
+    def finish(self, timeout: float = 110) -> None:
+        deadline = time.monotonic() + timeout
+        for k, p in enumerate(self.processes):
+            try:
+                p.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"worker {k} did not finish: {self.log(k)[-3000:]}")
+        codes = [p.returncode for p in self.processes]
+        assert codes == [0] * len(codes), "\n".join(self.log(k)[-2500:] for k in range(len(codes)))
+
+    def assert_sound(self) -> None:
+        """The task equals the truth, nothing twice, every round balances and closed once."""
+        admin = self.admin
+        truth = admin.truth()
+        assert compare(admin.stored(), truth, "paper") == {
+            "missing": [],
+            "extra": [],
+            "differing": {},
+        }
+        assert self.stored() == len(truth)  # each document once
+        rounds = admin.query(
+            sa.select(
+                round_.c.id,
+                round_.c.state,
+                round_.c.total,
+                round_.c.stored,
+                round_.c.in_error,
+                round_.c.dropped,
+                round_.c.beyond,
+            )
+        )
+        assert rounds and {r.state for r in rounds} == {"done"}, rounds
+        for r in rounds:
+            assert r.total == r.stored + r.in_error + r.dropped + r.beyond, r
+        pending = admin.query(
+            sa.select(sa.func.count()).select_from(ledger).where(ledger.c.outcome == "pending")
+        )[0][0]
+        assert pending == 0
+        assert sum(r.stored for r in rounds) == len(truth)  # no document stored in two rounds
+        logs = [self.log(k) for k in range(len(self.processes))]
+        reported = sorted(int(n) for log in logs for n in re.findall(r"round (\d+) done:", log))
+        assert reported == sorted(r.id for r in rounds), "each round reported done exactly once"
+        assert sum(log.count("every round is done; crawl phase finished") for log in logs) == 1
+        assert sum(log.count(f"task {admin.task} finished") for log in logs) == 1
+
+    def close(self) -> None:
+        for p in self.processes:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=30)
+        for log in self.logs:
+            log.close()
+        self.redis.close()
+        self.account.drop()
+
+
+@pytest.fixture
+def cluster(lab, tmp_path, cnki_site):
+    made: list[Cluster] = []
+
+    def make(**kw) -> Cluster:
+        site = cnki_site(host=lab.site_address, seed=kw.pop("seed", 29), latency="0.05-0.15")
+        made.append(Cluster(lab, tmp_path, site, **kw))
+        return made[-1]
+
+    yield make
+    for c in made:
+        c.close()
+
+
+def _cut_mid_round(c: Cluster, k: int, seconds: float, *, leases_pass: bool) -> None:
+    """Cut worker ``k``'s line for ``seconds`` once it crawls a round it seeded, then mend it.
+
+    The requests leased at the cut are the cut worker's and the others'; the others ack theirs
+    within moments, so those still unacknowledged a while later are the cut worker's."""
+    c.wait(
+        f"worker {k} mid-round",
+        lambda: "seeded" in c.log(k) and c.stored() >= 40 and c.in_flight() and c.leased(),
+        alive=(k,),
+    )
+    c.lab.cut(c.lines[k])
+    cut_at = time.monotonic()
+    leased_at_cut, rounds_at_cut = c.leased(), c.in_flight()
+    if leases_pass:
+        # the other workers finish what was leased at the cut, the cut worker's part included,
+        # and every round then in flight, while its line is still down
+        c.wait(
+            "the cut worker's leases to pass",
+            lambda: not c.alive(leased_at_cut),
+            timeout=90,
+            alive=(k,),
+        )
+        c.wait(
+            "the rounds in flight at the cut to be done",
+            lambda: set(rounds_at_cut) <= c.done_rounds(),
+            timeout=90,
+            alive=(k,),
+        )
+        assert time.monotonic() - cut_at < seconds, "done only after the line came back"
+    while time.monotonic() - cut_at < seconds:  # the cut's length is the test's own input
+        c.check(k)  # the cut worker waits; the others may finish the task meanwhile
+        time.sleep(0.5)
+    held = c.alive(leased_at_cut)
+    if not leases_pass:
+        # a cut shorter than a lease: what the cut worker held waited for it
+        assert held, "nothing leased at the cut was the cut worker's: cut it earlier"
+    mended_at = len(c.log(k))
+    c.lab.mend(c.lines[k])
+    # it goes on by itself: what it held is acknowledged, and it reports work after the cut
+    c.wait("the mended worker's leases to be acknowledged", lambda: not c.alive(held))
+    c.finish()
+    after = c.log(k)[mended_at:]
+    assert re.search(r"round \d+ (done|seeded)|\d+ completed by this worker", after), after[-3000:]
+
+
+def _items(log: str) -> int:
+    """Items the worker stored, from its closing line."""
+    found = re.search(r"Worker \S+ finished .*?, (\d+) items", log)
+    assert found, log[-3000:]
+    return int(found.group(1))
+
+
+def test_a_worker_cut_off_for_30_s_goes_on_by_itself(cluster):
+    c = cluster(crawl={"concurrent_requests": 4, "lease_seconds": 60, "round_lease_seconds": 60})
+    for _ in range(3):
+        c.start()
+    _cut_mid_round(c, 0, 30, leases_pass=False)
+    c.assert_sound()
+
+
+def test_a_worker_cut_off_longer_than_its_leases_hands_them_to_the_others(cluster):
+    c = cluster(
+        crawl={
+            "concurrent_requests": 4,
+            "lease_seconds": 10,
+            "round_lease_seconds": 10,
+            "heartbeat_seconds": 2,
+        },
+        days="2024-01-04",
+    )
+    for _ in range(3):
+        c.start()
+    _cut_mid_round(c, 0, 40, leases_pass=True)
+    c.assert_sound()
+
+
+def test_a_worker_on_a_slow_lossy_line_crawls_with_the_others(cluster, lab):
+    """The line turns bad once the worker crawls (its start over such a line takes a worker
+    minutes of round trips: more than this test's two minutes)."""
+    c = cluster(crawl={"concurrent_requests": 4}, days="2024-01-02")
+    c.start(bad_line=(0.0, 0.0))
+    c.start()
+    line = lab.lines[-1]
+    # it turns bad once 85% of the task is stored: the worker on it finishes what it then
+    # holds slowly (about a document a second; the others cannot take over leases it renews),
+    # and a larger part would take this test past two minutes
+    part = len(c.admin.truth()) * 85 // 100
+    c.wait(
+        "the worker on the line to crawl",
+        lambda: "seeded" in c.log(0) and c.stored() >= part,
+        alive=(0,),
+    )
+    line.delay, line.loss = 0.150, 0.05  # one way: 300 ms round trip, 5% lost each way
+    turned_bad = len(c.log(0))
+    carried, dropped = line.carried, line.dropped
+    c.finish()
+    c.assert_sound()
+    carried, dropped = line.carried - carried, line.dropped - dropped
+    assert carried > 500 and 0.03 < dropped / (carried + dropped) < 0.07, (carried, dropped)
+    # it crawled on the bad line: rounds and documents after the line turned bad
+    after = c.log(0)[turned_bad:]
+    assert re.search(r"round \d+ (seeded|done)", after) and _items(after) > 0, after[-3000:]
+
+
+def test_redis_unreachable_from_every_worker_for_60_s(cluster, lab):
+    c = cluster(crawl={"concurrent_requests": 4}, days="2024-01-02")
+    for _ in range(2):
+        c.start()
+    # both crawl (a worker still opening its scheduler when Redis goes away stops: see the
+    # report of issue 29), and rounds are in flight
+    c.wait(
+        "the crawl to be under way",
+        lambda: (
+            all(re.search(r"round \d+ (seeded|done)", c.log(k)) for k in range(2)) and c.in_flight()
+        ),
+    )
+    lab.block(lab.redis_address)
+    blocked_at = time.monotonic()
+    stored_at_block = c.stored()
+    while time.monotonic() - blocked_at < 60:
+        c.check(0, 1)
+        time.sleep(0.5)
+    lab.unblock(lab.redis_address)
+    c.finish()
+    c.assert_sound()
+    assert c.stored() > stored_at_block  # the crawl went on after the outage
