@@ -53,9 +53,8 @@ class DepthMixin:
     @property
     def export_batches(self) -> ExportBatches:
         if self._export_batches is None:
-            self._export_batches = ExportBatches(
-                self.crawler.settings.getint("CNKI_EXPORT_BATCH", 50) or 50
-            )
+            # the default lives in default_settings, installed by the add-on
+            self._export_batches = ExportBatches(self.crawler.settings.getint("CNKI_EXPORT_BATCH"))
         return self._export_batches
 
     def selected_rows(self, kept: list, drops: list) -> tuple[list, list]:
