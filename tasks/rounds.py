@@ -405,7 +405,38 @@ class Rounds(TaskRows):
             stored=None,
             note=None,
         )
+        if code == DAY:
+            self._reopen_day(conn, task_id, day, now)
         return Round(existing.id, task_id, day, code, 1)
+
+    def _reopen_day(self, conn, task_id: int, day: str, now: dt.datetime) -> None:
+        """The cursor passed a day's census again (the operator moved it back): that day's
+        category rounds are crawled again too, whatever the census finds. They have rows, so
+        ``_missing`` would never see them due; they are claimed with a lapsed lease, and the next
+        claim takes each over from its first page (as a resume re-opens rounds)."""
+        reopened = move(
+            conn,
+            round_,
+            [
+                round_.c.task_id == task_id,
+                round_.c.day == day,
+                round_.c.category != DAY,
+                round_.c.state.in_(("done", "failed")),
+            ],
+            now,
+            state="claimed",
+            worker=None,
+            lease_until=now - dt.timedelta(seconds=1),
+            attempts=0,
+            note=None,
+        )
+        if reopened:
+            logger.info(
+                "task %s: the cursor passed %s again: its %s category rounds are crawled again",
+                task_id,
+                day,
+                reopened,
+            )
 
     def _take_over(self, task_id: int, worker_id: str, epoch: str | None) -> Round | None:
         with self.engine.begin() as conn:
