@@ -94,19 +94,16 @@ def cmd_task(config: Config, args) -> int:
         print(
             "extended: " + describe(store.set_end_date(args.name, parse_day(args.end, "end date")))
         )
+    elif action == "pause":
+        print("paused: " + describe(store.pause(args.name)))
     elif action == "resume":
-        current = store.get(args.name)
-        if current.halt_reason:
-            # a halted task goes on where it halted (its end date stays unless --end is given)
-            resumed, reopened = store.resume_halted(args.name, parse_day(args.end, "end date"))
+        resumed, reopened = store.resume(args.name, parse_day(args.end, "end date"))
+        if reopened is None:
+            print("resumed: " + describe(resumed))
+        else:  # a paused or halted task goes on where it stopped, its end date unchanged
             print(
                 f"resumed: {describe(resumed)} (halt cleared: {reopened['reason']}; "
                 f"{reopened['rounds']} rounds re-opened, {reopened['error_code']} errorCode rows to replay)"
-            )
-        else:
-            print(
-                "resumed: "
-                + describe(store.set_end_date(args.name, parse_day(args.end, "end date")))
             )
     elif action == "move":
         if args.code is not None and len(args.code) > 64:
@@ -663,19 +660,21 @@ def build_parser() -> argparse.ArgumentParser:
     actions.add_parser("list", help="every task, bad rows flagged")
     for name, text in (
         ("show", "one task with its progress"),
-        ("stop", "stop after in-flight rounds"),
+        ("stop", "stop after in-flight rounds (end_date becomes the day before the cursor)"),
+        ("pause", "hand out nothing more until `task resume` (the dates stay)"),
     ):
         p = actions.add_parser(name, help=text)
-        p.add_argument("name")
+        p.add_argument("name", help="the task's name or id")
     extend = actions.add_parser("extend", help="set a later end date")
     extend.add_argument("name")
     extend.add_argument("end")
     resume = actions.add_parser(
         "resume",
-        help="go on after a halt (clears it, crawls again what failed for it) or a stop (default: up to today)",
+        help="go on after a pause or a halt (clears it, crawls again what failed for it); "
+        "the end date stays unless --end",
     )
-    resume.add_argument("name")
-    resume.add_argument("--end")
+    resume.add_argument("name", help="the task's name or id")
+    resume.add_argument("--end", help="a new last day, YYYY-MM-DD")
     move = actions.add_parser("move", help="move the cursor (the next round follows it)")
     move.add_argument("name")
     move.add_argument("date")

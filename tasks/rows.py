@@ -198,5 +198,11 @@ def describe(t: Task) -> str:
     return (
         f"task {t.id} {t.name!r}: {t.type} {t.start_date}..{end}, cursor {cur}, "
         f"{len(t.tree.roots)} categories, phase {t.phase}, last heartbeat {status}"
-        + (f", halted: {t.halt_reason}" if t.halt_reason else "")
+        + (_halt_words(t.halt_reason) if t.halt_reason else "")
     )
+
+
+def _halt_words(reason: str) -> str:
+    if reason.split(":", 1)[0].strip() == "paused":  # cnkispider.halting.PAUSE_REASON
+        return ", paused"
+    return f", halted: {reason}"

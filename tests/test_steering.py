@@ -69,3 +69,106 @@ def test_a_move_brings_back_every_deleted_document(crawl, census, categories):
     assert diff["missing"] == [], f"{len(diff['missing'])} of {len(truth)} never came back"
     states = {r.state for r in setup.query(sa.select(round_.c.state))}
     assert states == {"done"}
+
+
+# -- pause is not stop (the command line; the page's actions call the same steering) ------------
+
+
+@pytest.fixture
+def ini(tmp_path, db_url):
+    path = tmp_path / "config.ini"
+    path.write_text(f"[database]\nurl = {db_url}\n", encoding="utf-8")
+    return str(path)
+
+
+def cli(ini, *args):
+    from cnkispider.cli import main
+
+    return main(["--config", ini, *args])
+
+
+def _store(ini):
+    from cnkispider.config import load_config
+    from cnkispider.db import open_database
+    from tasks.flow import TaskStore
+
+    config = load_config(ini)
+    return TaskStore(open_database(config.database_url), base_dir=config.base_dir)
+
+
+def _add(ini, name="p", start="2024-01-01", end="2024-01-10"):
+    assert cli(ini, "init-db") == 0
+    args = ["task", "add", name, "--type", "patent", "--start", start, "--categories", "G06"]
+    assert cli(ini, *args, *(["--end", end] if end else [])) == 0
+
+
+def test_pause_then_resume_keeps_the_task_s_dates(ini, capsys):
+    _add(ini)
+    store = _store(ini)
+    first = store.claim(store.get("p").id, "w")
+    assert first.day == "2024-01-01"
+    assert cli(ini, "task", "pause", "p") == 0
+    assert "2024-01-01..2024-01-10" in capsys.readouterr().out
+    assert store.claim(store.get("p").id, "w") is None  # paused: nothing handed out
+    assert cli(ini, "task", "show", "p") == 0
+    assert ", paused" in capsys.readouterr().out
+    assert cli(ini, "task", "resume", "p") == 0
+    out = capsys.readouterr().out
+    assert "resumed: " in out and "2024-01-01..2024-01-10" in out
+    current = store.get("p")
+    assert current.end_date.isoformat() == "2024-01-10" and not current.halt_reason
+    assert store.claim(current.id, "w").day in ("2024-01-01", "2024-01-02")
+    store.engine.dispose()
+
+
+def test_resume_of_a_task_that_is_not_paused_changes_nothing_and_says_extend(ini, capsys):
+    _add(ini)
+    assert cli(ini, "task", "stop", "p") == 0
+    stopped = capsys.readouterr().out
+    assert "2024-01-01..2023-12-31" in stopped
+    assert cli(ini, "task", "resume", "p") != 0
+    err = capsys.readouterr().err
+    assert "not paused" in err and "task extend p" in err
+    assert _store(ini).get("p").end_date.isoformat() == "2023-12-31"
+
+
+def test_a_finished_task_offers_extend_and_move_not_pause_or_resume(ini, capsys):
+    from cnkispider.web.actions import offered
+
+    _add(ini)
+    store = _store(ini)
+    with store.engine.begin() as conn:
+        from cnkispider.schema import task
+
+        conn.execute(task.update().values(phase="done"))
+    for action in ("pause", "resume"):
+        assert cli(ini, "task", action, "p") != 0
+        err = capsys.readouterr().err
+        assert "is finished" in err and "task extend p" in err and "task move p" in err
+    assert offered(None, "done") == ("extend", "move")
+    assert "pause" in offered(None, "crawl") and "resume" not in offered(None, "crawl")
+    assert "resume" in offered("paused: by the operator", "crawl")
+    store.engine.dispose()
+
+
+def test_an_end_date_edited_before_the_cursor_stops_the_task_and_a_pause_keeps_it(ini, capsys):
+    """From a MySQL client: end_date before the cursor hands out nothing more; pause and resume
+    keep that end date as the user wrote it."""
+    _add(ini)
+    store = _store(ini)
+    tid = store.get("p").id
+    assert [store.claim(tid, "w").day for _ in range(3)] == [
+        "2024-01-01",
+        "2024-01-02",
+        "2024-01-03",
+    ]
+    from cnkispider.schema import task
+
+    with store.engine.begin() as conn:
+        conn.execute(task.update().values(end_date="2024-01-02"))
+    assert store.claim(tid, "w") is None
+    assert cli(ini, "task", "pause", "p") == 0
+    assert cli(ini, "task", "resume", "p") == 0
+    assert store.get("p").end_date.isoformat() == "2024-01-02"
+    assert store.claim(tid, "w") is None
+    store.engine.dispose()

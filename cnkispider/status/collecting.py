@@ -16,7 +16,8 @@ The report (``cnkispider status --json``; times are ISO 8601 UTC, ``...Z``)::
      "sessions": {state: n} (the pool of sessions a person passed; null when Redis is unreachable),
      "tasks": [{"id", "name", "ok", "problem" (why a BAD ROW is bad, else null), "type",
                 "start_date", "end_date" (null: up to today), "until" (the last day due now),
-                "phase", "activity" ("running" | "finished" | "stopped" | "halted" | "no live worker"),
+                "phase", "activity" ("running" | "finished" | "stopped" | "paused" | "halted" |
+                "no live worker"),
                 "halted" (the halt reason, null when not halted), "halted_at",
                 "waiting" (what a worker waits for: a person to pass CNKI's check; null: nothing),
                 "cursor": {"date", "category"}, "last_heartbeat", "last_heartbeat_age_seconds",
@@ -678,7 +679,8 @@ def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, w
     entry["challenges"] = listing["challenges"]
     entry["workers"] = listing["rows"]
     if entry["halted"]:
-        entry["activity"] = "halted"  # its workers are stopping, or stopped
+        # its workers are stopping, or stopped; a pause is the operator's halt
+        entry["activity"] = "paused" if entry["halted"].startswith("paused") else "halted"
         entry["eta_seconds"] = entry["eta_at"] = None
     elif listing["counts"]["alive"]:
         entry["activity"] = "running"

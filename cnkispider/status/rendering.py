@@ -46,8 +46,9 @@ def _render_task(t: dict, report: dict) -> list[str]:
             f"{head}  {t['type']}  {t['start_date']} .. {end}  phase {t['phase']}  [{t['activity']}]"
         ]
     if t.get("halted"):
+        what = "paused" if t["activity"] == "paused" else f"halted: {t['halted']}"
         lines.append(
-            f"  halted: {t['halted']}  (since {_clock(t['halted_at'])} UTC; "
+            f"  {what}  (since {_clock(t['halted_at'])} UTC; "
             f"`cnkispider task resume {t['name']}` goes on)"
         )
     if t.get("waiting"):
@@ -67,8 +68,8 @@ def _render_task(t: dict, report: dict) -> list[str]:
         rate = t["rate"]["rounds_per_hour"]
         if r["remaining"] == 0:
             eta = "nothing left" + ("" if t["end_date"] else " until tomorrow")
-        elif t["activity"] == "halted":
-            eta = "no ETA: halted"
+        elif t["activity"] in ("halted", "paused"):
+            eta = f"no ETA: {t['activity']}"
         elif t["activity"] != "running":
             eta = "no ETA: no worker is alive"
         elif rate:

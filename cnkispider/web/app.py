@@ -14,7 +14,7 @@ Pages (GET, never changing anything)::
 
 Actions (POST, each through :mod:`cnkispider.web.guard`, then :mod:`cnkispider.web.actions`)::
 
-    /tasks/<name>/<action>     resume | stop | extend | move | recrawl ("preview" in the
+    /tasks/<name>/<action>     pause | resume | stop | extend | move | recrawl ("preview" in the
                                form: say what it will do; else do it and record it in audit)
     /sessions                  add the pasted session (same two steps)
 
@@ -64,7 +64,7 @@ HEADERS = {
 def state_of(t: dict) -> str:
     """A task's state in the page's words."""
     if t["halted"]:
-        return f"halted: {t['halted']}"
+        return "paused" if t["halted"].startswith("paused") else f"halted: {t['halted']}"
     if t.get("waiting"):
         return "waiting for a person"
     return t["activity"]
@@ -75,7 +75,7 @@ def banners(report: dict) -> list[dict]:
     out = []
     for t in report["tasks"]:
         if t["halted"]:
-            out.append({"task": t["name"], "kind": "halted", "text": f"halted: {t['halted']}"})
+            out.append({"task": t["name"], "kind": "halted", "text": state_of(t)})
         if t.get("waiting"):
             out.append(
                 {
@@ -169,6 +169,7 @@ def _templates() -> Jinja2Templates:
     env.filters["duration"] = _duration
     env.globals["state_of"] = state_of
     env.globals["fields"] = actions.FIELDS
+    env.globals["offered"] = actions.offered
     return Jinja2Templates(env=env)
 
 
