@@ -2,7 +2,8 @@
 
     cnkispider [--config PATH] init-db
     cnkispider task add NAME --type patent --start 2024-01-01 [--end 2024-01-31] [--categories SPEC]
-    cnkispider task list | show NAME | stop NAME | extend NAME END | resume NAME [--end DATE]
+    cnkispider task list | show NAME | stop NAME | pause NAME | resume NAME [--end DATE]
+    cnkispider task extend NAME [END]     a later end date (none: up to today)
     cnkispider task move NAME DATE [CODE]
     cnkispider run [--processes N]       crawl the task of config.ini, then its recrawl phase
     cnkispider recrawl                   only the recrawl phase (replay errorCode, errorLink)
@@ -37,7 +38,7 @@ from cnkispider.clock import cnki_today
 from cnkispider.config import Config, load_config
 from cnkispider.exceptions import CnkiSpiderError
 from cnkispider.items import DOC_TYPES
-from cnkispider.preflight import check_task_input, parse_day, preflight, task_store
+from cnkispider.preflight import add_drift, check_task_input, parse_day, preflight, task_store
 from cnkispider.sessions.waysin import added_line, cnki_site_of
 from tasks.rows import describe
 
@@ -60,14 +61,24 @@ def cmd_task(config: Config, args) -> int:
     action = args.action
     if action == "add":
         # every check first: an error leaves no row behind
-        check_task_input(args.type, args.start, args.end, args.categories, store.base_dir)
+        categories = args.categories or "builtin"
+        check_task_input(args.type, args.start, args.end, categories, store.base_dir)
         current, created = store.register(
             args.name,
             args.type,
             parse_day(args.start, "start date"),
             parse_day(args.end, "end date") or "",
-            args.categories,
+            categories,
         )
+        changes = [] if created else add_drift(args, current)
+        if changes:
+            # the row wins: a second `task add` never overwrites it; say what would change it
+            print(
+                f"error: task {current.name!r} exists with other arguments "
+                f"({describe(current)}); to change it: " + "; ".join(changes),
+                file=sys.stderr,
+            )
+            return 2
         print(("created " if created else "exists: ") + describe(current))
     elif action == "set":
         print("changed: " + describe(store.set_task(args.name, args.categories, args.type)))
@@ -650,7 +661,9 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--type", required=True, choices=DOC_TYPES)
     add.add_argument("--start", required=True, help="first day, YYYY-MM-DD")
     add.add_argument("--end", help="last day, YYYY-MM-DD (default: up to today)")
-    add.add_argument("--categories", default="builtin", help="category spec (see config.ini)")
+    add.add_argument(
+        "--categories", help="category spec (see config.ini; default builtin: the whole tree)"
+    )
     tset = actions.add_parser(
         "set", help="change a task's categories, or its type while nothing is crawled"
     )
@@ -665,9 +678,11 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         p = actions.add_parser(name, help=text)
         p.add_argument("name", help="the task's name or id")
-    extend = actions.add_parser("extend", help="set a later end date")
-    extend.add_argument("name")
-    extend.add_argument("end")
+    extend = actions.add_parser("extend", help="set a later end date (none: up to today)")
+    extend.add_argument("name", help="the task's name or id")
+    extend.add_argument(
+        "end", nargs="?", help="the new last day, YYYY-MM-DD (default: up to today)"
+    )
     resume = actions.add_parser(
         "resume",
         help="go on after a pause or a halt (clears it, crawls again what failed for it); "

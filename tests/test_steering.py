@@ -172,3 +172,38 @@ def test_an_end_date_edited_before_the_cursor_stops_the_task_and_a_pause_keeps_i
     assert store.get("p").end_date.isoformat() == "2024-01-02"
     assert store.claim(tid, "w") is None
     store.engine.dispose()
+
+
+# -- input ---------------------------------------------------------------------------------------
+
+
+def test_a_start_after_today_in_beijing_is_refused(ini, capsys):
+    import datetime as dt
+
+    from cnkispider.clock import cnki_today
+
+    tomorrow = (cnki_today() + dt.timedelta(days=1)).isoformat()
+    assert cli(ini, "init-db") == 0
+    assert cli(ini, "task", "add", "f", "--type", "paper", "--start", tomorrow) == 2
+    err = capsys.readouterr().err
+    assert f"start date {tomorrow} is after today" in err and err.count("\n") == 1
+    assert cli(ini, "task", "list") == 0
+    assert "no tasks" in capsys.readouterr().out  # nothing written
+    today = cnki_today().isoformat()
+    assert cli(ini, "task", "add", "f", "--type", "paper", "--start", today) == 0
+
+
+def test_adding_an_existing_name_with_other_arguments_says_the_task_set_command(ini, capsys):
+    _add(ini)
+    capsys.readouterr()
+    same = ["task", "add", "p", "--type", "patent", "--start", "2024-01-01"]
+    assert cli(ini, *same) == 0
+    assert "exists: task" in capsys.readouterr().out
+    assert cli(ini, *same[:3], "--type", "paper", "--start", "2024-01-01") == 2
+    assert "cnkispider task set p --type paper" in capsys.readouterr().err
+    assert cli(ini, *same, "--categories", "H04") == 2
+    assert "cnkispider task set p --categories H04" in capsys.readouterr().err
+    assert cli(ini, *same, "--end", "2024-02-01") == 2
+    assert "cnkispider task extend p 2024-02-01" in capsys.readouterr().err
+    current = _store(ini).get("p")
+    assert (current.type, current.categories) == ("patent", "G06")  # nothing written
