@@ -34,6 +34,7 @@ import logging
 import sys
 from pathlib import Path
 
+from cnkispider import __version__
 from cnkispider.clock import cnki_today
 from cnkispider.config import Config, load_config
 from cnkispider.exceptions import CnkiSpiderError
@@ -643,6 +644,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--config", default=argparse.SUPPRESS, help=CONFIG_HELP)
     parser = argparse.ArgumentParser(prog="cnkispider", description="Distributed CNKI crawler")
     parser.add_argument("--config", help=CONFIG_HELP)
+    parser.add_argument("--version", action="version", version=f"cnkispider {__version__}")
     sub = parser.add_subparsers(dest="command")
     _add_parser = sub.add_parser
 
@@ -657,7 +659,7 @@ def build_parser() -> argparse.ArgumentParser:
     task_parser = sub.add_parser("task", help="add, list, show and steer tasks")
     actions = task_parser.add_subparsers(dest="action", required=True)
     add = actions.add_parser("add", help="register a task (joins it unchanged if it exists)")
-    add.add_argument("name")
+    add.add_argument("name", help="the task's name (unique; steer it by this name later)")
     add.add_argument("--type", required=True, choices=DOC_TYPES)
     add.add_argument("--start", required=True, help="first day, YYYY-MM-DD")
     add.add_argument("--end", help="last day, YYYY-MM-DD (default: up to today)")
@@ -667,7 +669,7 @@ def build_parser() -> argparse.ArgumentParser:
     tset = actions.add_parser(
         "set", help="change a task's categories, or its type while nothing is crawled"
     )
-    tset.add_argument("name")
+    tset.add_argument("name", help="the task's name or id")
     tset.add_argument("--categories", help="new category spec (checked against the category tree)")
     tset.add_argument("--type", choices=DOC_TYPES, help="new type (only before its first round)")
     actions.add_parser("list", help="every task, bad rows flagged")
@@ -690,10 +692,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     resume.add_argument("name", help="the task's name or id")
     resume.add_argument("--end", help="a new last day, YYYY-MM-DD")
-    move = actions.add_parser("move", help="move the cursor (the next round follows it)")
-    move.add_argument("name")
-    move.add_argument("date")
-    move.add_argument("code", nargs="?")
+    move = actions.add_parser(
+        "move", help="move the cursor: every round from DATE on is crawled again"
+    )
+    move.add_argument("name", help="the task's name or id")
+    move.add_argument("date", help="the first day to crawl again, YYYY-MM-DD")
+    move.add_argument(
+        "code",
+        nargs="?",
+        help="a root category of that day: its following categories are crawled again from there",
+    )
     task_parser.set_defaults(func=cmd_task)
 
     for name, text in (
@@ -808,7 +816,11 @@ def _session_parser(sub) -> None:
         metavar="PORT",
         help="use your running browser, started with --remote-debugging-port=PORT",
     )
-    login.add_argument("--headless", action="store_true", help="no window (tests, scripts)")
+    login.add_argument(
+        "--headless",
+        action="store_true",
+        help="no window: no person can pass a real CNKI check this way (tests, scripts)",
+    )
     login.add_argument(
         "--port", type=int, default=0, help="DevTools port to open (default: any free one)"
     )
@@ -834,12 +846,34 @@ def _session_parser(sub) -> None:
     )
     actions.add_parser("list", help="every session: id, source, age, requests, state")
     remove = actions.add_parser("remove", help="drop a session (an id or its unique start)")
-    remove.add_argument("id")
+    remove.add_argument("id", help="the session's id, or its unique start (session list)")
     check = actions.add_parser(
         "check", help="one request per session: passed (ready) or checked (needs a person)"
     )
     check.add_argument("id", nargs="?", help="only this session")
     session.set_defaults(func=cmd_session)
+
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def _log_to_file(config: Config) -> None:
+    """A short command's INFO lines (the embedded Redis starting, a browser opening) go to the
+    log ([crawl] log_file, else cnkispider.log in the data folder), opened only when a line
+    comes; the console shows warnings and errors, and the command's own output."""
+    path = config.resolve(config.crawl["log_file"]) if config.crawl["log_file"] else None
+    path = path or (config.data_dir / "cnkispider.log")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return  # no log folder: the INFO lines are dropped, the warnings still show
+    handler = logging.FileHandler(path, encoding="utf-8", delay=True)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    root = logging.getLogger()
+    for existing in root.handlers:
+        existing.setLevel(logging.WARNING)
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -853,12 +887,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    if args.command not in ("run", "recrawl", "demo"):  # a crawl's logging is Scrapy's
-        logging.basicConfig(
-            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
+    short = args.command not in ("run", "recrawl", "demo")  # a crawl's logging is Scrapy's
+    if short:  # until the config says where the log goes: warnings only
+        logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT)
     try:
         config = load_config(args.config)
+        if short:
+            _log_to_file(config)
         if getattr(args, "processes", None) == 0:
             args.processes = config.crawl["processes"]
         return args.func(config, args)
