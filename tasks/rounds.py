@@ -84,7 +84,7 @@ from cnkispider.db import db_now, retried, retrying
 from cnkispider.exceptions import TaskRowError
 from cnkispider.schema import round_, task
 from errors.recorder import ErrorRecorder
-from tasks.categories import DAY
+from tasks.categories import DAY, round_label
 from tasks.phase import Action, PhaseFacts, next_action
 from tasks.rows import Task, TaskRows, iso, validate_row
 
@@ -246,7 +246,8 @@ class Rounds(TaskRows):
                     task_id,
                     day,
                     code,
-                    "the day's census was not for this task's categories"
+                    "the day's search over the task's categories lists more than one search "
+                    "can walk"
                     if self.day_census
                     else "category added?",
                 )
@@ -489,7 +490,7 @@ class Rounds(TaskRows):
             if won == 1:
                 self.errors.forget_round(conn, cand.id)
                 attempt = cand.attempts + 1
-                args = (cand.id, cand.day, cand.category, attempt)
+                args = (cand.id, cand.day, round_label(cand.category), attempt)
                 logger.info(announce, *args[: announce.count("%s")])
                 return Round(cand.id, task_id, cand.day, cand.category, attempt)
         return None

@@ -32,7 +32,14 @@ from cnkispider.db import retried
 from cnkispider.exceptions import TaskRowError
 from cnkispider.items import DOC_TYPES
 from cnkispider.schema import task
-from tasks.categories import DAY, CategoryError, CategoryTree, load_tree, reload_if_changed
+from tasks.categories import (
+    DAY,
+    CategoryError,
+    CategoryTree,
+    load_tree,
+    reload_if_changed,
+    round_label,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -193,7 +200,7 @@ class TaskRows:
 def describe(t: Task) -> str:
     """One line of a task for the operator: type, days, cursor, categories, phase, heartbeat, halt."""
     end = t.end_date.isoformat() if t.end_date else "(today)"
-    cur = f"{t.cur_date or '-'} {t.cur_code or '-'}"
+    cur = f"{t.cur_date or '-'} {round_label(t.cur_code)}"
     status = t.status.strftime("%Y-%m-%d %H:%M:%S") if t.status else "never"
     return (
         f"task {t.id} {t.name!r}: {t.type} {t.start_date}..{end}, cursor {cur}, "

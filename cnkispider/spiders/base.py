@@ -16,11 +16,12 @@ A round's searches::
                                                               the cap; what even that cannot reach is
                                                               recorded in errorCode as "overflow"
 
-    census round (day, *): the day's search without a category ([task] day_census, issue 21)
+    census round (day, *): the day's search without a category ([task] day_census, issue 21);
+    a task not covering the tree searches its root categories OR'd in one group (issue 28)
         total 0 ......................... done, listed 0, note "empty day": one request that day
-        task not covering the tree ...... listed 0, note "categories: census N": the day's root
-                                          rounds are due (tasks/rounds.py ``_missing``)
         total <= cap .................... the day's only round: its pages walked as above
+        total > cap, some categories .... listed 0, note "categories: census N": the day's root
+                                          rounds are due (tasks/rounds.py ``_missing``)
         total > cap ..................... one search per root of the tree, then as above; the
                                           roots' totals adding up to less than the census is an
                                           errorCode row "census" (permanent; ``beyond`` in the
@@ -150,8 +151,12 @@ class RoundSpider(scrapy.Spider):
     def round_requests(self, round_) -> list[scrapy.Request]:
         """The first request of a round (flow control seeds it into Redis)."""
         if round_.category == DAY:
-            # the day's census: its search without the category (tasks/rounds.py)
-            search = Search.for_day(self.doc_type, round_.day, None)
+            # the day's census (tasks/rounds.py): its search without a category, or over the
+            # task's root categories OR'd in one group when they are not the whole tree
+            context = self.context
+            whole = context is None or self.covers_tree()
+            roots = () if whole else tuple(context.tree.roots)
+            search = Search.for_day(self.doc_type, round_.day, None, any_of=roots)
             return [
                 self.search_request(search, 1, round_id=round_.id, round_root=True, census=True)
             ]
@@ -363,9 +368,14 @@ class RoundSpider(scrapy.Spider):
         if number == 1:
             if meta.get("round_root"):
                 self.crawler.stats.inc_value("rounds/searched")
-                if meta.get("census") and page.total and not self.covers_tree():
-                    # Not this task's rows to take: its categories are part of the tree. The
-                    # census round lists none of them and the day's root rounds become due.
+                if (
+                    meta.get("census")
+                    and page.total > self.protocol.cap
+                    and search.any_of
+                    and not self.covers_tree()
+                ):
+                    # The census over the task's categories lists more than one search can
+                    # walk: the day's root rounds become due (a whole tree splits inside).
                     self.crawler.stats.inc_value("census/categories")
                     tasks = self.context.tasks
                     note = f"{CATEGORIES_NOTE}: census {page.total}"

@@ -44,6 +44,7 @@ from cnkispider.status.collecting import collect, round_detail, round_grid
 from cnkispider.web import actions, guard
 from cnkispider.web.history import History
 from cnkispider.web.metrics import metrics_text
+from tasks.categories import round_label
 
 logger = logging.getLogger(__name__)
 
@@ -170,6 +171,7 @@ def _templates() -> Jinja2Templates:
     env.globals["state_of"] = state_of
     env.globals["fields"] = actions.FIELDS
     env.globals["offered"] = actions.offered
+    env.filters["round_label"] = round_label
     return Jinja2Templates(env=env)
 
 
