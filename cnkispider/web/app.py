@@ -41,7 +41,7 @@ from starlette.templating import Jinja2Templates
 
 from cnkispider.exceptions import CnkiSpiderError
 from cnkispider.status.collecting import collect, round_detail, round_grid
-from cnkispider.web import actions, guard
+from cnkispider.web import actions, guard, words
 from cnkispider.web.history import History
 from cnkispider.web.metrics import metrics_text
 from tasks.categories import round_label
@@ -199,7 +199,15 @@ def create_app(
     templates = _templates()
 
     def page(request, template, status=200, /, **context):
-        return templates.TemplateResponse(request, template, context, status_code=status)
+        lang = words.language(
+            dict(request.query_params), request.cookies, request.headers.get("accept-language")
+        )
+        context.setdefault("lang", lang)
+        context.setdefault("_", words.translator(lang))
+        response = templates.TemplateResponse(request, template, context, status_code=status)
+        if request.query_params.get("lang") in words.LANGUAGES:  # the switch: kept for later pages
+            response.set_cookie(words.COOKIE, lang, max_age=365 * 86400, samesite="strict")
+        return response
 
     def problem(request, status: int, text: str):
         return page(request, "problem.html", status, status_code=status, text=text)
@@ -268,7 +276,9 @@ def create_app(
             )
         except LookupError as exc:
             return problem(request, 404, str(exc))
-        return page(request, "_round.html", r=detail)
+        # the grid's cell asks for the fragment (htmx); opened directly, the round is a page
+        template = "_round.html" if request.headers.get("hx-request") else "round.html"
+        return page(request, template, r=detail)
 
     def refused_form(request: Request, action: str, name: str, form: dict, exc: Exception):
         """The action's form again, with why its values were refused (400): nothing was done."""
