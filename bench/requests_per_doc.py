@@ -435,7 +435,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.surge_rows} rows, person check {'on' if args.human_check else 'off'}"
     )
     print(f"command: {command}")
-    print(f"task: {args.start} to {args.end}, every top-level class")
+    scope = f"the classes {args.categories}" if args.categories else "every top-level class"
+    print(f"task: {args.start} to {args.end}, {scope}")
     print_table(rows, facts)
     if len(codes) == 2:
         print()
