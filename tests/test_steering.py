@@ -207,3 +207,27 @@ def test_adding_an_existing_name_with_other_arguments_says_the_task_set_command(
     assert "cnkispider task extend p 2024-02-01" in capsys.readouterr().err
     current = _store(ini).get("p")
     assert (current.type, current.categories) == ("patent", "G06")  # nothing written
+
+
+# -- the steering documentation ------------------------------------------------------------------
+
+
+def test_docs_steering_covers_every_task_action_and_the_readme_links_it():
+    import argparse
+
+    from cnkispider.cli import build_parser
+    from tests.crawl_harness import ROOT
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    task_actions = next(
+        a for a in sub.choices["task"]._actions if isinstance(a, argparse._SubParsersAction)
+    ).choices
+    steering = (ROOT / "docs" / "STEERING.md").read_text("utf-8")
+    for action in ("pause", "resume", "stop", "extend", "move"):
+        assert action in task_actions
+        assert f"cnkispider task {action} NAME" in steering, action
+    assert "MySQL client" in steering and "web page" in steering.lower()
+    readme = (ROOT / "README.md").read_text("utf-8")
+    assert "(docs/STEERING.md)" in readme
+    assert "`task resume`: clears a halt, or sets\nthe end date" not in readme  # the old words
