@@ -34,13 +34,13 @@ import logging
 import sys
 from pathlib import Path
 
-from cnkispider import __version__
 from cnkispider.clock import cnki_today
 from cnkispider.config import Config, load_config
 from cnkispider.exceptions import CnkiSpiderError
 from cnkispider.items import DOC_TYPES
 from cnkispider.preflight import add_drift, check_task_input, parse_day, preflight, task_store
 from cnkispider.sessions.waysin import added_line, cnki_site_of
+from cnkispider.version import __version__
 from tasks.rows import describe
 
 logger = logging.getLogger("cnkispider")

@@ -456,7 +456,7 @@ def test_the_exe_serves_the_web_page_with_its_templates_and_static_files(exe, tm
 
 
 def test_the_exe_says_its_version(exe, tmp_path):
-    from cnkispider import __version__
+    from cnkispider.version import __version__
 
     install = Install(exe, tmp_path / "pc", {})
     result = subprocess.run(
