@@ -12,12 +12,15 @@ The cursor
 
 The day census (``[task] day_census``, on by default; ``TaskStore.day_census``)
     The cursor walks days: the next round is ``(cur_date + 1, '*')``, the day's census (its
-    search without a category, cnkispider/spiders/base.py). A cursor an operator set on a root
-    goes on through that day's roots, then by days again. The census round covers its day
-    (note ``empty day``, or its pages walked, or split by root inside it), except when it
-    closes with note ``categories: census N`` (the task's categories are not the whole tree):
-    then that day's root rounds are due, and :meth:`Rounds.claim` opens them before the
-    cursor moves on (:meth:`Rounds._missing`). Off: a round per (day x root category).
+    search without a category, or over the task's root categories OR'd in one group when they
+    are not the whole tree; cnkispider/spiders/base.py). The log, status and the web page call
+    it the ``day`` round. A cursor an operator set on a root goes on through that day's roots,
+    then by days again. The census round covers its day (note ``empty day``, or its pages
+    walked, or split by root inside it), except when a task of some categories lists more
+    than the cap that day: it closes with note ``categories: census N``, that day's root
+    rounds are due, and :meth:`Rounds.claim` opens them before the cursor moves on
+    (:meth:`Rounds._missing`). The cursor passing a census round again (a move) re-opens that
+    day's root rounds too (:meth:`Rounds._reopen_day`). Off: a round per (day x root category).
 
 A round's life (the invariants)::
 
