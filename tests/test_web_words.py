@@ -116,3 +116,34 @@ def test_the_grid_is_readable_and_the_chart_says_no_samples_yet(served, browser,
     target = ROOT / "docs" if os.environ.get("CNKI_TEST_WRITE_DOCS") else tmp_path
     page.screenshot(path=str(target / "web-task-zh.png"), full_page=False)
     context.close()
+
+
+@pytest.mark.slow
+def test_pause_and_resume_from_the_page_keep_the_task_s_dates(served, browser):  # noqa: F811
+    server, store, name = served["server"], served["store"], served["setup"].task
+    context = browser.new_context(viewport={"width": 1100, "height": 700})
+    page = context.new_page()
+    page.goto(f"{server.url}/tasks/{name}?lang=en")
+    offered = page.locator("nav.actions a").evaluate_all(
+        "links => links.map(a => a.dataset.action)"
+    )
+    assert offered == ["pause", "stop", "extend", "move", "recrawl"]
+    page.locator("nav.actions a[data-action=pause]").click()
+    assert "its dates stay (2024-01-01 .. 2024-01-03)" in page.locator(".plan").inner_text()
+    page.fill("input[name=token]", server.token)
+    page.click("button[name=confirm]")
+    assert page.locator(".result").inner_text().startswith("paused: ")
+    paused = store.get(name)
+    assert paused.halt_reason.startswith("paused") and paused.end_date.isoformat() == "2024-01-03"
+    page.goto(f"{server.url}/tasks/{name}?lang=en")
+    offered = page.locator("nav.actions a").evaluate_all(
+        "links => links.map(a => a.dataset.action)"
+    )
+    assert offered == ["resume", "stop", "extend", "move"]
+    page.locator("nav.actions a[data-action=resume]").click()
+    page.fill("input[name=token]", server.token)
+    page.click("button[name=confirm]")
+    assert page.locator(".result").inner_text().startswith("resumed: ")
+    resumed = store.get(name)
+    assert resumed.halt_reason is None and resumed.end_date.isoformat() == "2024-01-03"
+    context.close()
