@@ -8,6 +8,7 @@ import sqlalchemy as sa
 
 from cnkispider.db import open_database
 from cnkispider.schema import documents, round_
+from tasks.flow import TaskStore
 from tests.crawl_harness import CrawlSetup, compare
 
 # the stand-in's realistic year, small: Fri 1 March has rows, Sat 2 March none
@@ -231,3 +232,44 @@ def test_docs_steering_covers_every_task_action_and_the_readme_links_it():
     readme = (ROOT / "README.md").read_text("utf-8")
     assert "(docs/STEERING.md)" in readme
     assert "`task resume`: clears a halt, or sets\nthe end date" not in readme  # the old words
+
+
+def test_a_move_to_a_day_and_category_re_opens_what_follows_it_with_the_census(sqlite_url):
+    """Census on, a task of some categories whose days split by category: `task move NAME DAY
+    G06` crawls again that day's categories after G06, then every later day with its
+    category rounds; what comes before the cursor stays done."""
+    from cnkispider.schema import task
+
+    engine = open_database(sqlite_url)
+    store = TaskStore(engine, day_census=True)
+    current, _ = store.register("t", "patent", "2024-01-01", "2024-01-02", "G06,H04")
+    with engine.begin() as conn:
+        for day in ("2024-01-01", "2024-01-02"):
+            for code, note in (("*", "categories: census 9000"), ("G06", None), ("H04", None)):
+                conn.execute(
+                    round_.insert().values(
+                        task_id=current.id, day=day, category=code, state="done", note=note,
+                        attempts=1,
+                    )
+                )  # fmt: skip
+        conn.execute(task.update().values(cur_date="2024-01-02", cur_code="*"))
+    assert store.claim(current.id, "w") is None  # all done
+    store.move_cursor("t", "2024-01-01", "G06")
+    claimed = []
+    while (r := store.claim(current.id, "w")) is not None:
+        claimed.append((r.day, r.category))
+        assert len(claimed) < 10
+    assert sorted(claimed) == [
+        ("2024-01-01", "H04"),
+        ("2024-01-02", "*"),
+        ("2024-01-02", "G06"),
+        ("2024-01-02", "H04"),
+    ]
+    with engine.connect() as conn:
+        before = conn.execute(
+            sa.select(round_.c.state).where(
+                round_.c.day == "2024-01-01", round_.c.category != "H04"
+            )
+        ).scalars()
+        assert set(before) == {"done"}
+    engine.dispose()
