@@ -3,7 +3,8 @@
     cnkispider [--config PATH] init-db
     cnkispider task add NAME --type patent --start 2024-01-01 [--end 2024-01-31] [--categories SPEC]
                     [--depth list|export|detail]
-    cnkispider task list | show NAME | stop NAME | extend NAME END | resume NAME [--end DATE]
+    cnkispider task list | show NAME | stop NAME | pause NAME | resume NAME [--end DATE]
+    cnkispider task extend NAME [END]     a later end date (none: up to today)
     cnkispider task move NAME DATE [CODE]
     cnkispider run [--processes N]       crawl the task of config.ini, then its recrawl phase
     cnkispider recrawl                   only the recrawl phase (replay errorCode, errorLink)
@@ -38,9 +39,10 @@ from pathlib import Path
 from cnkispider.clock import cnki_today
 from cnkispider.config import Config, load_config
 from cnkispider.exceptions import CnkiSpiderError
-from cnkispider.items import DOC_TYPES, check_depth
-from cnkispider.preflight import check_task_input, parse_day, preflight, task_store
+from cnkispider.items import DEFAULT_DEPTH, DOC_TYPES, check_depth
+from cnkispider.preflight import add_drift, check_task_input, parse_day, preflight, task_store
 from cnkispider.sessions.waysin import added_line, cnki_site_of
+from cnkispider.version import __version__
 from tasks.rows import describe
 
 logger = logging.getLogger("cnkispider")
@@ -63,6 +65,7 @@ def cmd_task(config: Config, args) -> int:
     if action == "add":
         from tasks.selection import selection_text
 
+        typed = argparse.Namespace(**vars(args))  # as given: a second add compares only these
         if args.like:
             # a deepening task: the other task's rounds again (their links died with their
             # sessions), with its type, days and categories unless given here
@@ -78,7 +81,7 @@ def cmd_task(config: Config, args) -> int:
             args.categories = "builtin"
         # every check first: an error leaves no row behind
         check_task_input(args.type, args.start, args.end, args.categories, store.base_dir)
-        depth = check_depth(args.depth, "--depth")
+        depth = check_depth(args.depth or DEFAULT_DEPTH, "--depth")
         selection = selection_text(args.where, args.keys)
         current, created = store.register(
             args.name,
@@ -89,6 +92,15 @@ def cmd_task(config: Config, args) -> int:
             depth,
             selection,
         )
+        changes = [] if created else add_drift(typed, current)
+        if changes:
+            # the row wins: a second `task add` never overwrites it; say what would change it
+            print(
+                f"error: task {current.name!r} exists with other arguments "
+                f"({describe(current)}); to change it: " + "; ".join(changes),
+                file=sys.stderr,
+            )
+            return 2
         print(("created " if created else "exists: ") + describe(current))
     elif action == "set":
         print(
@@ -118,19 +130,16 @@ def cmd_task(config: Config, args) -> int:
         print(
             "extended: " + describe(store.set_end_date(args.name, parse_day(args.end, "end date")))
         )
+    elif action == "pause":
+        print("paused: " + describe(store.pause(args.name)))
     elif action == "resume":
-        current = store.get(args.name)
-        if current.halt_reason:
-            # a halted task goes on where it halted (its end date stays unless --end is given)
-            resumed, reopened = store.resume_halted(args.name, parse_day(args.end, "end date"))
+        resumed, reopened = store.resume(args.name, parse_day(args.end, "end date"))
+        if reopened is None:
+            print("resumed: " + describe(resumed))
+        else:  # a paused or halted task goes on where it stopped, its end date unchanged
             print(
                 f"resumed: {describe(resumed)} (halt cleared: {reopened['reason']}; "
                 f"{reopened['rounds']} rounds re-opened, {reopened['error_code']} errorCode rows to replay)"
-            )
-        else:
-            print(
-                "resumed: "
-                + describe(store.set_end_date(args.name, parse_day(args.end, "end date")))
             )
     elif action == "move":
         if args.code is not None and len(args.code) > 64:
@@ -714,6 +723,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--config", default=argparse.SUPPRESS, help=CONFIG_HELP)
     parser = argparse.ArgumentParser(prog="cnkispider", description="Distributed CNKI crawler")
     parser.add_argument("--config", help=CONFIG_HELP)
+    parser.add_argument("--version", action="version", version=f"cnkispider {__version__}")
     sub = parser.add_subparsers(dest="command")
     _add_parser = sub.add_parser
 
@@ -728,11 +738,13 @@ def build_parser() -> argparse.ArgumentParser:
     task_parser = sub.add_parser("task", help="add, list, show and steer tasks")
     actions = task_parser.add_subparsers(dest="action", required=True)
     add = actions.add_parser("add", help="register a task (joins it unchanged if it exists)")
-    add.add_argument("name")
+    add.add_argument("name", help="the task's name (unique; steer it by this name later)")
     add.add_argument("--type", choices=DOC_TYPES, help="required unless --like")
     add.add_argument("--start", help="first day, YYYY-MM-DD (required unless --like)")
     add.add_argument("--end", help="last day, YYYY-MM-DD (default: up to today)")
-    add.add_argument("--categories", help="category spec (see config.ini; default builtin)")
+    add.add_argument(
+        "--categories", help="category spec (see config.ini; default builtin: the whole tree)"
+    )
     add.add_argument(
         "--like", help="a deepening task: list TASK's rounds again (its type, days, categories)"
     )
@@ -744,36 +756,45 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add.add_argument(
         "--depth",
-        default="detail",
         help="list | export | detail (default): what is fetched beyond the list rows (docs/DEPTH.md)",
     )
     tset = actions.add_parser(
         "set", help="change a task's categories, or its type while nothing is crawled"
     )
-    tset.add_argument("name")
+    tset.add_argument("name", help="the task's name or id")
     tset.add_argument("--categories", help="new category spec (checked against the category tree)")
     tset.add_argument("--type", choices=DOC_TYPES, help="new type (only before its first round)")
     tset.add_argument("--depth", help="list | export | detail: the depth of rounds from now on")
     actions.add_parser("list", help="every task, bad rows flagged")
     for name, text in (
         ("show", "one task with its progress"),
-        ("stop", "stop after in-flight rounds"),
+        ("stop", "stop after in-flight rounds (end_date becomes the day before the cursor)"),
+        ("pause", "hand out nothing more until `task resume` (the dates stay)"),
     ):
         p = actions.add_parser(name, help=text)
-        p.add_argument("name")
-    extend = actions.add_parser("extend", help="set a later end date")
-    extend.add_argument("name")
-    extend.add_argument("end")
+        p.add_argument("name", help="the task's name or id")
+    extend = actions.add_parser("extend", help="set a later end date (none: up to today)")
+    extend.add_argument("name", help="the task's name or id")
+    extend.add_argument(
+        "end", nargs="?", help="the new last day, YYYY-MM-DD (default: up to today)"
+    )
     resume = actions.add_parser(
         "resume",
-        help="go on after a halt (clears it, crawls again what failed for it) or a stop (default: up to today)",
+        help="go on after a pause or a halt (clears it, crawls again what failed for it); "
+        "the end date stays unless --end",
     )
-    resume.add_argument("name")
-    resume.add_argument("--end")
-    move = actions.add_parser("move", help="move the cursor (the next round follows it)")
-    move.add_argument("name")
-    move.add_argument("date")
-    move.add_argument("code", nargs="?")
+    resume.add_argument("name", help="the task's name or id")
+    resume.add_argument("--end", help="a new last day, YYYY-MM-DD")
+    move = actions.add_parser(
+        "move", help="move the cursor: every round from DATE on is crawled again"
+    )
+    move.add_argument("name", help="the task's name or id")
+    move.add_argument("date", help="the first day to crawl again, YYYY-MM-DD")
+    move.add_argument(
+        "code",
+        nargs="?",
+        help="a root category of that day: its following categories are crawled again from there",
+    )
     task_parser.set_defaults(func=cmd_task)
 
     for name, text in (
@@ -903,7 +924,11 @@ def _session_parser(sub) -> None:
         metavar="PORT",
         help="use your running browser, started with --remote-debugging-port=PORT",
     )
-    login.add_argument("--headless", action="store_true", help="no window (tests, scripts)")
+    login.add_argument(
+        "--headless",
+        action="store_true",
+        help="no window: no person can pass a real CNKI check this way (tests, scripts)",
+    )
     login.add_argument(
         "--port", type=int, default=0, help="DevTools port to open (default: any free one)"
     )
@@ -929,7 +954,7 @@ def _session_parser(sub) -> None:
     )
     actions.add_parser("list", help="every session: id, source, age, requests, state")
     remove = actions.add_parser("remove", help="drop a session (an id or its unique start)")
-    remove.add_argument("id")
+    remove.add_argument("id", help="the session's id, or its unique start (session list)")
     check = actions.add_parser(
         "check", help="one request per session: passed (ready) or checked (needs a person)"
     )
@@ -973,6 +998,28 @@ def _admin_parser(sub) -> None:
     admin.set_defaults(func=cmd_admin)
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def _log_to_file(config: Config) -> None:
+    """A short command's INFO lines (the embedded Redis starting, a browser opening) go to the
+    log ([crawl] log_file, else cnkispider.log in the data folder), opened only when a line
+    comes; the console shows warnings and errors, and the command's own output."""
+    path = config.resolve(config.crawl["log_file"]) if config.crawl["log_file"] else None
+    path = path or (config.data_dir / "cnkispider.log")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return  # no log folder: the INFO lines are dropped, the warnings still show
+    handler = logging.FileHandler(path, encoding="utf-8", delay=True)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    root = logging.getLogger()
+    for existing in root.handlers:
+        existing.setLevel(logging.WARNING)
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     if getattr(sys, "frozen", False) and (argv if argv is not None else sys.argv[1:])[:1] == [
@@ -984,12 +1031,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    if args.command not in ("run", "recrawl", "demo"):  # a crawl's logging is Scrapy's
-        logging.basicConfig(
-            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
+    short = args.command not in ("run", "recrawl", "demo")  # a crawl's logging is Scrapy's
+    if short:  # until the config says where the log goes: warnings only
+        logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT)
     try:
         config = load_config(args.config)
+        if short:
+            _log_to_file(config)
         if getattr(args, "processes", None) == 0:
             args.processes = config.crawl["processes"]
         return args.func(config, args)

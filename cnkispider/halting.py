@@ -68,6 +68,16 @@ UNREACHABLE_REASONS = frozenset(
 )
 
 
+#: The halt reason of a pause (``cnkispider task pause NAME``): an operator's halt. The task's
+#: dates stay as they are; ``task resume NAME`` goes on from the cursor to the same end date.
+PAUSED = "paused"
+PAUSE_REASON = f"{PAUSED}: by the operator"
+
+
+def is_paused(halt_reason: str | None) -> bool:
+    return slug_of(halt_reason) == PAUSED
+
+
 def is_network(reason: str | None) -> bool:
     return reason in NETWORK_REASONS
 
@@ -87,6 +97,8 @@ def unreachable_line(reason: str) -> str:
 def halt_line(task_name: str, halt_reason: str) -> str:
     """The one line `cnkispider run` prints for a halted task: the reason and the fix."""
     slug = slug_of(halt_reason)
+    if slug == PAUSED:
+        return f"task {task_name} is paused; `cnkispider task resume {task_name}` goes on"
     if slug in UNREACHABLE_REASONS and "not reachable" in halt_reason:
         return (
             f"{unreachable_line(slug)} (task {task_name} halted; when CNKI answers: "

@@ -15,6 +15,7 @@ import re
 import sys
 from typing import TYPE_CHECKING
 
+from cnkispider.clock import cnki_today
 from cnkispider.config import Config
 
 # The database, Redis and flow control are imported where they are used, as the command line
@@ -69,6 +70,12 @@ def check_task_input(
     last = parse_day(end, "end date")
     if first and last and last < first:
         raise ValueError(f"end date {last} is before start date {first}")
+    today = cnki_today()
+    if first and first > today.isoformat():
+        raise ValueError(
+            f"start date {first} is after today ({today} in Beijing, CNKI's calendar): "
+            "nothing is listed for it yet"
+        )
     check_spec(categories, doc_type, base_dir)
 
 
@@ -102,7 +109,7 @@ def config_drift(config: Config, row) -> list[str]:
         command = (
             f"cnkispider task extend {name} {t.end_date}"
             if t.end_date
-            else f"cnkispider task resume {name}"
+            else f"cnkispider task extend {name}"
         )
         warn("end_date", t.end_date, row_end, command)
     if t.start_date and t.start_date != row.start_date.isoformat():
@@ -158,3 +165,26 @@ def _check_services(config: Config) -> None:
         check_redis(client, redis_account(config.redis_url))
     finally:
         client.close()
+
+
+def add_drift(args, row) -> list[str]:
+    """`task add NAME ...` of a task that exists (``row``: its :class:`tasks.rows.Task`): the
+    commands that would make each change its arguments ask for (empty: the same task). Only
+    what was given is compared (no --end, no --categories: whatever the task has)."""
+    name = row.name
+    row_end = row.end_date.isoformat() if row.end_date else ""
+    out = []
+    if args.type and args.type != row.type:
+        out.append(f"cnkispider task set {name} --type {args.type}")
+    if args.categories and args.categories.strip() != (row.categories or "").strip():
+        out.append(f"cnkispider task set {name} --categories {args.categories}")
+    end = parse_day(args.end, "end date")
+    if end and end != row_end:
+        out.append(f"cnkispider task extend {name} {end}")
+    depth = getattr(args, "depth", None)
+    if depth and depth.strip().lower() != (row.depth or "detail"):
+        out.append(f"cnkispider task set {name} --depth {depth}")
+    start = parse_day(args.start, "start date")
+    if start and start != row.start_date.isoformat():
+        out.append(f"cnkispider task add {name}-2 --start {start} ... (a task's start is fixed)")
+    return out

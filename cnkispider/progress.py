@@ -58,6 +58,8 @@ def task_line(entry: dict) -> tuple[str, dict]:
         eta = "halted"
     elif entry.get("eta_seconds") is not None:
         eta = "ETA " + _fmt_duration(entry["eta_seconds"])
+    elif total is not None and rounds["finished"] >= total and not rounds["in_flight"]:
+        eta = "ETA -: nothing left"
     else:
         eta = "ETA unknown until a round finishes"
     args = {
@@ -67,7 +69,7 @@ def task_line(entry: dict) -> tuple[str, dict]:
         "total": "?" if total is None else total,
         "percent": 100.0 * (entry["progress"] or 0.0),
         "in_flight": rounds["in_flight"],
-        "rate": f"{per_hour:.1f} rounds/h" if per_hour else "- rounds/h",
+        "rate": f"{per_hour:,.1f} rounds/h" if per_hour else "- rounds/h",
         "eta": eta,
     }
     msg = (

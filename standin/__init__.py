@@ -57,6 +57,11 @@ tests/test_standin_human.py):
 - Categories. A ``CLC`` item with ``Operator SUFFIX`` (or any operator but TOPRANK) and a ``CCL``
   item of the facet group (``SCDBGroup``/``MutiGroup``) match code prefixes; ``CLC`` with
   ``TOPRANK`` matches only documents carrying exactly that code (so ``H04`` finds nothing).
+  Several ``CLC`` rows in a group are read as the search form sends them: a row with ``Logic``
+  1 is OR'd with the row before it, with 0 AND'd (documents under both); the facet's ticked
+  codes are OR'd. A ``Logic`` that is not the integer 0, 1 or 2 is refused
+  (``value="参数校验;字段【Logic】校验失败"``); NOT (2) on a category is not modelled (暂无数据，
+  请稍后重试).
 - Genuine zeros answer ``抱歉，暂无数据，请调整检索条件``; with ``zero_as_soft_block`` they answer
   the soft block's 105 bytes exactly (PROTOCOL.md point 13: a crawler cannot tell them apart).
 - Database names: CNKI's real shapes by default (PROTOCOL.md point 12; ``--no-dbname-years``,

@@ -296,10 +296,12 @@ def query_json(
     operator: str = "SUFFIX",
     facet: bool = False,
     resource: tuple[str, str] | None = None,
+    rows: tuple = (),
 ) -> str:
     """A QueryJson like the real site's, for one date range (None: no PT condition) and
     optionally one code (a Subject CLC item with ``operator``, or with ``facet`` the CCL group)
-    and title. ``kuaku`` and ``resource`` (Resource, Classid) override the contract's values."""
+    and title. ``kuaku`` and ``resource`` (Resource, Classid) override the contract's values.
+    ``rows``: the form's several 分类号 rows, (code, Logic) each (Logic 0 AND, 1 OR)."""
     res, classid, kuaku_default, rlang = SEARCH_RESOURCES[doc_type]
     if resource is not None:
         res, classid = resource
@@ -307,6 +309,16 @@ def query_json(
     if code and not facet:
         subject.append(
             {"Field": "CLC", "Value": code, "Operator": operator, "Logic": 0, "Title": "分类号"}
+        )
+    for row_code, logic in rows:
+        subject.append(
+            {
+                "Field": "CLC",
+                "Value": row_code,
+                "Operator": operator,
+                "Logic": logic,
+                "Title": "分类号",
+            }
         )
     if title:
         subject.append(
@@ -385,7 +397,8 @@ def grid_form(
     turnpage: str = "",
     **query,
 ) -> bytes:
-    """The grid POST body; ``query`` goes to :func:`query_json` (kuaku, operator, facet, resource)."""
+    """The grid POST body; ``query`` goes to :func:`query_json` (kuaku, operator, facet, resource,
+    rows)."""
     return urlencode(
         {
             "boolSearch": "true" if page == 1 else "false",

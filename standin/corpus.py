@@ -286,6 +286,9 @@ class Search:
     exact: tuple[str, ...] = ()  # codes a document must carry exactly (CLC with TOPRANK)
     dbnames: tuple[str, ...] = ()  # papers: the databases kept (empty: all four)
     foreign: tuple[str, ...] = ()  # 总库 databases outside the corpus whose rows are mixed in
+    # further prefix clauses AND'd with ``codes`` (each OR'd within): two 分类号 rows joined
+    # by AND list the documents carrying a code under both
+    also: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass
@@ -713,6 +716,9 @@ class Corpus:
                 refs = sorted(set(refs) | set(self.match_refs(t, start, end, search.codes)))
         else:
             refs = self.match_refs(t, start, end, search.codes)
+        for clause in search.also:
+            keep = set(self.match_refs(t, start, end, clause))
+            refs = [r for r in refs if r in keep]
         if search.dbnames and set(PAPER_DBNAMES) - set(search.dbnames):
             keep = set(search.dbnames)
             refs = [r for r in refs if self.paper_dbname(*r) in keep]

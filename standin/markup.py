@@ -213,6 +213,9 @@ def rejection(value: str) -> bytes:
     ).encode()
 
 
+#: a condition's Logic that is not 0 (AND), 1 (OR) or 2 (NOT): CNKI's check of a form field,
+#: in the words it uses for pageSize
+BAD_LOGIC = rejection("参数校验;字段【Logic】校验失败")
 NO_CATEGORY = rejection("查询对象结构错误, 没有指定检索分类！")
 BAD_PAGE_SIZE = rejection("参数校验;字段【pageSize】校验失败")
 CURSOR_PAST_CAP = rejection("起始游标越界")

@@ -225,8 +225,9 @@ def _items(group: dict) -> list[dict]:
 
 
 CHALLENGE_FORMS = ("soft_block", "verify_redirect", "json_403", "json_200", "vericode_form")
-REJECTIONS = ("no_category", "page_size", "cursor")
+REJECTIONS = ("no_category", "page_size", "cursor", "logic")
 REJECTION_BODIES = {
+    markup.BAD_LOGIC: "logic",
     markup.NO_CATEGORY: "no_category",
     markup.BAD_PAGE_SIZE: "page_size",
     markup.CURSOR_PAST_CAP: "cursor",
@@ -695,25 +696,40 @@ class Site:
                 return markup.NO_CONTENT, page, size
             doc_type, dbnames = single
         start = end = None
-        codes: list[str] = []
+        # prefix conditions (CLC SUFFIX, the CCL facet) as clauses: the codes of one clause are
+        # OR'd, the clauses AND'd. In a group, a CLC row with Logic 1 joins the clause before it
+        # (the form's several 分类号 rows joined by OR), with Logic 0 it starts a new one (AND);
+        # the facet's ticked codes (each Logic 1) are one clause.
+        clauses: list[list[str]] = []
         exact: list[str] = []
         title = ""
         for group in _lower_keys(q.get("qnode")).get("qgroup") or []:
+            open_clause = False
             for item in _items(group):
                 name = str(item.get("field", "")).upper()
                 value = str(item.get("value") or "").strip()
+                logic = item.get("logic", 0)
+                if type(logic) is not int or logic not in (0, 1, 2):
+                    return markup.BAD_LOGIC, page, 0
                 if name == "PT":
                     start, end = value, str(item.get("value2") or value).strip()
                 elif name in ("CLC", "CCL") and value:
+                    if logic == 2:  # NOT: not modelled; CNKI would narrow, never widen
+                        raise BadQuery("NOT conditions are not modelled")
                     # TOPRANK ranks by relevance to the exact code: no prefix (child) matches
                     if name == "CLC" and str(item.get("operator", "")).upper() == "TOPRANK":
                         exact.append(value)
+                    elif open_clause and (name == "CCL" or logic == 1):
+                        clauses[-1].append(value)
                     else:  # SUFFIX (the form's 分类号) and the CCL facet: a prefix
-                        codes.append(value)
+                        clauses.append([value])
+                        open_clause = True
                 elif name == "TI":
                     title = value
+        codes = clauses[0] if clauses else []
+        also = tuple(tuple(sorted(set(c))) for c in clauses[1:])
         if "category-filter" in self.breaks:
-            codes, exact = [], []
+            codes, exact, also = [], [], ()
         try:
             if start is None:
                 first, last = self.corpus.span
@@ -741,6 +757,7 @@ class Site:
             tuple(sorted(set(exact))),
             tuple(sorted(set(dbnames))),
             tuple(sorted(set(foreign))),
+            also,
         )
         return search, page, size
 

@@ -33,6 +33,14 @@ BUILTIN_FOR_TYPE = {"patent": "ipc", "paper": "clc", "achievement": "clc"}
 # The category of a day's census round (tasks/rounds.py "The day census"): the day's search
 # without a category condition. Not a code of any tree (codes start with a letter).
 DAY = "*"
+#: What the operator reads for a census round's category (logs, status, the web page): the
+#: table keeps DAY, a value no tree code can take.
+DAY_LABEL = "day"
+
+
+def round_label(code: str | None) -> str:
+    """A round's category in the operator's words: ``day`` for the day's census round."""
+    return DAY_LABEL if code == DAY else (code or "-")
 
 
 def covers(tree: CategoryTree, doc_type: str) -> bool:

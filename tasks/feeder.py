@@ -52,6 +52,7 @@ from cnkispider.halting import Breaker
 from cnkispider.offload import in_thread
 from errors.middleware import LAST_ERROR_STAT
 from errors.recorder import ErrorRecorder
+from tasks.categories import round_label
 from tasks.flow import Action, PhaseFacts, TaskStore, new_worker_id, next_action
 
 logger = logging.getLogger(__name__)
@@ -318,12 +319,12 @@ class RoundFeeder:
                 await in_thread(self.store.release_claim, round_.id, self.worker_id)
                 raise
             seeded += 1
-            self.current_round = f"{round_.day} {round_.category}"
+            self.current_round = f"{round_.day} {round_label(round_.category)}"
             logger.info(
                 "round %s seeded: %s %s (attempt %s)",
                 round_.id,
                 round_.day,
-                round_.category,
+                round_label(round_.category),
                 round_.attempts,
             )
         if seeded == 0:
@@ -518,14 +519,20 @@ class RoundFeeder:
             words = closed.verdict.words()
             if closed.state == "done":
                 self.crawler.stats.inc_value("rounds/done")
-                logger.info("round %s done: %s %s, %s", round_id, info.day, info.category, words)
+                logger.info(
+                    "round %s done: %s %s, %s",
+                    round_id,
+                    info.day,
+                    round_label(info.category),
+                    words,
+                )
             else:
                 self.crawler.stats.inc_value(f"rounds/{closed.state}")
                 logger.warning(
                     "round %s (%s %s) does not balance: %s; %s",
                     round_id,
                     info.day,
-                    info.category,
+                    round_label(info.category),
                     words,
                     f"crawled again once no new round is due (attempt {closed.attempts + 1} "
                     f"of {self.round_attempts})"

@@ -3,6 +3,11 @@
 The task table is the truth of progress; a worker keeps nothing a restart would miss. This
 module owns the rounds and every move of their state, and the task's cursor and phase moves.
 
+The day census (``[task] day_census``): the next round is ``(cur_date + 1, '*')``, the day's
+search without a category, or over the task's roots OR'd in one group; the log, status and the
+web page call it the ``day`` round. The cursor passing a census round again (a move) re-opens
+that day's root rounds too (:meth:`Rounds._reopen_day`). Details: docs/INTERNALS.md.
+
 A round's life (the invariants)::
 
     (pending: ahead of the cursor, no row yet)
@@ -44,7 +49,7 @@ from cnkispider.db import db_now, retried, retrying
 from cnkispider.exceptions import TaskRowError
 from cnkispider.schema import round_, task
 from errors.recorder import ErrorRecorder
-from tasks.categories import DAY
+from tasks.categories import DAY, round_label
 from tasks.phase import Action, PhaseFacts, next_action
 from tasks.rows import Task, TaskRows, iso, validate_row
 
@@ -206,7 +211,8 @@ class Rounds(TaskRows):
                     task_id,
                     day,
                     code,
-                    "the day's census was not for this task's categories"
+                    "the day's search over the task's categories lists more than one search "
+                    "can walk"
                     if self.day_census
                     else "category added?",
                 )
@@ -365,7 +371,38 @@ class Rounds(TaskRows):
             stored=None,
             note=None,
         )
+        if code == DAY:
+            self._reopen_day(conn, task_id, day, now)
         return Round(existing.id, task_id, day, code, 1)
+
+    def _reopen_day(self, conn, task_id: int, day: str, now: dt.datetime) -> None:
+        """The cursor passed a day's census again (the operator moved it back): that day's
+        category rounds are crawled again too, whatever the census finds. They have rows, so
+        ``_missing`` would never see them due; they are claimed with a lapsed lease, and the next
+        claim takes each over from its first page (as a resume re-opens rounds)."""
+        reopened = move(
+            conn,
+            round_,
+            [
+                round_.c.task_id == task_id,
+                round_.c.day == day,
+                round_.c.category != DAY,
+                round_.c.state.in_(("done", "failed")),
+            ],
+            now,
+            state="claimed",
+            worker=None,
+            lease_until=now - dt.timedelta(seconds=1),
+            attempts=0,
+            note=None,
+        )
+        if reopened:
+            logger.info(
+                "task %s: the cursor passed %s again: its %s category rounds are crawled again",
+                task_id,
+                day,
+                reopened,
+            )
 
     def _take_over(self, task_id: int, worker_id: str, epoch: str | None) -> Round | None:
         with self.engine.begin() as conn:
@@ -418,7 +455,7 @@ class Rounds(TaskRows):
             if won == 1:
                 self.errors.forget_round(conn, cand.id)
                 attempt = cand.attempts + 1
-                args = (cand.id, cand.day, cand.category, attempt)
+                args = (cand.id, cand.day, round_label(cand.category), attempt)
                 logger.info(announce, *args[: announce.count("%s")])
                 return Round(cand.id, task_id, cand.day, cand.category, attempt)
         return None

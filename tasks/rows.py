@@ -32,7 +32,14 @@ from cnkispider.db import retried
 from cnkispider.exceptions import TaskRowError
 from cnkispider.items import DEFAULT_DEPTH, DOC_TYPES, check_depth
 from cnkispider.schema import task
-from tasks.categories import DAY, CategoryError, CategoryTree, load_tree, reload_if_changed
+from tasks.categories import (
+    DAY,
+    CategoryError,
+    CategoryTree,
+    load_tree,
+    reload_if_changed,
+    round_label,
+)
 from tasks.selection import Selection, SelectionError, parse_selection
 
 logger = logging.getLogger(__name__)
@@ -207,12 +214,18 @@ class TaskRows:
 def describe(t: Task) -> str:
     """One line of a task for the operator: type, days, cursor, categories, phase, heartbeat, halt."""
     end = t.end_date.isoformat() if t.end_date else "(today)"
-    cur = f"{t.cur_date or '-'} {t.cur_code or '-'}"
+    cur = f"{t.cur_date or '-'} {round_label(t.cur_code)}"
     status = t.status.strftime("%Y-%m-%d %H:%M:%S") if t.status else "never"
     return (
         f"task {t.id} {t.name!r}: {t.type} {t.start_date}..{end}, cursor {cur}, "
         f"{len(t.tree.roots)} categories, depth {t.depth}, phase {t.phase}, "
         f"last heartbeat {status}"
         + (f", selects {t.selection.text}" if t.selection else "")
-        + (f", halted: {t.halt_reason}" if t.halt_reason else "")
+        + (_halt_words(t.halt_reason) if t.halt_reason else "")
     )
+
+
+def _halt_words(reason: str) -> str:
+    if reason.split(":", 1)[0].strip() == "paused":  # cnkispider.halting.PAUSE_REASON
+        return ", paused"
+    return f", halted: {reason}"

@@ -1,4 +1,5 @@
-"""Steering: what an operator does to a task row (add, set, stop, extend, move, halt, resume).
+"""Steering: what an operator does to a task row (add, set, stop, pause, extend, move, halt,
+resume).
 
 The operator steers a task by editing its row, from any MySQL client or the command line
 (``cnkispider task ...``, which only parses arguments and calls these), while workers run:
@@ -11,6 +12,10 @@ The operator steers a task by editing its row, from any MySQL client or the comm
 - categories, and the type while no round of the task exists (``task set``).
 - a halt (``task.halt_reason``, set by the circuit breaker, cnkispider/halting.py): nothing is
   claimed until ``task resume`` lifts it and re-opens what failed for it.
+- a pause (``task pause``) is the operator's halt (reason ``paused``): the dates stay, and
+  ``task resume`` goes on to the end date the task had. A stop is not a pause: it moves
+  end_date, and only a later end date (``task extend``) undoes it. A finished task is
+  extended or moved, never paused or resumed.
 
 An edit (:func:`edit_task`) is not a move: it is unconditional, the operator's word is the last,
 and no worker races for it. Halting and resuming are moves of the task's state, and resuming
@@ -33,6 +38,14 @@ from tasks.categories import check_spec, load_tree
 from tasks.rounds import HALTED_NOTE, NOW, move, transition
 from tasks.rows import Task, TaskRows
 from tasks.selection import parse_selection
+
+
+def finished_line(current: Task) -> str:
+    """Why a finished task is not paused or resumed, and what crawls more of it."""
+    return (
+        f"task {current.name!r} is finished: `cnkispider task extend {current.name} YYYY-MM-DD` "
+        f"crawls later days, `cnkispider task move {current.name} YYYY-MM-DD` crawls again from a day"
+    )
 
 
 def edit_task(conn, task_id: int, **values) -> None:
@@ -161,6 +174,37 @@ class Steering(TaskRows):
         with self.engine.begin() as conn:
             edit_task(conn, current.id, end_date=stop_at.isoformat(), updated_at=db_now(conn))
         return self.get(current.id)
+
+    def pause(self, key: int | str) -> Task:
+        """Pause the task: nothing more is handed out, its dates stay as they are (a halt whose
+        reason is the operator's: the rounds in flight drain and are crawled again on resume)."""
+        from cnkispider.halting import PAUSE_REASON, is_paused
+
+        current = self.get(key)
+        label = f"task {current.name!r}"
+        if current.halt_reason:
+            if is_paused(current.halt_reason):
+                raise ValueError(f"{label} is already paused")
+            raise ValueError(f"{label} is halted ({current.halt_reason}): nothing to pause")
+        if current.phase == "done":
+            raise ValueError(finished_line(current))
+        self.halt(current.id, PAUSE_REASON)
+        return self.get(current.id)
+
+    def resume(self, key: int | str, end_date: str | None = None) -> tuple[Task, dict | None]:
+        """Go on after a pause or a halt (the end date stays unless ``end_date`` is given); a
+        task neither paused nor halted takes ``end_date`` as a new end (``task extend``)."""
+        current = self.get(key)
+        if current.halt_reason:
+            return self.resume_halted(current.id, end_date)
+        if current.phase == "done":
+            raise ValueError(finished_line(current))
+        if not end_date:
+            raise ValueError(
+                f"task {current.name!r} is not paused: nothing to resume (after a stop, "
+                f"`cnkispider task extend {current.name} YYYY-MM-DD` sets a later end date)"
+            )
+        return self.set_end_date(current.id, end_date), None
 
     def move_cursor(self, key: int | str, cur_date: str, cur_code: str | None) -> Task:
         with self.engine.begin() as conn:

@@ -460,3 +460,19 @@ def test_the_exe_serves_the_web_page_with_its_templates_and_static_files(exe, tm
     finally:
         os.killpg(web.pid, signal.SIGTERM)
         web.wait(30)
+
+
+def test_the_exe_says_its_version(exe, tmp_path):
+    from cnkispider.version import __version__
+
+    install = Install(exe, tmp_path / "pc", {})
+    result = subprocess.run(
+        [str(install.program), "--version"],
+        cwd=install.folder,
+        env=install.env(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0 and result.stdout.strip() == f"cnkispider {__version__}", result

@@ -495,8 +495,9 @@ def test_render_shows_progress_eta_errors_and_workers(engine):
         )
     text = render(collect(engine, None, NOW))
     assert "[############..................]  40.0%  4 of 10 finished (4 done), 1 in flight" in text
-    # 10-minute rounds, one at a time, the one in flight due now: 5 more of 10 min
-    assert "6.0 rounds/h; ETA 50 min (2024-03-01 12:50:00 UTC)" in text
+    # 10-minute rounds, one at a time, the one in flight due now: 5 more of 10 min, and the one
+    # in flight at least a tenth of a round (issue 28: never "done" while a round runs)
+    assert "6.0 rounds/h; ETA 51 min (2024-03-01 12:51:00 UTC)" in text
     assert "errorLink  1 (open 1); by reason: verify 1" in text
     assert "alive" in text and "2024-01-03 G06" in text
 
@@ -659,7 +660,10 @@ def test_run_summary_gives_rounds_documents_errors_by_reason_time_and_rate(engin
     )
     assert "documents       0 stored for this task (500 this run)" in text
     assert "time            2 min (120.0 s)" in text
-    assert "rate            5.0 pages/s, 250 items/min, 120.0 rounds/h (this worker)" in text
+    assert (
+        "rate            5.0 pages/s, 250 items/min (this worker); - rounds/h (the task's, as "
+        "status shows it)" in text
+    )
     assert (
         "errorCode       3 rows (open 1, permanent 2)\n  overflow                     2\n  captcha"
         in text

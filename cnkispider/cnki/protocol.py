@@ -169,6 +169,9 @@ class Search:
     title: str | None = None  # a title search (contains); None = no title condition
     sort_field: str = ""
     sort_type: str = "desc"
+    # several category codes OR'd in one group, as the search form sends several 分类号
+    # conditions (a census over a task's categories, tasks/rounds.py); () = not that
+    any_of: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.doc_type not in RESOURCES:
@@ -196,6 +199,12 @@ class Search:
         # "" and None both mean "no condition"; keep one spelling so equal searches compare equal.
         object.__setattr__(self, "category", self.category or None)
         object.__setattr__(self, "title", self.title or None)
+        any_of = tuple(str(c).strip() for c in (self.any_of or ()))
+        if any_of and (self.category or self.title or not all(any_of)):
+            # one group holds the OR'd codes alone: a category or title beside them would read
+            # as (A OR B) AND ... to one parser and A OR (B AND ...) to another
+            raise ValueError(f"Search.any_of {any_of!r}: codes alone, without category or title")
+        object.__setattr__(self, "any_of", any_of)
 
     @classmethod
     def for_day(cls, doc_type: str, day: Any, category: str | None = None, **cuts: Any) -> Search:
@@ -203,7 +212,12 @@ class Search:
         return cls(doc_type=doc_type, day_start=day, day_end=day, category=category, **cuts)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        if self.any_of:
+            data["any_of"] = list(self.any_of)  # plain JSON: requests are stored in Redis
+        else:
+            del data["any_of"]  # the searches of one category read as before
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Search:
@@ -333,25 +347,29 @@ class Protocol:
         }
 
     @staticmethod
-    def _facet_group(res: Resource, code: str) -> dict[str, Any]:
-        """The left-hand 学科 facet as a browser sends it (PROTOCOL.md, 2026 point 6)."""
-        item = {
-            "Key": code,
-            "Title": "",
-            "Logic": 1,
-            "Field": FACET_GROUP,
-            "Operator": "DEFAULT",
-            "Value": code,
-            "Value2": "",
-            "Name": FACET_GROUP,
-        }
+    def _facet_group(res: Resource, *codes: str) -> dict[str, Any]:
+        """The left-hand 学科 facet as a browser sends it (PROTOCOL.md, 2026 point 6); several
+        ticked codes are several items, each Logic 1 (OR)."""
+        items = [
+            {
+                "Key": code,
+                "Title": "",
+                "Logic": 1,
+                "Field": FACET_GROUP,
+                "Operator": "DEFAULT",
+                "Value": code,
+                "Value2": "",
+                "Name": FACET_GROUP,
+            }
+            for code in codes
+        ]
         return {
             "Key": res.facet_group,
             "Title": "",
             "Logic": 0,
             "Items": [],
             "ChildItems": [
-                {"Key": FACET_GROUP, "Title": "", "Logic": 0, "Items": [item], "ChildItems": []}
+                {"Key": FACET_GROUP, "Title": "", "Logic": 0, "Items": items, "ChildItems": []}
             ],
         }
 
@@ -361,6 +379,11 @@ class Protocol:
         subject_items = []
         if search.category and self.category_mode == "subject":
             subject_items.append(self._category_item(search.category))
+        if search.any_of and self.category_mode == "subject":
+            # the form's several 分类号 rows joined by OR: the first row's Logic is 0, each next
+            # row's Logic 1 (OR) (PROTOCOL.md 2026 point 6)
+            for i, code in enumerate(search.any_of):
+                subject_items.append(dict(self._category_item(code), Logic=1 if i else 0))
         if search.title:
             subject_items.append(
                 {
@@ -394,6 +417,8 @@ class Protocol:
         ]
         if search.category and self.category_mode == "facet":
             qgroups.append(self._facet_group(res, search.category))
+        if search.any_of and self.category_mode == "facet":
+            qgroups.append(self._facet_group(res, *search.any_of))
         query = {
             "Platform": "",
             "Resource": res.resource,

@@ -250,7 +250,7 @@ class Browser:
             if self.process.poll() is not None:
                 raise LoginError(
                     f"the browser {program} stopped at start (exit {self.process.returncode}); "
-                    "try another with --browser PATH"
+                    f"try another with --browser PATH, or {ELSEWHERE}"
                 )
             if port:  # a port of our choosing: Chromium writes DevToolsActivePort only for 0
                 try:
@@ -356,6 +356,29 @@ def read_cookies(cdp: Cdp, cnki_hosts: tuple[str, ...], session: str | None = No
     return cookies
 
 
+#: What a person does where no browser window can be shown here.
+ELSEWHERE = (
+    "pass CNKI's check in a browser on another PC, copy the search request as cURL there and "
+    "paste it into `cnkispider session add --from-curl -`, or start a browser yourself with "
+    "--remote-debugging-port=PORT and use `cnkispider session login --cdp PORT`"
+)
+#: What --headless means for CNKI's check.
+HEADLESS = (
+    "--headless: no window, so no person can pass CNKI's check (a real check needs one); "
+    "this only keeps a session where CNKI asks for none"
+)
+
+
+def has_display(environ=None, platform: str | None = None) -> bool:
+    """Whether a browser window can be shown here: always on Windows and macOS; on Linux and
+    the BSDs only with an X11 or Wayland display."""
+    environ = os.environ if environ is None else environ
+    platform = platform or sys.platform
+    if platform == "win32" or platform == "darwin":
+        return True
+    return bool(environ.get("DISPLAY") or environ.get("WAYLAND_DISPLAY"))
+
+
 def login(
     home_url: str,
     cnki_hosts: tuple[str, ...],
@@ -374,8 +397,13 @@ def login(
         if cdp_port:
             target = Browser.attach(cdp_port)
         else:
-            target = Browser.start(find_browser(browser), headless=headless, port=port)
-        return _login(target, home_url, cnki_hosts, timeout=timeout, say=say, clock=clock)
+            program = find_browser(browser)
+            if not headless and not has_display():
+                raise LoginError(f"no display here to show a browser window: {ELSEWHERE}")
+            target = Browser.start(program, headless=headless, port=port)
+        return _login(
+            target, home_url, cnki_hosts, timeout=timeout, say=say, clock=clock, headless=headless
+        )
 
 
 @contextlib.contextmanager
@@ -402,7 +430,9 @@ def _closing_on_termination():
             signal.signal(getattr(signal, name), previous[name])
 
 
-def _login(target: Browser, home_url, cnki_hosts, *, timeout, say, clock) -> Paste:
+def _login(
+    target: Browser, home_url, cnki_hosts, *, timeout, say, clock, headless: bool = False
+) -> Paste:
     cdp = None
     tab = None
     try:
@@ -410,11 +440,16 @@ def _login(target: Browser, home_url, cnki_hosts, *, timeout, say, clock) -> Pas
         user_agent = cdp.call("Browser.getVersion").get("userAgent", "")
         tab = cdp.call("Target.createTarget", {"url": home_url})["targetId"]
         session = cdp.call("Target.attachToTarget", {"targetId": tab, "flatten": True})["sessionId"]
-        say(
-            f"A browser window shows CNKI ({home_url}). If CNKI asks you to pass its check "
-            "(slide the puzzle), do it there; this waits until the search page is there "
-            f"(at most {timeout:.0f} s)."
-        )
+        if headless:
+            say(
+                f"{HEADLESS}. The headless browser opens CNKI ({home_url}); waiting at most {timeout:.0f} s."
+            )
+        else:
+            say(
+                f"A browser window shows CNKI ({home_url}). If CNKI asks you to pass its check "
+                "(slide the puzzle), do it there; this waits until the search page is there "
+                f"(at most {timeout:.0f} s)."
+            )
         deadline = clock() + timeout
         told = False
         url = ""

@@ -16,11 +16,12 @@ A round's searches::
                                                               the cap; what even that cannot reach is
                                                               recorded in errorCode as "overflow"
 
-A census round ``(day, *)`` ([task] day_census) searches the day without a category: an empty
-day is one request, a day within the cap is the day's only round, a larger one is split by the
-tree's roots (the full table: docs/INTERNALS.md). A stale detail link is refreshed by a title
-search in its round. Every listed row goes into the round's ledger before its detail request
-is handed out (docs/RELIABILITY.md#every-listed-row-accounted-for).
+A census round ``(day, *)`` ([task] day_census) searches the day without a category, or, for a
+task of some categories, over its root categories OR'd in one group: an empty day is one
+request, a day within the cap is the day's only round, a larger one is split by the roots (the
+full table: docs/INTERNALS.md). A stale detail link is refreshed by a title search in its
+round. Every listed row goes into the round's ledger before its detail request is handed out
+(docs/RELIABILITY.md#every-listed-row-accounted-for).
 
 What a kept row becomes depends on the task's depth (``cnkispider/spiders/depth.py``): a
 detail request (detail), a document from the row alone (list), or its place in a citation
@@ -159,8 +160,12 @@ class RoundSpider(DepthMixin, scrapy.Spider):
     def round_requests(self, round_) -> list[scrapy.Request]:
         """The first request of a round (flow control seeds it into Redis)."""
         if round_.category == DAY:
-            # the day's census: its search without the category (tasks/rounds.py)
-            search = Search.for_day(self.doc_type, round_.day, None)
+            # the day's census (tasks/rounds.py): its search without a category, or over the
+            # task's root categories OR'd in one group when they are not the whole tree
+            context = self.context
+            whole = context is None or self.covers_tree()
+            roots = () if whole else tuple(context.tree.roots)
+            search = Search.for_day(self.doc_type, round_.day, None, any_of=roots)
             return [
                 self.search_request(search, 1, round_id=round_.id, round_root=True, census=True)
             ]
@@ -381,9 +386,14 @@ class RoundSpider(DepthMixin, scrapy.Spider):
         if number == 1:
             if meta.get("round_root"):
                 self.crawler.stats.inc_value("rounds/searched")
-                if meta.get("census") and page.total and not self.covers_tree():
-                    # Not this task's rows to take: its categories are part of the tree. The
-                    # census round lists none of them and the day's root rounds become due.
+                if (
+                    meta.get("census")
+                    and page.total > self.protocol.cap
+                    and search.any_of
+                    and not self.covers_tree()
+                ):
+                    # The census over the task's categories lists more than one search can
+                    # walk: the day's root rounds become due (a whole tree splits inside).
                     self.crawler.stats.inc_value("census/categories")
                     tasks = self.context.tasks
                     note = f"{CATEGORIES_NOTE}: census {page.total}"

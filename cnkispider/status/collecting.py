@@ -38,7 +38,7 @@ from cnkispider.exceptions import TaskRowError
 from cnkispider.items import FIELDS
 from cnkispider.redisconn import EMBEDDED_IDLE
 from cnkispider.schema import documents, error_code, error_link, fill, round_, task, worker
-from tasks.categories import DAY
+from tasks.categories import DAY, round_label
 from tasks.rounds import IN_FLIGHT, LEDGER_NOTE
 from tasks.rows import rounds_between, validate_row
 
@@ -51,6 +51,11 @@ LEDGER_SHOWN = 20
 # runs for weeks leaves one worker row per process start.
 LIST_GONE_FOR = dt.timedelta(hours=24)
 LIST_STOPPED_FOR = dt.timedelta(hours=1)
+
+
+#: The least a round in flight counts for in the ETA (of a mean round): one past the mean
+#: duration has no known end, and a task with rounds in flight is not done in 0 s.
+OVERDUE_SHARE = 0.1
 
 
 def round_rate_eta(
@@ -69,6 +74,12 @@ def round_rate_eta(
     own (at the end, lanes fall idle). A stalled crawl keeps a steady ETA (its rounds in
     flight count as nearly done) instead of a falling one; status shows no ETA at all when no
     worker is alive. No rate before one round finishes.
+
+    The rate is the one every view shows (status, the run's summary, the web page, /metrics):
+    the rounds counted over the time from the first one's start to the last one's finish.
+    The ETA counts the rounds in flight: each counts at least ``OVERDUE_SHARE`` of a round still
+    to go (one past the mean has no known end), so the ETA never reads 0 while one runs. None
+    when nothing is left (a finished task has no ETA) or nothing is known.
     """
     durations = [max(end - start, 0.0) for start, end in finished]
     if not durations:
@@ -76,19 +87,21 @@ def round_rate_eta(
     mean = sum(durations) / len(durations)
     if mean <= 0:
         return None, None
+    span = max(end for _, end in finished) - min(start for start, _ in finished)
+    per_hour = len(finished) / span * 3600 if span > 0 else None
     lanes = max(len(in_flight), 1)
-    per_second = lanes / mean
+    remaining = max(remaining, len(in_flight))
     if remaining <= 0:
-        return per_second * 3600, 0.0
+        return per_hour, None
     waiting = max(remaining - len(in_flight), 0)
-    lefts = [max(mean - (now - start), 0.0) for start in in_flight[:remaining]]
+    lefts = [max(mean - (now - start), mean * OVERDUE_SHARE) for start in in_flight[:remaining]]
     shared = (waiting * mean + sum(lefts)) / lanes
     # at the end lanes fall idle: the last rounds take their own time, whatever the lanes
     if waiting:
         tail = (min(lefts) if lefts else 0.0) + math.ceil(waiting / lanes) * mean
     else:
         tail = max(lefts, default=0.0)
-    return per_second * 3600, max(shared, tail)
+    return per_hour, max(shared, tail)
 
 
 def namespace_of(task_name: str) -> str:
@@ -613,13 +626,12 @@ def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, w
         entry["categories"] = len(current.tree.roots)
         total = _planned_rounds(conn, current, until) + _unplanned_rounds(conn, current, until)
         rounds["total"] = total
-        rounds["remaining"] = max(total - finished, 0)
+        # the rounds in flight are not done, whatever the plan counted (a census day's roots)
+        rounds["remaining"] = max(total - finished, rounds["in_flight"], 0)
         entry["progress"] = round(finished / total, 4) if total else 1.0
         per_hour, counted, seconds = _round_rate(conn, row.id, now, rounds["remaining"])
         entry["rate"] = {"rounds_per_hour": per_hour, "rounds_counted": counted}
-        if rounds["remaining"] == 0:
-            entry["eta_seconds"], entry["eta_at"] = 0, _iso(now)
-        elif per_hour and seconds is not None:
+        if rounds["remaining"] and per_hour and seconds is not None:
             entry["eta_seconds"] = seconds
             entry["eta_at"] = _iso(now + dt.timedelta(seconds=seconds))
     entry["current_rounds"] = in_flight.get(row.id, [])
@@ -634,13 +646,16 @@ def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, w
     )
     for w in listing["rows"]:
         w["rounds"] = [
-            f"{r['day']} {r['category']}" for r in entry["current_rounds"] if r["worker"] == w["id"]
+            f"{r['day']} {round_label(r['category'])}"
+            for r in entry["current_rounds"]
+            if r["worker"] == w["id"]
         ]
     entry["worker_counts"] = listing["counts"]
     entry["challenges"] = listing["challenges"]
     entry["workers"] = listing["rows"]
     if entry["halted"]:
-        entry["activity"] = "halted"  # its workers are stopping, or stopped
+        # its workers are stopping, or stopped; a pause is the operator's halt
+        entry["activity"] = "paused" if entry["halted"].startswith("paused") else "halted"
         entry["eta_seconds"] = entry["eta_at"] = None
     elif listing["counts"]["alive"]:
         entry["activity"] = "running"

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 
+from tasks.categories import round_label
+
 BAR_WIDTH = 30
 
 # Scrapy records a finish reason when the spider closes; a second Ctrl-C stops the reactor first
@@ -47,8 +49,9 @@ def _render_task(t: dict, report: dict) -> list[str]:
             f"  phase {t['phase']}  [{t['activity']}]"
         ]
     if t.get("halted"):
+        what = "paused" if t["activity"] == "paused" else f"halted: {t['halted']}"
         lines.append(
-            f"  halted: {t['halted']}  (since {_clock(t['halted_at'])} UTC; "
+            f"  {what}  (since {_clock(t['halted_at'])} UTC; "
             f"`cnkispider task resume {t['name']}` goes on)"
         )
     if t.get("waiting"):
@@ -57,7 +60,7 @@ def _render_task(t: dict, report: dict) -> list[str]:
     cursor = t["cursor"]
     seen = _ago(t["last_heartbeat_age_seconds"])
     lines.append(
-        f"  cursor     {cursor['date'] or '-'} {cursor['category'] or '-'}   last heartbeat {seen}"
+        f"  cursor     {cursor['date'] or '-'} {round_label(cursor['category'])}   last heartbeat {seen}"
     )
     if r["total"] is not None:
         failed = f", {r['failed']} failed" if r["failed"] else ""
@@ -67,20 +70,20 @@ def _render_task(t: dict, report: dict) -> list[str]:
         )
         rate = t["rate"]["rounds_per_hour"]
         if r["remaining"] == 0:
-            eta = "nothing left" + ("" if t["end_date"] else " until tomorrow")
-        elif t["activity"] == "halted":
-            eta = "no ETA: halted"
+            eta = "ETA -: nothing left" + ("" if t["end_date"] else " until tomorrow")
+        elif t["activity"] in ("halted", "paused"):
+            eta = f"no ETA: {t['activity']}"
         elif t["activity"] != "running":
             eta = "no ETA: no worker is alive"
-        elif rate:
+        elif rate and t["eta_seconds"] is not None:
             eta = f"ETA {_duration(t['eta_seconds'])} ({_clock(t['eta_at'])} UTC)"
         else:
             eta = "ETA unknown until a round finishes"
-        lines.append(f"  rate       {f'{rate:,.1f} rounds/h' if rate else '-'}; {eta}")
+        lines.append(f"  rate       {_per_hour(rate)}; {eta}")
     else:
         states = ", ".join(f"{k} {v}" for k, v in sorted(r["by_state"].items())) or "none"
         lines.append(f"  rounds     {states}")
-    current = ", ".join(f"{c['day']} {c['category']}" for c in t["current_rounds"][:6])
+    current = ", ".join(f"{c['day']} {round_label(c['category'])}" for c in t["current_rounds"][:6])
     if len(t["current_rounds"]) > 6:
         current += f", ... ({len(t['current_rounds'])} in all)"
     lines.append(f"  now        {current or '-'}")
@@ -194,8 +197,15 @@ def ledger_lines(ledger: dict) -> list[str]:
     if ledger["unbalanced"]:
         lines.append(f"           {ledger['unbalanced']:,} rounds out of balance:")
         for r in ledger["out_of_balance"][:5]:
-            lines.append(f"             round {r['id']} {r['day']} {r['category']}: {r['note']}")
+            lines.append(
+                f"             round {r['id']} {r['day']} {round_label(r['category'])}: {r['note']}"
+            )
     return lines
+
+
+def _per_hour(rate: float | None) -> str:
+    """The task's round rate, in every view's words (``round_rate_eta`` defines it)."""
+    return f"{rate:,.1f} rounds/h" if rate else "- rounds/h"
 
 
 def to_json(report: dict) -> str:
@@ -223,8 +233,8 @@ def render_summary(t: dict, stats: dict) -> str:
         f"documents       {t['documents']} stored for this task ({items} this run)",
         f"time            {_duration(elapsed)} ({elapsed:.1f} s)",
         f"rate            {pages / elapsed if elapsed else 0:.1f} pages/s, "
-        f"{items / minutes if minutes else 0:.0f} items/min, "
-        f"{done_here / minutes * 60 if minutes else 0:.1f} rounds/h (this worker)",
+        f"{items / minutes if minutes else 0:.0f} items/min (this worker); "
+        f"{_per_hour(t['rate']['rounds_per_hour'])} (the task's, as status shows it)",
         *_per_verified_session(stats, items),
     ]
     for name in ("errorCode", "errorLink"):

@@ -4,7 +4,8 @@ Each is one the command line has, called the way the command line calls it (the 
 steering, tasks/steering.py; the checks of cnkispider/preflight.py; the session pool's ways in,
 cnkispider/sessions/waysin.py), so the page can never do what the CLI cannot:
 
-    resume   cnkispider task resume NAME [--end DATE]   clear a halt, or set the end date
+    pause    cnkispider task pause NAME                  hand out nothing more; dates stay
+    resume   cnkispider task resume NAME [--end DATE]   go on after a pause or a halt
     stop     cnkispider task stop NAME                   end_date = the day before the cursor
     extend   cnkispider task extend NAME END             a later end date
     move     cnkispider task move NAME DATE [CODE]       the cursor back: re-crawl from DATE
@@ -27,9 +28,10 @@ import sqlalchemy as sa
 from cnkispider.db import db_now
 from cnkispider.schema import audit
 
-TASK_ACTIONS = ("resume", "stop", "extend", "move", "recrawl")
+TASK_ACTIONS = ("pause", "resume", "stop", "extend", "move", "recrawl")
 #: The form fields each action takes (anything else is ignored).
 FIELDS = {
+    "pause": (),
     "resume": ("end",),
     "stop": (),
     "extend": ("end",),
@@ -65,6 +67,27 @@ def _end(value) -> str:
     return value.isoformat() if value else "(up to today)"
 
 
+def offered(halt_reason: str | None, phase: str) -> tuple[str, ...]:
+    """The actions that mean something for a task now (its halt reason and phase): a finished
+    task is extended or moved (nothing to pause or resume); a paused or halted one is resumed,
+    not paused again."""
+    if halt_reason:
+        return ("resume", "stop", "extend", "move")
+    if phase == "done":
+        return ("extend", "move")
+    return ("pause", "stop", "extend", "move", "recrawl")
+
+
+def _not_offered(current, action: str) -> str:
+    from tasks.steering import finished_line
+
+    if current.halt_reason:
+        return f"task {current.name!r} is {'paused' if current.halt_reason.startswith('paused') else 'halted'}: resume it first"
+    if current.phase == "done":
+        return finished_line(current)
+    return f"task {current.name!r} is not paused: nothing to resume"
+
+
 def plan(config, engine, action: str, name: str, form: dict) -> Plan:
     """What ``action`` on task ``name`` will do with ``form``'s values; changes nothing.
 
@@ -75,6 +98,16 @@ def plan(config, engine, action: str, name: str, form: dict) -> Plan:
     current = store.get(name)
     values = {k: (form.get(k) or "").strip() for k in FIELDS[action]}
     label = f"task {current.name!r}"
+    if action not in offered(current.halt_reason, current.phase):
+        raise ValueError(_not_offered(current, action))
+    if action == "pause":
+        return Plan(
+            action,
+            current.name,
+            f"will pause {label}: nothing more is handed out, its dates stay "
+            f"({current.start_date} .. {_end(current.end_date)}); the rounds in flight are "
+            "crawled again on resume",
+        )
     if action == "resume":
         end = _day(values["end"], "end date")
         if current.halt_reason:
@@ -84,8 +117,16 @@ def plan(config, engine, action: str, name: str, form: dict) -> Plan:
                 f"while halted are crawled again, errorCode rows that failed for it are replayed; "
                 f"end_date {_end(current.end_date)} -> {after or '(up to today)'}"
             )
+        elif end:
+            says = f"will set end_date of {label} from {_end(current.end_date)} to {end}"
         else:
-            says = f"will set end_date of {label} from {_end(current.end_date)} to {end or '(up to today)'}"
+            return Plan(
+                action,
+                current.name,
+                f"{label} is not paused: give a later end date to go on after a stop",
+                values,
+                ready=False,
+            )
         return Plan(action, current.name, says, {"end": end or ""})
     if action == "stop":
         day = current.cur_date or current.start_date
@@ -145,15 +186,16 @@ def carry_out(config, engine, p: Plan) -> str:
 
     store = _store(config, engine)
     v = p.values
+    if p.action == "pause":
+        return "paused: " + describe(store.pause(p.task))
     if p.action == "resume":
-        current = store.get(p.task)
-        if current.halt_reason:
-            resumed, reopened = store.resume_halted(p.task, v.get("end") or None)
-            return (
-                f"resumed: {describe(resumed)} (halt cleared: {reopened['reason']}; "
-                f"{reopened['rounds']} rounds re-opened, {reopened['error_code']} errorCode rows to replay)"
-            )
-        return "resumed: " + describe(store.set_end_date(p.task, v.get("end") or None))
+        resumed, reopened = store.resume(p.task, v.get("end") or None)
+        if reopened is None:
+            return "resumed: " + describe(resumed)
+        return (
+            f"resumed: {describe(resumed)} (halt cleared: {reopened['reason']}; "
+            f"{reopened['rounds']} rounds re-opened, {reopened['error_code']} errorCode rows to replay)"
+        )
     if p.action == "stop":
         return "stopped: " + describe(store.stop(p.task))
     if p.action == "extend":

@@ -14,7 +14,7 @@ Pages (GET, never changing anything)::
 
 Actions (POST, each through :mod:`cnkispider.web.guard`, then :mod:`cnkispider.web.actions`)::
 
-    /tasks/<name>/<action>     resume | stop | extend | move | recrawl ("preview" in the
+    /tasks/<name>/<action>     pause | resume | stop | extend | move | recrawl ("preview" in the
                                form: say what it will do; else do it and record it in audit)
     /sessions                  add the pasted session (same two steps)
 
@@ -41,9 +41,10 @@ from starlette.templating import Jinja2Templates
 
 from cnkispider.exceptions import CnkiSpiderError
 from cnkispider.status.collecting import collect, round_detail, round_grid
-from cnkispider.web import actions, guard
+from cnkispider.web import actions, guard, words
 from cnkispider.web.history import History
 from cnkispider.web.metrics import metrics_text
+from tasks.categories import round_label
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ HEADERS = {
 def state_of(t: dict) -> str:
     """A task's state in the page's words."""
     if t["halted"]:
-        return f"halted: {t['halted']}"
+        return "paused" if t["halted"].startswith("paused") else f"halted: {t['halted']}"
     if t.get("waiting"):
         return "waiting for a person"
     return t["activity"]
@@ -75,7 +76,7 @@ def banners(report: dict) -> list[dict]:
     out = []
     for t in report["tasks"]:
         if t["halted"]:
-            out.append({"task": t["name"], "kind": "halted", "text": f"halted: {t['halted']}"})
+            out.append({"task": t["name"], "kind": "halted", "text": state_of(t)})
         if t.get("waiting"):
             out.append(
                 {
@@ -169,6 +170,8 @@ def _templates() -> Jinja2Templates:
     env.filters["duration"] = _duration
     env.globals["state_of"] = state_of
     env.globals["fields"] = actions.FIELDS
+    env.globals["offered"] = actions.offered
+    env.filters["round_label"] = round_label
     return Jinja2Templates(env=env)
 
 
@@ -196,7 +199,15 @@ def create_app(
     templates = _templates()
 
     def page(request, template, status=200, /, **context):
-        return templates.TemplateResponse(request, template, context, status_code=status)
+        lang = words.language(
+            dict(request.query_params), request.cookies, request.headers.get("accept-language")
+        )
+        context.setdefault("lang", lang)
+        context.setdefault("_", words.translator(lang))
+        response = templates.TemplateResponse(request, template, context, status_code=status)
+        if request.query_params.get("lang") in words.LANGUAGES:  # the switch: kept for later pages
+            response.set_cookie(words.COOKIE, lang, max_age=365 * 86400, samesite="strict")
+        return response
 
     def problem(request, status: int, text: str):
         return page(request, "problem.html", status, status_code=status, text=text)
@@ -265,7 +276,9 @@ def create_app(
             )
         except LookupError as exc:
             return problem(request, 404, str(exc))
-        return page(request, "_round.html", r=detail)
+        # the grid's cell asks for the fragment (htmx); opened directly, the round is a page
+        template = "_round.html" if request.headers.get("hx-request") else "round.html"
+        return page(request, template, r=detail)
 
     def refused_form(request: Request, action: str, name: str, form: dict, exc: Exception):
         """The action's form again, with why its values were refused (400): nothing was done."""

@@ -11,6 +11,10 @@ by task); ``cnkispider_challenges_total`` is a counter (use ``rate()``):
     cnkispider_workers{task,state}           alive, gone, stopped
     cnkispider_queue{task,kind}              requests queued and leased in Redis
     cnkispider_halted{task}                  1 while the task is halted
+    cnkispider_rounds_per_hour{task}         the task's round rate, as status shows it (absent:
+                                             none known)
+    cnkispider_eta_seconds{task}             its ETA, as status shows it (absent: finished or
+                                             unknown)
     cnkispider_waiting_for_person{task}      1 while a worker waits for a person (CNKI's check)
     cnkispider_challenges_total{task}        CNKI's challenges the task's workers met (the sum of
                                              their ``worker.challenges``; it falls back only when
@@ -46,6 +50,9 @@ class ReportCollector:
         workers = family("workers", "Workers by state", ["task", "state"])
         queue = family("queue", "Requests in Redis", ["task", "kind"])
         halted = family("halted", "1 while the task is halted", ["task"])
+        # the task's round rate and ETA, as status defines them; absent when unknown or finished
+        per_hour = family("rounds_per_hour", "Rounds finished an hour, as status shows", ["task"])
+        eta = family("eta_seconds", "Seconds to the task's last round, as status shows", ["task"])
         waiting = family("waiting_for_person", "1 while CNKI wants a person", ["task"])
         challenges = CounterMetricFamily(
             "cnkispider_challenges",
@@ -70,9 +77,14 @@ class ReportCollector:
                 for kind, n in sorted(t["queue"].items()):
                     queue.add_metric([name, kind], n)
             halted.add_metric([name], 1 if t["halted"] else 0)
+            if t["rate"]["rounds_per_hour"] is not None:
+                per_hour.add_metric([name], t["rate"]["rounds_per_hour"])
+            if t.get("eta_seconds") is not None:
+                eta.add_metric([name], t["eta_seconds"])
             waiting.add_metric([name], 1 if t.get("waiting") else 0)
             challenges.add_metric([name], t.get("challenges") or 0)
         yield from (documents, rounds, planned, pages, errors, workers, queue, halted, waiting)
+        yield from (per_hour, eta)
         yield challenges
         sessions = family("sessions", "Sessions a person passed, by state", ["state"])
         for state, n in sorted((self.report.get("sessions") or {}).items()):

@@ -50,7 +50,11 @@
   function draw(el, title, series, data) {
     el.textContent = "";
     if (!window.uPlot || data[0].length < 2) {
-      el.textContent = title + ": not enough samples yet";
+      // no empty axis: the page's words say there is nothing to draw yet
+      var empty = document.createElement("p");
+      empty.className = "empty";
+      empty.textContent = el.dataset.empty || "no samples yet";
+      el.appendChild(empty);
       return;
     }
     var opts = { title: title, width: Math.min(el.clientWidth || 900, 1200), height: 220,

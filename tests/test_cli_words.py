@@ -1,0 +1,94 @@
+"""The command line's words (issue 28): --version, help for every positional argument, no INFO
+line on a short command, and what `session login` says where no person can pass CNKI's check."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from cnkispider.cli import build_parser, main
+from tests.crawl_harness import ROOT
+
+
+def test_version_is_the_project_s(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]["version"]
+    assert capsys.readouterr().out.strip() == f"cnkispider {version}"
+
+
+def _parsers(parser, path=("cnkispider",)):
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _parsers(sub, (*path, name))
+
+
+def test_every_positional_argument_has_help():
+    missing = [
+        f"{' '.join(path)} {action.dest}"
+        for path, parser in _parsers(build_parser())
+        for action in parser._actions
+        if not action.option_strings
+        and not isinstance(action, argparse._SubParsersAction)
+        and not action.help
+    ]
+    assert missing == []
+
+
+def test_a_short_command_prints_no_info_line_and_the_embedded_redis_line_goes_to_the_log(
+    tmp_path,
+):
+    ini = tmp_path / "config.ini"
+    ini.write_text(
+        f"[database]\nurl = sqlite:///{tmp_path / 'db.sqlite'}\n[redis]\nurl =\n"
+        f"[crawl]\ndata_dir = {tmp_path / 'data'}\n",
+        encoding="utf-8",
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "cnkispider.cli", "--config", str(ini), "session", "list"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("no sessions")
+    assert " INFO " not in result.stdout + result.stderr, result.stderr
+    log = (tmp_path / "data" / "cnkispider.log").read_text("utf-8")
+    assert "Embedded Redis running" in log
+
+
+def test_session_login_with_no_display_points_to_the_paste_and_cdp(monkeypatch):
+    from cnkispider.sessions.login import LoginError, has_display, login
+
+    assert not has_display({}, "linux") and has_display({"DISPLAY": ":0"}, "linux")
+    assert has_display({}, "win32")
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.setattr(sys, "platform", "linux")
+    with pytest.raises(LoginError) as refused:
+        login("https://kns.cnki.net/kns8s/", ("kns.cnki.net",), browser=sys.executable)
+    words = str(refused.value)
+    assert "no display" in words
+    assert "session add --from-curl -" in words and "--cdp" in words
+
+
+def test_headless_says_it_cannot_pass_a_real_check():
+    from cnkispider.sessions.login import HEADLESS
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    session = sub.choices["session"]
+    login = next(a for a in session._actions if isinstance(a, argparse._SubParsersAction)).choices[
+        "login"
+    ]
+    help_text = next(a.help for a in login._actions if "--headless" in a.option_strings)
+    assert "cannot" in help_text or "no person can pass" in help_text
+    assert "no person can pass CNKI's check" in HEADLESS

@@ -1,0 +1,53 @@
+"""Rates and ETAs (issue 28): one definition in status, the run's summary, the web page and
+/metrics; an ETA that counts the rounds in flight; none ("-", JSON null) when finished."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from cnkispider.status.collecting import collect, round_rate_eta
+from cnkispider.status.rendering import render, render_summary
+from cnkispider.web.metrics import metrics_text
+from tests.test_status import NOW, add_round, add_task, add_worker, engine  # noqa: F401
+
+
+def test_rounds_in_flight_past_their_mean_are_not_done_in_0_s():
+    """The demo's "3 of 6 rounds finished, 3 in flight; ETA 0 s", standing still."""
+    finished = [(0.0, 30.0), (0.0, 30.0), (0.0, 30.0)]
+    _, eta = round_rate_eta(finished, [30.0, 30.0, 30.0], 3, now=150.0)
+    assert eta is not None and eta > 0
+
+
+def test_the_rate_is_rounds_over_the_time_they_took_whatever_runs_now():
+    # four rounds of 10 min, two at a time, over 20 min: 12 rounds/h, in flight or not
+    finished = [(0.0, 600.0), (0.0, 600.0), (600.0, 1200.0), (600.0, 1200.0)]
+    assert round_rate_eta(finished, [], 4, now=1200.0)[0] == 12.0
+    assert round_rate_eta(finished, [1200.0] * 3, 4, now=1250.0)[0] == 12.0
+
+
+def test_a_finished_task_has_no_eta_and_one_rate_everywhere(engine):  # noqa: F811
+    with engine.begin() as conn:
+        tid = add_task(conn, end_date="2024-01-02")
+        for i, minutes in enumerate((30, 20, 10, 0)):
+            add_round(
+                conn,
+                tid,
+                f"2024-01-0{i // 2 + 1}",
+                ("G06", "H04")[i % 2],
+                "done",
+                NOW - dt.timedelta(minutes=minutes),
+            )
+        add_worker(conn, tid, 1, NOW)
+    report = collect(engine, None, NOW)
+    t = report["tasks"][0]
+    assert t["rounds"]["remaining"] == 0
+    assert t["eta_seconds"] is None and t["eta_at"] is None
+    rate = t["rate"]["rounds_per_hour"]
+    assert rate == 6.0
+    text = render(report)
+    assert "6.0 rounds/h; ETA -" in text and "ETA 0 s" not in text
+    summary = render_summary(t, {"elapsed_seconds": 30.0, "rounds/done": 4})
+    assert "6.0 rounds/h (the task's, as status shows it)" in summary
+    metrics = metrics_text(report).decode()
+    assert f'cnkispider_rounds_per_hour{{task="{t["name"]}"}} {rate}' in metrics
+    assert "cnkispider_eta_seconds{" not in metrics
