@@ -81,7 +81,7 @@ def cmd_task(config: Config, args) -> int:
             args.categories = "builtin"
         # every check first: an error leaves no row behind
         check_task_input(args.type, args.start, args.end, args.categories, store.base_dir)
-        depth = check_depth(args.depth or DEFAULT_DEPTH, "--depth")
+        depth = check_depth(DEFAULT_DEPTH if args.depth is None else args.depth, "--depth")
         selection = selection_text(args.where, args.keys)
         current, created = store.register(
             args.name,

@@ -1,12 +1,8 @@
 """Rounds: a task hands out rounds of (day x category), atomically, to any number of workers.
 
 The task table is the truth of progress; a worker keeps nothing a restart would miss. This
-module owns the rounds and every move of their state, and the task's cursor and phase moves.
-
-The day census (``[task] day_census``): the next round is ``(cur_date + 1, '*')``, the day's
-search without a category, or over the task's roots OR'd in one group; the log, status and the
-web page call it the ``day`` round. The cursor passing a census round again (a move) re-opens
-that day's root rounds too (:meth:`Rounds._reopen_day`). Details: docs/INTERNALS.md.
+module owns the rounds and every move of their state, and the task's cursor and phase moves. A
+move that passes a day's census round again re-opens that day's root rounds too.
 
 A round's life (the invariants)::
 
@@ -26,9 +22,8 @@ A round's life (the invariants)::
     docs/RELIABILITY.md#every-listed-row-accounted-for).
 
 Every move is a conditional UPDATE (:func:`move`, :func:`transition`), so two workers never
-both win it; re-opening a round deletes its errorCode rows in the same transaction.
-
-Claims are compare-and-swap on the cursor (``UPDATE task ... WHERE cur_date <=> old AND
+both win it; re-opening a round deletes its errorCode rows in the same transaction. Claims are
+compare-and-swap on the cursor (``UPDATE task ... WHERE cur_date <=> old AND
 cur_code <=> old``) in the same transaction that inserts the round row: either both happen or
 neither, and of two workers racing for one cursor position exactly one updates a row.
 
