@@ -41,6 +41,14 @@ GRID_PATH = "/kns8s/brief/grid"
 CLIENT_ID_PATH = "/RCDService/api/UtilityOpenApi/GenerateClientID"
 CLIENT_ID_COOKIE = "Ecp_ClientId"
 
+# The kinds of CNKI request (request meta ``cnki_kind``), the one list the middlewares read:
+# ``home`` warms a session up; the others are sent in a CNKI session. A document's own requests
+# (its detail page, its reference list) carry its v= token, which opens only in the session
+# that listed it.
+HOME, LIST, DETAIL, REFERENCES = "home", "list", "detail", "references"
+SESSION_KINDS = (LIST, DETAIL, REFERENCES)
+DOCUMENT_KINDS = (DETAIL, REFERENCES)
+
 PAGE_SIZES = (10, 20, 50)  # the only pageSize values CNKI accepts
 CATEGORY_MODES = ("subject", "facet")
 FACET_GROUP = "CCL"  # the 学科 facet's group id (and field) inside SCDBGroup / MutiGroup

@@ -44,6 +44,7 @@ from cnkispider.drift import watched
 from cnkispider.exceptions import HaltedRequest, RefusedPage, SessionLost
 from cnkispider.items import FIELDS, ITEM_CLASSES, ROW_FIELDS
 from cnkispider.offload import in_thread
+from cnkispider.spiders.references import ReferencesMixin
 from errors.middleware import failure_reason, record_download_failure, record_failure
 from tasks.categories import DAY, covers
 from tasks.rounds import CATEGORIES_NOTE
@@ -83,12 +84,17 @@ _CANARY_CARRIES = (
 )
 
 
-class RoundSpider(scrapy.Spider):
+class RoundSpider(ReferencesMixin, scrapy.Spider):
     doc_type: str = ""
     custom_settings: dict = {}
     #: The only callbacks and errbacks a request read from the shared Redis may name (the
     #: scheduler refuses any other: see cnkispider.scheduling.serialize).
-    queue_callbacks = ("parse_list", "parse_detail", "on_error")
+    queue_callbacks = (
+        "parse_list",
+        "parse_detail",
+        "on_error",
+        *ReferencesMixin.references_callbacks,
+    )
     #: ``cnkispider refresh-counts`` (setting CNKI_COUNTS_ONLY): list pages only, counts updated
     counts_only = False
 
@@ -666,6 +672,10 @@ class RoundSpider(scrapy.Spider):
             # gives the document. Not a field: it is never stored (the pipeline reads it).
             item._cnki_ledger = (meta["round_id"], meta["doc_key"])
         yield item
+        # [crawl] references: the paper's reference list, in this page's session
+        follow = self.first_references(response, values["dbname"], values["filename"])
+        if follow is not None:
+            yield follow
 
     # -- failures ------------------------------------------------------------------------
 

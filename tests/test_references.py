@@ -1,0 +1,206 @@
+"""Issue 26 point 3: a paper's reference list ([crawl] references), crawled from the stand-in's
+citation API and compared with its truth; the parser and refusals on their own."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import sqlalchemy as sa
+
+from cnkispider import schema
+from cnkispider.cnki import references
+from cnkispider.cnki.refusals import classify
+from cnkispider.db import open_database
+from cnkispider.exceptions import RefusedPage
+from cnkispider.reference_rows import ENTRY_COLUMNS, fetch_references
+from cnkispider.schema import error_code, error_link, round_
+from tests.crawl_harness import CrawlSetup, compare
+
+SITE = {"seed": 11}
+PATH = references.PATH
+
+
+@pytest.fixture
+def crawl(tmp_path, cnki_site, request):
+    made = []
+
+    def make(db, site=None, **kw):
+        setup = CrawlSetup(
+            tmp_path / f"paper-{len(made)}",
+            cnki_site(**(site or SITE)),
+            request.getfixturevalue(f"{db}_url"),
+            "paper",
+            "2024-01-01",
+            "2024-01-01",
+            "TP3,F0",
+            **kw,
+        )
+        setup.tmp_path.mkdir()
+        made.append(setup)
+        return setup
+
+    yield make
+    for setup in made:
+        setup.cleanup_redis()
+
+
+def _run(setup):
+    result = setup.run()
+    assert result.returncode == 0, (
+        result.stdout[-3000:] + result.stderr[-3000:] + setup.log()[-3000:]
+    )
+
+
+def _stored_references(setup) -> dict[tuple[str, str], list[dict]]:
+    engine = open_database(setup.db_url)
+    try:
+        rows = fetch_references(engine)
+    finally:
+        engine.dispose()
+    out: dict[tuple[str, str], list[dict]] = {}
+    for row in rows:
+        entry = {name: row[name] or ("" if name != "position" else 0) for name in ENTRY_COLUMNS}
+        out.setdefault((row["dbname"], row["filename"]), []).append(entry)
+    return out
+
+
+def _truth_references(setup) -> dict[tuple[str, str], list[dict]]:
+    lists = setup.site.references("paper", setup.start, setup.end, setup.categories.split(","))
+    return {(p["dbname"], p["filename"]): p["references"] for p in lists if p["references"]}
+
+
+def _balanced(setup) -> None:
+    rounds = setup.query(sa.select(round_.c.state, round_.c.total, round_.c.stored))
+    assert rounds and all(r.state == "done" and r.total == r.stored for r in rounds), rounds
+    assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] == 0
+    assert setup.query(sa.select(error_link.c.filename, error_link.c.reason)) == []
+
+
+def test_a_crawl_with_references_on_equals_the_truth_with_its_reference_table(crawl):
+    setup = crawl("sqlite", crawl={"references": "on"})
+    _run(setup)
+    truth = setup.truth()
+    assert compare(setup.stored(), truth, "paper") == {"missing": [], "extra": [], "differing": {}}
+    expected = _truth_references(setup)
+    # the truth tests what it must: papers with none, and lists longer than one page
+    assert len(expected) < len(truth) and max(len(v) for v in expected.values()) > 10
+    assert any(e["cited_dbname"] for v in expected.values() for e in v)
+    assert _stored_references(setup) == expected
+    _balanced(setup)
+    # one request per 10 entries (at least one) of each paper of a family with a list
+    kinds = setup.site.stats()["kinds"]
+    typed = [d for d in truth if references.reference_type(d["dbname"])]
+    pages = sum(
+        max(1, math.ceil(len(expected.get((d["dbname"], d["filename"]), [])) / 10)) for d in typed
+    )
+    assert kinds["references"] == pages, kinds
+    assert kinds["detail"] == len(truth), kinds
+    print(
+        f"references on: {len(truth)} documents, detail {kinds['detail']}, references "
+        f"{kinds['references']}, grid {kinds['grid']}, all {sum(kinds.values())}"
+    )
+
+
+def test_with_references_off_no_reference_request_is_sent(crawl):
+    setup = crawl("mysql")
+    _run(setup)
+    truth = setup.truth()
+    assert compare(setup.stored(), truth, "paper") == {"missing": [], "extra": [], "differing": {}}
+    kinds = setup.site.stats()["kinds"]
+    assert kinds["references"] == 0 and kinds["detail"] == len(truth), kinds
+    assert _stored_references(setup) == {}
+    print(f"references off: {len(truth)} documents, all requests {sum(kinds.values())}")
+
+
+def test_refused_reference_requests_are_retried_and_the_ledger_balances(crawl):
+    """The stand-in refuses some reference requests (verify, captcha, blank, 5xx): each is
+    retried in a fresh session; the table still equals the truth and nothing is left over."""
+    site = {**SITE, "faults": {"verify": 0.06, "captcha": 0.04, "blank": 0.04, "e503": 0.03}}
+    setup = crawl("mysql", site=site, crawl={"references": "on", "retry_times": 6})
+    _run(setup)
+    by_path = setup.site.stats()["by_path"][PATH]
+    assert by_path.get("302", 0) + by_path.get("503", 0) > 0, by_path  # refused, really
+    assert compare(setup.stored(), setup.truth(), "paper")["missing"] == []
+    assert _stored_references(setup) == _truth_references(setup)
+    _balanced(setup)
+
+
+def test_the_upgrade_adds_the_reference_table(db_url):
+    engine = open_database(db_url)
+    with engine.begin() as conn:  # what the previous schema version left behind
+        conn.exec_driver_sql("DROP TABLE reference")
+        conn.execute(schema.schema_version.update().values(version=schema.SCHEMA_VERSION - 1))
+    engine.dispose()
+    for _ in range(2):  # a second start finds it in place
+        upgraded = open_database(db_url)
+        with upgraded.connect() as conn:
+            assert sa.inspect(conn).has_table("reference")
+            version = conn.execute(sa.select(schema.schema_version.c.version)).scalar()
+            assert version == schema.SCHEMA_VERSION
+        upgraded.dispose()
+
+
+# -- the pure parts -----------------------------------------------------------------------------
+
+
+def test_reference_types_match_database_families_by_prefix():
+    assert references.reference_type("CJFDLAST2016") == "CJFDREF"
+    assert references.reference_type("CAPJ") == "CJFDREF"
+    assert references.reference_type("CMFD202101") == "CMFDREF"
+    assert references.reference_type("CDFD") == "CDFDREF"
+    assert references.reference_type("CPFD2019") == "CPFDREF"
+    assert references.reference_type("SCPD2017") is None
+
+
+def test_the_parser_reads_entries_links_and_paging():
+    body = (
+        '{"code":200,"data":{"total":12,"data":['
+        '{"metadata":[{"name":"TI","value":"题名 一"},{"name":"AU","value":"张三;李四"},'
+        '{"name":"LY","value":"计算机学报"},{"name":"YE","value":"2019"}],'
+        '"dbname":"CJFD2019","filename":"JSJX201901001"},'
+        '{"metadata":[{"name":"TI","value":"题名二"}],"fileName":"ONLYHALF"}]}}'
+    )
+    page = references.parse_references(body.encode(), start=11)
+    assert page.total == 12
+    first, second = page.references
+    assert (first.position, first.title, first.authors, first.source, first.year) == (
+        11,
+        "题名 一",
+        "张三;李四",
+        "计算机学报",
+        "2019",
+    )
+    assert (first.cited_dbname, first.cited_filename) == ("CJFD2019", "JSJX201901001")
+    assert (second.cited_dbname, second.cited_filename) == ("", "")  # half a key links nothing
+    assert references.next_start(page, 11, 10) is None
+    assert references.next_start(references.ReferencePage(25, page.references), 11, 10) == 21
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "reason"),
+    [
+        (
+            403,
+            b'{"code":-403,"message":"https://kns.cnki.net/verify/home?captchaType=blockPuzzle"}',
+            "verify",
+        ),
+        (
+            200,
+            '<p class="no-content" value="">抱歉，暂无数据，请稍后重试。</p>'.encode(),
+            "no-data-retry",
+        ),
+        (200, b"<html><body><div>" + b"x" * 200 + b"</div></body></html>", "not-json"),
+        (200, b"", "blank"),
+        (200, b'{"code":200,"data":{"total":0,"data":[]}}', None),
+    ],
+)
+def test_a_refusal_is_never_zero_references(status, body, reason):
+    assert classify("references", status, "https://kns.cnki.net" + PATH, body) == reason
+
+
+def test_an_answer_without_its_list_is_refused_not_empty():
+    with pytest.raises(RefusedPage):
+        references.parse_references(b'{"code":200,"data":{"total":3}}')
+    with pytest.raises(RefusedPage):
+        references.parse_references(b"<html></html>")
