@@ -93,6 +93,7 @@ BREAKS = (
     "detail-fields",
     "patent-keys",
     "census-short",
+    "references-html",
 )
 # break_ census-short: a category search loses every CENSUS_SHORT_EVERY-th document
 CENSUS_SHORT_EVERY = 10
@@ -937,6 +938,9 @@ class Site:
         doc = self.corpus.locate(dbname, filename)
         if doc is None or doc.doc_type != "paper":
             return Response(404, b"not found", "text/plain")
+        if "references-html" in self.breaks:
+            # the API answers a page instead of JSON (CNKI changed it): never "no references"
+            return Response(200, markup.HOME_PAGE)
         entries = self.reference_list(dbname, filename)
         if reference_api.type_of(dbname) != params["type"]:
             entries = []

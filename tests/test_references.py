@@ -45,8 +45,8 @@ def crawl(tmp_path, cnki_site, request):
         setup.cleanup_redis()
 
 
-def _run(setup):
-    result = setup.run()
+def _run(setup, *args):
+    result = setup.run(*args)
     assert result.returncode == 0, (
         result.stdout[-3000:] + result.stderr[-3000:] + setup.log()[-3000:]
     )
@@ -122,6 +122,29 @@ def test_refused_reference_requests_are_retried_and_the_ledger_balances(crawl):
     by_path = setup.site.stats()["by_path"][PATH]
     assert by_path.get("302", 0) + by_path.get("503", 0) > 0, by_path  # refused, really
     assert compare(setup.stored(), setup.truth(), "paper")["missing"] == []
+    assert _stored_references(setup) == _truth_references(setup)
+    _balanced(setup)
+
+
+def test_a_reference_list_that_fails_goes_to_error_link_and_is_recrawled(crawl):
+    """The API answers HTML (not JSON) for a whole run: every paper with a list type is in
+    errorLink with its own reason, stored and accounted for; `cnkispider recrawl` fetches the
+    lists once the API answers again, and the errorLink rows go."""
+    site = {**SITE, "break_": "references-html"}
+    setup = crawl("mysql", site=site, crawl={"references": "on", "recrawl": "false"})
+    _run(setup)
+    truth = setup.truth()
+    assert compare(setup.stored(), truth, "paper")["missing"] == []
+    typed = {d["filename"] for d in truth if references.reference_type(d["dbname"])}
+    links = setup.query(sa.select(error_link.c.filename, error_link.c.reason))
+    assert {row.filename for row in links} == typed
+    assert {row.reason for row in links} == {"references/not-json"}
+    assert _stored_references(setup) == {}
+    rounds = setup.query(sa.select(round_.c.state, round_.c.total, round_.c.stored))
+    assert rounds and all(r.state == "done" and r.total == r.stored for r in rounds), rounds
+    setup.site.control(**{"break": []})
+    setup.crawl["recrawl"] = "true"
+    _run(setup, "recrawl")  # `cnkispider recrawl`: replay errorCode and errorLink now
     assert _stored_references(setup) == _truth_references(setup)
     _balanced(setup)
 
