@@ -29,8 +29,8 @@ Routes:
 
 The human check (``human_check``) stands in front of every kns route but the client-id
 endpoint (another CNKI host), before the rate limit, the pace guard and faults. Faults, the rate
-limit and latency apply to grid and detail requests only; the pace guard to the
-warm-up, grid and detail requests (the client-id endpoint is another CNKI host). A request comes
+limit and latency apply to grid, detail and reference requests only; the pace guard to the
+warm-up, grid, detail and reference requests (the client-id endpoint is another CNKI host). A request comes
 from IP ``127.0.0.1`` when direct and ``10.0.0.{i+1}`` through proxy port ``i``.
 """
 

@@ -3,6 +3,7 @@ citation API and compared with its truth; the parser and refusals on their own."
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -98,7 +99,8 @@ def test_a_crawl_with_references_on_equals_the_truth_with_its_reference_table(cr
     assert kinds["detail"] == len(truth), kinds
     print(
         f"references on: {len(truth)} documents, detail {kinds['detail']}, references "
-        f"{kinds['references']}, grid {kinds['grid']}, all {sum(kinds.values())}"
+        f"{kinds['references']}, grid {kinds['grid']}, all {sum(kinds.values())}; "
+        f"{sum(len(v) for v in expected.values())} references stored"
     )
 
 
@@ -162,6 +164,30 @@ def test_the_upgrade_adds_the_reference_table(db_url):
             version = conn.execute(sa.select(schema.schema_version.c.version)).scalar()
             assert version == schema.SCHEMA_VERSION
         upgraded.dispose()
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ("type=CJFDREF&start=1&size=10", "v"),
+        ("v=abc&type=XXREF&start=1&size=10", "type"),
+        ("v=abc&type=CJFDREF&start=1&size=51", "size"),
+        ("v=abc&type=CJFDREF&start=0&size=10", "start"),
+    ],
+)
+def test_the_stand_in_refuses_a_malformed_reference_request_in_cnki_words(cnki_site, query, field):
+    site = cnki_site(**SITE)
+    status, _, body = site.request("GET", f"{PATH}?{query}")
+    assert status == 400
+    assert json.loads(body)["message"] == f"参数校验;字段【{field}】校验失败"
+
+
+def test_the_stand_in_refuses_a_reference_request_without_its_session(cnki_site):
+    """A token no session issued gets CNKI's -403 JSON, which the crawler reads as a challenge."""
+    site = cnki_site(**SITE)
+    status, _, body = site.request("GET", f"{PATH}?v=forged&type=CJFDREF&start=1&size=10")
+    assert status == 403 and json.loads(body)["code"] == -403
+    assert classify("references", status, site.base_url + PATH, body) == "verify"
 
 
 # -- the pure parts -----------------------------------------------------------------------------
