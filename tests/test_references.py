@@ -7,6 +7,7 @@ import json
 import math
 
 import pytest
+import scrapy
 import sqlalchemy as sa
 
 from cnkispider import schema
@@ -188,6 +189,41 @@ def test_the_stand_in_refuses_a_reference_request_without_its_session(cnki_site)
     status, _, body = site.request("GET", f"{PATH}?v=forged&type=CJFDREF&start=1&size=10")
     assert status == 403 and json.loads(body)["code"] == -403
     assert classify("references", status, site.base_url + PATH, body) == "verify"
+
+
+def test_a_reference_request_is_a_session_request_retried_in_a_fresh_session():
+    """The downloader middlewares treat kind ``references`` as ``detail``: it goes in a warmed
+    CNKI session, with its detail page as Referer; CNKI's -403 JSON is a challenge, retried in a
+    fresh session, and the JSON list that follows is a usable answer."""
+    from tests.test_middlewares import Site
+    from tests.test_middlewares import crawl as crawl_with_middlewares
+
+    s = Site()
+    try:
+        refused = (
+            403,
+            {},
+            b'{"code":-403,"message":"http://x/verify/home?captchaType=blockPuzzle"}',
+        )
+        listed = (200, {}, b'{"code":200,"data":{"total":0,"data":[]}}')
+        answers = iter([refused])
+        s.routes[PATH] = lambda hit: next(answers, listed)
+        detail = f"{s.base_url}/kcms2/article/abstract?v=tok"
+        request = scrapy.Request(
+            references.references_url(s.base_url, "tok", "CJFDREF"),
+            meta={"cnki_kind": "references", "doc_type": "paper", "cnki_referer": detail},
+            dont_filter=True,
+        )
+        crawler = crawl_with_middlewares(s, [request], RETRY_TIMES=2)
+        hits = s.on(PATH)
+        assert len(crawler.spider.responses) == 1 and not crawler.spider.failures
+        assert len(hits) == 2 and all(h["sid"] for h in hits)
+        assert hits[0]["sid"] != hits[1]["sid"]  # a fresh session for the retry
+        assert {h["referer"] for h in hits} == {detail}
+        assert crawler.stats.get_value("retry/reason_count/verify") == 1
+        assert crawler.stats.get_value("session/requests/references") == 2
+    finally:
+        s.close()
 
 
 # -- the pure parts -----------------------------------------------------------------------------
