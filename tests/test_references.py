@@ -79,6 +79,7 @@ def _balanced(setup) -> None:
     assert setup.query(sa.select(error_link.c.filename, error_link.c.reason)) == []
 
 
+@pytest.mark.slow  # a crawl of the stand-in in a worker subprocess
 def test_a_crawl_with_references_on_equals_the_truth_with_its_reference_table(crawl):
     setup = crawl("sqlite", crawl={"references": "on"})
     _run(setup)
@@ -105,6 +106,7 @@ def test_a_crawl_with_references_on_equals_the_truth_with_its_reference_table(cr
     )
 
 
+@pytest.mark.slow  # a crawl of the stand-in in a worker subprocess
 def test_with_references_off_no_reference_request_is_sent(crawl):
     setup = crawl("mysql")
     _run(setup)
@@ -116,6 +118,7 @@ def test_with_references_off_no_reference_request_is_sent(crawl):
     print(f"references off: {len(truth)} documents, all requests {sum(kinds.values())}")
 
 
+@pytest.mark.slow  # a crawl of the stand-in in a worker subprocess
 def test_refused_reference_requests_are_retried_and_the_ledger_balances(crawl):
     """The stand-in refuses some reference requests (verify, captcha, blank, 5xx): each is
     retried in a fresh session; the table still equals the truth and nothing is left over."""
@@ -129,6 +132,7 @@ def test_refused_reference_requests_are_retried_and_the_ledger_balances(crawl):
     _balanced(setup)
 
 
+@pytest.mark.slow  # a crawl of the stand-in in a worker subprocess
 def test_a_reference_list_that_fails_goes_to_error_link_and_is_recrawled(crawl):
     """The API answers HTML (not JSON) for a whole run: every paper with a list type is in
     errorLink with its own reason, stored and accounted for; `cnkispider recrawl` fetches the
@@ -150,6 +154,32 @@ def test_a_reference_list_that_fails_goes_to_error_link_and_is_recrawled(crawl):
     _run(setup, "recrawl")  # `cnkispider recrawl`: replay errorCode and errorLink now
     assert _stored_references(setup) == _truth_references(setup)
     _balanced(setup)
+
+
+@pytest.mark.slow  # a crawl of the stand-in in a worker subprocess
+def test_in_a_session_a_person_passed_the_references_go_in_that_session(crawl):
+    """On a site that checks for a person, each reference page goes in the verified session that
+    listed its paper (a v= token opens nowhere else): CNKI never checks the crawler, and the
+    table equals the truth."""
+    from tests.test_verified_crawl import FAST_CNKI, FAST_SITE, add_passed, cleanup, pool_of
+
+    setup = crawl("sqlite", site={**SITE, **FAST_SITE}, cnki=FAST_CNKI, crawl={"references": "on"})
+    pool = pool_of(setup.site)
+    try:
+        session, _ = add_passed(setup.site, pool)
+        before = setup.site.stats()["human_check_refusals"]
+        _run(setup)
+        assert _stored_references(setup) == _truth_references(setup)
+        _balanced(setup)
+        stats = setup.site.stats()
+        assert stats["human_check_refusals"] == before, stats
+        assert stats["kinds"]["references"] > 0
+        crawled = ("/kns8s/brief/grid", "/kcms2/article/abstract", PATH)
+        assert pool.get(session.id).requests == sum(
+            sum(stats["by_path"][p].values()) for p in crawled
+        )
+    finally:
+        cleanup(setup, pool)
 
 
 def test_the_upgrade_adds_the_reference_table(db_url):
