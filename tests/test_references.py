@@ -256,6 +256,25 @@ def test_a_reference_request_is_a_session_request_retried_in_a_fresh_session():
         s.close()
 
 
+def test_the_references_key_is_validated_and_off_by_default(tmp_path):
+    from pathlib import Path
+
+    from cnkispider.config import load_config
+    from cnkispider.crawlsettings import crawler_settings
+    from cnkispider.exceptions import ConfigError
+
+    shipped = load_config(Path(__file__).resolve().parents[1] / "config.ini", environ={})
+    assert shipped.crawl["references"] is False
+    assert crawler_settings(shipped)["CNKI_REFERENCES"] is False
+    path = tmp_path / "config.ini"
+    path.write_text("[crawl]\nreferences = on\n", encoding="utf-8")
+    assert crawler_settings(load_config(path, environ={}))["CNKI_REFERENCES"] is True
+    path.write_text("[crawl]\nreferences = some\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        load_config(path, environ={})
+    assert "[crawl] references" in str(err.value) and "'some'" in str(err.value)
+
+
 # -- the pure parts -----------------------------------------------------------------------------
 
 
