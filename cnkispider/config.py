@@ -278,6 +278,7 @@ SCHEMA: dict[str, dict[str, tuple[Any, str]]] = {
         "challenge_sessions": (_int(1, 1000), _default("RETRY_CHALLENGE_SESSIONS")),
         "challenge_cooldown": (_float(0.0), _default("RETRY_CHALLENGE_COOLDOWN")),
         "archive_html": (_bool, "false"),
+        "references": (_bool, _default("CNKI_REFERENCES")),
         "feed": (_text, ""),
         "log_file": (_text, ""),
         "log_level": (_choice("debug", "info", "warning", "error"), _default("LOG_LEVEL")),

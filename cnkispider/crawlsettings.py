@@ -112,6 +112,8 @@ def crawler_settings(config: Config) -> dict:
         "PACE_MAX": crawl["pace_max"],
         "PACE_COOLDOWN": crawl["pace_cooldown"],
         "PACE_DIRECT_NAME": proxy["direct_name"],
+        # a paper's reference list after its detail page (cnkispider/spiders/references.py)
+        "CNKI_REFERENCES": crawl["references"],
     }
     if crawl["log_file"]:
         settings["LOG_FILE"] = str(config.resolve(crawl["log_file"]))

@@ -190,6 +190,9 @@ ERRORS_MAX_ATTEMPTS = 3
 CNKI_DRIFT_DOCUMENTS = 100
 # `cnkispider refresh-counts` (cnkispider/refresh.py): list pages only, their rows' counts stored
 CNKI_COUNTS_ONLY = False
+# [crawl] references (cnkispider/spiders/references.py): a paper's reference list after its
+# detail page, one request per 10 entries (off: the list costs nothing)
+CNKI_REFERENCES = False
 
 # -- PROGRESS_*: cnkispider/progress.py ---------------------------------------------------------
 

@@ -36,7 +36,7 @@ from typing import Any
 
 from cnkispider import default_settings
 from cnkispider.clock import cnki_today
-from cnkispider.cnki import parsers, refusals
+from cnkispider.cnki import parsers, references, refusals
 from cnkispider.cnki.export_batch import ExportRow, match_records
 from cnkispider.cnki.export_records import ExportAnswerError, parse_export
 from cnkispider.cnki.protocol import RESOURCES, Protocol, Search, protocol_from_settings
@@ -272,6 +272,7 @@ class Probe:
             for doc_type in RESOURCES:
                 self.check_detail(main, doc_type)
             self.check_export(main)
+            self.check_references(main)
             self.check_foreign_session()
             if self.checked_plain and self.session_budget > 0:
                 self.check_session_lasts(main)
@@ -618,6 +619,48 @@ class Probe:
             + (": batches of several ids work" if len(pairs) == 2 else ": one id a request")
         )
         self.verdict(name, PASS if pairs and not strays else FAIL, evidence)
+
+    def check_references(self, session: CnkiSession) -> None:
+        """One paper's reference list ([crawl] references), asked as the crawler asks it: with
+        its detail link's token, in the session that listed it (PROTOCOL.md point 17)."""
+        name = "references: paper"
+        first = self.first_pages.get("paper")
+        row = next(
+            (
+                r
+                for r in (first.rows if first else [])
+                if r.url and references.reference_type(r.dbname)
+            ),
+            None,
+        )
+        if row is None:
+            self.verdict(name, UNKNOWN, "no journal or thesis row to ask for")
+            return
+        detail = self.protocol.absolute(row.url)
+        v = references.token_of(detail)
+        if not v:
+            self.verdict(name, FAIL, f"{row.doc_key}: its detail link has no v= token")
+            return
+        kind = references.reference_type(row.dbname)
+        url = references.references_url(self.protocol.base_url, v, kind)
+        answer = session.get(url, name, referer=detail)
+        reason = _reason("references", answer)
+        if reason:
+            self.verdict(name, FAIL, f"{row.doc_key} ({kind}): {reason}: {_snippet(answer.body)}")
+            return
+        try:
+            page = references.parse_references(answer.body)
+        except RefusedPage as exc:
+            self.verdict(name, FAIL, f"{row.doc_key} ({kind}): {exc}")
+            return
+        shown = page.references[0].title[:30] if page.references else "-"
+        self.verdict(
+            name,
+            PASS,
+            f"{row.doc_key} ({kind}): {len(page.references)} of {page.total} references "
+            f"(first: {shown}); [crawl] references costs {math.ceil(page.total / 10) or 1} "
+            "request(s) for this paper",
+        )
 
     def check_foreign_session(self) -> None:
         """A detail link listed by one session, opened by another (how replays reach links).

@@ -13,6 +13,7 @@ ledger      every row a round listed, by its document key, with its outcome (cnk
 worker      one row per running worker process: host, pid, heartbeat, counters (pages, items,
             errors, challenges) and its last error.
 fill        per round and detail field, the documents the parser filled it on (the drift alarm)
+reference   a paper's reference list: one row per (citing document, position) ([crawl] references)
 audit       one row per action taken on the web page (cnkispider/web/): who, when, what, result.
 patent, paper, achievement
             the documents, one row per natural key (dbname, filename), upserted.
@@ -41,7 +42,7 @@ from sqlalchemy.dialects.mysql import MEDIUMTEXT
 
 from cnkispider.items import FIELDS, INTEGER_FIELDS, TIME_FIELDS
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 metadata = MetaData()
 
@@ -236,6 +237,29 @@ fill = Table(
 )
 
 
+# A paper's reference list ([crawl] references, cnkispider/spiders/references.py): one row per
+# entry, keyed on the citing document and the entry's position, so that a replay rewrites the
+# row instead of adding one. The cited document's key is set where CNKI links it.
+reference = Table(
+    "reference",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("dbname", String(20), nullable=False),  # the citing document's key
+    Column("filename", String(64), nullable=False),
+    Column("position", Integer, nullable=False),  # 1-based, in CNKI's order
+    Column("title", Text),
+    Column("authors", LongText),
+    Column("source", Text),
+    Column("year", String(16)),
+    Column("cited_dbname", String(20)),
+    Column("cited_filename", String(64)),
+    Column("task_id", Integer),
+    Column("crawled_at", DateTime),
+    UniqueConstraint("dbname", "filename", "position", name="uq_reference_entry"),
+    Index("ix_reference_cited", "cited_dbname", "cited_filename"),
+)
+
+
 #: What each schema version adds to the one before, for :func:`cnkispider.db.upgrade`: version ->
 #: (table, column) pairs to add when missing. Columns only; each step is idempotent, so a
 #: database upgraded half-way (two workers starting at once) is finished by the next start.
@@ -339,3 +363,12 @@ _SCHEMA5_FIELDS = {
 }
 UPGRADES[6] = _new_document_columns()
 UPGRADES[7] += [(table, "depth") for table in documents.values()]
+
+
+def _add_reference_table() -> list[tuple[Table, str]]:
+    """The step that adds the ``reference`` table: no column to add, because ``db.create_schema``
+    creates every missing table (CREATE TABLE IF NOT EXISTS) before it upgrades."""
+    return []
+
+
+UPGRADES[8] = _add_reference_table()

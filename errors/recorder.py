@@ -34,6 +34,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from cnkispider import default_settings, ledger
+from cnkispider.cnki.protocol import DOCUMENT_KINDS
 from cnkispider.db import db_now, retried
 from cnkispider.halting import is_network
 from cnkispider.schema import error_code, error_link
@@ -418,5 +419,6 @@ class ErrorRecorder:
 
 
 def stage_of(meta: dict) -> str:
-    """``"detail"`` for a detail request (its failure goes to errorLink), else ``"list"``."""
-    return "detail" if meta.get("cnki_kind") == "detail" else "list"
+    """``"detail"`` for a detail or reference request (its failure goes to errorLink), else ``"list"``."""
+    # a reference list is its document's too: its failure is the document's errorLink row
+    return "detail" if meta.get("cnki_kind") in DOCUMENT_KINDS else "list"

@@ -123,4 +123,6 @@ Probe support. ``break_`` (fixture ``break_="NAME"`` or a list, CLI ``--break NA
   patent-keys      as ``rows_without_keys``: patent rows carry no key at all
   census-short     a category search (CLC or CCL) loses one document in ten: the categories
                    of a day add up to less than its search without category (its census)
+  references-html  the reference API answers an HTML page instead of JSON (a refusal, never
+                   "no references")
 """

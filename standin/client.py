@@ -204,6 +204,17 @@ class SiteHandle:
             raise RuntimeError(f"/_truth: {status} {data[:200]!r}")
         return [json.loads(line) for line in data.decode("utf-8").splitlines() if line]
 
+    def references(
+        self, doc_type: str, start: str, end: str | None = None, categories=()
+    ) -> list[dict]:
+        """Each document of the scope with its whole reference list (``/_references``)."""
+        status, _, data = self.request(
+            "GET", "/_references?" + self._scope(doc_type, start, end, categories)
+        )
+        if status != 200:
+            raise RuntimeError(f"/_references: {status} {data[:200]!r}")
+        return [json.loads(line) for line in data.decode("utf-8").splitlines() if line]
+
     def rounds(
         self, doc_type: str, start: str, end: str | None = None, categories=()
     ) -> list[dict]:

@@ -11,6 +11,10 @@ Routes:
   POST /kns8s/brief/grid            list fragment (client id, session, QueryJson rules, cap, pace)
   GET  /kcms2/article/abstract?v=   detail page (token checked: signature, age, session)
   POST /dm8/API/GetExport           citation export of listed rows' ids (standin/export.py)
+  GET  /restapi/citation-api/v1/literature/references?v=&type=&start=&size=
+                                    a paper's reference list, JSON (standin/references.py):
+                                    the detail page's token and session rules, a refusal the
+                                    -403 JSON
   GET  /verify/home                 where challenges redirect to (with the human check: sets the
                                     session cookies if none, holds the test-only #standin-pass)
   POST /verify-api/web/check        the pass control: passes the cookie's session, 302 returnUrl
@@ -21,12 +25,13 @@ Routes:
   GET  /_truth?type=&start=&end=&categories=A,B    ground truth, JSON lines
   GET  /_rounds?type=&start=&end=&categories=      documents per (day, category)
   GET  /_doomed?type=&start=&end=&categories=      filenames whose detail always fails
+  GET  /_references?type=&start=&end=&categories=  each paper's reference list, JSON lines
   GET  /proxy-api?num=5&format=text|json           the proxy provider
 
 The human check (``human_check``) stands in front of every kns route but the client-id
 endpoint (another CNKI host), before the rate limit, the pace guard and faults. Faults, the rate
-limit and latency apply to grid and detail requests only; the pace guard to the
-warm-up, grid and detail requests (the client-id endpoint is another CNKI host). A request comes
+limit and latency apply to grid, detail and reference requests only; the pace guard to the
+warm-up, grid, detail and reference requests (the client-id endpoint is another CNKI host). A request comes
 from IP ``127.0.0.1`` when direct and ``10.0.0.{i+1}`` through proxy port ``i``.
 """
 
@@ -42,6 +47,7 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qs, quote, urlsplit
 
 from standin import markup
+from standin import references as reference_api
 from standin.corpus import (
     DOC_TYPES,
     FOREIGN_DATABASES,
@@ -90,6 +96,7 @@ BREAKS = (
     "detail-fields",
     "patent-keys",
     "census-short",
+    "references-html",
 )
 # break_ census-short: a category search loses every CENSUS_SHORT_EVERY-th document
 CENSUS_SHORT_EVERY = 10
@@ -98,13 +105,24 @@ CENSUS_SHORT_EVERY = 10
 JSON_200_SHARE = 0.25
 VERICODE_SHARE = 0.3
 # what each of CNKI's routes is, for /_stats "kinds" (the rest, 404s included, is "other")
-REQUEST_KINDS = ("warmup", "grid", "detail", "client_id", "verify", "home", "other", "export")
+REQUEST_KINDS = (
+    "warmup",
+    "grid",
+    "detail",
+    "references",
+    "client_id",
+    "verify",
+    "home",
+    "other",
+    "export",
+)
 PATH_KINDS = {
     "/kns8s/defaultresult/index": "warmup",
     "/kns8s/search": "warmup",
     "/kns8s/AdvSearch": "warmup",
     "/kns8s/brief/grid": "grid",
     "/kcms2/article/abstract": "detail",
+    reference_api.PATH: "references",
     CLIENT_ID_PATH: "client_id",
     "/verify/home": "verify",
     "/verify-api/web/check": "verify",
@@ -232,7 +250,15 @@ REJECTION_BODIES = {
     markup.BAD_PAGE_SIZE: "page_size",
     markup.CURSOR_PAST_CAP: "cursor",
 }
-CONTROL_PATHS = ("/_control", "/_stats", "/_truth", "/_rounds", "/_doomed", "/proxy-api")
+CONTROL_PATHS = (
+    "/_control",
+    "/_stats",
+    "/_truth",
+    "/_rounds",
+    "/_doomed",
+    "/_references",
+    "/proxy-api",
+)
 
 
 class BadQuery(ValueError):
@@ -306,7 +332,8 @@ class Site:
             "by_path": {},
             "by_ip": {},
             "faults": dict.fromkeys(ALL_FAULTS, 0),
-            "pages": {"warmup": 0, "list": 0, "no_content": 0, "detail": 0},
+            "pages": {"warmup": 0, "list": 0, "no_content": 0, "detail": 0, "references": 0},
+            "references_malformed": 0,
             "challenged": dict.fromkeys(CHALLENGE_FORMS, 0),
             "challenged_by": {"session": 0, "ip": 0, "turn_limit": 0, "human_check": 0},
             "rejections": dict.fromkeys(REJECTIONS, 0),
@@ -434,13 +461,17 @@ class Site:
             # an idle-expired session that a person had passed: checked again, "idle"
             self.human.lapse(sid, now)
             sid = None
-        kind = {"/kns8s/brief/grid": "list", "/kcms2/article/abstract": "detail"}.get(req.path)
+        kind = {
+            "/kns8s/brief/grid": "list",
+            "/kcms2/article/abstract": "detail",
+            reference_api.PATH: "detail",  # a document's own request, as its detail page
+        }.get(req.path)
         verdict = self.human.admit(sid, now, kind or "page")
         if verdict == "ok":
             self.sessions.touch(sid, now)
             return None
         self.stats["human_check_refusals"][verdict] += 1
-        if req.path == "/kns8s/brief/grid":
+        if req.path in ("/kns8s/brief/grid", reference_api.PATH):
             self._challenge("json_403", "human_check")
             return self._json_403(req)
         self._challenge("verify_redirect", "human_check")
@@ -448,7 +479,7 @@ class Site:
 
     def _session_of(self, req: Request) -> str | None:
         sid = self._cookie(req, "SID_kns_new")
-        if sid is None and req.path == "/kcms2/article/abstract":
+        if sid is None and req.path in ("/kcms2/article/abstract", reference_api.PATH):
             info = self.tokens.check(self._token(req))
             sid = info[0] if info is not None else None
         return sid
@@ -456,7 +487,8 @@ class Site:
     def _paced(self, req: Request) -> Response | None:
         """The 2026 challenge when this request's IP or session went over the hidden pace."""
         now = self.clock()
-        grid = req.path == "/kns8s/brief/grid"
+        # the JSON answers (grid, reference list) are refused in JSON or the soft block
+        grid = req.path in ("/kns8s/brief/grid", reference_api.PATH)
         ip_blocked = self.ip_pace.hit(req.ip, now)
         sid = self._session_of(req)
         session_blocked = sid is not None and self.session_pace.hit(sid, now)
@@ -515,10 +547,11 @@ class Site:
         """What makes two requests "the same request" for the fault draw: method, path and body.
         A detail request is named by the document its token names, not by the token, whose
         issue time differs from run to run (so one seed gives the same faults on every run)."""
-        if req.path == "/kcms2/article/abstract":
+        if req.path in ("/kcms2/article/abstract", reference_api.PATH):
             info = self.tokens.check(self._token(req))
             if info is not None:
-                return f"GET {req.path} {info[2]}/{info[3]}".encode()
+                start = req.query.split("start=")[-1].split("&")[0] if "start=" in req.query else ""
+                return f"GET {req.path} {info[2]}/{info[3]} {start}".encode()
         return b"%s %s\n%s" % (req.method.encode(), req.target.encode(), req.body)
 
     @staticmethod
@@ -908,6 +941,46 @@ class Site:
     def export(self, req: Request) -> Response:
         return self.exports.handle(self, req)
 
+    def references(self, req: Request) -> Response:
+        """A paper's reference list: the detail page's token and session rules, in JSON."""
+        params, words = reference_api.check(req.query)
+        if words is not None:
+            self.stats["references_malformed"] += 1
+            return Response(400, reference_api.refused(words), JSON)
+        info = self.tokens.check(params["v"])
+        refusals = self.stats["token_refusals"]
+        if info is None:
+            refusals["bad"] += 1
+            return self._json_403(req)
+        sid, issued_ms, dbname, filename = info
+        now = self.clock()
+        if now * 1000 - issued_ms > self.options.token_ttl * 1000:
+            refusals["expired"] += 1
+            return self._json_403(req)
+        if not self.sessions.touch(sid, now):
+            refusals["session"] += 1
+            return self._json_403(req)
+        if self.human.on and self._cookie(req, "SID_kns_new") != sid:
+            refusals["session"] += 1
+            return self._json_403(req)
+        doc = self.corpus.locate(dbname, filename)
+        if doc is None or doc.doc_type != "paper":
+            return Response(404, b"not found", "text/plain")
+        if "references-html" in self.breaks:
+            # the API answers a page instead of JSON (CNKI changed it): never "no references"
+            return Response(200, markup.HOME_PAGE)
+        entries = self.reference_list(dbname, filename)
+        if reference_api.type_of(dbname) != params["type"]:
+            entries = []
+        self.stats["pages"]["references"] += 1
+        return Response(200, reference_api.answer(entries, params["start"], params["size"]), JSON)
+
+    def reference_list(self, dbname: str, filename: str) -> list[dict]:
+        return reference_api.reference_list(self.corpus.h, dbname, filename)
+
+    def references_guarded(self, req: Request) -> Response:
+        return self._guarded(req, Site.references)
+
     def grid_guarded(self, req: Request) -> Response:
         return self._guarded(req, Site.grid)
 
@@ -1123,6 +1196,26 @@ class Site:
         )
         return Response(200, json.dumps(sorted(set(by_rule) | set(extra))).encode(), JSON)
 
+    def references_truth(self, req: Request) -> Response:
+        """Each paper of a scope with its whole reference list (JSON lines)."""
+        try:
+            scope = self._scope(req)
+        except ValueError as exc:
+            return Response(400, json.dumps({"error": str(exc)}).encode(), JSON)
+        lines = (
+            json.dumps(
+                {
+                    "dbname": row["dbname"],
+                    "filename": row["filename"],
+                    "references": self.reference_list(row["dbname"], row["filename"]),
+                },
+                ensure_ascii=False,
+            )
+            + "\n"
+            for row in self.corpus.truth(*scope)
+        )
+        return Response(200, "".join(lines).encode(), "application/x-ndjson; charset=utf-8")
+
     def proxy_api(self, req: Request) -> Response:
         params = parse_qs(req.query)
         fmt = params.get("format", ["text"])[0]
@@ -1150,6 +1243,7 @@ class Site:
         "/kns8s/brief/grid": grid_guarded,
         "/kcms2/article/abstract": detail_guarded,
         EXPORT_PATH: export,
+        reference_api.PATH: references_guarded,
         CLIENT_ID_PATH: client_id,
         "/verify/home": verify,
         "/verify-api/web/check": verify_check,
@@ -1159,5 +1253,6 @@ class Site:
         "/_truth": truth,
         "/_rounds": rounds,
         "/_doomed": doomed,
+        "/_references": references_truth,
         "/proxy-api": proxy_api,
     }

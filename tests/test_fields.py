@@ -108,7 +108,6 @@ def test_a_version_5_database_is_upgraded_with_the_new_fields(db_url):
             assert (
                 conn.execute(sa.select(schema.schema_version.c.version)).scalar()
                 == schema.SCHEMA_VERSION
-                >= 6
             )
             for table, column in new:
                 assert column in {c["name"] for c in sa.inspect(conn).get_columns(table)}

@@ -52,6 +52,7 @@ def test_every_assumption_passes_on_the_stand_in(cnki_site, tmp_path):
         "session: Ecp_ClientId",
         "page turn: page 2",
         "detail: link from another session",
+        "references: paper",
     ):
         assert name in found
     for t in ("patent", "paper", "achievement"):
@@ -74,6 +75,7 @@ def test_every_assumption_passes_on_the_stand_in(cnki_site, tmp_path):
         ("turn-token", "page turn: page 2"),
         ("detail-fields", "detail: patent"),
         ("patent-keys", "search: patent"),
+        ("references-html", "references: paper"),
     ],
 )
 def test_a_site_that_breaks_one_assumption_fails_that_line(cnki_site, broken, assumption):

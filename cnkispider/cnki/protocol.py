@@ -46,6 +46,14 @@ EXPORT_PATH = "/dm8/API/GetExport"
 EXPORT_MODES = "GBTREFER,elearning,EndNote"
 EXPORT_PLATFORM = "NZKPT"
 
+# The kinds of CNKI request (request meta ``cnki_kind``), the one list the middlewares read:
+# ``home`` warms a session up; the others are sent in a CNKI session. A document's own requests
+# (its detail page, its reference list) carry its v= token, which opens only in the session
+# that listed it; ``export`` (GetExport, issue 27) goes in any session of its round.
+HOME, LIST, DETAIL, REFERENCES, EXPORT = "home", "list", "detail", "references", "export"
+SESSION_KINDS = (LIST, DETAIL, EXPORT, REFERENCES)
+DOCUMENT_KINDS = (DETAIL, REFERENCES)
+
 PAGE_SIZES = (10, 20, 50)  # the only pageSize values CNKI accepts
 CATEGORY_MODES = ("subject", "facet")
 FACET_GROUP = "CCL"  # the 学科 facet's group id (and field) inside SCDBGroup / MutiGroup

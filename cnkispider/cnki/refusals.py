@@ -7,7 +7,8 @@ middleware give the same reason for the same body.
 
 Reasons (the slugs of :class:`cnkispider.exceptions.RefusedPage`, each described in
 docs/INTERNALS.md): ``rejected``, ``verify``, ``captcha``, ``blank``, ``javascript``,
-``no-data-retry``, ``no-pager``, ``unexpected``, ``http-<status>``. The soft block's body may
+``no-data-retry``, ``no-pager``, ``unexpected``, ``not-json`` (a reference list that is not
+JSON), ``http-<status>``. The soft block's body may
 also be a true zero: a round's first page carrying meta :data:`ZERO_CHECK` is decided by the
 spider's canary, not retried here. GetExport answers (kind ``export``) are JSON: a 403 (or
 200) ``{"message":"<verify url>"}`` is ``verify``; 暂无数据 without 请稍后重试 (one display mode
@@ -35,7 +36,9 @@ import html
 import re
 from urllib.parse import urljoin, urlsplit
 
-KINDS = ("home", "list", "detail", "export")
+from cnkispider.cnki.protocol import EXPORT, HOME, REFERENCES, SESSION_KINDS
+
+KINDS = (HOME, *SESSION_KINDS)
 
 # Fewer non-whitespace bytes than this is an empty answer, whatever the status says.
 BLANK_MIN_BYTES = 64
@@ -191,6 +194,9 @@ def _looks_usable(kind: str, body: bytes) -> bool:
         return _NO_CONTENT in body and _NO_DATA in body
     if kind == "detail":
         return any(m in body for m in _DETAIL_MARKERS)
+    if kind == REFERENCES:
+        # a JSON object with a data member (the -403 JSON and the soft block are told first)
+        return body.lstrip()[:1] == b"{" and b'"data"' in body
     return False  # a home page has no marker of its own: only the refusals are looked for
 
 
@@ -218,12 +224,12 @@ def body_reason(kind: str, body: bytes | str | None) -> str | None:
     if kind not in KINDS:
         raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
     data = _as_bytes(body)
-    if kind == "export":
+    if kind == EXPORT:
         # a short JSON refusal is not "blank": only an empty body is
         return "blank" if not data.strip() else _export_reason(data)
-    if kind == "home":
+    if kind in (HOME, REFERENCES):
         # A warm-up page only has to set cookies: any non-empty answer that is not a refusal
-        # will do (a short page is not "blank").
+        # will do (a short page is not "blank"); an empty reference list is a short JSON.
         if not data.strip():
             return "blank"
     elif _is_blank(data):
@@ -245,6 +251,8 @@ def body_reason(kind: str, body: bytes | str | None) -> str | None:
         return "no-pager"
     if kind == "detail":
         return "unexpected"
+    if kind == REFERENCES:
+        return "not-json"  # HTML or text where the API answers JSON: never "no references"
     return None
 
 

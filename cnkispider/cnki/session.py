@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cnkispider import default_settings
+from cnkispider.cnki.protocol import LIST  # the request kinds' one list
 
 # Invariants of the session pool (the state lives here and nowhere else):
 # - `warmed` and `retired` are set once and never cleared. `warmed` is set (by the middleware,
@@ -33,10 +34,8 @@ from cnkispider import default_settings
 # - A session older than `max_age` is retired before anything else is handed out.
 # - At most `size` sessions are live at once. When all are live and the request names none, the
 #   least used one is shared (CNKI allows concurrent requests in one session).
-# - Detail requests use a session (cookies, User-Agent and address of a browser that searched)
-#   but are not page turns and do not count against turn_limit.
-
-LIST = "list"
+# - Detail and reference requests use a session (cookies, User-Agent and address of a browser
+#   that searched) but are not page turns and do not count against turn_limit.
 
 
 @dataclass(eq=False)

@@ -38,6 +38,7 @@ from twisted.internet.defer import Deferred
 
 from cnkispider import default_settings, redisconn
 from cnkispider.cnki import refusals
+from cnkispider.cnki.protocol import DOCUMENT_KINDS
 from cnkispider.middlewares import Recent, refusal_of
 from cnkispider.offload import RedisCalls
 from cnkispider.pace.store import Answer, Limit, PaceRule, Reply, SharedRateLimit
@@ -197,7 +198,7 @@ class RateLimitMiddleware:
         if (
             wait > 0
             and request.meta.get("cnki_verified")
-            and request.meta.get("cnki_kind") == "detail"
+            and request.meta.get("cnki_kind") in DOCUMENT_KINDS
         ):
             # Its session a person passed may have been checked again while it waited: a detail
             # link sent in it now would only be refused (one of the dozens queued for it); the

@@ -42,6 +42,7 @@ from scrapy.utils.asyncio import sleep as loop_sleep
 from scrapy.utils.misc import load_object
 
 from cnkispider import default_settings
+from cnkispider.cnki.protocol import DOCUMENT_KINDS, SESSION_KINDS
 from cnkispider.cnki.refusals import (
     CHALLENGE,
     REJECTION,
@@ -93,7 +94,7 @@ def counts_toward_cooldown(request: Request) -> bool:
     between, is one stale link and a bit of another). A list page, and a detail's first attempt,
     count."""
     return not (
-        request.meta.get("cnki_kind") == "detail" and request.meta.get("retry_times", 0) >= 1
+        request.meta.get("cnki_kind") in DOCUMENT_KINDS and request.meta.get("retry_times", 0) >= 1
     )
 
 
@@ -188,7 +189,7 @@ class CnkiRetryMiddleware:
         if kind_of(reason) == CHALLENGE:
             self._inc_stat("challenges")  # each one CNKI put up, whatever is done about it
         if reason is None:
-            if request.meta.get("cnki_kind") in ("list", "detail", "export"):
+            if request.meta.get("cnki_kind") in SESSION_KINDS:
                 self.watch.clean()  # a page CNKI served (a warm-up page proves nothing)
                 if request.meta.get("cnki_verified"):
                     self._detail_strikes.pop(request.meta.get("cnki_session"), None)
@@ -232,7 +233,7 @@ class CnkiRetryMiddleware:
             )
             self._inc_stat("verified/soft_block")
             return await self._retry(request, reason)
-        if kind == "detail":
+        if kind in DOCUMENT_KINDS:
             self._inc_stat("verified/detail_refused")
             # One refused link may be stale (its token expired); two in a row with no page
             # served between are the session checked again: every detail request still queued

@@ -1,6 +1,6 @@
 """CNKI sessions for list and detail requests, so that spiders never manage them.
 
-For each request with meta ``cnki_kind`` ``list``, ``detail`` or ``export`` the middleware picks a session
+For each request with meta ``cnki_kind`` ``list``, ``detail``, ``export`` or ``references`` the middleware picks a session
 from :class:`~cnkispider.cnki.session.SessionPool` (the one named by meta ``cnki_session`` while
 it may still serve, so that the pages of one search stay together), and sets meta
 ``cnki_session`` and ``cookiejar`` (Scrapy's CookiesMiddleware keeps one cookie jar per session).
@@ -42,7 +42,13 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
 from cnkispider import default_settings
-from cnkispider.cnki.protocol import CLIENT_ID_COOKIE, parse_client_id, protocol_from_settings
+from cnkispider.cnki.protocol import (
+    CLIENT_ID_COOKIE,
+    DOCUMENT_KINDS,
+    SESSION_KINDS,
+    parse_client_id,
+    protocol_from_settings,
+)
 from cnkispider.cnki.session import Session, SessionPool
 from cnkispider.exceptions import HaltedRequest, RefusedPage, SessionLost
 from cnkispider.offload import in_thread
@@ -58,7 +64,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-KINDS = ("list", "detail", "export")  # export: GetExport, any session of the round
+KINDS = SESSION_KINDS  # export: GetExport, any session of the round
 
 
 class SessionMiddleware:
@@ -222,7 +228,7 @@ class SessionMiddleware:
         worker = verified.worker
         store = verified.store
         session_id = meta.get("cnki_session") if meta.get("cnki_verified") else None
-        if kind == "detail" and session_id is None:
+        if kind in DOCUMENT_KINDS and session_id is None:
             # listed in a plain session (before auto mode moved on): that link is dead
             raise SessionLost(str(meta.get("cnki_session") or "plain"), "listed in a plain session")
         while True:
@@ -257,7 +263,7 @@ class SessionMiddleware:
                     continue
                 # needs-person, expired, gone: never retried in it
                 verified.died(session_id)
-                if kind == "detail":
+                if kind in DOCUMENT_KINDS:
                     raise SessionLost(session_id, state)
                 self._inc_stat(f"verified/lost/{state}")
                 session_id = None

@@ -50,6 +50,7 @@ from cnkispider.exceptions import HaltedRequest, RefusedPage, SessionLost
 from cnkispider.items import FIELDS, ITEM_CLASSES, ROW_FIELDS
 from cnkispider.offload import in_thread
 from cnkispider.spiders.depth import DepthMixin
+from cnkispider.spiders.references import ReferencesMixin
 from errors.middleware import failure_reason, record_download_failure, record_failure
 from tasks.categories import DAY, covers
 from tasks.rounds import CATEGORIES_NOTE
@@ -89,12 +90,18 @@ _CANARY_CARRIES = (
 )
 
 
-class RoundSpider(DepthMixin, scrapy.Spider):
+class RoundSpider(DepthMixin, ReferencesMixin, scrapy.Spider):
     doc_type: str = ""
     custom_settings: dict = {}
     #: The only callbacks and errbacks a request read from the shared Redis may name (the
     #: scheduler refuses any other: see cnkispider.scheduling.serialize).
-    queue_callbacks = ("parse_list", "parse_detail", "parse_export", "on_error")
+    queue_callbacks = (
+        "parse_list",
+        "parse_detail",
+        "parse_export",
+        "on_error",
+        *ReferencesMixin.references_callbacks,
+    )
     #: ``cnkispider refresh-counts`` (setting CNKI_COUNTS_ONLY): list pages only, counts updated
     counts_only = False
 
@@ -698,6 +705,10 @@ class RoundSpider(DepthMixin, scrapy.Spider):
             # gives the document. Not a field: it is never stored (the pipeline reads it).
             item._cnki_ledger = (meta["round_id"], meta["doc_key"])
         yield item
+        # [crawl] references: the paper's reference list, in this page's session
+        follow = self.first_references(response, values["dbname"], values["filename"])
+        if follow is not None:
+            yield follow
 
     # -- failures ------------------------------------------------------------------------
 
