@@ -91,7 +91,8 @@ def test_soak_samples_rss_pages_and_sessions_and_prints_the_growth():
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     values = dict(line.rsplit(None, 1) for line in run.stdout.splitlines()[1:] if line.strip())
     values = {k.strip(): v for k, v in values.items()}
-    assert int(values["pages"].replace(",", "")) > 50, run.stdout
+    # a count, not a speed: 50 pages in 30 s was all a machine at a load of 15 gave once
+    assert int(values["pages"].replace(",", "")) > 0, run.stdout
     assert int(values["sessions created after warm-up"].replace(",", "")) > 0, run.stdout
     assert float(values["RSS at the end (MB)"]) > 20, run.stdout
     float(values["growth per 100,000 pages (MB, slope)"])  # a number, whatever its sign

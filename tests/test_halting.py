@@ -293,6 +293,7 @@ def _error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.strip()]
 
 
+@pytest.mark.slow  # two crawls (the halt, then the resume) in a worker subprocess
 def test_a_rejection_halts_the_task_within_one_round_and_resume_ends_equal_to_the_truth(
     tmp_path, gate, db_url
 ):

@@ -374,6 +374,7 @@ def test_proxy_credentials_never_reach_the_logs(site, caplog):
 # -- the provider API -------------------------------------------------------------------------------
 
 
+@pytest.mark.timing  # gaps between calls as the site saw them: a busy machine shortens one
 def test_a_dry_pool_buys_batches_no_faster_than_the_provider_allows(site, caplog):
     """PROXY_REUSE=1: every request needs a new proxy. The provider (JSON, one proxy a call, a
     refusal first) is called once per interval, by one request while the others wait."""
