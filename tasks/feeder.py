@@ -50,6 +50,7 @@ from cnkispider.db import is_transient, open_database
 from cnkispider.exceptions import CnkiSpiderError, TaskRowError
 from cnkispider.halting import Breaker
 from cnkispider.offload import in_thread
+from cnkispider.scheduling.outcome import RoundScheduler
 from errors.middleware import LAST_ERROR_STAT
 from errors.recorder import ErrorRecorder
 from tasks.categories import round_label
@@ -334,8 +335,9 @@ class RoundFeeder:
         if self._cooldown is None:
             # the leased scheduler's: it owns the task's Redis client and namespace (none: no
             # cool-down, as with any other scheduler)
-            make = getattr(self.scheduler, "cooldown", None)
-            self._cooldown = (make() if make is not None else None) or False
+            scheduler = self.scheduler
+            cooldown = scheduler.cooldown() if isinstance(scheduler, RoundScheduler) else None
+            self._cooldown = cooldown or False
         if not self._cooldown:
             return False
         try:
@@ -496,7 +498,8 @@ class RoundFeeder:
     def _sizes(self) -> dict[str, int] | None:
         """The shared queue's sizes; None once the scheduler has closed (a feed or a phase check
         still running while the worker shuts down)."""
-        queue = getattr(self.scheduler, "queue", None)
+        scheduler = self.scheduler
+        queue = scheduler.queue if isinstance(scheduler, RoundScheduler) else None
         return queue.sizes() if queue is not None else None
 
     async def _flushed(self) -> None:

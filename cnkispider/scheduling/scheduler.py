@@ -50,7 +50,7 @@ from cnkispider.halting import Cooldown
 from cnkispider.offload import InlineIO, RedisCalls, ThreadIO
 from cnkispider.scheduling import defaults
 from cnkispider.scheduling.dupefilter import BloomDupeFilter
-from cnkispider.scheduling.outcome import ABANDONED, BUFFERED, OutcomeTracker
+from cnkispider.scheduling.outcome import ABANDONED, BUFFERED, OutcomeTracker, round_scheduler
 from cnkispider.scheduling.queue import Burial, Enqueue, Held, LeasedQueue, SyncBatch, SyncResult
 from cnkispider.scheduling.serialize import ReadPolicy, request_from_json, request_to_json
 
@@ -64,10 +64,8 @@ logger = logging.getLogger(__name__)
 def scheduler_cooldown(crawler: Crawler) -> Cooldown | None:
     """The task's shared cool-down, in the Redis of the crawl's leased scheduler (None without
     one, or before it opened)."""
-    engine = getattr(crawler, "engine", None)
-    # not isinstance: Scrapy's BaseScheduler metaclass calls every scheduler-like object one
-    make = getattr(getattr(engine, "scheduler", None), "cooldown", None)
-    return make() if make is not None else None
+    scheduler = round_scheduler(crawler)
+    return scheduler.cooldown() if scheduler is not None else None
 
 
 class LeasedScheduler(BaseScheduler):
