@@ -38,6 +38,7 @@ from pathlib import Path
 
 from cnkispider.clock import cnki_today
 from cnkispider.config import Config, load_config
+from cnkispider.durations import duration
 from cnkispider.exceptions import CnkiSpiderError
 from cnkispider.items import DEFAULT_DEPTH, DOC_TYPES, check_depth
 from cnkispider.preflight import add_drift, check_task_input, parse_day, preflight, task_store
@@ -534,14 +535,6 @@ def _sessions(config: Config):
     return SessionStore.from_config(config)
 
 
-def _age(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
 def cmd_session(config: Config, args) -> int:
     """login | add | list | remove | check: cookie values never reach the output."""
     import time
@@ -583,7 +576,14 @@ def cmd_session(config: Config, args) -> int:
         for s in sessions:
             state = s.state + (f" by {s.worker}" if s.state == "leased" and s.worker else "")
             rows.append(
-                (s.id, s.source, _age(now - s.created_at), str(s.requests), state, s.note or "")
+                (
+                    s.id,
+                    s.source,
+                    duration(now - s.created_at, "compact"),
+                    str(s.requests),
+                    state,
+                    s.note or "",
+                )
             )
         widths = [max(len(r[i]) for r in rows) for i in range(5)]
         for r in rows:

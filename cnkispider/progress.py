@@ -30,20 +30,10 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.asyncio import create_looping_call
 
+from cnkispider.durations import duration
 from tasks.feeder import RoundFeeder
 
 logger = logging.getLogger(__name__)
-
-
-def _fmt_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    seconds = int(round(seconds))
-    if seconds < 90:
-        return f"{seconds} s"
-    if seconds < 5400:
-        return f"{seconds // 60} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 SHOWN_ROUNDS = 4
@@ -59,7 +49,7 @@ def task_line(entry: dict) -> tuple[str, dict]:
     if entry.get("halted"):
         eta = "halted"
     elif entry.get("eta_seconds") is not None:
-        eta = "ETA " + _fmt_duration(entry["eta_seconds"])
+        eta = "ETA " + duration(entry["eta_seconds"], "log", unknown="?")
     elif total is not None and rounds["finished"] >= total and not rounds["in_flight"]:
         eta = "ETA -: nothing left"
     else:
