@@ -44,6 +44,7 @@ from cnkispider.items import DEFAULT_DEPTH, DOC_TYPES, check_depth
 from cnkispider.preflight import add_drift, check_task_input, parse_day, preflight, task_store
 from cnkispider.sessions.waysin import added_line, cnki_site_of
 from cnkispider.version import __version__
+from tasks.phase import Phase
 from tasks.rows import describe
 
 logger = logging.getLogger("cnkispider")
@@ -183,7 +184,7 @@ def crawl(
             config.task.categories,
             config.task.depth,
         )
-        store.set_phase(current.id, "recrawl")
+        store.set_phase(current.id, Phase.RECRAWL)
     process = CrawlerProcess(settings)
     started = time.monotonic()
     process.crawl(config.task.type)

@@ -32,6 +32,7 @@ from scrapy.utils.asyncio import create_looping_call
 
 from cnkispider.durations import duration
 from tasks.feeder import RoundFeeder
+from tasks.phase import Phase
 
 logger = logging.getLogger(__name__)
 
@@ -225,7 +226,7 @@ class ProgressLog:
                     "what": (
                         f" (replaying {errors['errorCode']['total']} errorCode and "
                         f"{errors['errorLink']['total']} errorLink rows)"
-                        if entry["phase"] == "recrawl"
+                        if entry["phase"] == Phase.RECRAWL
                         else ""
                     ),
                 },

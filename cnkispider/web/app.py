@@ -47,6 +47,7 @@ from cnkispider.web import actions, guard, words
 from cnkispider.web.history import History
 from cnkispider.web.metrics import metrics_text
 from tasks.categories import round_label
+from tasks.phase import Phase
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ def banners(report: dict) -> list[dict]:
                 }
             )
         has_work = (
-            t["phase"] != "done" and (t["rounds"]["remaining"] or 0) + t["rounds"]["in_flight"]
+            t["phase"] != Phase.DONE and (t["rounds"]["remaining"] or 0) + t["rounds"]["in_flight"]
         )
         if t["activity"] == "no live worker" and has_work and not t["halted"]:
             out.append({"task": t["name"], "kind": "idle", "text": "has work but no live worker"})
