@@ -38,11 +38,13 @@ from pathlib import Path
 
 from cnkispider.clock import cnki_today
 from cnkispider.config import Config, load_config
+from cnkispider.durations import duration
 from cnkispider.exceptions import CnkiSpiderError
 from cnkispider.items import DEFAULT_DEPTH, DOC_TYPES, check_depth
 from cnkispider.preflight import add_drift, check_task_input, parse_day, preflight, task_store
 from cnkispider.sessions.waysin import added_line, cnki_site_of
 from cnkispider.version import __version__
+from tasks.phase import Phase
 from tasks.rows import describe
 
 logger = logging.getLogger("cnkispider")
@@ -182,7 +184,7 @@ def crawl(
             config.task.categories,
             config.task.depth,
         )
-        store.set_phase(current.id, "recrawl")
+        store.set_phase(current.id, Phase.RECRAWL)
     process = CrawlerProcess(settings)
     started = time.monotonic()
     process.crawl(config.task.type)
@@ -534,14 +536,6 @@ def _sessions(config: Config):
     return SessionStore.from_config(config)
 
 
-def _age(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
 def cmd_session(config: Config, args) -> int:
     """login | add | list | remove | check: cookie values never reach the output."""
     import time
@@ -583,7 +577,14 @@ def cmd_session(config: Config, args) -> int:
         for s in sessions:
             state = s.state + (f" by {s.worker}" if s.state == "leased" and s.worker else "")
             rows.append(
-                (s.id, s.source, _age(now - s.created_at), str(s.requests), state, s.note or "")
+                (
+                    s.id,
+                    s.source,
+                    duration(now - s.created_at, "compact"),
+                    str(s.requests),
+                    state,
+                    s.note or "",
+                )
             )
         widths = [max(len(r[i]) for r in rows) for i in range(5)]
         for r in rows:

@@ -30,18 +30,11 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.asyncio import create_looping_call
 
+from cnkispider.durations import duration
+from tasks.feeder import RoundFeeder
+from tasks.phase import Phase
+
 logger = logging.getLogger(__name__)
-
-
-def _fmt_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    seconds = int(round(seconds))
-    if seconds < 90:
-        return f"{seconds} s"
-    if seconds < 5400:
-        return f"{seconds // 60} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 SHOWN_ROUNDS = 4
@@ -57,7 +50,7 @@ def task_line(entry: dict) -> tuple[str, dict]:
     if entry.get("halted"):
         eta = "halted"
     elif entry.get("eta_seconds") is not None:
-        eta = "ETA " + _fmt_duration(entry["eta_seconds"])
+        eta = "ETA " + duration(entry["eta_seconds"], "log", unknown="?")
     elif total is not None and rounds["finished"] >= total and not rounds["in_flight"]:
         eta = "ETA -: nothing left"
     else:
@@ -133,12 +126,10 @@ class ProgressLog:
 
     def _worker(self) -> str:
         """The worker id flow control registered (RoundFeeder), else host:pid."""
-        if self.worker_id is None and self.crawler is not None:
-            extensions = getattr(self.crawler, "extensions", None)
-            for ext in getattr(extensions, "middlewares", ()):
-                if getattr(ext, "worker_id", None):
-                    self.worker_id = ext.worker_id
-                    break
+        if self.worker_id is None:
+            feeder = self._feeder()
+            if feeder is not None and feeder.worker_id:
+                self.worker_id = feeder.worker_id
         return self.worker_id or f"{socket.gethostname()}:{os.getpid()}"
 
     def _errors(self) -> dict[str, int]:
@@ -188,7 +179,7 @@ class ProgressLog:
         msg, args = self.line()
         logger.info(msg, args, extra={"spider": spider})
         feeder = self._feeder()
-        if feeder is None or getattr(feeder, "task_id", None) is None:
+        if feeder is None or feeder.task_id is None:
             return None
         from cnkispider.offload import deferred_in_thread
 
@@ -201,12 +192,12 @@ class ProgressLog:
         )
         return None
 
-    def _feeder(self):
-        extensions = getattr(self.crawler, "extensions", None) if self.crawler is not None else None
-        for ext in getattr(extensions, "middlewares", ()):
-            if getattr(ext, "store", None) is not None and hasattr(ext, "task_id"):
-                return ext
-        return None
+    def _feeder(self) -> RoundFeeder | None:
+        """Flow control's extension (None without flow control, or before the crawl built its
+        extensions)."""
+        if self.crawler is None or self.crawler.extensions is None:
+            return None
+        return self.crawler.get_extension(RoundFeeder)
 
     @staticmethod
     def _task_report(feeder) -> dict:
@@ -235,7 +226,7 @@ class ProgressLog:
                     "what": (
                         f" (replaying {errors['errorCode']['total']} errorCode and "
                         f"{errors['errorLink']['total']} errorLink rows)"
-                        if entry["phase"] == "recrawl"
+                        if entry["phase"] == Phase.RECRAWL
                         else ""
                     ),
                 },

@@ -50,10 +50,13 @@ from cnkispider.db import is_transient, open_database
 from cnkispider.exceptions import CnkiSpiderError, TaskRowError
 from cnkispider.halting import Breaker
 from cnkispider.offload import in_thread
+from cnkispider.scheduling.outcome import RoundScheduler
 from errors.middleware import LAST_ERROR_STAT
 from errors.recorder import ErrorRecorder
 from tasks.categories import round_label
 from tasks.flow import Action, PhaseFacts, TaskStore, new_worker_id, next_action
+from tasks.phase import Phase
+from tasks.rounds import RoundState
 
 logger = logging.getLogger(__name__)
 
@@ -334,8 +337,9 @@ class RoundFeeder:
         if self._cooldown is None:
             # the leased scheduler's: it owns the task's Redis client and namespace (none: no
             # cool-down, as with any other scheduler)
-            make = getattr(self.scheduler, "cooldown", None)
-            self._cooldown = (make() if make is not None else None) or False
+            scheduler = self.scheduler
+            cooldown = scheduler.cooldown() if isinstance(scheduler, RoundScheduler) else None
+            self._cooldown = cooldown or False
         if not self._cooldown:
             return False
         try:
@@ -415,7 +419,7 @@ class RoundFeeder:
                     )
                 continue
             if action is Action.SKIP_RECRAWL:
-                await in_thread(self.store.set_phase, self.task_id, "done", "recrawl")
+                await in_thread(self.store.set_phase, self.task_id, Phase.DONE, Phase.RECRAWL)
                 continue
             if action is Action.UP_TO_DATE:
                 logger.info("task %s is up to date (no round due until tomorrow)", self.task_name)
@@ -423,7 +427,7 @@ class RoundFeeder:
             elif action is Action.REPLAY:
                 await self._replay_errors()
             elif action is Action.FINISH:
-                if await in_thread(self.store.set_phase, self.task_id, "done", "recrawl"):
+                if await in_thread(self.store.set_phase, self.task_id, Phase.DONE, Phase.RECRAWL):
                     counts = await in_thread(self.error_recorder.outstanding, self.task_id)
                     logger.info(
                         "task %s finished; permanent failures left: %s",
@@ -441,10 +445,10 @@ class RoundFeeder:
         and the error tables' where the phase looks at them."""
         facts = await in_thread(self.store.phase_facts, self.task_id)
         changes: dict = {"recrawl": self.recrawl, "exit_when_idle": self.exit_when_idle}
-        crawl_done_for_now = facts.phase == "crawl" and facts.exhausted and facts.open_ended
-        if facts.phase in ("recrawl", "done") or crawl_done_for_now:
+        crawl_done_for_now = facts.phase == Phase.CRAWL and facts.exhausted and facts.open_ended
+        if facts.phase in (Phase.RECRAWL, Phase.DONE) or crawl_done_for_now:
             changes["queue_idle"] = await self._idle_everywhere()
-        if facts.phase == "recrawl" and self.recrawl and changes["queue_idle"]:
+        if facts.phase == Phase.RECRAWL and self.recrawl and changes["queue_idle"]:
             changes["errors_pending"] = bool(
                 await in_thread(self.error_recorder.pending, self.task_id)
             )
@@ -496,7 +500,8 @@ class RoundFeeder:
     def _sizes(self) -> dict[str, int] | None:
         """The shared queue's sizes; None once the scheduler has closed (a feed or a phase check
         still running while the worker shuts down)."""
-        queue = getattr(self.scheduler, "queue", None)
+        scheduler = self.scheduler
+        queue = scheduler.queue if isinstance(scheduler, RoundScheduler) else None
         return queue.sizes() if queue is not None else None
 
     async def _flushed(self) -> None:
@@ -517,7 +522,7 @@ class RoundFeeder:
         if closed.moved:
             info = await in_thread(self.store.round_info, round_id)
             words = closed.verdict.words()
-            if closed.state == "done":
+            if closed.state == RoundState.DONE:
                 self.crawler.stats.inc_value("rounds/done")
                 logger.info(
                     "round %s done: %s %s, %s",

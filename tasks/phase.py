@@ -30,6 +30,14 @@ class Action(StrEnum):
     HALT = "halt"  # every round of the task failed: halt it with the reason (never "finished")
 
 
+class Phase(StrEnum):
+    """A task's phase (``task.phase``): equal to its string, so SQL and JSON see the same."""
+
+    CRAWL = "crawl"  # rounds are claimed, listed and closed
+    RECRAWL = "recrawl"  # every round is closed: error rows are replayed
+    DONE = "done"  # nothing left to replay
+
+
 @dataclass(frozen=True)
 class PhaseFacts:
     """What the phase rules look at, read once (the feeder reads only what the phase needs)."""
@@ -54,7 +62,7 @@ def next_action(facts: PhaseFacts) -> Action:
     f = facts
     if f.halted:
         return Action.WAIT
-    if f.phase == "crawl":
+    if f.phase == Phase.CRAWL:
         settled = f.exhausted and not f.in_flight and not f.missing and not f.retryable
         if settled and f.rounds_failed and not f.rounds_done:
             # Nothing was crawled: a task is never "finished" on failures alone, however few
@@ -65,12 +73,12 @@ def next_action(facts: PhaseFacts) -> Action:
         if f.exhausted and not f.retryable and f.open_ended and f.queue_idle and f.exit_when_idle:
             return Action.UP_TO_DATE
         return Action.WAIT
-    if f.phase == "recrawl":
+    if f.phase == Phase.RECRAWL:
         if not f.recrawl:
             return Action.SKIP_RECRAWL
         if f.queue_idle and not f.errors_pending:
             return Action.FINISH
         return Action.REPLAY
-    if f.phase == "done":
+    if f.phase == Phase.DONE:
         return Action.CLOSE if f.queue_idle else Action.WAIT
     return Action.WAIT

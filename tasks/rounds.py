@@ -35,6 +35,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from dataclasses import dataclass
+from enum import StrEnum
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -45,12 +46,22 @@ from cnkispider.exceptions import TaskRowError
 from cnkispider.schema import round_, task
 from errors.recorder import ErrorRecorder
 from tasks.categories import DAY, round_label
-from tasks.phase import Action, PhaseFacts, next_action
+from tasks.phase import Action, Phase, PhaseFacts, next_action
 from tasks.rows import Task, TaskRows, iso, validate_row
 
 logger = logging.getLogger(__name__)
 
-IN_FLIGHT = ("claimed", "seeded")
+
+class RoundState(StrEnum):
+    """A round's state (``round.state``): equal to its string, so SQL and JSON see the same."""
+
+    CLAIMED = "claimed"  # a worker holds its lease and is seeding it
+    SEEDED = "seeded"  # its requests are in Redis, its ledger open
+    DONE = "done"  # its ledger balanced
+    FAILED = "failed"  # its ledger did not balance (claimed again while attempts are left)
+
+
+IN_FLIGHT = (RoundState.CLAIMED, RoundState.SEEDED)
 HALTED_NOTE = "halted"  # round.note of a round that drained while its task was halted
 # round.note of a census round (category DAY): nothing listed that day, so no other round; or
 # the task's categories do not cover the tree, so the day's root rounds are due (``_missing``)
@@ -88,7 +99,7 @@ def renew_leases(conn, worker_id: str, until: dt.datetime) -> None:
     move (no state changes, so no ``updated_at``): a heartbeat's part (tasks/workers.py)."""
     conn.execute(
         round_.update()
-        .where(round_.c.worker == worker_id, round_.c.state == "claimed")
+        .where(round_.c.worker == worker_id, round_.c.state == RoundState.CLAIMED)
         .values(lease_until=until)
     )
 
@@ -110,7 +121,7 @@ class Round:
     day: str
     category: str
     attempts: int
-    state: str = "claimed"
+    state: str = RoundState.CLAIMED
 
 
 class Rounds(TaskRows):
@@ -177,7 +188,7 @@ class Rounds(TaskRows):
                     now,
                     cur_date=day.isoformat(),
                     cur_code=code,
-                    phase="crawl",
+                    phase=Phase.CRAWL,
                     status=NOW,
                 )
                 if moved != 1:
@@ -218,7 +229,7 @@ class Rounds(TaskRows):
     def _retryable(self):
         """A round failed on its ledger with attempts left: crawled again (:meth:`_claim_failed`)."""
         return sa.and_(
-            round_.c.state == "failed",
+            round_.c.state == RoundState.FAILED,
             round_.c.note.like(f"{LEDGER_NOTE}:%"),
             round_.c.attempts < self.round_attempts,
         )
@@ -290,7 +301,7 @@ class Rounds(TaskRows):
         # A day with a census round is covered by it, unless it closed as `categories` (the
         # task does not cover the tree): then every root of the day is due.
         census = {
-            day: state == "done" and (note or "").startswith(CATEGORIES_NOTE)
+            day: state == RoundState.DONE and (note or "").startswith(CATEGORIES_NOTE)
             for day, state, note in conn.execute(
                 sa.select(round_.c.day, round_.c.state, round_.c.note).where(
                     round_.c.task_id == current.id,
@@ -338,7 +349,7 @@ class Rounds(TaskRows):
                     task_id=task_id,
                     day=day,
                     category=code,
-                    state="claimed",
+                    state=RoundState.CLAIMED,
                     worker=worker_id,
                     lease_until=lease,
                     attempts=1,
@@ -357,7 +368,7 @@ class Rounds(TaskRows):
             round_,
             [round_.c.id == existing.id],
             now,
-            state="claimed",
+            state=RoundState.CLAIMED,
             worker=worker_id,
             lease_until=lease,
             attempts=1,
@@ -382,10 +393,10 @@ class Rounds(TaskRows):
                 round_.c.task_id == task_id,
                 round_.c.day == day,
                 round_.c.category != DAY,
-                round_.c.state.in_(("done", "failed")),
+                round_.c.state.in_((RoundState.DONE, RoundState.FAILED)),
             ],
             now,
-            state="claimed",
+            state=RoundState.CLAIMED,
             worker=None,
             lease_until=now - dt.timedelta(seconds=1),
             attempts=0,
@@ -402,10 +413,10 @@ class Rounds(TaskRows):
     def _take_over(self, task_id: int, worker_id: str, epoch: str | None) -> Round | None:
         with self.engine.begin() as conn:
             now = db_now(conn)
-            lapsed = sa.and_(round_.c.state == "claimed", round_.c.lease_until < now)
+            lapsed = sa.and_(round_.c.state == RoundState.CLAIMED, round_.c.lease_until < now)
             if epoch is not None:
                 lost = sa.and_(
-                    round_.c.state == "seeded",
+                    round_.c.state == RoundState.SEEDED,
                     round_.c.epoch.is_not(None),
                     round_.c.epoch != epoch,
                 )
@@ -438,7 +449,7 @@ class Rounds(TaskRows):
                 round_,
                 [round_.c.id == cand.id, which],
                 now,
-                state="claimed",
+                state=RoundState.CLAIMED,
                 worker=worker_id,
                 lease_until=now + self.round_lease,
                 attempts=round_.c.attempts + 1,
@@ -467,7 +478,7 @@ class Rounds(TaskRows):
                     round_,
                     [
                         round_.c.id == round_id,
-                        round_.c.state == "claimed",
+                        round_.c.state == RoundState.CLAIMED,
                         round_.c.worker == worker_id,
                     ],
                     now,
@@ -484,8 +495,12 @@ class Rounds(TaskRows):
         return transition(
             self.engine,
             round_,
-            [round_.c.id == round_id, round_.c.state == "claimed", round_.c.worker == worker_id],
-            state="seeded",
+            [
+                round_.c.id == round_id,
+                round_.c.state == RoundState.CLAIMED,
+                round_.c.worker == worker_id,
+            ],
+            state=RoundState.SEEDED,
             epoch=epoch,
         )
 
@@ -501,7 +516,7 @@ class Rounds(TaskRows):
         closed = self.close_round(round_id, total=total, note=note, epoch=epoch)
         if closed.moved is None:
             return None
-        return closed.moved and closed.state == "done"
+        return closed.moved and closed.state == RoundState.DONE
 
     @retried("closing a round")
     def close_round(
@@ -542,7 +557,7 @@ class Rounds(TaskRows):
         else:
             where = [
                 round_.c.id == round_id,
-                round_.c.state == "seeded",
+                round_.c.state == RoundState.SEEDED,
                 round_.c.epoch == epoch,
                 not_halted,
             ]
@@ -557,22 +572,22 @@ class Rounds(TaskRows):
             if total is not None:
                 values["total"] = total
             if verdict.balanced:
-                values["state"] = "done"
+                values["state"] = RoundState.DONE
                 if note is None and row.category == DAY and listed == 0 and not row.note:
                     note = EMPTY_DAY_NOTE  # the census found nothing: no other request that day
                 if note is not None:
                     values["note"] = note[:500]
             else:
-                values["state"] = "failed"
+                values["state"] = RoundState.FAILED
                 values["note"] = f"{LEDGER_NOTE}: {verdict.words()}"[:500]
             moved = move(conn, round_, where, now, **values) == 1
             if not moved:
                 state = row.state
             elif verdict.balanced:
-                return Closed(True, "done", verdict, row.attempts)
+                return Closed(True, RoundState.DONE, verdict, row.attempts)
             else:
                 return Closed(True, *self._failed(conn, row, verdict, now))
-        if epoch is not None and state == "claimed":
+        if epoch is not None and state == RoundState.CLAIMED:
             return Closed(None)
         return Closed(False)
 
@@ -593,7 +608,7 @@ class Rounds(TaskRows):
             attempts=row.attempts,
             now=now,
         )
-        return "failed", verdict, row.attempts
+        return RoundState.FAILED, verdict, row.attempts
 
     def mark_halted(self, round_id: int) -> bool:
         """A round that drained while its task was halted: failed, re-opened by ``resume``."""
@@ -601,7 +616,7 @@ class Rounds(TaskRows):
             self.engine,
             round_,
             [round_.c.id == round_id, round_.c.state.in_(IN_FLIGHT)],
-            state="failed",
+            state=RoundState.FAILED,
             lease_until=None,
             note=HALTED_NOTE,
         )
@@ -666,7 +681,7 @@ class Rounds(TaskRows):
             halted=bool(current.halt_reason),
             open_ended=current.end_date is None,
         )
-        if current.phase != "crawl" or facts.halted:
+        if current.phase != Phase.CRAWL or facts.halted:
             return facts
         exhausted = self.exhausted(task_id)
         in_flight = self.in_flight(task_id) if exhausted else 0
@@ -676,14 +691,14 @@ class Rounds(TaskRows):
         retryable = self.retryable(task_id) if settled else 0
         by_state = self.progress(task_id)["rounds"] if settled and not retryable else {}
         return PhaseFacts(
-            phase="crawl",
+            phase=Phase.CRAWL,
             open_ended=facts.open_ended,
             exhausted=exhausted,
             in_flight=in_flight,
             missing=missing,
             retryable=retryable,
-            rounds_done=by_state.get("done", 0),
-            rounds_failed=by_state.get("failed", 0),
+            rounds_done=by_state.get(RoundState.DONE, 0),
+            rounds_failed=by_state.get(RoundState.FAILED, 0),
         )
 
     @retried("reading why a task's rounds failed")
@@ -694,7 +709,7 @@ class Rounds(TaskRows):
             failed = (
                 conn.execute(
                     sa.select(round_.c.note)
-                    .where(round_.c.task_id == task_id, round_.c.state == "failed")
+                    .where(round_.c.task_id == task_id, round_.c.state == RoundState.FAILED)
                     .order_by(round_.c.updated_at.desc(), round_.c.id.desc())
                 )
                 .scalars()
@@ -719,8 +734,8 @@ class Rounds(TaskRows):
         return transition(
             self.engine,
             task,
-            [task.c.id == task_id, task.c.phase == "crawl", task.c.halt_reason.is_(None)],
-            phase="recrawl",
+            [task.c.id == task_id, task.c.phase == Phase.CRAWL, task.c.halt_reason.is_(None)],
+            phase=Phase.RECRAWL,
         )
 
     def set_phase(self, task_id: int, phase: str, expect: str | None = None) -> bool:

@@ -35,7 +35,8 @@ from cnkispider.items import DEFAULT_DEPTH, DOC_TYPES, check_depth
 from cnkispider.schema import round_, task
 from errors.recorder import ErrorRecorder
 from tasks.categories import check_spec, load_tree
-from tasks.rounds import HALTED_NOTE, NOW, move, transition
+from tasks.phase import Phase
+from tasks.rounds import HALTED_NOTE, NOW, RoundState, move, transition
 from tasks.rows import Task, TaskRows
 from tasks.selection import parse_selection
 
@@ -98,7 +99,7 @@ class Steering(TaskRows):
                             categories=categories,
                             depth=depth,
                             selection=selection or None,
-                            phase="crawl",
+                            phase=Phase.CRAWL,
                             created_at=now,
                             updated_at=now,
                         )
@@ -186,7 +187,7 @@ class Steering(TaskRows):
             if is_paused(current.halt_reason):
                 raise ValueError(f"{label} is already paused")
             raise ValueError(f"{label} is halted ({current.halt_reason}): nothing to pause")
-        if current.phase == "done":
+        if current.phase == Phase.DONE:
             raise ValueError(finished_line(current))
         self.halt(current.id, PAUSE_REASON)
         return self.get(current.id)
@@ -197,7 +198,7 @@ class Steering(TaskRows):
         current = self.get(key)
         if current.halt_reason:
             return self.resume_halted(current.id, end_date)
-        if current.phase == "done":
+        if current.phase == Phase.DONE:
             raise ValueError(finished_line(current))
         if not end_date:
             raise ValueError(
@@ -256,15 +257,18 @@ class Steering(TaskRows):
             # rounds that drained while halted, and rounds marked done before the breaker tripped
             # whose list stage failed for the halt's reason: crawled again from their first page
             reopen = sa.or_(
-                sa.and_(round_.c.state == "failed", round_.c.note == HALTED_NOTE),
-                sa.and_(round_.c.state.in_(("done", "failed")), round_.c.id.in_(failed_for_it)),
+                sa.and_(round_.c.state == RoundState.FAILED, round_.c.note == HALTED_NOTE),
+                sa.and_(
+                    round_.c.state.in_((RoundState.DONE, RoundState.FAILED)),
+                    round_.c.id.in_(failed_for_it),
+                ),
             )
             reopened = move(
                 conn,
                 round_,
                 [round_.c.task_id == row.id, reopen],
                 now,
-                state="claimed",
+                state=RoundState.CLAIMED,
                 worker=None,
                 lease_until=now - dt.timedelta(seconds=1),
                 attempts=0,
@@ -273,9 +277,9 @@ class Steering(TaskRows):
             replay = 0
             if reasons:  # the others (a replay's row, a round not re-opened): replayed by recrawl
                 replay = self.errors.reopen_for(conn, row.id, reasons, now)
-            if (replay or reopened) and row.phase != "crawl":
+            if (replay or reopened) and row.phase != Phase.CRAWL:
                 # what failed is crawled again: the task is not done, whatever phase it halted in
-                move(conn, task, [task.c.id == row.id], now, phase="crawl")
+                move(conn, task, [task.c.id == row.id], now, phase=Phase.CRAWL)
         return self.get(row.id), {
             "rounds": reopened,
             "error_code": replay,

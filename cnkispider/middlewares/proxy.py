@@ -145,7 +145,7 @@ class ProxyMiddleware:
         crawler = getattr(self, "crawler", None)
         if crawler is None:
             return False
-        engine = getattr(crawler, "engine", None)
+        engine = crawler.engine
         return not crawler.crawling or (engine is not None and not engine.running)
 
     def _inc_stat(self, key: str, count: int = 1) -> None:

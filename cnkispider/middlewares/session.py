@@ -376,10 +376,8 @@ class _CookieJars:
     def __call__(self) -> dict | None:
         if not self.looked and self.crawler.engine is not None:
             self.looked = True
-            for middleware in self.crawler.engine.downloader.middleware.middlewares:
-                if isinstance(middleware, CookiesMiddleware):
-                    self.jars = middleware.jars
-                    break
+            middleware = self.crawler.get_downloader_middleware(CookiesMiddleware)
+            self.jars = middleware.jars if middleware is not None else None
         return self.jars
 
 

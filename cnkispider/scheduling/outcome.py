@@ -27,13 +27,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Container
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from cnkispider.scheduling.queue import Held
 
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
+    from twisted.internet.defer import Deferred
+
+    from cnkispider.halting import Cooldown
+    from cnkispider.scheduling.queue import LeasedQueue
 
 logger = logging.getLogger(__name__)
 
@@ -140,12 +144,47 @@ class OutcomeTracker:
         return sum(1 for lease in self._leases.values() if lease.holds)
 
 
-def _tracker(crawler: Crawler) -> OutcomeTracker | None:
+@runtime_checkable
+class LeaseTracking(Protocol):
+    """What :func:`hold` asks of the crawl's scheduler: its lease tracker."""
+
+    outcomes: OutcomeTracker
+
+
+@runtime_checkable
+class RoundScheduler(LeaseTracking, Protocol):
+    """What flow control asks of the crawl's scheduler (the leased one,
+    :class:`cnkispider.scheduling.scheduler.LeasedScheduler`). A Protocol, not an isinstance of
+    the class: Scrapy's ``BaseScheduler`` metaclass calls every scheduler-like object one, and
+    flow control sits below the scheduler in the layers."""
+
+    epoch: str | None  # changes when Redis lost the namespace
+    queue: LeasedQueue | None  # None before open and after close
+
+    def cooldown(self) -> Cooldown | None: ...
+
+    def flush(self) -> Deferred: ...
+
+    def has_pending_requests(self) -> bool: ...
+
+
+def _scheduler(crawler: Crawler) -> object:
     try:
-        scheduler = crawler.engine.scheduler
+        return crawler.engine.scheduler
     except (AttributeError, RuntimeError):  # not crawling
         return None
-    return getattr(scheduler, "outcomes", None)
+
+
+def round_scheduler(crawler: Crawler) -> RoundScheduler | None:
+    """The crawl's scheduler if it is a :class:`RoundScheduler` (None when not crawling, or
+    with any other scheduler)."""
+    scheduler = _scheduler(crawler)
+    return scheduler if isinstance(scheduler, RoundScheduler) else None
+
+
+def _tracker(crawler: Crawler) -> OutcomeTracker | None:
+    scheduler = _scheduler(crawler)
+    return scheduler.outcomes if isinstance(scheduler, LeaseTracking) else None
 
 
 def hold(crawler: Crawler, request: Request) -> Hold:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from scrapy.core.scheduler import BaseScheduler
@@ -44,12 +45,12 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from cnkispider import default_settings, redisconn, signals
+from cnkispider import default_settings, engineslot, redisconn, signals
 from cnkispider.halting import Cooldown
 from cnkispider.offload import InlineIO, RedisCalls, ThreadIO
 from cnkispider.scheduling import defaults
 from cnkispider.scheduling.dupefilter import BloomDupeFilter
-from cnkispider.scheduling.outcome import ABANDONED, BUFFERED, OutcomeTracker
+from cnkispider.scheduling.outcome import ABANDONED, BUFFERED, OutcomeTracker, round_scheduler
 from cnkispider.scheduling.queue import Burial, Enqueue, Held, LeasedQueue, SyncBatch, SyncResult
 from cnkispider.scheduling.serialize import ReadPolicy, request_from_json, request_to_json
 
@@ -63,10 +64,8 @@ logger = logging.getLogger(__name__)
 def scheduler_cooldown(crawler: Crawler) -> Cooldown | None:
     """The task's shared cool-down, in the Redis of the crawl's leased scheduler (None without
     one, or before it opened)."""
-    engine = getattr(crawler, "engine", None)
-    # not isinstance: Scrapy's BaseScheduler metaclass calls every scheduler-like object one
-    make = getattr(getattr(engine, "scheduler", None), "cooldown", None)
-    return make() if make is not None else None
+    scheduler = round_scheduler(crawler)
+    return scheduler.cooldown() if scheduler is not None else None
 
 
 class LeasedScheduler(BaseScheduler):
@@ -505,25 +504,13 @@ class LeasedScheduler(BaseScheduler):
 
     # --- the engine -----------------------------------------------------------------------
 
-    def _engine_slot(self) -> Any:
-        # The engine's slot is private in Scrapy 2.19; these two reads are the scheduler's only
-        # use of it (there is no public "the engine is done with this request" signal).
-        try:
-            engine = self.crawler.engine
-        except (AttributeError, RuntimeError):  # not crawling (yet)
-            return None
-        return getattr(engine, "_slot", None)
-
-    def _inprogress(self) -> Any:
+    def _inprogress(self) -> Collection[Request]:
         """The requests the engine is working on (downloading or scraping)."""
-        slot = self._engine_slot()
-        return slot.inprogress if slot is not None else ()
+        return engineslot.in_progress(self.crawler)
 
     def _wake_engine(self) -> None:
         """Have the engine ask for requests again now, not at its next 5 s heartbeat."""
-        slot = self._engine_slot()
-        if slot is not None:
-            slot.nextcall.schedule()
+        engineslot.wake(self.crawler)
 
     def _inc(self, key: str, count: int = 1) -> None:
         if count and self.stats is not None:

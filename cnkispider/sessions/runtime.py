@@ -41,6 +41,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.asyncio import sleep as loop_sleep
 from scrapy.utils.defer import deferred_from_coro
 
+from cnkispider import engineslot
 from cnkispider import signals as cnki_signals
 from cnkispider.context import context_of
 from cnkispider.offload import in_thread
@@ -235,8 +236,7 @@ class VerifiedSessions:
         """The worker is stopping (on_check = fail, a halt, Ctrl-C): waiting requests give up."""
         if self._stopping or not getattr(self.crawler, "crawling", True):
             return True
-        slot = getattr(getattr(self.crawler, "engine", None), "_slot", None)
-        return slot is not None and slot.closing is not None
+        return engineslot.closing(self.crawler)
 
     async def sleep(self, seconds: float) -> None:
         """Wait on the event loop (a round whose session is busy or cooling)."""

@@ -39,7 +39,8 @@ from cnkispider.items import FIELDS
 from cnkispider.redisconn import EMBEDDED_IDLE
 from cnkispider.schema import documents, error_code, error_link, fill, round_, task, worker
 from tasks.categories import DAY, round_label
-from tasks.rounds import IN_FLIGHT, LEDGER_NOTE
+from tasks.phase import Phase
+from tasks.rounds import IN_FLIGHT, LEDGER_NOTE, RoundState
 from tasks.rows import rounds_between, validate_row
 
 GONE_AFTER_BEATS = 3
@@ -208,7 +209,7 @@ def _cell_state(state: str | None, note: str | None) -> str:
         return "pending"
     if state in IN_FLIGHT:
         return "in-flight"
-    if state == "failed":
+    if state == RoundState.FAILED:
         return "unbalanced" if (note or "").startswith(LEDGER_NOTE) else "failed"
     return "done"
 
@@ -372,7 +373,7 @@ def _month_cells(conn, where) -> dict[tuple[str, str], dict]:
     # the failed rounds out of balance: few, found through the (task, state) index
     for label, category, n in conn.execute(
         sa.select(month, round_.c.category, sa.func.count())
-        .where(*where, round_.c.state == "failed", round_.c.note.like(f"{LEDGER_NOTE}%"))
+        .where(*where, round_.c.state == RoundState.FAILED, round_.c.note.like(f"{LEDGER_NOTE}%"))
         .group_by(month, round_.c.category)
     ):
         states = out[(label, category)]["by_state"]
@@ -605,12 +606,12 @@ def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, w
     except TaskRowError as exc:
         current = None
         entry.update(ok=False, problem=exc.problem)
-    finished = by_state.get("done", 0) + by_state.get("failed", 0)
+    finished = by_state.get(RoundState.DONE, 0) + by_state.get(RoundState.FAILED, 0)
     rounds = {
         "total": None,
         "finished": finished,
-        "done": by_state.get("done", 0),
-        "failed": by_state.get("failed", 0),
+        "done": by_state.get(RoundState.DONE, 0),
+        "failed": by_state.get(RoundState.FAILED, 0),
         "in_flight": sum(by_state.get(s, 0) for s in IN_FLIGHT),
         "remaining": None,
         "by_state": by_state,
@@ -659,9 +660,9 @@ def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, w
         entry["eta_seconds"] = entry["eta_at"] = None
     elif listing["counts"]["alive"]:
         entry["activity"] = "running"
-    elif row.phase == "done" and _stopped(row):
+    elif row.phase == Phase.DONE and _stopped(row):
         entry["activity"] = "stopped"
-    elif row.phase == "done":
+    elif row.phase == Phase.DONE:
         entry["activity"] = "finished"
     else:
         entry["activity"] = "no live worker"
@@ -695,7 +696,7 @@ def _ledger(conn, task_id: int) -> dict:
         return report
     # Sums in the database, not a loop over every closed round here: a year x 600 categories is
     # 200,000 rounds, which status (and the web page) read in one aggregate each.
-    closed = [round_.c.task_id == task_id, round_.c.state.in_(("done", "failed"))]
+    closed = [round_.c.task_id == task_id, round_.c.state.in_((RoundState.DONE, RoundState.FAILED))]
     count, listed, stored, in_error, beyond = conn.execute(
         sa.select(
             sa.func.count(),
@@ -721,7 +722,7 @@ def _ledger(conn, task_id: int) -> dict:
             report["dropped"][rule] = report["dropped"].get(rule, 0) + n
     unbalanced = [
         round_.c.task_id == task_id,
-        round_.c.state == "failed",
+        round_.c.state == RoundState.FAILED,
         round_.c.note.like(f"{LEDGER_NOTE}%"),
     ]
     report["unbalanced"] = conn.execute(
@@ -797,7 +798,7 @@ def _round_rate(
             sa.select(round_.c.created_at, round_.c.updated_at)
             .where(
                 round_.c.task_id == task_id,
-                round_.c.state.in_(("done", "failed")),
+                round_.c.state.in_((RoundState.DONE, RoundState.FAILED)),
                 round_.c.updated_at >= now - RATE_WINDOW,
             )
             .order_by(round_.c.updated_at.desc())

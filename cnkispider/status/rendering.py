@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+from cnkispider.durations import duration
 from tasks.categories import round_label
 
 BAR_WIDTH = 30
@@ -76,7 +77,7 @@ def _render_task(t: dict, report: dict) -> list[str]:
         elif t["activity"] != "running":
             eta = "no ETA: no worker is alive"
         elif rate and t["eta_seconds"] is not None:
-            eta = f"ETA {_duration(t['eta_seconds'])} ({_clock(t['eta_at'])} UTC)"
+            eta = f"ETA {duration(t['eta_seconds'])} ({_clock(t['eta_at'])} UTC)"
         else:
             eta = "ETA unknown until a round finishes"
         lines.append(f"  rate       {_per_hour(rate)}; {eta}")
@@ -152,22 +153,7 @@ def _clock(iso: str | None) -> str:
 def _ago(seconds: float | None) -> str:
     if seconds is None:
         return "never"
-    return _duration(seconds) + " ago"
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = max(0, int(seconds))
-    if seconds < 120:
-        return f"{seconds} s"
-    minutes = seconds // 60
-    if minutes < 120:
-        return f"{minutes} min"
-    hours = minutes // 60
-    if hours < 48:
-        return f"{hours} h {minutes % 60:02d} min"
-    return f"{hours // 24} d {hours % 24} h"
+    return duration(seconds) + " ago"
 
 
 def _per_verified_session(stats: dict, items: int) -> list[str]:
@@ -231,7 +217,7 @@ def render_summary(t: dict, stats: dict) -> str:
         f"rounds          {r['finished']:,}{total} finished ({r['done']:,} done{failed}, {r['in_flight']} in flight); "
         f"{done_here} completed by this worker",
         f"documents       {t['documents']} stored for this task ({items} this run)",
-        f"time            {_duration(elapsed)} ({elapsed:.1f} s)",
+        f"time            {duration(elapsed)} ({elapsed:.1f} s)",
         f"rate            {pages / elapsed if elapsed else 0:.1f} pages/s, "
         f"{items / minutes if minutes else 0:.0f} items/min (this worker); "
         f"{_per_hour(t['rate']['rounds_per_hour'])} (the task's, as status shows it)",

@@ -27,6 +27,7 @@ import sqlalchemy as sa
 
 from cnkispider.db import db_now
 from cnkispider.schema import audit
+from tasks.phase import Phase
 
 TASK_ACTIONS = ("pause", "resume", "stop", "extend", "move", "recrawl")
 #: The form fields each action takes (anything else is ignored).
@@ -73,7 +74,7 @@ def offered(halt_reason: str | None, phase: str) -> tuple[str, ...]:
     not paused again."""
     if halt_reason:
         return ("resume", "stop", "extend", "move")
-    if phase == "done":
+    if phase == Phase.DONE:
         return ("extend", "move")
     return ("pause", "stop", "extend", "move", "recrawl")
 
@@ -83,7 +84,7 @@ def _not_offered(current, action: str) -> str:
 
     if current.halt_reason:
         return f"task {current.name!r} is {'paused' if current.halt_reason.startswith('paused') else 'halted'}: resume it first"
-    if current.phase == "done":
+    if current.phase == Phase.DONE:
         return finished_line(current)
     return f"task {current.name!r} is not paused: nothing to resume"
 
@@ -204,7 +205,7 @@ def carry_out(config, engine, p: Plan) -> str:
         return "moved: " + describe(store.move_cursor(p.task, v["date"], v.get("code") or None))
     if p.action == "recrawl":
         current = store.get(p.task)
-        if not store.set_phase(current.id, "recrawl"):
+        if not store.set_phase(current.id, Phase.RECRAWL):
             raise ValueError(f"task {p.task!r}: the phase did not move (halted meanwhile?)")
         return "recrawl: " + describe(store.get(current.id))
     raise LookupError(f"no action {p.action!r}")

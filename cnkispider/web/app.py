@@ -25,6 +25,7 @@ JSON through ``tojson`` (which escapes ``<``, ``>``, ``&``); the page runs no in
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -39,12 +40,14 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from cnkispider.durations import duration
 from cnkispider.exceptions import CnkiSpiderError
 from cnkispider.status.collecting import collect, round_detail, round_grid
 from cnkispider.web import actions, guard, words
 from cnkispider.web.history import History
 from cnkispider.web.metrics import metrics_text
 from tasks.categories import round_label
+from tasks.phase import Phase
 
 logger = logging.getLogger(__name__)
 
@@ -86,21 +89,11 @@ def banners(report: dict) -> list[dict]:
                 }
             )
         has_work = (
-            t["phase"] != "done" and (t["rounds"]["remaining"] or 0) + t["rounds"]["in_flight"]
+            t["phase"] != Phase.DONE and (t["rounds"]["remaining"] or 0) + t["rounds"]["in_flight"]
         )
         if t["activity"] == "no live worker" and has_work and not t["halted"]:
             out.append({"task": t["name"], "kind": "idle", "text": "has work but no live worker"})
     return out
-
-
-def _duration(seconds) -> str:
-    if seconds is None:
-        return "-"
-    seconds = int(seconds)
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f} {unit}"
-    return f"{seconds} s"
 
 
 class Web:
@@ -167,7 +160,7 @@ class Web:
 
 def _templates() -> Jinja2Templates:
     env = Environment(loader=PackageLoader("cnkispider.web", "templates"), autoescape=True)
-    env.filters["duration"] = _duration
+    env.filters["duration"] = functools.partial(duration, style="web")
     env.globals["state_of"] = state_of
     env.globals["fields"] = actions.FIELDS
     env.globals["offered"] = actions.offered
