@@ -246,7 +246,10 @@ def forget_paces(site, redis_url: str) -> None:
         client.close()
 
 
+# timing: the site's hidden threshold is a rate in wall-clock time, and a crawl starved of CPU
+# sends its delayed requests in bursts (5 of 413 challenged once on a loaded machine)
 @pytest.mark.slow
+@pytest.mark.timing
 def test_a_crawl_under_the_sites_pace_threshold_equals_the_truth_with_under_1_percent_challenged(
     tmp_path, cnki_site, mysql_url
 ):
