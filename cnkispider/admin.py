@@ -22,6 +22,7 @@ import secrets
 from dataclasses import dataclass
 
 from cnkispider import schema
+from cnkispider.exceptions import InputError
 from cnkispider.rights import KEY_PREFIX
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$")
@@ -40,18 +41,18 @@ class WorkerGrant:
 
     def __post_init__(self):
         if not _NAME.match(self.name):
-            raise ValueError(
+            raise InputError(
                 f"worker name {self.name!r}: expected 1-32 letters, digits, _ . - "
                 "(it is the database account and the Redis user)"
             )
         if not _PREFIX.match(self.prefix) or self.prefix.endswith("*"):
-            raise ValueError(f"key prefix {self.prefix!r}: expected letters, digits, _ . : -")
+            raise InputError(f"key prefix {self.prefix!r}: expected letters, digits, _ . : -")
         if not self.database:
-            raise ValueError("the database URL of config.ini names no database")
+            raise InputError("the database URL of config.ini names no database")
         if any(c in self.password for c in "'\\ \t\r\n>"):
-            raise ValueError("password: no quotes, backslashes, spaces or '>'")
+            raise InputError("password: no quotes, backslashes, spaces or '>'")
         if "'" in self.host or "\\" in self.host:
-            raise ValueError(f"host {self.host!r}: no quotes or backslashes")
+            raise InputError(f"host {self.host!r}: no quotes or backslashes")
 
     @property
     def account(self) -> str:

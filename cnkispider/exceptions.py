@@ -13,6 +13,18 @@ class CnkiSpiderError(Exception):
     """Base of every error the crawler raises on purpose."""
 
 
+class InputError(CnkiSpiderError, ValueError):
+    """What a user typed cannot be used: a bad date, option, rule, paste or category spec.
+
+    Also a ValueError, so that code which took bad input as ValueError before (the web page's
+    forms, ``scrapy crawl``'s arguments) still does; the command line prints it as one line.
+    """
+
+
+class UnknownName(CnkiSpiderError, LookupError):
+    """A name the user gave (a task, a session) names nothing. Also a LookupError, as above."""
+
+
 class ConfigError(CnkiSpiderError):
     """A configuration value is missing or malformed.
 

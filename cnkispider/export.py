@@ -31,6 +31,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from cnkispider import citations
+from cnkispider.exceptions import InputError, UnknownName
 from cnkispider.items import FIELDS, INTEGER_FIELDS
 from cnkispider.schema import task
 from cnkispider.storage import iter_documents
@@ -53,7 +54,7 @@ def resolve_task(engine: Engine, key: str) -> int:
     with engine.connect() as conn:
         found = conn.execute(sa.select(task.c.id).where(where)).scalar()
     if found is None:
-        raise LookupError(f"no task {key!r}")
+        raise UnknownName(f"no task {key!r}")
     return found
 
 
@@ -70,7 +71,7 @@ def write_documents(
 ) -> int:
     """Write the documents of ``doc_type`` to the binary stream ``binary``; return how many."""
     if fmt not in FORMATS:
-        raise ValueError(f"format must be one of {', '.join(FORMATS)}")
+        raise InputError(f"format must be one of {', '.join(FORMATS)}")
     names = columns(doc_type)
     # newline="": the csv module writes its own \r\n line ends and must see line breaks inside
     # values untranslated; JSON escapes them anyway.
@@ -144,13 +145,13 @@ def _safe_cell(value) -> str:
 
 
 def _writable_target(out: str) -> Path:
-    """``out`` as a path whose folder exists and which is not a folder itself, or ValueError."""
+    """``out`` as a path whose folder exists and which is not a folder itself, or InputError."""
     path = Path(out)
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
-        raise ValueError(f"--out {out}: the folder {folder} does not exist")
+        raise InputError(f"--out {out}: the folder {folder} does not exist")
     if path.is_dir():
-        raise ValueError(f"--out {out}: is a folder; give a file name")
+        raise InputError(f"--out {out}: is a folder; give a file name")
     return path
 
 
@@ -169,13 +170,13 @@ def export(
 
     A file is written under a temporary name in the target's folder (created exclusively, never
     through a planted file or symlink) and renamed when complete, so an export cut short never
-    leaves a file that looks whole. A missing folder or an unwritable target is a ValueError
+    leaves a file that looks whole. A missing folder or an unwritable target is an InputError
     with one clear line.
     """
     started = time.monotonic()
     options = {"since": since, "task_id": task_id, "batch": batch, "raw_cells": raw_cells}
     if fmt == "xlsx" and out in (None, "", "-"):
-        raise ValueError("--format xlsx: give a file with --out (a workbook is not text)")
+        raise InputError("--format xlsx: give a file with --out (a workbook is not text)")
     if out in (None, "", "-"):
         count = write_documents(engine, doc_type, sys.stdout.buffer, fmt, **options)
         sys.stdout.flush()
@@ -187,7 +188,7 @@ def export(
             prefix=f".{path.name}.", suffix=".part", dir=path.parent if str(path.parent) else "."
         )
     except OSError as exc:
-        raise ValueError(f"--out {out}: cannot write in {path.parent}: {exc.strerror}") from None
+        raise InputError(f"--out {out}: cannot write in {path.parent}: {exc.strerror}") from None
     try:
         with os.fdopen(handle, "wb") as binary:
             count = write_documents(engine, doc_type, binary, fmt, **options)
@@ -222,7 +223,7 @@ def export_command(
         try:
             since = dt.date.fromisoformat(since).isoformat()
         except ValueError:
-            raise ValueError(f"--since {since!r}: expected a date as YYYY-MM-DD") from None
+            raise InputError(f"--since {since!r}: expected a date as YYYY-MM-DD") from None
     if out not in (None, "", "-"):
         _writable_target(out)  # before opening the database: a typo in the folder fails at once
     engine = open_database_readonly(config.database_url)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import scrapy
 
+from cnkispider.exceptions import InputError
+
 # Fields that every type shares. ``source``, ``date`` and ``database`` are the list row's
 # 来源 / 日期 / 数据库 cells; ``title`` comes from the detail page's ``.wx-tit h1``.
 COMMON_FIELDS = ("dbname", "filename", "title", "source", "date", "database")
@@ -125,10 +127,10 @@ DEFAULT_DEPTH = "detail"
 
 
 def check_depth(value, name: str = "depth") -> str:
-    """A depth from configuration, the command line or a task row; ValueError naming it."""
+    """A depth from configuration, the command line or a task row; InputError naming it."""
     text = str(value if value is not None else "").strip().lower()
     if text not in DEPTHS:
-        raise ValueError(f"{name}: expected one of {', '.join(DEPTHS)}, got {value!r}")
+        raise InputError(f"{name}: expected one of {', '.join(DEPTHS)}, got {value!r}")
     return text
 
 

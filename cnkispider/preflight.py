@@ -1,7 +1,7 @@
 """The checks before a crawl, the same for `cnkispider run` and `scrapy crawl`.
 
-:func:`preflight` fails before Scrapy starts, with one line (``CnkiSpiderError``, or ValueError
-for bad input and LookupError for a missing task), when the database or Redis is unusable, the
+:func:`preflight` fails before Scrapy starts, with one line (a ``CnkiSpiderError``: ``InputError``
+for bad input, ``UnknownName`` for a missing task), when the database or Redis is unusable, the
 [task] of config.ini is not valid input or a task named on the command line does not exist; it
 warns about a config.ini that drifted from its task's row. The entry points call it: the
 `cnkispider` command line (:mod:`cnkispider.cli`) and the project's `scrapy crawl`
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from cnkispider.clock import cnki_today
 from cnkispider.config import Config
+from cnkispider.exceptions import InputError
 
 # The database, Redis and flow control are imported where they are used, as the command line
 # always did: `cnkispider --help` (and the .exe's start) need none of them.
@@ -39,7 +40,7 @@ DATE_FORM = "YYYY-MM-DD, e.g. 2024-01-31"
 
 
 def parse_day(value: str | None, what: str) -> str | None:
-    """``value`` as an ISO day, or ValueError in one line naming the value and the expected form.
+    """``value`` as an ISO day, or InputError in one line naming the value and the expected form.
 
     Every date an operator types (task add/extend/resume/move, export --since, probe --day)
     goes through here, so "yesterday" and "2024-02-30" get the same message everywhere.
@@ -54,10 +55,10 @@ def parse_day(value: str | None, what: str) -> str | None:
     except ValueError:
         pass
     if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):  # the right shape, an impossible day (2024-02-30)
-        raise ValueError(
+        raise InputError(
             f"{what} {text!r} is not a real day (month or day out of range); expected {DATE_FORM}"
         )
-    raise ValueError(f"{what} {text!r} is not a date; expected {DATE_FORM}") from None
+    raise InputError(f"{what} {text!r} is not a date; expected {DATE_FORM}") from None
 
 
 def check_task_input(
@@ -69,10 +70,10 @@ def check_task_input(
     first = parse_day(start, "start date")
     last = parse_day(end, "end date")
     if first and last and last < first:
-        raise ValueError(f"end date {last} is before start date {first}")
+        raise InputError(f"end date {last} is before start date {first}")
     today = cnki_today()
     if first and first > today.isoformat():
-        raise ValueError(
+        raise InputError(
             f"start date {first} is after today ({today} in Beijing, CNKI's calendar): "
             "nothing is listed for it yet"
         )
@@ -125,7 +126,7 @@ def config_drift(config: Config, row) -> list[str]:
 def preflight(config: Config, task_arg: str | None = None) -> None:
     """The checks before a crawl, the same for `cnkispider run` and `scrapy crawl`: the database
     and Redis answer, the [task] of config.ini is valid input, a named task exists; a drifted
-    config.ini is warned about. Raises CnkiSpiderError or ValueError (one line)."""
+    config.ini is warned about. Raises CnkiSpiderError (one line)."""
     _check_services(config)
     t = config.task
     store = task_store(config)

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from cnkispider.exceptions import InputError
+
 logger = logging.getLogger(__name__)
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "categories"
@@ -49,7 +51,7 @@ def covers(tree: CategoryTree, doc_type: str) -> bool:
     return list(tree.roots) == list(load_tree("builtin", doc_type).roots)
 
 
-class CategoryError(ValueError):
+class CategoryError(InputError):
     """A category spec or file that cannot be used."""
 
 

@@ -29,7 +29,7 @@ from cnkispider.clock import cnki_today
 # caller's move, which is what the callers already expect). Never for claims (a lost commit's
 # round would stay claimed by a live worker's lease) nor for ``add_total`` (it adds).
 from cnkispider.db import retried
-from cnkispider.exceptions import TaskRowError
+from cnkispider.exceptions import TaskRowError, UnknownName
 from cnkispider.items import DEFAULT_DEPTH, DOC_TYPES, check_depth
 from cnkispider.schema import task
 from tasks.categories import (
@@ -158,11 +158,11 @@ def validate_row(row, base_dir: Path | None = None) -> Task:
 
 
 def read_row(conn, key: int | str):
-    """The raw task row of ``key`` (its id, or its name), or LookupError."""
+    """The raw task row of ``key`` (its id, or its name), or UnknownName."""
     where = task.c.id == int(key) if str(key).isdigit() else task.c.name == key
     row = conn.execute(sa.select(task).where(where)).first()
     if row is None:
-        raise LookupError(f"no task {key!r}")
+        raise UnknownName(f"no task {key!r}")
     return row
 
 

@@ -24,6 +24,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from cnkispider.exceptions import InputError
+
 NOT_SELECTED = "not-selected"
 #: What a condition may look at: the list row's fields (a deepening task decides before it asks
 #: for anything else).
@@ -53,7 +55,7 @@ _CONDITION_RE = re.compile(r"^\s*([A-Za-z_]+)\s*(>=|<=|!=|>|<|=|~)\s*(.*?)\s*$")
 _AND_RE = re.compile(r"\s+and\s+", re.I)
 
 
-class SelectionError(ValueError):
+class SelectionError(InputError):
     """A rule that cannot be read; the message says what is wrong."""
 
 

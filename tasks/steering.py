@@ -31,6 +31,7 @@ import datetime as dt
 import sqlalchemy as sa
 
 from cnkispider.db import db_now
+from cnkispider.exceptions import InputError
 from cnkispider.items import DEFAULT_DEPTH, DOC_TYPES, check_depth
 from cnkispider.schema import round_, task
 from errors.recorder import ErrorRecorder
@@ -77,7 +78,7 @@ class Steering(TaskRows):
         the table, and a PC restarting with an old config.ini must not undo that.
         """
         if doc_type not in DOC_TYPES:
-            raise ValueError(f"type must be one of {', '.join(DOC_TYPES)}")
+            raise InputError(f"type must be one of {', '.join(DOC_TYPES)}")
         start = dt.date.fromisoformat(start_date).isoformat()
         end = dt.date.fromisoformat(end_date).isoformat() if end_date else None
         load_tree(categories, doc_type, self.base_dir)  # fail now on a bad category spec
@@ -124,7 +125,7 @@ class Steering(TaskRows):
         documents and error rows belong to one type)."""
         current = self.get(key)
         if categories is None and doc_type is None and depth is None:
-            raise ValueError("task set: give --categories, --type and/or --depth")
+            raise InputError("task set: give --categories, --type and/or --depth")
         new_depth = check_depth(depth, "--depth") if depth is not None else None
         new_type = doc_type or current.type
         new_categories = categories if categories is not None else current.categories
@@ -139,7 +140,7 @@ class Steering(TaskRows):
                     .where(round_.c.task_id == current.id)
                 ).scalar()
             if crawled:
-                raise ValueError(
+                raise InputError(
                     f"task {current.name!r}: the type stays {current.type} because {crawled} rounds are already "
                     f"crawled as {current.type} (add a new task for {doc_type})"
                 )
@@ -161,7 +162,7 @@ class Steering(TaskRows):
         with self.engine.begin() as conn:
             row = self._row(conn, key)
             if value is not None and value < row.start_date:
-                raise ValueError(
+                raise InputError(
                     f"end_date {value} is before the task's start_date {row.start_date}"
                 )
             edit_task(conn, row.id, end_date=value, updated_at=db_now(conn))
@@ -185,10 +186,10 @@ class Steering(TaskRows):
         label = f"task {current.name!r}"
         if current.halt_reason:
             if is_paused(current.halt_reason):
-                raise ValueError(f"{label} is already paused")
-            raise ValueError(f"{label} is halted ({current.halt_reason}): nothing to pause")
+                raise InputError(f"{label} is already paused")
+            raise InputError(f"{label} is halted ({current.halt_reason}): nothing to pause")
         if current.phase == Phase.DONE:
-            raise ValueError(finished_line(current))
+            raise InputError(finished_line(current))
         self.halt(current.id, PAUSE_REASON)
         return self.get(current.id)
 
@@ -199,9 +200,9 @@ class Steering(TaskRows):
         if current.halt_reason:
             return self.resume_halted(current.id, end_date)
         if current.phase == Phase.DONE:
-            raise ValueError(finished_line(current))
+            raise InputError(finished_line(current))
         if not end_date:
-            raise ValueError(
+            raise InputError(
                 f"task {current.name!r} is not paused: nothing to resume (after a stop, "
                 f"`cnkispider task extend {current.name} YYYY-MM-DD` sets a later end date)"
             )

@@ -34,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from cnkispider.exceptions import InputError
+
 if TYPE_CHECKING:
     import redis
 
@@ -264,7 +266,7 @@ class SessionStore:
     ) -> VerifiedSession:
         """Put a session a person passed into the pool, ``ready``."""
         if not cookies:
-            raise ValueError("a session needs at least one cookie")
+            raise InputError("a session needs at least one cookie")
         cleaned = [
             {
                 "name": str(c["name"]),
