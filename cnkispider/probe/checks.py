@@ -1,36 +1,16 @@
-"""`cnkispider probe`: a live self-check of every assumption the crawler makes about CNKI.
-
-No machine of ours reaches kns.cnki.net, so what the crawler believes about the live site is
-second-hand (``shared/cnki/PROTOCOL.md``). A user who can reach CNKI runs ``cnkispider probe``
-once before a long crawl: about 30 requests, at most one every ``--delay`` seconds (3 by default),
-each answer judged by the crawler's own code (:mod:`cnkispider.cnki.protocol`,
-:mod:`cnkispider.cnki.parsers`, :mod:`cnkispider.cnki.refusals`), so a FAIL here is a FAIL of
-the crawler, not of a second implementation. Every raw answer can be saved (``--save DIR``,
-gzip, with an ``index.json`` of the requests) to become a test fixture; docs/PROBE.md says how
-to turn a FAIL into a fix.
-
-One line per assumption: ``PASS``, ``FAIL`` (the site contradicts it: the crawler would lose
-data or be refused) or ``UNKNOWN`` (the probe could not tell, e.g. an earlier step failed).
-Exit status: 0 when nothing failed, 1 when something did, 2 for a configuration error.
-
-The probe is deliberately plain and sequential (urllib, one cookie jar per CNKI session): it
-must run where the crawl cannot yet, and ~30 requests need no engine.
+"""The checks of `cnkispider probe` (cnkispider/probe/__init__.py says why it exists): one
+:class:`Check` per assumption the crawler makes about CNKI, run in order by :class:`Probe`, each
+answer judged by the crawler's own code (protocol, parsers, refusals). The requests and their
+record are :mod:`cnkispider.probe.answers`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import gzip
-import http.cookiejar
-import json
-import logging
 import math
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +19,13 @@ from cnkispider.clock import cnki_today
 from cnkispider.cnki import parsers, references, refusals
 from cnkispider.cnki.export_batch import ExportRow, match_records
 from cnkispider.cnki.export_records import ExportAnswerError, parse_export
-from cnkispider.cnki.protocol import RESOURCES, Protocol, Search, protocol_from_settings
+from cnkispider.cnki.protocol import RESOURCES, Protocol, Search
 from cnkispider.exceptions import RefusedPage
-
-logger = logging.getLogger(__name__)
+from cnkispider.probe.answers import Answer, CnkiSession, record
+from cnkispider.probe.answers import client_id as _client_id
+from cnkispider.probe.answers import reason as _reason
+from cnkispider.probe.answers import snippet as _snippet
+from cnkispider.probe.answers import user_agent as _user_agent
 
 CLIENT_ID_URL = default_settings.CNKI_CLIENT_ID_URL
 # Fields a detail page of each type must yield for the crawler to be worth running.
@@ -64,104 +47,6 @@ class Check:
 
     def line(self) -> str:
         return f"{self.verdict:<8}{self.name:<36}{self.evidence}"
-
-
-@dataclass
-class Answer:
-    url: str
-    status: int
-    body: bytes
-    headers: dict[str, str] = field(default_factory=dict)
-    location: str | None = None
-    error: str | None = None  # a network error: no answer at all
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Redirects are answers to judge (CNKI's 302 to /verify), never to follow."""
-
-    def redirect_request(self, *args, **kwargs):
-        return None
-
-
-class CnkiSession:
-    """One CNKI session: its own cookie jar, paced requests, every answer recorded."""
-
-    def __init__(self, probe: Probe, label: str):
-        self.probe, self.label = probe, label
-        self.jar = http.cookiejar.CookieJar()
-        self.grid_posts = 0  # CNKI soft-blocks a session after about a dozen page turns
-        self.sent = 0  # requests sent in this session
-        self.verified = False  # a session a person passed (from the pool)
-        self.opener = urllib.request.build_opener(
-            urllib.request.HTTPCookieProcessor(self.jar), _NoRedirect()
-        )
-
-    def cookie_names(self) -> list[str]:
-        return sorted({c.name for c in self.jar})
-
-    def set_cookie(self, name: str, value: str) -> None:
-        host = urllib.parse.urlsplit(self.probe.protocol.base_url).hostname or ""
-        self.jar.set_cookie(
-            http.cookiejar.Cookie(
-                0,
-                name,
-                value,
-                None,
-                False,
-                host,
-                False,
-                False,
-                "/",
-                True,
-                False,
-                None,
-                False,
-                None,
-                None,
-                {},
-            )
-        )
-
-    def get(self, url: str, name: str, referer: str | None = None) -> Answer:
-        return self._send(urllib.request.Request(url, method="GET"), name, referer)
-
-    def post(self, url: str, form: dict[str, str], name: str, referer: str | None = None) -> Answer:
-        data = urllib.parse.urlencode(form).encode()
-        request = urllib.request.Request(url, data=data, method="POST")
-        for key, value in self.probe.protocol.grid_headers().items():
-            request.add_header(key, value)
-        self.grid_posts += 1
-        return self._send(request, name, referer, form=form)
-
-    def _send(self, request, name: str, referer: str | None, form=None) -> Answer:
-        request.add_header("User-Agent", self.probe.user_agent)
-        request.add_header("Accept-Language", "zh-CN,zh;q=0.9,en;q=0.8")
-        if referer:
-            request.add_header("Referer", referer)
-        self.probe.pace()
-        self.sent += 1
-        try:
-            with self.opener.open(request, timeout=self.probe.timeout) as response:
-                answer = Answer(
-                    request.full_url,
-                    response.status,
-                    response.read(),
-                    dict(response.headers.items()),
-                )
-        except urllib.error.HTTPError as exc:  # 3xx (not followed), 4xx, 5xx: still an answer
-            headers = dict(exc.headers.items()) if exc.headers else {}
-            answer = Answer(
-                request.full_url,
-                exc.code,
-                exc.read() or b"",
-                headers,
-                location=headers.get("Location"),
-            )
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            answer = Answer(request.full_url, 0, b"", error=f"{type(reason).__name__}: {reason}")
-        self.probe.record(name, request, form, answer, self.label)
-        return answer
 
 
 class Probe:
@@ -221,28 +106,7 @@ class Probe:
         self.requests += 1
 
     def record(self, name: str, request, form, answer: Answer, session: str) -> None:
-        entry = {
-            "n": len(self.index) + 1,
-            "name": name,
-            "session": session,
-            "method": request.get_method(),
-            "url": request.full_url,
-            "form": form,
-            "status": answer.status,
-            "error": answer.error,
-            "location": answer.location,
-            "bytes": len(answer.body),
-        }
-        if self.save_dir is not None:
-            file = f"{entry['n']:02d}-{_slug(name)}.html.gz"
-            (self.save_dir / file).write_bytes(gzip.compress(answer.body))
-            entry["file"] = file
-            self.index.append(entry)
-            (self.save_dir / "index.json").write_text(
-                json.dumps(self.index, ensure_ascii=False, indent=1), encoding="utf-8"
-            )
-        else:
-            self.index.append(entry)
+        record(self.index, self.save_dir, name, request, form, answer, session)
 
     def verdict(self, name: str, verdict: str, evidence: str) -> Check:
         check = Check(name, verdict, evidence)
@@ -715,107 +579,8 @@ class Probe:
             self.verdict(name, FAIL, f"{row.doc_key}: {reason}: a replayed link would be lost")
 
 
-# -- helpers -------------------------------------------------------------------------------
-
-
 def default_day(today: dt.date | None = None) -> dt.date:
     """A busy day: the Wednesday four weeks back (CNKI's calendar), well indexed by now."""
     today = today or cnki_today()
     day = today - dt.timedelta(days=28)
     return day - dt.timedelta(days=(day.weekday() - 2) % 7)
-
-
-def _reason(kind: str, answer: Answer) -> str | None:
-    if answer.error:
-        return f"no answer ({answer.error})"
-    return refusals.classify(kind, answer.status, answer.url, answer.body, location=answer.location)
-
-
-def _client_id(answer: Answer) -> str | None:
-    if answer.error or answer.status != 200:
-        return None
-    try:
-        payload = json.loads(answer.body.decode("utf-8", "replace"))
-    except ValueError:
-        return None
-    data = payload.get("Data") if isinstance(payload, dict) else None
-    return str(data) if data else None
-
-
-def _snippet(body: bytes, size: int = 80) -> str:
-    text = body.decode("utf-8", "replace").strip().replace("\n", " ")
-    return text[:size] + ("…" if len(text) > size else "")
-
-
-def _slug(name: str) -> str:
-    return "".join(c if c.isalnum() else "-" for c in name).strip("-").lower()[:40]
-
-
-def _user_agent() -> str:
-    try:
-        from fake_useragent import UserAgent
-
-        return UserAgent(browsers=["Chrome", "Edge"], os=["Windows"]).random
-    except Exception:  # the probe must run even where fake-useragent's data is missing
-        return (
-            "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 "
-            "(KHTML, like Gecko) Chrome/136.0.0.0 Safari/537.36"
-        )
-
-
-def category_samples(tree, most_children: int = 6, count: int = 3) -> list[tuple[str, list[str]]]:
-    """Up to ``count`` parent codes with a few children each, from a category tree (for the
-    prefix check): parents with 2..most_children children first, then any with children."""
-    if tree is None:
-        return []
-    few = [
-        (r, list(tree.children(r)))
-        for r in tree.roots
-        if 2 <= len(tree.children(r)) <= most_children
-    ]
-    some = [(r, list(tree.children(r))[:most_children]) for r in tree.roots if tree.children(r)]
-    picked = few + [c for c in some if c not in few]
-    return (picked or [(r, []) for r in tree.roots])[:count]
-
-
-def probe_from_config(
-    config, *, day=None, delay=3.0, save_dir=None, out=print, session_id=None, session_budget=0
-) -> Probe:
-    """The probe for the site config.ini points at, with the shipped category trees."""
-    from cnkispider.crawlsettings import crawler_settings
-    from tasks.categories import load_tree
-
-    settings = crawler_settings(config)
-    protocol = protocol_from_settings(settings)
-    categories = {}
-    for doc_type in RESOURCES:
-        try:
-            categories[doc_type] = category_samples(load_tree("builtin", doc_type))
-        except Exception:  # a tree that cannot load leaves the category check UNKNOWN
-            categories[doc_type] = []
-    return Probe(
-        protocol,
-        client_id_url=settings.get("CNKI_CLIENT_ID_URL") or CLIENT_ID_URL,
-        day=day,
-        delay=delay,
-        save_dir=save_dir,
-        categories=categories,
-        out=out,
-        verified=_verified_from_pool(config, session_id),
-        session_pace=config.cnki["session_pace"] or 0.5,
-        session_budget=session_budget,
-    )
-
-
-def _verified_from_pool(config, session_id: str | None = None):
-    """The pool's session ``session_id``, or its first ready one; None if none (or no Redis)."""
-    try:
-        from cnkispider.sessions import READY, SessionStore
-
-        store = SessionStore.from_config(config)
-        if session_id:
-            return store.get(session_id)
-        return next((s for s in store.list() if s.state == READY), None)
-    except Exception as exc:  # Redis down: the probe says there is no session
-        logger.debug("no session pool: %s", exc)
-        return None
