@@ -426,7 +426,8 @@ def test_scrapy_crawl_gives_the_same_one_line_and_exit_code_as_run(
 
 
 def test_run_takes_scrapy_settings_and_feeds(capsys):
-    from cnkispider.cli import build_parser, run_overrides
+    from cnkispider.cli import build_parser
+    from cnkispider.cli.crawl import run_overrides
 
     args = build_parser().parse_args(
         ["run", "-s", "DOWNLOAD_DELAY=2", "-o", "x.jsonl", "-o", "y.csv", "--verbose"]

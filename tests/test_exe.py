@@ -236,6 +236,23 @@ def test_every_component_scrapy_loads_by_dotted_name_is_a_hidden_import_of_the_s
     assert sorted((ours | spiders) - set(listed)) == []
 
 
+def test_every_module_of_the_command_line_is_a_hidden_import_of_the_spec():
+    """A new module of cnkispider/cli/ (or of the probe) without its line in build_exe.spec fails here."""
+    spec = ast.parse((ROOT / "build_exe.spec").read_text(encoding="utf-8"))
+    listed = next(
+        ast.literal_eval(node.value)
+        for node in spec.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "OUR_COMMANDS"
+    )
+    modules = {
+        f"cnkispider.{package}" + ("" if path.stem == "__init__" else f".{path.stem}")
+        for package in ("cli", "probe")
+        for path in (ROOT / "cnkispider" / package).glob("*.py")
+    }
+    modules.discard("cnkispider.cli")  # the entry: cnkispider/frozen.py imports it
+    assert sorted(modules - set(listed)) == []
+
+
 @pytest.mark.parametrize(
     ("config", "message"),
     [

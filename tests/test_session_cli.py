@@ -19,11 +19,8 @@ import pytest
 import redis
 
 from cnkispider.sessions import SessionStore, namespace_for
-from cnkispider.sessions.waysin import (
-    CHECKED,
-    PASSED,
+from cnkispider.sessions.paste import (
     PasteError,
-    check,
     cnki_hosts_of,
     from_cookie_file,
     from_cookie_string,
@@ -31,6 +28,7 @@ from cnkispider.sessions.waysin import (
     split_bash,
     split_cmd,
 )
+from cnkispider.sessions.waysin import CHECKED, PASSED, check
 from tests.crawl_harness import REDIS_URL, ROOT
 
 CURL = Path(__file__).parent / "fixtures" / "curl"

@@ -42,7 +42,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from cnkispider.exceptions import CnkiSpiderError
-from cnkispider.sessions.waysin import Paste, host_matches
+from cnkispider.sessions.paste import Paste, host_matches
 
 logger = logging.getLogger(__name__)
 

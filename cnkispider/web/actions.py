@@ -2,7 +2,7 @@
 
 Each is one the command line has, called the way the command line calls it (the task store's
 steering, tasks/steering.py; the checks of cnkispider/preflight.py; the session pool's ways in,
-cnkispider/sessions/waysin.py), so the page can never do what the CLI cannot:
+cnkispider/sessions/paste.py and waysin.py), so the page can never do what the CLI cannot:
 
     pause    cnkispider task pause NAME                  hand out nothing more; dates stay
     resume   cnkispider task resume NAME [--end DATE]   go on after a pause or a halt
@@ -216,14 +216,14 @@ def carry_out(config, engine, p: Plan) -> str:
 
 def plan_session(config, paste_text: str):
     """(the parsed paste, what adding it will do): the checks of `session add --from-curl -`."""
-    from cnkispider.sessions import waysin
+    from cnkispider.sessions import paste as pastes
     from cnkispider.sessions.waysin import cnki_site_of
 
     home_url, hosts = cnki_site_of(config.cnki["base_url"])
     site = home_url.split("/")[2].split(":")[0].lower()
-    paste = waysin.from_curl(paste_text, cnki_hosts=hosts)
+    paste = pastes.from_curl(paste_text, cnki_hosts=hosts)
     if paste.host != site:
-        raise waysin.PasteError(
+        raise pastes.PasteError(
             f"the paste is a request to {paste.host}, but the crawler searches {site}: "
             f"copy a request to {site} (its search page, or brief/grid after a search)"
         )

@@ -1,0 +1,77 @@
+"""What the commands share: config.ini (its option, accepted before the command and after it,
+and its loading), the log a short command writes, and the options of a crawl (-v, -s, -o).
+
+The option after the command is argparse's own `parents`: every command's parser is made by
+:func:`add_command`, which gives it the shared ``--config`` (SUPPRESS as its default, so an
+absent one keeps the value given before the command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from cnkispider.config import Config, load_config
+
+CONFIG_HELP = "config.ini to use (default: ./config.ini, then beside the program)"
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def add_command(sub, name: str, **kw) -> argparse.ArgumentParser:
+    """The parser of one command (`cnkispider NAME`), ``--config`` among its options."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", default=argparse.SUPPRESS, help=CONFIG_HELP)
+    return sub.add_parser(name, parents=[common], **kw)
+
+
+def command_config(args, *, short: bool) -> Config:
+    """config.ini for the command of ``args``: a short command logs to its file from now on;
+    ``--processes 0`` (not given) becomes [crawl] processes."""
+    config = load_config(args.config)
+    if short:
+        log_to_file(config)
+    if getattr(args, "processes", None) == 0:
+        args.processes = config.crawl["processes"]
+    return config
+
+
+def crawl_options(p) -> None:
+    p.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="Scrapy's own log lines too (banner, stats dump)",
+    )
+    p.add_argument(
+        "-s",
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a Scrapy setting, as in scrapy crawl",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        action="append",
+        metavar="FILE",
+        help="also write the items to FILE (.jsonl, .csv, .json; UTF-8), as in scrapy crawl",
+    )
+
+
+def log_to_file(config: Config) -> None:
+    """A short command's INFO lines (the embedded Redis starting, a browser opening) go to the
+    log ([crawl] log_file, else cnkispider.log in the data folder), opened only when a line
+    comes; the console shows warnings and errors, and the command's own output."""
+    path = config.resolve(config.crawl["log_file"]) if config.crawl["log_file"] else None
+    path = path or (config.data_dir / "cnkispider.log")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return  # no log folder: the INFO lines are dropped, the warnings still show
+    handler = logging.FileHandler(path, encoding="utf-8", delay=True)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    root = logging.getLogger()
+    for existing in root.handlers:
+        existing.setLevel(logging.WARNING)
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)

@@ -1,0 +1,303 @@
+"""`cnkispider run | recrawl | refresh-counts | export`: a crawl in this process (or N worker
+processes), its summary, its exit status (a halted task: one line and EXIT_HALTED), and the
+export of what crawls stored."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from cnkispider.cli.common import add_command, crawl_options
+from cnkispider.clock import cnki_today
+from cnkispider.config import Config
+from cnkispider.exceptions import CnkiSpiderError, InputError, UnknownName
+from cnkispider.items import DOC_TYPES
+from cnkispider.preflight import parse_day, preflight, task_store
+from tasks.phase import Phase
+
+
+def crawl(
+    config: Config, *, recrawl_only: bool = False, settings_overrides: dict | None = None
+) -> dict:
+    """Run one worker's crawl in this process; return its stats and finish reason."""
+    import time
+
+    from scrapy.crawler import CrawlerProcess
+
+    from cnkispider import logs
+    from cnkispider.crawlsettings import crawler_settings
+
+    preflight(config)
+    settings = crawler_settings(config)
+    overrides = settings_overrides or {}
+    verbose = not logs.is_quiet(
+        bool(overrides.get("CNKI_VERBOSE")), overrides.get("LOG_FILE", settings.get("LOG_FILE"))
+    )
+    logs.apply(verbose)
+    settings.update(logs.quiet_settings(verbose))
+    settings.update(overrides)
+    settings["CNKI_VERBOSE"] = verbose
+    if recrawl_only:
+        store = task_store(config)
+        current, _ = store.register(
+            config.task.name,
+            config.task.type,
+            config.task.start_date or cnki_today().isoformat(),
+            config.task.end_date,
+            config.task.categories,
+            config.task.depth,
+        )
+        store.set_phase(current.id, Phase.RECRAWL)
+    process = CrawlerProcess(settings)
+    started = time.monotonic()
+    process.crawl(config.task.type)
+    crawler = next(iter(process.crawlers))
+    try:
+        process.start()
+    finally:
+        logs.apply(True)  # the loggers as they were, for whatever runs next in this process
+    stats = dict(crawler.stats.get_stats())
+    # a second Ctrl-C stops the reactor before the spider closes: Scrapy never sets a reason
+    if not stats.get("finish_reason"):
+        from cnkispider.status import FORCED_STOP
+
+        stats["finish_reason"] = FORCED_STOP
+    stats["elapsed_seconds"] = time.monotonic() - started
+    return stats
+
+
+def print_summary(config: Config, stats: dict) -> None:
+    """Rounds, documents, errors by reason, time and rate, from the database and this run's stats."""
+    from cnkispider.db import open_database_readonly
+    from cnkispider.status import run_summary
+
+    engine = open_database_readonly(config.database_url)
+    try:
+        print(
+            run_summary(
+                engine, config.task.name, stats, heartbeat_seconds=config.crawl["heartbeat_seconds"]
+            ),
+            end="",
+        )
+    finally:
+        engine.dispose()
+
+
+def cmd_run(config: Config, args) -> int:
+    if getattr(args, "reload", False):  # workers as children, restarted on a code change
+        from cnkispider.reload import supervise
+
+        return supervise(args.config, args.command, args.processes or 1)
+    if args.processes and args.processes > 1:
+        return run_processes(args)
+    stats = crawl(
+        config, recrawl_only=args.command == "recrawl", settings_overrides=run_overrides(args)
+    )
+    print_summary(config, stats)
+    if stats.get("finish_reason") == "halted":
+        return report_halt(config)
+    if stats.get("finish_reason") == "needs_person":  # [cnki] on_check = fail
+        from cnkispider.halting import EXIT_HALTED
+        from cnkispider.sessions.pool import WAITING_MESSAGE
+
+        print(f"task {config.task.name}: stopped: {WAITING_MESSAGE}", file=sys.stderr)
+        return EXIT_HALTED
+    return 0 if stats.get("finish_reason") in ("finished", "up_to_date", "shutdown") else 1
+
+
+def run_overrides(args) -> dict:
+    """Scrapy settings from `run`'s -s KEY=VALUE, -o FILE and --verbose (as `scrapy crawl` has)."""
+    overrides: dict = {"CNKI_VERBOSE": bool(getattr(args, "verbose", False))}
+    for pair in getattr(args, "set", None) or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"-s {pair!r}: expected KEY=VALUE, e.g. -s DOWNLOAD_DELAY=2")
+        overrides[key.strip()] = value
+    feeds = {}
+    for target in getattr(args, "output", None) or []:
+        path, _, fmt = target.partition(":")
+        suffix = Path(path).suffix.lower().lstrip(".")
+        fmt = fmt or {
+            "jsonl": "jsonlines",
+            "jl": "jsonlines",
+            "csv": "csv",
+            "json": "json",
+            "xml": "xml",
+        }.get(suffix)
+        if fmt is None:
+            raise InputError(
+                f"-o {target!r}: unknown feed format; use .jsonl, .csv, .json or .xml (or FILE:FORMAT)"
+            )
+        feeds[path] = {"format": fmt, "encoding": "utf-8"}
+    if feeds:
+        overrides["FEEDS"] = feeds
+    return overrides
+
+
+def report_halt(config: Config) -> int:
+    """The one line of a halted task (its reason and the fix) on standard error; EXIT_HALTED."""
+    from cnkispider.halting import EXIT_HALTED, halt_line
+
+    try:
+        reason = task_store(config).get(config.task.name).halt_reason or "unknown reason"
+    except CnkiSpiderError:  # no such task (UnknownName) or no database
+        reason = "unknown reason"
+    print(halt_line(config.task.name, reason), file=sys.stderr)
+    return EXIT_HALTED
+
+
+def run_processes(args) -> int:
+    """N full workers on this machine, each its own process sharing Redis and the database; one
+    that dies is started again (cnkispider/workers.py)."""
+    # Frozen (the .exe), the program is the command itself: `-m` would mean nothing to it.
+    frozen = getattr(sys, "frozen", False)
+    base = [sys.executable] if frozen else [sys.executable, "-m", "cnkispider.cli"]
+    if args.config:
+        base += ["--config", args.config]
+    if getattr(args, "output", None):
+        raise InputError(
+            "-o FILE takes one process (every worker would write the same file); add --processes 1"
+        )
+    extra = [arg for pair in (getattr(args, "set", None) or []) for arg in ("-s", pair)]
+    if getattr(args, "verbose", False):
+        extra.append("--verbose")
+    # --processes 1: each is one worker (else each would read [crawl] processes and fork again)
+    from cnkispider.workers import Workers
+
+    return Workers([*base, args.command, "--processes", "1", *extra], args.processes).run()
+
+
+def cmd_refresh_counts(config: Config, args) -> int:
+    """``refresh-counts TASK [--from DAY --to DAY]``: 被引/下载 read again from the list pages
+    (cnkispider/refresh.py); only cited, downloads and counted_at change."""
+    import dataclasses
+
+    import sqlalchemy as sa
+
+    from cnkispider import refresh
+    from cnkispider.db import open_database
+    from cnkispider.schema import task as task_table
+
+    first, last = parse_day(args.from_day, "--from"), parse_day(args.to_day, "--to")
+    engine = open_database(config.database_url)
+    try:
+        with engine.connect() as conn:
+            row = conn.execute(sa.select(task_table).where(task_table.c.name == args.task)).first()
+        if row is None:
+            raise UnknownName(f"refresh-counts: no task {args.task!r}")
+        if not refresh.has_counts(row.type):
+            raise InputError(f"refresh-counts: {row.type} rows carry no counts on CNKI's list")
+        start = first or row.start_date
+        end = last or row.end_date or row.cur_date or start
+        if end < start:
+            raise InputError(f"refresh-counts: --to {end} is before --from {start}")
+        name = refresh.counts_task_name(row.name)
+        refresh.reset(engine, name)
+    finally:
+        engine.dispose()
+    shadow = dataclasses.replace(
+        config,
+        task=dataclasses.replace(
+            config.task,
+            name=name,
+            type=row.type,
+            start_date=start,
+            end_date=end,
+            categories=row.categories,
+        ),
+    )
+    overrides = {**run_overrides(args), "CNKI_COUNTS_ONLY": True}
+    stats = crawl(shadow, settings_overrides=overrides)
+    updated = stats.get("counts/updated", 0)
+    requests = stats.get("downloader/request_count", 0)
+    per = f", {requests / updated:.3f} a row" if updated else ""
+    print(
+        f"task {row.name}: counts read again from {updated:,} listed rows ({start} .. {end}; a "
+        f"document in two categories is listed twice), {stats.get('counts/not-stored', 0):,} "
+        f"listed rows not stored; {requests:,} requests{per}"
+    )
+    if stats.get("finish_reason") == "halted":
+        return report_halt(shadow)
+    return 0 if stats.get("finish_reason") in ("finished", "up_to_date", "shutdown") else 1
+
+
+def cmd_export(config: Config, args) -> int:
+    from cnkispider.export import export_command
+
+    return export_command(
+        config,
+        doc_type=args.type or config.task.type,
+        fmt=args.format,
+        out=args.out,
+        since=parse_day(args.since, "--since"),
+        task=args.task,
+        batch=args.batch,
+        raw_cells=args.raw_cells,
+    )
+
+
+def add_run(sub) -> None:
+    """`run` and `recrawl`."""
+    for name, text in (
+        ("run", "crawl the task of config.ini, then recrawl its errors"),
+        ("recrawl", "only replay errorCode and errorLink"),
+    ):
+        p = add_command(sub, name, help=text)
+        p.add_argument(
+            "--processes", type=int, default=0, help="worker processes (default [crawl] processes)"
+        )
+        p.add_argument(
+            "--reload",
+            action="store_true",
+            help="restart the workers when the project's code changes",
+        )
+        crawl_options(p)
+        p.set_defaults(func=cmd_run)
+
+
+def add_export(sub) -> None:
+    """`export`."""
+    export_parser = add_command(
+        sub, "export", help="stored documents as CSV (opens in Excel) or JSON lines"
+    )
+    export_parser.add_argument(
+        "--type", choices=DOC_TYPES, help="document type (default: [task] type)"
+    )
+    export_parser.add_argument(
+        "--format",
+        choices=("csv", "jsonl", "ris", "bibtex", "endnote", "xlsx"),
+        default="csv",
+        help="csv, jsonl, or for reference managers ris, bibtex, endnote; xlsx (Excel, needs --out)",
+    )
+    export_parser.add_argument(
+        "--since", metavar="DATE", help="only documents dated DATE (YYYY-MM-DD) or later"
+    )
+    export_parser.add_argument("--task", help="only documents stored by this task (name or id)")
+    export_parser.add_argument(
+        "--out", metavar="PATH", help="file to write (default, or -: standard output)"
+    )
+    export_parser.add_argument(
+        "--raw-cells",
+        action="store_true",
+        help="CSV: write cells starting with = + - @ exactly (default: prefix a ' "
+        "so that Excel shows them as text instead of running them)",
+    )
+    export_parser.add_argument(
+        "--batch", type=int, default=1000, help=argparse.SUPPRESS
+    )  # rows a query
+    export_parser.set_defaults(func=cmd_export)
+
+
+def add_refresh_counts(sub) -> None:
+    """`refresh-counts`."""
+    refresh_parser = add_command(
+        sub,
+        "refresh-counts",
+        help="read 被引/下载 again from the task's list pages (no detail page; docs/FIELDS.md)",
+    )
+    refresh_parser.add_argument("task", help="the task whose documents' counts to refresh")
+    refresh_parser.add_argument("--from", dest="from_day", metavar="DAY", help="first day")
+    refresh_parser.add_argument("--to", dest="to_day", metavar="DAY", help="last day")
+    crawl_options(refresh_parser)
+    refresh_parser.set_defaults(func=cmd_refresh_counts)

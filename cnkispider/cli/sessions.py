@@ -1,0 +1,231 @@
+"""`cnkispider session login|add|list|remove|check`: the sessions a person passed CNKI's check
+with (issue 19, point 3). Cookie values never reach the output: a session is shown by its id,
+its source and its cookies' names."""
+
+from __future__ import annotations
+
+import sys
+
+from cnkispider.cli.common import add_command
+from cnkispider.config import Config
+from cnkispider.durations import duration
+from cnkispider.exceptions import InputError, UnknownName
+from cnkispider.sessions.waysin import added_line, cnki_site_of
+
+
+def _sessions(config: Config):
+    from cnkispider.sessions import SessionStore
+
+    return SessionStore.from_config(config)
+
+
+def cmd_session(config: Config, args) -> int:
+    """login | add | list | remove | check: cookie values never reach the output."""
+    import time
+
+    from cnkispider.sessions.paste import PasteError
+
+    action = args.action
+    home_url, hosts = cnki_site_of(config.cnki["base_url"])
+    if action in ("add", "login"):
+        if action == "login":
+            from cnkispider.sessions.login import login
+
+            paste = login(
+                home_url,
+                hosts,
+                browser=args.browser,
+                cdp_port=args.cdp,
+                headless=args.headless,
+                port=args.port,
+                timeout=args.timeout,
+            )
+            source = "browser"
+        else:
+            paste, source = _paste(args, home_url, hosts)
+        egress = _egress(args.egress) if getattr(args, "egress", None) else ""
+        session = _sessions(config).add(
+            paste.cookies, source=source, user_agent=paste.user_agent, egress=egress
+        )
+        print(added_line(session, paste, source))
+        return 0
+    store = _sessions(config)
+    if action == "list":
+        sessions = store.list()
+        if not sessions:
+            print("no sessions (add one: cnkispider session login, or session add --from-curl -)")
+            return 0
+        now = time.time()
+        rows = [("id", "source", "age", "requests", "state", "note")]
+        for s in sessions:
+            state = s.state + (f" by {s.worker}" if s.state == "leased" and s.worker else "")
+            rows.append(
+                (
+                    s.id,
+                    s.source,
+                    duration(now - s.created_at, "compact"),
+                    str(s.requests),
+                    state,
+                    s.note or "",
+                )
+            )
+        widths = [max(len(r[i]) for r in rows) for i in range(5)]
+        for r in rows:
+            print("  ".join(r[i].ljust(widths[i]) for i in range(5)) + "  " + r[5])
+        return 0
+    if action == "remove":
+        found = store.get(args.id)
+        if found is None or not store.remove(found.id):
+            raise UnknownName(f"no session {args.id!r} (see: cnkispider session list)")
+        print(f"removed session {found.id}")
+        return 0
+    if action == "check":
+        return _check_sessions(store, args.id, home_url)
+    raise PasteError(f"unknown session action {action!r}")
+
+
+def _paste(args, home_url: str, hosts: tuple[str, ...]):
+    """(the paste, its source) of `session add`: cookies for the host the crawler searches."""
+    from urllib.parse import urlsplit
+
+    from cnkispider.sessions import paste as pastes
+
+    site = (urlsplit(home_url).hostname or "").lower()
+
+    if args.from_curl:
+        if args.from_curl == "-" and sys.stdin is not None and sys.stdin.isatty():
+            print(
+                "Paste the request copied with DevTools' Copy as cURL, then press Enter and "
+                + ("Ctrl-Z, Enter" if sys.platform == "win32" else "Ctrl-D")
+                + ":",
+                file=sys.stderr,
+            )
+        text = pastes.read_paste(args.from_curl, sys.stdin)
+        paste = pastes.from_curl(text, cnki_hosts=hosts)
+        if paste.host != site:  # e.g. www.cnki.net: its cookies never go to the search's host
+            raise pastes.PasteError(
+                f"the paste is a request to {paste.host}, but the crawler searches {site}: "
+                f"copy a request to {site} (its search page, or brief/grid after a search)"
+            )
+        return paste, "curl"
+    if args.cookie_string is not None:
+        host = args.host or site
+        if not pastes.host_matches(host, hosts):
+            raise pastes.PasteError(f"--host {host} is not CNKI's ({', '.join(hosts)})")
+        return pastes.from_cookie_string(args.cookie_string, host=host), "cookie-string"
+    paste = pastes.from_cookie_file(args.cookie_file, cnki_hosts=hosts, host=site)
+    return paste, "cookie-file"
+
+
+def _egress(value: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(value if "://" in value else f"http://{value}")
+    if parts.username or parts.password:
+        raise InputError("--egress: give the proxy's address without its user and password")
+    if not parts.hostname:
+        raise InputError(f"--egress {value!r}: expected host:port of the proxy")
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def _check_sessions(store, session_id: str | None, home_url: str) -> int:
+    """One GET of CNKI's search page per session: passed -> ready (if a person had to pass it
+    again), checked -> needs-person (unless a worker holds it). Exit 0 if every one passed."""
+    from cnkispider.sessions import EXPIRED, LEASED, NEEDS_PERSON, READY
+    from cnkispider.sessions.waysin import CHECKED, PASSED, check
+
+    if session_id:
+        found = store.get(session_id)
+        if found is None:
+            raise UnknownName(f"no session {session_id!r} (see: cnkispider session list)")
+        sessions = [found]
+    else:
+        sessions = store.list()
+        if not sessions:
+            print("no sessions to check (add one: cnkispider session login)")
+            return 1
+    all_passed = True
+    for s in sessions:
+        try:
+            verdict, detail = check(s.cookies, home_url, user_agent=s.user_agent)
+        except OSError as exc:
+            print(f"{s.id}: not checked: cannot reach {home_url} ({exc})")
+            all_passed = False
+            continue
+        if verdict == PASSED:
+            if s.state == NEEDS_PERSON:
+                store.mark(s.id, READY, "passed `session check` again")
+            print(
+                f"{s.id}: passed ({detail}); state {READY if s.state == NEEDS_PERSON else s.state}"
+            )
+            continue
+        all_passed = False
+        if verdict == CHECKED:
+            if s.state in (LEASED, EXPIRED):
+                print(f"{s.id}: checked by CNKI ({detail}); state {s.state} left as it is")
+            else:
+                store.mark(s.id, NEEDS_PERSON, f"checked by CNKI at `session check` ({detail})")
+                print(
+                    f"{s.id}: checked by CNKI ({detail}); now {NEEDS_PERSON}: pass the check again "
+                    "(cnkispider session login) or remove it"
+                )
+        else:
+            print(f"{s.id}: unclear ({detail}); state {s.state} left as it is")
+    return 0 if all_passed else 1
+
+
+def add_session(sub) -> None:
+    """`session ACTION`."""
+    session = add_command(
+        sub,
+        "session",
+        help="sessions a person passed CNKI's check with: login, add, list, remove, check",
+    )
+    actions = session.add_subparsers(dest="action", required=True)
+    login = actions.add_parser(
+        "login",
+        help="open CNKI in Chrome, Edge or Chromium; when you have passed its check, keep the session",
+    )
+    login.add_argument("--browser", metavar="PATH", help="the browser program (default: found)")
+    login.add_argument(
+        "--cdp",
+        type=int,
+        metavar="PORT",
+        help="use your running browser, started with --remote-debugging-port=PORT",
+    )
+    login.add_argument(
+        "--headless",
+        action="store_true",
+        help="no window: no person can pass a real CNKI check this way (tests, scripts)",
+    )
+    login.add_argument(
+        "--port", type=int, default=0, help="DevTools port to open (default: any free one)"
+    )
+    login.add_argument(
+        "--timeout", type=float, default=300.0, help="seconds to wait for the pass (default 300)"
+    )
+    add = actions.add_parser("add", help="add a session from a browser's request or cookies")
+    given = add.add_mutually_exclusive_group(required=True)
+    given.add_argument(
+        "--from-curl",
+        metavar="FILE",
+        help="DevTools -> Network -> a kns.cnki.net request -> Copy as cURL (bash or cmd); - reads it from standard input",
+    )
+    given.add_argument("--cookie-string", metavar='"a=1; b=2"', help="a Cookie header's value")
+    given.add_argument("--cookie-file", metavar="FILE", help="a Netscape cookies.txt")
+    add.add_argument(
+        "--host", help="--cookie-string: the host the cookies are for (default: [cnki] base_url's)"
+    )
+    add.add_argument(
+        "--egress",
+        metavar="HOST:PORT",
+        help="the proxy the check was passed through (default: direct)",
+    )
+    actions.add_parser("list", help="every session: id, source, age, requests, state")
+    remove = actions.add_parser("remove", help="drop a session (an id or its unique start)")
+    remove.add_argument("id", help="the session's id, or its unique start (session list)")
+    check = actions.add_parser(
+        "check", help="one request per session: passed (ready) or checked (needs a person)"
+    )
+    check.add_argument("id", nargs="?", help="only this session")
+    session.set_defaults(func=cmd_session)

@@ -1,0 +1,187 @@
+"""`cnkispider init-db` and `cnkispider task add|set|list|show|stop|extend|pause|resume|move`:
+the task table, steered by name (tasks/steering.py does the steering; here its words)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from cnkispider.cli.common import add_command
+from cnkispider.config import Config
+from cnkispider.exceptions import InputError, TaskRowError
+from cnkispider.items import DEFAULT_DEPTH, DOC_TYPES, check_depth
+from cnkispider.preflight import add_drift, check_task_input, parse_day, task_store
+from tasks.rows import describe
+
+
+def cmd_init_db(config: Config, args) -> int:
+    from cnkispider.db import mask_url
+
+    task_store(config)
+    print(f"database ready: {mask_url(config.database_url)}")
+    return 0
+
+
+def cmd_task(config: Config, args) -> int:
+    from tasks.rows import validate_row
+
+    store = task_store(config)
+    action = args.action
+    if action == "add":
+        from tasks.selection import selection_text
+
+        typed = argparse.Namespace(**vars(args))  # as given: a second add compares only these
+        if args.like:
+            # a deepening task: the other task's rounds again (their links died with their
+            # sessions), with its type, days and categories unless given here
+            like = store.get(args.like)
+            args.type = args.type or like.type
+            args.start = args.start or like.start_date.isoformat()
+            args.end = args.end or (like.end_date.isoformat() if like.end_date else None)
+            if args.categories is None:
+                args.categories = like.categories
+        if not args.type or not args.start:
+            raise InputError("task add: give --type and --start (or --like TASK)")
+        if args.categories is None:
+            args.categories = "builtin"
+        # every check first: an error leaves no row behind
+        check_task_input(args.type, args.start, args.end, args.categories, store.base_dir)
+        depth = check_depth(DEFAULT_DEPTH if args.depth is None else args.depth, "--depth")
+        selection = selection_text(args.where, args.keys)
+        current, created = store.register(
+            args.name,
+            args.type,
+            parse_day(args.start, "start date"),
+            parse_day(args.end, "end date") or "",
+            args.categories,
+            depth,
+            selection,
+        )
+        changes = [] if created else add_drift(typed, current)
+        if changes:
+            # the row wins: a second `task add` never overwrites it; say what would change it
+            print(
+                f"error: task {current.name!r} exists with other arguments "
+                f"({describe(current)}); to change it: " + "; ".join(changes),
+                file=sys.stderr,
+            )
+            return 2
+        print(("created " if created else "exists: ") + describe(current))
+    elif action == "set":
+        print(
+            "changed: "
+            + describe(store.set_task(args.name, args.categories, args.type, args.depth))
+        )
+    elif action == "list":
+        rows = store.rows()
+        if not rows:
+            print("no tasks")
+        for row in rows:
+            try:
+                print(describe(validate_row(row, store.base_dir)))
+            except TaskRowError as exc:
+                print(f"task {row.id} {row.name!r}: BAD ROW, skipped by workers: {exc.problem}")
+    elif action == "show":
+        current = store.get(args.name)
+        print(describe(current))
+        progress = store.progress(current.id)
+        rounds = ", ".join(f"{k} {v}" for k, v in sorted(progress["rounds"].items())) or "none"
+        print(
+            f"rounds: {rounds}; errorCode {progress['error_code']}; errorLink {progress['error_link']}"
+        )
+    elif action == "stop":
+        print("stopped: " + describe(store.stop(args.name)))
+    elif action == "extend":
+        print(
+            "extended: " + describe(store.set_end_date(args.name, parse_day(args.end, "end date")))
+        )
+    elif action == "pause":
+        print("paused: " + describe(store.pause(args.name)))
+    elif action == "resume":
+        resumed, reopened = store.resume(args.name, parse_day(args.end, "end date"))
+        if reopened is None:
+            print("resumed: " + describe(resumed))
+        else:  # a paused or halted task goes on where it stopped, its end date unchanged
+            print(
+                f"resumed: {describe(resumed)} (halt cleared: {reopened['reason']}; "
+                f"{reopened['rounds']} rounds re-opened, {reopened['error_code']} errorCode rows to replay)"
+            )
+    elif action == "move":
+        if args.code is not None and len(args.code) > 64:
+            raise InputError(f"category code {args.code[:20]!r}... is longer than 64 characters")
+        print(
+            "moved: "
+            + describe(store.move_cursor(args.name, parse_day(args.date, "date"), args.code))
+        )
+    return 0
+
+
+def add_init_db(sub) -> None:
+    """`init-db`."""
+    init = add_command(sub, "init-db", help="create the database and its tables if missing")
+    init.set_defaults(func=cmd_init_db)
+
+
+def add_task(sub) -> None:
+    """`task ACTION`: one subcommand an action."""
+    task_parser = add_command(sub, "task", help="add, list, show and steer tasks")
+    actions = task_parser.add_subparsers(dest="action", required=True)
+    add = actions.add_parser("add", help="register a task (joins it unchanged if it exists)")
+    add.add_argument("name", help="the task's name (unique; steer it by this name later)")
+    add.add_argument("--type", choices=DOC_TYPES, help="required unless --like")
+    add.add_argument("--start", help="first day, YYYY-MM-DD (required unless --like)")
+    add.add_argument("--end", help="last day, YYYY-MM-DD (default: up to today)")
+    add.add_argument(
+        "--categories", help="category spec (see config.ini; default builtin: the whole tree)"
+    )
+    add.add_argument(
+        "--like", help="a deepening task: list TASK's rounds again (its type, days, categories)"
+    )
+    add.add_argument(
+        "--where", help="crawl only rows where RULE holds, e.g. 'cited >= 10' (docs/DEPTH.md)"
+    )
+    add.add_argument(
+        "--keys", help="crawl only the documents of this file (dbname/filename a line)"
+    )
+    add.add_argument(
+        "--depth",
+        help="list | export | detail (default): what is fetched beyond the list rows (docs/DEPTH.md)",
+    )
+    tset = actions.add_parser(
+        "set", help="change a task's categories, or its type while nothing is crawled"
+    )
+    tset.add_argument("name", help="the task's name or id")
+    tset.add_argument("--categories", help="new category spec (checked against the category tree)")
+    tset.add_argument("--type", choices=DOC_TYPES, help="new type (only before its first round)")
+    tset.add_argument("--depth", help="list | export | detail: the depth of rounds from now on")
+    actions.add_parser("list", help="every task, bad rows flagged")
+    for name, text in (
+        ("show", "one task with its progress"),
+        ("stop", "stop after in-flight rounds (end_date becomes the day before the cursor)"),
+        ("pause", "hand out nothing more until `task resume` (the dates stay)"),
+    ):
+        p = actions.add_parser(name, help=text)
+        p.add_argument("name", help="the task's name or id")
+    extend = actions.add_parser("extend", help="set a later end date (none: up to today)")
+    extend.add_argument("name", help="the task's name or id")
+    extend.add_argument(
+        "end", nargs="?", help="the new last day, YYYY-MM-DD (default: up to today)"
+    )
+    resume = actions.add_parser(
+        "resume",
+        help="go on after a pause or a halt (clears it, crawls again what failed for it); "
+        "the end date stays unless --end",
+    )
+    resume.add_argument("name", help="the task's name or id")
+    resume.add_argument("--end", help="a new last day, YYYY-MM-DD")
+    move = actions.add_parser(
+        "move", help="move the cursor: every round from DATE on is crawled again"
+    )
+    move.add_argument("name", help="the task's name or id")
+    move.add_argument("date", help="the first day to crawl again, YYYY-MM-DD")
+    move.add_argument(
+        "code",
+        nargs="?",
+        help="a root category of that day: its following categories are crawled again from there",
+    )
+    task_parser.set_defaults(func=cmd_task)
