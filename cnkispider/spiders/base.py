@@ -16,19 +16,16 @@ A round's searches::
                                                               the cap; what even that cannot reach is
                                                               recorded in errorCode as "overflow"
 
-A census round ``(day, *)`` ([task] day_census) searches the day without a category, or, for a
-task of some categories, over its root categories OR'd in one group: an empty day is one
-request, a day within the cap is the day's only round, a larger one is split by the roots (the
-full table: docs/INTERNALS.md; its check: ``cnkispider/spiders/census.py``). A stale detail link
-is refreshed by a title search in its round (``cnkispider/spiders/stale_links.py``); a first page
-that may be a true zero is told from the soft block by a canary (``cnkispider/spiders/canary.py``).
-Each kind of list request names its own callback; ``parse_list`` is the round's own page. Every
-listed row goes into the round's ledger before its detail request is handed out
+A census round ``(day, *)`` ([task] day_census) searches the day whole, split by the roots when
+it lists more than the cap (``cnkispider/spiders/census.py``). A stale detail link is refreshed
+by a title search in its round (``cnkispider/spiders/stale_links.py``); a first page that may be
+a true zero is told from the soft block by a canary (``cnkispider/spiders/canary.py``). Each kind
+of list request names its own callback (``parse_list``: the round's own page). Every listed row
+goes into the round's ledger before its detail request is handed out
 (docs/RELIABILITY.md#every-listed-row-accounted-for).
 
-What a kept row becomes depends on the task's depth (``cnkispider/spiders/depth.py``): a
-detail request (detail), a document from the row alone (list), or its place in a citation
-export batch (export).
+A kept row becomes, by the task's depth (``cnkispider/spiders/depth.py``), a detail request
+(detail), a document from the row alone (list), or its place in a citation export batch (export).
 
 The rest of this module's story: docs/INTERNALS.md#cnkispiderspidersbasepy.
 """
