@@ -772,7 +772,7 @@ def _steady_crawl(total: int, lanes: int, duration: float, stagger: float):
 
 @pytest.mark.parametrize(("lanes", "stagger"), [(4, 0.0), (4, 10.0), (1, 0.0), (8, 3.0)])
 def test_the_eta_holds_within_25_percent_in_a_steady_crawl_on_a_fixed_clock(lanes, stagger):
-    from cnkispider.status.collecting import round_rate_eta
+    from cnkispider.status.rates import round_rate_eta
 
     rounds = _steady_crawl(total=40, lanes=lanes, duration=40.0, stagger=stagger)
     end = max(e for _, e in rounds)
@@ -793,7 +793,7 @@ def test_the_eta_holds_within_25_percent_in_a_steady_crawl_on_a_fixed_clock(lane
 
 def test_the_old_eta_said_22_s_with_81_s_left():
     """Four rounds that finished together a second ago: the rate is not 3 rounds a second."""
-    from cnkispider.status.collecting import round_rate_eta
+    from cnkispider.status.rates import round_rate_eta
 
     finished = [(0.0, 40.0)] * 4
     _, eta = round_rate_eta(finished, [40.0] * 4, 8, now=41.0)

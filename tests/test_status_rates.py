@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from cnkispider.status.collecting import collect, round_rate_eta
+from cnkispider.status.collecting import collect
+from cnkispider.status.rates import round_rate_eta
 from cnkispider.status.rendering import render, render_summary
 from cnkispider.web.metrics import metrics_text
 from tests.test_status import NOW, add_round, add_task, add_worker, engine  # noqa: F401

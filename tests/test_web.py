@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from cnkispider.config import load_config
 from cnkispider.db import open_database
 from cnkispider.schema import audit, documents, error_link, round_, task, worker
-from cnkispider.status.collecting import GRID_CELLS_MAX, round_grid
+from cnkispider.status.round_views import GRID_CELLS_MAX, round_grid
 from cnkispider.web import guard
 from standin.client import start_site
 from tests.crawl_harness import ROOT, CrawlSetup
@@ -37,7 +37,7 @@ from tests.fixtures.waiting import wait_until
 SCRIPT_TITLE = '<script>window.__xss = 1</script><img src=x onerror="window.__xss = 2">'
 HALT_REASON = "http-500: CNKI answered <script>window.__xss = 3</script> five times"
 LAST_ERROR = "parse-error: ValueError: <script>window.__xss = 4</script> in the pager"
-#: The page's colour classes by the round's state (cnkispider/status/collecting.py _cell_state).
+#: The page's colour classes by the round's state (cnkispider/status/round_views.py cell_state).
 COLOUR = {"claimed": "in-flight", "seeded": "in-flight", "done": "done", "failed": "failed"}
 
 

@@ -16,16 +16,16 @@ A round's searches::
                                                               the cap; what even that cannot reach is
                                                               recorded in errorCode as "overflow"
 
-A census round ``(day, *)`` ([task] day_census) searches the day without a category, or, for a
-task of some categories, over its root categories OR'd in one group: an empty day is one
-request, a day within the cap is the day's only round, a larger one is split by the roots (the
-full table: docs/INTERNALS.md). A stale detail link is refreshed by a title search in its
-round. Every listed row goes into the round's ledger before its detail request is handed out
+A census round ``(day, *)`` ([task] day_census) searches the day whole, split by the roots when
+it lists more than the cap (``cnkispider/spiders/census.py``). A stale detail link is refreshed
+by a title search in its round (``cnkispider/spiders/stale_links.py``); a first page that may be
+a true zero is told from the soft block by a canary (``cnkispider/spiders/canary.py``). Each kind
+of list request names its own callback (``parse_list``: the round's own page). Every listed row
+goes into the round's ledger before its detail request is handed out
 (docs/RELIABILITY.md#every-listed-row-accounted-for).
 
-What a kept row becomes depends on the task's depth (``cnkispider/spiders/depth.py``): a
-detail request (detail), a document from the row alone (list), or its place in a citation
-export batch (export).
+A kept row becomes, by the task's depth (``cnkispider/spiders/depth.py``), a detail request
+(detail), a document from the row alone (list), or its place in a citation export batch (export).
 
 The rest of this module's story: docs/INTERNALS.md#cnkispiderspidersbasepy.
 """
@@ -37,20 +37,23 @@ import json
 from collections import OrderedDict
 
 import scrapy
-from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import defer
 
 from cnkispider import ledger, refresh
 from cnkispider.cnki import parsers
 from cnkispider.cnki.protocol import Search, protocol_from_settings
-from cnkispider.cnki.refusals import SOFT_BLOCK, ZERO_CHECK, body_reason
+from cnkispider.cnki.refusals import ZERO_CHECK
 from cnkispider.context import CrawlContext, context_of
 from cnkispider.drift import watched
-from cnkispider.exceptions import HaltedRequest, RefusedPage, SessionLost
+from cnkispider.exceptions import RefusedPage, SessionLost
 from cnkispider.items import FIELDS, ITEM_CLASSES, ROW_FIELDS
 from cnkispider.offload import in_thread
+from cnkispider.spiders.canary import CanaryMixin
+from cnkispider.spiders.carry import carry, verified_session
+from cnkispider.spiders.census import CensusMixin
 from cnkispider.spiders.depth import DepthMixin
 from cnkispider.spiders.references import ReferencesMixin
+from cnkispider.spiders.stale_links import STALE_LINK, StaleLinksMixin
 from errors.middleware import failure_reason, record_download_failure, record_failure
 from tasks.categories import DAY, covers
 from tasks.rounds import CATEGORIES_NOTE
@@ -67,30 +70,15 @@ def counted_now() -> str:
 # Detail requests get few retries: a verify page on a detail link is most often a stale token,
 # which no retry cures; a title search for a fresh link does.
 DETAIL_RETRIES = 2
-#: What a stale detail link fails with, once its retries are spent: refreshed, not recorded.
-STALE_LINK = ("verify", "captcha", "http-302")
 #: The rule a row of another database is dropped by (a 总库 search lists every family).
 OTHER_DATABASE = "other-database"
 #: Rounds whose drops this worker has logged (INFO once per round), the most recent ones.
 _LOGGED_ROUNDS = 1000
-#: Seconds a page waits for the answer of its day's canary, asked by another round's page.
-CANARY_WAIT = 60.0
-#: What a soft-block page and its canary carry to rebuild the page's request.
-_CANARY_CARRIES = (
-    "search",
-    "page",
-    "round_id",
-    "round_root",
-    "sort_cut",
-    "error_code_id",
-    "replay_page",
-    "retry_times",
-    "census",
-    "census_part",
-)
 
 
-class RoundSpider(DepthMixin, ReferencesMixin, scrapy.Spider):
+class RoundSpider(
+    CanaryMixin, CensusMixin, StaleLinksMixin, DepthMixin, ReferencesMixin, scrapy.Spider
+):
     doc_type: str = ""
     custom_settings: dict = {}
     #: The only callbacks and errbacks a request read from the shared Redis may name (the
@@ -100,6 +88,8 @@ class RoundSpider(DepthMixin, ReferencesMixin, scrapy.Spider):
         "parse_detail",
         "parse_export",
         "on_error",
+        *CanaryMixin.canary_callbacks,
+        *StaleLinksMixin.stale_link_callbacks,
         *ReferencesMixin.references_callbacks,
     )
     #: ``cnkispider refresh-counts`` (setting CNKI_COUNTS_ONLY): list pages only, counts updated
@@ -142,8 +132,16 @@ class RoundSpider(DepthMixin, ReferencesMixin, scrapy.Spider):
     # -- requests ------------------------------------------------------------------------
 
     def search_request(
-        self, search: Search, page: int, *, turn_token: str | None = None, **meta
+        self,
+        search: Search,
+        page: int,
+        *,
+        turn_token: str | None = None,
+        callback=None,
+        **meta,
     ) -> scrapy.FormRequest:
+        """A list request: a page of ``search``, answered by ``callback`` (the round's own page,
+        :meth:`parse_list`, unless the request is a canary, a refresh or a relist)."""
         meta.update(
             cnki_kind="list",
             doc_type=self.doc_type,
@@ -152,14 +150,14 @@ class RoundSpider(DepthMixin, ReferencesMixin, scrapy.Spider):
             page=page,
         )
         if page == 1 and not meta.get("refresh_for") and meta.get("round_id") is not None:
-            # a round's search may truly list nothing: its soft-block body comes to parse_list
+            # a round's search may truly list nothing: its soft-block body comes to the spider
             meta.setdefault(ZERO_CHECK, True)
         return scrapy.FormRequest(
             self.protocol.grid_url,
             formdata=self.protocol.grid_form(search, page, turn_token),
             headers=self.protocol.grid_headers(),
             meta=meta,
-            callback=self.parse_list,
+            callback=callback or self.parse_list,
             errback=self.on_error,
             dont_filter=True,  # list requests are unique by construction (search + page)
         )
@@ -220,7 +218,7 @@ class RoundSpider(DepthMixin, ReferencesMixin, scrapy.Spider):
                 "max_retry_times": DETAIL_RETRIES,
                 "page": meta.get("page"),  # the list page to list again if its session is lost
                 # a v= link opens only in the verified session that listed it
-                **_verified_session(meta),
+                **verified_session(meta),
             },
             callback=self.parse_detail,
             errback=self.on_error,
@@ -230,25 +228,19 @@ class RoundSpider(DepthMixin, ReferencesMixin, scrapy.Spider):
     # -- callbacks -----------------------------------------------------------------------
 
     async def parse_list(self, response):
+        """A page of a round's search (or of its recrawl's replay): its rows, its next page."""
         meta = response.meta
-        if meta.get("canary_for"):
-            async for out in self._canary_answered(response):
+        older = self._older_list_callback(meta)
+        if older is not None:
+            async for out in older(response):
                 yield out
             return
-        if meta.get(ZERO_CHECK) and body_reason("list", response.body) == SOFT_BLOCK:
+        if self.soft_block_to_check(response):
             async for out in self._zero_or_soft_block(response):
                 yield out
             return
         search = Search.from_dict(meta["search"])
         page = parsers.parse_list(response.body, self.doc_type)
-        if meta.get("refresh_for"):
-            async for out in self._refreshed(page, search, meta):
-                yield out
-            return
-        if meta.get("relist"):
-            async for out in self._relisted(page, search, meta):
-                yield out
-            return
         async for out in self._listed(page, search, meta):
             yield out
         if meta.get("error_code_id") and meta["page"] == (meta.get("replay_page") or meta["page"]):
@@ -259,133 +251,21 @@ class RoundSpider(DepthMixin, ReferencesMixin, scrapy.Spider):
             # record_code finds its row gone and writes a new one (never an update of nothing).
             await in_thread(self.context.error_recorder.resolve_code, meta["error_code_id"])
 
-    # -- a zero or the soft block (refusals.ZERO_CHECK) ------------------------------------
+    def _older_list_callback(self, meta: dict):
+        """The callback of a list request stored by an older worker, or None for a round's page.
 
-    async def _zero_or_soft_block(self, response):
-        """The first page of a round's search came back as the soft block's body, which may be
-        CNKI's way of saying "no results". One canary on the same session tells: a search that
-        must list rows (the day without its category). Asked once per day per worker: its
-        answer is kept, and pages of that day meanwhile wait for it."""
-        meta = response.meta
-        day = Search.from_dict(meta["search"]).day_start
-        if day in self._days_with_rows:
-            await self._true_zero(meta)
-            return
-        waiting = self._canaries.get(day)
-        if waiting is None:
-            self._canaries[day] = []
-            self.crawler.stats.inc_value("list/canaries")
-            yield self.canary_request(meta, day)
-            return
-        answer: defer.Deferred = defer.Deferred()
-        waiting.append(answer)
-        from twisted.internet import reactor
-
-        answer.addTimeout(CANARY_WAIT, reactor)
-        try:
-            lists = await maybe_deferred_to_future(answer)
-        except defer.TimeoutError:
-            lists = False
-        if lists:
-            await self._true_zero(meta)
-        else:
-            yield self._soft_block_retry(meta)
-
-    def canary_request(self, meta: dict, day: str) -> scrapy.FormRequest:
-        """The day's search without its category, on the page's own session; it belongs to the
-        page's round (meta round_id), so the round does not drain before it answers."""
-        carried = {k: meta[k] for k in _CANARY_CARRIES if meta.get(k) is not None}
-        canary = Search.for_day(self.doc_type, day)
-        if meta.get("census"):
-            # The census IS the day's search without its category: its own soft block cannot
-            # be told by asking it again. The week up to that day must list rows.
-            first = dt.date.fromisoformat(str(day)) - dt.timedelta(days=6)
-            canary = Search(self.doc_type, day_start=first.isoformat(), day_end=day)
-        extra = {"cnki_session": meta["cnki_session"]} if meta.get("cnki_session") else {}
-        return self.search_request(
-            canary,
-            1,
-            canary_for=carried,
-            round_id=meta.get("round_id"),
-            **{ZERO_CHECK: True},
-            **extra,
-        )
-
-    async def _canary_answered(self, response):
-        meta = response.meta
-        original = meta["canary_for"]
-        day = Search.from_dict(original["search"]).day_start
-        lists = False
-        try:
-            if body_reason("list", response.body) != SOFT_BLOCK:
-                lists = parsers.parse_list(response.body, self.doc_type).total > 0
-        except RefusedPage as exc:
-            # Never recorded as a page of its own: a replay of the canary's search would crawl
-            # the whole day into the round. The round's own page is retried instead.
-            self.logger.warning("canary for %s not understood (%s): the soft block", day, exc)
-        self._canary_settled(day, lists)
-        if lists:
-            self._days_with_rows[day] = None
-            while len(self._days_with_rows) > _LOGGED_ROUNDS:
-                self._days_with_rows.popitem(last=False)
-        self.logger.info(
-            "canary for %s: %s",
-            day,
-            "rows listed, so an empty answer that day is a true zero"
-            if lists
-            else "nothing listed on the same session: the soft block, retried",
-        )
-        if lists:
-            await self._true_zero(original)
-        else:
-            yield self._soft_block_retry(original)
-
-    def _canary_settled(self, day: str, lists: bool) -> None:
-        """The day's canary answered (or failed for good: ``lists`` False): the pages waiting
-        for it go on."""
-        for waiter in self._canaries.pop(day, []):
-            if not waiter.called:
-                waiter.callback(lists)
-
-    async def _true_zero(self, meta: dict) -> None:
-        """The page's search lists nothing: its round's listed total is 0 (a root search)."""
-        self.crawler.stats.inc_value("list/true-zero")
-        if meta.get("round_root") and self.context is not None:
-            await in_thread(self.context.tasks.add_total, meta["round_id"], 0)
-            if meta.get("census"):
-                self.crawler.stats.inc_value("census/empty-days")
-        if meta.get("census_part"):
-            await self._census_part(meta, 0)
-        if meta.get("error_code_id"):
-            await in_thread(self.context.error_recorder.resolve_code, meta["error_code_id"])
-
-    def _soft_block_retry(self, meta: dict) -> scrapy.FormRequest:
-        """The soft block after all: the page again, as the retry middleware would send it (a
-        fresh session, one retry counted), and without the zero check, so that a soft block
-        again is retried, counted toward the cool-down, and recorded when retries run out."""
-        self.crawler.stats.inc_value(f"retry/reason_count/{SOFT_BLOCK}")
-        self.crawler.stats.inc_value("retry/challenges")  # as the retry middleware counts one
-        carried = {
-            k: meta[k]
-            for k in (
-                "round_id",
-                "round_root",
-                "sort_cut",
-                "error_code_id",
-                "replay_page",
-                "census",
-                "census_part",
-            )
-            if meta.get(k) is not None
-        }
-        return self.search_request(
-            Search.from_dict(meta["search"]),
-            meta.get("page") or 1,
-            cnki_renew_session=True,
-            retry_times=(meta.get("retry_times") or 0) + 1,
-            **{ZERO_CHECK: False},
-            **carried,
-        )
+        Before each kind of list request named its own callback, every one named ``parse_list``
+        and said its kind in meta. Requests are stored in Redis by callback name
+        (cnkispider.scheduling.serialize) and outlive the worker that queued them (an upgrade
+        while a task's queue is full, a halt and resume), so such a request still comes here:
+        it is handed to its kind's callback, in the order the meta used to be read."""
+        if meta.get("canary_for"):
+            return self.parse_canary
+        if meta.get("refresh_for"):
+            return self.parse_refresh
+        if meta.get("relist"):
+            return self.parse_relist
+        return None
 
     async def _listed(self, page, search: Search, meta: dict):
         """What a list page yields: its detail requests and its next page, or its split."""
@@ -466,9 +346,7 @@ class RoundSpider(DepthMixin, ReferencesMixin, scrapy.Spider):
                 f"{self.protocol.page_size}: at least {unreachable} unreachable",
             )
         if number < last:
-            yield self.search_request(
-                search, number + 1, turn_token=page.turn_token, **_carry(meta)
-            )
+            yield self.search_request(search, number + 1, turn_token=page.turn_token, **carry(meta))
 
     def kept_rows(self, rows, meta: dict) -> list:
         """The rows of this spider's databases (see :meth:`sorted_rows`)."""
@@ -567,44 +445,6 @@ class RoundSpider(DepthMixin, ReferencesMixin, scrapy.Spider):
         shown = page.page_count * self.protocol.page_size
         return max(0, self.protocol.reachable(page.total) - shown)
 
-    async def _census_part(self, meta: dict, total: int) -> None:
-        """A root search of a split census answered its total: once every root has, their
-        totals must add up to the census at least (a document under two roots counts twice).
-        Less is a shortfall: recorded (errorCode ``census``, permanent: what the census saw
-        beyond the roots' rows no category search reaches), never passed over."""
-        round_id = meta.get("round_id")
-        entry = self._census_parts.get(round_id)
-        if entry is None:
-            return  # another worker's census, or this worker restarted: not checked here
-        entry[1] += total
-        entry[2] -= 1
-        if entry[2] > 0:
-            return
-        census, parts, _ = self._census_parts.pop(round_id)
-        self.crawler.stats.inc_value("census/checked")
-        if parts >= census:
-            return
-        self.crawler.stats.inc_value("census/short")
-        day = Search.from_dict(meta["search"]).day_start
-        self.logger.warning(
-            "round %s: the categories of %s list %d of the census's %d",
-            round_id,
-            day,
-            parts,
-            census,
-        )
-        # the row names the census's search (page 1), the one whose total was not met
-        census_search = Search.for_day(self.doc_type, day, None)
-        await record_failure(
-            self.crawler,
-            {"round_id": round_id, "search": census_search.to_dict(), "page": 1},
-            "",
-            "census",
-            stage="list",
-            permanent=True,
-            detail=f"census {census}, categories {parts}: {census - parts} unaccounted",
-        )
-
     async def _split(self, search: Search, total: int, meta: dict):
         context = self.context
         tree = context.tree if context is not None else None
@@ -624,7 +464,7 @@ class RoundSpider(DepthMixin, ReferencesMixin, scrapy.Spider):
             )
             for code in children:
                 child = Search.for_day(self.doc_type, search.day_start, code)
-                yield self.search_request(child, 1, **part, **_carry(meta))
+                yield self.search_request(child, 1, **part, **carry(meta))
             return
         # A leaf: each end of one sort order reaches `cap` documents; together up to 2 x cap.
         for sort_type in ("desc", "asc"):
@@ -635,7 +475,7 @@ class RoundSpider(DepthMixin, ReferencesMixin, scrapy.Spider):
                 sort_field="PT",
                 sort_type=sort_type,
             )
-            yield self.search_request(cut, 1, sort_cut=True, **_carry(meta))
+            yield self.search_request(cut, 1, sort_cut=True, **carry(meta))
         unreachable = total - 2 * self.protocol.cap
         if unreachable > 0:
             self.crawler.stats.inc_value("rounds/overflow")
@@ -648,36 +488,6 @@ class RoundSpider(DepthMixin, ReferencesMixin, scrapy.Spider):
                 permanent=True,
                 detail=f"{total} listed; both PT orders reach {2 * self.protocol.cap}; at least {unreachable} unreachable",
             )
-
-    async def _refreshed(self, page, search: Search, meta):
-        """A title search made to refresh one stale detail link: take that document's new link.
-
-        A common title lists many documents of a day: the search's pages are walked (as far as
-        its pager, the total and the cap allow) until the document's row is found, so a document
-        in row 51 or later is refreshed like one on page 1. Only a document in none of them is
-        recorded as ``not-found-on-refresh``, with how far the search was walked.
-        """
-        dbname, filename = meta["refresh_for"].split("/", 1)
-        for row in self.kept_rows(page.rows, meta):
-            if (row.dbname, row.filename) == (dbname, filename):
-                yield self.detail_request(row, meta, refreshed=True)
-                return
-        number, last = meta["page"], self.last_page(page, meta)
-        if number < last:
-            self.crawler.stats.inc_value("details/refresh-pages")
-            carried = {k: meta[k] for k in ("refresh_for", "listing", "stale_url") if k in meta}
-            yield self.search_request(
-                search, number + 1, turn_token=page.turn_token, **carried, **_carry(meta)
-            )
-            return
-        await record_failure(
-            self.crawler,
-            meta,
-            meta.get("stale_url", ""),
-            "not-found-on-refresh",
-            f"not among the {page.total} results of its title search ({number} of {last} pages walked)",
-            stage="detail",
-        )
 
     async def parse_detail(self, response):
         meta = response.meta
@@ -731,70 +541,14 @@ class RoundSpider(DepthMixin, ReferencesMixin, scrapy.Spider):
                 yield relist
             return
         if meta.get("canary_for"):
-            # Never recorded as a page of its own (a replay of the canary's search would crawl
-            # the whole day into the round): the round's own page is retried as a soft block,
-            # and recorded if that fails. A request the halt held comes back after resume.
-            original = meta["canary_for"]
-            self._canary_settled(Search.from_dict(original["search"]).day_start, False)
-            if not isinstance(failure.value, HaltedRequest):
-                self.logger.warning("canary failed (%s): the soft block", reason)
-                yield self._soft_block_retry(original)
+            for out in self.canary_failed(failure, reason):
+                yield out
             return
         if meta.get("cnki_kind") == "detail" and not meta.get("refreshed") and reason in STALE_LINK:
             self.crawler.stats.inc_value(f"errors/detail/{reason}")
             yield self.refresh_request(meta, request.url)
             return
         await record_download_failure(self.crawler, failure)
-
-    def refresh_request(self, meta: dict, stale_url: str) -> scrapy.Request:
-        listing = meta.get("listing", {})
-        origin = Search.from_dict(meta["search"])
-        search = Search.for_day(
-            self.doc_type, origin.day_start, origin.category, title=listing.get("title") or None
-        )
-        self.crawler.stats.inc_value("details/refreshed")
-        return self.search_request(
-            search,
-            1,
-            round_id=meta.get("round_id"),
-            refresh_for=meta["doc_key"],
-            listing=listing,
-            stale_url=stale_url,
-        )
-
-    async def relist_request(self, meta: dict) -> scrapy.Request | None:
-        """The list page a dead detail link came from, to be fetched again for fresh links
-        (``_relisted``), or None when that is under way already (sessions.runtime)."""
-        from cnkispider.sessions.runtime import VerifiedSessions
-
-        runtime = VerifiedSessions.of(self.crawler)
-        page = meta.get("page") or 1
-        page_key = json.dumps([meta["search"], page], sort_keys=True, ensure_ascii=False)
-        if not await in_thread(runtime.relist_add, meta.get("round_id"), page_key, meta["doc_key"]):
-            return None
-        return self.search_request(
-            Search.from_dict(meta["search"]), page, round_id=meta.get("round_id"), relist=page_key
-        )
-
-    async def _relisted(self, page, search: Search, meta: dict):
-        """A list page fetched again for the dead links of its documents: their fresh links. A
-        document no longer on the page (the list moved) is refreshed by a title search."""
-        from cnkispider.sessions.runtime import VerifiedSessions
-
-        runtime = VerifiedSessions.of(self.crawler)
-        wanted = await in_thread(runtime.relist_take, meta.get("round_id"), meta["relist"])
-        for row in self.kept_rows(page.rows, meta):
-            key = f"{row.dbname}/{row.filename}"
-            if key in wanted:
-                wanted.discard(key)
-                yield self.detail_request(row, meta, refreshed=True)
-        for key in sorted(wanted):
-            self.crawler.stats.inc_value("sessions/relist_moved")
-            origin = Search.from_dict(meta["search"])
-            search = Search.for_day(self.doc_type, origin.day_start, origin.category)
-            yield self.search_request(
-                search, 1, round_id=meta.get("round_id"), refresh_for=key, listing={}
-            )
 
     # -- the recrawl phase: the same requests, another input source ------------------------
 
@@ -824,18 +578,3 @@ class RoundSpider(DepthMixin, ReferencesMixin, scrapy.Spider):
         }
         # Days later the old link is surely stale: go straight to a title search for a fresh one.
         return self.refresh_request(meta, row["url"])
-
-
-def _carry(meta: dict) -> dict:
-    """What a follow-up list request inherits from its parent: its round, its cut, and its CNKI
-    session, so that one search's pages stay on one session (as a browser's would) until the
-    session middleware renews it before CNKI's page-turn limit."""
-    carried = ("round_id", "sort_cut", "cnki_session", "cnki_verified")
-    return {k: meta[k] for k in carried if meta.get(k) is not None}
-
-
-def _verified_session(meta: dict) -> dict:
-    """The verified session a list page was fetched in, for the detail requests it yields."""
-    if not meta.get("cnki_verified"):
-        return {}
-    return {"cnki_session": meta.get("cnki_session"), "cnki_verified": True}

@@ -4,7 +4,7 @@ One room per concern:
 
   app       the Starlette app (:func:`create_app`, from the Config): pages, ``/api/status``,
             ``/metrics``, the action routes; every number comes from
-            :mod:`cnkispider.status.collecting`, no query lives here
+            :mod:`cnkispider.status` (the report, the views of rounds), no query lives here
   actions   the ONLY place that steers: resume, stop, extend, move, recrawl, add a session;
             each is a plan (what it will do, in words) and then the deed, recorded in ``audit``
   guard     the token (``[web] token``, or made once and kept in ``data_dir/web-token``) and

@@ -42,7 +42,8 @@ from starlette.templating import Jinja2Templates
 
 from cnkispider.durations import duration
 from cnkispider.exceptions import CnkiSpiderError
-from cnkispider.status.collecting import collect, round_detail, round_grid
+from cnkispider.status.collecting import collect
+from cnkispider.status.round_views import round_detail, round_grid
 from cnkispider.web import actions, guard, words
 from cnkispider.web.history import History
 from cnkispider.web.metrics import metrics_text
@@ -115,7 +116,7 @@ class Web:
         self._stop = threading.Event()
         self._sampler: threading.Thread | None = None
 
-    # -- the one way to the numbers: cnkispider.status.collecting ---------------------------
+    # -- the one way to the numbers: cnkispider.status ----------------------------------------
 
     def report(self, task_name: str | None = None) -> dict:
         import time
