@@ -139,7 +139,7 @@ def grant_worker(config, args) -> int:
         password=args.password or new_password(),
         database=url.database or "",
         host=args.host,
-        prefix=args.prefix or KEY_PREFIX,
+        prefix=args.prefix or config.redis_prefix,
         add_tasks=args.add_tasks,
         require_tls=args.require_tls,
     )

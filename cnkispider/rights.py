@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import secrets
 
+from cnkispider import default_settings
 from cnkispider.exceptions import CnkiSpiderError
 
 #: MySQL/MariaDB error codes that say "this account may not", not "this statement is wrong".
@@ -33,9 +34,10 @@ DENIED_MYSQL_ERRORS = frozenset(
     }
 )
 
-#: The key prefix of every key the crawler writes in Redis (tasks' queues, the shared pace,
-#: the session pool), and the channel prefix of anything it publishes.
-KEY_PREFIX = "cnki:"
+#: The default key prefix of every key the crawler writes in Redis (tasks' queues, the shared
+#: pace, the session pool), and the channel prefix of anything it publishes: ``[redis] prefix``
+#: (:attr:`cnkispider.config.Config.redis_prefix`) is the one a crawl uses.
+KEY_PREFIX = default_settings.REDIS_KEY_PREFIX
 
 ASK_ADMIN = (
     "ask the administrator of the shared servers to grant it (cnkispider admin grant-worker "

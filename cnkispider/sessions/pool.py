@@ -34,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from cnkispider import default_settings
+
 if TYPE_CHECKING:
     import redis
 
@@ -56,11 +58,12 @@ DEFAULT_LEASE = 120.0
 WAITING_MESSAGE = "CNKI wants a person to pass its check (cnkispider session login)"
 
 
-def namespace_for(base_url: str) -> str:
-    """The pool's Redis namespace for the site at ``base_url`` (``cnki:<host[:port]>``)."""
+def namespace_for(base_url: str, prefix: str = default_settings.REDIS_KEY_PREFIX) -> str:
+    """The pool's Redis namespace for the site at ``base_url`` (``<prefix><host[:port]>``;
+    ``prefix``: ``[redis] prefix``, ``cnki:``)."""
     from urllib.parse import urlsplit
 
-    return f"cnki:{urlsplit(base_url).netloc.lower() or 'kns.cnki.net'}"
+    return f"{prefix}{urlsplit(base_url).netloc.lower() or 'kns.cnki.net'}"
 
 
 @dataclass
@@ -228,7 +231,7 @@ class SessionStore:
         from cnkispider import redisconn
 
         client = redisconn.connect(config.redis_url, config.data_dir)
-        kwargs.setdefault("namespace", namespace_for(config.cnki["base_url"]))
+        kwargs.setdefault("namespace", namespace_for(config.cnki["base_url"], config.redis_prefix))
         return cls(client, **kwargs)
 
     @classmethod
@@ -240,7 +243,8 @@ class SessionStore:
             client = redisconn.connect(settings.get("REDIS_URL"), settings.get("CNKI_DATA_DIR"))
         return cls(
             client,
-            settings.get("SESSIONS_NAMESPACE") or namespace_for(settings.get("CNKI_BASE_URL")),
+            settings.get("SESSIONS_NAMESPACE")
+            or namespace_for(settings.get("CNKI_BASE_URL"), settings.get("REDIS_KEY_PREFIX")),
             ttl=settings.getfloat("SESSIONS_TTL"),
             lease=settings.getfloat("SESSIONS_LEASE"),
         )
