@@ -59,10 +59,16 @@ def database_denial(exc: BaseException) -> str | None:
 
 
 def redis_denial(exc: BaseException) -> str | None:
-    """Redis's words when ``exc`` is an ACL refusal (NOPERM), else None."""
+    """Redis's words when ``exc`` is an ACL refusal (NOPERM, or a script's command refused a
+    key: Redis 7 answers that one without the NOPERM code), else None."""
     import redis
 
-    if isinstance(exc, redis.exceptions.NoPermissionError) or "NOPERM" in str(exc):
+    words = str(exc)
+    if (
+        isinstance(exc, redis.exceptions.NoPermissionError)
+        or "NOPERM" in words
+        or "can't access at least one of the keys" in words
+    ):
         return str(exc)
     return None
 
