@@ -7,7 +7,7 @@ the task of its config.ini only with ``--add-tasks`` (docs/WORKERS.md):
 - MySQL/MariaDB: SELECT, INSERT, UPDATE, DELETE on each of the project's tables (schema.py), by
   name, in the project's database; on the task table SELECT and UPDATE (and INSERT with
   ``--add-tasks``): no DDL, no other database, no DELETE of a task.
-- Redis: keys and channels under the prefix (``cnki:``), every command but the @dangerous and
+- Redis: keys and channels under the prefix (``[redis] prefix``, ``cnki:``), every command but the @dangerous and
   @admin ones (FLUSHALL, CONFIG, INFO, KEYS, DEBUG, ...), and not SCAN or RANDOMKEY either,
   which would list the names of other prefixes' keys.
 
@@ -140,7 +140,7 @@ def grant_worker(config, args) -> int:
         password=args.password or new_password(),
         database=url.database or "",
         host=args.host,
-        prefix=args.prefix or KEY_PREFIX,
+        prefix=args.prefix or config.redis_prefix,
         add_tasks=args.add_tasks,
         require_tls=args.require_tls,
     )

@@ -132,6 +132,17 @@ def _redis_url(raw: str) -> str:
     return value
 
 
+def _key_prefix(raw: str) -> str:
+    """[redis] prefix: the start of every key name, and of the worker ACL's ``~prefix*``."""
+    value = raw.strip()
+    if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", value):
+        raise ValueError(
+            f"expected 1 to 64 letters, digits and _ . : - such as cnki: (got {raw!r}); it starts "
+            "every Redis key name and the worker ACL pattern ~PREFIX*"
+        )
+    return value
+
+
 def _http_url(raw: str) -> str:
     value = raw.strip().rstrip("/")
     if value and not value.startswith(("http://", "https://")):
@@ -200,6 +211,7 @@ SCHEMA: dict[str, dict[str, tuple[Any, str]]] = {
     },
     "redis": {
         "url": (_redis_url, _default("REDIS_URL")),
+        "prefix": (_key_prefix, _default("REDIS_KEY_PREFIX")),
         # TLS to Redis (a rediss:// URL): the CA, and a client certificate where the server asks
         "ssl_ca": (_text, ""),
         "ssl_cert": (_text, ""),
@@ -310,6 +322,11 @@ class Config:
     proxy: dict[str, Any]
     crawl: dict[str, Any]
     raw: dict[str, dict[str, Any]] = field(repr=False, default_factory=dict)
+
+    @property
+    def redis_prefix(self) -> str:
+        """[redis] prefix: the start of every Redis key the crawler writes (``cnki:``)."""
+        return self.raw["redis"]["prefix"]
 
     @property
     def data_dir(self) -> Path:

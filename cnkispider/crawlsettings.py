@@ -50,6 +50,7 @@ def crawler_settings(config: Config) -> dict:
         "DATABASE_URL": config.database_url,
         "DATABASE_OUTAGE_SECONDS": config.raw["database"]["outage_seconds"],
         "REDIS_URL": config.redis_url,
+        "REDIS_KEY_PREFIX": config.redis_prefix,
         "CNKI_DATA_DIR": str(data_dir),
         # the site
         "CNKI_BASE_URL": cnki["base_url"],
@@ -89,7 +90,7 @@ def crawler_settings(config: Config) -> dict:
         "RETRY_CHALLENGE_SESSIONS": crawl["challenge_sessions"],
         "RETRY_CHALLENGE_COOLDOWN": crawl["challenge_cooldown"],
         # Redis scheduling
-        "SCHEDULER_NAMESPACE": f"cnki:{task.name}",
+        "SCHEDULER_NAMESPACE": f"{config.redis_prefix}{task.name}",
         "SCHEDULER_LEASE_SECONDS": crawl["lease_seconds"],
         "SCHEDULER_MAX_ATTEMPTS": crawl["max_attempts"],
         # proxies
@@ -105,6 +106,7 @@ def crawler_settings(config: Config) -> dict:
         "RATELIMIT_RATE": crawl["rate_limit"],
         "RATELIMIT_PROXY_RATE": proxy["rate_limit"],
         "RATELIMIT_BURST": crawl["rate_burst"],
+        "RATELIMIT_KEY_PREFIX": f"{config.redis_prefix}ratelimit",
         # one learned pace per CNKI session and per IP, in the same middleware
         "PACE_ENABLED": crawl["pace"],
         "PACE_START": crawl["pace_start"],

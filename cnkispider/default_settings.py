@@ -47,10 +47,13 @@ DATABASE_BATCH_SECONDS = 0.2  # seconds a document waits at most for its batch
 # -- REDIS_* ------------------------------------------------------------------------------------
 
 REDIS_URL = ""  # empty: the embedded Redis under CNKI_DATA_DIR
+# the prefix of every key the crawler keeps in Redis ([redis] prefix): a task's queue under
+# <prefix><task>:, the shared pace under <prefix>ratelimit:, the session pool under <prefix><host>:
+REDIS_KEY_PREFIX = "cnki:"
 
 # -- SCHEDULER_*, DUPEFILTER_*: Redis scheduling (cnkispider/scheduling/) -----------------------
 
-SCHEDULER_NAMESPACE = "cnki"  # key prefix of one task (crawler_settings adds the task's name)
+SCHEDULER_NAMESPACE = "cnki"  # one task's keys (crawler_settings: REDIS_KEY_PREFIX + task name)
 # a popped request returns to the queue after this long without renewal (renewed every third
 # of it while its worker lives)
 SCHEDULER_LEASE_SECONDS = 60
@@ -117,7 +120,7 @@ RATELIMIT_RATE = 0.0  # requests/s to one site, all workers together; 0 = no lim
 RATELIMIT_PROXY_RATE = 0.0  # requests/s through one proxy, all workers together; 0 = no limit
 RATELIMIT_BURST = 1  # requests a fixed key lets go at once after a quiet spell
 RATELIMIT_LATE = 0.05  # seconds a request may wake after its time and still go
-RATELIMIT_KEY_PREFIX = "cnki:ratelimit"
+RATELIMIT_KEY_PREFIX = "cnki:ratelimit"  # crawler_settings: REDIS_KEY_PREFIX + "ratelimit"
 PACE_ENABLED = False
 PACE_START = 0.5  # requests/s of a new session or IP
 PACE_STEP = 0.5  # requests/s gained per second of clean answers
@@ -137,7 +140,8 @@ PACE_DIRECT_NAME = "direct"  # the IP name of requests without a proxy
 # auto: plain sessions until CNKI checks for a person, then verified ones | verified | plain
 SESSIONS_MODE = "auto"
 SESSIONS_ON_CHECK = "wait"  # no usable session: wait | prompt (ask at the console) | fail (exit 3)
-# Redis key prefix of the pool; empty: cnki:<CNKI_BASE_URL's host> (a session is the site's)
+# Redis key prefix of the pool; empty: REDIS_KEY_PREFIX + CNKI_BASE_URL's host (a session is the
+# site's)
 SESSIONS_NAMESPACE = ""
 SESSIONS_TTL = 12 * 3600.0  # seconds a session stays in the pool at most
 SESSIONS_LEASE = 120.0  # seconds a round keeps its session without a request (a dead worker's)

@@ -163,7 +163,7 @@ def _check_services(config: Config) -> None:
         engine.dispose()
     client = connect(config.redis_url, config.data_dir)
     try:
-        check_redis(client, redis_account(config.redis_url))
+        check_redis(client, redis_account(config.redis_url), config.redis_prefix)
     finally:
         client.close()
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import secrets
 
+from cnkispider import default_settings
 from cnkispider.exceptions import CnkiSpiderError
 
 #: MySQL/MariaDB error codes that say "this account may not", not "this statement is wrong".
@@ -33,9 +34,10 @@ DENIED_MYSQL_ERRORS = frozenset(
     }
 )
 
-#: The key prefix of every key the crawler writes in Redis (tasks' queues, the shared pace,
-#: the session pool), and the channel prefix of anything it publishes.
-KEY_PREFIX = "cnki:"
+#: The default key prefix of every key the crawler writes in Redis (tasks' queues, the shared
+#: pace, the session pool), and the channel prefix of anything it publishes: ``[redis] prefix``
+#: (:attr:`cnkispider.config.Config.redis_prefix`) is the one a crawl uses.
+KEY_PREFIX = default_settings.REDIS_KEY_PREFIX
 
 ASK_ADMIN = (
     "ask the administrator of the shared servers to grant it (cnkispider admin grant-worker "
@@ -57,10 +59,16 @@ def database_denial(exc: BaseException) -> str | None:
 
 
 def redis_denial(exc: BaseException) -> str | None:
-    """Redis's words when ``exc`` is an ACL refusal (NOPERM), else None."""
+    """Redis's words when ``exc`` is an ACL refusal (NOPERM, or a script's command refused a
+    key: Redis 7 answers that one without the NOPERM code), else None."""
     import redis
 
-    if isinstance(exc, redis.exceptions.NoPermissionError) or "NOPERM" in str(exc):
+    words = str(exc)
+    if (
+        isinstance(exc, redis.exceptions.NoPermissionError)
+        or "NOPERM" in words
+        or "can't access at least one of the keys" in words
+    ):
         return str(exc)
     return None
 

@@ -38,6 +38,7 @@ class CrawlSetup:
     categories: str
     task: str = field(default_factory=lambda: f"t{uuid.uuid4().hex[:10]}")
     redis_url: str = REDIS_URL
+    redis: dict = field(default_factory=dict)  # more [redis] keys (prefix)
     cnki: dict = field(default_factory=dict)
     crawl: dict = field(default_factory=dict)
     proxy: dict = field(default_factory=dict)
@@ -72,7 +73,7 @@ class CrawlSetup:
         }
         sections = {
             "database": {"url": self.db_url},
-            "redis": {"url": self.redis_url},
+            "redis": {"url": self.redis_url, **self.redis},
             "task": {
                 "name": self.task,
                 "type": self.doc_type,
@@ -143,7 +144,10 @@ class CrawlSetup:
 
     def cleanup_redis(self) -> None:
         client = redis.Redis.from_url(self.redis_url)
-        keys = list(client.scan_iter(match=f"cnki:{self.task}*", count=1000))
+        prefix = self.redis.get("prefix", "cnki:")
+        # a prefix of the test's own: every key under it (the pace and the session pool too)
+        match = f"{prefix}*" if prefix != "cnki:" else f"cnki:{self.task}*"
+        keys = list(client.scan_iter(match=match, count=1000))
         if keys:
             client.delete(*keys)
         client.close()

@@ -307,3 +307,22 @@ def test_each_default_is_written_once():
                 for _ in re.finditer(r"^DEFAULTS\b", text, re.M)
             ]
     assert found == []
+
+
+def test_redis_prefix_is_one_key_with_a_checked_value(tmp_path):
+    """[redis] prefix (default cnki:) reaches every key name of a crawl; a prefix the worker
+    ACL pattern could not hold names the file, the section and the key."""
+    from cnkispider.crawlsettings import crawler_settings
+
+    base = "[redis]\nurl = redis://127.0.0.1:6379/0\n"
+    assert load_config(write(tmp_path, base), environ={}).redis_prefix == "cnki:"
+    config = load_config(write(tmp_path, base + "prefix = lab-2:\n"), environ={})
+    settings = crawler_settings(config)
+    assert config.redis_prefix == "lab-2:"
+    assert settings["SCHEDULER_NAMESPACE"] == f"lab-2:{config.task.name}"
+    assert settings["RATELIMIT_KEY_PREFIX"] == "lab-2:ratelimit"
+    assert settings["REDIS_KEY_PREFIX"] == "lab-2:"
+    for bad in ("cnki:*", "two words", ""):
+        with pytest.raises(ConfigError) as raised:
+            load_config(write(tmp_path, base + f"prefix = {bad}\n"), environ={})
+        assert "[redis] prefix" in str(raised.value) and "config.ini" in str(raised.value)

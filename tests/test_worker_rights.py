@@ -5,6 +5,7 @@ worker whose rights fall short names the right and the account and exits 2."""
 from __future__ import annotations
 
 import dataclasses
+import uuid
 
 import pymysql
 import pytest
@@ -192,6 +193,39 @@ def test_redis_user_on_another_prefix_names_the_user_and_exits_2(tmp_path, mysql
         line = done.stderr.strip().splitlines()[-1]
         assert f"Redis user {account.name} " in line and "~cnki:*" in line, line
         assert "no permissions to access" in line
+    finally:
+        account.drop()
+        admin.cleanup_redis()
+
+
+def test_a_crawl_under_another_redis_prefix_keeps_every_key_under_it(
+    tmp_path, mysql_url, cnki_site
+):
+    """[redis] prefix is the one setting of the key prefix: `admin grant-worker` takes it as
+    its default, and a worker whose Redis user may touch only keys under that prefix crawls
+    the truth (a key built with the hard-coded cnki: would be refused: NOPERM)."""
+    prefix = f"other{uuid.uuid4().hex[:8]}:"
+    site = cnki_site(seed=31, latency="0.005-0.02")
+    admin = _admin_setup(tmp_path, site, mysql_url, redis={"prefix": prefix})
+    account, printed = grant(admin.config_path, mysql_url, admin.redis_url, "--add-tasks")
+    try:
+        acl = next(line for line in printed.splitlines() if line.startswith("ACL SETUSER"))
+        assert f"~{prefix}*" in acl.split() and "~cnki:*" not in acl.split(), acl
+        worker = _as_worker(admin, account, tmp_path)
+        done = worker.run(timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:] + worker.log()[-3000:]
+        assert "NOPERM" not in done.stderr + worker.log()
+        assert compare(admin.stored(), admin.truth(), "paper") == {
+            "missing": [],
+            "extra": [],
+            "differing": {},
+        }
+        client = redis.Redis.from_url(admin.redis_url)
+        try:
+            assert client.exists(f"{prefix}{admin.task}:epoch")
+            assert not list(client.scan_iter(match=f"cnki:{admin.task}*", count=1000))
+        finally:
+            client.close()
     finally:
         account.drop()
         admin.cleanup_redis()

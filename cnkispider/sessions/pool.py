@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from cnkispider import default_settings
 from cnkispider.exceptions import InputError
 
 if TYPE_CHECKING:
@@ -58,11 +59,12 @@ DEFAULT_LEASE = 120.0
 WAITING_MESSAGE = "CNKI wants a person to pass its check (cnkispider session login)"
 
 
-def namespace_for(base_url: str) -> str:
-    """The pool's Redis namespace for the site at ``base_url`` (``cnki:<host[:port]>``)."""
+def namespace_for(base_url: str, prefix: str = default_settings.REDIS_KEY_PREFIX) -> str:
+    """The pool's Redis namespace for the site at ``base_url`` (``<prefix><host[:port]>``;
+    ``prefix``: ``[redis] prefix``, ``cnki:``)."""
     from urllib.parse import urlsplit
 
-    return f"cnki:{urlsplit(base_url).netloc.lower() or 'kns.cnki.net'}"
+    return f"{prefix}{urlsplit(base_url).netloc.lower() or 'kns.cnki.net'}"
 
 
 @dataclass
@@ -107,10 +109,14 @@ class Lease:
         return self.session_id is None and self.busy == 0
 
 
-# KEYS[1] ids zset, KEYS[2] round key; ARGV prefix, worker, round_id, round_key, now, lease, ttl
+# KEYS[1] ids zset, KEYS[2] round key, KEYS[3..] the hash of each session in the pool (read
+# just before: every key the script touches is passed in KEYS, which Redis ACLs check); ARGV
+# worker, round_id, round_key, now, lease, share, then the id of each KEYS[3..] hash, in order
 _LEASE_LUA = """
-local prefix, worker, round_id, round_key = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local now, lease = tonumber(ARGV[5]), tonumber(ARGV[6])
+local worker, round_id, round_key = ARGV[1], ARGV[2], ARGV[3]
+local now, lease = tonumber(ARGV[4]), tonumber(ARGV[5])
+local hash = {}
+for j = 3, #KEYS do hash[ARGV[j + 4]] = KEYS[j] end
 local function usable(h, own)
   local f = redis.call('HMGET', h, 'state', 'leased_until', 'cooling_until', 'round_key')
   local state = f[1]
@@ -123,22 +129,23 @@ local function usable(h, own)
   return false
 end
 local function take(id)
-  local h = prefix .. id
-  redis.call('HSET', h, 'state', 'leased', 'worker', worker, 'round_id', round_id,
+  redis.call('HSET', hash[id], 'state', 'leased', 'worker', worker, 'round_id', round_id,
              'round_key', round_key, 'leased_until', tostring(now + lease))
   redis.call('SET', KEYS[2], id, 'PX', math.floor(lease * 1000))
   return id
 end
 local current = redis.call('GET', KEYS[2])
-if current and usable(prefix .. current, round_key) then
+if current and hash[current] and usable(hash[current], round_key) then
   return {take(current), 0}
 end
 local busy = 0
 local chosen = nil
 local shared = nil
-for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-  local h = prefix .. id
-  if redis.call('EXISTS', h) == 0 then
+for j = 3, #KEYS do
+  local id, h = ARGV[j + 4], KEYS[j]
+  if not redis.call('ZSCORE', KEYS[1], id) then
+    -- left the pool since the caller read it: not a candidate
+  elseif redis.call('EXISTS', h) == 0 then
     redis.call('ZREM', KEYS[1], id)
   elseif usable(h, round_key) then
     if not chosen then chosen = id end
@@ -153,7 +160,7 @@ for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   end
 end
 if chosen then return {take(chosen), busy} end
-if shared and ARGV[7] == '1' then
+if shared and ARGV[6] == '1' then
   -- every session is another round's: this round shares one rather than waiting for it (a
   -- waiting round would hold the worker's download slots that the other round needs)
   redis.call('SET', KEYS[2], shared, 'PX', math.floor(lease * 1000))
@@ -230,7 +237,7 @@ class SessionStore:
         from cnkispider import redisconn
 
         client = redisconn.connect(config.redis_url, config.data_dir)
-        kwargs.setdefault("namespace", namespace_for(config.cnki["base_url"]))
+        kwargs.setdefault("namespace", namespace_for(config.cnki["base_url"], config.redis_prefix))
         return cls(client, **kwargs)
 
     @classmethod
@@ -242,7 +249,8 @@ class SessionStore:
             client = redisconn.connect(settings.get("REDIS_URL"), settings.get("CNKI_DATA_DIR"))
         return cls(
             client,
-            settings.get("SESSIONS_NAMESPACE") or namespace_for(settings.get("CNKI_BASE_URL")),
+            settings.get("SESSIONS_NAMESPACE")
+            or namespace_for(settings.get("CNKI_BASE_URL"), settings.get("REDIS_KEY_PREFIX")),
             ttl=settings.getfloat("SESSIONS_TTL"),
             lease=settings.getfloat("SESSIONS_LEASE"),
         )
@@ -372,16 +380,18 @@ class SessionStore:
         """The session of round ``round_key`` (any stable name of one round, e.g. ``task:7``):
         the one it holds if still usable, else a ready one leased to it now, else (``share``)
         one another round holds, used by both, else none."""
+        # the pool's sessions, read first: the script touches only the keys it is given
+        ids = [_text(i) for i in self.client.zrange(self._ids, 0, -1)]
         session_id, busy = self._lease_script(
-            keys=[self._ids, self._round_key(round_key)],
+            keys=[self._ids, self._round_key(round_key), *map(self._key, ids)],
             args=[
-                self._key(""),
                 worker,
                 "" if round_id is None else str(round_id),
                 round_key,
                 repr(self.clock()),
                 repr(self.lease_seconds),
                 "1" if share else "0",
+                *ids,
             ],
         )
         session_id = _text(session_id)

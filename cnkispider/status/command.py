@@ -63,7 +63,7 @@ def status_command(
             task_name=task_name,
             redis_label=label,
             redis_error=error,
-            sessions_namespace=namespace_for(config.cnki["base_url"]),
+            sessions_namespace=namespace_for(config.cnki["base_url"], config.redis_prefix),
         )
 
     try:

@@ -239,7 +239,7 @@ def add_session(config, redis_client, paste) -> str:
     from cnkispider.sessions.pool import namespace_for
     from cnkispider.sessions.waysin import added_line
 
-    store = SessionStore(redis_client, namespace_for(config.cnki["base_url"]))
+    store = SessionStore(redis_client, namespace_for(config.cnki["base_url"], config.redis_prefix))
     session = store.add(paste.cookies, source="curl", user_agent=paste.user_agent)
     return added_line(session, paste, "curl")
 

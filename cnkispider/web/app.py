@@ -108,7 +108,7 @@ class Web:
         self.engine = engine
         self.token = token
         self.sample_seconds = sample_seconds
-        self.namespace = namespace_for(config.cnki["base_url"])
+        self.namespace = namespace_for(config.cnki["base_url"], config.redis_prefix)
         self._connect = lambda: connect_if_running(config.redis_url, config.data_dir)
         self.redis, self.redis_label, self.redis_error = self._connect()
         self._tried = 0.0
