@@ -18,11 +18,19 @@ pytest_plugins = [
     "tests.fixtures.standin",  # the local CNKI stand-in site
     "tests.fixtures.scheduling",  # the scheduler driven by hand on the real Redis
     "tests.fixtures.crawls",  # crawls of the stand-in in a worker subprocess
+    "tests.fixtures.commands",  # the command line in-process on the test's database
 ]
 
 #: Fixtures that make a test long (a build, a crawl shared by a module, private services, a
 #: browser): a test that uses one is in the full tier only, whatever its markers say.
-SLOW_FIXTURES = {"exe", "services", "watched_crawl", "crawled", "browser", "crawl_setup"}
+SLOW_FIXTURES = {
+    "exe",
+    "services",
+    "watched_crawl",
+    "crawled",
+    "browser",
+    "crawl_setup",  # and all built on it: census_crawl, verified_crawl (tests/fixtures/crawls.py)
+}
 
 #: The fast tier's budgets per test (its set-up and call). CPU seconds, of the test's process and
 #: the subprocesses it waited for: what a test costs, which a busy machine hardly changes (wall

@@ -109,6 +109,14 @@ class CrawlSetup:
             timeout=timeout * SAFETY,
         )
 
+    def run_ok(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        """``run``, and assert it exited 0, with the tails of its output and log if not."""
+        result = self.run(*args, timeout=timeout)
+        assert result.returncode == 0, (
+            result.stdout[-3000:] + result.stderr[-3000:] + self.log()[-3000:]
+        )
+        return result
+
     def spawn(self, *args: str) -> subprocess.Popen:
         self.write()
         return subprocess.Popen(
