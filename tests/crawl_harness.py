@@ -117,6 +117,22 @@ class CrawlSetup:
         )
         return result
 
+    def scrapy_crawl(
+        self, *settings: str, env: dict | None = None, timeout: float = 300
+    ) -> subprocess.CompletedProcess:
+        """Scrapy's own `scrapy crawl TYPE` (config.ini through CNKI_CONFIG) to the end, with
+        ``-s NAME=value`` for each of ``settings`` and ``env`` added to the environment."""
+        self.write()
+        return subprocess.run(
+            [sys.executable, "-m", "scrapy", "crawl", self.doc_type]
+            + [arg for setting in settings for arg in ("-s", setting)],
+            cwd=ROOT,
+            env={**os.environ, "CNKI_CONFIG": str(self.config_path), **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout * SAFETY,
+        )
+
     def spawn(self, *args: str) -> subprocess.Popen:
         self.write()
         return subprocess.Popen(

@@ -109,36 +109,16 @@ def test_a_document_whose_storing_fails_is_recorded_in_error_link_not_lost(crawl
     """A pipeline exception (the seed's global exception handler) lands in errorLink with its
     traceback; the recrawl phase retries it until it is permanent; every other document is stored."""
     import json
-    import os
-    import subprocess
-    import sys
-
-    from tests.crawl_harness import ROOT
 
     setup = crawl_setup("paper", "TP3,F0", "sqlite", end="2024-01-01", site={"seed": 11})
     truth = setup.truth()
     failing = truth[3]["filename"]
-    setup.write()
     pipelines = {
         "tests.fixtures.failing_pipeline.FailOnSomeDocuments": 100,
         "cnkispider.pipelines.DocumentPipeline": 800,
     }
-    env = {**os.environ, "CNKI_CONFIG": str(setup.config_path), "CNKI_TEST_FAIL_FILENAMES": failing}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "scrapy",
-            "crawl",
-            "paper",
-            "-s",
-            f"ITEM_PIPELINES={json.dumps(pipelines)}",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    result = setup.scrapy_crawl(
+        f"ITEM_PIPELINES={json.dumps(pipelines)}", env={"CNKI_TEST_FAIL_FILENAMES": failing}
     )
     assert result.returncode == 0, result.stderr[-3000:] + setup.log()[-3000:]
     diff = compare(setup.stored(), truth, "paper")
