@@ -18,11 +18,20 @@ pytest_plugins = [
     "tests.fixtures.standin",  # the local CNKI stand-in site
     "tests.fixtures.scheduling",  # the scheduler driven by hand on the real Redis
     "tests.fixtures.crawls",  # crawls of the stand-in in a worker subprocess
+    "tests.fixtures.commands",  # the command line in-process on the test's database
 ]
 
 #: Fixtures that make a test long (a build, a crawl shared by a module, private services, a
 #: browser): a test that uses one is in the full tier only, whatever its markers say.
-SLOW_FIXTURES = {"exe", "services", "watched_crawl", "crawled", "browser", "crawl_setup"}
+SLOW_FIXTURES = {
+    "exe",
+    "services",
+    "watched_crawl",
+    "crawled",
+    "browser",
+    "crawl_setup",  # and all built on it: census_crawl, verified_crawl (tests/fixtures/crawls.py)
+    "tls_servers",  # private MariaDB and Redis over TLS, and a worker in a subprocess
+}
 
 #: The fast tier's budgets per test (its set-up and call). CPU seconds, of the test's process and
 #: the subprocesses it waited for: what a test costs, which a busy machine hardly changes (wall
@@ -110,7 +119,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
-    """With --fast: the tier's ten costliest tests in CPU seconds (what its budget measures)."""
+    """With --fast: the tier's CPU seconds in all and its ten costliest tests (what its budget
+    measures): the sum is what the tier costs whatever the load (on two idle cores, about half
+    of it in wall time), where the wall time says how busy the machine was."""
     if not config.getoption("fast"):
         return
     costs = [
@@ -118,7 +129,11 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         for r in terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", [])
         if r.when == "call"
     ]
+    if not costs:  # --collect-only, or nothing ran
+        return
     terminalreporter.section("fast tier: the costliest tests (CPU seconds)")
+    total = sum(cpu for cpu, _ in costs)
+    terminalreporter.write_line(f"{len(costs)} tests, {total:.1f} CPU seconds in all")
     for cpu, nodeid in sorted(costs, reverse=True)[:10]:
         terminalreporter.write_line(f"{cpu:6.2f}  {nodeid}")
 

@@ -110,6 +110,30 @@ class CrawlSetup:
             timeout=timeout * SAFETY,
         )
 
+    def run_ok(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        """``run``, and assert it exited 0, with the tails of its output and log if not."""
+        result = self.run(*args, timeout=timeout)
+        assert result.returncode == 0, (
+            result.stdout[-3000:] + result.stderr[-3000:] + self.log()[-3000:]
+        )
+        return result
+
+    def scrapy_crawl(
+        self, *settings: str, env: dict | None = None, timeout: float = 300
+    ) -> subprocess.CompletedProcess:
+        """Scrapy's own `scrapy crawl TYPE` (config.ini through CNKI_CONFIG) to the end, with
+        ``-s NAME=value`` for each of ``settings`` and ``env`` added to the environment."""
+        self.write()
+        return subprocess.run(
+            [sys.executable, "-m", "scrapy", "crawl", self.doc_type]
+            + [arg for setting in settings for arg in ("-s", setting)],
+            cwd=ROOT,
+            env={**os.environ, "CNKI_CONFIG": str(self.config_path), **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout * SAFETY,
+        )
+
     def spawn(self, *args: str) -> subprocess.Popen:
         self.write()
         return subprocess.Popen(

@@ -12,40 +12,11 @@ import sqlalchemy as sa
 from cnkispider.schema import error_code, ledger, round_
 from tasks.categories import covers, load_tree
 from tasks.flow import TaskStore
-from tests.crawl_harness import CrawlSetup, compare
+from tests.crawl_harness import compare
+from tests.fixtures.crawls import IPC, YEAR
 
-IPC = "A,B,C,D,E,F,G,H"  # the shipped IPC tree's roots: a task that covers the tree
-YEAR = {"profile": "realistic-year", "scale": 0.002, "surge_rows": 300, "cap_rows": 250}
-CAP = {"cap_rows": 250}
 # at scale 0.002 (surge rows 300): Sat 2 March has no patent, Fri 1 March 72, Tue 5 March 307
 EMPTY, WITHIN, OVER = "2024-03-02", "2024-03-01", "2024-03-05"
-
-
-@pytest.fixture
-def census_crawl(crawl_setup):
-    """A patent crawl with the day census on (tests/fixtures/crawls.py), on SQLite."""
-
-    def make(day, site=None, categories=IPC, end=None, **kw):
-        cnki = kw.pop("cnki", CAP)
-        return crawl_setup(
-            "patent",
-            categories,
-            "sqlite",
-            day,
-            end or day,
-            site=site or YEAR,
-            day_census="on",
-            cnki=cnki,
-            **kw,
-        )
-
-    return make
-
-
-def _crawl(setup, timeout=240):
-    result = setup.run(timeout=timeout)
-    assert result.returncode == 0, result.stderr[-2000:] + setup.log()[-3000:]
-    return result
 
 
 def _rounds(setup):
@@ -105,7 +76,7 @@ def test_a_task_covers_the_tree_only_with_all_the_roots():
 @pytest.mark.slow  # a crawl in a worker subprocess
 def test_an_empty_day_costs_one_request(census_crawl):
     setup = census_crawl(EMPTY)
-    _crawl(setup)
+    setup.run_ok(timeout=240)
     stats = setup.site.stats()
     assert stats["kinds"]["grid"] == 1, stats["kinds"]
     assert stats["kinds"]["detail"] == 0
@@ -120,7 +91,7 @@ def test_an_empty_day_answered_as_the_soft_block_asks_its_week_once(census_crawl
     """CNKI may answer a genuine zero with the soft block's body: the census cannot be its own
     canary, so the week up to the day is asked on the same session (one request more)."""
     setup = census_crawl(EMPTY, site={**YEAR, "zero_as_soft_block": True})
-    result = _crawl(setup)
+    result = setup.run_ok(timeout=240)
     stats = setup.site.stats()
     assert stats["kinds"]["grid"] == 2, stats["kinds"]
     assert [(r.category, r.state, r.total, r.note) for r in _rounds(setup)] == [
@@ -132,7 +103,7 @@ def test_an_empty_day_answered_as_the_soft_block_asks_its_week_once(census_crawl
 @pytest.mark.slow  # a crawl in a worker subprocess
 def test_a_day_within_the_cap_is_one_round_and_equals_the_truth(census_crawl):
     setup = census_crawl(WITHIN)
-    _crawl(setup)
+    setup.run_ok(timeout=240)
     truth = setup.truth()
     assert 50 < len(truth) <= 250
     _equal_to_truth(setup)
@@ -149,7 +120,7 @@ def test_a_day_within_the_cap_is_one_round_and_equals_the_truth(census_crawl):
 @pytest.mark.slow  # a crawl in a worker subprocess
 def test_a_day_over_the_cap_splits_by_the_roots_and_equals_the_truth(census_crawl):
     setup = census_crawl(OVER)
-    _crawl(setup)
+    setup.run_ok(timeout=240)
     truth = setup.truth()
     assert len(truth) > 250
     _equal_to_truth(setup)
@@ -171,7 +142,7 @@ def test_a_census_shortfall_is_recorded(census_crawl):
     roots add up to less than the census. The shortfall is an errorCode row ``census``
     (permanent), and the round is done with what the census saw beyond the roots as ``beyond``."""
     setup = census_crawl(OVER, site={**YEAR, "break_": "census-short"})
-    _crawl(setup)
+    setup.run_ok(timeout=240)
     codes = setup.query(sa.select(error_code.c.reason, error_code.c.state, error_code.c.detail))
     assert [(c.reason, c.state) for c in codes] == [("census", "permanent")], codes
     assert codes[0].detail.startswith("census 307, categories ")
@@ -194,7 +165,7 @@ def test_a_task_that_does_not_cover_the_tree_crawls_the_day_s_roots_after_its_ce
     the day's root rounds follow it."""
     roots = "A,B,C,D,E,F,G"
     setup = census_crawl(EMPTY, categories=roots, end=WITHIN_NEXT)
-    _crawl(setup)
+    setup.run_ok(timeout=240)
     _equal_to_truth(setup)
     rounds = {(r.day, r.category): r for r in _rounds(setup)}
     assert rounds[(EMPTY, "*")].note == "empty day"
@@ -226,36 +197,32 @@ WITHIN_NEXT = "2024-03-05"
 
 
 @pytest.mark.slow  # a crawl in a worker subprocess
-def test_a_session_serves_several_rounds(tmp_path, cnki_site, sqlite_url):
+def test_a_session_serves_several_rounds(crawl_setup, cnki_site):
     """Warm-up and client id once per session, not per round: 8 rounds of many pages (page
     size 10, more grid POSTs than the pool's sessions would take at 14 turns each) on the
     plain pool of 4 sessions, with no turn limit, cost at most one warm-up per session."""
     site = cnki_site(seed=5, turn_limit=0)  # CNKI with its person check has no fixed turn limit
-    setup = CrawlSetup(
-        tmp_path,
-        site,
-        sqlite_url,
+    setup = crawl_setup(
         "patent",
+        "G06,H04",
+        "sqlite",
         "2024-01-01",
         "2024-01-04",
-        "G06,H04",
+        site=site,
         day_census="off",
         cnki={"page_size": 10, "turn_limit": 1000, "sessions": "plain"},
     )
-    try:
-        _crawl(setup)
-        _equal_to_truth(setup)
-        stats = site.stats()
-        rounds = _rounds(setup)
-        assert len(rounds) == 8 and {r.state for r in rounds} == {"done"}
-        grids = stats["kinds"]["grid"]
-        assert grids > 4 * 14  # a turn limit of 14 would have renewed sessions
-        assert stats["kinds"]["warmup"] == stats["kinds"]["client_id"]
-        assert 1 <= stats["kinds"]["warmup"] <= 4  # SESSION_POOL_SIZE: once per session
-        assert stats["kinds"]["warmup"] < len(rounds)
-        assert stats["challenged"]["total"] == 0
-    finally:
-        setup.cleanup_redis()
+    setup.run_ok(timeout=240)
+    _equal_to_truth(setup)
+    stats = site.stats()
+    rounds = _rounds(setup)
+    assert len(rounds) == 8 and {r.state for r in rounds} == {"done"}
+    grids = stats["kinds"]["grid"]
+    assert grids > 4 * 14  # a turn limit of 14 would have renewed sessions
+    assert stats["kinds"]["warmup"] == stats["kinds"]["client_id"]
+    assert 1 <= stats["kinds"]["warmup"] <= 4  # SESSION_POOL_SIZE: once per session
+    assert stats["kinds"]["warmup"] < len(rounds)
+    assert stats["challenged"]["total"] == 0
 
 
 def test_the_day_census_setting_is_validated(tmp_path):

@@ -12,10 +12,9 @@ import sqlalchemy as sa
 
 from cnkispider.cnki.protocol import Protocol, Search
 from cnkispider.schema import round_
-from tests.crawl_harness import CrawlSetup, compare
+from tests.crawl_harness import compare
 from tests.test_cnki_site import DAY, crawl_round
 
-YEAR = {"profile": "realistic-year", "scale": 0.002, "surge_rows": 300, "cap_rows": 250}
 WITHIN, OVER = "2024-03-01", "2024-03-05"  # whole tree 72 and 307 patents at this scale
 
 
@@ -61,37 +60,6 @@ def test_the_crawler_sends_the_task_s_categories_or_d_in_the_subject_group():
         Search.for_day("patent", WITHIN, "G", any_of=("H",))
 
 
-@pytest.fixture
-def census_crawl(tmp_path, cnki_site, sqlite_url):
-    made = []
-
-    def make(start, end, categories, doc_type="patent"):
-        setup = CrawlSetup(
-            tmp_path / f"c{len(made)}",
-            cnki_site(**YEAR),
-            sqlite_url,
-            doc_type,
-            start,
-            end,
-            categories,
-            day_census="on",
-            cnki={"cap_rows": 250},
-        )
-        setup.tmp_path.mkdir()
-        made.append(setup)
-        return setup
-
-    yield make
-    for setup in made:
-        setup.cleanup_redis()
-
-
-def _crawl(setup):
-    result = setup.run(timeout=240)
-    assert result.returncode == 0, result.stderr[-2000:] + setup.log()[-3000:]
-    return result
-
-
 def _rounds(setup):
     return setup.query(
         sa.select(
@@ -101,8 +69,8 @@ def _rounds(setup):
 
 
 def test_a_day_within_the_cap_is_one_census_round_over_the_task_s_categories(census_crawl):
-    setup = census_crawl(WITHIN, WITHIN, "G,H")
-    result = _crawl(setup)
+    setup = census_crawl(WITHIN, categories="G,H")
+    result = setup.run_ok(timeout=240)
     truth = setup.truth()
     assert 0 < len(truth) < 72
     assert compare(setup.stored(), truth, "patent") == {"missing": [], "extra": [], "differing": {}}
@@ -116,8 +84,8 @@ def test_a_day_within_the_cap_is_one_census_round_over_the_task_s_categories(cen
 
 
 def test_a_day_over_the_cap_crawls_a_round_per_category(census_crawl):
-    setup = census_crawl(OVER, OVER, "A,B,C,D,E,F,G")  # 7 of 8 roots: over the cap that day
-    _crawl(setup)
+    setup = census_crawl(OVER, categories="A,B,C,D,E,F,G")  # 7 of 8 roots: over the cap that day
+    setup.run_ok(timeout=240)
     truth = setup.truth()
     assert len(truth) > 250
     assert compare(setup.stored(), truth, "patent")["missing"] == []

@@ -11,17 +11,7 @@ import pytest
 
 from cnkispider.cli import main
 from tests.crawl_harness import ROOT
-
-
-@pytest.fixture
-def ini(tmp_path, db_url):
-    path = tmp_path / "config.ini"
-    path.write_text(f"[database]\nurl = {db_url}\n", encoding="utf-8")
-    return str(path)
-
-
-def cli(ini, *args):
-    return main(["--config", ini, *args])
+from tests.fixtures.commands import cli
 
 
 def test_task_commands_steer_the_task_table(ini, capsys):
@@ -470,34 +460,27 @@ def test_a_feed_with_several_processes_is_refused_in_one_line(ini, capsys):
 
 
 @pytest.mark.slow  # a crawl in a worker subprocess
-def test_config_names_the_file_even_beside_a_broken_config_ini(tmp_path, cnki_site, sqlite_url):
+def test_config_names_the_file_even_beside_a_broken_config_ini(tmp_path, crawl_setup):
     """Issue 15's first defect: `cnkispider.settings` loaded ./config.ini when it was imported,
     so `cnkispider --config good.ini run` from a folder whose config.ini has a typo stopped with
     exit 2 naming the stray file. Only Scrapy's own command line reads config.ini that way now."""
-    from tests.crawl_harness import CrawlSetup, compare
+    from tests.crawl_harness import compare
 
-    site = cnki_site(seed=3, scale=0.2)
-    setup = CrawlSetup(
-        tmp_path / "good", site, sqlite_url, "patent", "2024-01-01", "2024-01-01", "G06"
-    )
-    setup.tmp_path.mkdir()
+    setup = crawl_setup("patent", "G06", "sqlite", end="2024-01-01", site={"seed": 3, "scale": 0.2})
     setup.write()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "config.ini").write_text("[crawl]\nconcurrent_requestz = 4\n", encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("CNKI_CONFIG", None)
-    try:
-        result = subprocess.run(
-            [sys.executable, "-m", "cnkispider.cli", "--config", str(setup.config_path), "run"],
-            cwd=elsewhere,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-    finally:
-        setup.cleanup_redis()
+    result = subprocess.run(
+        [sys.executable, "-m", "cnkispider.cli", "--config", str(setup.config_path), "run"],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "concurrent_requestz" not in result.stderr
     truth = setup.truth()

@@ -42,6 +42,7 @@ def test_every_positional_argument_has_help():
     assert missing == []
 
 
+@pytest.mark.slow  # over a second alone: commands in subprocesses and an embedded Redis
 def test_a_short_command_prints_no_info_line_and_the_embedded_redis_line_goes_to_the_log(
     tmp_path,
 ):

@@ -432,6 +432,7 @@ def test_zero_as_soft_block_answers_a_genuine_zero_with_the_soft_blocks_bytes(cn
     assert plain.state()["zero_as_soft_block"] is False
 
 
+@pytest.mark.slow  # over a second alone: many searches of the stand-in
 def test_title_search_finds_the_document(cnki_site):
     site = cnki_site(seed=4)
     target = site.truth("paper", DAY, categories=["TP"])[7]
@@ -602,6 +603,7 @@ def test_each_fault_at_rate_one(cnki_site):
     assert all(faults[name] == 2 for name in (*expectations, "reset")) and faults["slow"] == 1
 
 
+@pytest.mark.slow  # over a second alone: two stand-ins, many pages
 def test_faults_are_deterministic_per_seed_and_retries_draw_afresh(cnki_site):
     def statuses(site):
         client = site.client()
@@ -803,6 +805,7 @@ def test_crossdb_lists_exactly_the_databases_of_its_kuakucode(cnki_site):
     assert client.get(href)[0] == 200  # a foreign row is a real document of its own database
 
 
+@pytest.mark.slow  # over a second alone: many searches of the stand-in
 def test_toprank_matches_the_exact_code_only_suffix_and_the_facet_match_prefixes(cnki_site):
     site = cnki_site(seed=2)
     truth = site.truth("paper", DAY, categories=["TP3"])
@@ -909,6 +912,7 @@ def test_rows_without_keys_mode(cnki_site):
 
 
 @pytest.mark.parametrize("doc_type", ["patent", "paper", "achievement"])
+@pytest.mark.slow  # over a second alone: a day's detail pages
 def test_detail_pages_have_the_2026_markup(cnki_site, doc_type):
     site = cnki_site(seed=2)
     code = {"patent": "H04", "paper": "TP", "achievement": "R"}[doc_type]
@@ -1097,6 +1101,7 @@ def test_break_client_id(cnki_site):
     assert is_json_403(*client.grid("patent", DAY))
 
 
+@pytest.mark.slow  # over a second alone: a day's list pages, twice
 def test_break_date_filter(cnki_site):
     days = ("2024-01-01", "2024-01-31")
     normal, broken = cnki_site(seed=1), cnki_site(seed=1, break_="date-filter")
@@ -1170,6 +1175,7 @@ def test_unknown_break_is_refused():
     assert out.returncode == 2 and b"--break" in out.stderr
 
 
+@pytest.mark.slow  # over a second alone: two days' truth of the stand-in
 def test_truth_lists_only_documents_to_store(cnki_site):
     site = cnki_site(seed=2, dbname_years=False)  # the families' bare names
     truth = site.truth("paper", DAY)
@@ -1189,6 +1195,7 @@ YEAR_NAMES = {
 @pytest.mark.parametrize(
     ("doc_type", "code"), [("patent", "H04"), ("paper", "TP"), ("achievement", "TP")]
 )
+@pytest.mark.slow  # over a second alone: a day's list and detail pages
 def test_dbname_years_on_rows_links_detail_pages_and_truth(cnki_site, doc_type, code):
     site = cnki_site(seed=2, dbname_years=True, overflow=[f"{doc_type}:{DAY}:{code}:400"])
     truth = {(t["dbname"], t["filename"]): t for t in site.truth(doc_type, DAY, categories=[code])}
@@ -1217,6 +1224,7 @@ def test_dbname_years_on_rows_links_detail_pages_and_truth(cnki_site, doc_type, 
     assert plain <= {"SCPD", "CJFQ", "CAPJ", "CMFD", "CDFD", "SNAD"}
 
 
+@pytest.mark.slow  # over a second alone: the stand-in's truth command in a subprocess
 def test_dbname_years_in_the_cli_truth_and_the_100_kept_by_kuakucode(cnki_site):
     options = ["--seed", "4", "--dbname-years"]
     cli = subprocess.run(
@@ -1322,6 +1330,7 @@ def test_same_seed_same_site_other_seed_other_site(cnki_site):
     assert _first_page(a) != _first_page(c)
 
 
+@pytest.mark.slow  # over a second alone: the stand-in's truth command in a subprocess
 def test_cli_truth_equals_the_endpoint(cnki_site):
     options = ["--seed", "9", "--scale", "0.5", "--overflow", "paper:2024-03-05:F:700"]
     out = subprocess.run(

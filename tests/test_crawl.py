@@ -128,11 +128,6 @@ def test_scrapy_crawl_reads_config_ini_and_writes_the_feed_and_the_html_archive(
     """A Scrapy user's `scrapy crawl paper` runs the same crawl as `cnkispider run`."""
     import gzip
     import json
-    import os
-    import subprocess
-    import sys
-
-    from tests.crawl_harness import ROOT
 
     setup = setup_crawl(
         "paper",
@@ -142,16 +137,7 @@ def test_scrapy_crawl_reads_config_ini_and_writes_the_feed_and_the_html_archive(
         site={"seed": 5},
         crawl={"feed": "items.jsonl", "archive_html": "true"},
     )
-    setup.write()
-    env = {**os.environ, "CNKI_CONFIG": str(setup.config_path)}
-    result = subprocess.run(
-        [sys.executable, "-m", "scrapy", "crawl", "paper"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = setup.scrapy_crawl()
     assert result.returncode == 0, result.stderr[-3000:] + setup.log()[-3000:]
     truth = setup.truth()
     assert truth and compare(setup.stored(), truth, "paper") == {

@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from cnkispider.schema import error_code, error_link
-from tests.crawl_harness import CrawlSetup, compare
+from tests.crawl_harness import compare
 
 pytestmark = pytest.mark.slow  # every test crawls the stand-in in a worker subprocess
 
@@ -56,118 +56,79 @@ def proxied(site) -> dict:
 
 
 def test_crawl_and_recrawl_through_faults_bans_and_dead_proxies_equal_the_truth(
-    tmp_path, cnki_site, mysql_url
+    crawl_setup, cnki_site
 ):
     site = hostile_site(cnki_site)
-    setup = CrawlSetup(
-        tmp_path,
-        site,
-        mysql_url,
+    setup = crawl_setup(
         "patent",
-        "2024-01-01",
-        "2024-01-02",
         "G06,H04",
+        "mysql",
+        site=site,
         proxy=proxied(site),
         # faults drawn at random put four challenged sessions in a row now and
         # then: a short pause keeps the pause in play without 300 s of waiting
         crawl={"retry_times": 6, "challenge_cooldown": 3},
     )
-    try:
-        result = setup.run(timeout=400)
-        assert result.returncode == 0, result.stdout[-3000:] + setup.log()[-4000:]
-        truth = setup.truth()
-        assert len(truth) > 100
-        assert compare(setup.stored(), truth, "patent") == {
-            "missing": [],
-            "extra": [],
-            "differing": {},
-        }
-        assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] == 0
-        assert setup.query(sa.select(sa.func.count()).select_from(error_link))[0][0] == 0
-        stats = site.stats()
-        injected = sum(stats["faults"].values())
-        assert injected > 20, stats["faults"]  # the faults really happened
-        # the dead proxies were handed out and met (their connections dropped), and the crawl
-        # bought more batches from the provider instead of stopping on them
-        assert stats["dead_proxy_drops"] > 0, stats
-        assert stats["provider"]["ok"] > 1, stats["provider"]
-    finally:
-        setup.cleanup_redis()
+    result = setup.run(timeout=400)
+    assert result.returncode == 0, result.stdout[-3000:] + setup.log()[-4000:]
+    truth = setup.truth()
+    assert len(truth) > 100
+    assert compare(setup.stored(), truth, "patent") == {
+        "missing": [],
+        "extra": [],
+        "differing": {},
+    }
+    assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] == 0
+    assert setup.query(sa.select(sa.func.count()).select_from(error_link))[0][0] == 0
+    stats = site.stats()
+    injected = sum(stats["faults"].values())
+    assert injected > 20, stats["faults"]  # the faults really happened
+    # the dead proxies were handed out and met (their connections dropped), and the crawl
+    # bought more batches from the provider instead of stopping on them
+    assert stats["dead_proxy_drops"] > 0, stats
+    assert stats["provider"]["ok"] > 1, stats["provider"]
 
 
-def test_a_document_that_always_fails_is_the_only_one_left_in_error_link(
-    tmp_path, cnki_site, sqlite_url
-):
-    site = cnki_site(seed=11)
-    setup = CrawlSetup(tmp_path, site, sqlite_url, "paper", "2024-01-01", "2024-01-01", "TP3,F0")
+def test_a_document_that_always_fails_is_the_only_one_left_in_error_link(crawl_setup):
+    setup = crawl_setup("paper", "TP3,F0", "sqlite", end="2024-01-01", site={"seed": 11})
+    site = setup.site
     doomed = {setup.truth()[7]["filename"]}
     site.control(doomed=sorted(doomed))
-    try:
-        result = setup.run(timeout=300)
-        assert result.returncode == 0, result.stdout[-3000:] + setup.log()[-4000:]
-        diff = compare(setup.stored(), setup.truth(), "paper")
-        assert {filename for _, filename in diff["missing"]} == doomed
-        assert diff["extra"] == [] and diff["differing"] == {}
-        rows = setup.query(
-            sa.select(error_link.c.filename, error_link.c.reason, error_link.c.state)
-        )
-        assert {r.filename for r in rows} == doomed
-        assert all(r.state == "permanent" and r.reason for r in rows)
-        assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] == 0
-    finally:
-        setup.cleanup_redis()
+    result = setup.run(timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + setup.log()[-4000:]
+    diff = compare(setup.stored(), setup.truth(), "paper")
+    assert {filename for _, filename in diff["missing"]} == doomed
+    assert diff["extra"] == [] and diff["differing"] == {}
+    rows = setup.query(sa.select(error_link.c.filename, error_link.c.reason, error_link.c.state))
+    assert {r.filename for r in rows} == doomed
+    assert all(r.state == "permanent" and r.reason for r in rows)
+    assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] == 0
 
 
-def test_a_document_whose_storing_fails_is_recorded_in_error_link_not_lost(
-    tmp_path, cnki_site, sqlite_url
-):
+def test_a_document_whose_storing_fails_is_recorded_in_error_link_not_lost(crawl_setup):
     """A pipeline exception (the seed's global exception handler) lands in errorLink with its
     traceback; the recrawl phase retries it until it is permanent; every other document is stored."""
     import json
-    import os
-    import subprocess
-    import sys
 
-    from tests.crawl_harness import ROOT
-
-    site = cnki_site(seed=11)
-    setup = CrawlSetup(tmp_path, site, sqlite_url, "paper", "2024-01-01", "2024-01-01", "TP3,F0")
+    setup = crawl_setup("paper", "TP3,F0", "sqlite", end="2024-01-01", site={"seed": 11})
     truth = setup.truth()
     failing = truth[3]["filename"]
-    setup.write()
     pipelines = {
         "tests.fixtures.failing_pipeline.FailOnSomeDocuments": 100,
         "cnkispider.pipelines.DocumentPipeline": 800,
     }
-    env = {**os.environ, "CNKI_CONFIG": str(setup.config_path), "CNKI_TEST_FAIL_FILENAMES": failing}
-    try:
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "scrapy",
-                "crawl",
-                "paper",
-                "-s",
-                f"ITEM_PIPELINES={json.dumps(pipelines)}",
-            ],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
+    result = setup.scrapy_crawl(
+        f"ITEM_PIPELINES={json.dumps(pipelines)}", env={"CNKI_TEST_FAIL_FILENAMES": failing}
+    )
+    assert result.returncode == 0, result.stderr[-3000:] + setup.log()[-3000:]
+    diff = compare(setup.stored(), truth, "paper")
+    assert [filename for _, filename in diff["missing"]] == [failing] and not diff["extra"]
+    rows = setup.query(
+        sa.select(
+            error_link.c.filename, error_link.c.reason, error_link.c.state, error_link.c.detail
         )
-        assert result.returncode == 0, result.stderr[-3000:] + setup.log()[-3000:]
-        diff = compare(setup.stored(), truth, "paper")
-        assert [filename for _, filename in diff["missing"]] == [failing] and not diff["extra"]
-        rows = setup.query(
-            sa.select(
-                error_link.c.filename, error_link.c.reason, error_link.c.state, error_link.c.detail
-            )
-        )
-        assert [(r.filename, r.reason, r.state) for r in rows] == [
-            (failing, "pipeline:RuntimeError", "permanent")
-        ]
-        assert f"storage refused {failing} (test)" in rows[0].detail
-    finally:
-        setup.cleanup_redis()
+    )
+    assert [(r.filename, r.reason, r.state) for r in rows] == [
+        (failing, "pipeline:RuntimeError", "permanent")
+    ]
+    assert f"storage refused {failing} (test)" in rows[0].detail

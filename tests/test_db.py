@@ -59,6 +59,7 @@ def _open(url):
     open_database(url).dispose()
 
 
+@pytest.mark.slow  # over a second alone: four worker processes
 def test_many_workers_creating_the_schema_at_once_all_succeed(db_url):
     """Workers started together race to create the tables; every one of them must start."""
     import multiprocessing
@@ -251,6 +252,7 @@ def _pipeline(engine):
     return pipeline
 
 
+@pytest.mark.slow  # over a second alone: MariaDB's refusals, one by one
 def test_a_value_too_long_for_its_column_fails_only_its_document(mysql_url, caplog):
     from cnkispider.storage import DocumentRejected, fetch_all
 
@@ -274,6 +276,7 @@ def test_a_value_too_long_for_its_column_fails_only_its_document(mysql_url, capl
     engine.dispose()
 
 
+@pytest.mark.slow  # over a second alone: a Scrapy crawler's pipeline on MariaDB
 def test_a_stored_document_clears_its_error_link_row_through_the_crawl_context(mysql_url):
     """The pipeline deletes the errorLink row of a document it stores, with the recorder of the
     crawl context (cnkispider.context), whichever task listed it."""

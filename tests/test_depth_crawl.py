@@ -13,39 +13,12 @@ import sqlalchemy as sa
 
 from cnkispider.schema import error_code, error_link, round_
 from cnkispider.schema import task as task_table
-from tests.crawl_harness import EXPORT_DEPTH_FIELDS, LIST_DEPTH_FIELDS, CrawlSetup, count_rows
+from tests.crawl_harness import EXPORT_DEPTH_FIELDS, LIST_DEPTH_FIELDS, count_rows
 
 LIST_FIELDS, EXPORT_FIELDS = LIST_DEPTH_FIELDS, EXPORT_DEPTH_FIELDS
 
 
-@pytest.fixture
-def crawl(tmp_path, cnki_site, request):
-    made = []
-
-    def make(doc_type, categories, depth, db="sqlite", site=None, **kw):
-        setup = CrawlSetup(
-            tmp_path / f"{doc_type}-{len(made)}",
-            cnki_site(**(site or {"seed": 11})),
-            request.getfixturevalue(f"{db}_url"),
-            doc_type,
-            "2024-01-01",
-            "2024-01-01",
-            categories,
-            depth=depth,
-            **kw,
-        )
-        setup.tmp_path.mkdir()
-        made.append(setup)
-        return setup
-
-    yield make
-    for setup in made:
-        setup.cleanup_redis()
-
-
-def _run(setup, *args):
-    result = setup.run(*args)
-    assert result.returncode == 0, result.stderr[-3000:] + setup.log()[-3000:]
+SITE, DAY = {"seed": 11}, "2024-01-01"
 
 
 def _text(value) -> str:
@@ -83,10 +56,10 @@ def _ledger_balanced(setup) -> None:
     ("doc_type", "categories"), [("paper", "TP3,F0"), ("patent", "G06"), ("achievement", "TP3")]
 )
 def test_a_list_depth_crawl_equals_the_truth_on_the_rows_fields_and_asks_no_more(
-    crawl, doc_type, categories
+    crawl_setup, doc_type, categories
 ):
-    setup = crawl(doc_type, categories, "list")
-    _run(setup)
+    setup = crawl_setup(doc_type, categories, "sqlite", end=DAY, site=SITE, depth="list")
+    setup.run_ok()
     assert _differences(setup, LIST_FIELDS[doc_type]) == {}
     stored = setup.stored()
     assert len(stored) > 20 and {d["depth"] for d in stored} == {"list"}
@@ -102,10 +75,11 @@ def test_a_list_depth_crawl_equals_the_truth_on_the_rows_fields_and_asks_no_more
     [("paper", "TP3,F0", "mysql"), ("patent", "G06", "sqlite"), ("achievement", "TP3", "sqlite")],
 )
 def test_an_export_depth_crawl_with_a_hidden_batch_of_10_equals_the_truth(
-    crawl, doc_type, categories, db
+    crawl_setup, doc_type, categories, db
 ):
-    setup = crawl(doc_type, categories, "export", db=db, site={"seed": 11, "export_batch": 10})
-    _run(setup)
+    site = {**SITE, "export_batch": 10}
+    setup = crawl_setup(doc_type, categories, db, end=DAY, site=site, depth="export")
+    setup.run_ok()
     assert _differences(setup, EXPORT_FIELDS[doc_type]) == {}
     stored = setup.stored()
     assert {d["depth"] for d in stored} == {"export"}
@@ -123,19 +97,19 @@ def test_an_export_depth_crawl_with_a_hidden_batch_of_10_equals_the_truth(
 
 
 def test_a_record_that_never_comes_goes_to_errorlink_and_the_recrawl_fetches_its_page(
-    crawl, cnki_site
+    crawl_setup, cnki_site
 ):
-    setup = crawl("paper", "TP3", "export", site={"seed": 11})
+    setup = crawl_setup("paper", "TP3", "sqlite", end=DAY, site=SITE, depth="export")
     truth = setup.truth()
     never = sorted(d["filename"] for d in truth)[:3]
     setup.site.control(export_missing=never)
     setup.crawl = {"recrawl": "off"}
-    _run(setup)
+    setup.run_ok()
     links = setup.query(sa.select(error_link.c.filename, error_link.c.reason))
     assert sorted(links) == [(f, "export-missing") for f in never]
     _ledger_balanced(setup)  # the rows in errorLink are accounted for
     setup.crawl = {}
-    _run(setup, "recrawl")  # the recrawl phase: their detail pages
+    setup.run_ok("recrawl")  # the recrawl phase: their detail pages
     assert count_rows(setup, error_link) == 0
     by_name = {d["filename"]: d for d in setup.stored()}
     assert len(by_name) == len(truth)
@@ -144,25 +118,27 @@ def test_a_record_that_never_comes_goes_to_errorlink_and_the_recrawl_fetches_its
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
-def test_every_done_round_balances_under_random_batch_limits_and_lost_records(crawl, seed):
+def test_every_done_round_balances_under_random_batch_limits_and_lost_records(crawl_setup, seed):
     """A property over crawls: whatever CNKI's hidden batch limit, the configured start size
     and the records it never gives, every round ends done and balanced, the lost rows are
     exactly errorLink's export-missing rows, and every other document is stored."""
     rnd = random.Random(seed)
     limit = rnd.choice([1, 3, 7, 10, 25, 0])  # 0: the stand-in answers every id
     start = rnd.choice([1, 5, 50, 120])
-    setup = crawl(
+    setup = crawl_setup(
         "paper",
         "TP3,F0",
-        "export",
+        "sqlite",
+        end=DAY,
         site={"seed": 20 + seed, "export_batch": limit},
+        depth="export",
         cnki={"export_batch": start},
         crawl={"recrawl": "off"},
     )
     names = sorted(d["filename"] for d in setup.truth())
     never = set(rnd.sample(names, rnd.randint(0, min(6, len(names)))))
     setup.site.control(export_missing=sorted(never))
-    _run(setup)
+    setup.run_ok()
     _ledger_balanced(setup)
     links = setup.query(sa.select(error_link.c.filename, error_link.c.reason))
     assert {f for f, _ in links} == never, (limit, start)
@@ -170,29 +146,19 @@ def test_every_done_round_balances_under_random_batch_limits_and_lost_records(cr
     assert {d["filename"] for d in setup.stored()} == set(names) - never
 
 
-def test_a_deepening_task_fetches_exactly_the_selected_documents(crawl, tmp_path):
+def test_a_deepening_task_fetches_exactly_the_selected_documents(crawl_setup):
     """`task add top --depth detail --like all --where "cited >= 10"`: the rounds of `all`
     listed again, detail pages of the rows the rule selects only, the others dropped by the rule
     not-selected in each round's ledger; the list-depth documents stay as they were."""
     from cnkispider.cli import main
 
-    listed = crawl("paper", "TP3", "list", db="mysql")
-    _run(listed)
+    listed = crawl_setup("paper", "TP3", "mysql", end=DAY, site=SITE, depth="list")
+    listed.run_ok()
     truth = {d["filename"]: d for d in listed.truth()}
     chosen = {f for f, d in truth.items() if int(d["cited"] or 0) >= 10}
     assert 0 < len(chosen) < len(truth)
     listed.site.control(reset_stats=True)
-    top = CrawlSetup(
-        tmp_path / "top",
-        listed.site,
-        listed.db_url,
-        "paper",
-        "2024-01-01",
-        "2024-01-01",
-        "TP3",
-        task=f"top{listed.task}",
-    )
-    top.tmp_path.mkdir()
+    top = crawl_setup("paper", "TP3", "mysql", end=DAY, site=listed.site, task=f"top{listed.task}")
     config = str(top.write())
     assert (
         main(
@@ -212,10 +178,7 @@ def test_a_deepening_task_fetches_exactly_the_selected_documents(crawl, tmp_path
         )
         == 0
     )
-    try:
-        _run(top)
-    finally:
-        top.cleanup_redis()
+    top.run_ok()
     assert setup_kinds(top)["detail"] == len(chosen)
     stored = {d["filename"]: d for d in top.stored()}
     assert {f for f, d in stored.items() if d["depth"] == "detail"} == chosen
@@ -239,64 +202,50 @@ def setup_kinds(setup) -> dict:
 
 @pytest.mark.parametrize("depth", ["list", "export"])
 def test_one_pass_handed_over_by_curl_crawls_each_depth_equal_to_the_truth(
-    tmp_path, cnki_site, sqlite_url, depth
+    verified_crawl, tmp_path, depth
 ):
     """On a stand-in that checks for a person: one pass, added by `session add --from-curl`,
     and the crawl at list or export depth equals the truth on its fields, never checked."""
     from tests.crawl_harness import depth_fields
-    from tests.test_verified_crawl import CHROME_UA, cleanup, pool_of
+    from tests.test_verified_crawl import CHROME_UA
 
-    site = cnki_site(human_check=True, session_pace=0, session_burst=0, export_batch=10)
-    setup = CrawlSetup(
-        tmp_path,
-        site,
-        sqlite_url,
-        "paper",
-        "2024-01-01",
-        "2024-01-01",
-        "TP3,F0",
-        cnki={"sessions": "verified", "session_pace": 30},
-        depth=depth,
+    setup, _ = verified_crawl("paper", "TP3,F0", site={"export_batch": 10}, depth=depth)
+    site = setup.site
+    cookies = site.pass_check()
+    paste = tmp_path / "request.txt"
+    paste.write_text(
+        f"curl '{site.base_url}/kns8s/defaultresult/index' \\\n"
+        f"  -b '{'; '.join(f'{k}={v}' for k, v in cookies.items())}' \\\n"
+        f"  -H 'user-agent: {CHROME_UA}'\n"
     )
-    pool = pool_of(site)
-    try:
-        cookies = site.pass_check()
-        paste = tmp_path / "request.txt"
-        paste.write_text(
-            f"curl '{site.base_url}/kns8s/defaultresult/index' \\\n"
-            f"  -b '{'; '.join(f'{k}={v}' for k, v in cookies.items())}' \\\n"
-            f"  -H 'user-agent: {CHROME_UA}'\n"
-        )
-        added = setup.run("session", "add", "--from-curl", str(paste), timeout=60)
-        assert added.returncode == 0, added.stdout + added.stderr
-        before = site.stats()["human_check_refusals"]
-        _run(setup)
-        from tests.crawl_harness import compare
+    added = setup.run("session", "add", "--from-curl", str(paste), timeout=60)
+    assert added.returncode == 0, added.stdout + added.stderr
+    before = site.stats()["human_check_refusals"]
+    setup.run_ok()
+    from tests.crawl_harness import compare
 
-        diff = compare(setup.stored(), setup.truth(), "paper", depth_fields(depth, "paper"))
-        assert diff == {"missing": [], "extra": [], "differing": {}}
-        stats = site.stats()
-        assert stats["human_check_refusals"] == before and stats["human_check"]["passes"] == 1
-        assert stats["kinds"]["detail"] == 0
-        assert (stats["kinds"]["export"] > 0) is (depth == "export")
-        _ledger_balanced(setup)
-    finally:
-        cleanup(setup, pool)
+    diff = compare(setup.stored(), setup.truth(), "paper", depth_fields(depth, "paper"))
+    assert diff == {"missing": [], "extra": [], "differing": {}}
+    stats = site.stats()
+    assert stats["human_check_refusals"] == before and stats["human_check"]["passes"] == 1
+    assert stats["kinds"]["detail"] == 0
+    assert (stats["kinds"]["export"] > 0) is (depth == "export")
+    _ledger_balanced(setup)
 
 
-def test_a_task_set_shallower_mid_way_is_no_markup_drift(crawl):
+def test_a_task_set_shallower_mid_way_is_no_markup_drift(crawl_setup):
     """The drift alarm (issue 26) counts only documents read from detail pages: a task set to
     list depth after detail rounds stores documents without detail fields by design, and goes
     on instead of halting for 'markup drift'."""
-    setup = crawl("paper", "TP3,F0", "detail")
-    _run(setup, "run", "-s", "CNKI_DRIFT_DOCUMENTS=15")
+    setup = crawl_setup("paper", "TP3,F0", "sqlite", end=DAY, site=SITE, depth="detail")
+    setup.run_ok("run", "-s", "CNKI_DRIFT_DOCUMENTS=15")
     detail = {d["filename"] for d in setup.stored()}
     assert len(detail) > 20
     for args in (("set", setup.task, "--depth", "list"), ("extend", setup.task, "2024-01-03")):
         changed = setup.run("task", *args)
         assert changed.returncode == 0, changed.stderr
     setup.depth = "list"
-    _run(setup, "run", "-s", "CNKI_DRIFT_DOCUMENTS=15")
+    setup.run_ok("run", "-s", "CNKI_DRIFT_DOCUMENTS=15")
     stored = {d["filename"]: d for d in setup.stored()}
     later = setup.site.truth("paper", "2024-01-02", "2024-01-03", ["TP3", "F0"])
     assert later and {d["filename"] for d in later} <= set(stored)

@@ -9,22 +9,11 @@ import json
 import pytest
 import sqlalchemy as sa
 
-from cnkispider.cli import main
 from cnkispider.config import load_config
 from cnkispider.db import open_database
 from cnkispider.exceptions import ConfigError
 from cnkispider.schema import task
-
-
-@pytest.fixture
-def ini(tmp_path, db_url):
-    path = tmp_path / "config.ini"
-    path.write_text(f"[database]\nurl = {db_url}\n", encoding="utf-8")
-    return str(path)
-
-
-def cli(ini, *args):
-    return main(["--config", ini, *args])
+from tests.fixtures.commands import cli
 
 
 def _depths(ini) -> dict[str, str | None]:

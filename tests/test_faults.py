@@ -32,7 +32,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -265,32 +264,14 @@ def test_a_title_too_long_for_its_column_fails_only_its_own_document(tmp_path, c
     setup = new_setup(tmp_path, site, services)
     truth = setup.truth()
     long_ok, too_long = truth[5]["filename"], truth[9]["filename"]
-    setup.write()
     pipelines = {
         "tests.fixtures.long_titles.LongTitles": 100,
         "cnkispider.pipelines.DocumentPipeline": 800,
     }
-    env = {
-        **os.environ,
-        "CNKI_CONFIG": str(setup.config_path),
-        "CNKI_TEST_LONG_TITLES": f"{long_ok}=600,{too_long}=70000",
-    }
+    long_titles = {"CNKI_TEST_LONG_TITLES": f"{long_ok}=600,{too_long}=70000"}
     try:
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "scrapy",
-                "crawl",
-                "patent",
-                "-s",
-                f"ITEM_PIPELINES={json.dumps(pipelines)}",
-            ],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=200,
+        result = setup.scrapy_crawl(
+            f"ITEM_PIPELINES={json.dumps(pipelines)}", env=long_titles, timeout=200
         )
     finally:
         setup.cleanup_redis()

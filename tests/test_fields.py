@@ -17,51 +17,20 @@ from cnkispider import schema
 from cnkispider.db import open_database
 from cnkispider.items import FIELDS
 from cnkispider.storage import fetch_all, row_for, upsert_documents
-from tests.crawl_harness import CrawlSetup, compare
+from tests.crawl_harness import compare
 
 SITE = {"seed": 11}
-
-
-@pytest.fixture
-def crawl(tmp_path, cnki_site, request):
-    made = []
-
-    def make(doc_type, categories, db, start="2024-01-01", end="2024-01-01", site=None, **kw):
-        setup = CrawlSetup(
-            tmp_path / f"{doc_type}-{len(made)}",
-            cnki_site(**(site or SITE)),
-            request.getfixturevalue(f"{db}_url"),
-            doc_type,
-            start,
-            end,
-            categories,
-            **kw,
-        )
-        setup.tmp_path.mkdir()
-        made.append(setup)
-        return setup
-
-    yield make
-    for setup in made:
-        setup.cleanup_redis()
-
-
-def _run(setup, *args):
-    result = setup.run(*args)
-    assert result.returncode == 0, (
-        result.stdout[-3000:] + result.stderr[-3000:] + setup.log()[-3000:]
-    )
-    return result
+DAY = "2024-01-01"
 
 
 @pytest.mark.parametrize(
     ("doc_type", "categories", "db"),
     [("paper", "TP3,F0", "sqlite"), ("achievement", "TP3", "mysql"), ("patent", "G06", "mysql")],
 )
-def test_list_row_fields_equal_the_truth_and_cost_no_request(crawl, doc_type, categories, db):
-    setup = crawl(doc_type, categories, db)
+def test_list_row_fields_equal_the_truth_and_cost_no_request(crawl_setup, doc_type, categories, db):
+    setup = crawl_setup(doc_type, categories, db, end=DAY, site=SITE)
     before = dt.datetime.now(dt.UTC).replace(tzinfo=None, microsecond=0)
-    _run(setup)
+    setup.run_ok()
     after = dt.datetime.now(dt.UTC).replace(tzinfo=None) + dt.timedelta(seconds=1)
     truth, stored = setup.truth(), setup.stored()
     assert len(truth) > 20
@@ -177,9 +146,9 @@ def test_drift_verdict_names_the_field_and_the_round():
     assert verdict(history, 0) is None  # off
 
 
-def test_a_field_the_pages_lose_halts_the_task_and_stored_documents_stay(crawl):
-    setup = crawl("paper", "TP3,F0", "sqlite", end="2024-01-01")
-    _run(setup, "run", "-s", "CNKI_DRIFT_DOCUMENTS=15")
+def test_a_field_the_pages_lose_halts_the_task_and_stored_documents_stay(crawl_setup):
+    setup = crawl_setup("paper", "TP3,F0", "sqlite", end=DAY, site=SITE)
+    setup.run_ok("run", "-s", "CNKI_DRIFT_DOCUMENTS=15")
     before = {(d["dbname"], d["filename"]): d for d in setup.stored()}
     assert len(before) > 20 and all(d["keywords"] for d in before.values())
     # CNKI changes its markup: every detail page from now on lacks 关键词
@@ -228,9 +197,11 @@ def test_a_field_the_pages_lose_halts_the_task_and_stored_documents_stay(crawl):
 # -- refresh-counts -----------------------------------------------------------------------------
 
 
-def test_refresh_counts_updates_only_the_counts_at_a_list_page_per_50(crawl):
-    setup = crawl("paper", "TP3,TN9", "mysql", end="2024-01-02", site={"seed": 11, "scale": 16})
-    _run(setup)
+def test_refresh_counts_updates_only_the_counts_at_a_list_page_per_50(crawl_setup):
+    setup = crawl_setup(
+        "paper", "TP3,TN9", "mysql", end="2024-01-02", site={"seed": 11, "scale": 16}
+    )
+    setup.run_ok()
     before = {(d["dbname"], d["filename"]): d for d in setup.stored()}
     day1 = [k for k, d in before.items() if d["date"][:10] == "2024-01-01"]
     assert len(day1) > 500 and len(before) > len(day1)
@@ -270,13 +241,13 @@ def test_refresh_counts_updates_only_the_counts_at_a_list_page_per_50(crawl):
         assert {f: doc[f] for f in unchanged} == {f: old[f] for f in unchanged}
 
 
-def test_refresh_counts_of_a_patent_task_or_no_task_is_one_line(crawl):
-    setup = crawl("patent", "G06", "sqlite")
+def test_refresh_counts_of_a_patent_task_or_no_task_is_one_line(crawl_setup):
+    setup = crawl_setup("patent", "G06", "sqlite", end=DAY, site=SITE)
     setup.write()
     missing = setup.run("refresh-counts", "nosuchtask")
     assert missing.returncode == 2 and "no task 'nosuchtask'" in missing.stderr
     assert missing.stderr.strip().count("\n") == 0
-    _run(setup)
+    setup.run_ok()
     patent = setup.run("refresh-counts", setup.task)
     assert patent.returncode == 2 and "patent rows carry no counts" in patent.stderr
 

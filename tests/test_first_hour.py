@@ -19,19 +19,15 @@ SITE = {"seed": 5, "scale": 0.05}
 
 
 @pytest.fixture
-def user(tmp_path, cnki_site, sqlite_url):
-    setup = CrawlSetup(
-        tmp_path,
-        cnki_site(**SITE),
-        sqlite_url,
+def user(crawl_setup):
+    return crawl_setup(
         "patent",
-        "2024-01-01",
-        "2024-01-01",
         "H04;G06",
+        "sqlite",
+        end="2024-01-01",
+        site=SITE,
         crawl={"log_file": ""},  # the console as a new user sees it
     )
-    yield setup
-    setup.cleanup_redis()
 
 
 def run(setup: CrawlSetup, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:

@@ -391,29 +391,18 @@ def test_days_skipped_by_moving_the_cursor_stay_skipped(sqlite_url):
 # -- a worker's start and its feeding, in real crawls of the stand-in ---------------------------
 
 
-def _crawl_setup(tmp_path, site, url, categories="G06,H04", **kw):
-    from tests.crawl_harness import CrawlSetup
-
-    setup = CrawlSetup(tmp_path, site, url, "patent", "2024-01-01", "2024-01-01", categories, **kw)
-    return setup
-
-
 @pytest.mark.slow  # a crawl in a worker subprocess
-def test_a_database_error_at_start_stops_the_worker_at_once_with_its_cause(
-    tmp_path, cnki_site, mysql_url
-):
+def test_a_database_error_at_start_stops_the_worker_at_once_with_its_cause(crawl_setup):
     """issue 13: a category list longer than its column (a DataError in spider_opened) left the
     worker idle, to say "no task" later. Now it stops at once, the cause in one line."""
     # finer codes under a known one (each passes the category check at start): 683 characters >
     # task.categories' 500
     codes = ",".join(f"G06F{i}" for i in range(1, 100))
-    setup = _crawl_setup(tmp_path, cnki_site(seed=11), mysql_url, categories=codes)
+    setup = crawl_setup("patent", codes, "mysql", end="2024-01-01", site={"seed": 11})
     try:  # at once: before, it stayed idle for good (a generous bound: the machine may be busy)
         result = setup.run(timeout=180)
     except subprocess.TimeoutExpired:
         pytest.fail("the worker did not stop: " + setup.log()[-2000:])
-    finally:
-        setup.cleanup_redis()
     assert result.returncode != 0
     log = setup.log()
     lines = [line for line in log.splitlines() if "cannot start:" in line]
@@ -424,12 +413,11 @@ def test_a_database_error_at_start_stops_the_worker_at_once_with_its_cause(
 
 @pytest.mark.slow  # a crawl in a worker subprocess
 def test_a_task_row_broken_mid_run_is_reported_once_then_quiet_and_taken_up_again_when_fixed(
-    tmp_path, cnki_site, mysql_url
+    crawl_setup, cnki_site, mysql_url
 ):
     """issue 13: a bad task row was reported once, then a 20-line traceback every second."""
     site = cnki_site(seed=11, latency="0.05")
-    setup = _crawl_setup(tmp_path, site, mysql_url, crawl={"concurrent_requests": 2})
-    setup.end = "2024-01-02"
+    setup = crawl_setup("patent", "G06,H04", "mysql", site=site, crawl={"concurrent_requests": 2})
     worker = setup.spawn()
     try:
         wait_until(lambda: "seeded" in setup.log(), 60, workers=[worker], log=setup.log)
@@ -449,7 +437,6 @@ def test_a_task_row_broken_mid_run_is_reported_once_then_quiet_and_taken_up_agai
     finally:
         if worker.poll() is None:
             worker.kill()
-        setup.cleanup_redis()
     reports = [line for line in broken.splitlines() if "cur_code 'ZZ' is not one of" in line]
     assert len(reports) == 1, broken[-3000:]
     assert "Traceback" not in broken and "flow control:" not in broken

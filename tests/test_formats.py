@@ -213,6 +213,7 @@ def test_xlsx_has_typed_columns_and_no_formula(db_url, tmp_path, doc_type):
     )
 
 
+@pytest.mark.slow  # over a second alone: four exports, each in a subprocess
 def test_export_command_writes_each_format(sqlite_url, tmp_path):
     stored = _store(sqlite_url, "achievement")
     config = tmp_path / "config.ini"
@@ -292,6 +293,7 @@ def _peak(n: int, fmt: str, tmp_path) -> int:
 
 
 @pytest.mark.parametrize("fmt", ["xlsx", "ris"])
+@pytest.mark.slow  # over a second alone: exports of 1,500 and 12,000 rows
 def test_export_memory_stays_flat(tmp_path, fmt):
     """Eight times the rows, about the same peak: rows are written, not kept."""
     small, large = _peak(1_500, fmt, tmp_path), _peak(12_000, fmt, tmp_path)

@@ -111,9 +111,12 @@ def test_the_cooldown_is_one_shared_key_with_a_ttl(redis_url, redis_namespace):
     try:
         first, second = Cooldown(client, redis_namespace), Cooldown(client, redis_namespace)
         assert first.remaining() == 0
-        assert first.start(2.0) is True
-        assert second.start(2.0) is False  # one pause at a time, whoever asks
-        assert 1.0 < second.remaining() <= 2.0
+        started = time.monotonic()
+        assert first.start(10.0) is True
+        assert second.start(10.0) is False  # one pause at a time, whoever asks
+        # the key's TTL, run down by the time since the start (over a second on a busy machine)
+        left, took = second.remaining(), time.monotonic() - started
+        assert 10.0 - took - 0.05 <= left <= 10.0 and left > 0
         assert client.exists(f"{redis_namespace}:cooldown")
     finally:
         client.close()
@@ -239,15 +242,15 @@ def gate(cnki_site):
         g.close()
 
 
-def _setup(tmp_path, site, db_url, categories="G06,H04", end="2024-01-02", **crawl) -> CrawlSetup:
-    return CrawlSetup(
-        tmp_path,
-        site,
-        db_url,
+def _setup(crawl_setup, site, db, categories="G06,H04", end="2024-01-02", **crawl) -> CrawlSetup:
+    """A patent crawl through ``site`` (a gate, or an address) on the test's ``db`` ("sqlite",
+    "mysql", or "db": the test's own db_url), by tests/fixtures/crawls.py's crawl_setup."""
+    return crawl_setup(
         "patent",
-        "2024-01-01",
-        end,
         categories,
+        db,
+        end=end,
+        site=site,
         # A halted worker leaves its popped requests leased; the resumed run waits for those
         # leases to run out (about two minutes with the harness's 20 s, seconds with 5).
         crawl={"retry_times": 2, "lease_seconds": 5, **crawl},
@@ -295,83 +298,78 @@ def _error_lines(stderr: str) -> list[str]:
 
 @pytest.mark.slow  # two crawls (the halt, then the resume) in a worker subprocess
 def test_a_rejection_halts_the_task_within_one_round_and_resume_ends_equal_to_the_truth(
-    tmp_path, gate, db_url
+    crawl_setup, gate, db_url
 ):
     g = gate()
     g.reject = True
-    setup = _setup(tmp_path, g, db_url, retry_times=5)
-    try:
-        result = setup.run(timeout=300)
-        assert result.returncode == HALTED, (
-            result.stdout[-2000:] + result.stderr[-2000:] + setup.log()[-3000:]
-        )
-        lines = _error_lines(result.stderr)
-        assert len(lines) == 1, result.stderr
-        assert REJECTION_WORDS in lines[0] and f"cnkispider task resume {setup.task}" in lines[0]
-        # at the first list requests (generous: a busy machine stretches the crawl's time too)
-        assert _log_span(setup.log()) < 120, setup.log()[-3000:]
-        # within one round: the first list requests, never N rounds x retries
-        assert 1 <= len(g.grids) <= 4, g.grids  # at most the rounds seeded at once, one try each
-        phase, reason, halted_at = _task_row(setup)
-        assert (phase, reason) == (
-            "crawl",
-            f"rejected: {REJECTION_WORDS}",
-        ) and halted_at is not None
-        assert "done" not in _rounds(setup)
-        report = _status(setup)
-        assert report["halted"] == f"rejected: {REJECTION_WORDS}" and report["activity"] == "halted"
-        text = subprocess.run(
-            setup.command("status", "--task", setup.task),
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        ).stdout
-        assert f"halted: rejected: {REJECTION_WORDS}" in text
+    setup = _setup(crawl_setup, g, "db", retry_times=5)
+    result = setup.run(timeout=300)
+    assert result.returncode == HALTED, (
+        result.stdout[-2000:] + result.stderr[-2000:] + setup.log()[-3000:]
+    )
+    lines = _error_lines(result.stderr)
+    assert len(lines) == 1, result.stderr
+    assert REJECTION_WORDS in lines[0] and f"cnkispider task resume {setup.task}" in lines[0]
+    # at the first list requests (generous: a busy machine stretches the crawl's time too)
+    assert _log_span(setup.log()) < 120, setup.log()[-3000:]
+    # within one round: the first list requests, never N rounds x retries
+    assert 1 <= len(g.grids) <= 4, g.grids  # at most the rounds seeded at once, one try each
+    phase, reason, halted_at = _task_row(setup)
+    assert (phase, reason) == (
+        "crawl",
+        f"rejected: {REJECTION_WORDS}",
+    ) and halted_at is not None
+    assert "done" not in _rounds(setup)
+    report = _status(setup)
+    assert report["halted"] == f"rejected: {REJECTION_WORDS}" and report["activity"] == "halted"
+    text = subprocess.run(
+        setup.command("status", "--task", setup.task),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    assert f"halted: rejected: {REJECTION_WORDS}" in text
 
-        # the .exe's entry (no arguments: `run` with the config.ini of its folder) says the same
-        frozen = subprocess.run(
-            [sys.executable, "-m", "cnkispider.frozen"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert frozen.returncode == HALTED, frozen.stderr[-2000:]
-        assert [line for line in _error_lines(frozen.stderr) if REJECTION_WORDS in line]
+    # the .exe's entry (no arguments: `run` with the config.ini of its folder) says the same
+    frozen = subprocess.run(
+        [sys.executable, "-m", "cnkispider.frozen"],
+        cwd=setup.tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert frozen.returncode == HALTED, frozen.stderr[-2000:]
+    assert [line for line in _error_lines(frozen.stderr) if REJECTION_WORDS in line]
 
-        g.reject = False  # the cause is fixed (here: CNKI accepts the query again)
-        resumed = subprocess.run(
-            setup.command("task", "resume", setup.task),
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert resumed.returncode == 0, resumed.stderr
-        assert "resumed:" in resumed.stdout and "halt cleared" in resumed.stdout
-        again = setup.run(timeout=300)
-        assert again.returncode == 0, (
-            again.stdout[-2000:] + again.stderr[-2000:] + setup.log()[-3000:]
-        )
-        truth = setup.truth()
-        assert len(truth) > 20
-        assert compare(setup.stored(), truth, "patent") == {
-            "missing": [],
-            "extra": [],
-            "differing": {},
-        }
-        assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] == 0
-        phase, reason, _ = _task_row(setup)
-        assert (phase, reason) == ("done", None)
-        assert _status(setup)["halted"] is None
-    finally:
-        setup.cleanup_redis()
+    g.reject = False  # the cause is fixed (here: CNKI accepts the query again)
+    resumed = subprocess.run(
+        setup.command("task", "resume", setup.task),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed:" in resumed.stdout and "halt cleared" in resumed.stdout
+    again = setup.run(timeout=300)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:] + setup.log()[-3000:]
+    truth = setup.truth()
+    assert len(truth) > 20
+    assert compare(setup.stored(), truth, "patent") == {
+        "missing": [],
+        "extra": [],
+        "differing": {},
+    }
+    assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] == 0
+    phase, reason, _ = _task_row(setup)
+    assert (phase, reason) == ("done", None)
+    assert _status(setup)["halted"] is None
 
 
 @pytest.mark.slow  # a crawl in a worker subprocess
 def test_challenges_across_fresh_sessions_pause_every_worker_and_the_crawl_finishes(
-    tmp_path, gate, sqlite_url
+    crawl_setup, gate
 ):
     g = gate()
     # The round's first page and the canary asked on its session (that body on a first page may
@@ -380,177 +378,155 @@ def test_challenges_across_fresh_sessions_pause_every_worker_and_the_crawl_finis
     g.soft_blocks = CANARY_EPISODE + 4
     pause = 4.0
     setup = _setup(
-        tmp_path,
+        crawl_setup,
         g,
-        sqlite_url,
+        "sqlite",
         categories="G06",
         end="2024-01-01",
         retry_times=8,
         challenge_sessions=3,
         challenge_cooldown=pause,
     )
-    try:
-        result = setup.run(timeout=300)
-        log = setup.log()
-        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:] + log[-3000:]
-        warnings = [line for line in log.splitlines() if "pauses for 4 s" in line]
-        assert len(warnings) == 1, log[-3000:]
-        # the pause really happened: after the third challenged session, no grid request for ~4 s
-        times = [t for t, _ in g.grids]
-        challenged = [t for t, what in g.grids if what == "soft-block"]
-        assert len(challenged) == CANARY_EPISODE + 4
-        third = challenged[CANARY_EPISODE + 2]
-        after = [t for t in times if t > third]
-        # The other round's retry may have been released just before the third challenge came
-        # back (the pause cannot recall it): it arrives within its hop to the site, and is the
-        # only one; then nothing for the pause.
-        early = [t for t in after if t - third < 0.6]
-        later = [t for t in after if t - third >= 0.6]
-        shown = [round(t - third, 2) for t in after[:5]]
-        assert len(early) <= 1 and later and later[0] - third >= pause - 1.0, shown
-        truth = setup.truth()
-        assert compare(setup.stored(), truth, "patent") == {
-            "missing": [],
-            "extra": [],
-            "differing": {},
-        }
-        assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] == 0
-    finally:
-        setup.cleanup_redis()
+    result = setup.run(timeout=300)
+    log = setup.log()
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:] + log[-3000:]
+    warnings = [line for line in log.splitlines() if "pauses for 4 s" in line]
+    assert len(warnings) == 1, log[-3000:]
+    # the pause really happened: after the third challenged session, no grid request for ~4 s
+    times = [t for t, _ in g.grids]
+    challenged = [t for t, what in g.grids if what == "soft-block"]
+    assert len(challenged) == CANARY_EPISODE + 4
+    third = challenged[CANARY_EPISODE + 2]
+    after = [t for t in times if t > third]
+    # The other round's retry may have been released just before the third challenge came
+    # back (the pause cannot recall it): it arrives within its hop to the site, and is the
+    # only one; then nothing for the pause.
+    early = [t for t in after if t - third < 0.6]
+    later = [t for t in after if t - third >= 0.6]
+    shown = [round(t - third, 2) for t in after[:5]]
+    assert len(early) <= 1 and later and later[0] - third >= pause - 1.0, shown
+    truth = setup.truth()
+    assert compare(setup.stored(), truth, "patent") == {
+        "missing": [],
+        "extra": [],
+        "differing": {},
+    }
+    assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] == 0
 
 
 @pytest.mark.slow  # a crawl in a worker subprocess
-def test_a_worker_told_to_stop_during_a_pause_stops_in_seconds_and_loses_nothing(
-    tmp_path, gate, sqlite_url
-):
+def test_a_worker_told_to_stop_during_a_pause_stops_in_seconds_and_loses_nothing(crawl_setup, gate):
     """SIGTERM (a service manager, Ctrl-C) while the task waits out a 5-minute challenge pause:
     the retries waiting for it are handed back (queued in Redis) and the worker stops within
     seconds, not when the pause ends. The next run, once the pause is over, crawls everything."""
     g = gate()
     g.soft_blocks = CANARY_EPISODE + 3  # the first page and its canary, then three sessions
     setup = _setup(
-        tmp_path,
+        crawl_setup,
         g,
-        sqlite_url,
+        "sqlite",
         categories="G06",
         end="2024-01-01",
         retry_times=8,
         challenge_sessions=3,
         challenge_cooldown=300,
     )
-    try:
-        worker = setup.spawn()
-        wait_until(lambda: "pauses for 300 s" in setup.log(), 120, workers=[worker], log=setup.log)
-        # time for the retries to reach the pause (had they not yet, the stop must work too)
-        time.sleep(1.0)
-        asked = time.monotonic()
-        worker.send_signal(signal.SIGTERM)
-        worker.communicate(timeout=120)
-        stopped_in = time.monotonic() - asked
-        assert stopped_in < 60, stopped_in  # in seconds, not at the pause's end (300 s): generous
-        # the pause is over (here: its key removed), and the next run finishes the task
-        client = redis.Redis.from_url(setup.redis_url)
-        client.delete(f"cnki:{setup.task}:cooldown")
-        client.close()
-        again = setup.run(timeout=300)
-        assert again.returncode == 0, (
-            again.stdout[-2000:] + again.stderr[-2000:] + setup.log()[-3000:]
-        )
-        assert compare(setup.stored(), setup.truth(), "patent") == {
-            "missing": [],
-            "extra": [],
-            "differing": {},
-        }
-        assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] == 0
-    finally:
-        setup.cleanup_redis()
+    worker = setup.spawn()
+    wait_until(lambda: "pauses for 300 s" in setup.log(), 120, workers=[worker], log=setup.log)
+    # time for the retries to reach the pause (had they not yet, the stop must work too)
+    time.sleep(1.0)
+    asked = time.monotonic()
+    worker.send_signal(signal.SIGTERM)
+    worker.communicate(timeout=120)
+    stopped_in = time.monotonic() - asked
+    assert stopped_in < 60, stopped_in  # in seconds, not at the pause's end (300 s): generous
+    # the pause is over (here: its key removed), and the next run finishes the task
+    client = redis.Redis.from_url(setup.redis_url)
+    client.delete(f"cnki:{setup.task}:cooldown")
+    client.close()
+    again = setup.run(timeout=300)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:] + setup.log()[-3000:]
+    assert compare(setup.stored(), setup.truth(), "patent") == {
+        "missing": [],
+        "extra": [],
+        "differing": {},
+    }
+    assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] == 0
 
 
 @pytest.mark.slow  # a crawl in a worker subprocess
 def test_k_rounds_failing_for_one_fault_halt_the_task_and_resume_clears_their_rows(
-    tmp_path, gate, mysql_url
+    crawl_setup, gate
 ):
     g = gate()
     g.grid_status = 500
     setup = _setup(
-        tmp_path,
+        crawl_setup,
         g,
-        mysql_url,
+        "mysql",
         categories="G06,H04,H01",
         end="2024-01-02",
         retry_times=1,
         halt_after=3,
     )
-    try:
-        result = setup.run(timeout=180)
-        assert result.returncode == HALTED, (
-            result.stdout[-2000:] + result.stderr[-2000:] + setup.log()[-3000:]
-        )
-        lines = _error_lines(result.stderr)
-        assert len(lines) == 1 and "http-500" in lines[0] and "task resume" in lines[0], (
-            result.stderr
-        )
-        phase, reason, _ = _task_row(setup)
-        assert phase == "crawl" and reason.startswith("http-500: the last 3 list pages")
-        # what failed is written down: an errorCode row per failed page, until its round is
-        # crawled again (a round failed on its ledger is, once every round was handed out, and
-        # that deletes its old rows), and no round passes for done (issue 20)
-        assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] >= 1
-        states = {s for (s,) in setup.query(sa.select(round_.c.state))}
-        assert "done" not in states, states
+    result = setup.run(timeout=180)
+    assert result.returncode == HALTED, (
+        result.stdout[-2000:] + result.stderr[-2000:] + setup.log()[-3000:]
+    )
+    lines = _error_lines(result.stderr)
+    assert len(lines) == 1 and "http-500" in lines[0] and "task resume" in lines[0], result.stderr
+    phase, reason, _ = _task_row(setup)
+    assert phase == "crawl" and reason.startswith("http-500: the last 3 list pages")
+    # what failed is written down: an errorCode row per failed page, until its round is
+    # crawled again (a round failed on its ledger is, once every round was handed out, and
+    # that deletes its old rows), and no round passes for done (issue 20)
+    assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] >= 1
+    states = {s for (s,) in setup.query(sa.select(round_.c.state))}
+    assert "done" not in states, states
 
-        g.grid_status = None
-        resumed = subprocess.run(
-            setup.command("task", "resume", setup.task),
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert resumed.returncode == 0, resumed.stderr
-        again = setup.run(timeout=300)
-        assert again.returncode == 0, (
-            again.stdout[-2000:] + again.stderr[-2000:] + setup.log()[-3000:]
-        )
-        assert compare(setup.stored(), setup.truth(), "patent") == {
-            "missing": [],
-            "extra": [],
-            "differing": {},
-        }
-        # every round that failed before now succeeded: no errorCode row is left behind
-        assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] == 0
-    finally:
-        setup.cleanup_redis()
+    g.grid_status = None
+    resumed = subprocess.run(
+        setup.command("task", "resume", setup.task),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    again = setup.run(timeout=300)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:] + setup.log()[-3000:]
+    assert compare(setup.stored(), setup.truth(), "patent") == {
+        "missing": [],
+        "extra": [],
+        "differing": {},
+    }
+    # every round that failed before now succeeded: no errorCode row is left behind
+    assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] == 0
 
 
 @pytest.mark.timing  # within a minute of its start: `make test` runs it apart
-def test_an_unreachable_cnki_halts_within_a_minute_with_one_line(tmp_path, sqlite_url):
+def test_an_unreachable_cnki_halts_within_a_minute_with_one_line(crawl_setup):
     nowhere = SimpleNamespace(base_url="http://nonexistent.invalid")
-    setup = _setup(tmp_path, nowhere, sqlite_url, retry_times=5, end="2024-03-01")
-    try:
-        result = setup.run(timeout=300)
-        assert result.returncode == HALTED, (
-            result.stdout[-2000:] + result.stderr[-2000:] + setup.log()[-3000:]
-        )
-        assert _log_span(setup.log()) < 60, setup.log()[-3000:]
-        lines = _error_lines(result.stderr)
-        assert len(lines) == 1, result.stderr
-        assert lines[0].startswith("CNKI is not reachable from here (DNS): try `cnkispider demo`")
-        phase, reason, _ = _task_row(setup)
-        assert phase == "crawl" and reason.startswith(
-            "CannotResolveHostError: CNKI is not reachable"
-        )
-        states = {s for (s,) in setup.query(sa.select(error_code.c.state))}
-        assert states <= {"open"}  # network errors are never permanent
-        second = setup.run(timeout=60)  # still halted: says so at once
-        assert second.returncode == HALTED and len(_error_lines(second.stderr)) == 1
-    finally:
-        setup.cleanup_redis()
+    setup = _setup(crawl_setup, nowhere, "sqlite", retry_times=5, end="2024-03-01")
+    result = setup.run(timeout=300)
+    assert result.returncode == HALTED, (
+        result.stdout[-2000:] + result.stderr[-2000:] + setup.log()[-3000:]
+    )
+    assert _log_span(setup.log()) < 60, setup.log()[-3000:]
+    lines = _error_lines(result.stderr)
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("CNKI is not reachable from here (DNS): try `cnkispider demo`")
+    phase, reason, _ = _task_row(setup)
+    assert phase == "crawl" and reason.startswith("CannotResolveHostError: CNKI is not reachable")
+    states = {s for (s,) in setup.query(sa.select(error_code.c.state))}
+    assert states <= {"open"}  # network errors are never permanent
+    second = setup.run(timeout=60)  # still halted: says so at once
+    assert second.returncode == HALTED and len(_error_lines(second.stderr)) == 1
 
 
 @pytest.mark.slow  # a crawl in a worker subprocess
-def test_status_json_of_a_task_never_halted_says_null(tmp_path, sqlite_url):
-    setup = _setup(tmp_path, SimpleNamespace(base_url="http://127.0.0.1:9"), sqlite_url)
+def test_status_json_of_a_task_never_halted_says_null(crawl_setup, sqlite_url):
+    setup = _setup(crawl_setup, SimpleNamespace(base_url="http://127.0.0.1:9"), "sqlite")
     setup.write()
     store = TaskStore(open_database(sqlite_url))
     store.register(setup.task, "patent", "2024-01-01", "2024-01-02", "G06")
@@ -566,11 +542,11 @@ def test_status_json_of_a_task_never_halted_says_null(tmp_path, sqlite_url):
 
 
 @pytest.mark.slow  # a crawl in a worker subprocess
-def test_requests_refused_by_the_trust_boundary_halt_the_task(tmp_path, gate, sqlite_url):
+def test_requests_refused_by_the_trust_boundary_halt_the_task(crawl_setup, gate):
     """Detail links to a host the configuration does not allow are set aside unfetched: the task
     halts with the reason instead of ending "done" without those documents."""
     g = gate()
-    setup = _setup(tmp_path, g, sqlite_url, categories="G06", end="2024-01-01")
+    setup = _setup(crawl_setup, g, "sqlite", categories="G06", end="2024-01-01")
     setup.cnki = {}  # the stand-in's own host (where its pages link) is not allowed
     result = setup.run(timeout=300)
     assert result.returncode == HALTED, result.stdout[-2000:] + result.stderr[-2000:]

@@ -236,6 +236,7 @@ def test_requests_without_a_session_get_a_random_user_agent():
     assert len({middleware.user_agent_for("s1") for _ in range(50)}) == 1
 
 
+@pytest.mark.slow  # over a second alone: a Scrapy crawl of two types' list pages
 def test_referer_per_document_type(site):
     s = site()
     requests = list_requests(s, 1, "patent") + [

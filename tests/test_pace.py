@@ -13,7 +13,7 @@ import redis
 from cnkispider import default_settings
 from cnkispider.pace.script import HORIZON
 from cnkispider.pace.store import PaceRule
-from tests.crawl_harness import CrawlSetup, compare
+from tests.crawl_harness import compare
 from tests.fixtures.pace_model import Pace
 
 
@@ -251,27 +251,25 @@ def forget_paces(site, redis_url: str) -> None:
 @pytest.mark.slow
 @pytest.mark.timing
 def test_a_crawl_under_the_sites_pace_threshold_equals_the_truth_with_under_1_percent_challenged(
-    tmp_path, cnki_site, mysql_url
+    crawl_setup, cnki_site
 ):
     """`cnkispider run` with the pace on, cold, against the strict stand-in whose hidden
     threshold challenges any session or IP faster than 10 requests/s (the IP until quiet):
     the pace finds it, the crawl equals the truth, fewer than 1% of the requests challenged."""
     site = cnki_site(seed=3, scale=0.3, latency="0.01", pace_limit=10, pace_block_seconds=5)
-    setup = CrawlSetup(
-        tmp_path,
-        site,
-        mysql_url,
+    setup = crawl_setup(
         "patent",
-        "2024-03-01",
-        "2024-03-01",
         "A,B,C,D,E,F",
+        "mysql",
+        "2024-03-01",
+        "2024-03-01",
+        site=site,
         crawl={"pace": "true", "pace_cooldown": 5, "lease_seconds": 60, "round_lease_seconds": 60},
     )
     forget_paces(site, setup.redis_url)
     try:
         result = setup.run("run", timeout=600)
     finally:
-        setup.cleanup_redis()
         forget_paces(site, setup.redis_url)
     assert result.returncode == 0, (
         result.stdout[-3000:] + result.stderr[-3000:] + setup.log()[-3000:]

@@ -39,6 +39,7 @@ def verdicts(probe: Probe) -> dict[str, str]:
     return {c.name: c.verdict for c in probe.checks}
 
 
+@pytest.mark.slow  # over a second alone: the probe's every check against a stand-in
 def test_every_assumption_passes_on_the_stand_in(cnki_site, tmp_path):
     site = cnki_site()
     lines: list[str] = []
@@ -79,6 +80,7 @@ def test_every_assumption_passes_on_the_stand_in(cnki_site, tmp_path):
         ("references-html", "references: paper"),
     ],
 )
+@pytest.mark.slow  # over a second alone: the probe's every check against a stand-in
 def test_a_site_that_breaks_one_assumption_fails_that_line(cnki_site, broken, assumption):
     site = cnki_site(break_=[broken])
     lines: list[str] = []
@@ -152,6 +154,7 @@ def test_probe_command_prints_one_line_per_assumption(cnki_site, tmp_path):
     assert (tmp_path / "raw" / "index.json").is_file()
 
 
+@pytest.mark.slow  # over a second alone: the probe's every check against a stand-in
 def test_on_a_site_that_checks_for_a_person_the_probe_says_so_and_uses_a_passed_session(cnki_site):
     """The three checks of issue 19: a plain session is checked (PASS: the check is there), a
     detail link opens only in its own session, and how long a verified session lasts."""
@@ -192,6 +195,7 @@ def test_without_a_passed_session_the_probe_says_what_to_run(cnki_site):
 
 
 @pytest.mark.parametrize(("batch", "matched"), [(0, "2 matched"), (1, "1 matched")])
+@pytest.mark.slow  # over a second alone: the probe's every check against a stand-in
 def test_the_export_line_measures_how_many_ids_one_request_answers(cnki_site, batch, matched):
     site = cnki_site(export_batch=batch)
     lines: list[str] = []

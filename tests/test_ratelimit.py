@@ -25,7 +25,7 @@ from cnkispider.crawlsettings import crawler_settings
 from cnkispider.middlewares.ratelimit import ORDER, RateLimitMiddleware
 from cnkispider.offload import ThreadIO
 from cnkispider.pace.store import Answer, PaceRule, SharedRateLimit
-from tests.crawl_harness import CrawlSetup, compare
+from tests.crawl_harness import compare
 from tests.fixtures.pace_model import Pace
 from tests.fixtures.tiny_site import TinySite, read_lines
 from tests.test_pace import Clock
@@ -420,26 +420,20 @@ def test_two_workers_under_a_shared_limit_stay_within_it(tmp_path, redis_url, re
 
 @pytest.mark.slow
 @pytest.mark.timing  # 18 s alone; once past 120 s beside five other xdist workers (CI, 2026-11-24)
-def test_two_crawlers_under_the_sites_own_per_ip_limit_are_never_banned(
-    tmp_path, cnki_site, mysql_url
-):
+def test_two_crawlers_under_the_sites_own_per_ip_limit_are_never_banned(crawl_setup, cnki_site):
     """The real crawler (`cnkispider run --processes 2`, [crawl] rate_limit just under the
     stand-in's own per-IP limit, which bans an address that goes faster): no ban, full data."""
     site = cnki_site(seed=3, latency="0.01", rate_limit=20, burst=5, ban_seconds=30)
-    setup = CrawlSetup(
-        tmp_path,
-        site,
-        mysql_url,
+    setup = crawl_setup(
         "patent",
-        "2024-03-01",
-        "2024-03-01",
         "A,B,E,F",
+        "mysql",
+        "2024-03-01",
+        "2024-03-01",
+        site=site,
         crawl={"concurrent_requests": 16, "rate_limit": 18, "rate_burst": 3, "lease_seconds": 20},
     )
-    try:
-        result = setup.run("run", "--processes", "2", timeout=120)
-    finally:
-        setup.cleanup_redis()
+    result = setup.run("run", "--processes", "2", timeout=120)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     stats = site.stats()
     assert (stats["banned_responses"], stats["bans"]) == (0, 0)

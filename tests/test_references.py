@@ -17,41 +17,11 @@ from cnkispider.db import open_database
 from cnkispider.exceptions import RefusedPage
 from cnkispider.reference_rows import ENTRY_COLUMNS, fetch_references
 from cnkispider.schema import error_code, error_link, round_
-from tests.crawl_harness import CrawlSetup, compare
+from tests.crawl_harness import compare
 
 SITE = {"seed": 11}
+DAY = "2024-01-01"
 PATH = references.PATH
-
-
-@pytest.fixture
-def crawl(tmp_path, cnki_site, request):
-    made = []
-
-    def make(db, site=None, **kw):
-        setup = CrawlSetup(
-            tmp_path / f"paper-{len(made)}",
-            cnki_site(**(site or SITE)),
-            request.getfixturevalue(f"{db}_url"),
-            "paper",
-            "2024-01-01",
-            "2024-01-01",
-            "TP3,F0",
-            **kw,
-        )
-        setup.tmp_path.mkdir()
-        made.append(setup)
-        return setup
-
-    yield make
-    for setup in made:
-        setup.cleanup_redis()
-
-
-def _run(setup, *args):
-    result = setup.run(*args)
-    assert result.returncode == 0, (
-        result.stdout[-3000:] + result.stderr[-3000:] + setup.log()[-3000:]
-    )
 
 
 def _stored_references(setup) -> dict[tuple[str, str], list[dict]]:
@@ -80,9 +50,9 @@ def _balanced(setup) -> None:
 
 
 @pytest.mark.slow  # a crawl of the stand-in in a worker subprocess
-def test_a_crawl_with_references_on_equals_the_truth_with_its_reference_table(crawl):
-    setup = crawl("sqlite", crawl={"references": "on"})
-    _run(setup)
+def test_a_crawl_with_references_on_equals_the_truth_with_its_reference_table(crawl_setup):
+    setup = crawl_setup("paper", "TP3,F0", "sqlite", end=DAY, site=SITE, crawl={"references": "on"})
+    setup.run_ok()
     truth = setup.truth()
     assert compare(setup.stored(), truth, "paper") == {"missing": [], "extra": [], "differing": {}}
     expected = _truth_references(setup)
@@ -107,9 +77,9 @@ def test_a_crawl_with_references_on_equals_the_truth_with_its_reference_table(cr
 
 
 @pytest.mark.slow  # a crawl of the stand-in in a worker subprocess
-def test_with_references_off_no_reference_request_is_sent(crawl):
-    setup = crawl("mysql")
-    _run(setup)
+def test_with_references_off_no_reference_request_is_sent(crawl_setup):
+    setup = crawl_setup("paper", "TP3,F0", "mysql", end=DAY, site=SITE)
+    setup.run_ok()
     truth = setup.truth()
     assert compare(setup.stored(), truth, "paper") == {"missing": [], "extra": [], "differing": {}}
     kinds = setup.site.stats()["kinds"]
@@ -119,12 +89,14 @@ def test_with_references_off_no_reference_request_is_sent(crawl):
 
 
 @pytest.mark.slow  # a crawl of the stand-in in a worker subprocess
-def test_refused_reference_requests_are_retried_and_the_ledger_balances(crawl):
+def test_refused_reference_requests_are_retried_and_the_ledger_balances(crawl_setup):
     """The stand-in refuses some reference requests (verify, captcha, blank, 5xx): each is
     retried in a fresh session; the table still equals the truth and nothing is left over."""
     site = {**SITE, "faults": {"verify": 0.06, "captcha": 0.04, "blank": 0.04, "e503": 0.03}}
-    setup = crawl("mysql", site=site, crawl={"references": "on", "retry_times": 6})
-    _run(setup)
+    setup = crawl_setup(
+        "paper", "TP3,F0", "mysql", end=DAY, site=site, crawl={"references": "on", "retry_times": 6}
+    )
+    setup.run_ok()
     by_path = setup.site.stats()["by_path"][PATH]
     assert by_path.get("302", 0) + by_path.get("503", 0) > 0, by_path  # refused, really
     assert compare(setup.stored(), setup.truth(), "paper")["missing"] == []
@@ -133,13 +105,20 @@ def test_refused_reference_requests_are_retried_and_the_ledger_balances(crawl):
 
 
 @pytest.mark.slow  # a crawl of the stand-in in a worker subprocess
-def test_a_reference_list_that_fails_goes_to_error_link_and_is_recrawled(crawl):
+def test_a_reference_list_that_fails_goes_to_error_link_and_is_recrawled(crawl_setup):
     """The API answers HTML (not JSON) for a whole run: every paper with a list type is in
     errorLink with its own reason, stored and accounted for; `cnkispider recrawl` fetches the
     lists once the API answers again, and the errorLink rows go."""
     site = {**SITE, "break_": "references-html"}
-    setup = crawl("mysql", site=site, crawl={"references": "on", "recrawl": "false"})
-    _run(setup)
+    setup = crawl_setup(
+        "paper",
+        "TP3,F0",
+        "mysql",
+        end=DAY,
+        site=site,
+        crawl={"references": "on", "recrawl": "false"},
+    )
+    setup.run_ok()
     truth = setup.truth()
     assert compare(setup.stored(), truth, "paper")["missing"] == []
     typed = {d["filename"] for d in truth if references.reference_type(d["dbname"])}
@@ -151,35 +130,29 @@ def test_a_reference_list_that_fails_goes_to_error_link_and_is_recrawled(crawl):
     assert rounds and all(r.state == "done" and r.total == r.stored for r in rounds), rounds
     setup.site.control(**{"break": []})
     setup.crawl["recrawl"] = "true"
-    _run(setup, "recrawl")  # `cnkispider recrawl`: replay errorCode and errorLink now
+    setup.run_ok("recrawl")  # `cnkispider recrawl`: replay errorCode and errorLink now
     assert _stored_references(setup) == _truth_references(setup)
     _balanced(setup)
 
 
 @pytest.mark.slow  # a crawl of the stand-in in a worker subprocess
-def test_in_a_session_a_person_passed_the_references_go_in_that_session(crawl):
+def test_in_a_session_a_person_passed_the_references_go_in_that_session(verified_crawl):
     """On a site that checks for a person, each reference page goes in the verified session that
     listed its paper (a v= token opens nowhere else): CNKI never checks the crawler, and the
     table equals the truth."""
-    from tests.test_verified_crawl import FAST_CNKI, FAST_SITE, add_passed, cleanup, pool_of
+    from tests.test_verified_crawl import add_passed
 
-    setup = crawl("sqlite", site={**SITE, **FAST_SITE}, cnki=FAST_CNKI, crawl={"references": "on"})
-    pool = pool_of(setup.site)
-    try:
-        session, _ = add_passed(setup.site, pool)
-        before = setup.site.stats()["human_check_refusals"]
-        _run(setup)
-        assert _stored_references(setup) == _truth_references(setup)
-        _balanced(setup)
-        stats = setup.site.stats()
-        assert stats["human_check_refusals"] == before, stats
-        assert stats["kinds"]["references"] > 0
-        crawled = ("/kns8s/brief/grid", "/kcms2/article/abstract", PATH)
-        assert pool.get(session.id).requests == sum(
-            sum(stats["by_path"][p].values()) for p in crawled
-        )
-    finally:
-        cleanup(setup, pool)
+    setup, pool = verified_crawl("paper", "TP3,F0", site=SITE, crawl={"references": "on"})
+    session, _ = add_passed(setup.site, pool)
+    before = setup.site.stats()["human_check_refusals"]
+    setup.run_ok()
+    assert _stored_references(setup) == _truth_references(setup)
+    _balanced(setup)
+    stats = setup.site.stats()
+    assert stats["human_check_refusals"] == before, stats
+    assert stats["kinds"]["references"] > 0
+    crawled = ("/kns8s/brief/grid", "/kcms2/article/abstract", PATH)
+    assert pool.get(session.id).requests == sum(sum(stats["by_path"][p].values()) for p in crawled)
 
 
 def test_the_upgrade_adds_the_reference_table(db_url):

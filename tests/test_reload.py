@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import os
 
-import pytest
 import sqlalchemy as sa
 
 from cnkispider.reload import ROOT, changed, snapshot, watched_paths, worker_command
 from cnkispider.schema import documents, round_
-from tests.crawl_harness import CrawlSetup, compare, count_rows
+from tests.crawl_harness import compare, count_rows
 from tests.fixtures.waiting import wait_until
-
-pytestmark = pytest.mark.slow  # every test crawls the stand-in in a worker subprocess
 
 
 def test_added_modified_and_removed_files_are_changes_and_caches_are_not(tmp_path):
@@ -40,22 +37,20 @@ def test_the_project_packages_are_watched_unless_the_environment_says_otherwise(
 
 
 def test_a_code_change_mid_crawl_restarts_the_worker_and_nothing_is_lost(
-    tmp_path, cnki_site, mysql_url, monkeypatch
+    tmp_path, crawl_setup, monkeypatch
 ):
     """The watched code is a stand-in folder (the repository's files are never touched)."""
     watch = tmp_path / "code"
     watch.mkdir()
     (watch / "module.py").write_text("VALUE = 1\n")
     monkeypatch.setenv("CNKI_RELOAD_WATCH", str(watch))
-    site = cnki_site(seed=21, latency="0.1")
-    setup = CrawlSetup(
-        tmp_path,
-        site,
-        mysql_url,
+    setup = crawl_setup(
         "paper",
+        "TP3,F0,O1,R4",
+        "mysql",
         "2024-01-01",
         "2024-01-02",
-        "TP3,F0,O1,R4",
+        site={"seed": 21, "latency": "0.1"},
         crawl={
             "log_file": "",
             "concurrent_requests": 4,
@@ -81,7 +76,6 @@ def test_a_code_change_mid_crawl_restarts_the_worker_and_nothing_is_lost(
     finally:
         if supervisor.poll() is None:
             supervisor.kill()
-        setup.cleanup_redis()
     assert supervisor.returncode == 0, out[-4000:]
     assert 20 <= stored_then < len(truth), "the change landed mid-crawl"
     assert "reload: code changed" in out and "reload: restarted 1 worker(s)" in out, out[-4000:]

@@ -29,6 +29,7 @@ from cnkispider.schema import error_code, error_link
 from cnkispider.sessions import SessionStore, namespace_for
 from cnkispider.sessions.login import Cdp, cdp_http
 from tests.crawl_harness import REDIS_URL, ROOT, CrawlSetup, compare, count_rows
+from tests.fixtures.crawls import FAST_CNKI, FAST_SITE  # the loosened pace of a verified crawl
 from tests.fixtures.waiting import wait_until
 
 pytestmark = pytest.mark.slow  # a real Chromium and the session commands in subprocesses
@@ -50,12 +51,6 @@ def answers(port: int) -> bool:
         return True
     except OSError:
         return False
-
-
-# The stand-in's hidden per-pass pace is loosened so that the crawl takes seconds, and the
-# crawler's own cap on a verified session raised to match (as tests/test_verified_crawl.py does).
-FAST_SITE = {"human_check": True, "session_pace": 0, "session_burst": 0}
-FAST_CNKI = {"sessions": "verified", "session_pace": 30}
 
 
 @pytest.fixture

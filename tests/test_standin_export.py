@@ -9,6 +9,8 @@ import json
 import re
 from urllib.parse import urlencode
 
+import pytest
+
 from cnkispider.cnki.export_records import parse_export
 
 DAY = "2024-03-05"
@@ -43,6 +45,7 @@ def _export(client, ids, modes=MODES):
     return client.request("POST", "/dm8/API/GetExport", form.encode(), HEADERS)
 
 
+@pytest.mark.slow  # over a second alone: a day's export records
 def test_records_equal_the_truth_in_an_order_of_the_sites_own(cnki_site):
     site = cnki_site(seed=3, human_check=True, session_burst=0, session_pace=0)
     client = _client(site, human=True)
@@ -146,6 +149,7 @@ def test_without_the_human_check_a_session_and_a_client_id_are_needed(cnki_site)
     assert _export(client, ["not-an-id-the-site-listed"])[0] == 403
 
 
+@pytest.mark.slow  # over a second alone: a day's export records
 def test_ids_past_the_hidden_limit_are_left_out_without_a_word(cnki_site):
     site = cnki_site(seed=3, export_batch=3)
     client = _client(site, human=False)

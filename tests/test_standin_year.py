@@ -126,6 +126,7 @@ def test_truth_and_rounds_follow_the_profile_and_stats_count_by_kind(cnki_site):
     assert state["profile"] == "realistic-year" and state["surge_rows"] == 300
 
 
+@pytest.mark.slow  # over a second alone: the stand-in's truth command in a subprocess
 def test_the_truth_command_takes_the_profile():
     run = subprocess.run(
         [sys.executable, "-m", "standin", "truth", "--type", "patent", "--start", "2024-03-02"]

@@ -16,6 +16,10 @@ from tasks.flow import TaskStore
 from tests.crawl_harness import ROOT, CrawlSetup
 from tests.test_web import WebServer, browser  # noqa: F401  (the module's headless Chromium)
 
+# every test reads the page of a `cnkispider web` started for the module (16 s of set-up at a load
+# of 20): over a second alone
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):

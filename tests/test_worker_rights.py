@@ -16,6 +16,8 @@ from cnkispider.schema import round_
 from tests.crawl_harness import CrawlSetup, compare
 from tests.worker_accounts import grant
 
+pytestmark = pytest.mark.slow  # every test runs the command line or a worker in a subprocess
+
 
 def _admin_setup(tmp_path, site, mysql_url, **kw) -> CrawlSetup:
     admin = CrawlSetup(
