@@ -13,6 +13,7 @@ machine serialize their writes instead of failing on lock upgrades; WAL lets rea
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import logging
@@ -376,17 +377,49 @@ def open_database_readonly(url: str) -> Engine:
     return open_database(url, create=False)
 
 
+SCHEMA_LOCK_SECONDS = 120  # creating the tables takes a second or two; an upgrade longer
+
+
 def create_schema(engine: Engine) -> None:
     """Create every table that is missing (idempotent) and record the schema version.
 
-    Safe when several workers start at once: "check, then create" races, so a table created by
-    another process between the two is taken as created, and the version row has a fixed key.
+    Safe when several workers start at once: on MySQL/MariaDB they take turns under a named
+    lock (``GET_LOCK``, which needs no right), because "check, then create" races and two
+    processes creating the same tables collide on table after table (a worker of
+    `run --processes 2` once gave up with "Table 'audit' already exists"). SQLite serialises
+    writers itself; there a table created by another process between check and create is
+    taken as created, and the version row has a fixed key.
 
     A database at the current version with every table is left alone: no DDL is sent (a
     worker's account has row rights only, and MySQL checks the CREATE right even for a table
     that exists). Anything to create or upgrade that the account may not do is a
     :class:`~cnkispider.rights.RightsError` telling the worker to ask the administrator.
     """
+    with _schema_lock(engine):
+        _create_and_upgrade(engine)
+
+
+@contextlib.contextmanager
+def _schema_lock(engine: Engine):
+    """One process at a time creates or upgrades the tables of one MySQL database."""
+    if engine.dialect.name != "mysql":
+        yield
+        return
+    with engine.connect() as conn:
+        name = f"cnkispider.schema.{conn.exec_driver_sql('SELECT DATABASE()').scalar()}"[:64]
+        got = conn.exec_driver_sql("SELECT GET_LOCK(%s, %s)", (name, SCHEMA_LOCK_SECONDS)).scalar()
+        if got != 1:
+            raise StorageError(
+                f"another process has been creating the tables for over {SCHEMA_LOCK_SECONDS} s "
+                f"(lock {name!r} held): is a `cnkispider init-db` stuck?"
+            )
+        try:
+            yield
+        finally:
+            conn.exec_driver_sql("SELECT RELEASE_LOCK(%s)", (name,))
+
+
+def _create_and_upgrade(engine: Engine) -> None:
     try:
         for attempt in range(5):
             if not _missing_tables(engine):

@@ -2,6 +2,7 @@
 # Build the Windows one-file executable (cnkispider.exe) on this Linux machine, under Wine.
 #
 #   scripts/build_exe_windows.sh [DIST_DIR [WORK_DIR]]      (or `make exe-windows`)
+#   scripts/build_exe_windows.sh --host-only                 (Wine and its prefix, no build)
 #
 # The result is DIST_DIR/cnkispider.exe (default dist/), built by the same build_exe.spec as the
 # Linux executable (scripts/build_exe.sh). PyInstaller cannot cross-compile, so it runs as a
@@ -37,6 +38,8 @@
 # Windows (code page 936), which tests/test_exe_windows.py runs the .exe under.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+HOST_ONLY=""
+if [[ "${1:-}" == "--host-only" ]]; then HOST_ONLY=1; shift; fi
 DIST="$(realpath -m "${1:-$ROOT/dist}")"
 WORK="$(realpath -m "${2:-$ROOT/build/exe-windows}")"
 CACHE="$(realpath -m "${CNKISPIDER_WINE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cnkispider-wine}")"
@@ -173,6 +176,10 @@ exec 9>"$CACHE/.lock" # one build at a time per cache (the prefix, pip's cache, 
 flock 9
 host_setup
 prefix_setup
+if [[ -n "$HOST_ONLY" ]]; then # what running the .exe needs (tests/test_exe_windows.py)
+  "$WINE" --version
+  exit 0
+fi
 python_setup
 say "prepared in $((SECONDS - started)) s; running PyInstaller under Wine"
 

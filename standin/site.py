@@ -857,7 +857,13 @@ class Site:
             return Response(200, markup.CURSOR_PAST_CAP)
         pages = max(1, min(math.ceil(total / size), cap // size))
         prefix = self.tokens.prefix(sid, int(now * 1000))
-        stale_prefix = self.tokens.prefix(sid, 0) if self.stale_links and not search.title else None
+        # a stale link was issued long before any token_ttl (not at 0: time.monotonic() is the
+        # machine's uptime, under token_ttl for the first minutes after a boot)
+        stale_prefix = (
+            self.tokens.prefix(sid, int(now * 1000) - 10**9)
+            if self.stale_links and not search.title
+            else None
+        )
         issue, document, base = self.tokens.issue, self.corpus.document, self.base
         patent = search.doc_type == "patent"
         page_b = str(page).encode()

@@ -243,7 +243,8 @@ def cluster(lab, tmp_path, cnki_site):
 
 
 def _cut_mid_round(c: Cluster, k: int, seconds: float, *, leases_pass: bool) -> None:
-    """Cut worker ``k``'s line for ``seconds`` once it crawls a round it seeded, then mend it.
+    """Cut worker ``k``'s line once it crawls a round it seeded, then mend it: after ``seconds``,
+    and with ``leases_pass`` not before the others have finished what it held.
 
     The requests leased at the cut are the cut worker's and the others'; the others ack theirs
     within moments, so those still unacknowledged a while later are the cut worker's."""
@@ -257,20 +258,20 @@ def _cut_mid_round(c: Cluster, k: int, seconds: float, *, leases_pass: bool) -> 
     leased_at_cut, rounds_at_cut = c.leased(), c.in_flight()
     if leases_pass:
         # the other workers finish what was leased at the cut, the cut worker's part included,
-        # and every round then in flight, while its line is still down
+        # and every round then in flight, while its line is still down: it stays down until
+        # they have (the timeouts are only safety nets; a loaded machine takes longer)
         c.wait(
             "the cut worker's leases to pass",
             lambda: not c.alive(leased_at_cut),
-            timeout=90,
+            timeout=300,
             alive=(k,),
         )
         c.wait(
             "the rounds in flight at the cut to be done",
             lambda: set(rounds_at_cut) <= c.done_rounds(),
-            timeout=90,
+            timeout=300,
             alive=(k,),
         )
-        assert time.monotonic() - cut_at < seconds, "done only after the line came back"
     while time.monotonic() - cut_at < seconds:  # the cut's length is the test's own input
         c.check(k)  # the cut worker waits; the others may finish the task meanwhile
         time.sleep(0.5)

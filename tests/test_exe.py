@@ -14,7 +14,9 @@ tests/test_exe_windows.py runs it with these tests' helpers, and on a Windows ru
 from __future__ import annotations
 
 import ast
+import importlib.metadata
 import os
+import platform
 import shutil
 import signal
 import subprocess
@@ -34,7 +36,7 @@ from cnkispider.exceptions import StorageError
 from cnkispider.schema import documents, error_code, error_link, task
 from cnkispider.storage import fetch_all
 from tests.crawl_harness import REDIS_URL, ROOT, compare
-from tests.fixtures.build_once import build_once
+from tests.fixtures.build_once import build_key, build_once
 from tests.fixtures.waiting import wait_until
 
 EXE_NAME = "cnkispider.exe" if sys.platform == "win32" else "cnkispider"
@@ -71,7 +73,13 @@ def _build(out: Path) -> Path:
 def exe(tmp_path_factory) -> Path:
     """The executable, built once per session (shared by the xdist workers) into a temporary
     folder."""
-    return build_once(tmp_path_factory, "exe-build", _build)
+    return build_once(tmp_path_factory, "exe-build", _build, key=build_key(*_builder()))
+
+
+def _builder() -> list[str]:
+    """What builds the executable: this Python and every distribution installed beside it."""
+    dists = sorted(f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions())
+    return [sys.version, platform.platform(), *dists]
 
 
 class Install:

@@ -37,7 +37,7 @@ import sqlalchemy as sa
 from cnkispider.schema import documents, error_code, error_link, task
 from tests import test_exe
 from tests.crawl_harness import REDIS_URL, ROOT, compare
-from tests.fixtures.build_once import build_once
+from tests.fixtures.build_once import build_key, build_once
 from tests.fixtures.waiting import wait_until
 from tests.test_exe import (
     LOG_NAME,
@@ -112,7 +112,22 @@ def _build(out: Path) -> Path:
 def exe(tmp_path_factory) -> Path:
     """cnkispider.exe, built once per session (shared by the xdist workers) under Wine into a
     temporary folder."""
-    return build_once(tmp_path_factory, "exe-windows-build", _build)
+    return build_once(tmp_path_factory, "exe-windows-build", _build, key=build_key(_host()))
+
+
+def _host() -> str:
+    """Wine and its prefix set up (what running the .exe needs, built or cached); Wine's
+    version, part of the build's key with the pins the script hashes."""
+    result = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "build_exe_windows.sh"), "--host-only"],
+        env={**os.environ, "CNKISPIDER_WINE_CACHE": str(CACHE)},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    return "windows " + result.stdout.strip().splitlines()[-1]
 
 
 class WindowsInstall(Install):

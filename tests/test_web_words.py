@@ -14,6 +14,7 @@ import pytest
 from cnkispider.db import open_database
 from tasks.flow import TaskStore
 from tests.crawl_harness import ROOT, CrawlSetup
+from tests.fixtures.waiting import wait_until
 from tests.test_web import WebServer, browser  # noqa: F401  (the module's headless Chromium)
 
 # every test reads the page of a `cnkispider web` started for the module (16 s of set-up at a load
@@ -94,7 +95,7 @@ def test_a_round_opened_directly_is_a_styled_page(served):
 
 
 @pytest.mark.slow
-def test_the_grid_is_readable_and_the_chart_says_no_samples_yet(served, browser, tmp_path):  # noqa: F811
+def test_the_grid_is_readable_and_the_chart_speaks_chinese(served, browser, tmp_path):  # noqa: F811
     server, name = served["server"], served["setup"].task
     context = browser.new_context(
         viewport={"width": 1100, "height": 700}, locale="zh-CN", extra_http_headers={}
@@ -114,9 +115,16 @@ def test_the_grid_is_readable_and_the_chart_says_no_samples_yet(served, browser,
         "th => parseFloat(getComputedStyle(th).fontSize)"
     )
     assert label_size >= 12
+    # before its server has two samples the chart says so (in the page as served, and as drawn
+    # while there is one); then it is drawn, titled and labelled in Chinese too
+    html = server.get(f"/tasks/{name}?lang=zh")
+    assert '<p class="empty">尚无采样数据</p>' in html
+    assert "由本页面的服务器自启动起采样" in html
     chart = page.locator("#throughput-chart")
-    assert "尚无采样数据" in chart.inner_text()
-    assert chart.locator("canvas").count() == 0
+    wait_until(lambda: chart.locator("canvas").count(), 120, what="a second sample drawn")
+    drawn = chart.inner_text()
+    assert "吞吐量" in drawn and "页/分钟" in drawn and "文献/分钟" in drawn, drawn
+    assert "pages/min" not in drawn and "throughput" not in drawn, drawn
     target = ROOT / "docs" if os.environ.get("CNKI_TEST_WRITE_DOCS") else tmp_path
     page.screenshot(path=str(target / "web-task-zh.png"), full_page=False)
     context.close()

@@ -68,6 +68,11 @@ ZH = {
     "no round stored yet": "尚无已存储的轮次",
     "Share of the documents of the latest rounds (those a field applies to) on which the parser filled each field; a field that drops to none while it was filled on most documents halts the task (markup drift, docs/FIELDS.md).": "最近几轮文献中（仅计该字段适用的文献）解析器填出各字段的比例；某字段曾在大多数文献上有值、突然全部为空时，任务会中止（页面结构变化，见 docs/FIELDS.md）。",
     "no samples yet": "尚无采样数据",
+    "documents/min": "文献/分钟",
+    "challenges/min": "验证/分钟",
+    "Sampled by this page's server since it started (pages/min, documents/min and challenges/min between samples; challenges: CNKI's verify and captcha pages, the soft block, JavaScript pages and a verified session checked again, as the workers' heartbeats count them; waiting for a person: 1 while a worker waits for one).": "由本页面的服务器自启动起采样（页/分钟、文献/分钟和验证/分钟均为两次采样之间的速率；"
+    "验证：知网的验证页与验证码页、软封锁、纯 JavaScript 页面，以及已验证会话被再次检查，"
+    "按工作进程心跳的计数；等待人工验证：有工作进程在等人时为 1）。",
     "day": "日",
     # the grid's legend and states
     "pending": "待爬",

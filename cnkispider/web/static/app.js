@@ -73,15 +73,14 @@
       fetch("/api/tasks/" + encodeURIComponent(task) + "/history")
         .then(function (r) { return r.json(); })
         .then(function (h) {
-          draw(throughput, "throughput", [
-            { label: "pages/min", stroke: COLOURS[0] },
-            { label: "documents/min", stroke: COLOURS[1] },
-            { label: "challenges/min", stroke: COLOURS[2] },
-            { label: "waiting for a person", stroke: COLOURS[3] }
-          ], [h.t, h.pages_per_min, h.documents_per_min, h.challenges_per_min, h.waiting]);
+          // the title and series names come translated from the page (data-title, data-labels)
+          var labels = JSON.parse(throughput.dataset.labels);
+          draw(throughput, throughput.dataset.title,
+               labels.map(function (l, i) { return { label: l, stroke: COLOURS[i] }; }),
+               [h.t, h.pages_per_min, h.documents_per_min, h.challenges_per_min, h.waiting]);
           var reasons = Object.keys(h.errors);
           if (errors && reasons.length) {
-            draw(errors, "errors by reason (rows)",
+            draw(errors, errors.dataset.title,
                  reasons.map(function (r, i) { return { label: r, stroke: COLOURS[i % COLOURS.length] }; }),
                  [h.t].concat(reasons.map(function (r) { return h.errors[r]; })));
           }
