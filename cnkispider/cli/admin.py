@@ -26,7 +26,9 @@ def add_admin(sub) -> None:
     grant.add_argument("--password", help="its password (default: a new random one)")
     grant.add_argument("--host", default="%", help="hosts it connects from (default: %%, any)")
     grant.add_argument(
-        "--prefix", default=None, help="Redis key and channel prefix (default: cnki:)"
+        "--prefix",
+        default=None,
+        help="Redis key and channel prefix (default: [redis] prefix of config.ini, cnki:)",
     )
     grant.add_argument(
         "--add-tasks",

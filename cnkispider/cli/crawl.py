@@ -51,12 +51,15 @@ def crawl(
         store.set_phase(current.id, Phase.RECRAWL)
     process = CrawlerProcess(settings)
     started = time.monotonic()
-    process.crawl(config.task.type)
+    failures: list = []  # the crawl could not start (Redis unreachable when the scheduler opened)
+    process.crawl(config.task.type).addErrback(failures.append)
     crawler = next(iter(process.crawlers))
     try:
         process.start()
     finally:
         logs.apply(True)  # the loggers as they were, for whatever runs next in this process
+    if failures:  # a CnkiSpiderError is main's one line (exit 2); anything else is a bug
+        failures[0].raiseException()
     stats = dict(crawler.stats.get_stats())
     # a second Ctrl-C stops the reactor before the spider closes: Scrapy never sets a reason
     if not stats.get("finish_reason"):

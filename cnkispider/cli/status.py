@@ -7,21 +7,13 @@ from pathlib import Path
 
 from cnkispider.cli.common import add_command
 from cnkispider.config import Config
-from cnkispider.exceptions import UnknownName
 from cnkispider.preflight import parse_day
 
 
 def cmd_status(config: Config, args) -> int:
     from cnkispider.status import status_command
 
-    try:
-        return status_command(config, task_name=args.task, every=args.watch, as_json=args.json)
-    except LookupError as exc:
-        # status/collecting.py says "no task" with a plain LookupError: a name the user gave;
-        # its subclasses (KeyError, IndexError) are bugs and keep their traceback
-        if type(exc) is not LookupError:
-            raise
-        raise UnknownName(str(exc)) from exc
+    return status_command(config, task_name=args.task, every=args.watch, as_json=args.json)
 
 
 def cmd_web(config: Config, args) -> int:

@@ -31,7 +31,7 @@ from sqlalchemy.engine import Engine
 
 from cnkispider import default_settings, drift
 from cnkispider.db import db_now
-from cnkispider.exceptions import TaskRowError
+from cnkispider.exceptions import TaskRowError, UnknownName
 from cnkispider.items import FIELDS
 from cnkispider.redisconn import EMBEDDED_IDLE
 from cnkispider.schema import documents, error_code, error_link, fill, round_, task
@@ -47,9 +47,9 @@ from tasks.rows import rounds_between, validate_row
 LEDGER_SHOWN = 20
 
 
-def namespace_of(task_name: str) -> str:
-    """The task's Redis namespace (settings.SCHEDULER_NAMESPACE: ``cnki:`` + task name)."""
-    return f"cnki:{task_name}"
+def namespace_of(task_name: str, prefix: str = default_settings.REDIS_KEY_PREFIX) -> str:
+    """The task's Redis namespace (settings.SCHEDULER_NAMESPACE: ``[redis] prefix`` + task)."""
+    return f"{prefix}{task_name}"
 
 
 # -- collecting ---------------------------------------------------------------------------------
@@ -66,6 +66,7 @@ def collect(
     redis_label: str = "",
     redis_error: str | None = None,
     sessions_namespace: str | None = None,
+    key_prefix: str = default_settings.REDIS_KEY_PREFIX,
 ) -> dict:
     """One status report of every task (or of ``task_name``), JSON-able.
 
@@ -82,7 +83,7 @@ def collect(
         if task_name is not None:
             rows = [r for r in rows if r.name == task_name or str(r.id) == str(task_name)]
             if not rows:
-                raise LookupError(f"no task {task_name!r}")
+                raise UnknownName(f"no task {task_name!r}")
         ids = [r.id for r in rows]
         rounds_by_state = _grouped(conn, round_, [round_.c.state], ids)
         errors = {
@@ -117,7 +118,7 @@ def collect(
         entry["waiting"] = None
         if redis_client is not None:
             try:
-                entry["queue"] = _queue_sizes(redis_client, entry["name"])
+                entry["queue"] = _queue_sizes(redis_client, namespace_of(entry["name"], key_prefix))
                 entry["waiting"] = _waiting(redis_client, sessions_namespace, entry["name"])
             except Exception as exc:  # redis.RedisError and socket errors: Redis went away
                 redis_info.update(reachable=False, error=str(exc))
@@ -402,10 +403,10 @@ def _error_summary(groups: list[tuple]) -> dict:
     return {"total": sum(by_state.values()), "by_state": by_state, "by_reason": by_reason}
 
 
-def _queue_sizes(client, task_name: str) -> dict[str, int]:
+def _queue_sizes(client, namespace: str) -> dict[str, int]:
     from cnkispider.scheduling.queue import LeasedQueue
 
-    return LeasedQueue(client, namespace_of(task_name)).sizes()
+    return LeasedQueue(client, namespace).sizes()
 
 
 def _waiting(client, namespace: str | None, task_name: str) -> str | None:

@@ -64,6 +64,7 @@ def status_command(
             redis_label=label,
             redis_error=error,
             sessions_namespace=namespace_for(config.cnki["base_url"], config.redis_prefix),
+            key_prefix=config.redis_prefix,
         )
 
     try:

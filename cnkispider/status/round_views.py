@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 
 from cnkispider import default_settings
 from cnkispider.db import db_now
-from cnkispider.exceptions import TaskRowError
+from cnkispider.exceptions import TaskRowError, UnknownName
 from cnkispider.schema import error_code, error_link, round_, task, worker
 from cnkispider.status.liveness import GONE_AFTER_BEATS, liveness, worker_report
 from cnkispider.status.times import iso
@@ -82,7 +82,7 @@ def round_grid(
             ).where(sa.or_(task.c.name == task_name, sa.cast(task.c.id, sa.String) == task_name))
         ).first()
         if row is None:
-            raise LookupError(f"no task {task_name!r}")
+            raise UnknownName(f"no task {task_name!r}")
         report: dict = {"task": row.name, "task_id": row.id, "month": month, "problem": None}
         try:
             current = validate_row(row, base_dir)
@@ -229,7 +229,7 @@ def round_detail(
         now = now or db_now(conn)
         r = conn.execute(sa.select(round_).where(round_.c.id == round_id)).first()
         if r is None:
-            raise LookupError(f"no round {round_id}")
+            raise UnknownName(f"no round {round_id}")
         name = conn.execute(sa.select(task.c.name).where(task.c.id == r.task_id)).scalar()
         holder = None
         if r.worker:

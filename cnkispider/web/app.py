@@ -133,6 +133,7 @@ class Web:
             redis_label=self.redis_label,
             redis_error=self.redis_error,
             sessions_namespace=self.namespace,
+            key_prefix=self.config.redis_prefix,
         )
         if task_name is None:
             age = self.history.age()
