@@ -82,16 +82,11 @@ def windows_path(path: Path) -> str:
     return "Z:" + str(path).replace("/", "\\")
 
 
-def _build(out: Path) -> Path:
-    started = time.monotonic()
+def _script(*args: str, cwd: Path | None = None) -> str:
+    """scripts/build_exe_windows.sh ARGS with this session's Wine cache; its output."""
     result = subprocess.run(
-        [
-            "bash",
-            str(ROOT / "scripts" / "build_exe_windows.sh"),
-            str(out / "dist"),
-            str(out / "work"),
-        ],
-        cwd=out,
+        ["bash", str(ROOT / "scripts" / "build_exe_windows.sh"), *args],
+        cwd=cwd,
         env={**os.environ, "CNKISPIDER_WINE_CACHE": str(CACHE)},
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -99,11 +94,17 @@ def _build(out: Path) -> Path:
         timeout=1500,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    return result.stdout
+
+
+def _build(out: Path) -> Path:
+    started = time.monotonic()
+    output = _script(str(out / "dist"), str(out / "work"), cwd=out)
     path = out / "dist" / EXE
-    assert path.is_file(), result.stdout[-3000:]
+    assert path.is_file(), output[-3000:]
     print(
         f"built {path} ({path.stat().st_size / 2**20:.0f} MiB) under Wine in "
-        f"{time.monotonic() - started:.0f} s: {result.stdout.strip().splitlines()[-1]}"
+        f"{time.monotonic() - started:.0f} s: {output.strip().splitlines()[-1]}"
     )
     return path
 
@@ -118,16 +119,7 @@ def exe(tmp_path_factory) -> Path:
 def _host() -> str:
     """Wine and its prefix set up (what running the .exe needs, built or cached); Wine's
     version, part of the build's key with the pins the script hashes."""
-    result = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "build_exe_windows.sh"), "--host-only"],
-        env={**os.environ, "CNKISPIDER_WINE_CACHE": str(CACHE)},
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=1500,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    return "windows " + result.stdout.strip().splitlines()[-1]
+    return "windows " + _script("--host-only").strip().splitlines()[-1]
 
 
 class WindowsInstall(Install):
