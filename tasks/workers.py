@@ -14,6 +14,8 @@ import os
 import socket
 import uuid
 
+import sqlalchemy as sa
+
 from cnkispider.db import db_now, retried
 from cnkispider.schema import task, worker
 from tasks.rounds import renew_leases
@@ -64,12 +66,14 @@ class Workers(TaskRows):
             last_error = last_error[: worker.c.last_error.type.length]
         with self.engine.begin() as conn:
             now = db_now(conn)
-            renew_leases(conn, worker_id, now + self.round_lease)
-            if task_id is not None:
-                conn.execute(task.update().where(task.c.id == task_id).values(status=now))
-            conn.execute(
+            this = worker.c.id == worker_id
+            if state == "running":
+                # a beat on its way (a thread) when the worker said goodbye must not undo it:
+                # the row would read "running" and, its beats over, the worker "gone"
+                this = sa.and_(this, worker.c.state == "running")
+            said = conn.execute(
                 worker.update()
-                .where(worker.c.id == worker_id)
+                .where(this)
                 .values(
                     last_seen=now,
                     pages=pages,
@@ -82,3 +86,13 @@ class Workers(TaskRows):
                     state=state,
                 )
             )
+            if (
+                said.rowcount == 0
+                and conn.execute(  # rowcount: the rows matched
+                    sa.select(worker.c.state).where(worker.c.id == worker_id)
+                ).scalar()
+            ):
+                return  # it said goodbye already: its leases are not renewed either
+            renew_leases(conn, worker_id, now + self.round_lease)
+            if task_id is not None:
+                conn.execute(task.update().where(task.c.id == task_id).values(status=now))

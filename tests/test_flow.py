@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from cnkispider.clock import BEIJING
 from cnkispider.db import open_database
-from cnkispider.schema import round_, task
+from cnkispider.schema import round_, task, worker
 from tasks.flow import TaskStore
 from tests.fixtures.waiting import wait_until
 
@@ -183,6 +183,26 @@ def test_a_claimed_round_its_worker_could_not_seed_is_handed_back_not_held(db_ur
     again = store.claim(t.id, "w:1:x", epoch="e1")
     assert again is not None and again.id == claimed.id
     assert not store.release_claim(claimed.id, "w:2:x")  # only its holder hands a claim back
+
+
+def test_a_beat_late_from_its_thread_does_not_undo_the_goodbye(db_url):
+    """A worker's heartbeats run in threads; one on its way when the worker said goodbye
+    ("stopped", at spider_closed) used to land after it: the row read "running" again and,
+    the beats over, status counted the worker "gone" (a clean run's watched crawl saw it)."""
+    store = store_for(db_url)
+    t, _ = store.register("goodbye", "paper", "2024-01-01", "2024-01-01", "A")
+    store.register_worker("bye:1:x", t.id)
+    claimed = store.claim(t.id, "bye:1:x")
+    store.heartbeat("bye:1:x", t.id, state="stopped")
+    with store.engine.connect() as conn:
+        lease = conn.execute(sa.select(round_.c.lease_until).where(round_.c.id == claimed.id))
+        lease_before = lease.scalar()
+    store.heartbeat("bye:1:x", t.id, pages=9)  # the late beat
+    with store.engine.connect() as conn:
+        row = conn.execute(sa.select(worker.c.state, worker.c.pages)).one()
+        lease = conn.execute(sa.select(round_.c.lease_until).where(round_.c.id == claimed.id))
+        assert lease.scalar() == lease_before  # nor are its leases renewed
+    assert tuple(row) == ("stopped", 0)
 
 
 class ClaimLoop:
