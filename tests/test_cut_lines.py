@@ -162,7 +162,9 @@ class Cluster:
             assert code in (None, 0), f"worker {k} failed ({code}): {self.log(k)[-3000:]}"
             assert k not in alive or code is None, f"worker {k} stopped: {self.log(k)[-3000:]}"
 
-    def wait(self, what: str, condition, timeout: float = 100, alive: tuple[int, ...] = ()):
+    # The timeouts are safety nets for a loaded machine, not the two minutes a test
+    # (which the durations of a run report): on a quiet machine each test takes 45 to 105 s.
+    def wait(self, what: str, condition, timeout: float = 300, alive: tuple[int, ...] = ()):
         deadline = time.monotonic() + timeout
         while True:
             value = condition()
@@ -172,7 +174,7 @@ class Cluster:
             assert time.monotonic() < deadline, f"timed out waiting for {what}: {self.diagnose()}"
             time.sleep(0.2)
 
-    def finish(self, timeout: float = 110) -> None:
+    def finish(self, timeout: float = 300) -> None:
         deadline = time.monotonic() + timeout
         for k, p in enumerate(self.processes):
             try:
@@ -326,13 +328,15 @@ def test_a_worker_on_a_slow_lossy_line_crawls_with_the_others(cluster, lab):
     c.start(bad_line=(0.0, 0.0))
     c.start()
     line = lab.lines[-1]
-    # it turns bad once 85% of the task is stored: the worker on it finishes what it then
+    # it turns bad once 80% of the task is stored: the worker on it finishes what it then
     # holds slowly (about a document a second; the others cannot take over leases it renews),
-    # and a larger part would take this test past two minutes
-    part = len(c.admin.truth()) * 85 // 100
+    # and a larger part would take this test past two minutes. It may not have seeded a round
+    # by then (the other worker can seed them all), only crawled in them; at 85% a busy
+    # machine once saw the task end before this wait did
+    part = len(c.admin.truth()) * 80 // 100
     c.wait(
         "the worker on the line to crawl",
-        lambda: "seeded" in c.log(0) and c.stored() >= part,
+        lambda: re.search(r"round \d+ (seeded|done)", c.log(0)) and c.stored() >= part,
         alive=(0,),
     )
     line.delay, line.loss = 0.150, 0.05  # one way: 300 ms round trip, 5% lost each way
