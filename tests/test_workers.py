@@ -11,12 +11,16 @@ from cnkispider.workers import Workers, describe, overall, should_restart
 
 # Each start appends a line to the file, then exits with the status of that start's position in
 # EXITS (the last one repeats); "kill" means the process kills itself with SIGKILL.
+# The append and the count are one step under a lock: several workers start at once, and two
+# that both appended before either counted took the same position (a busy run saw 4 starts, not 5).
 SCRIPT = """
-import os, signal, sys
+import fcntl, os, signal, sys
 path, exits = sys.argv[1], sys.argv[2].split(",")
-with open(path, "a") as f:
+with open(path, "a+") as f:
+    fcntl.flock(f, fcntl.LOCK_EX)
     f.write("start\\n")
-with open(path) as f:
+    f.flush()
+    f.seek(0)
     n = len(f.readlines())
 code = exits[min(n, len(exits)) - 1]
 if code == "kill":
