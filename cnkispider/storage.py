@@ -2,7 +2,7 @@
 
 A replayed request, a recrawl or a round crawled twice after a cursor move rewrites the same
 row, never adds one. Both dialects get a native upsert (MySQL ``ON DUPLICATE KEY UPDATE``,
-SQLite ``ON CONFLICT DO UPDATE``), one statement per batch.
+SQLite ``ON CONFLICT DO UPDATE``), one statement per batch, built and compiled once.
 
 Depths (docs/DEPTH.md): a row carries the depth it was stored at (``depth``: list, export or
 detail; NULL = detail). The upsert never lets a pass blank what another filled, nor a shallower
@@ -23,6 +23,7 @@ writes the batch row by row, so that only that document fails (see cnkispider/pi
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Iterable, Iterator
 
 import sqlalchemy as sa
@@ -81,11 +82,22 @@ def row_for(doc_type: str, values: dict, task_id: int | None, now: dt.datetime) 
     return row
 
 
+def _constant(value: str | int):
+    """A constant of the upsert written into its SQL rather than bound: the statement's only
+    placeholders are then its VALUES, which the driver's executemany turns into one multi-row
+    INSERT (pymysql rewrites it; one round trip a batch, as before), and one compiled statement
+    serves every batch. Only the module's own words and numbers come here."""
+    if isinstance(value, int):
+        return sa.literal_column(str(value))
+    assert value.isidentifier() or value == "", value  # never a value from a page
+    return sa.literal_column(f"'{value}'")
+
+
 def _rank(column):
     """A depth column as its rank (NULL and unknown values: detail's)."""
     return sa.case(
-        *((column == name, rank) for rank, name in enumerate(DEPTHS)),
-        else_=DEPTHS.index(DEFAULT_DEPTH),
+        *((column == _constant(name), _constant(rank)) for rank, name in enumerate(DEPTHS)),
+        else_=_constant(DEPTHS.index(DEFAULT_DEPTH)),
     )
 
 
@@ -105,8 +117,8 @@ def _merged(table, new, columns: list[str]) -> list[tuple[str, object]]:
             # numbers and times: only NULL is "not read" (0 is a count; '' would be cast to 0)
             old_empty, new_empty = old.is_(None), value.is_(None)
         else:
-            old_empty = sa.or_(old.is_(None), old == "")
-            new_empty = sa.or_(value.is_(None), value == "")
+            old_empty = sa.or_(old.is_(None), old == _constant(""))
+            new_empty = sa.or_(value.is_(None), value == _constant(""))
         if name in COUNT_FIELDS or name == "export_id":
             # what every depth reads from the list row, and what changes: the newest read wins
             out.append((name, sa.case((new_empty, old), else_=value)))
@@ -126,7 +138,7 @@ def _merged(table, new, columns: list[str]) -> list[tuple[str, object]]:
             "depth",
             sa.case(
                 (new_rank >= old_rank, new.depth),
-                else_=sa.func.coalesce(table.c.depth, DEFAULT_DEPTH),
+                else_=sa.func.coalesce(table.c.depth, _constant(DEFAULT_DEPTH)),
             ),
         )
     )
@@ -156,23 +168,28 @@ def upsert_documents(conn, doc_type: str, rows: list[dict]) -> None:
     """Insert or update ``rows`` (dicts of one type's columns) on (dbname, filename)."""
     if not rows:
         return
-    table = documents[doc_type]
     # Two copies of one document in a batch would make MySQL update twice and SQLite fail the
     # batch: keep the last one.
     unique = list({(r["dbname"], r["filename"]): r for r in rows}.values())
-    updatable = [c for c in unique[0] if c not in ("dbname", "filename")]
-    if conn.dialect.name == "mysql":
-        stmt = mysql.insert(table).values(unique)
-        stmt = stmt.on_duplicate_key_update(_merged(table, stmt.inserted, updatable))
-    elif conn.dialect.name == "sqlite":
-        stmt = sqlite.insert(table).values(unique)
-        stmt = stmt.on_conflict_do_update(
+    conn.execute(_upsert(conn.dialect.name, doc_type, tuple(unique[0])), unique)
+
+
+@functools.cache
+def _upsert(dialect: str, doc_type: str, columns: tuple[str, ...]):
+    """The upsert of one type's ``columns``, built once: its CASE trees took more CPU to build
+    and compile for each batch than the database took to run it."""
+    table = documents[doc_type]
+    updatable = [c for c in columns if c not in ("dbname", "filename")]
+    if dialect == "mysql":
+        insert = mysql.insert(table)
+        return insert.on_duplicate_key_update(_merged(table, insert.inserted, updatable))
+    if dialect == "sqlite":
+        insert = sqlite.insert(table)
+        return insert.on_conflict_do_update(
             index_elements=["dbname", "filename"],
-            set_=dict(_merged(table, stmt.excluded, updatable)),
+            set_=dict(_merged(table, insert.excluded, updatable)),
         )
-    else:  # pragma: no cover - only the two dialects are supported
-        raise NotImplementedError(conn.dialect.name)
-    conn.execute(stmt)
+    raise NotImplementedError(dialect)  # pragma: no cover - only the two dialects are supported
 
 
 def iter_documents(

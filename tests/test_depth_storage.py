@@ -117,3 +117,35 @@ def test_counts_take_the_newest_read_whatever_the_depth_and_zero_is_a_count(db_u
     _write(engine, "list", title="题名", cited="", downloads="")  # not read: kept
     row = _stored(engine)
     assert (row["cited"], row["downloads"], row["depth"]) == (0, 41, "detail")
+
+
+def test_a_batch_is_one_statement_on_mariadb_and_each_row_merges_by_its_own_depth(mysql_url):
+    """A batch of 50 (new rows and stored ones, at several depths) is one INSERT on MariaDB: a
+    home PC's line pays one round trip a batch, not one a document (the driver turns the
+    executemany into one multi-row statement only while the upsert binds nothing else)."""
+    engine = open_database(mysql_url)
+    docs = [{"dbname": "CJFQ", "filename": f"HJXB2024{n:05d}"} for n in range(50)]
+    with engine.begin() as conn:
+        upsert_documents(
+            conn,
+            "paper",
+            [row_for("paper", {**d, "abstract": "详情摘要", DEPTH_KEY: "detail"}, 1, NOW) for d in docs[:25]],
+        )  # fmt: skip
+    again = [
+        row_for("paper", {**d, "abstract": f"列表{i}", DEPTH_KEY: "list"}, 1, NOW)
+        for i, d in enumerate(docs)
+    ]
+    with engine.begin() as conn:
+        before = int(conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'Questions'").one()[1])
+        upsert_documents(conn, "paper", again)
+        after = int(conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'Questions'").one()[1])
+    assert after - before - 1 == 1  # the SHOW itself counts once
+    rows = {r["filename"]: r for r in fetch_all(engine, "paper")}
+    assert len(rows) == 50
+    # the first 25 were stored deeper: the list pass keeps their abstracts and depth
+    assert {rows[d["filename"]]["abstract"] for d in docs[:25]} == {"详情摘要"}
+    assert {rows[d["filename"]]["depth"] for d in docs[:25]} == {"detail"}
+    assert [rows[d["filename"]]["abstract"] for d in docs[25:]] == [
+        f"列表{i}" for i in range(25, 50)
+    ]
+    assert {rows[d["filename"]]["depth"] for d in docs[25:]} == {"list"}
