@@ -39,6 +39,8 @@ SLOW_FIXTURES = {
 #: under a second of CPU; a crawl or a build in a subprocess takes more than FAST_CPU_BUDGET. Wall
 #: seconds catch a test that mostly waits (a timer, a lease), generously.
 FAST_CPU_BUDGET = 4.0
+#: The environment variable naming a file to which each test appends its CPU and wall seconds.
+CPU_LOG = "CNKI_TEST_CPU_LOG"
 FAST_WALL_BUDGET = 60.0
 
 
@@ -102,6 +104,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     known to be slow"). Each test's CPU seconds go to the report (printed at the end)."""
     outcome = yield
     report = outcome.get_result()
+    if report.when == "teardown" and CPU_LOG in os.environ and _STARTED in item.stash:
+        # where the suite's CPU goes: set-up, call and teardown (a stand-in's CPU is counted
+        # when its fixture waits for it), one line a test (docs/TESTING.md)
+        cpu0, wall0 = item.stash[_STARTED]
+        with open(os.environ[CPU_LOG], "a") as log:
+            log.write(f"{_cpu() - cpu0:.2f}\t{time.monotonic() - wall0:.2f}\t{item.nodeid}\n")
     if report.when != "call" or _STARTED not in item.stash:
         return
     cpu0, wall0 = item.stash[_STARTED]
