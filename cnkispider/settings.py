@@ -10,6 +10,8 @@ config.ini or the file ``CNKI_CONFIG`` names, so both ways of starting a crawl b
 
 from __future__ import annotations
 
+from scrapy.settings import default_settings as _scrapy_defaults
+
 from cnkispider import middlewares as _middlewares
 from cnkispider.addon import ADDONS as ADDONS  # the defaults of every setting (default_settings)
 from cnkispider.middlewares import ratelimit as _ratelimit
@@ -22,9 +24,19 @@ NEWSPIDER_MODULE = "cnkispider.spiders"
 COMMANDS_MODULE = "cnkispider.commands"
 ROBOTSTXT_OBEY = False
 # Scrapy's telnet console and its remote-control HTTP server (2.14+) both run code sent to them
-# inside the worker: never open either
+# inside the worker: never open either, nor load them (Scrapy imports every extension it lists,
+# even one set to None: the remote control's aiohttp took 0.14 s of CPU of every worker's start)
 TELNETCONSOLE_ENABLED = False
 REMOTE_CONTROL_ENABLED = False
+_REMOTE_SHELLS = (
+    "scrapy.extensions.telnet.TelnetConsole",
+    "scrapy.extensions.remote_control.RemoteControl",
+)
+EXTENSIONS_BASE = {
+    path: order
+    for path, order in _scrapy_defaults.EXTENSIONS_BASE.items()
+    if path not in _REMOTE_SHELLS
+}
 LOGSTATS_INTERVAL = 60.0
 # feeds (`-o x.jsonl`, [crawl] feed) in UTF-8: 中文 as it is, not \u escapes
 FEED_EXPORT_ENCODING = "utf-8"

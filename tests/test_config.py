@@ -225,6 +225,7 @@ def test_workers_open_no_remote_shell_and_take_the_outage_time_from_config(tmp_p
     from scrapy.extensions.telnet import TelnetConsole
     from scrapy.utils.test import get_crawler
 
+    from cnkispider import settings as project_settings
     from cnkispider.crawlsettings import crawler_settings
 
     config = load_config(write(tmp_path, "[database]\noutage_seconds = 90\n"), environ={})
@@ -233,6 +234,13 @@ def test_workers_open_no_remote_shell_and_take_the_outage_time_from_config(tmp_p
         settings["TELNETCONSOLE_ENABLED"] is False and settings["REMOTE_CONTROL_ENABLED"] is False
     )
     assert settings["DATABASE_OUTAGE_SECONDS"] == 90.0
+    # nor loaded: the remote control's module imports aiohttp, 0.14 s of each worker's start
+    from scrapy.settings import Settings
+
+    ours = {k: v for k, v in vars(project_settings).items() if k.isupper()}
+    listed = Settings({**ours, **settings}).getwithbase("EXTENSIONS")
+    assert not {"scrapy.extensions.telnet.TelnetConsole", "scrapy.extensions.remote_control.RemoteControl"} & set(listed)  # fmt: skip
+    assert "scrapy.extensions.logstats.LogStats" in listed  # Scrapy's others stay
     crawler = get_crawler(
         settings_dict={k: settings[k] for k in ("TELNETCONSOLE_ENABLED", "REMOTE_CONTROL_ENABLED")}
     )
