@@ -105,6 +105,7 @@ def test_requests_per_doc_counts_a_crawl_of_each_code_equal_to_the_truth(tmp_pat
     out = tmp_path / "rows.json"
     run = subprocess.run(
         [sys.executable, "bench/requests_per_doc.py", "--scale", "0.001"]
+        + ["--cap-rows", "100", "--surge-rows", "125"]  # the surge day over the cap, small
         + ["--census-off", "--start", "2024-03-04", "--end", "2024-03-06", "--stall", "15"]
         + ["--json", str(out)],
         cwd=ROOT,
