@@ -170,6 +170,25 @@ class OwnMariaDB:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+def start_redis_server(argv: list[str], client: redis.Redis, what: str) -> subprocess.Popen:
+    """Start ``redis-server`` with ``argv`` and return it once ``client`` gets an answer: fail
+    when it exits first or 30 s pass (a private server of a test: a plain, TLS or lab one)."""
+    process = subprocess.Popen(["redis-server", *argv], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                client.ping()
+                return process
+            except redis.ConnectionError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    process.kill()
+                    raise RuntimeError(f"{what} did not start") from None
+                time.sleep(0.05)
+    finally:
+        client.close()
+
+
 class OwnRedis:
     """A private redis-server on a free port, without persistence (``password``: requirepass)."""
 

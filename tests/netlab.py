@@ -41,7 +41,7 @@ from pathlib import Path
 
 import redis
 
-from tests.fault_services import OwnMariaDB, free_port
+from tests.fault_services import OwnMariaDB, free_port, start_redis_server
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -274,25 +274,13 @@ class LabRedis:
         self.password = uuid.uuid4().hex
         self.dir = tempfile.mkdtemp(prefix="lab-redis-")
         self.port = free_port()
-        self.process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", address,
+        self.process = start_redis_server(
+            ["--port", str(self.port), "--bind", "127.0.0.1", address,
              "--requirepass", self.password, "--save", "", "--appendonly", "no",
              "--dir", self.dir],
-            stdout=subprocess.DEVNULL,
+            redis.Redis(port=self.port, password=self.password),
+            "redis-server",
         )  # fmt: skip
-        client = redis.Redis(port=self.port, password=self.password)
-        try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    client.ping()
-                    break
-                except redis.ConnectionError:
-                    if self.process.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError("redis-server did not start") from None
-                    time.sleep(0.05)
-        finally:
-            client.close()
 
     @property
     def admin_url(self) -> str:

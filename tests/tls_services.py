@@ -13,13 +13,12 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import redis
 
-from tests.fault_services import OwnMariaDB, free_port
+from tests.fault_services import OwnMariaDB, free_port, start_redis_server
 
 
 @dataclass(frozen=True)
@@ -82,9 +81,8 @@ class TlsRedis:
         self.certs = certs
         self.dir = tempfile.mkdtemp(prefix="tls-redis-")
         self.port = free_port()
-        self.process = subprocess.Popen(
+        self.process = start_redis_server(
             [
-                "redis-server",
                 "--port", "0",
                 "--tls-port", str(self.port),
                 "--bind", "127.0.0.1",
@@ -96,21 +94,9 @@ class TlsRedis:
                 "--appendonly", "no",
                 "--dir", self.dir,
             ],
-            stdout=subprocess.DEVNULL,
+            self.admin(),
+            "redis-server with TLS",
         )  # fmt: skip
-        client = self.admin()
-        try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    client.ping()
-                    break
-                except redis.ConnectionError:
-                    if self.process.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError("redis-server with TLS did not start") from None
-                    time.sleep(0.05)
-        finally:
-            client.close()
 
     @property
     def url(self) -> str:
