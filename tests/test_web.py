@@ -402,6 +402,8 @@ def test_api_status_is_status_json(crawled):
 @pytest.mark.slow
 @pytest.mark.xdist_group("web-crawl")
 def test_a_pasted_copy_as_curl_joins_the_pool_after_its_preview(crawled, page):
+    from playwright.sync_api import expect
+
     from cnkispider.sessions.pool import SessionStore, namespace_for
 
     site, server = crawled["site"], crawled["server"]
@@ -413,11 +415,16 @@ def test_a_pasted_copy_as_curl_joins_the_pool_after_its_preview(crawled, page):
     page.fill("input[name=token]", server.token)
     page.click("button[name=preview]")
     assert "is a request to www.example.com" in page.locator(".error").inner_text()
+    # the tab remembers the token: the page's script types it in once loaded (until then the
+    # required field is empty and the browser would not send the form)
+    token_field = page.locator("input[name=token]")
+    expect(token_field).to_have_value(server.token, timeout=120_000)
     paste = f"curl 'http://{host}/kns8s/defaultresult/index' -b 'SID=s1; Ecp_ClientId=c2' -A 'Mozilla/5.0 Chrome/130.0'"
     page.fill("textarea[name=paste]", paste)
     page.click("button[name=preview]")
     assert "will add a session" in page.locator(".plan").inner_text()
     assert {s.id for s in store.list()} == before  # the preview added nothing
+    expect(token_field).to_have_value(server.token, timeout=120_000)
     page.click("button[name=confirm]")
     assert page.locator(".result").inner_text().startswith("added session ")
     added = [s for s in store.list() if s.id not in before]
