@@ -151,3 +151,21 @@ def test_requests_per_doc_counts_a_crawl_of_each_code_equal_to_the_truth(tmp_pat
         assert ratio, run.stdout[-2000:]
         new, base, quotient = map(float, ratio.groups())
         assert quotient == pytest.approx(new / base, abs=0.002)
+
+
+def test_upsert_prints_both_ways_on_both_databases_one_statement_a_batch(mysql_url):
+    """Both ways store the same rows (the benchmark fails otherwise); on MariaDB each batch is
+    one statement both ways; the figures are numbers (their ratio is the docs', not asserted)."""
+    server = mysql_url.rsplit("/", 1)[0]
+    run = bench("upsert.py", "--documents", "200", "--mysql", server)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    rows = re.findall(r"^(SQLite|MariaDB)\s+(per batch|once)\s+([\d.]+)\s+(\S+)$", run.stdout, re.M)
+    assert [(db, way) for db, way, _, _ in rows] == [
+        ("SQLite", "per batch"),
+        ("SQLite", "once"),
+        ("MariaDB", "per batch"),
+        ("MariaDB", "once"),
+    ], run.stdout
+    assert all(float(cpu) > 0 for _, _, cpu, _ in rows), run.stdout
+    assert [s for db, _, _, s in rows if db == "MariaDB"] == ["1.00", "1.00"], run.stdout
+    assert re.search(r"^MariaDB: per batch / once = [\d.]+ times the CPU$", run.stdout, re.M)
