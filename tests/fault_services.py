@@ -28,6 +28,8 @@ from pathlib import Path
 import pymysql
 import redis
 
+from tests.fixtures.waiting import wait_until
+
 MARIADBD = "/usr/sbin/mariadbd"
 INSTALL_DB = shutil.which("mariadb-install-db") or shutil.which("mysql_install_db")
 
@@ -174,19 +176,21 @@ def start_redis_server(argv: list[str], client: redis.Redis, what: str) -> subpr
     """Start ``redis-server`` with ``argv`` and return it once ``client`` gets an answer: fail
     when it exits first or 30 s pass (a private server of a test: a plain, TLS or lab one)."""
     process = subprocess.Popen(["redis-server", *argv], stdout=subprocess.DEVNULL)
+
+    def answers() -> bool:
+        try:
+            return bool(client.ping())
+        except redis.ConnectionError:
+            return False
+
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                client.ping()
-                return process
-            except redis.ConnectionError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    process.kill()
-                    raise RuntimeError(f"{what} did not start") from None
-                time.sleep(0.05)
+        wait_until(answers, 30, what=f"{what} answering", workers=[process])
+    except BaseException:
+        process.kill()
+        raise
     finally:
         client.close()
+    return process
 
 
 class OwnRedis:
