@@ -4,6 +4,8 @@ whose worker is restarted by a code change half-way that still ends equal to the
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 
 import sqlalchemy as sa
 
@@ -59,8 +61,15 @@ def test_a_code_change_mid_crawl_restarts_the_worker_and_nothing_is_lost(
         },
     )
     truth = setup.truth()
+    # The output goes to a file, not a pipe: nothing reads a pipe while the test waits, and a
+    # full one would stall the worker that writes to it.
+    output = tmp_path / "supervisor.out"
+    setup.write()
+    with output.open("w") as sink:
+        supervisor = subprocess.Popen(
+            setup.command("run", "--reload"), cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT
+        )
     try:
-        supervisor = setup.spawn("run", "--reload")
 
         def stored() -> int:
             try:
@@ -69,13 +78,29 @@ def test_a_code_change_mid_crawl_restarts_the_worker_and_nothing_is_lost(
                 return 0
 
         stored_then = wait_until(
-            lambda: (n := stored()) >= 20 and n, 120, what="20 papers stored", workers=[supervisor]
+            lambda: (n := stored()) >= 20 and n,
+            120,
+            what="20 papers stored",
+            workers=[supervisor],
+            log=output.read_text,
         )
         (watch / "module.py").write_text("VALUE = 2  # a change\n")
-        out, _ = supervisor.communicate(timeout=600)  # generous: a busy machine
+        # The end, or a worker that failed: the supervisor would wait for the next code change
+        # (reload.py), so the test stops there, with the output that says why.
+        wait_until(
+            lambda: (
+                supervisor.poll() is not None
+                or re.search(r"exited with status (?!0\b)", output.read_text())
+            ),
+            600,  # generous: a busy machine
+            what="the supervisor's end",
+            log=output.read_text,
+        )
     finally:
-        if supervisor.poll() is None:
-            supervisor.kill()
+        if supervisor.poll() is None:  # SIGTERM: the supervisor stops its workers too
+            supervisor.terminate()
+            supervisor.wait(120)
+    out = output.read_text()
     assert supervisor.returncode == 0, out[-4000:]
     assert 20 <= stored_then < len(truth), "the change landed mid-crawl"
     assert "reload: code changed" in out and "reload: restarted 1 worker(s)" in out, out[-4000:]
