@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from redis.connection import parse_url
 
 from cnkispider.config import load_config
+from cnkispider.db import make_engine
 from cnkispider.exceptions import ConfigError
 from cnkispider.schema import round_
 from tests.crawl_harness import CrawlSetup, compare
@@ -100,6 +101,20 @@ def test_worker_crawls_over_tls_with_row_rights_only(tmp_path, tls_servers, cnki
             cipher = conn.exec_driver_sql("SHOW STATUS LIKE 'Ssl_cipher'").one()[1]
         engine.dispose()
         assert cipher, "the worker's database connection is not encrypted"
+        # The crawler's engines: with no TLS option (the administrator's URL) pymysql's
+        # preferred mode still encrypts, through one context per process (cnkispider/db.py);
+        # with TLS options (the worker's) each connection reads its files anew.
+        for url, shared in ((admin_db, True), (config.database_url, False)):
+            engine = make_engine(url)
+            first, second = engine.connect(), engine.connect()
+            ciphers = [
+                c.exec_driver_sql("SHOW STATUS LIKE 'Ssl_cipher'").one()[1] for c in (first, second)
+            ]
+            contexts = [c.connection.dbapi_connection.ctx for c in (first, second)]
+            assert all(ciphers), (url, ciphers)
+            assert (contexts[0] is contexts[1]) is shared, url
+            first.close(), second.close()
+            engine.dispose()
 
         workers = [worker.spawn(), worker.spawn()]
         logs = [w.communicate(timeout=300)[0] for w in workers]
