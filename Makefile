@@ -5,10 +5,13 @@ PYTHON ?= python3.11
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
+# uv installs what pip would, from the same pins, in seconds instead of 20 (every CI run makes
+# a fresh .venv); pip stays in the venv for whoever wants it.
+UV_VERSION ?= 0.13.9
 $(BIN)/cnkispider: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,exe]'
+	$(BIN)/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[test,exe]'
 	touch $@
 
 .PHONY: setup run demo test test-fast lint bench exe exe-windows
