@@ -19,6 +19,7 @@ pytest_plugins = [
     "tests.fixtures.scheduling",  # the scheduler driven by hand on the real Redis
     "tests.fixtures.crawls",  # crawls of the stand-in in a worker subprocess
     "tests.fixtures.commands",  # the command line in-process on the test's database
+    "tests.tls_services",  # private MariaDB and Redis that speak TLS only
 ]
 
 #: Fixtures that make a test long (a build, a crawl shared by a module, private services, a

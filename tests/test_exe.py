@@ -38,6 +38,7 @@ from cnkispider.storage import fetch_all
 from tests.crawl_harness import REDIS_URL, ROOT, compare
 from tests.fixtures.build_once import build_key, build_once
 from tests.fixtures.waiting import wait_until
+from tests.worker_accounts import grant
 
 EXE_NAME = "cnkispider.exe" if sys.platform == "win32" else "cnkispider"
 LOG_NAME = "cnkispider.log"  # [crawl] log_file of the executable when config.ini leaves it empty
@@ -398,6 +399,71 @@ def test_the_exe_carries_the_embedded_redis_and_sqlite(exe, tmp_path, cnki_site)
     # the bundled redis-server ran, with its append-only file in [crawl] data_dir
     assert (install.folder / "data" / "redis" / "appendonly.aof").is_file()
     assert compare(install.stored(), truth(site), "patent") == SAME
+
+
+def crawl_as_a_home_pc_over_tls(exe, install_class, folder: Path, site, tls_servers, name):
+    """docs/WORKERS.md's home PC: the administrator makes the tables and the PC's accounts (row
+    rights only, TLS required: `admin grant-worker --add-tasks --require-tls`); the PC's folder
+    holds the executable, config.ini and the CA and client certificate beside it (named
+    relative to config.ini); started with no arguments, it registers its task and crawls over
+    TLS to MariaDB and Redis. Returns the run and the administrator's database URL."""
+    certs, mariadb, server = tls_servers
+    admin_db = mariadb.url(mariadb.create_database())
+    admin_ini = folder / "admin" / "config.ini"
+    admin_ini.parent.mkdir(parents=True)
+    admin_ini.write_text(
+        "".join(
+            f"[{section}]\n" + "".join(f"{k} = {v}\n" for k, v in values.items())
+            for section, values in crawl_config(site, admin_db, server.admin_url(), name).items()
+        ),
+        encoding="utf-8",
+    )
+    made = subprocess.run(
+        [sys.executable, "-m", "cnkispider.cli", "--config", str(admin_ini), "init-db"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert made.returncode == 0, made.stderr[-3000:]
+    account, printed = grant(
+        admin_ini, admin_db, server.admin_url(), "--add-tasks", "--require-tls"
+    )
+    assert "REQUIRE SSL" in printed
+    try:
+        tls = {"ssl_ca": "ca.pem", "ssl_cert": "client.pem", "ssl_key": "client.key"}
+        config = crawl_config(
+            site,
+            account.db_url,
+            f"rediss://{account.name}:{account.password}@127.0.0.1:{server.port}/0",
+            name,
+        )
+        config["database"].update(tls)
+        config["redis"].update(tls)
+        install = install_class(exe, folder / "pc", config)
+        for file in (certs.ca, certs.client_cert, certs.client_key):
+            shutil.copy2(file, install.folder / file.name)
+        return install, install.run(), admin_db
+    finally:
+        account.drop()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_exe_of_a_home_pc_crawls_over_tls_with_a_workers_rights_only(
+    exe, tmp_path, cnki_site, tls_servers, task_name
+):
+    site = cnki_site(**SITE)
+    install, result, admin_db = crawl_as_a_home_pc_over_tls(
+        exe, Install, tmp_path, site, tls_servers, task_name
+    )
+    assert result.returncode == 0, install.explain(result)
+    assert f"== cnkispider summary: task '{task_name}' (patent), phase done ==" in result.stdout
+    engine = open_database(admin_db, create=False)
+    try:
+        assert compare(fetch_all(engine, "patent"), truth(site), "patent") == SAME
+    finally:
+        engine.dispose()
 
 
 @pytest.mark.slow

@@ -34,7 +34,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from cnkispider.db import open_database
 from cnkispider.schema import documents, error_code, error_link, task
+from cnkispider.storage import fetch_all
 from tests import test_exe
 from tests.crawl_harness import REDIS_URL, ROOT, compare
 from tests.fixtures.build_once import build_key, build_once
@@ -386,6 +388,26 @@ def test_the_exe_alone_creates_the_database_and_task_crawls_recrawls_and_a_secon
     assert f"documents       {len(expected)} stored for this task (0 this run)" in again.stdout
     assert list(elsewhere.iterdir()) == []
     assert len(install.stored()) == len(expected)
+
+
+@pytest.mark.slow
+@CRAWLS
+def test_the_exe_of_a_home_pc_crawls_over_tls_with_a_workers_rights_only(
+    exe, tmp_path, cnki_site, tls_servers, task_name
+):
+    """tests/test_exe.py's home PC, on Windows: Python's own OpenSSL in the .exe, the
+    certificates read from the Windows path of the folder."""
+    site = cnki_site(**SITE)
+    install, result, admin_db = test_exe.crawl_as_a_home_pc_over_tls(
+        exe, WindowsInstall, tmp_path, site, tls_servers, task_name
+    )
+    assert result.returncode == 0, install.explain(result)
+    assert f"== cnkispider summary: task '{task_name}' (patent), phase done ==" in result.stdout
+    engine = open_database(admin_db, create=False)
+    try:
+        assert compare(fetch_all(engine, "patent"), truth(site), "patent") == SAME
+    finally:
+        engine.dispose()
 
 
 @pytest.mark.slow

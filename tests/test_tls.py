@@ -17,7 +17,6 @@ from cnkispider.db import make_engine
 from cnkispider.exceptions import ConfigError
 from cnkispider.schema import round_
 from tests.crawl_harness import CrawlSetup, compare
-from tests.tls_services import TlsMariaDB, TlsRedis, make_certificates
 from tests.worker_accounts import grant
 
 
@@ -35,16 +34,6 @@ class TlsSetup(CrawlSetup):
             text = text.replace(f"[{section}]\n", f"[{section}]\n{lines}", 1)
         path.write_text(text, encoding="utf-8")
         return path
-
-
-@pytest.fixture
-def tls_servers(tmp_path):
-    certs = make_certificates(tmp_path / "certs")
-    mariadb = TlsMariaDB(certs)
-    server = TlsRedis(certs)
-    yield certs, mariadb, server
-    server.close()
-    mariadb.close()
 
 
 def _tls_keys(certs) -> dict:

@@ -6,6 +6,8 @@
   ``--ssl-cert``, ``--ssl-key``; accounts made with ``REQUIRE SSL`` cannot log in without TLS.
 - :class:`TlsRedis`: a private redis-server listening on a TLS port only (``--port 0``),
   ``--tls-auth-clients yes``: a client needs the CA and a client certificate.
+- the fixture ``tls_servers`` (a pytest plugin of tests/conftest.py): the certificates, a
+  :class:`TlsMariaDB` and a :class:`TlsRedis`, stopped after the test.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import redis
 
 from tests.fault_services import OwnMariaDB, free_port, start_redis_server
@@ -117,3 +120,14 @@ class TlsRedis:
             self.process.terminate()
             self.process.wait(timeout=30)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def tls_servers(tmp_path):
+    """``(certificates, TlsMariaDB, TlsRedis)`` for one test."""
+    certs = make_certificates(tmp_path / "certs")
+    mariadb = TlsMariaDB(certs)
+    server = TlsRedis(certs)
+    yield certs, mariadb, server
+    server.close()
+    mariadb.close()
