@@ -5,16 +5,18 @@ PYTHON ?= python3.11
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-# uv installs what pip would, from the same pins, in seconds instead of 20 (every CI run makes
-# a fresh .venv); pip stays in the venv for whoever wants it.
+# uv installs what pip would, from the same pins, in 12 s instead of 22 (every CI run makes a
+# fresh .venv); pip stays in the venv for whoever wants it. --compile-bytecode as pip does: where
+# PYTHONDONTWRITEBYTECODE is set (this machine), nothing else would ever write the .pyc files,
+# and every process would compile Scrapy, Twisted and SQLAlchemy anew (a second of CPU each).
 UV_VERSION ?= 0.13.9
 $(BIN)/cnkispider: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
-	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[test,exe]'
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e '.[test,exe]'
 	touch $@
 
-.PHONY: setup run demo test test-fast lint bench exe exe-windows
+.PHONY: setup compile run demo test test-fast lint bench exe exe-windows
 setup: $(BIN)/cnkispider
 
 run: setup
@@ -32,7 +34,12 @@ demo: setup
 TEST_WORKERS ?= 6
 TIMING_WORKERS ?= 2
 TEST_DURATIONS ?= 10
-test: setup
+# The project's own .pyc files, compiled before the tests start their hundreds of worker processes
+# (0.1 s of CPU off each one's start where PYTHONDONTWRITEBYTECODE keeps Python from writing them).
+compile: setup
+	$(BIN)/python -m compileall -q cnkispider tasks proxy errors standin tests bench
+
+test: setup compile
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
@@ -43,7 +50,7 @@ test: setup
 # under 2 minutes on 2 cores. It is every test not known to be slow: not marked `slow` or
 # `timing` and using no slow fixture (tests/conftest.py); `--fast` fails a test of the tier that
 # takes over 4 s of CPU (or 60 s), so a slow test cannot land in it unnoticed. A subset of `make test`.
-test-fast: setup
+test-fast: setup compile
 	$(BIN)/pytest -n $(TEST_WORKERS) --fast --durations=$(TEST_DURATIONS)
 
 lint: setup
