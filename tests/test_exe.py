@@ -83,6 +83,14 @@ def _builder() -> list[str]:
     return [sys.version, platform.platform(), *dists]
 
 
+def ini_text(config: dict[str, dict]) -> str:
+    """config.ini's text of ``{section: {key: value}}``."""
+    return "".join(
+        f"[{name}]\n" + "".join(f"{k} = {v}\n" for k, v in values.items())
+        for name, values in config.items()
+    )
+
+
 class Install:
     """A folder with only the executable and a config.ini: what an operator hands a PC."""
 
@@ -91,11 +99,7 @@ class Install:
         folder.mkdir(parents=True)
         shutil.copy2(exe, folder / EXE_NAME)
         self.program = folder / EXE_NAME
-        text = "".join(
-            f"[{name}]\n" + "".join(f"{k} = {v}\n" for k, v in values.items())
-            for name, values in config.items()
-        )
-        (folder / "config.ini").write_text(text, encoding="utf-8")
+        (folder / "config.ini").write_text(ini_text(config), encoding="utf-8")
         self.config = config
 
     @staticmethod
@@ -401,7 +405,7 @@ def test_the_exe_carries_the_embedded_redis_and_sqlite(exe, tmp_path, cnki_site)
     assert compare(install.stored(), truth(site), "patent") == SAME
 
 
-def crawl_as_a_home_pc_over_tls(exe, install_class, folder: Path, site, tls_servers, name):
+def a_home_pc_over_tls_crawls_the_truth(exe, install_class, folder: Path, site, tls_servers, name):
     """docs/WORKERS.md's home PC: the administrator makes the tables and the PC's accounts (row
     rights only, TLS required: `admin grant-worker --add-tasks --require-tls`); the PC's folder
     holds the executable, config.ini and the CA and client certificate beside it (named
@@ -412,11 +416,7 @@ def crawl_as_a_home_pc_over_tls(exe, install_class, folder: Path, site, tls_serv
     admin_ini = folder / "admin" / "config.ini"
     admin_ini.parent.mkdir(parents=True)
     admin_ini.write_text(
-        "".join(
-            f"[{section}]\n" + "".join(f"{k} = {v}\n" for k, v in values.items())
-            for section, values in crawl_config(site, admin_db, server.admin_url(), name).items()
-        ),
-        encoding="utf-8",
+        ini_text(crawl_config(site, admin_db, server.admin_url(), name)), encoding="utf-8"
     )
     made = subprocess.run(
         [sys.executable, "-m", "cnkispider.cli", "--config", str(admin_ini), "init-db"],
@@ -443,9 +443,16 @@ def crawl_as_a_home_pc_over_tls(exe, install_class, folder: Path, site, tls_serv
         install = install_class(exe, folder / "pc", config)
         for file in (certs.ca, certs.client_cert, certs.client_key):
             shutil.copy2(file, install.folder / file.name)
-        return install, install.run(), admin_db
+        result = install.run()
     finally:
         account.drop()
+    assert result.returncode == 0, install.explain(result)
+    assert f"== cnkispider summary: task '{name}' (patent), phase done ==" in result.stdout
+    engine = open_database(admin_db, create=False)
+    try:
+        assert compare(fetch_all(engine, "patent"), truth(site), "patent") == SAME
+    finally:
+        engine.dispose()
 
 
 @pytest.mark.slow
@@ -453,17 +460,9 @@ def crawl_as_a_home_pc_over_tls(exe, install_class, folder: Path, site, tls_serv
 def test_the_exe_of_a_home_pc_crawls_over_tls_with_a_workers_rights_only(
     exe, tmp_path, cnki_site, tls_servers, task_name
 ):
-    site = cnki_site(**SITE)
-    install, result, admin_db = crawl_as_a_home_pc_over_tls(
-        exe, Install, tmp_path, site, tls_servers, task_name
+    a_home_pc_over_tls_crawls_the_truth(
+        exe, Install, tmp_path, cnki_site(**SITE), tls_servers, task_name
     )
-    assert result.returncode == 0, install.explain(result)
-    assert f"== cnkispider summary: task '{task_name}' (patent), phase done ==" in result.stdout
-    engine = open_database(admin_db, create=False)
-    try:
-        assert compare(fetch_all(engine, "patent"), truth(site), "patent") == SAME
-    finally:
-        engine.dispose()
 
 
 @pytest.mark.slow

@@ -34,9 +34,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from cnkispider.db import open_database
 from cnkispider.schema import documents, error_code, error_link, task
-from cnkispider.storage import fetch_all
 from tests import test_exe
 from tests.crawl_harness import REDIS_URL, ROOT, compare
 from tests.fixtures.build_once import build_key, build_once
@@ -132,11 +130,7 @@ class WindowsInstall(Install):
         shutil.copy2(exe, folder / EXE)
         self.folder, self.program, self.config = folder, folder / EXE, config
         self.lang, self.encoding = LOCALES[locale]
-        text = "".join(
-            f"[{name}]\n" + "".join(f"{k} = {v}\n" for k, v in values.items())
-            for name, values in config.items()
-        )
-        (folder / "config.ini").write_text(text, encoding="utf-8")
+        (folder / "config.ini").write_text(test_exe.ini_text(config), encoding="utf-8")
 
     def env(self) -> dict:
         env = {k: v for k, v in super().env().items() if not k.startswith(("LC_", "LANG"))}
@@ -397,17 +391,9 @@ def test_the_exe_of_a_home_pc_crawls_over_tls_with_a_workers_rights_only(
 ):
     """tests/test_exe.py's home PC, on Windows: Python's own OpenSSL in the .exe, the
     certificates read from the Windows path of the folder."""
-    site = cnki_site(**SITE)
-    install, result, admin_db = test_exe.crawl_as_a_home_pc_over_tls(
-        exe, WindowsInstall, tmp_path, site, tls_servers, task_name
+    test_exe.a_home_pc_over_tls_crawls_the_truth(
+        exe, WindowsInstall, tmp_path, cnki_site(**SITE), tls_servers, task_name
     )
-    assert result.returncode == 0, install.explain(result)
-    assert f"== cnkispider summary: task '{task_name}' (patent), phase done ==" in result.stdout
-    engine = open_database(admin_db, create=False)
-    try:
-        assert compare(fetch_all(engine, "patent"), truth(site), "patent") == SAME
-    finally:
-        engine.dispose()
 
 
 @pytest.mark.slow
