@@ -29,8 +29,9 @@ demo: setup
 # machine's 2 cores pay; each pass prints its TEST_DURATIONS slowest tests. The tests that assert
 # a wall-clock bound (marker `timing`) run afterwards, on a machine the suite is not loading, two
 # at a time: they mostly wait (28 s of CPU in 156 s when run one by one), so each has a core of
-# its own. Both passes together are the whole suite, and the second runs (and reports) even when
-# the first failed; make test fails if either did. docs/TESTING.md: the tiers and markers.
+# its own (one test at a time to each, the pace crawl first). Both passes together are the whole
+# suite, and the second runs (and reports) even when the first failed; make test fails if either
+# did. docs/TESTING.md: the tiers and markers.
 TEST_WORKERS ?= 6
 TIMING_WORKERS ?= 2
 TEST_DURATIONS ?= 10
@@ -44,7 +45,7 @@ test: setup compile
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(BIN)/pytest -n $(TEST_WORKERS) -m "not timing" --durations=$(TEST_DURATIONS); parallel=$$?; \
-	$(BIN)/pytest -n $(TIMING_WORKERS) -m timing --durations=$(TEST_DURATIONS) && exit $$parallel
+	$(BIN)/pytest -n $(TIMING_WORKERS) --maxschedchunk 1 -m timing --durations=$(TEST_DURATIONS) && exit $$parallel
 
 # The fast tier (docs/TESTING.md): parsers, pure policies, unit tests and small stand-in crawls,
 # under 2 minutes on 2 cores. It is every test not known to be slow: not marked `slow` or
