@@ -86,7 +86,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if slow:
             config.hook.pytest_deselected(items=slow)
             items[:] = [item for item in items if not is_slow(item)]
-    items.sort(key=lambda item: (_weight(item), "crawl_setup" not in item.fixturenames))
+    items.sort(
+        key=lambda item: (_weight(item), "crawl_setup" not in getattr(item, "fixturenames", ()))
+    )
 
 
 def _cpu() -> float:
