@@ -79,8 +79,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Longest first: xdist hands tests out in collection order (`--no-loadscope-reorder`), so
     the builds and crawls start at once and the quick tests fill in behind them, instead of a
     build starting in the last minute. A stable sort: within a weight, the crawls in a worker
-    subprocess (``crawl_setup``) first, else the files' order (the timing pass: its pace crawl,
-    70 s, first, the rest beside it). With ``--fast``, the slow tests are deselected."""
+    subprocess (``crawl_setup``) first, else the files' order (in the timing pass its crawls,
+    the 70 s pace crawl among them, start first). With ``--fast``, the slow tests are
+    deselected."""
     if config.getoption("fast"):
         slow = [item for item in items if is_slow(item)]
         if slow:
