@@ -244,8 +244,12 @@ class SiteHandle:
         self.stop()
 
 
-def start_site(cpu: int | None = None, timeout: float = 15.0, **options) -> SiteHandle:
-    """Start ``python -m standin --port 0`` with the options; ``cpu`` pins it to one core."""
+def start_site(
+    cpu: int | None = None, timeout: float = 15.0, popen=subprocess.Popen, **options
+) -> SiteHandle:
+    """Start ``python -m standin --port 0`` with the options; ``cpu`` pins it to one core.
+    ``popen``: the class that starts it (the suite's forks it from a preloaded parent:
+    tests/launcher.py)."""
     options.setdefault("port", 0)
     argv = [sys.executable, "-m", "standin", *site_argv(**options)]
     env = dict(os.environ)
@@ -259,7 +263,7 @@ def start_site(cpu: int | None = None, timeout: float = 15.0, **options) -> Site
         def preexec():
             os.sched_setaffinity(0, {cpu})
 
-    process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, preexec_fn=preexec)
+    process = popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, preexec_fn=preexec)
     first: list[bytes] = []
     reader = threading.Thread(target=lambda: first.append(process.stdout.readline()), daemon=True)
     reader.start()

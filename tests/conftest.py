@@ -93,8 +93,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _cpu() -> float:
+    """This process's CPU and its ended children's, those forked by its zygote too."""
+    from tests import launcher
+
     t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
+    return t.user + t.system + t.children_user + t.children_system + launcher.children_cpu()
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -18,6 +18,7 @@ from cnkispider.db import open_database
 from cnkispider.items import FIELDS
 from cnkispider.storage import fetch_all
 from standin.corpus import UNTRUE_FIELDS
+from tests import launcher
 
 ROOT = Path(__file__).resolve().parents[1]
 REDIS_URL = os.environ.get("CNKI_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -102,7 +103,7 @@ class CrawlSetup:
         """Run `cnkispider run` (or the given subcommand) to the end (``timeout``: see
         SAFETY)."""
         self.write()
-        return subprocess.run(
+        return launcher.run(
             self.command(*(args or ("run",))),
             cwd=ROOT,
             capture_output=True,
@@ -124,7 +125,7 @@ class CrawlSetup:
         """Scrapy's own `scrapy crawl TYPE` (config.ini through CNKI_CONFIG) to the end, with
         ``-s NAME=value`` for each of ``settings`` and ``env`` added to the environment."""
         self.write()
-        return subprocess.run(
+        return launcher.run(
             [sys.executable, "-m", "scrapy", "crawl", self.doc_type]
             + [arg for setting in settings for arg in ("-s", setting)],
             cwd=ROOT,
@@ -136,7 +137,7 @@ class CrawlSetup:
 
     def spawn(self, *args: str) -> subprocess.Popen:
         self.write()
-        return subprocess.Popen(
+        return launcher.Popen(
             self.command(*(args or ("run",))),
             cwd=ROOT,
             stdout=subprocess.PIPE,

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from cnkispider.cli import main
+from tests import launcher
 from tests.crawl_harness import ROOT
 from tests.fixtures.commands import cli
 
@@ -93,7 +94,7 @@ def test_bad_config_or_unreachable_service_exits_2_with_one_line_and_no_tracebac
 ):
     path = tmp_path / "config.ini"
     path.write_text(text, encoding="utf-8")
-    result = subprocess.run(
+    result = launcher.run(
         [sys.executable, "-m", "cnkispider.cli", "--config", str(path), "run"],
         cwd=ROOT,
         capture_output=True,
@@ -341,7 +342,7 @@ def test_run_refuses_a_typod_category_in_config_ini_with_one_line(tmp_path, db_u
         "[task]\nname = typo\nstart_date = 2024-01-01\nend_date = 2024-01-01\ncategories = H04;G06\n",
         encoding="utf-8",
     )
-    result = subprocess.run(
+    result = launcher.run(
         [sys.executable, "-m", "cnkispider.cli", "run", "--config", str(path)],
         cwd=ROOT,
         capture_output=True,
@@ -405,7 +406,7 @@ def test_scrapy_crawl_gives_the_same_one_line_and_exit_code_as_run(
     assert scrapy.returncode == 2, scrapy.stderr[-2000:]
     assert _one_error_line(scrapy.stderr).startswith(expected) and scrapy.stdout == ""
     if not args:  # the same through `cnkispider run`
-        run = subprocess.run(
+        run = launcher.run(
             [sys.executable, "-m", "cnkispider.cli", "run", "--config", str(path)],
             cwd=ROOT,
             capture_output=True,
@@ -473,7 +474,7 @@ def test_config_names_the_file_even_beside_a_broken_config_ini(tmp_path, crawl_s
     (elsewhere / "config.ini").write_text("[crawl]\nconcurrent_requestz = 4\n", encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("CNKI_CONFIG", None)
-    result = subprocess.run(
+    result = launcher.run(
         [sys.executable, "-m", "cnkispider.cli", "--config", str(setup.config_path), "run"],
         cwd=elsewhere,
         env=env,

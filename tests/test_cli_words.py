@@ -4,13 +4,13 @@ line on a short command, and what `session login` says where no person can pass 
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tomllib
 
 import pytest
 
 from cnkispider.cli import build_parser, main
+from tests import launcher
 from tests.crawl_harness import ROOT
 
 
@@ -52,7 +52,7 @@ def test_a_short_command_prints_no_info_line_and_the_embedded_redis_line_goes_to
         f"[crawl]\ndata_dir = {tmp_path / 'data'}\n",
         encoding="utf-8",
     )
-    result = subprocess.run(
+    result = launcher.run(
         [sys.executable, "-m", "cnkispider.cli", "--config", str(ini), "session", "list"],
         cwd=ROOT,
         capture_output=True,

@@ -21,6 +21,7 @@ import pytest
 
 from standin.client import FULL_KUAKU, REPO, grid_form, start_site
 from standin.corpus import FIELDS
+from tests import launcher
 
 REAL_LIST = REPO.parent / "shared" / "cnki" / "pages" / "kns8s_list_crossdb_p1.html"
 DAY = "2024-03-05"
@@ -1167,7 +1168,7 @@ def test_break_patent_keys_and_several_breaks(cnki_site):
 
 
 def test_unknown_break_is_refused():
-    out = subprocess.run(
+    out = launcher.run(
         [sys.executable, "-m", "standin", "--break", "nothing"],
         cwd=REPO,
         capture_output=True,
@@ -1227,7 +1228,7 @@ def test_dbname_years_on_rows_links_detail_pages_and_truth(cnki_site, doc_type, 
 @pytest.mark.slow  # over a second alone: the stand-in's truth command in a subprocess
 def test_dbname_years_in_the_cli_truth_and_the_100_kept_by_kuakucode(cnki_site):
     options = ["--seed", "4", "--dbname-years"]
-    cli = subprocess.run(
+    cli = launcher.run(
         [sys.executable, "-m", "standin", "truth", "--type", "paper", "--start", DAY, "--end", DAY, "--categories", "F", *options],
         cwd=REPO, capture_output=True, check=True, text=True, encoding="utf-8",
     ).stdout  # fmt: skip
@@ -1333,7 +1334,7 @@ def test_same_seed_same_site_other_seed_other_site(cnki_site):
 @pytest.mark.slow  # over a second alone: the stand-in's truth command in a subprocess
 def test_cli_truth_equals_the_endpoint(cnki_site):
     options = ["--seed", "9", "--scale", "0.5", "--overflow", "paper:2024-03-05:F:700"]
-    out = subprocess.run(
+    out = launcher.run(
         [sys.executable, "-m", "standin", "truth", "--type", "paper", "--start", DAY, "--end", "2024-03-06", "--categories", "F,O1", *options],
         cwd=REPO, capture_output=True, check=True,
     )  # fmt: skip
@@ -1348,7 +1349,7 @@ def test_cli_truth_equals_the_endpoint(cnki_site):
 def test_command_prints_its_base_url_first_and_stops_on_sigterm(switch, status):
     """``python -m standin`` checks for a person by default (a plain warm-up goes to the
     verify page); ``--no-human-check`` is the plain site."""
-    process = subprocess.Popen(
+    process = launcher.Popen(
         [sys.executable, "-m", "standin", "--port", "0", "--proxies", "1", *switch],
         cwd=REPO,
         stdout=subprocess.PIPE,

@@ -35,6 +35,7 @@ from cnkispider.db import open_database
 from cnkispider.exceptions import StorageError
 from cnkispider.schema import documents, error_code, error_link, task
 from cnkispider.storage import fetch_all
+from tests import launcher
 from tests.crawl_harness import REDIS_URL, ROOT, compare
 from tests.fixtures.build_once import build_key, build_once
 from tests.fixtures.waiting import wait_until
@@ -418,7 +419,7 @@ def a_home_pc_over_tls_crawls_the_truth(exe, install_class, folder: Path, site, 
     admin_ini.write_text(
         ini_text(crawl_config(site, admin_db, server.admin_url(), name)), encoding="utf-8"
     )
-    made = subprocess.run(
+    made = launcher.run(
         [sys.executable, "-m", "cnkispider.cli", "--config", str(admin_ini), "init-db"],
         cwd=ROOT,
         capture_output=True,

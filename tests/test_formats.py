@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import subprocess
 import sys
 
 import bibtexparser
@@ -17,6 +16,7 @@ from cnkispider.db import open_database
 from cnkispider.export import columns, export
 from cnkispider.storage import fetch_all, row_for, upsert_documents
 from standin.corpus import Corpus, CorpusOptions
+from tests import launcher
 
 CATEGORIES = {"paper": ["TP3", "F0"], "patent": ["G06"], "achievement": ["TP3"]}
 
@@ -220,7 +220,7 @@ def test_export_command_writes_each_format(sqlite_url, tmp_path):
     config.write_text(f"[database]\nurl = {sqlite_url}\n[task]\nname = t\ntype = achievement\n")
     for fmt in ("ris", "bibtex", "endnote", "xlsx"):
         out = tmp_path / f"out.{fmt}"
-        result = subprocess.run(
+        result = launcher.run(
             [
                 sys.executable,
                 "-m",
@@ -239,7 +239,7 @@ def test_export_command_writes_each_format(sqlite_url, tmp_path):
         )
         assert result.returncode == 0, result.stderr
         assert f"exported {len(stored)} achievement documents" in result.stderr
-    result = subprocess.run(
+    result = launcher.run(
         [
             sys.executable,
             "-m",

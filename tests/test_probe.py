@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import json
-import subprocess
 import sys
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from cnkispider.cnki.protocol import protocol_from_settings
 from cnkispider.probe import FAIL, PASS, Probe, category_samples, default_day
 from tasks.categories import load_tree
+from tests import launcher
 
 DAY = dt.date(2024, 1, 10)
 CLIENT_ID_PATH = "/RCDService/api/UtilityOpenApi/GenerateClientID"
@@ -125,7 +125,7 @@ def test_probe_command_prints_one_line_per_assumption(cnki_site, tmp_path):
         f"[cnki]\nbase_url = {site.base_url}\nclient_id_url = {site.base_url}{CLIENT_ID_PATH}\n",
         encoding="utf-8",
     )
-    done = subprocess.run(
+    done = launcher.run(
         [
             sys.executable,
             "-m",

@@ -29,6 +29,7 @@ from cnkispider.sessions.paste import (
     split_cmd,
 )
 from cnkispider.sessions.waysin import CHECKED, PASSED, check
+from tests import launcher
 from tests.crawl_harness import REDIS_URL, ROOT
 
 CURL = Path(__file__).parent / "fixtures" / "curl"
@@ -227,7 +228,7 @@ def empty(store: SessionStore) -> None:
 
 def session(ini: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CNKI_")}
-    return subprocess.run(
+    return launcher.run(
         [sys.executable, "-m", "cnkispider.cli", "--config", str(ini), "session", *args],
         cwd=ROOT,
         input=stdin if stdin is not None else "",

@@ -6,7 +6,6 @@ searches (first pages, without a category, with no result, page turns)."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from collections import Counter
 from datetime import date
@@ -15,6 +14,7 @@ import pytest
 
 from standin.client import REPO
 from standin.corpus import Corpus, CorpusOptions, parse_day
+from tests import launcher
 
 YEAR = [parse_day("2024-01-01") + k for k in range(366)]
 TUESDAY, FRIDAY = 1, 4
@@ -128,7 +128,7 @@ def test_truth_and_rounds_follow_the_profile_and_stats_count_by_kind(cnki_site):
 
 @pytest.mark.slow  # over a second alone: the stand-in's truth command in a subprocess
 def test_the_truth_command_takes_the_profile():
-    run = subprocess.run(
+    run = launcher.run(
         [sys.executable, "-m", "standin", "truth", "--type", "patent", "--start", "2024-03-02"]
         + ["--end", "2024-03-05", "--profile", "realistic-year", "--scale", "0.002"],
         cwd=REPO,

@@ -34,6 +34,7 @@ from cnkispider.progress import ProgressLog
 from cnkispider.schema import documents, error_code, error_link, round_, task, worker
 from cnkispider.status import collect, render, run_summary, watch
 from standin.client import start_site
+from tests import launcher
 from tests.crawl_harness import CrawlSetup
 from tests.fixtures.services import MYSQL_HOST, MYSQL_PORT, REDIS_URL, _mysql_admin
 from tests.fixtures.waiting import wait_until
@@ -543,7 +544,7 @@ def test_watch_exits_0_on_ctrl_c(tmp_path, sqlite_url):
     config.write_text(
         f"[database]\nurl = {sqlite_url}\n[redis]\nurl = {REDIS_URL}\n", encoding="utf-8"
     )
-    proc = subprocess.Popen(
+    proc = launcher.Popen(
         [
             sys.executable,
             "-m",
@@ -651,7 +652,7 @@ def test_progress_log_switched_off():
 def test_status_runs_without_a_database_file_and_says_so(tmp_path):
     config = tmp_path / "config.ini"
     config.write_text(f"[database]\nurl = sqlite:///{tmp_path / 'none.db'}\n", encoding="utf-8")
-    done = subprocess.run(
+    done = launcher.run(
         [sys.executable, "-m", "cnkispider.cli", "--config", str(config), "status"],
         cwd=ROOT,
         capture_output=True,

@@ -9,7 +9,6 @@ with unique names on the shared servers, dropped afterwards.
 from __future__ import annotations
 
 import contextlib
-import subprocess
 import sys
 import uuid
 from dataclasses import dataclass
@@ -19,6 +18,8 @@ from urllib.parse import urlsplit, urlunsplit
 import pymysql
 import redis
 from sqlalchemy.engine import make_url
+
+from tests import launcher
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,7 +69,7 @@ def grant(
     the account and what the command printed."""
     name = f"w{uuid.uuid4().hex[:10]}"
     password = uuid.uuid4().hex
-    done = subprocess.run(
+    done = launcher.run(
         [
             sys.executable,
             "-m",
