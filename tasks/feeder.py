@@ -456,16 +456,24 @@ class RoundFeeder:
 
     async def _replay_errors(self) -> bool:
         """Seed a batch of error rows (errorCode first, then errorLink); True if any."""
-        codes = await in_thread(self.error_recorder.claim_codes, self.task_id, self.worker_id, 10)
-        requests = await self._replays("error_code", codes, self.spider.replay_code)
-        if not codes:
-            links = await in_thread(
-                self.error_recorder.claim_links, self.task_id, self.worker_id, 100
+        table, rows = (
+            "errorCode",
+            await in_thread(self.error_recorder.claim_codes, self.task_id, self.worker_id, 10),
+        )
+        requests = await self._replays("error_code", rows, self.spider.replay_code)
+        if not rows:
+            table, rows = (
+                "errorLink",
+                await in_thread(self.error_recorder.claim_links, self.task_id, self.worker_id, 100),
             )
-            requests = await self._replays("error_link", links, self.spider.replay_link)
+            requests = await self._replays("error_link", rows, self.spider.replay_link)
         for request in requests:
             self.crawler.engine.crawl(request)
         if requests:
+            # which rows: a row whose replay ends neither stored nor failed again waits out its
+            # claim lease (ErrorRecorder.lease) before it is claimed again
+            ids = [row["id"] for row in rows]
+            logger.info("task %s: replaying %s rows %s", self.task_name, table, ids)
             self.crawler.stats.inc_value("recrawl/requests", len(requests))
             await self._flushed()
         return bool(requests)
@@ -490,12 +498,15 @@ class RoundFeeder:
     async def _idle_everywhere(self) -> bool:
         """Nothing queued or leased in Redis for this task, by any worker, nor pending here."""
         sizes = await in_thread(self._sizes)
-        return (
+        idle = (
             sizes is not None
             and sizes["queued"] == 0
             and sizes["leased"] == 0
             and not self.scheduler.has_pending_requests()
         )
+        if not idle:
+            logger.debug("task %s: the queue is not idle (%s)", self.task_name, sizes)
+        return idle
 
     def _sizes(self) -> dict[str, int] | None:
         """The shared queue's sizes; None once the scheduler has closed (a feed or a phase check
