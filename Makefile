@@ -32,8 +32,8 @@ demo: setup
 # its own (one test at a time to each, the pace crawl first). Both passes together are the whole
 # suite, and the second runs (and reports) even when the first failed; make test fails if either
 # did. docs/TESTING.md: the tiers and markers.
-TEST_WORKERS ?= 6
-TIMING_WORKERS ?= 2
+TEST_WORKERS ?= 8
+TIMING_WORKERS ?= 3
 TEST_DURATIONS ?= 10
 # The project's own .pyc files, compiled before the tests start their hundreds of worker processes
 # (0.1 s of CPU off each one's start where PYTHONDONTWRITEBYTECODE keeps Python from writing them).
