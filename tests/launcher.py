@@ -115,74 +115,58 @@ def _module_of(args) -> str | None:
     return args[2] if args[2] in MODULES else None
 
 
+#: The parameters of CPython 3.11's ``Popen._execute_child`` on POSIX, in order.
+_EXECUTE_CHILD = (
+    "args",
+    "executable",
+    "preexec_fn",
+    "close_fds",
+    "pass_fds",
+    "cwd",
+    "env",
+    "startupinfo",
+    "creationflags",
+    "shell",
+    "p2cread",
+    "p2cwrite",
+    "c2pread",
+    "c2pwrite",
+    "errread",
+    "errwrite",
+    "restore_signals",
+    "gid",
+    "gids",
+    "uid",
+    "umask",
+    "start_new_session",
+    "process_group",
+)
+
+
 class Popen(subprocess.Popen):
     """subprocess.Popen; ``[sys.executable, "-m", MODULE, ...]`` of MODULES forks from the zygote."""
 
     _conn: socket.socket | None = None
 
-    def _execute_child(
-        self,
-        args,
-        executable,
-        preexec_fn,
-        close_fds,
-        pass_fds,
-        cwd,
-        env,
-        startupinfo,
-        creationflags,
-        shell,
-        p2cread,
-        p2cwrite,
-        c2pread,
-        c2pwrite,
-        errread,
-        errwrite,
-        restore_signals,
-        gid,
-        gids,
-        uid,
-        umask,
-        start_new_session,
-        process_group,
-    ):
-        module = _module_of(args)
+    def _execute_child(self, *params):
+        p = dict(zip(_EXECUTE_CHILD, params, strict=True))
+        module = _module_of(p["args"])
         plain = (
             module is None
-            or shell
-            or executable is not None
-            or preexec_fn is not None
-            or pass_fds
-            or start_new_session
-            or process_group not in (None, -1)
-            or any(v not in (None, -1) for v in (gid, gids, uid, umask) if v != ())
+            or p["shell"]
+            or p["executable"] is not None
+            or p["preexec_fn"] is not None
+            or p["pass_fds"]
+            or p["start_new_session"]
+            or p["process_group"] not in (None, -1)
+            or any(p[k] not in (None, -1, ()) for k in ("gid", "gids", "uid", "umask"))
         )
         if plain:
-            return super()._execute_child(
-                args,
-                executable,
-                preexec_fn,
-                close_fds,
-                pass_fds,
-                cwd,
-                env,
-                startupinfo,
-                creationflags,
-                shell,
-                p2cread,
-                p2cwrite,
-                c2pread,
-                c2pwrite,
-                errread,
-                errwrite,
-                restore_signals,
-                gid,
-                gids,
-                uid,
-                umask,
-                start_new_session,
-                process_group,
-            )
+            return super()._execute_child(*params)
+        args, cwd, env = p["args"], p["cwd"], p["env"]
+        p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite = (
+            p[k] for k in ("p2cread", "p2cwrite", "c2pread", "c2pwrite", "errread", "errwrite")
+        )
         # the child's stdin, stdout and stderr: the pipe ends Popen made, else ours
         fds = [p2cread, c2pwrite, errwrite]
         fds = [fd if fd != -1 else std for fd, std in zip(fds, (0, 1, 2), strict=True)]
