@@ -64,10 +64,6 @@ SCHEDULER_NAMESPACE = "cnki"  # one task's keys (crawler_settings: REDIS_KEY_PRE
 SCHEDULER_LEASE_SECONDS = 60
 SCHEDULER_MAX_ATTEMPTS = 5  # hand-outs whose lease ran out before the request is abandoned
 SCHEDULER_BATCH_SIZE = 32  # requests popped per Redis call (local buffer)
-# a worker keeps in its local buffer what it started in the last this many seconds (at least a
-# quarter of SCHEDULER_BATCH_SIZE, at most all of it) and hands the rest back unstarted: a worker
-# on a slow line must not sit on requests the others would crawl now
-SCHEDULER_BUFFER_SECONDS = 5.0
 SCHEDULER_FLUSH_INTERVAL = 0.05  # seconds a buffered write waits at most
 SCHEDULER_IDLE_POLL = 0.5  # seconds between polls of an empty queue
 # hosts besides CNKI_BASE_URL and CNKI_CLIENT_ID_URL a request read back from Redis may go to

@@ -245,37 +245,3 @@ async def test_duplicates_are_judged_in_redis_by_the_filter_of_their_round(make)
     scheduler._kick()
     assert scheduler.stats.get_value("dupefilter/filtered") == 2
     assert scheduler.queue.sizes()["queued"] + len(scheduler._buffer) == 4
-
-
-@in_loop
-async def test_a_worker_that_starts_few_hands_its_buffer_back_to_the_others(
-    make, redis_client, redis_namespace
-):
-    """SCHEDULER_BUFFER_SECONDS: a worker keeps what it started in that long (at least a quarter
-    of the batch); a worker on a slow line hands the rest back unstarted, for the others now."""
-    slow = make(SCHEDULER_BATCH_SIZE=8, SCHEDULER_BUFFER_SECONDS=5)
-    for i in range(20):
-        slow.enqueue_request(scrapy.Request(f"https://x/{i}"))
-    slow._kick()
-    first = take(slow)  # a fresh worker's pace is not known yet: it takes a whole batch
-    assert len(slow._buffer) == 7
-    slow._opened_at -= 60  # a minute later, having started only that one
-    slow._handed.clear()
-    slow._kick()
-    assert len(slow._buffer) == 2  # a quarter of the batch
-    assert slow.stats.get_value("scheduler/released") == 5
-    other = make(SCHEDULER_BATCH_SIZE=8)
-    other._kick()
-    taken = [take(other) for _ in range(8)]
-    assert all(r is not None and r.meta["lease_attempts"] == 1 for r in taken)
-    assert {r.url for r in taken}.isdisjoint({r.url for r in (first, *slow._buffer)})
-    # a worker that starts a batch's worth in that long keeps a whole batch
-    for i in range(20, 40):
-        other.enqueue_request(scrapy.Request(f"https://x/{i}"))
-    other._kick()
-    fast = make(SCHEDULER_BATCH_SIZE=8, SCHEDULER_BUFFER_SECONDS=5)
-    fast._opened_at -= 60
-    fast._handed.extend([fast._opened_at + 59] * 8)
-    assert redis_client.zcard(f"{redis_namespace}:queue") >= 8
-    fast._kick()
-    assert len(fast._buffer) == 8 and not fast.stats.get_value("scheduler/released")

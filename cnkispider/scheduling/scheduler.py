@@ -21,7 +21,7 @@ Redis lost the namespace (flow control then replays the rounds whose state is go
 Signals sent: ``request_abandoned``, ``round_drained`` (:mod:`cnkispider.signals`).
 
 Settings: ``SCHEDULER_NAMESPACE``, ``SCHEDULER_LEASE_SECONDS``, ``SCHEDULER_MAX_ATTEMPTS``,
-``SCHEDULER_BATCH_SIZE``, ``SCHEDULER_BUFFER_SECONDS``, ``SCHEDULER_FLUSH_INTERVAL``, ``SCHEDULER_IDLE_POLL``,
+``SCHEDULER_BATCH_SIZE``, ``SCHEDULER_FLUSH_INTERVAL``, ``SCHEDULER_IDLE_POLL``,
 ``SCHEDULER_ALLOWED_HOSTS`` (URLs or ``host[:port]`` a request read from Redis may go to, besides
 ``CNKI_BASE_URL`` and ``CNKI_CLIENT_ID_URL``), ``REDIS_URL``, ``CNKI_DATA_DIR``,
 ``DUPEFILTER_CLASS`` (and the dupefilter's own).
@@ -88,7 +88,6 @@ class LeasedScheduler(BaseScheduler):
             lease_seconds=settings.getfloat("SCHEDULER_LEASE_SECONDS"),
             max_attempts=settings.getint("SCHEDULER_MAX_ATTEMPTS"),
             batch_size=settings.getint("SCHEDULER_BATCH_SIZE"),
-            buffer_seconds=settings.getfloat("SCHEDULER_BUFFER_SECONDS"),
             flush_interval=settings.getfloat("SCHEDULER_FLUSH_INTERVAL"),
             idle_poll=settings.getfloat("SCHEDULER_IDLE_POLL"),
             redis_url=settings.get("REDIS_URL") or "",
@@ -110,7 +109,6 @@ class LeasedScheduler(BaseScheduler):
         lease_seconds: float = default_settings.SCHEDULER_LEASE_SECONDS,
         max_attempts: int = default_settings.SCHEDULER_MAX_ATTEMPTS,
         batch_size: int = default_settings.SCHEDULER_BATCH_SIZE,
-        buffer_seconds: float = default_settings.SCHEDULER_BUFFER_SECONDS,
         flush_interval: float = default_settings.SCHEDULER_FLUSH_INTERVAL,
         idle_poll: float = default_settings.SCHEDULER_IDLE_POLL,
         redis_url: str = "",
@@ -130,7 +128,6 @@ class LeasedScheduler(BaseScheduler):
         self.namespace = namespace
         self.lease_seconds, self.max_attempts = lease_seconds, max_attempts
         self.batch_size, self.flush_interval, self.idle_poll = batch_size, flush_interval, idle_poll
-        self.buffer_seconds = buffer_seconds
         self.redis_url, self.data_dir = redis_url, data_dir
         self.policy = policy or ReadPolicy.for_urls(
             default_settings.CNKI_BASE_URL, default_settings.CNKI_CLIENT_ID_URL
@@ -151,8 +148,7 @@ class LeasedScheduler(BaseScheduler):
         self._timer: Any = None
         self._view_queued: int | None = None  # None until the first call answered
         self._view_others = 0  # leases held by other workers at the last call
-        self._last_poll = self._last_renew = self._opened_at = time.monotonic()
-        self._handed: deque[float] = deque()  # when requests were handed to the engine, recent
+        self._last_poll = self._last_renew = time.monotonic()
         self._handlers_running = 0
         self._recheck_delay: dict[str, float] = {}
 
@@ -306,9 +302,7 @@ class LeasedScheduler(BaseScheduler):
                 self._kick()
             return None
         request = self._buffer.popleft()
-        now = time.monotonic()
-        self._handed.append(now)
-        if len(self._buffer) <= self._keep(now) // 2 and (
+        if len(self._buffer) <= self.batch_size // 2 and (
             self._view_queued or self._writes.enqueues
         ):
             self._kick()
@@ -331,7 +325,7 @@ class LeasedScheduler(BaseScheduler):
         now = time.monotonic()
         if now < self._calls.retry_at:
             return
-        low = len(self._buffer) <= self._keep(now) // 2
+        low = len(self._buffer) <= self.batch_size // 2
         if (
             self._writes.ops()
             or self.outcomes.finished_any(self._inprogress())
@@ -345,36 +339,9 @@ class LeasedScheduler(BaseScheduler):
         if self.queue is not None:
             self._calls.kick()
 
-    def _keep(self, now: float) -> int:
-        """How many requests the local buffer holds: as many as this worker handed to its engine
-        in the last SCHEDULER_BUFFER_SECONDS (the whole batch before it ran that long), at least
-        a quarter of the batch. A worker on a slow or lossy line starts few: what it would hold
-        beyond them waits for it while the other workers could crawl it now."""
-        while self._handed and self._handed[0] < now - self.buffer_seconds:
-            self._handed.popleft()
-        if now - self._opened_at < self.buffer_seconds:
-            return self.batch_size
-        return max(self.batch_size // 4, 1, min(self.batch_size, len(self._handed)))
-
     def _next_batch(self) -> SyncBatch:
-        keep = self._keep(time.monotonic())
-        if not self._closing and len(self._buffer) > keep:
-            self._give_back(len(self._buffer) - keep)
-        pop = 0 if self._closing else max(0, keep - len(self._buffer))
+        pop = 0 if self._closing else max(0, self.batch_size - len(self._buffer))
         return self._take_batch(pop)
-
-    def _give_back(self, count: int) -> None:
-        """Release the ``count`` requests buffered last, unstarted: back to the shared queue for
-        any worker (their attempts do not count)."""
-        released = []
-        for _ in range(count):
-            request = self._buffer.pop()
-            held = self.outcomes.settle(request.meta.get("lease_id"))
-            if held is not None:
-                released.append(held)
-        self._writes.releases.extend(released)
-        self._inc("scheduler/released", len(released))
-        logger.debug("Handed back %(n)d buffered requests unstarted", {"n": len(released)})
 
     def _sync(self, batch: SyncBatch) -> SyncResult:
         return self.queue.sync(batch)  # on the I/O thread
