@@ -20,8 +20,8 @@ DOWNLOAD_TIMEOUT = 30.0  # Scrapy's is 180: a CNKI page that takes longer is a s
 LOG_LEVEL = "INFO"
 COOKIES_ENABLED = True  # sessions are cookie jars
 # Scrapy runs each response's output through this many asyncio tasks, made anew per response
-# whatever the output's length (100: 101 tasks for a detail page's one item, 12% of a
-# worker's CPU). 50 is the most items one response yields (a list page at list depth, an
+# whatever the output's length (100: 101 tasks for a detail page's one item, about 15% of
+# a worker's CPU). 50 is the most items one response yields (a list page at list depth, an
 # export batch), so a response's items still share one database batch.
 CONCURRENT_ITEMS = 50
 

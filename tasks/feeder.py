@@ -456,17 +456,14 @@ class RoundFeeder:
 
     async def _replay_errors(self) -> bool:
         """Seed a batch of error rows (errorCode first, then errorLink); True if any."""
-        table, rows = (
-            "errorCode",
-            await in_thread(self.error_recorder.claim_codes, self.task_id, self.worker_id, 10),
-        )
-        requests = await self._replays("error_code", rows, self.spider.replay_code)
+        table, build = "error_code", self.spider.replay_code
+        rows = await in_thread(self.error_recorder.claim_codes, self.task_id, self.worker_id, 10)
         if not rows:
-            table, rows = (
-                "errorLink",
-                await in_thread(self.error_recorder.claim_links, self.task_id, self.worker_id, 100),
+            table, build = "error_link", self.spider.replay_link
+            rows = await in_thread(
+                self.error_recorder.claim_links, self.task_id, self.worker_id, 100
             )
-            requests = await self._replays("error_link", rows, self.spider.replay_link)
+        requests = await self._replays(table, rows, build)
         for request in requests:
             self.crawler.engine.crawl(request)
         if requests:
