@@ -27,6 +27,7 @@ import io
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -73,8 +74,8 @@ class _Zygote:
     """The zygote process of this (pytest) process and the path of its socket."""
 
     def __init__(self) -> None:
-        folder = tempfile.mkdtemp(prefix="cnki-zygote-")
-        self.path = os.path.join(folder, "socket")
+        self.folder = tempfile.mkdtemp(prefix="cnki-zygote-")
+        self.path = os.path.join(self.folder, "socket")
         # its stdin is a pipe from us: its end (EOF) tells it we are gone
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.launcher", self.path],
@@ -96,6 +97,7 @@ class _Zygote:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def _zygote_of_this_process() -> _Zygote:
@@ -231,9 +233,9 @@ def _read_line(conn: socket.socket, timeout: float | None) -> bytes | None:
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         ready, _, _ = select.select([conn], [], [], left)
         if not ready:
-            if data:
-                continue  # the rest of a line is on its way
-            return None
+            if not data:
+                return None
+            deadline = None  # the rest of a line is on its way: wait for it, not in a spin
         byte = conn.recv(1)
         if not byte or byte == b"\n":
             return data
@@ -367,9 +369,7 @@ def _child(message: dict, fds: list[int]) -> None:
             traceback.print_exc()
             code = 1
         threading._shutdown()  # what the interpreter does at exit: wait for non-daemon threads
-        import atexit as exits
-
-        exits._run_exitfuncs()
+        atexit._run_exitfuncs()
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
