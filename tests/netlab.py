@@ -256,13 +256,7 @@ class LabMariaDB(OwnMariaDB):
     def __init__(self, address: str):
         self.extra_args = (f"--bind-address=127.0.0.1,{address}",)
         self.address = address
-        try:
-            super().__init__()
-        except subprocess.CalledProcessError:
-            # two mariadb-install-db at the same moment (two xdist workers) once collided on a
-            # temporary table ("Unknown table 'mysql.tmp_user_sys'"): once more, alone
-            time.sleep(random.uniform(1, 5))
-            super().__init__()
+        super().__init__()
 
 
 class LabRedis:
