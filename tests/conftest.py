@@ -102,7 +102,7 @@ def _cpu() -> float:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    item.stash[_STARTED] = (_cpu(), time.monotonic())
+    item.stash[_STARTED] = (_cpu(), time.monotonic(), time.time())
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -115,12 +115,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if report.when == "teardown" and CPU_LOG in os.environ and _STARTED in item.stash:
         # where the suite's CPU goes: set-up, call and teardown (a stand-in's CPU is counted
         # when its fixture waits for it), one line a test (docs/TESTING.md)
-        cpu0, wall0 = item.stash[_STARTED]
+        # (and when it started, on which xdist worker: the suite's timeline)
+        cpu0, wall0, started = item.stash[_STARTED]
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "-")
         with open(os.environ[CPU_LOG], "a") as log:
-            log.write(f"{_cpu() - cpu0:.2f}\t{time.monotonic() - wall0:.2f}\t{item.nodeid}\n")
+            log.write(
+                f"{_cpu() - cpu0:.2f}\t{time.monotonic() - wall0:.2f}\t{item.nodeid}"
+                f"\t{started:.1f}\t{worker}\n"
+            )
     if report.when != "call" or _STARTED not in item.stash:
         return
-    cpu0, wall0 = item.stash[_STARTED]
+    cpu0, wall0, _ = item.stash[_STARTED]
     cpu, wall = _cpu() - cpu0, time.monotonic() - wall0
     report.user_properties.append(("cpu_seconds", round(cpu, 2)))
     if not item.config.getoption("fast") or not report.passed:
@@ -154,4 +159,4 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         terminalreporter.write_line(f"{cpu:6.2f}  {nodeid}")
 
 
-_STARTED = pytest.StashKey[tuple[float, float]]()
+_STARTED = pytest.StashKey[tuple[float, float, float]]()
