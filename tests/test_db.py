@@ -348,3 +348,31 @@ def test_a_pooled_connection_lost_in_an_outage_is_one_warning_line_not_a_traceba
     assert (first.levelname, first.exc_info) == ("WARNING", None)
     assert "Lost connection to MySQL server" in first.getMessage()
     assert second.levelname == "ERROR" and second.exc_info is not None  # anything else: as it was
+
+
+def test_a_database_connection_is_probed_so_a_dead_line_fails_instead_of_waiting_for_ever():
+    """A statement whose answer a dropped line lost would wait for ever (pymysql has no read
+    deadline): every TCP connection an engine makes is probed after 30 s of silence and ended
+    when a minute passes unanswered (tests/test_cut_lines.py cuts real lines)."""
+    import socket
+
+    from cnkispider.db import make_engine
+
+    engine = make_engine("mysql+pymysql://root@127.0.0.1:3306/test")
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+            sock = conn.connection.dbapi_connection._sock
+            tcp = {
+                name: sock.getsockopt(socket.IPPROTO_TCP, getattr(socket, name))
+                for name in ("TCP_KEEPIDLE", "TCP_KEEPINTVL", "TCP_KEEPCNT", "TCP_USER_TIMEOUT")
+            }
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+    finally:
+        engine.dispose()
+    assert tcp == {
+        "TCP_KEEPIDLE": 30,
+        "TCP_KEEPINTVL": 10,
+        "TCP_KEEPCNT": 3,
+        "TCP_USER_TIMEOUT": 60_000,
+    }
