@@ -214,9 +214,9 @@ def _pymysql_connect(*cargs, **cparams):
 #: that drops while a statement is in flight loses the answer; the server ends the connection
 #: later (idle_transaction_timeout) and gives up resending its close while the line is still
 #: down, so nothing would ever arrive: the worker's thread, and the lease of the page it stored,
-#: waited forever (tests/test_cut_lines.py: the 90 s cut, seen once in a clean-clone run). With these, the
-#: statement fails as a lost connection about a minute into the cut, and is retried like any
-#: outage. A live server answers the probes at once, so a long statement is never cut short.
+#: waited forever (tests/test_cut_lines.py: the 90 s cut, seen once in a clean-clone run).
+#: With these, the statement fails as a lost connection about a minute into the cut, and is
+#: retried like any outage. A live server answers the probes, so a long statement runs on.
 KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_PROBES = 30, 10, 3
 
 
