@@ -62,13 +62,17 @@ def is_slow(item: pytest.Item) -> bool:
 
 
 def _weight(item: pytest.Item) -> int:
-    """0: the executables' groups (a build of minutes, then their tests on one worker);
-    1: crawls and other long tests; 2: the executables' tests outside their groups (handed out
-    after the crawls: the build is done by then, where at the start they held a worker idle on
-    the build's lock for minutes); 3: the rest (quick, they fill the workers at the end)."""
+    """0: the executables' groups (a build of minutes, then their tests on one worker), and
+    the tests marked ``waits`` (minutes of an outage or a cut line: started late, one of them
+    was the whole pass's last three minutes, the other workers idle); 1: crawls and other long
+    tests; 2: the executables' tests outside their groups (handed out after the crawls: the
+    build is done by then, where at the start they held a worker idle on the build's lock for
+    minutes); 3: the rest (quick, they fill the workers at the end)."""
     fixtures = set(getattr(item, "fixturenames", ()))
     if "exe" in fixtures:
         return 0 if item.get_closest_marker("xdist_group") else 2
+    if item.get_closest_marker("waits"):
+        return 0
     if is_slow(item):
         return 1
     return 3

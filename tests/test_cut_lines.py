@@ -305,6 +305,7 @@ def test_a_worker_cut_off_for_30_s_goes_on_by_itself(cluster):
     c.assert_sound()
 
 
+@pytest.mark.waits
 def test_a_worker_cut_off_longer_than_its_leases_hands_them_to_the_others(cluster):
     c = cluster(
         crawl={
@@ -321,6 +322,7 @@ def test_a_worker_cut_off_longer_than_its_leases_hands_them_to_the_others(cluste
     c.assert_sound()
 
 
+@pytest.mark.waits
 def test_a_worker_on_a_slow_lossy_line_crawls_with_the_others(cluster, lab):
     """The line turns bad once the worker crawls (its start over such a line takes a worker
     minutes of round trips: more than this test's two minutes)."""

@@ -122,6 +122,7 @@ def stored_count(setup: CrawlSetup) -> int:
 # -- MariaDB down mid-crawl --------------------------------------------------------------------
 
 
+@pytest.mark.waits
 def test_workers_ride_out_mariadb_outages_of_20_s_and_120_s_and_the_crawl_ends_equal_to_the_truth(
     tmp_path, cnki_site, services
 ):
@@ -401,6 +402,7 @@ def test_export_never_follows_a_planted_symlink_and_a_missing_folder_is_one_line
 # -- recording a failure fails -----------------------------------------------------------------
 
 
+@pytest.mark.waits
 def test_a_failure_whose_recording_fails_is_held_and_comes_back_with_its_lease(
     tmp_path, cnki_site, services, monkeypatch
 ):
