@@ -493,13 +493,23 @@ class RoundFeeder:
         return requests
 
     async def _idle_everywhere(self) -> bool:
-        """Nothing queued or leased in Redis for this task, by any worker, nor pending here."""
+        """Nothing queued or leased in Redis for this task, by any worker, nor unfinished here.
+
+        Asked after the sizes are read, ``unfinished_here`` covers what they may miss: a write
+        not sent, or an enqueue in flight or ended since (``enqueue_calls``). A poll or an ack in
+        flight does not count (the sizes show what it carries): on a slow line one is in flight
+        most of the time, and counting it kept a finished worker from exiting for minutes."""
+        scheduler = self.scheduler
+        if not isinstance(scheduler, RoundScheduler):
+            return False
+        enqueue_calls = scheduler.enqueue_calls
         sizes = await in_thread(self._sizes)
         idle = (
             sizes is not None
             and sizes["queued"] == 0
             and sizes["leased"] == 0
-            and not self.scheduler.has_pending_requests()
+            and not scheduler.unfinished_here()
+            and scheduler.enqueue_calls == enqueue_calls
         )
         if not idle:
             logger.debug("task %s: the queue is not idle (%s)", self.task_name, sizes)

@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 import scrapy
+from twisted.internet.defer import Deferred
 
 from cnkispider import signals
 from cnkispider.scheduling.scheduler import LeasedScheduler
@@ -192,6 +193,57 @@ async def test_pending_while_anything_is_queued_or_leased_anywhere(
     other._kick()
     scheduler._kick()
     assert not scheduler.has_pending_requests()
+
+
+class HeldIO:
+    """Holds each Redis call (real Redis, the scheduler's own calls) until :meth:`land`: a call
+    in flight, as on a slow line."""
+
+    def __init__(self):
+        self.held: list[tuple[Deferred, object, tuple]] = []
+
+    def run(self, fn, *args) -> Deferred:
+        d: Deferred = Deferred()
+        self.held.append((d, fn, args))
+        return d
+
+    def land(self) -> None:
+        d, fn, args = self.held.pop(0)
+        d.callback(fn(*args))
+
+    def shutdown(self) -> None:
+        pass
+
+
+def test_only_an_enqueue_in_flight_is_unfinished_here(make, redis_client, redis_namespace):
+    """Flow control's idle check (tasks/feeder.py) reads the queue's sizes, then asks what they
+    may miss. A poll in flight is not such a thing; an enqueue in flight, or one that landed
+    since the check began, is."""
+    scheduler = make()
+    io = HeldIO()
+    scheduler._io = scheduler._calls.io = io
+    assert not scheduler.unfinished_here()
+    scheduler._kick()  # the buffer is empty: a poll
+    assert scheduler._calls.busy and scheduler.has_pending_requests()
+    assert not scheduler.unfinished_here()
+    io.land()
+    scheduler.enqueue_request(scrapy.Request("https://x/a"))
+    assert scheduler.unfinished_here()  # not sent
+    landed = scheduler.enqueue_calls
+    scheduler._kick()
+    assert scheduler._calls.busy and not scheduler._writes.ops()
+    assert scheduler.unfinished_here()  # in flight: a size read now may not show it
+    assert redis_client.zcard(f"{redis_namespace}:queue") == 0
+    io.land()
+    assert scheduler.enqueue_calls == landed + 1  # landed since: the caller sees it
+    assert not scheduler._calls.busy and scheduler._buffer  # popped in the same call
+    assert scheduler.unfinished_here()
+    request = take(scheduler)
+    done(scheduler, request)
+    scheduler._kick()
+    assert scheduler._calls.busy and not scheduler.unfinished_here()  # the ack is in flight
+    io.land()
+    assert not scheduler.unfinished_here() and not scheduler.has_pending_requests()
 
 
 @in_loop

@@ -160,12 +160,13 @@ class RoundScheduler(LeaseTracking, Protocol):
 
     epoch: str | None  # changes when Redis lost the namespace
     queue: LeasedQueue | None  # None before open and after close
+    enqueue_calls: int  # calls to Redis carrying enqueues that have ended
 
     def cooldown(self) -> Cooldown | None: ...
 
     def flush(self) -> Deferred: ...
 
-    def has_pending_requests(self) -> bool: ...
+    def unfinished_here(self) -> bool: ...
 
 
 def _scheduler(crawler: Crawler) -> object:

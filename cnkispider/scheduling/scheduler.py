@@ -151,6 +151,10 @@ class LeasedScheduler(BaseScheduler):
         self._last_poll = self._last_renew = time.monotonic()
         self._handlers_running = 0
         self._recheck_delay: dict[str, float] = {}
+        # for flow control's "is the task's queue idle" (unfinished_here): the calls carrying
+        # enqueues that have ended, and whether the one in flight carries any
+        self.enqueue_calls = 0
+        self._enqueues_in_flight = False
 
     # --- Scrapy's scheduler interface -----------------------------------------------------
 
@@ -274,6 +278,22 @@ class LeasedScheduler(BaseScheduler):
             or self._view_others > 0
         )
 
+    def unfinished_here(self) -> bool:
+        """This worker's part of the task that the queue's sizes in Redis may not show: requests
+        buffered or in the engine's hands, writes not sent, enqueues in flight, drain handlers
+        running. Unlike :meth:`has_pending_requests`, a call in flight that carries no enqueue
+        does not count: sizes read after it began show what it carries (an acked lease is still
+        leased, or its children are queued; a popped request is still queued, or leased). An
+        enqueue in flight may land after such a read: it counts, and so does one that ended
+        since (``enqueue_calls`` grew), which the caller checks (tasks/feeder.py)."""
+        return bool(
+            self._buffer
+            or self._writes.ops()
+            or len(self.outcomes)
+            or self._handlers_running
+            or self._enqueues_in_flight
+        )
+
     def enqueue_request(self, request: Request) -> bool:
         fingerprint = None
         if self.df is not None and not request.dont_filter:
@@ -341,7 +361,14 @@ class LeasedScheduler(BaseScheduler):
 
     def _next_batch(self) -> SyncBatch:
         pop = 0 if self._closing else max(0, self.batch_size - len(self._buffer))
-        return self._take_batch(pop)
+        batch = self._take_batch(pop)
+        self._enqueues_in_flight = bool(batch.enqueues)  # RedisCalls sends it at once
+        return batch
+
+    def _call_ended(self, batch: SyncBatch) -> None:
+        if batch.enqueues:
+            self.enqueue_calls += 1
+        self._enqueues_in_flight = False
 
     def _sync(self, batch: SyncBatch) -> SyncResult:
         return self.queue.sync(batch)  # on the I/O thread
@@ -367,6 +394,7 @@ class LeasedScheduler(BaseScheduler):
         return batch
 
     def _synced(self, result: SyncResult, batch: SyncBatch) -> None:
+        self._call_ended(batch)
         self._apply(result, batch)
         if not self._closing:
             self._wake_engine()
@@ -401,6 +429,7 @@ class LeasedScheduler(BaseScheduler):
 
     def _sync_failed(self, failure: Failure, batch: SyncBatch, delay: float) -> None:
         """Keep the writes for the next call (same order); the pop is simply not made."""
+        self._call_ended(batch)
         pending = self._writes
         for name in SyncBatch.WRITES:
             if name != "renewals":  # renewals are recomputed
