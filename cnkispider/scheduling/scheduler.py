@@ -234,6 +234,8 @@ class LeasedScheduler(BaseScheduler):
                         "Final Redis write of the scheduler failed; leases will expire"
                     )
                     break
+                finally:
+                    self._call_ended(batch)
                 self._apply(result, batch)
             unacked = len(self.outcomes)
             if unacked:
@@ -361,9 +363,7 @@ class LeasedScheduler(BaseScheduler):
 
     def _next_batch(self) -> SyncBatch:
         pop = 0 if self._closing else max(0, self.batch_size - len(self._buffer))
-        batch = self._take_batch(pop)
-        self._enqueues_in_flight = bool(batch.enqueues)  # RedisCalls sends it at once
-        return batch
+        return self._take_batch(pop)
 
     def _call_ended(self, batch: SyncBatch) -> None:
         if batch.enqueues:
@@ -391,6 +391,7 @@ class LeasedScheduler(BaseScheduler):
             self._last_renew = now
         if pop:
             self._last_poll = now
+        self._enqueues_in_flight = bool(batch.enqueues)  # every batch taken is sent at once
         return batch
 
     def _synced(self, result: SyncResult, batch: SyncBatch) -> None:
