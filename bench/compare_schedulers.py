@@ -128,18 +128,29 @@ def pin(cpus: set[int] | None):
 
 
 class BenchRedis:
-    """A redis-server of the benchmark's own on a free port: nothing else sends it commands."""
+    """A redis-server of the benchmark's own on a free port: nothing else sends it commands.
+
+    The port is drawn free, then bound by redis-server a moment later: another process's
+    server (a test's, a bench's beside it under xdist) may take it first, and then ours exits
+    while the client talks to theirs (a bench saw "BUSY Redis is busy running a script" from a
+    neighbour's Lua). So the server answering must be ours (its process id); if not, another
+    port is drawn."""
 
     def __init__(self, cpus: set[int] | None = None):
-        import redis
-
-        self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="bench-redis-")
         self.cpus = cpus
-        self.client = redis.Redis(port=self.port)
-        self._start()
+        import redis
 
-    def _start(self) -> None:
+        for _ in range(5):
+            self.port = free_port()
+            self.client = redis.Redis(port=self.port)
+            if self._start():
+                return
+            self.client.close()
+        raise RuntimeError("no free port kept long enough for redis-server")
+
+    def _start(self) -> bool:
+        """Start redis-server on ``self.port``; False if another server answers there."""
         import redis
 
         self.process = subprocess.Popen(
@@ -161,20 +172,23 @@ class BenchRedis:
         )
         for _ in range(200):
             try:
-                self.client.ping()
-                return
+                ours = self.client.info("server")["process_id"] == self.process.pid
+            except (redis.AuthenticationError, redis.ResponseError):
+                ours = False  # a server with a password: not ours
             except redis.ConnectionError:
-                time.sleep(0.05)
+                if self.process.poll() is not None:
+                    return False  # ours could not bind, and nobody listens there either
+                time.sleep(0.05)  # not listening yet
+                continue
+            if not ours:
+                self.process.wait(timeout=30)  # ours could not bind: it exits
+            return ours
         raise RuntimeError("redis-server did not start")
-
-    def kill(self) -> None:
-        """A crash: SIGKILL, so everything it held (no persistence) is gone."""
-        self.process.kill()
-        self.process.wait()
 
     def restart(self) -> None:
         """Start again, empty, on the same port (clients reconnect by themselves)."""
-        self._start()
+        if not self._start():
+            raise RuntimeError(f"port {self.port} was taken by another server while ours was down")
 
     @property
     def url(self) -> str:
