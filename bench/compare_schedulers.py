@@ -185,6 +185,11 @@ class BenchRedis:
             return ours
         raise RuntimeError("redis-server did not start")
 
+    def kill(self) -> None:
+        """A crash: SIGKILL, so everything it held (no persistence) is gone."""
+        self.process.kill()
+        self.process.wait()
+
     def restart(self) -> None:
         """Start again, empty, on the same port (clients reconnect by themselves)."""
         if not self._start():
