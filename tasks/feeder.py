@@ -495,32 +495,36 @@ class RoundFeeder:
     async def _idle_everywhere(self) -> bool:
         """Nothing queued or leased in Redis for this task, by any worker, nor unfinished here.
 
-        Asked after the sizes are read, ``unfinished_here`` covers what they may miss: a write
-        not sent, or an enqueue in flight or ended since (``enqueue_calls``). A poll or an ack in
-        flight does not count (the sizes show what it carries): on a slow line one is in flight
-        most of the time, and counting it kept a finished worker from exiting for minutes."""
+        Redis's side is read at one moment: queued, leased, and drained rounds not confirmed
+        (an ack that drains a round leaves it there until the round is closed in the database).
+        Asked after that read, ``unfinished_here`` covers what it may miss: a write not sent, or
+        an enqueue in flight or landed since (``enqueue_calls``). A poll or an ack in flight
+        does not count (the read shows what it carries): on a slow line one is in flight most
+        of the time, and counting it kept a finished worker from exiting for minutes."""
         scheduler = self.scheduler
         if not isinstance(scheduler, RoundScheduler):
             return False
         enqueue_calls = scheduler.enqueue_calls
-        sizes = await in_thread(self._sizes)
+        left = await in_thread(self._sizes, True)
         idle = (
-            sizes is not None
-            and sizes["queued"] == 0
-            and sizes["leased"] == 0
+            left is not None
+            and not any(left.values())
             and not scheduler.unfinished_here()
             and scheduler.enqueue_calls == enqueue_calls
         )
         if not idle:
-            logger.debug("task %s: the queue is not idle (%s)", self.task_name, sizes)
+            logger.debug("task %s: the queue is not idle (%s)", self.task_name, left)
         return idle
 
-    def _sizes(self) -> dict[str, int] | None:
-        """The shared queue's sizes; None once the scheduler has closed (a feed or a phase check
-        still running while the worker shuts down)."""
+    def _sizes(self, work_left: bool = False) -> dict[str, int] | None:
+        """The shared queue's sizes (``work_left``: and its drained rounds not confirmed); None
+        once the scheduler has closed (a feed or a phase check still running while the worker
+        shuts down)."""
         scheduler = self.scheduler
         queue = scheduler.queue if isinstance(scheduler, RoundScheduler) else None
-        return queue.sizes() if queue is not None else None
+        if queue is None:
+            return None
+        return queue.work_left() if work_left else queue.sizes()
 
     async def _flushed(self) -> None:
         """Wait until what this worker enqueued is written to Redis."""

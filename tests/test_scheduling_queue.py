@@ -267,6 +267,23 @@ def test_rounds_at_zero_lists_drained_rounds_not_yet_confirmed(make_queue):
     assert q.rounds_at_zero() == []
 
 
+def test_work_left_counts_a_request_and_its_rounds_end_in_one_place_at_every_step(make_queue):
+    """Flow control's idle check (tasks/feeder.py) reads this: never all zero while a round's
+    end is not recorded (its last ack drains it; only the confirm, after the database closed
+    it, ends it)."""
+    q = make_queue()
+    assert q.work_left() == {"queued": 0, "leased": 0, "drained": 0}
+    q.sync(SyncBatch(enqueues=[new("x", round_id="3")]), now_ms=T0)
+    assert q.work_left() == {"queued": 1, "leased": 0, "drained": 0}
+    popped = q.sync(SyncBatch(pop=1), now_ms=T0).popped
+    assert q.work_left() == {"queued": 0, "leased": 1, "drained": 0}
+    q.sync(SyncBatch(acks=held(popped)), now_ms=T0)
+    assert q.work_left() == {"queued": 0, "leased": 0, "drained": 1}
+    assert q.sizes() == {"queued": 0, "leased": 0}  # what status shows
+    q.sync(SyncBatch(confirms=["3"]), now_ms=T0)
+    assert q.work_left() == {"queued": 0, "leased": 0, "drained": 0}
+
+
 # --- exactly one round_drained, whatever the interleaving ------------------------------------
 
 PAGES = 60

@@ -439,10 +439,23 @@ class LeasedQueue:
         return sorted(r.decode() for r in self.client.zrange(self.key("drained"), 0, -1))
 
     def sizes(self) -> dict[str, int]:
-        return {
-            "queued": self.client.zcard(self.key("queue")),
-            "leased": self.client.zcard(self.key("leases")),
-        }
+        """Requests queued and leased, read at one moment (MULTI): a request moving between
+        the two (a pop, a release, a lease run out) is counted in one, never in neither."""
+        return dict(zip(("queued", "leased"), self._cards("queue", "leases"), strict=True))
+
+    def work_left(self) -> dict[str, int]:
+        """:meth:`sizes` and the rounds drained whose drain flow control has not confirmed
+        (the round is closed in the database, then confirmed): the task's work left in Redis.
+        The ack that drains a round adds it in the same script, so a round's end is never in
+        neither."""
+        names = ("queued", "leased", "drained")
+        return dict(zip(names, self._cards("queue", "leases", "drained"), strict=True))
+
+    def _cards(self, *keys: str) -> list[int]:
+        pipe = self.client.pipeline(transaction=True)
+        for key in keys:
+            pipe.zcard(self.key(key))
+        return pipe.execute()
 
 
 def _popped(flat: list) -> list[Popped]:
