@@ -102,7 +102,7 @@ HOLDER = textwrap.dedent(
     import sys, time
     from cnkispider.db import open_database
     from tasks.flow import TaskStore
-    store = TaskStore(open_database(sys.argv[1]), round_lease=2)
+    store = TaskStore(open_database(sys.argv[1]), round_lease=5)
     claimed = store.claim(int(sys.argv[2]), "holder:1:x")
     print(claimed.id, flush=True)
     time.sleep(600)
@@ -112,7 +112,9 @@ HOLDER = textwrap.dedent(
 
 @pytest.mark.slow  # a command in a subprocess
 def test_killed_worker_loses_its_round_to_another_after_the_lease(db_url):
-    store = store_for(db_url, round_lease=2)
+    """(A lease of 5 s, not 2: the claim right after the kill must fall inside it, and on a busy
+    machine starting, killing and reaping the holder can take seconds.)"""
+    store = store_for(db_url, round_lease=5)
     t, _ = store.register("lease", "paper", "2024-01-01", "2024-01-01", "A,B,C")
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER, db_url, str(t.id)],
@@ -125,7 +127,7 @@ def test_killed_worker_loses_its_round_to_another_after_the_lease(db_url):
     holder.wait()
     before = store.claim(t.id, "other:2:x")
     assert before is not None and before.id != held, "the lease was not respected"
-    time.sleep(3.1)
+    time.sleep(6.1)  # time passing is the point: the lease (5 s, in whole seconds) runs out
     after = store.claim(t.id, "other:2:x")
     assert after.id == held and after.attempts == 2
 
