@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from cnkispider.cnki.protocol import CLIENT_ID_PATH
 from cnkispider.db import open_database
 from cnkispider.items import FIELDS
+from cnkispider.schema import round_
 from cnkispider.storage import fetch_all
 from standin.corpus import UNTRUE_FIELDS
 from tests import launcher
@@ -166,6 +167,32 @@ class CrawlSetup:
                 return list(conn.execute(statement))
         finally:
             engine.dispose()
+
+    def state(self) -> str:
+        """The rounds' rows and the task's Redis keys, for a test's failure message: where a
+        crawl that stopped moving stands (which round, whose, in which state; what Redis holds)."""
+        lines = ["rounds (id day category state worker lease_until epoch attempts):"]
+        columns = (round_.c.id, round_.c.day, round_.c.category, round_.c.state, round_.c.worker)
+        more = (round_.c.lease_until, round_.c.epoch, round_.c.attempts)
+        for row in self.query(sa.select(*columns, *more).order_by(round_.c.id)):
+            lines.append("  " + " ".join(str(v) for v in row))
+        client = redis.Redis.from_url(self.redis_url)
+        prefix = self.redis.get("prefix", "cnki:")
+        match = f"{prefix}*" if prefix != "cnki:" else f"cnki:{self.task}*"
+        lines.append(f"redis {match}:")
+        sizes = {"zset": client.zcard, "hash": client.hlen, "set": client.scard}
+        for key in sorted(client.scan_iter(match=match, count=1000)):
+            kind = client.type(key).decode()
+            if key.endswith((b":drained", b":leases")):  # which, and until when (ms)
+                value = client.zrange(key, 0, 20, withscores=True)
+            elif kind in sizes:
+                value = sizes[kind](key)
+            else:  # a count or an epoch; a Bloom filter's bits only by their length
+                raw = client.get(key) if kind == "string" else b""
+                value = raw.decode() if len(raw) < 40 else f"{len(raw)} bytes"
+            lines.append(f"  {key.decode()} = {value}"[:300])
+        client.close()
+        return "\n".join(lines)
 
     def cleanup_redis(self) -> None:
         client = redis.Redis.from_url(self.redis_url)

@@ -3,8 +3,10 @@ whose worker is restarted by a code change half-way that still ends equal to the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 
 import sqlalchemy as sa
@@ -46,6 +48,7 @@ def test_a_code_change_mid_crawl_restarts_the_worker_and_nothing_is_lost(
     watch.mkdir()
     (watch / "module.py").write_text("VALUE = 1\n")
     monkeypatch.setenv("CNKI_RELOAD_WATCH", str(watch))
+    monkeypatch.setenv("PYTHONFAULTHANDLER", "1")  # a worker that hangs: its threads, on SIGABRT
     setup = crawl_setup(
         "paper",
         "TP3,F0,O1,R4",
@@ -87,15 +90,18 @@ def test_a_code_change_mid_crawl_restarts_the_worker_and_nothing_is_lost(
         (watch / "module.py").write_text("VALUE = 2  # a change\n")
         # The end, or a worker that failed: the supervisor would wait for the next code change
         # (reload.py), so the test stops there, with the output that says why.
-        wait_until(
-            lambda: (
-                supervisor.poll() is not None
-                or re.search(r"exited with status (?!0\b)", output.read_text())
-            ),
-            600,  # generous: a busy machine
-            what="the supervisor's end",
-            log=output.read_text,
-        )
+        try:
+            wait_until(
+                lambda: (
+                    supervisor.poll() is not None
+                    or re.search(r"exited with status (?!0\b)", output.read_text())
+                ),
+                600,  # generous: a busy machine
+                what="the supervisor's end",
+                log=output.read_text,
+            )
+        except AssertionError as stuck:  # once in a busy run: say where the crawl stood
+            raise AssertionError(f"{stuck}\n{post_mortem(setup, output)}") from None
     finally:
         if supervisor.poll() is None:  # SIGTERM: the supervisor stops its workers too
             supervisor.terminate()
@@ -108,3 +114,19 @@ def test_a_code_change_mid_crawl_restarts_the_worker_and_nothing_is_lost(
     assert compare(setup.stored(), truth, "paper") == {"missing": [], "extra": [], "differing": {}}
     rounds = setup.query(sa.select(round_.c.state))
     assert {r.state for r in rounds} == {"done"}
+
+
+def post_mortem(setup, output) -> str:
+    """The rounds and Redis keys of a crawl that stopped moving, then the running workers'
+    threads (``PYTHONFAULTHANDLER``: SIGABRT dumps every thread's stack and ends the worker)."""
+    state = setup.state()
+    before = len(output.read_text())
+    started = re.findall(r"pids ([\d ]+)$", output.read_text(), re.M)
+    for pid in started[-1].split() if started else []:
+        try:
+            os.kill(int(pid), signal.SIGABRT)
+        except ProcessLookupError:
+            continue
+        with contextlib.suppress(AssertionError):  # no dump in time: the state still says much
+            wait_until(lambda: "most recent call first" in output.read_text()[before:], 30)
+    return f"{state}\nthe workers' threads:\n{output.read_text()[before:][-6000:]}"
