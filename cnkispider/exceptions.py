@@ -45,6 +45,11 @@ class RedisUnavailable(CnkiSpiderError):
     """Redis cannot be reached, or is configured in a way that could lose the crawl's state."""
 
 
+class SchedulerClosed(CnkiSpiderError):
+    """The scheduler closed (the worker is stopping) before what was written to it was known to
+    be in Redis: flow control must not mark a round seeded whose first request may be nowhere."""
+
+
 class TaskRowError(CnkiSpiderError):
     """A task row holds values the crawler cannot use (edited by hand into nonsense)."""
 

@@ -47,7 +47,7 @@ from cnkispider.clock import cnki_today
 from cnkispider.cnki.refusals import REJECTION, kind_of
 from cnkispider.context import CrawlContext, context_of, open_context
 from cnkispider.db import is_transient, open_database
-from cnkispider.exceptions import CnkiSpiderError, TaskRowError
+from cnkispider.exceptions import CnkiSpiderError, SchedulerClosed, TaskRowError
 from cnkispider.halting import Breaker
 from cnkispider.offload import in_thread
 from cnkispider.scheduling.outcome import RoundScheduler
@@ -268,6 +268,13 @@ class RoundFeeder:
         error = failure.value
         if isinstance(error, TaskRowError):
             self.store.report_bad_row(error)
+            return
+        if isinstance(error, SchedulerClosed):  # the worker stops: the round was handed back
+            logger.info(
+                "flow control: %s (a round being seeded is handed back; error rows being "
+                "replayed come back after their claim lease)",
+                error,
+            )
             return
         line = one_line(error)
         if line in self._feed_errors or is_transient(error):  # an outage: cnkispider.db says more

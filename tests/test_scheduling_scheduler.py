@@ -11,6 +11,7 @@ import scrapy
 from twisted.internet.defer import Deferred
 
 from cnkispider import signals
+from cnkispider.exceptions import SchedulerClosed
 from cnkispider.scheduling.scheduler import LeasedScheduler
 from cnkispider.scheduling.serialize import UnserializableRequest
 from tests.fixtures.scheduling import HAND_DRIVEN, in_loop
@@ -262,6 +263,25 @@ async def test_closing_releases_unstarted_requests_and_acks_finished_ones(
     fresh = make()
     fresh._kick()
     assert [r.meta["lease_attempts"] for r in (take(fresh), take(fresh))] == [1, 1]
+
+
+@in_loop
+async def test_a_flush_fails_once_the_scheduler_closed_so_no_round_is_seeded_on_nothing(
+    make, redis_client, redis_namespace
+):
+    """Flow control marks a round seeded once its flush fires. A feed that resumes after the
+    close (the worker got SIGTERM while it claimed a round) enqueues into a scheduler whose
+    final writes are done: nothing writes that request, so the flush must fail, not fire."""
+    loop = asyncio.get_running_loop()
+    scheduler = make()
+    scheduler.enqueue_request(scrapy.Request("https://x/early"))
+    await scheduler.flush().asFuture(loop)
+    assert redis_client.hlen(f"{redis_namespace}:requests") == 1  # fired: it is in Redis
+    await scheduler.close("shutdown").asFuture(loop)
+    scheduler.enqueue_request(scrapy.Request("https://x/late"))
+    with pytest.raises(SchedulerClosed):
+        await scheduler.flush().asFuture(loop)
+    assert redis_client.hlen(f"{redis_namespace}:requests") == 1  # the late one is nowhere
 
 
 @in_loop

@@ -46,6 +46,7 @@ from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 from cnkispider import default_settings, engineslot, redisconn, signals
+from cnkispider.exceptions import SchedulerClosed
 from cnkispider.halting import Cooldown
 from cnkispider.offload import InlineIO, RedisCalls, ThreadIO
 from cnkispider.scheduling import defaults
@@ -255,7 +256,10 @@ class LeasedScheduler(BaseScheduler):
         """A Deferred that fires once every write made so far (enqueues, acks, ...) is in Redis.
 
         For flow control, which must not mark a round seeded before its first request is in the
-        shared queue. A failing Redis keeps it waiting: the writes are kept and retried."""
+        shared queue. A failing Redis keeps it waiting: the writes are kept and retried. Once the
+        scheduler closes it fails (:class:`SchedulerClosed`): a request enqueued while the worker
+        stops (a round being seeded when SIGTERM came) may land after the final writes, and
+        is then never written; a round marked seeded on it would never drain."""
         return deferred_from_coro(self._flush())
 
     async def _flush(self) -> None:
@@ -267,6 +271,10 @@ class LeasedScheduler(BaseScheduler):
             if not self._calls.busy:
                 self._kick()
             await maybe_deferred_to_future(_sleep(0.01))
+        if self._closing or self.queue is None:
+            raise SchedulerClosed(
+                "the scheduler closed before its writes were known to be in Redis"
+            )
 
     def has_pending_requests(self) -> bool:
         return bool(
