@@ -132,18 +132,26 @@ class BenchRedis:
 
     The port is drawn free, then bound by redis-server a moment later: another process's
     server (a test's, a bench's beside it under xdist) may take it first, and then ours exits
-    while the client talks to theirs (a bench saw "BUSY Redis is busy running a script" from a
-    neighbour's Lua). So the server answering must be ours (its process id); if not, another
-    port is drawn."""
+    while the client talks to theirs. So the server answering must be ours (its process id);
+    if not, another port is drawn.
+
+    Its client waits as long as a script runs and never sends a command again: redis-py 8's
+    defaults (a 5 s socket timeout, then up to 10 retries) re-sent a 10,000-fingerprint insert
+    that took over 5 s on a busy machine, and the server, still running the first, answered
+    "BUSY Redis is busy running a script" (the dedupe bench failed so twice)."""
 
     def __init__(self, cpus: set[int] | None = None):
         self.dir = tempfile.mkdtemp(prefix="bench-redis-")
         self.cpus = cpus
         import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
 
         for _ in range(5):
             self.port = free_port()
-            self.client = redis.Redis(port=self.port)
+            self.client = redis.Redis(
+                port=self.port, socket_timeout=None, retry=Retry(NoBackoff(), 0)
+            )
             if self._start():
                 return
             self.client.close()

@@ -1,6 +1,7 @@
 """The benchmarks' own redis-server (bench/compare_schedulers.py ``BenchRedis``) is really their
-own: a port drawn free can be taken by a neighbour's server before ours binds it (a bench under
-xdist once got "BUSY Redis is busy running a script" from a neighbour's Lua)."""
+own: a port drawn free can be taken by a neighbour's server before ours binds it; and its client
+waits for a long script instead of sending it again (the dedupe bench got "BUSY Redis is busy
+running a script" twice: its own insert, re-sent by redis-py after a 5 s timeout)."""
 
 from __future__ import annotations
 
@@ -37,3 +38,17 @@ def test_a_port_taken_before_our_server_binds_it_is_left_for_another(monkeypatch
     finally:
         server.stop()
         neighbour.close()
+
+
+def test_the_client_waits_for_a_long_script_and_never_sends_it_again():
+    """redis-py 8 defaults to a 5 s socket timeout and 10 retries: a script slower than that (a
+    batch of 10,000 fingerprints on a busy machine) was sent again into the server still running
+    it, which answered BUSY. The bench's client has no timeout and no retry."""
+    assert redis.Redis(port=1).get_connection_kwargs()["socket_timeout"] == 5  # the default
+    server = compare_schedulers.BenchRedis()
+    try:
+        assert server.client.get_connection_kwargs()["socket_timeout"] is None
+        assert server.client.get_retry().get_retries() == 0
+        assert server.client.ping()
+    finally:
+        server.stop()
