@@ -22,6 +22,7 @@ removed at :meth:`Lab.close`.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import fcntl
@@ -30,6 +31,7 @@ import os
 import random
 import select
 import shutil
+import socket
 import struct
 import subprocess
 import sys
@@ -195,10 +197,28 @@ def _tun_in_namespace(name: str, namespace: str) -> int:
     return result["fd"]
 
 
+def _far_address_of_data(packet: bytes, outgoing: bool) -> str | None:
+    """The far end's address (the destination of an ``outgoing`` packet, else its source) of
+    an IPv4 TCP segment that carries data; None for anything else (a bare ACK, SYN or FIN)."""
+    if len(packet) < 40 or packet[0] >> 4 != 4 or packet[9] != socket.IPPROTO_TCP:
+        return None
+    header = (packet[0] & 0x0F) * 4
+    if len(packet) < header + 20:
+        return None
+    tcp_header = (packet[header + 12] >> 4) * 4
+    if int.from_bytes(packet[2:4], "big") <= header + tcp_header:
+        return None
+    return socket.inet_ntoa(packet[16:20] if outgoing else packet[12:16])
+
+
 class BadLine:
     """Two TUN devices, one here and one in the namespace, and a thread that carries each IP
     packet across after ``delay`` seconds (one way), dropping a share ``loss`` of them. Both
-    may be changed while it runs (a line that turns bad)."""
+    may be changed while it runs (a line that turns bad).
+
+    ``data_sent`` / ``data_received`` count the TCP segments carrying data that the line
+    delivered from / to the namespace, by the far end's address: what a worker exchanged with
+    one service (the site, Redis, MariaDB), which its log need not say."""
 
     def __init__(self, lab: Lab, namespace: str, k: int, here, there, delay: float, loss: float):
         self.delay, self.loss = delay, loss
@@ -211,6 +231,8 @@ class BadLine:
         ip("-n", namespace, "link", "set", self.ns_name, "up")
         ip("-n", namespace, "route", "add", f"10.29.{lab.t}.0/24", "via", here)
         self.carried = self.dropped = 0
+        self.data_sent: collections.Counter[str] = collections.Counter()
+        self.data_received: collections.Counter[str] = collections.Counter()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._carry, daemon=True)
         self._thread.start()
@@ -227,6 +249,10 @@ class BadLine:
                 with contextlib.suppress(OSError):
                     os.write(fd, packet)
                 self.carried += 1
+                outgoing = fd == self.host_fd  # from the namespace
+                far = _far_address_of_data(packet, outgoing)
+                if far is not None:
+                    (self.data_sent if outgoing else self.data_received)[far] += 1
             timeout = min(0.05, max(0.0, queue[0][0] - now)) if queue else 0.05
             readable, _, _ = select.select([self.host_fd, self.ns_fd], [], [], timeout)
             for fd in readable:

@@ -33,6 +33,10 @@ from tests.worker_accounts import grant
 
 pytestmark = pytest.mark.slow
 
+#: Requests (TCP segments with data) the worker on the slow line sends the site after the line
+#: turned bad, at least: 21 to 35 in three runs here; a few are retransmissions, which 5 allows
+SENT_AFTER_TURN = 5
+
 
 @pytest.fixture(scope="module")
 def lab():
@@ -290,13 +294,6 @@ def _cut_mid_round(c: Cluster, k: int, seconds: float, *, leases_pass: bool) -> 
     assert re.search(r"round \d+ (done|seeded)|\d+ completed by this worker", after), after[-3000:]
 
 
-def _items(log: str) -> int:
-    """Items the worker stored, from its closing line."""
-    found = re.search(r"Worker \S+ finished .*?, (\d+) items", log)
-    assert found, log[-3000:]
-    return int(found.group(1))
-
-
 def test_a_worker_cut_off_for_30_s_goes_on_by_itself(cluster):
     c = cluster(crawl={"concurrent_requests": 4, "lease_seconds": 60, "round_lease_seconds": 60})
     for _ in range(3):
@@ -325,32 +322,35 @@ def test_a_worker_cut_off_longer_than_its_leases_hands_them_to_the_others(cluste
 @pytest.mark.waits
 def test_a_worker_on_a_slow_lossy_line_crawls_with_the_others(cluster, lab):
     """The line turns bad once the worker crawls (its start over such a line takes a worker
-    minutes of round trips: more than this test's two minutes)."""
+    minutes of round trips: more than this test's two minutes).
+
+    What the worker on the line exchanged with the site is counted on its line, not read in its
+    log: the other worker may seed and finish every round (a busy run and CI saw it), and a worker that
+    crawls only in rounds it did not seed or finish says so in no line before its last."""
     c = cluster(crawl={"concurrent_requests": 4}, days="2024-01-02")
     c.start(bad_line=(0.0, 0.0))
     c.start()
-    line = lab.lines[-1]
+    line, site = lab.lines[-1], lab.site_address
     # it turns bad once 80% of the task is stored: the worker on it finishes what it then
     # holds slowly (about a document a second; the others cannot take over leases it renews),
-    # and a larger part would take this test past two minutes. It may not have seeded a round
-    # by then (the other worker can seed them all), only crawled in them; at 85% a busy
-    # machine once saw the task end before this wait did
+    # and a larger part would take this test past two minutes; at 85% a busy machine once saw
+    # the task end before this wait did
     part = len(c.admin.truth()) * 80 // 100
     c.wait(
         "the worker on the line to crawl",
-        lambda: re.search(r"round \d+ (seeded|done)", c.log(0)) and c.stored() >= part,
+        lambda: line.data_received[site] >= 20 and c.stored() >= part,
         alive=(0,),
     )
     line.delay, line.loss = 0.150, 0.05  # one way: 300 ms round trip, 5% lost each way
-    turned_bad = len(c.log(0))
     carried, dropped = line.carried, line.dropped
+    sent, received = line.data_sent[site], line.data_received[site]
     c.finish()
     c.assert_sound()
     carried, dropped = line.carried - carried, line.dropped - dropped
     assert carried > 500 and 0.03 < dropped / (carried + dropped) < 0.07, (carried, dropped)
-    # it crawled on the bad line: rounds and documents after the line turned bad
-    after = c.log(0)[turned_bad:]
-    assert re.search(r"round \d+ (seeded|done)", after) and _items(after) > 0, after[-3000:]
+    # it crawled on the bad line: requests to the site and its answers after the line turned bad
+    sent, received = line.data_sent[site] - sent, line.data_received[site] - received
+    assert sent >= SENT_AFTER_TURN and received >= sent, (sent, received, c.log(0)[-3000:])
 
 
 def test_redis_unreachable_from_every_worker_for_60_s(cluster, lab):
