@@ -74,13 +74,23 @@ class Lab:
         self.links: list[str] = []
         self.lines: list[BadLine] = []
         self.addresses: list[str] = []
-        for _ in range(20):  # a free 10.29.T.0/24 (another lab may run beside this one)
-            self.t = random.randint(1, 254)
-            if f"10.29.{self.t}." not in ip("-4", "addr", "show").stdout:
-                break
-        self.db_address = self.service_address(1)
+        self.db_address = self._claim_block()
         self.redis_address = self.service_address(2)
         self.site_address = self.service_address(3)
+
+    def _claim_block(self) -> str:
+        """A free 10.29.T.0/24, claimed by adding its first address (another lab may start beside
+        this one, in another test process: looking for a free T and then taking it once let two
+        labs draw the same T, and the second failed with "Address already assigned")."""
+        for _ in range(50):
+            self.t = random.randint(1, 254)
+            address = f"10.29.{self.t}.1"
+            if f"10.29.{self.t}." in ip("-4", "addr", "show").stdout:
+                continue
+            if ip("addr", "add", f"{address}/32", "dev", "lo", check=False).returncode == 0:
+                self.addresses.append(address)
+                return address
+        raise RuntimeError("no free 10.29.T.0/24 for a lab in 50 draws")
 
     def service_address(self, n: int) -> str:
         address = f"10.29.{self.t}.{n}"
