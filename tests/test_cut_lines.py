@@ -248,6 +248,16 @@ def cluster(lab, tmp_path, cnki_site):
         c.close()
 
 
+def _start_after_a_seeding_worker(c: Cluster, workers: int) -> None:
+    """Start worker 0, and the others once it has seeded a round: the cut is of a worker in a
+    round it seeded, and started together the others could seed every round (a worker seeds only
+    while the shared queue runs low, so the first to see it low does)."""
+    c.start()
+    c.wait("worker 0 to seed a round", lambda: re.search(r"round \d+ seeded", c.log(0)), alive=(0,))
+    for _ in range(workers - 1):
+        c.start()
+
+
 def _cut_mid_round(c: Cluster, k: int, seconds: float, *, leases_pass: bool) -> None:
     """Cut worker ``k``'s line once it crawls a round it seeded, then mend it: after ``seconds``,
     and with ``leases_pass`` not before the others have finished what it held.
@@ -256,7 +266,12 @@ def _cut_mid_round(c: Cluster, k: int, seconds: float, *, leases_pass: bool) -> 
     within moments, so those still unacknowledged a while later are the cut worker's."""
     c.wait(
         f"worker {k} mid-round",
-        lambda: "seeded" in c.log(k) and c.stored() >= 40 and c.in_flight() and c.leased(),
+        lambda: (
+            re.search(r"round \d+ seeded", c.log(k))
+            and c.stored() >= 40
+            and c.in_flight()
+            and c.leased()
+        ),
         alive=(k,),
     )
     c.lab.cut(c.lines[k])
@@ -296,8 +311,7 @@ def _cut_mid_round(c: Cluster, k: int, seconds: float, *, leases_pass: bool) -> 
 
 def test_a_worker_cut_off_for_30_s_goes_on_by_itself(cluster):
     c = cluster(crawl={"concurrent_requests": 4, "lease_seconds": 60, "round_lease_seconds": 60})
-    for _ in range(3):
-        c.start()
+    _start_after_a_seeding_worker(c, 3)
     _cut_mid_round(c, 0, 30, leases_pass=False)
     c.assert_sound()
 
@@ -313,8 +327,7 @@ def test_a_worker_cut_off_longer_than_its_leases_hands_them_to_the_others(cluste
         },
         days="2024-01-04",
     )
-    for _ in range(3):
-        c.start()
+    _start_after_a_seeding_worker(c, 3)
     _cut_mid_round(c, 0, 90, leases_pass=True)
     c.assert_sound()
 
