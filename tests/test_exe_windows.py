@@ -499,6 +499,7 @@ def chrome_cmd_curl(url: str, cookies: dict[str, str], user_agent: str) -> str:
 
 
 @pytest.mark.slow
+@CRAWLS
 def test_the_exe_adds_a_session_copied_as_curl_and_crawls_with_it_on_a_site_that_checks(
     exe, tmp_path, cnki_site, task_name
 ):
@@ -556,6 +557,7 @@ def test_the_exe_adds_a_session_copied_as_curl_and_crawls_with_it_on_a_site_that
 
 
 @pytest.mark.slow
+@CRAWLS
 def test_the_exe_session_login_reads_the_pass_from_a_running_browser_over_devtools(
     exe, tmp_path, cnki_site
 ):
