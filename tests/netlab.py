@@ -87,21 +87,16 @@ class Lab:
             address = f"10.29.{self.t}.1"
             if f"10.29.{self.t}." in ip("-4", "addr", "show").stdout:
                 continue
-            if self._add_address(address, check=False):
+            if ip("addr", "add", f"{address}/32", "dev", "lo", check=False).returncode == 0:
+                self.addresses.append(address)
                 return address
         raise RuntimeError("no free 10.29.T.0/24 for a lab in 50 draws")
 
     def service_address(self, n: int) -> str:
         address = f"10.29.{self.t}.{n}"
-        self._add_address(address)
+        ip("addr", "add", f"{address}/32", "dev", "lo")
+        self.addresses.append(address)
         return address
-
-    def _add_address(self, address: str, check: bool = True) -> bool:
-        """Add ``address`` to lo (removed at :meth:`close`); False when it was taken already."""
-        added = ip("addr", "add", f"{address}/32", "dev", "lo", check=check).returncode == 0
-        if added:
-            self.addresses.append(address)
-        return added
 
     # -- workers' namespaces ----------------------------------------------------------------
 
