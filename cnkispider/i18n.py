@@ -1,7 +1,7 @@
 """The operator's words, through gettext: one catalogue for the command line and the web page.
 
 Every word an operator reads is marked once where it is written (``_("...")``, ``ngettext`` for
-counts) and looked up in the ``cnkispider`` catalogue (``cnkispider/locale/<lang>/LC_MESSAGES``,
+counts) and looked up in the ``cnkispider`` catalogue (the ``locale`` folder beside this module,
 made with Babel's ``pybabel extract/update/compile``: ``make catalogue``). A word missing from a
 catalogue reads as the English it was written in, never as an error.
 
