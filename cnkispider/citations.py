@@ -1,19 +1,25 @@
-"""Stored documents as the records researchers' tools import: RIS, BibTeX and EndNote.
+"""Stored documents as the records researchers' tools import: RIS, BibTeX, EndNote and CSL JSON.
 
-Pure: a stored row (a dict of ``cnkispider.items.FIELDS`` plus ``crawled_at``) in, the text of one
-record out; :mod:`cnkispider.export` streams them into a file. docs/FIELDS.md has the mapping.
+Pure: a stored row (a dict of ``cnkispider.items.FIELDS`` plus ``crawled_at``) in, one record out;
+:mod:`cnkispider.export` streams them into a file. docs/FIELDS.md has the mapping, and why.
 
 Types
-    paper        journal articles: RIS ``JOUR`` / ``@article`` / EndNote ``Journal Article``;
-                 theses (database 博士/硕士, or a degree): ``THES`` / ``@phdthesis`` or
-                 ``@mastersthesis`` / ``Thesis``
-    patent       ``PAT`` / ``@misc`` / ``Patent``, with the application, publication and grant
-                 numbers and dates kept apart
-    achievement  ``RPRT`` / ``@misc`` / ``Report``
+    paper        journal articles: RIS ``JOUR`` / ``@article`` / EndNote ``Journal Article`` /
+                 CSL ``article-journal`` (conference papers and newspaper articles: CSL
+                 ``paper-conference`` and ``article-newspaper``); theses (database 博士/硕士, or a
+                 degree): ``THES`` / ``@phdthesis`` or ``@mastersthesis`` / ``Thesis`` / ``thesis``
+    patent       ``PAT`` / biblatex ``@patent`` / ``Patent`` / ``patent``: the patent number,
+                 the applicant as the assignee (holder), the country as the place, the
+                 application, publication and grant numbers and dates kept apart
+    achievement  ``RPRT`` / ``@techreport`` / ``Report`` / ``report``
+
+The formats' own syntax is left to the libraries that read them: RIS is written with rispy and
+BibTeX with bibtexparser (the same two that read the files back in the tests), so this module
+only decides what goes where. EndNote's tagged format and CSL JSON (plain JSON) need none.
 
 Names stay whole: a Chinese name has no given/family split that a tool could get right, so RIS
-and EndNote write each name as it stands and BibTeX wraps each in braces (``{张三} and {Wang
-Wu}``), which BibTeX reads as one unsplittable name.
+and EndNote write each name as it stands, BibTeX wraps each in braces (``{张三} and {Wang
+Wu}``), which BibTeX reads as one unsplittable name, and CSL JSON gives each as a ``literal``.
 """
 
 from __future__ import annotations
@@ -21,11 +27,26 @@ from __future__ import annotations
 import json
 import re
 
-__all__ = ["FORMATS", "bibtex_record", "endnote_record", "flat_affiliations", "ris_record"]
+import bibtexparser
+import rispy
+from bibtexparser.library import Library
+from bibtexparser.middlewares import AddEnclosingMiddleware
+from bibtexparser.model import Entry, Field
+from bibtexparser.writer import BibtexFormat
 
-FORMATS = ("ris", "bibtex", "endnote")
+__all__ = [
+    "FORMATS",
+    "bibtex_record",
+    "csl_item",
+    "endnote_record",
+    "flat_affiliations",
+    "ris_record",
+]
+
+FORMATS = ("ris", "bibtex", "endnote", "csljson")
 
 _NEWLINES = re.compile(r"\s*[\r\n]+\s*")
+_DATE = re.compile(r"(\d{4})(?:-(\d{1,2})(?:-(\d{1,2}))?)?")
 
 
 def _one_line(value) -> str:
@@ -87,80 +108,132 @@ def _notes(row: dict, doc_type: str) -> list[str]:
     return notes
 
 
+# -- patents: the number a citation gives, and where it was issued --------------------------
+
+# The issuing office and the country of a patent, by its number's prefix (CNKI's 中国专利 are
+# all CN; a number with another prefix gets neither rather than a wrong one).
+_OFFICES = {"CN": ("中国", "国家知识产权局")}
+
+
+def patent_number(row: dict) -> tuple[str, str]:
+    """(number, date) of the published document a citation names: the grant publication
+    (授权公布号, 授权公告日) of a granted patent, else the application's publication (申请公布号,
+    公开公告日), else the application number (申请(专利)号) with the row's date.
+
+    What Zotero calls the patent number (translators_CN's CNKI.js takes 申请公布号) and what
+    Chicago, APA, IEEE and GB/T 7714-2015 print after the title; the application number has a
+    variable of its own in every format (docs/FIELDS.md)."""
+    for number, date in (("grant_no", "grant_date"), ("publication_no", "publication_date")):
+        if _one_line(row.get(number)):
+            return _one_line(row[number]), _one_line(row.get(date)) or _one_line(row.get("date"))
+    return _one_line(row.get("application_no")), _one_line(row.get("date"))
+
+
+def patent_office(row: dict) -> tuple[str, str]:
+    """(country, issuing office) from the patent's number: ("中国", "国家知识产权局") for CN."""
+    number = patent_number(row)[0] or _one_line(row.get("application_no"))
+    return _OFFICES.get(number[:2].upper(), ("", ""))
+
+
+def _applicants(row: dict) -> list[str]:
+    """The applicant and the co-applicants (共同申请人), each once, in the page's order."""
+    names = _list(row.get("applicant")) + _list(row.get("co_applicants"))
+    return list(dict.fromkeys(names))
+
+
 # -- RIS ------------------------------------------------------------------------------------
 
 
+class _RisWriter(rispy.RisWriter):
+    """rispy's writer as the format asks: CRLF line ends, and no "1." line before a record
+    (rispy's header, which is no RIS tag); a list value gives one line each (``AD``)."""
+
+    NEWLINE = "\r\n"
+    SEPARATOR = None
+
+    def set_header(self, count: int) -> str:
+        return ""
+
+
+_RIS = _RisWriter(enforce_list_tags=False)
+
+
 def ris_record(row: dict, doc_type: str) -> str:
-    """One RIS record (``TY`` ... ``ER``), CRLF line ends as the format asks."""
-    tags: list[tuple[str, object]] = []
-    add = tags.append
-    key = f"{row['dbname']}/{row['filename']}"
+    """One RIS record (``TY`` ... ``ER``) and the blank line after it.
+
+    The keys are rispy's names for the tags (``publisher`` is ``PB``, ``note`` is ``M1``, ...);
+    for a patent they are the tags Zotero's RIS translator reads: ``SN`` the patent number,
+    ``M1`` the application number, ``PB`` the assignee (the applicant), ``CY`` the country,
+    ``DA`` the issue date, ``C1`` the filing date. No ``A2`` (Zotero's issuing authority): the
+    generic readers (rispy, pandoc) take it for a second author, an editor."""
+    ref: dict[str, object] = {}
+    notes: list[str] = []
     if doc_type == "paper":
         thesis = is_thesis(row)
-        add(("TY", "THES" if thesis else "JOUR"))
-        add(("TI", row.get("title")))
-        for name in _list(row.get("authors")):
-            add(("AU", name))
-        for inst in _list(row.get("institutions")):
-            add(("AD", inst))
+        ref["type_of_reference"] = "THES" if thesis else "JOUR"
+        ref["title"] = row.get("title")
+        ref["authors"] = _list(row.get("authors"))
+        ref["author_address"] = _list(row.get("institutions"))  # AD, one line each
         if thesis:
-            add(("PB", row.get("source")))  # the university
-            for name in _list(row.get("supervisor")):
-                add(("A3", name))
-            add(("M3", row.get("degree") or row.get("database")))
+            ref["publisher"] = row.get("source")  # the university
+            ref["tertiary_authors"] = _list(row.get("supervisor"))
+            ref["type_of_work"] = row.get("degree") or row.get("database")
         else:
-            add(("T2", row.get("source")))
-            add(("VL", row.get("volume")))
-            add(("IS", row.get("issue")))
-            start, end = _pages(row)
-            add(("SP", start))
-            add(("EP", end))
-            add(("SN", row.get("issn")))
-        add(("PY", _year(row)))
-        add(("DA", row.get("date")))
-        add(("DO", row.get("doi")))
-        for word in _list(row.get("keywords")):
-            add(("KW", word))
-        add(("AB", row.get("abstract")))
-        add(("C1", row.get("fund")))
+            ref["secondary_title"] = row.get("source")
+            ref["volume"] = row.get("volume")
+            ref["number"] = row.get("issue")  # IS
+            ref["start_page"], ref["end_page"] = _pages(row)
+            ref["issn"] = row.get("issn")
+        ref["year"] = _year(row)
+        ref["date"] = row.get("date")
+        ref["doi"] = row.get("doi")
+        ref["keywords"] = _list(row.get("keywords"))
+        ref["abstract"] = row.get("abstract")
+        ref["custom1"] = row.get("fund")  # C1
     elif doc_type == "patent":
-        add(("TY", "PAT"))
-        add(("TI", row.get("title")))
-        for name in _list(row.get("inventors")):
-            add(("AU", name))
-        for name in _list(row.get("applicant")):
-            add(("A2", name))  # the assignee
-        add(("PB", row.get("applicant")))
-        add(("CY", row.get("address")))
-        add(("M1", row.get("application_no")))  # 申请(专利)号
-        add(("SN", row.get("publication_no")))  # 申请公布号
-        add(("M3", row.get("patent_type")))
-        add(("PY", _one_line(row.get("date"))[:4]))
-        add(("DA", row.get("publication_date") or row.get("date")))
-        for word in _list(row.get("ipc")):
-            add(("KW", word))
-        add(("AB", row.get("abstract")))
-        for label, name in _PATENT_NOTES:
-            if row.get(name):
-                add(("N1", f"{label}: {_one_line(row[name])}"))
+        number, issued = patent_number(row)
+        country, _office = patent_office(row)
+        ref["type_of_reference"] = "PAT"
+        ref["title"] = row.get("title")
+        ref["authors"] = _list(row.get("inventors"))
+        ref["publisher"] = "; ".join(_applicants(row))  # PB: the assignee
+        ref["place_published"] = country  # CY: the country, never the street address
+        ref["issn"] = number  # SN: the patent number
+        ref["note"] = row.get("application_no")  # M1: 申请(专利)号
+        ref["type_of_work"] = row.get("patent_type")  # M3
+        ref["year"] = issued[:4]
+        ref["date"] = issued
+        ref["custom1"] = row.get("application_date")  # C1: the filing date (Zotero)
+        ref["start_page"] = row.get("pages")  # SP: the page count, Zotero's pages
+        ref["keywords"] = _list(row.get("ipc"))
+        ref["abstract"] = row.get("abstract")
+        notes += [
+            f"{label}: {_one_line(row[name])}" for label, name in _PATENT_NOTES if row.get(name)
+        ]
+        if row.get("address"):
+            notes.append(f"地址: {_one_line(row['address'])}")
     else:
-        add(("TY", "RPRT"))
-        add(("TI", row.get("title")))
-        for name in _list(row.get("completers")):
-            add(("AU", name))
-        add(("PB", row.get("first_unit")))
-        add(("PY", _one_line(row.get("date"))[:4]))
-        add(("DA", row.get("date")))
-        for word in _list(row.get("keywords")):
-            add(("KW", word))
-        add(("AB", row.get("summary")))
-        add(("M3", row.get("achievement_type")))
-    for note in _notes(row, doc_type):
-        add(("N1", note))
-    add(("AN", key))
-    add(("DB", "CNKI"))
-    lines = [f"{tag}  - {_one_line(value)}" for tag, value in tags if _one_line(value)]
-    return "\r\n".join(lines) + "\r\nER  - \r\n\r\n"
+        ref["type_of_reference"] = "RPRT"
+        ref["title"] = row.get("title")
+        ref["authors"] = _list(row.get("completers"))
+        ref["publisher"] = row.get("first_unit")
+        ref["year"] = _one_line(row.get("date"))[:4]
+        ref["date"] = row.get("date")
+        ref["keywords"] = _list(row.get("keywords"))
+        ref["abstract"] = row.get("summary")
+        ref["type_of_work"] = row.get("achievement_type")
+    ref["notes"] = notes + _notes(row, doc_type)
+    ref["accession_number"] = f"{row['dbname']}/{row['filename']}"
+    ref["name_of_database"] = "CNKI"
+    kept = {}
+    for key, value in ref.items():
+        if isinstance(value, list):
+            value = [text for text in (_one_line(v) for v in value) if text]
+        else:
+            value = _one_line(value)
+        if value:
+            kept[key] = value
+    return _RIS.formats([kept]) + "\r\n"
 
 
 # Patent numbers and dates exactly as the page labels them, one note each.
@@ -184,35 +257,56 @@ def _bib(value) -> str:
     return text.replace("\\", "\\\\").replace("{", "\\{").replace("}", "\\}")
 
 
-def _bib_names(value) -> str:
-    return " and ".join("{" + _bib(name) + "}" for name in _list(value))
+def _bib_names(names: list[str]) -> str:
+    return " and ".join("{" + _bib(name) + "}" for name in names)
 
 
 def bibtex_key(row: dict) -> str:
     return re.sub(r"[^A-Za-z0-9_.:-]", "_", f"{row['dbname']}_{row['filename']}")
 
 
-def bibtex_record(row: dict, doc_type: str) -> str:
-    fields: list[tuple[str, str]] = []
+_BIB_FORMAT = BibtexFormat()
+_BIB_FORMAT.indent = "  "
+# bibtexparser writes the entry; this only wraps each value in braces (in place: the entry is
+# ours and written once, so nothing is copied)
+_BIB_STACK = [
+    AddEnclosingMiddleware(
+        allow_inplace_modification=True,
+        reuse_previous_enclosing=False,
+        enclose_integers=True,
+        default_enclosing="{",
+    )
+]
 
-    def add(name: str, value, names: bool = False) -> None:
-        text = _bib_names(value) if names else _bib(value)
+
+def bibtex_record(row: dict, doc_type: str) -> str:
+    """One BibTeX entry and the blank line after it. A patent is biblatex's ``@patent``
+    (``number``, ``holder``, ``type``, ``date``, ``location``), which biblatex, Zotero,
+    JabRef and pandoc read; plain BibTeX styles print it as ``@misc``."""
+    fields: list[Field] = []
+
+    def add(name: str, value) -> None:
+        text = _bib(value)
         if text:
-            fields.append((name, text))
+            fields.append(Field(name, text))
+
+    def add_names(name: str, names: list[str]) -> None:
+        if names:
+            fields.append(Field(name, _bib_names(names)))
 
     if doc_type == "paper":
         if is_thesis(row):
             degree = row.get("degree") or row.get("database")
             entry = "phdthesis" if degree == "博士" else "mastersthesis"
-            add("author", row.get("authors"), names=True)
+            add_names("author", _list(row.get("authors")))
             add("title", row.get("title"))
             add("school", row.get("source"))
             add("year", _year(row))
-            add("supervisor", row.get("supervisor"), names=True)
+            add_names("supervisor", _list(row.get("supervisor")))
             add("type", degree)
         else:
             entry = "article"
-            add("author", row.get("authors"), names=True)
+            add_names("author", _list(row.get("authors")))
             add("title", row.get("title"))
             add("journal", row.get("source"))
             add("year", _year(row))
@@ -225,30 +319,35 @@ def bibtex_record(row: dict, doc_type: str) -> str:
         add("abstract", row.get("abstract"))
         add("affiliation", "; ".join(_list(row.get("institutions"))))
     elif doc_type == "patent":
-        entry = "misc"
-        add("author", row.get("inventors"), names=True)
+        entry = "patent"
+        number, issued = patent_number(row)
+        country, _office = patent_office(row)
+        add_names("author", _list(row.get("inventors")))
         add("title", row.get("title"))
-        add("howpublished", row.get("patent_type"))
-        add("year", _one_line(row.get("date"))[:4])
-        add("number", row.get("publication_no") or row.get("application_no"))
+        add("number", number)
+        add_names("holder", _applicants(row))  # biblatex: the patent's holder, a name list
+        add("assignee", "; ".join(_applicants(row)))  # what Zotero's BibTeX import reads
+        add("type", row.get("patent_type"))  # as CNKI names it: 发明公开, 发明授权, 实用新型
+        add("date", issued)
+        add("location", country)  # biblatex: the country; never the street address
+        add("pagetotal", row.get("pages"))
         for _label, name in _PATENT_NOTES:
             add(name, row.get(name))
-        add("assignee", row.get("applicant"))
-        add("address", row.get("address"))
         add("keywords", ", ".join(_list(row.get("ipc"))))
         add("abstract", row.get("abstract"))
     else:
-        entry = "misc"
-        add("author", row.get("completers"), names=True)
+        entry = "techreport"  # the first unit is the institution, which @misc does not print
+        add_names("author", _list(row.get("completers")))
         add("title", row.get("title"))
         add("institution", row.get("first_unit"))
         add("year", _one_line(row.get("date"))[:4])
-        add("howpublished", row.get("achievement_type"))
+        add("type", row.get("achievement_type"))
         add("keywords", ", ".join(_list(row.get("keywords"))))
         add("abstract", row.get("summary"))
     add("note", "; ".join(_notes(row, doc_type)))
-    body = ",\n".join(f"  {name} = {{{value}}}" for name, value in fields)
-    return f"@{entry}{{{bibtex_key(row)},\n{body}\n}}\n\n"
+    library = Library([Entry(entry, bibtex_key(row), fields)])
+    text = bibtexparser.write_string(library, unparse_stack=_BIB_STACK, bibtex_format=_BIB_FORMAT)
+    return text + "\n"
 
 
 # -- EndNote (the tagged import format; CNKI's own GetExport answers it) ----------------------
@@ -286,8 +385,9 @@ def endnote_record(row: dict, doc_type: str) -> str:
         add(("%T", row.get("title")))
         add(("%I", row.get("applicant")))
         add(("%+", row.get("address")))
-        add(("%@", row.get("publication_no") or row.get("application_no")))
-        add(("%8", row.get("publication_date") or row.get("date")))
+        number, issued = patent_number(row)
+        add(("%@", number))
+        add(("%8", issued))
         add(("%D", _one_line(row.get("date"))[:4]))
         add(("%9", row.get("patent_type")))
         add(("%K", row.get("ipc")))
@@ -313,4 +413,111 @@ def endnote_record(row: dict, doc_type: str) -> str:
     return "\n".join(lines) + "\n\n"
 
 
-WRITERS = {"ris": ris_record, "bibtex": bibtex_record, "endnote": endnote_record}
+# -- CSL JSON (what citeproc reads: pandoc, Zotero, Mendeley, Quarto, citation.js) ------------
+
+# The CSL type of a paper by its database (the list row's 数据库); any other is a journal article,
+# as in RIS and BibTeX.
+_CSL_PAPER_TYPES = {
+    "博士": "thesis",
+    "硕士": "thesis",
+    "会议": "paper-conference",
+    "国际会议": "paper-conference",
+    "报纸": "article-newspaper",
+}
+_DEGREES = {"博士": "博士学位论文", "硕士": "硕士学位论文"}
+
+
+def _csl_date(text: str, year: str = "") -> dict | None:
+    """A CSL date ({"date-parts": [[2020, 4, 15]]}) from "2020-04-15" (or "2020"); the year
+    alone when the date names another year (a journal issue's year wins over the list's
+    date); {"raw": text} for what is no date."""
+    match = _DATE.match(text)
+    if year and (not match or match.group(1) != year):
+        return {"date-parts": [[int(year)]]} if year.isdigit() else {"raw": year}
+    if not match:
+        return {"raw": text} if text else None
+    return {"date-parts": [[int(part) for part in match.groups() if part]]}
+
+
+def _csl_names(names: list[str]) -> list[dict]:
+    return [{"literal": name} for name in names]
+
+
+def csl_item(row: dict, doc_type: str) -> dict:
+    """One CSL JSON item (CSL 1.0.2 variables; docs/FIELDS.md says why each).
+
+    A patent: ``number`` the patent number (:func:`patent_number`), ``call-number`` the
+    application number (Zotero's home for it, which GB/T 7714-2025 prints first), ``authority``
+    the issuing office, ``publisher`` the applicant (APA, MLA, Harvard and GB/T 7714-2025 print
+    it; Chicago cites a patent by its inventors alone), ``publisher-place`` the country,
+    ``issued`` the publication's date and ``submitted`` the filing date."""
+    item: dict[str, object] = {"id": bibtex_key(row)}
+    if doc_type == "paper":
+        database = _one_line(row.get("database"))
+        kind = "thesis" if is_thesis(row) else _CSL_PAPER_TYPES.get(database, "article-journal")
+        item["type"] = kind
+        item["title"] = row.get("title")
+        item["author"] = _csl_names(_list(row.get("authors")))
+        if kind == "thesis":
+            degree = row.get("degree") or database
+            item["genre"] = _DEGREES.get(degree, degree)
+            item["publisher"] = row.get("source")  # the university
+            item["contributor"] = _csl_names(_list(row.get("supervisor")))
+        else:
+            item["container-title"] = row.get("source")
+            item["volume"] = row.get("volume")
+            item["issue"] = row.get("issue")
+            item["page"] = row.get("page_range")
+            item["ISSN"] = row.get("issn")
+        item["issued"] = _csl_date(_one_line(row.get("date")), _one_line(row.get("year")))
+        item["DOI"] = row.get("doi")
+        item["keyword"] = ", ".join(_list(row.get("keywords")))
+        item["abstract"] = row.get("abstract")
+    elif doc_type == "patent":
+        number, issued = patent_number(row)
+        country, office = patent_office(row)
+        item["type"] = "patent"
+        item["title"] = row.get("title")
+        item["author"] = _csl_names(_list(row.get("inventors")))
+        item["number"] = number
+        item["call-number"] = row.get("application_no")
+        item["authority"] = office
+        item["publisher"] = "; ".join(_applicants(row))
+        item["publisher-place"] = country
+        item["genre"] = row.get("patent_type")
+        item["issued"] = _csl_date(issued)
+        item["submitted"] = _csl_date(_one_line(row.get("application_date")))
+        item["number-of-pages"] = row.get("pages")
+        item["keyword"] = ", ".join(_list(row.get("ipc")))
+        item["abstract"] = row.get("abstract")
+    else:
+        item["type"] = "report"
+        item["title"] = row.get("title")
+        item["author"] = _csl_names(_list(row.get("completers")))
+        item["publisher"] = row.get("first_unit")  # the report's institution
+        item["genre"] = row.get("achievement_type")
+        item["issued"] = _csl_date(_one_line(row.get("date")))
+        item["keyword"] = ", ".join(_list(row.get("keywords")))
+        item["abstract"] = row.get("summary")
+    item["source"] = "CNKI"  # the catalogue it came from (Zotero's "Library Catalog")
+    kept = {}
+    for name, value in item.items():
+        if isinstance(value, str) or value is None or hasattr(value, "strftime"):
+            value = _one_line(value) if name != "abstract" else str(value or "").strip()
+        if value:
+            kept[name] = value
+    return kept
+
+
+def csljson_record(row: dict, doc_type: str) -> str:
+    """One item of a CSL JSON array, on one line (the array's brackets and commas are the
+    caller's)."""
+    return json.dumps(csl_item(row, doc_type), ensure_ascii=False)
+
+
+WRITERS = {
+    "ris": ris_record,
+    "bibtex": bibtex_record,
+    "endnote": endnote_record,
+    "csljson": csljson_record,
+}

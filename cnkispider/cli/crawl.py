@@ -12,6 +12,7 @@ from cnkispider.cli.common import add_command, crawl_options
 from cnkispider.clock import cnki_today
 from cnkispider.config import Config
 from cnkispider.exceptions import CnkiSpiderError, InputError, UnknownName
+from cnkispider.i18n import _
 from cnkispider.items import DOC_TYPES
 from cnkispider.preflight import parse_day, preflight, task_store
 from tasks.phase import Phase
@@ -269,9 +270,12 @@ def add_export(sub) -> None:
     )
     export_parser.add_argument(
         "--format",
-        choices=("csv", "jsonl", "ris", "bibtex", "endnote", "xlsx"),
+        choices=("csv", "jsonl", "ris", "bibtex", "endnote", "csljson", "xlsx"),
         default="csv",
-        help="csv, jsonl, or for reference managers ris, bibtex, endnote; xlsx (Excel, needs --out)",
+        help=_(
+            "csv, jsonl, or for reference managers ris, bibtex, endnote; csljson (CSL JSON, "
+            "for pandoc, Zotero and word processors' citation plug-ins); xlsx (Excel, needs --out)"
+        ),
     )
     export_parser.add_argument(
         "--since", metavar="DATE", help="only documents dated DATE (YYYY-MM-DD) or later"
