@@ -315,7 +315,7 @@ def test_pandoc_citeproc_renders_each_type(sqlite_url, tmp_path):
         assert _names(patent["inventors"])[0] in text
         text = entry(lines, article["title"])
         assert article["source"] in text and article["year"] in text
-        # Chicago shortens a range (201-15, CMOS 9.64), APA writes it whole
+        # Chicago shortens a range (201-15), APA writes it whole
         assert f"{first}-" in text and (not style or f"{first}-{last}" in text)
         text = entry(lines, thesis["title"])
         assert thesis["source"] in text and thesis["date"][:4] in text and "博士学位论文" in text
