@@ -29,7 +29,8 @@ from cnkispider.clock import cnki_today
 # caller's move, which is what the callers already expect). Never for claims (a lost commit's
 # round would stay claimed by a live worker's lease) nor for ``add_total`` (it adds).
 from cnkispider.db import retried
-from cnkispider.exceptions import TaskRowError, UnknownName
+from cnkispider.exceptions import InputError, TaskRowError, UnknownName
+from cnkispider.i18n import _
 from cnkispider.items import DEFAULT_DEPTH, DOC_TYPES, check_depth
 from cnkispider.schema import task
 from tasks.categories import (
@@ -105,6 +106,15 @@ def _parse_day(value, what: str, task_id: int, required: bool) -> dt.date | None
         raise TaskRowError(task_id, f"{what} {value!r} is not a date (YYYY-MM-DD)") from None
 
 
+def task_days(row, now: dt.datetime) -> tuple[dt.date, dt.date, bool]:
+    """The first and the last day of the raw task ``row`` at ``now`` (the database's clock),
+    and whether the last is today's (an open end: today in Beijing); TaskRowError for a date
+    that is not one."""
+    start = _parse_day(row.start_date, "start_date", row.id, required=True)
+    end = _parse_day(row.end_date, "end_date", row.id, required=False)
+    return start, end or cnki_today(now), end is None
+
+
 def validate_row(row, base_dir: Path | None = None) -> Task:
     """Turn a task row into a Task, or raise TaskRowError saying what is wrong with it."""
     tid = row.id
@@ -119,6 +129,12 @@ def validate_row(row, base_dir: Path | None = None) -> Task:
     # day; anything earlier is a typo.
     if end is not None and end < start - dt.timedelta(days=1):
         raise TaskRowError(tid, f"end_date {end} is before start_date {start}")
+    # the cursor is the last round handed out: a cursor before the start would crawl days that
+    # are not the task's (every round from it on, and call the task finished after)
+    if cur is not None and cur < start:
+        raise TaskRowError(
+            tid, _("cur_date {cur} is before start_date {start}").format(cur=cur, start=start)
+        )
     try:
         reload_if_changed(row.categories, base_dir)
         tree = load_tree(row.categories, row.type, base_dir)
@@ -157,13 +173,51 @@ def validate_row(row, base_dir: Path | None = None) -> Task:
     )
 
 
-def read_row(conn, key: int | str):
-    """The raw task row of ``key`` (its id, or its name), or UnknownName."""
+def read_row(conn, key: int | str, *, lock: bool = False):
+    """The raw task row of ``key`` (its id, or its name), or UnknownName. ``lock``: held until
+    the transaction ends (``FOR UPDATE``; SQLite serialises writers itself), so that a command's
+    checks and its write see the same row."""
     where = task.c.id == int(key) if str(key).isdigit() else task.c.name == key
-    row = conn.execute(sa.select(task).where(where)).first()
+    query = sa.select(task).where(where)
+    row = conn.execute(query.with_for_update() if lock else query).first()
     if row is None:
         raise UnknownName(f"no task {key!r}")
     return row
+
+
+NAME_LENGTH = task.c.name.type.length
+
+
+def check_name(name: str | None) -> str:
+    """``name`` as a new task's name, or InputError in one line. Every command finds a task by
+    the name the operator types again, and the web page links to it (``/tasks/<name>``): so
+    never blank, no space at either end, not a number (a number is read as the task's id), no
+    ``/`` (it would split the page's address) and no control character."""
+    text = name or ""
+    if not text.strip():
+        raise InputError(_("a task's name cannot be blank"))
+    if text != text.strip():
+        raise InputError(
+            _("task name {name!r} begins or ends with a space; give it without").format(name=text)
+        )
+    if text.isdigit():
+        raise InputError(
+            _(
+                "task name {name!r} is a number, which every command reads as a task's id; "
+                "give a name with a letter in it"
+            ).format(name=text)
+        )
+    if "/" in text or any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise InputError(
+            _("task name {name!r} holds a '/' or a control character").format(name=text)
+        )
+    if len(text) > NAME_LENGTH:
+        raise InputError(
+            _("task name {name!r}... is longer than {n} characters").format(
+                name=text[:20], n=NAME_LENGTH
+            )
+        )
+    return text
 
 
 def iso(day: dt.date | None) -> str | None:

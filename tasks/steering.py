@@ -7,8 +7,8 @@ The operator steers a task by editing its row, from any MySQL client or the comm
 - end_date earlier than cur_date: nothing more is handed out; in-flight rounds finish
   (``task stop``: end_date becomes the day before the cursor's day).
 - a later end_date (or an empty one): the task goes on from its cursor (``task extend``).
-- changing cur_date / cur_code moves the cursor (``task move``); rounds already done are crawled
-  again when the cursor passes them (upserts make that safe).
+- changing cur_date / cur_code moves the cursor (``task move``, to one of the task's days and
+  categories); rounds already done are crawled again when the cursor passes them (upserts).
 - categories, and the type while no round of the task exists (``task set``).
 - a halt (``task.halt_reason``, set by the circuit breaker, cnkispider/halting.py): nothing is
   claimed until ``task resume`` lifts it and re-opens what failed for it.
@@ -16,6 +16,10 @@ The operator steers a task by editing its row, from any MySQL client or the comm
   ``task resume`` goes on to the end date the task had. A stop is not a pause: it moves
   end_date, and only a later end date (``task extend``) undoes it. A finished task is
   extended or moved, never paused or resumed.
+
+Every command is one transaction: the row read and locked (``FOR UPDATE``), the command's checks,
+the row the edit makes checked as a worker reads it (:func:`checked_edit`: never a row workers
+skip), then the write. A check that fails raises and rolls back: a failed command writes nothing.
 
 An edit (:func:`edit_task`) is not a move: it is unconditional, the operator's word is the last,
 and no worker races for it. Halting and resuming are moves of the task's state, and resuming
@@ -27,18 +31,21 @@ error recorder's to write (errors/recorder.py).
 from __future__ import annotations
 
 import datetime as dt
+from contextlib import contextmanager
+from types import SimpleNamespace
 
 import sqlalchemy as sa
 
 from cnkispider.db import db_now
-from cnkispider.exceptions import InputError
+from cnkispider.exceptions import InputError, TaskRowError
+from cnkispider.i18n import _
 from cnkispider.items import DEFAULT_DEPTH, DOC_TYPES, check_depth
 from cnkispider.schema import round_, task
 from errors.recorder import ErrorRecorder
 from tasks.categories import check_spec, load_tree
 from tasks.phase import Phase
 from tasks.rounds import HALTED_NOTE, NOW, RoundState, move, transition
-from tasks.rows import Task, TaskRows
+from tasks.rows import Task, TaskRows, check_name, read_row, task_days, validate_row
 from tasks.selection import parse_selection
 
 
@@ -56,11 +63,36 @@ def edit_task(conn, task_id: int, **values) -> None:
     conn.execute(task.update().where(task.c.id == task_id).values(**values))
 
 
+def checked_edit(row, values: dict, base_dir=None) -> Task:
+    """The task ``row`` would be after ``values`` are written, as a worker reads it; InputError
+    (the row's problem, naming the task) if a worker would skip it (a BAD ROW)."""
+    after = SimpleNamespace(**{**row._mapping, **values})
+    try:
+        return validate_row(after, base_dir)
+    except TaskRowError as exc:
+        raise InputError(
+            _("task {name!r}: {problem} (nothing changed)").format(
+                name=row.name, problem=exc.problem
+            )
+        ) from None
+
+
 class Steering(TaskRows):
     """What an operator does to a task row (a part of :class:`tasks.flow.TaskStore`, which sets
     ``errors``, the :class:`~errors.recorder.ErrorRecorder` that re-opens error rows)."""
 
     errors: ErrorRecorder
+
+    @contextmanager
+    def _command(self, key: int | str):
+        """One command on the task row of ``key``: ``(conn, row)`` in one transaction, the row
+        locked until it ends. Raise to refuse: the transaction rolls back, nothing is written."""
+        with self.engine.begin() as conn:
+            yield conn, read_row(conn, key, lock=True)
+
+    def _valid(self, row) -> Task:
+        """The row as it is, for a command that needs it readable (else TaskRowError)."""
+        return validate_row(row, self.base_dir)
 
     def register(
         self,
@@ -79,6 +111,7 @@ class Steering(TaskRows):
         """
         if doc_type not in DOC_TYPES:
             raise InputError(f"type must be one of {', '.join(DOC_TYPES)}")
+        check_name(name)
         start = dt.date.fromisoformat(start_date).isoformat()
         end = dt.date.fromisoformat(end_date).isoformat() if end_date else None
         load_tree(categories, doc_type, self.base_dir)  # fail now on a bad category spec
@@ -122,102 +155,126 @@ class Steering(TaskRows):
         """Change what the task table allows to change: the categories, the depth (rounds
         handed out from now on are crawled at it; documents already stored keep theirs until a
         deeper pass fills them), and the type while nothing of the task is crawled (its rounds,
-        documents and error rows belong to one type)."""
-        current = self.get(key)
+        documents and error rows belong to one type). Works on a row whose categories a worker
+        cannot read (a category file gone): new categories repair it."""
         if categories is None and doc_type is None and depth is None:
             raise InputError("task set: give --categories, --type and/or --depth")
         new_depth = check_depth(depth, "--depth") if depth is not None else None
-        new_type = doc_type or current.type
-        new_categories = categories if categories is not None else current.categories
-        values = {}
-        if categories is not None:
-            values["categories"] = new_categories
-        if doc_type is not None and doc_type != current.type:
-            with self.engine.connect() as conn:
+        with self._command(key) as (conn, row):
+            new_type = doc_type or row.type
+            new_categories = categories if categories is not None else row.categories
+            values = {}
+            if categories is not None:
+                values["categories"] = new_categories
+            if doc_type is not None and doc_type != row.type:
                 crawled = conn.execute(
-                    sa.select(sa.func.count())
-                    .select_from(round_)
-                    .where(round_.c.task_id == current.id)
+                    sa.select(sa.func.count()).select_from(round_).where(round_.c.task_id == row.id)
                 ).scalar()
-            if crawled:
-                raise InputError(
-                    f"task {current.name!r}: the type stays {current.type} because {crawled} rounds are already "
-                    f"crawled as {current.type} (add a new task for {doc_type})"
-                )
-            values["type"] = doc_type
-        check_spec(new_categories, new_type, self.base_dir)  # after the type: say the real obstacle
-        if current.cur_code and categories is not None:
-            if current.cur_code not in load_tree(new_categories, new_type, self.base_dir):
+                if crawled:
+                    raise InputError(
+                        f"task {row.name!r}: the type stays {row.type} because {crawled} rounds are already "
+                        f"crawled as {row.type} (add a new task for {doc_type})"
+                    )
+                values["type"] = doc_type
+            # after the type: say the real obstacle
+            tree = check_spec(new_categories, new_type, self.base_dir)
+            if row.cur_code and values and row.cur_code not in tree:
                 values["cur_code"] = None  # the cursor's category is gone: its day starts over
-        if new_depth is not None and new_depth != current.depth:
-            values["depth"] = new_depth
-        if values:
-            with self.engine.begin() as conn:
-                edit_task(conn, current.id, **values)
-        return self.get(current.id)
+            if new_depth is not None and new_depth != (row.depth or DEFAULT_DEPTH):
+                values["depth"] = new_depth
+            if values:
+                checked_edit(row, values, self.base_dir)
+                edit_task(conn, row.id, **values)
+        return self.get(row.id)
 
     def set_end_date(self, key: int | str, end_date: str | None) -> Task:
         """What an operator does by editing end_date: extend, resume (None = up to today)."""
-        value = dt.date.fromisoformat(end_date).isoformat() if end_date else None
-        with self.engine.begin() as conn:
-            row = self._row(conn, key)
-            if value is not None and value < row.start_date:
-                raise InputError(
-                    f"end_date {value} is before the task's start_date {row.start_date}"
-                )
-            edit_task(conn, row.id, end_date=value, updated_at=db_now(conn))
+        with self._command(key) as (conn, row):
+            self._set_end(conn, row, end_date)
         return self.get(row.id)
+
+    def _set_end(self, conn, row, end_date: str | None) -> None:
+        value = self._end_value(row, end_date)
+        values = {"end_date": value, "updated_at": db_now(conn)}
+        checked_edit(row, values, self.base_dir)
+        edit_task(conn, row.id, **values)
+
+    @staticmethod
+    def _end_value(row, end_date: str | None) -> str | None:
+        """``end_date`` as the row's new end (None: up to today); InputError before its start
+        (the day before the start is a stop's: ``task stop``)."""
+        value = dt.date.fromisoformat(end_date).isoformat() if end_date else None
+        if value is not None and value < str(row.start_date):
+            raise InputError(f"end_date {value} is before the task's start_date {row.start_date}")
+        return value
 
     def stop(self, key: int | str) -> Task:
         """Stop handing out rounds: end_date becomes the day before the cursor's day."""
-        current = self.get(key)
-        day = current.cur_date or current.start_date
-        stop_at = day - dt.timedelta(days=1)
-        with self.engine.begin() as conn:
-            edit_task(conn, current.id, end_date=stop_at.isoformat(), updated_at=db_now(conn))
-        return self.get(current.id)
+        with self._command(key) as (conn, row):
+            current = self._valid(row)
+            day = current.cur_date or current.start_date
+            stop_at = day - dt.timedelta(days=1)
+            values = {"end_date": stop_at.isoformat(), "updated_at": db_now(conn)}
+            checked_edit(row, values, self.base_dir)
+            edit_task(conn, row.id, **values)
+        return self.get(row.id)
 
     def pause(self, key: int | str) -> Task:
         """Pause the task: nothing more is handed out, its dates stay as they are (a halt whose
         reason is the operator's: the rounds in flight drain and are crawled again on resume)."""
         from cnkispider.halting import PAUSE_REASON, is_paused
 
-        current = self.get(key)
-        label = f"task {current.name!r}"
-        if current.halt_reason:
-            if is_paused(current.halt_reason):
-                raise InputError(f"{label} is already paused")
-            raise InputError(f"{label} is halted ({current.halt_reason}): nothing to pause")
-        if current.phase == Phase.DONE:
-            raise InputError(finished_line(current))
-        self.halt(current.id, PAUSE_REASON)
-        return self.get(current.id)
+        with self._command(key) as (conn, row):
+            current = self._valid(row)
+            label = f"task {current.name!r}"
+            if current.halt_reason:
+                if is_paused(current.halt_reason):
+                    raise InputError(f"{label} is already paused")
+                raise InputError(f"{label} is halted ({current.halt_reason}): nothing to pause")
+            if current.phase == Phase.DONE:
+                raise InputError(finished_line(current))
+            where = [task.c.id == row.id, task.c.halt_reason.is_(None)]
+            move(conn, task, where, db_now(conn), halt_reason=PAUSE_REASON, halted_at=NOW)
+        return self.get(row.id)
 
     def resume(self, key: int | str, end_date: str | None = None) -> tuple[Task, dict | None]:
         """Go on after a pause or a halt (the end date stays unless ``end_date`` is given); a
         task neither paused nor halted takes ``end_date`` as a new end (``task extend``)."""
-        current = self.get(key)
-        if current.halt_reason:
-            return self.resume_halted(current.id, end_date)
-        if current.phase == Phase.DONE:
-            raise InputError(finished_line(current))
-        if not end_date:
-            raise InputError(
-                f"task {current.name!r} is not paused: nothing to resume (after a stop, "
-                f"`cnkispider task extend {current.name} YYYY-MM-DD` sets a later end date)"
-            )
-        return self.set_end_date(current.id, end_date), None
+        with self._command(key) as (conn, row):
+            current = self._valid(row)
+            if current.halt_reason:
+                reopened = self._resume_halted(conn, row, end_date)
+            else:
+                if current.phase == Phase.DONE:
+                    raise InputError(finished_line(current))
+                if not end_date:
+                    raise InputError(
+                        f"task {current.name!r} is not paused: nothing to resume (after a stop, "
+                        f"`cnkispider task extend {current.name} YYYY-MM-DD` sets a later end date)"
+                    )
+                self._set_end(conn, row, end_date)
+                reopened = None
+        return self.get(row.id), reopened
 
     def move_cursor(self, key: int | str, cur_date: str, cur_code: str | None) -> Task:
-        with self.engine.begin() as conn:
-            row = self._row(conn, key)
-            edit_task(
-                conn,
-                row.id,
-                cur_date=dt.date.fromisoformat(cur_date).isoformat(),
-                cur_code=cur_code,
-                updated_at=db_now(conn),
-            )
+        """Move the cursor to ``cur_date`` (``cur_code``: after that day's category): refused,
+        with nothing written, for a day outside the task's days or a category not its own."""
+        day = dt.date.fromisoformat(cur_date).isoformat()
+        with self._command(key) as (conn, row):
+            now = db_now(conn)
+            first, last, open_end = task_days(row, now)
+            if not first.isoformat() <= day <= last.isoformat():
+                days = _("{first} .. {last}").format(first=first, last=last)
+                if open_end:
+                    days = _("{first} .. today, {last} in Beijing").format(first=first, last=last)
+                raise InputError(
+                    _(
+                        "task {name!r}: {day} is not one of its days ({days}); nothing changed"
+                    ).format(name=row.name, day=day, days=days)
+                )
+            values = {"cur_date": day, "cur_code": cur_code or None, "updated_at": now}
+            checked_edit(row, values, self.base_dir)
+            edit_task(conn, row.id, **values)
         return self.get(row.id)
 
     # -- halting -------------------------------------------------------------------------
@@ -241,48 +298,48 @@ class Steering(TaskRows):
         rows that failed for the halt's reason (for a network halt: any network reason) are
         opened again with their attempts reset, so the recrawl phase replays them.
         """
+        with self._command(key) as (conn, row):
+            reopened = self._resume_halted(conn, row, end_date)
+        return self.get(row.id), reopened
+
+    def _resume_halted(self, conn, row, end_date: str | None) -> dict:
         from cnkispider.halting import NETWORK_REASONS, is_network, slug_of
 
-        with self.engine.begin() as conn:
-            row = self._row(conn, key)
-            now = db_now(conn)
-            slug = slug_of(row.halt_reason)
-            values = {"halt_reason": None, "halted_at": None, "updated_at": now}
-            if end_date:
-                values["end_date"] = dt.date.fromisoformat(end_date).isoformat()
-            move(conn, task, [task.c.id == row.id], now, **values)
-            reasons: list[str] = []
-            if slug is not None:
-                reasons = list(NETWORK_REASONS) if is_network(slug) else [slug]
-            failed_for_it = self.errors.rounds_failed_for(row.id, reasons)
-            # rounds that drained while halted, and rounds marked done before the breaker tripped
-            # whose list stage failed for the halt's reason: crawled again from their first page
-            reopen = sa.or_(
-                sa.and_(round_.c.state == RoundState.FAILED, round_.c.note == HALTED_NOTE),
-                sa.and_(
-                    round_.c.state.in_((RoundState.DONE, RoundState.FAILED)),
-                    round_.c.id.in_(failed_for_it),
-                ),
-            )
-            reopened = move(
-                conn,
-                round_,
-                [round_.c.task_id == row.id, reopen],
-                now,
-                state=RoundState.CLAIMED,
-                worker=None,
-                lease_until=now - dt.timedelta(seconds=1),
-                attempts=0,
-                note=None,
-            )
-            replay = 0
-            if reasons:  # the others (a replay's row, a round not re-opened): replayed by recrawl
-                replay = self.errors.reopen_for(conn, row.id, reasons, now)
-            if (replay or reopened) and row.phase != Phase.CRAWL:
-                # what failed is crawled again: the task is not done, whatever phase it halted in
-                move(conn, task, [task.c.id == row.id], now, phase=Phase.CRAWL)
-        return self.get(row.id), {
-            "rounds": reopened,
-            "error_code": replay,
-            "reason": row.halt_reason,
-        }
+        now = db_now(conn)
+        slug = slug_of(row.halt_reason)
+        values = {"halt_reason": None, "halted_at": None, "updated_at": now}
+        if end_date:
+            values["end_date"] = self._end_value(row, end_date)
+            checked_edit(row, values, self.base_dir)
+        move(conn, task, [task.c.id == row.id], now, **values)
+        reasons: list[str] = []
+        if slug is not None:
+            reasons = list(NETWORK_REASONS) if is_network(slug) else [slug]
+        failed_for_it = self.errors.rounds_failed_for(row.id, reasons)
+        # rounds that drained while halted, and rounds marked done before the breaker tripped
+        # whose list stage failed for the halt's reason: crawled again from their first page
+        reopen = sa.or_(
+            sa.and_(round_.c.state == RoundState.FAILED, round_.c.note == HALTED_NOTE),
+            sa.and_(
+                round_.c.state.in_((RoundState.DONE, RoundState.FAILED)),
+                round_.c.id.in_(failed_for_it),
+            ),
+        )
+        reopened = move(
+            conn,
+            round_,
+            [round_.c.task_id == row.id, reopen],
+            now,
+            state=RoundState.CLAIMED,
+            worker=None,
+            lease_until=now - dt.timedelta(seconds=1),
+            attempts=0,
+            note=None,
+        )
+        replay = 0
+        if reasons:  # the others (a replay's row, a round not re-opened): replayed by recrawl
+            replay = self.errors.reopen_for(conn, row.id, reasons, now)
+        if (replay or reopened) and row.phase != Phase.CRAWL:
+            # what failed is crawled again: the task is not done, whatever phase it halted in
+            move(conn, task, [task.c.id == row.id], now, phase=Phase.CRAWL)
+        return {"rounds": reopened, "error_code": replay, "reason": row.halt_reason}

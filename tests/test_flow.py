@@ -299,6 +299,8 @@ def test_steering_while_a_claim_loop_runs(db_url):
         ({"type": "thesis"}, "type 'thesis' is unknown"),
         ({"cur_code": "ZZ"}, "cur_code 'ZZ' is not one of the task's categories"),
         ({"end_date": "2023-06-01"}, "end_date 2023-06-01 is before start_date 2024-01-01"),
+        # issue 41: a cursor before the start crawled days that are not the task's
+        ({"cur_date": "2019-01-01"}, "cur_date 2019-01-01 is before start_date 2024-01-01"),
         ({"categories": "/no/such/file.txt"}, "categories: cannot read category file"),
     ],
 )

@@ -226,3 +226,110 @@ def test_a_move_to_a_day_and_category_re_opens_what_follows_it_with_the_census(s
         ).scalars()
         assert set(before) == {"done"}
     engine.dispose()
+
+
+# -- issue 41: a command that fails writes nothing ------------------------------------------------
+
+
+def _row(ini) -> dict:
+    """The task row of 'p' as it is in the database, every column."""
+    from cnkispider.schema import task
+
+    store = _store(ini)
+    with store.engine.connect() as conn:
+        found = dict(conn.execute(sa.select(task).where(task.c.name == "p")).one()._mapping)
+    store.engine.dispose()
+    return found
+
+
+def _one_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("before", "args", "says"),
+    [
+        # issue 41: the category was refused, and written all the same
+        ((), ("move", "p", "2024-01-03", "ZZ9"), "cur_code 'ZZ9' is not one of the task's"),
+        # a day outside the task's days: before its start, after its end
+        ((), ("move", "p", "2019-01-01"), "2019-01-01 is not one of its days (2024-01-01 .. "),
+        ((), ("move", "p", "2024-01-11"), "2024-01-11 is not one of its days"),
+        # resuming a paused task with an end before its start made a row the workers skip
+        (("pause", "p"), ("resume", "p", "--end", "2023-06-01"), "before the task's start_date"),
+        ((), ("extend", "p", "2023-06-01"), "before the task's start_date"),
+        ((), ("set", "p", "--categories", "ZZZ"), "'ZZZ' is unknown"),
+        (("pause", "p"), ("pause", "p"), "is already paused"),
+        (("stop", "p"), ("resume", "p"), "not paused"),
+    ],
+)
+def test_a_refused_steering_command_writes_nothing(ini, capsys, before, args, says):
+    """Each refusal is one line and exit status 2, and the row is exactly as it was."""
+    _add(ini)
+    if before:
+        assert cli(ini, "task", *before) == 0
+    row = _row(ini)
+    capsys.readouterr()
+    assert cli(ini, "task", *args) == 2
+    assert says in _one_line(capsys.readouterr().err)
+    assert _row(ini) == row
+    assert cli(ini, "task", "list") == 0
+    assert "BAD ROW" not in capsys.readouterr().out
+
+
+def test_a_move_takes_any_day_of_the_task_and_an_open_end_ends_today(ini, capsys):
+    """The first and the last day are the task's; with no end date, today in Beijing is its
+    last day and tomorrow is refused."""
+    import datetime as dt
+
+    from cnkispider.clock import cnki_today
+
+    _add(ini)
+    for day in ("2024-01-01", "2024-01-10"):
+        assert cli(ini, "task", "move", "p", day, "G06") == 0
+        assert f"cursor {day} G06" in capsys.readouterr().out
+    _add(ini, name="open", end=None)
+    today = cnki_today()
+    assert cli(ini, "task", "move", "open", today.isoformat()) == 0
+    tomorrow = (today + dt.timedelta(days=1)).isoformat()
+    assert cli(ini, "task", "move", "open", tomorrow) == 2
+    assert f"{tomorrow} is not one of its days (2024-01-01 .. today" in capsys.readouterr().err
+    assert _store(ini).get("open").cur_date == today
+
+
+def test_a_move_repairs_a_cursor_edited_by_hand_into_a_bad_row(ini, capsys):
+    """A MySQL client set a category the task does not have: workers skip the row, and `task
+    move` (the row's only bad column is the one it writes) makes it good again."""
+    from cnkispider.schema import task
+
+    _add(ini)
+    store = _store(ini)
+    with store.engine.begin() as conn:
+        conn.execute(task.update().values(cur_code="ZZ9"))
+    assert store.claim(store.rows()[0].id, "w") is None  # skipped by workers
+    capsys.readouterr()
+    assert cli(ini, "task", "move", "p", "2024-01-02") == 0
+    assert store.get("p").cur_code is None
+    assert store.claim(store.get("p").id, "w").day == "2024-01-02"
+    store.engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("", "cannot be blank"),
+        ("   ", "cannot be blank"),
+        (" q", "begins or ends with a space"),
+        ("12", "is a number"),
+        ("a/b", "'/'"),
+        ("x" * 101, "longer than 100 characters"),
+    ],
+)
+def test_a_task_name_the_commands_and_the_page_cannot_find_is_refused(ini, capsys, name, says):
+    assert cli(ini, "init-db") == 0
+    args = ["task", "add", name, "--type", "patent", "--start", "2024-01-01"]
+    assert cli(ini, *args) == 2
+    assert says in _one_line(capsys.readouterr().err)
+    assert cli(ini, "task", "list") == 0
+    assert "no tasks" in capsys.readouterr().out

@@ -11,7 +11,7 @@ from cnkispider.config import Config
 from cnkispider.exceptions import InputError, TaskRowError
 from cnkispider.items import DEFAULT_DEPTH, DOC_TYPES, check_depth
 from cnkispider.preflight import add_drift, check_task_input, parse_day, task_store
-from tasks.rows import describe
+from tasks.rows import check_name, describe
 
 
 def cmd_init_db(config: Config, args) -> int:
@@ -30,6 +30,7 @@ def cmd_task(config: Config, args) -> int:
     if action == "add":
         from tasks.selection import selection_text
 
+        check_name(args.name)  # first: the name is what every later command types
         typed = argparse.Namespace(**vars(args))  # as given: a second add compares only these
         if args.like:
             # a deepening task: the other task's rounds again (their links died with their
