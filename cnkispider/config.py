@@ -322,6 +322,12 @@ class Config:
     proxy: dict[str, Any]
     crawl: dict[str, Any]
     raw: dict[str, dict[str, Any]] = field(repr=False, default_factory=dict)
+    #: where each (section, key) came from: the file, or ``$CNKI_<SECTION>_<KEY>``
+    sources: dict[tuple[str, str], Path] = field(repr=False, default_factory=dict)
+
+    def source(self, section: str, key: str) -> Path:
+        """The file (or environment variable) ``[section] key`` came from, for its ConfigError."""
+        return self.sources.get((section, key)) or self.path or Path(CONFIG_NAME)
 
     @property
     def redis_prefix(self) -> str:
@@ -422,6 +428,7 @@ def load_config(explicit: str | os.PathLike | None = None, environ=None) -> Conf
         proxy=values["proxy"],
         crawl=values["crawl"],
         raw=values,
+        sources=sources,
     )
 
 

@@ -1,9 +1,11 @@
 """The checks before a crawl, the same for `cnkispider run` and `scrapy crawl`.
 
-:func:`preflight` fails before Scrapy starts, with one line (a ``CnkiSpiderError``: ``InputError``
-for bad input, ``UnknownName`` for a missing task), when the database or Redis is unusable, the
-[task] of config.ini is not valid input or a task named on the command line does not exist; it
-warns about a config.ini that drifted from its task's row. The entry points call it: the
+:func:`preflight` fails before Scrapy starts, with one line (a ``CnkiSpiderError``: ``ConfigError``
+for config.ini, ``UnknownName`` for a missing task), when the [task] of config.ini is not valid
+input (checked first, with the rest of config.ini: :func:`check_config`, before the database
+file, the database or the embedded Redis folder is created), the database or Redis is unusable,
+or a task named on the command line does not exist; it warns about a config.ini that drifted
+from its task's row. The entry points call it: the
 `cnkispider` command line (:mod:`cnkispider.cli`) and the project's `scrapy crawl`
 (:mod:`cnkispider.commands.crawl`); what it needs to check a task (:func:`parse_day`,
 :func:`check_task_input`, :func:`task_store`) is the command line's too.
@@ -17,12 +19,14 @@ from typing import TYPE_CHECKING
 
 from cnkispider.clock import cnki_today
 from cnkispider.config import Config
-from cnkispider.exceptions import InputError
+from cnkispider.exceptions import ConfigError, InputError, UnknownName
+from cnkispider.i18n import _
 
 # The database, Redis and flow control are imported where they are used, as the command line
 # always did: `cnkispider --help` (and the .exe's start) need none of them.
 if TYPE_CHECKING:
     from tasks.flow import TaskStore
+    from tasks.rows import Task
 
 
 def task_store(config: Config) -> TaskStore:
@@ -71,13 +75,18 @@ def check_task_input(
     last = parse_day(end, "end date")
     if first and last and last < first:
         raise InputError(f"end date {last} is before start date {first}")
+    check_start(first)
+    check_spec(categories, doc_type, base_dir)
+
+
+def check_start(first: str | None) -> None:
+    """A new task's first day (ISO) is not after today on CNKI's calendar."""
     today = cnki_today()
     if first and first > today.isoformat():
         raise InputError(
             f"start date {first} is after today ({today} in Beijing, CNKI's calendar): "
             "nothing is listed for it yet"
         )
-    check_spec(categories, doc_type, base_dir)
 
 
 def config_drift(config: Config, row) -> list[str]:
@@ -123,30 +132,57 @@ def config_drift(config: Config, row) -> list[str]:
     return lines
 
 
-def preflight(config: Config, task_arg: str | None = None) -> None:
-    """The checks before a crawl, the same for `cnkispider run` and `scrapy crawl`: the database
-    and Redis answer, the [task] of config.ini is valid input, a named task exists; a drifted
-    config.ini is warned about. Raises CnkiSpiderError (one line)."""
+def check_config(config: Config) -> None:
+    """What load_config cannot check alone (it knows no category tree): the [task] of
+    config.ini as the input of a new task, its name, days and categories. ConfigError naming
+    the file, the key and the problem. Called before anything is created, and whether or not
+    the task exists yet (a config.ini is right or wrong whatever the database holds)."""
+    from tasks.categories import check_spec
+    from tasks.rows import check_name
+
+    t = config.task
+    checks = (
+        ("name", lambda: check_name(t.name)),
+        ("start_date", lambda: check_start(t.start_date or None)),
+        ("categories", lambda: check_spec(t.categories, t.type, config.base_dir)),
+    )
+    for key, check in checks:
+        try:
+            check()
+        except InputError as exc:
+            raise ConfigError(config.source("task", key), "task", key, str(exc)) from None
+
+
+def preflight(config: Config, task_arg: str | None = None) -> Task | None:
+    """The checks before a crawl, the same for `cnkispider run` and `scrapy crawl`: config.ini
+    (first: nothing is created for a config.ini that is refused), the database and Redis
+    answer, a named task exists (returned); a drifted config.ini is warned about. Raises
+    CnkiSpiderError (one line)."""
+    check_config(config)
     _check_services(config)
     t = config.task
     store = task_store(config)
     if task_arg:
-        store.get(task_arg)  # LookupError: no such task
-        return
+        try:
+            return store.get(task_arg)
+        except LookupError:
+            raise UnknownName(
+                _("no task {name!r} in the task table (`cnkispider task list` lists them)").format(
+                    name=task_arg
+                )
+            ) from None
     try:
         row = store.get(t.name)
     except LookupError:
-        check_task_input(
-            t.type, t.start_date or None, t.end_date or None, t.categories, config.base_dir
-        )
         from cnkispider import schema
         from cnkispider.rights import check_database
 
         # the worker adds it: its account needs INSERT on the task table (docs/WORKERS.md)
         check_database(store.engine, [schema.task], adding_task=True)
-        return
+        return None
     for line in config_drift(config, row):
         print(line, file=sys.stderr)
+    return None
 
 
 def _check_services(config: Config) -> None:

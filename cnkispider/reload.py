@@ -77,11 +77,11 @@ def changed(before: Snapshot, after: Snapshot) -> list[str]:
     return sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
 
 
-def worker_command(config: str | None, command: str = "run") -> list[str]:
+def worker_command(config: str | None, command: str = "run", task: str | None = None) -> list[str]:
     base = [sys.executable, "-m", "cnkispider.cli"]
     if config:
         base += ["--config", config]
-    return [*base, command, "--processes", "1"]
+    return [*base, command, "--processes", "1", *(["--task", task] if task else [])]
 
 
 class Supervisor:
@@ -212,7 +212,9 @@ class Supervisor:
         return ", ".join(str(w.pid) for w in self.workers if w is not None and w.poll() is None)
 
 
-def supervise(config: str | None, command: str = "run", processes: int = 1) -> int:
+def supervise(
+    config: str | None, command: str = "run", processes: int = 1, task: str | None = None
+) -> int:
     """``cnkispider run --reload``: the supervisor's entry (see the module docstring)."""
     if getattr(sys, "frozen", False):
         print(
@@ -220,4 +222,4 @@ def supervise(config: str | None, command: str = "run", processes: int = 1) -> i
             file=sys.stderr,
         )
         return 2
-    return Supervisor(worker_command(config, command), processes).run()
+    return Supervisor(worker_command(config, command, task), processes).run()

@@ -353,7 +353,8 @@ def test_run_refuses_a_typod_category_in_config_ini_with_one_line(tmp_path, db_u
     assert result.stdout == ""
     assert (
         _one_error_line(result.stderr)
-        == "error: categories 'H04;G06': separate codes with commas, e.g. 'H04,G06'"
+        == f"error: {path}: [task] categories: categories 'H04;G06': separate codes with commas, "
+        "e.g. 'H04,G06'"
     )
 
 
@@ -384,7 +385,8 @@ SCRAPY = str(Path(sys.executable).with_name("scrapy"))
         (
             "[database]\nurl = sqlite:///x.db\n[redis]\nurl = redis://127.0.0.1:6379/0\n[task]\ncategories = h04\n",
             (),
-            "error: categories for patent (IPC tree): 'h04' should be 'H04'",
+            "error: {config}: [task] categories: categories for patent (IPC tree): 'h04' should "
+            "be 'H04'",
         ),
     ],
 )
@@ -404,6 +406,7 @@ def test_scrapy_crawl_gives_the_same_one_line_and_exit_code_as_run(
         timeout=120,
     )
     assert scrapy.returncode == 2, scrapy.stderr[-2000:]
+    expected = expected.format(config=path)
     assert _one_error_line(scrapy.stderr).startswith(expected) and scrapy.stdout == ""
     if not args:  # the same through `cnkispider run`
         run = launcher.run(
@@ -490,3 +493,102 @@ def test_config_names_the_file_even_beside_a_broken_config_ini(tmp_path, crawl_s
         "extra": [],
         "differing": {},
     }
+
+
+# -- issue 41 ------------------------------------------------------------------------------------
+
+
+def test_config_is_taken_anywhere_on_the_line(ini, capsys):
+    """Before the command, after it, after its subcommand (`task list --config x.ini`)."""
+    add = ["add", "q", "--type", "patent", "--start", "2024-01-01"]
+    assert main(["task", *add, "--config", ini]) == 0
+    for argv in (
+        ["--config", ini, "task", "list"],
+        ["task", "--config", ini, "list"],
+        ["task", "list", "--config", ini],
+    ):
+        assert main(argv) == 0
+        assert "task 1 'q'" in capsys.readouterr().out
+
+
+def test_every_command_and_subcommand_takes_config():
+    import argparse
+
+    from cnkispider.cli import build_parser
+
+    def parsers(parser, path):
+        yield path, parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    yield from parsers(child, f"{path} {name}")
+
+    found = list(parsers(build_parser(), "cnkispider"))
+    assert len(found) > 20
+    for path, parser in found:
+        assert "--config" in parser._option_string_actions, path
+
+
+def _run_ini(tmp_path, db_url, task_text=""):
+    from tests.fixtures.services import REDIS_URL
+
+    path = tmp_path / "config.ini"
+    path.write_text(
+        f"[database]\nurl = {db_url}\n[redis]\nurl = {REDIS_URL}\n{task_text}", encoding="utf-8"
+    )
+    return str(path)
+
+
+def test_run_of_a_task_that_does_not_exist_is_one_line_and_exit_2(tmp_path, db_url, capsys):
+    ini = _run_ini(tmp_path, db_url)
+    assert main(["--config", ini, "run", "--task", "nosuch"]) == 2
+    assert _one_error_line(capsys.readouterr().err).startswith("error: no task 'nosuch'")
+    assert main(["--config", ini, "task", "list"]) == 0
+    assert "no tasks" in capsys.readouterr().out  # config.ini's task was not added either
+
+
+@pytest.mark.parametrize(
+    ("task_text", "expected"),
+    [
+        ("[task]\ncategories = ZZZ\n", "[task] categories: categories for patent (IPC tree):"),
+        ("[task]\nname =\n", "[task] name: a task's name cannot be blank"),
+    ],
+)
+@pytest.mark.slow  # a command in a subprocess
+def test_a_config_ini_that_run_refuses_creates_no_file(tmp_path, task_text, expected):
+    """Issue 41: refused for its [task], `run` had already made the SQLite file and the
+    embedded Redis folder. config.ini is checked whole first."""
+    path = tmp_path / "config.ini"
+    path.write_text(f"[database]\nurl = sqlite:///t.db\n[redis]\nurl =\n{task_text}", "utf-8")
+    result = launcher.run(
+        [sys.executable, "-m", "cnkispider.cli", "run", "--config", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert _one_error_line(result.stderr).startswith(f"error: {path}: {expected}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.ini"]
+
+
+@pytest.mark.slow  # a crawl
+def test_run_task_crawls_the_task_named_and_not_the_one_of_config_ini(crawl_setup):
+    """`cnkispider run --task NAME` is `scrapy crawl TYPE -a task=NAME`: the named task's
+    rounds are crawled whole; config.ini's task is never added."""
+    import sqlalchemy as sa
+
+    from cnkispider.schema import round_, task
+    from tests.crawl_harness import compare
+
+    setup = crawl_setup("patent", "G06,H04", "sqlite", start="2024-01-01", end="2024-01-01")
+    named = setup.task + "-b"  # under the setup's Redis keys (cnki:<task>*), dropped after
+    add = ["--type", "patent", "--start", setup.start, "--end", setup.end]
+    setup.run_ok("task", "add", named, *add, "--categories", setup.categories)
+    result = setup.run_ok("run", "--task", named)
+    assert f"task {named!r}" in result.stdout  # the summary is the named task's
+    assert [r.name for r in setup.query(sa.select(task.c.name))] == [named]
+    states = {r.state for r in setup.query(sa.select(round_.c.state))}
+    assert states == {"done"}
+    truth = setup.truth()
+    assert truth and compare(setup.stored(), truth, "patent")["missing"] == []

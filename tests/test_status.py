@@ -887,3 +887,14 @@ def test_the_quiet_console_drops_scrapy_info_and_the_second_round_line_but_keeps
     assert console_shows(record("scrapy.core.engine", logging.WARNING))
     assert console_shows(record("tasks.feeder", logging.INFO))  # "round N done"
     assert console_shows(record("cnkispider.progress", logging.INFO))
+
+
+def test_a_task_with_work_and_no_live_worker_says_the_command_that_crawls_it(engine):
+    """Issue 41: `cnkispider run` alone crawls config.ini's task; the status names this one
+    (quoted where a shell would split its name)."""
+    with engine.begin() as conn:
+        add_task(conn, name="q 2")
+        add_task(conn, name="q3")
+    text = render(collect(engine, None, NOW))
+    assert 'no worker is alive (start one: `cnkispider run --task "q 2"`)' in text
+    assert "no worker is alive (start one: `cnkispider run --task q3`)" in text

@@ -710,3 +710,23 @@ def test_the_task_page_and_the_task_table_show_the_depth(crawled):
     finally:
         with engine.begin() as conn:
             conn.execute(task.update().where(task.c.name == setup.task).values(depth=None))
+
+
+def test_the_banner_of_a_task_without_a_worker_starts_a_worker_of_that_task(sqlite_url):
+    """Issue 41: the banner's command crawls the task it stands on, not config.ini's."""
+    from cnkispider.status import collect
+    from cnkispider.web.app import _templates, banners
+
+    engine = open_database(sqlite_url)
+    with engine.begin() as conn:
+        conn.execute(
+            task.insert().values(
+                name="q2", type="patent", start_date="2024-05-01", cur_date="2024-05-01",
+                end_date="2024-05-03", categories="G06,H04", phase="crawl",
+            )
+        )  # fmt: skip
+    shown = banners(collect(engine, None))
+    engine.dispose()
+    assert [(b["task"], b["kind"]) for b in shown] == [("q2", "idle")]
+    html = _templates().env.get_template("_banners.html").render(banners=shown)
+    assert "start a worker: <code>cnkispider run --task q2</code>" in html

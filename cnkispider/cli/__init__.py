@@ -1,12 +1,13 @@
 """The `cnkispider` command line (and the .exe's entry): ``main(argv=None)``.
 
-    cnkispider [--config PATH] init-db
+    cnkispider init-db [--config PATH]      (--config anywhere on the line)
     cnkispider task add NAME --type patent --start 2024-01-01 [--end 2024-01-31] [--categories SPEC]
                     [--depth list|export|detail]
     cnkispider task list | show NAME | stop NAME | pause NAME | resume NAME [--end DATE]
     cnkispider task extend NAME [END]     a later end date (none: up to today)
     cnkispider task move NAME DATE [CODE]
-    cnkispider run [--processes N]       crawl the task of config.ini, then its recrawl phase
+    cnkispider run [--task NAME] [--processes N]   crawl the task of config.ini (or NAME), then
+                                         its recrawl phase
     cnkispider recrawl                   only the recrawl phase (replay errorCode, errorLink)
     cnkispider task set NAME [--categories SPEC] [--type T] [--depth D]   (type: only before its first round)
     cnkispider run|recrawl [--verbose] [-s KEY=VALUE] [-o FILE]
@@ -36,7 +37,7 @@ import logging
 import sys
 
 from cnkispider.cli import admin, crawl, demo, sessions, status, tasks
-from cnkispider.cli.common import CONFIG_HELP, LOG_FORMAT, command_config
+from cnkispider.cli.common import CONFIG_HELP, LOG_FORMAT, CommandParser, command_config
 from cnkispider.cli.demo import FROZEN_NO_DEMO
 from cnkispider.exceptions import CnkiSpiderError
 from cnkispider.version import __version__
@@ -45,12 +46,12 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    # --config is accepted before the subcommand and after it (`cnkispider run --config x.ini`):
-    # every command's parser has it too (common.add_command)
+    # --config is accepted anywhere on the line (`cnkispider task list --config x.ini`): every
+    # command's parser, and its subcommands' (their parent's class), is a CommandParser
     parser = argparse.ArgumentParser(prog="cnkispider", description="Distributed CNKI crawler")
     parser.add_argument("--config", help=CONFIG_HELP)
     parser.add_argument("--version", action="version", version=f"cnkispider {__version__}")
-    sub = parser.add_subparsers(dest="command")
+    sub = parser.add_subparsers(dest="command", parser_class=CommandParser)
     # in this order in `cnkispider --help`
     tasks.add_init_db(sub)
     tasks.add_task(sub)

@@ -1,9 +1,10 @@
-"""What the commands share: config.ini (its option, accepted before the command and after it,
-and its loading), the log a short command writes, and the options of a crawl (-v, -s, -o).
+"""What the commands share: config.ini (its option, accepted anywhere on the line, and its
+loading), the log a short command writes, and the options of a crawl (-v, -s, -o).
 
-The option after the command is argparse's own `parents`: every command's parser is made by
-:func:`add_command`, which gives it the shared ``--config`` (SUPPRESS as its default, so an
-absent one keeps the value given before the command).
+``--config`` after the command: every command's parser is a :class:`CommandParser`, which has
+it (SUPPRESS as its default, so an absent one keeps the value given before); argparse makes the
+parsers of a command's own subcommands (``task list``, ``session add``) of their parent's class,
+so they have it too, and a subcommand added later cannot forget it.
 """
 
 from __future__ import annotations
@@ -17,11 +18,17 @@ CONFIG_HELP = "config.ini to use (default: ./config.ini, then beside the program
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
+class CommandParser(argparse.ArgumentParser):
+    """The parser of a command or of one of its subcommands: ``--config`` among its options."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.add_argument("--config", default=argparse.SUPPRESS, help=CONFIG_HELP)
+
+
 def add_command(sub, name: str, **kw) -> argparse.ArgumentParser:
     """The parser of one command (`cnkispider NAME`), ``--config`` among its options."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", default=argparse.SUPPRESS, help=CONFIG_HELP)
-    return sub.add_parser(name, parents=[common], **kw)
+    return sub.add_parser(name, **kw)
 
 
 def command_config(args, *, short: bool) -> Config:

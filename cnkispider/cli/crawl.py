@@ -19,9 +19,15 @@ from tasks.phase import Phase
 
 
 def crawl(
-    config: Config, *, recrawl_only: bool = False, settings_overrides: dict | None = None
+    config: Config,
+    *,
+    recrawl_only: bool = False,
+    settings_overrides: dict | None = None,
+    task: str | None = None,
 ) -> dict:
-    """Run one worker's crawl in this process; return its stats and finish reason."""
+    """Run one worker's crawl in this process; return its stats and finish reason. ``task``:
+    the task of the task table to crawl (`run --task NAME`, as `scrapy crawl TYPE -a
+    task=NAME`), else config.ini's [task] (registered if new)."""
     import time
 
     from scrapy.crawler import CrawlerProcess
@@ -29,8 +35,10 @@ def crawl(
     from cnkispider import logs
     from cnkispider.crawlsettings import crawler_settings
 
-    preflight(config)
+    named = preflight(config, task_arg=task)
     settings = crawler_settings(config)
+    if named is not None:  # the row's name and type, for whatever names the task (notify)
+        settings.update({"TASKS_NAME": named.name, "TASKS_TYPE": named.type})
     overrides = settings_overrides or {}
     verbose = not logs.is_quiet(
         bool(overrides.get("CNKI_VERBOSE")), overrides.get("LOG_FILE", settings.get("LOG_FILE"))
@@ -41,19 +49,26 @@ def crawl(
     settings["CNKI_VERBOSE"] = verbose
     if recrawl_only:
         store = task_store(config)
-        current, _ = store.register(
-            config.task.name,
-            config.task.type,
-            config.task.start_date or cnki_today().isoformat(),
-            config.task.end_date,
-            config.task.categories,
-            config.task.depth,
+        current = (
+            named
+            or store.register(
+                config.task.name,
+                config.task.type,
+                config.task.start_date or cnki_today().isoformat(),
+                config.task.end_date,
+                config.task.categories,
+                config.task.depth,
+            )[0]
         )
         store.set_phase(current.id, Phase.RECRAWL)
     process = CrawlerProcess(settings)
     started = time.monotonic()
     failures: list = []  # the crawl could not start (Redis unreachable when the scheduler opened)
-    process.crawl(config.task.type).addErrback(failures.append)
+    # the spider of the task's type; a named task is the spider's argument, as `-a task=NAME`
+    spider_args = {"task": named.name} if named is not None else {}
+    process.crawl(named.type if named else config.task.type, **spider_args).addErrback(
+        failures.append
+    )
     crawler = next(iter(process.crawlers))
     try:
         process.start()
@@ -71,8 +86,9 @@ def crawl(
     return stats
 
 
-def print_summary(config: Config, stats: dict) -> None:
-    """Rounds, documents, errors by reason, time and rate, from the database and this run's stats."""
+def print_summary(config: Config, stats: dict, name: str | None = None) -> None:
+    """Rounds, documents, errors by reason, time and rate, from the database and this run's
+    stats, of task ``name`` (default: config.ini's)."""
     from cnkispider.db import open_database_readonly
     from cnkispider.status import run_summary
 
@@ -80,7 +96,10 @@ def print_summary(config: Config, stats: dict) -> None:
     try:
         print(
             run_summary(
-                engine, config.task.name, stats, heartbeat_seconds=config.crawl["heartbeat_seconds"]
+                engine,
+                name or config.task.name,
+                stats,
+                heartbeat_seconds=config.crawl["heartbeat_seconds"],
             ),
             end="",
         )
@@ -92,20 +111,24 @@ def cmd_run(config: Config, args) -> int:
     if getattr(args, "reload", False):  # workers as children, restarted on a code change
         from cnkispider.reload import supervise
 
-        return supervise(args.config, args.command, args.processes or 1)
+        return supervise(args.config, args.command, args.processes or 1, task=args.task)
     if args.processes and args.processes > 1:
         return run_processes(args)
     stats = crawl(
-        config, recrawl_only=args.command == "recrawl", settings_overrides=run_overrides(args)
+        config,
+        recrawl_only=args.command == "recrawl",
+        settings_overrides=run_overrides(args),
+        task=args.task,
     )
-    print_summary(config, stats)
+    name = args.task or config.task.name
+    print_summary(config, stats, name)
     if stats.get("finish_reason") == "halted":
-        return report_halt(config)
+        return report_halt(config, name)
     if stats.get("finish_reason") == "needs_person":  # [cnki] on_check = fail
         from cnkispider.halting import EXIT_HALTED
         from cnkispider.sessions.pool import WAITING_MESSAGE
 
-        print(f"task {config.task.name}: stopped: {WAITING_MESSAGE}", file=sys.stderr)
+        print(f"task {name}: stopped: {WAITING_MESSAGE}", file=sys.stderr)
         return EXIT_HALTED
     return 0 if stats.get("finish_reason") in ("finished", "up_to_date", "shutdown") else 1
 
@@ -139,15 +162,17 @@ def run_overrides(args) -> dict:
     return overrides
 
 
-def report_halt(config: Config) -> int:
-    """The one line of a halted task (its reason and the fix) on standard error; EXIT_HALTED."""
+def report_halt(config: Config, name: str | None = None) -> int:
+    """The one line of a halted task (``name``, default config.ini's: its reason and the fix)
+    on standard error; EXIT_HALTED."""
     from cnkispider.halting import EXIT_HALTED, halt_line
 
+    name = name or config.task.name
     try:
-        reason = task_store(config).get(config.task.name).halt_reason or "unknown reason"
+        reason = task_store(config).get(name).halt_reason or "unknown reason"
     except CnkiSpiderError:  # no such task (UnknownName) or no database
         reason = "unknown reason"
-    print(halt_line(config.task.name, reason), file=sys.stderr)
+    print(halt_line(name, reason), file=sys.stderr)
     return EXIT_HALTED
 
 
@@ -164,6 +189,8 @@ def run_processes(args) -> int:
             "-o FILE takes one process (every worker would write the same file); add --processes 1"
         )
     extra = [arg for pair in (getattr(args, "set", None) or []) for arg in ("-s", pair)]
+    if getattr(args, "task", None):
+        extra += ["--task", args.task]
     if getattr(args, "verbose", False):
         extra.append("--verbose")
     # --processes 1: each is one worker (else each would read [crawl] processes and fork again)
@@ -244,10 +271,15 @@ def cmd_export(config: Config, args) -> int:
 def add_run(sub) -> None:
     """`run` and `recrawl`."""
     for name, text in (
-        ("run", "crawl the task of config.ini, then recrawl its errors"),
+        ("run", "crawl the task of config.ini (or --task), then recrawl its errors"),
         ("recrawl", "only replay errorCode and errorLink"),
     ):
         p = add_command(sub, name, help=text)
+        p.add_argument(
+            "--task",
+            metavar="NAME",
+            help=_("a task of the task table, by name or id (default: [task] of config.ini)"),
+        )
         p.add_argument(
             "--processes", type=int, default=0, help="worker processes (default [crawl] processes)"
         )

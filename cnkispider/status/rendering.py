@@ -7,14 +7,24 @@ Pure: no database, no Redis, no clock; every age and time is in the report alrea
 from __future__ import annotations
 
 import json
+import re
 
 from cnkispider.durations import duration
+from cnkispider.i18n import _
 from tasks.categories import round_label
 
 BAR_WIDTH = 30
 
 # Scrapy records a finish reason when the spider closes; a second Ctrl-C stops the reactor first
 FORCED_STOP = "forced stop (a second Ctrl-C; its rounds are taken over when their leases end)"
+
+
+def run_command(name: str) -> str:
+    """The command that starts a worker of task ``name`` (`cnkispider run` alone crawls
+    config.ini's task, maybe another): the name in double quotes where a shell would split it
+    (double quotes: the same in cmd.exe, PowerShell and a POSIX shell)."""
+    shown = name if re.fullmatch(r"[\w.~+-]+", name) else '"' + name.replace('"', '\\"') + '"'
+    return f"cnkispider run --task {shown}"
 
 
 def render(report: dict) -> str:
@@ -76,6 +86,8 @@ def _render_task(t: dict, report: dict) -> list[str]:
             eta = f"no ETA: {t['activity']}"
         elif t["activity"] != "running":
             eta = "no ETA: no worker is alive"
+            if t["activity"] == "no live worker":
+                eta += _(" (start one: `{command}`)").format(command=run_command(t["name"]))
         elif rate and t["eta_seconds"] is not None:
             eta = f"ETA {duration(t['eta_seconds'])} ({_clock(t['eta_at'])} UTC)"
         else:

@@ -43,6 +43,7 @@ from starlette.templating import Jinja2Templates
 from cnkispider.durations import duration
 from cnkispider.exceptions import CnkiSpiderError
 from cnkispider.status.collecting import collect
+from cnkispider.status.rendering import run_command
 from cnkispider.status.round_views import round_detail, round_grid
 from cnkispider.web import actions, guard, words
 from cnkispider.web.history import History
@@ -93,7 +94,14 @@ def banners(report: dict) -> list[dict]:
             t["phase"] != Phase.DONE and (t["rounds"]["remaining"] or 0) + t["rounds"]["in_flight"]
         )
         if t["activity"] == "no live worker" and has_work and not t["halted"]:
-            out.append({"task": t["name"], "kind": "idle", "text": "has work but no live worker"})
+            out.append(
+                {
+                    "task": t["name"],
+                    "kind": "idle",
+                    "text": "has work but no live worker",
+                    "command": run_command(t["name"]),  # this task's worker, not config.ini's
+                }
+            )
     return out
 
 
