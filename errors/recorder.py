@@ -31,6 +31,7 @@ import json
 import logging
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import mysql, sqlite
 from sqlalchemy.engine import Engine
 
 from cnkispider import default_settings, ledger
@@ -148,57 +149,39 @@ class ErrorRecorder:
         category: str = "",
         listing: dict | None = None,
         detail: str = "",
-        attempts: int = 1,
     ) -> None:
         """A detail-stage failure; the same document failing again counts up its row. The
-        document's row in its round's ledger says ``error`` from the same transaction."""
+        document's row in its round's ledger says ``error`` from the same transaction.
+
+        One upsert on errorLink's unique key (task, dbname, filename), not a read and then an
+        insert: two workers recording one document at once (listed by two categories of the
+        task, or a replay failing while its first failure is written) would both read nothing
+        under READ COMMITTED and the second insert would fail on the key (MySQL 1062), stopping
+        its worker over a failure that is already recorded. The key collision is the "already
+        recorded" case, counted up in the same statement."""
         with self.engine.begin() as conn:
             now = db_now(conn)
             if round_id is not None:
                 ledger.note_error(conn, round_id, ledger.doc_key(dbname, filename))
-            existing = conn.execute(
-                sa.select(error_link.c.id, error_link.c.attempts).where(
-                    error_link.c.task_id == task_id,
-                    error_link.c.dbname == dbname,
-                    error_link.c.filename == filename,
-                )
-            ).first()
-            if existing is None:
-                conn.execute(
-                    error_link.insert().values(
-                        task_id=task_id,
-                        round_id=round_id,
-                        doc_type=doc_type,
-                        url=url,
-                        dbname=dbname,
-                        filename=filename,
-                        title=title[:500],
-                        day=day,
-                        category=category,
-                        listing=json.dumps(listing or {}, ensure_ascii=False),
-                        reason=reason[:200],
-                        detail=detail,
-                        attempts=1,
-                        state="open" if self.max_attempts > 1 else "permanent",
-                        created_at=now,
-                        updated_at=now,
-                    )
-                )
-                return
-            total = existing.attempts + 1
-            conn.execute(
-                error_link.update()
-                .where(error_link.c.id == existing.id)
-                .values(
-                    url=url,
-                    reason=reason[:200],
-                    detail=detail,
-                    attempts=total,
-                    state="permanent" if total >= self.max_attempts else "open",
-                    lease_until=None,
-                    updated_at=now,
-                )
-            )
+            first = {
+                "task_id": task_id,
+                "round_id": round_id,
+                "doc_type": doc_type,
+                "url": url,
+                "dbname": dbname,
+                "filename": filename,
+                "title": title[:500],
+                "day": day,
+                "category": category,
+                "listing": json.dumps(listing or {}, ensure_ascii=False),
+                "reason": reason[:200],
+                "detail": detail,
+                "attempts": 1,
+                "state": "open" if self.max_attempts > 1 else "permanent",
+                "created_at": now,
+                "updated_at": now,
+            }
+            conn.execute(_upsert_link(conn.dialect.name, first, self.max_attempts))
 
     def record_failure(
         self,
@@ -416,6 +399,39 @@ class ErrorRecorder:
     def pending(self, task_id: int) -> int:
         counts = self.outstanding(task_id)
         return sum(v for k, v in counts.items() if not k.endswith("/permanent"))
+
+
+def _upsert_link(dialect: str, first: dict, max_attempts: int):
+    """``INSERT`` the document's first failure, or count up the row the key already holds.
+
+    The update keeps the row's listing and round (the first failure's) and takes the new
+    URL, reason and detail. ``state`` is assigned before ``attempts`` and both read the row's old
+    ``attempts``: MySQL assigns left to right, so an expression after ``attempts = attempts + 1``
+    would see the attempt already counted, while SQLite reads the old row throughout."""
+    total = error_link.c.attempts + 1
+    update = [
+        (
+            "state",
+            sa.case((total >= max_attempts, "permanent"), else_="open"),
+        ),
+        ("attempts", total),
+        ("url", first["url"]),
+        ("reason", first["reason"]),
+        ("detail", first["detail"]),
+        ("lease_until", None),
+        ("updated_at", first["updated_at"]),
+    ]
+    if dialect == "mysql":
+        return mysql.insert(error_link).values(first).on_duplicate_key_update(update)
+    if dialect == "sqlite":
+        return (
+            sqlite.insert(error_link)
+            .values(first)
+            .on_conflict_do_update(
+                index_elements=["task_id", "dbname", "filename"], set_=dict(update)
+            )
+        )
+    raise NotImplementedError(dialect)  # pragma: no cover - only the two dialects are supported
 
 
 def stage_of(meta: dict) -> str:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 
 import sqlalchemy as sa
 
@@ -132,3 +134,57 @@ def test_a_failed_replay_below_the_attempt_limit_stays_open(db_url):
     assert [(r["attempts"], r["state"]) for r in _rows(engine, error_code)] == [(2, "open")]
     recorder.record_failure(4, "patent", replay, "", "http-500")
     assert [(r["attempts"], r["state"]) for r in _rows(engine, error_code)] == [(3, "permanent")]
+
+
+def test_two_failures_of_one_document_at_once_are_one_row_counted_twice(mysql_url):
+    """Issue 43, case 6: two workers record one document's failure at the same moment (it was
+    listed by two categories of the task). Each read found no row under READ COMMITTED, both
+    inserted, and the second insert's key collision (1062) stopped its worker. Two real
+    connections; a barrier holds each before its errorLink write until both have begun, so the
+    two transactions overlap on every run."""
+    engine = open_database(mysql_url)
+    both_in = threading.Barrier(2)
+
+    @sa.event.listens_for(engine, "before_cursor_execute")
+    def _meet(conn, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().upper().startswith("INSERT INTO `ERRORLINK`"):
+            with contextlib.suppress(threading.BrokenBarrierError):
+                both_in.wait(timeout=10)
+
+    recorder = ErrorRecorder(engine, max_attempts=3)
+    failures: list[BaseException] = []
+
+    def record(round_id: int) -> None:
+        try:
+            recorder.record_link(4, round_id, "patent", "http://x/a", "SCPD", "CN1A", "http-500")
+        except Exception as exc:  # the worker's halt, kept for the assertion
+            failures.append(exc)
+
+    threads = [threading.Thread(target=record, args=(r,)) for r in (7, 8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert failures == []
+    assert [(r["attempts"], r["state"]) for r in _rows(engine, error_link)] == [(2, "open")]
+    engine.dispose()
+
+
+def test_a_document_failing_again_counts_up_its_row_until_permanent(db_url):
+    """The upsert's update: the row keeps its first listing and takes the last URL and reason;
+    it goes permanent at the attempt limit, not one early (MySQL's left-to-right SET)."""
+    engine = open_database(db_url)
+    recorder = ErrorRecorder(engine, max_attempts=3)
+    listing = {"title": "一种电池"}
+    recorder.record_link(4, 7, "patent", "http://x/1", "SCPD", "CN1A", "http-500", listing=listing)
+    recorder.record_link(4, 7, "patent", "http://x/2", "SCPD", "CN1A", "http-502")
+    (row,) = _rows(engine, error_link)
+    assert (row["attempts"], row["state"], row["url"], row["reason"]) == (
+        2,
+        "open",
+        "http://x/2",
+        "http-502",
+    )
+    assert json.loads(row["listing"]) == listing
+    recorder.record_link(4, 7, "patent", "http://x/3", "SCPD", "CN1A", "http-502")
+    assert [(r["attempts"], r["state"]) for r in _rows(engine, error_link)] == [(3, "permanent")]
