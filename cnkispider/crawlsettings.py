@@ -13,8 +13,13 @@ before a crawl (:mod:`cnkispider.preflight`), and below the entry points that us
 
 from __future__ import annotations
 
+from scrapy.settings import default_settings as _scrapy_defaults
+
+from cnkispider import default_settings as _defaults
 from cnkispider import settings as _project
 from cnkispider.config import Config
+from cnkispider.exceptions import InputError
+from cnkispider.i18n import _
 
 #: Settings of Scrapy's command line, not of a crawler: `cnkispider run` builds its crawler
 #: without them.
@@ -135,3 +140,36 @@ def crawler_settings(config: Config) -> dict:
             "cnkispider.archive.HtmlArchiveMiddleware": 605,
         }
     return settings
+
+
+#: How Scrapy's ``getbool`` reads a setting (and config.ini's true/false words).
+_BOOLEANS = frozenset({"0", "1", "true", "false", "yes", "no", "on", "off"})
+
+
+def check_setting(name: str, value: str) -> None:
+    """A ``-s NAME=VALUE`` of the command line, checked as config.ini's values are: a setting
+    whose default (ours, else Scrapy's) is a number or a switch must be one, or this raises one
+    :class:`InputError` naming it. Unchecked, ``-s RATELIMIT_RATE=abc`` reached the crawler,
+    whose middleware failed on ``getfloat`` while it was being built: a traceback instead of a
+    line. The value itself is passed on as typed (Scrapy's getters read the text)."""
+    default = getattr(_defaults, name, getattr(_scrapy_defaults, name, None))
+    text = value.strip()
+    if isinstance(default, bool):
+        if text.lower() not in _BOOLEANS:
+            raise InputError(
+                _("-s {name}={value!r}: expected true or false").format(name=name, value=value)
+            )
+    elif isinstance(default, int):
+        try:
+            int(text)
+        except ValueError:
+            raise InputError(
+                _("-s {name}={value!r}: expected a whole number").format(name=name, value=value)
+            ) from None
+    elif isinstance(default, float):
+        try:
+            float(text)
+        except ValueError:
+            raise InputError(
+                _("-s {name}={value!r}: expected a number").format(name=name, value=value)
+            ) from None

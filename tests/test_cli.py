@@ -388,6 +388,11 @@ SCRAPY = str(Path(sys.executable).with_name("scrapy"))
             "error: {config}: [task] categories: categories for patent (IPC tree): 'h04' should "
             "be 'H04'",
         ),
+        (  # issue 43, case 11
+            "[database]\nurl = sqlite:///x.db\n[redis]\nurl = redis://127.0.0.1:6379/0\n",
+            ("-s", "RATELIMIT_RATE=abc"),
+            "error: -s RATELIMIT_RATE='abc': expected a number",
+        ),
     ],
 )
 @pytest.mark.slow  # a command in a subprocess
@@ -592,3 +597,59 @@ def test_run_task_crawls_the_task_named_and_not_the_one_of_config_ini(crawl_setu
     assert states == {"done"}
     truth = setup.truth()
     assert truth and compare(setup.stored(), truth, "patent")["missing"] == []
+
+
+# -- issue 43, case 11: a bad -s value ---------------------------------------------------------
+
+
+@pytest.fixture
+def crawl_ini(tmp_path, db_url) -> str:
+    """A config.ini a crawl could start from: the test's database and the real Redis."""
+    path = tmp_path / "config.ini"
+    path.write_text(
+        f"[database]\nurl = {db_url}\n[redis]\nurl = redis://127.0.0.1:6379/0\n"
+        "[task]\nname = bad-s\nstart_date = 2024-01-01\nend_date = 2024-01-01\n",
+        encoding="utf-8",
+    )
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("pair", "expected"),
+    [
+        ("RATELIMIT_RATE=abc", "error: -s RATELIMIT_RATE='abc': expected a number"),
+        ("CONCURRENT_REQUESTS=2.5", "error: -s CONCURRENT_REQUESTS='2.5': expected a whole number"),
+        ("PACE_ENABLED=maybe", "error: -s PACE_ENABLED='maybe': expected true or false"),
+    ],
+)
+def test_a_bad_setting_value_on_the_command_line_is_one_line_and_exit_2(
+    crawl_ini, capsys, pair, expected
+):
+    """`run -s RATELIMIT_RATE=abc` reached the crawler, whose rate-limit middleware failed while
+    it was being built, and ended in a 16-line StopIteration traceback."""
+    assert cli(crawl_ini, "run", "-s", pair) == 2
+    captured = capsys.readouterr()
+    assert _one_error_line(captured.err) == expected and captured.out == ""
+
+
+def test_a_crawler_that_cannot_be_built_raises_its_own_error(crawl_ini):
+    """Whatever -s does not check, a crawler failing to build says why: the crawler is made with
+    create_crawler and handed to crawl, not looked up afterwards (a StopIteration)."""
+    from cnkispider.cli.crawl import crawl
+    from cnkispider.config import load_config
+
+    with pytest.raises(ValueError, match="'abc'"):
+        crawl(load_config(crawl_ini), settings_overrides={"RATELIMIT_RATE": "abc"})
+
+
+def test_good_setting_values_pass_the_check_as_typed():
+    from cnkispider.crawlsettings import check_setting
+
+    for name, value in (
+        ("RATELIMIT_RATE", "2.5"),
+        ("CONCURRENT_REQUESTS", " 8 "),
+        ("PACE_ENABLED", "False"),
+        ("LOG_FILE", "x.log"),
+        ("NO_SUCH_SETTING", "anything"),
+    ):
+        check_setting(name, value)

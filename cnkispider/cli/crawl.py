@@ -66,10 +66,10 @@ def crawl(
     failures: list = []  # the crawl could not start (Redis unreachable when the scheduler opened)
     # the spider of the task's type; a named task is the spider's argument, as `-a task=NAME`
     spider_args = {"task": named.name} if named is not None else {}
-    process.crawl(named.type if named else config.task.type, **spider_args).addErrback(
-        failures.append
-    )
-    crawler = next(iter(process.crawlers))
+    # the crawler built here, not looked up after crawl(): a crawler that fails to build leaves
+    # process.crawlers empty, and its own error was lost behind a StopIteration
+    crawler = process.create_crawler(named.type if named else config.task.type)
+    process.crawl(crawler, **spider_args).addErrback(failures.append)
     try:
         process.start()
     finally:
@@ -135,11 +135,14 @@ def cmd_run(config: Config, args) -> int:
 
 def run_overrides(args) -> dict:
     """Scrapy settings from `run`'s -s KEY=VALUE, -o FILE and --verbose (as `scrapy crawl` has)."""
+    from cnkispider.crawlsettings import check_setting
+
     overrides: dict = {"CNKI_VERBOSE": bool(getattr(args, "verbose", False))}
     for pair in getattr(args, "set", None) or []:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise InputError(f"-s {pair!r}: expected KEY=VALUE, e.g. -s DOWNLOAD_DELAY=2")
+        check_setting(key.strip(), value)  # one line (exit 2), not the crawler's traceback
         overrides[key.strip()] = value
     feeds = {}
     for target in getattr(args, "output", None) or []:
@@ -188,6 +191,7 @@ def run_processes(args) -> int:
         raise InputError(
             "-o FILE takes one process (every worker would write the same file); add --processes 1"
         )
+    run_overrides(args)  # a bad -s is one line here, not the same line from every worker
     extra = [arg for pair in (getattr(args, "set", None) or []) for arg in ("-s", pair)]
     if getattr(args, "task", None):
         extra += ["--task", args.task]

@@ -21,7 +21,7 @@ from scrapy.commands.crawl import Command as ScrapyCrawlCommand
 
 from cnkispider import logs
 from cnkispider.config import load_config
-from cnkispider.crawlsettings import crawler_settings
+from cnkispider.crawlsettings import check_setting, crawler_settings
 from cnkispider.exceptions import CnkiSpiderError
 from cnkispider.preflight import preflight
 
@@ -39,6 +39,8 @@ class Command(ScrapyCrawlCommand):
             settings = crawler_settings(config)
             # the checks `cnkispider run` makes before Scrapy starts, with its lines and codes
             preflight(config, task_arg=opts.spargs.get("task"))
+            for pair in opts.set or []:  # Scrapy's -s, checked as `cnkispider run` checks its own
+                check_setting(*(part.strip() for part in pair.split("=", 1)))
         except CnkiSpiderError as exc:
             print(f"error: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
