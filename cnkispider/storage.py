@@ -37,6 +37,7 @@ from cnkispider.items import (
     FIELDS,
     INTEGER_FIELDS,
     TIME_FIELDS,
+    depth_rank,
 )
 from cnkispider.schema import documents
 
@@ -145,6 +146,27 @@ def _merged(table, new, columns: list[str]) -> list[tuple[str, object]]:
     return out
 
 
+def merge_rows(old: dict, new: dict) -> dict:
+    """Two rows of one document, ``new`` written after ``old``, merged as :func:`_merged` merges
+    a row into the stored one (the module docstring's rules), for two copies in one batch."""
+    old_rank, new_rank = depth_rank(old.get("depth")), depth_rank(new.get("depth"))
+    out = dict(new)
+    for name, value in new.items():
+        if name in ("dbname", "filename", "task_id", "crawled_at", "depth"):
+            continue
+        before = old.get(name)
+        if name in INTEGER_FIELDS or name in TIME_FIELDS:
+            old_empty, new_empty = before is None, value is None
+        else:
+            old_empty, new_empty = before in (None, ""), value in (None, "")
+        if new_empty or (
+            old_rank > new_rank and not old_empty and name not in (*COUNT_FIELDS, "export_id")
+        ):
+            out[name] = before
+    out["depth"] = new.get("depth") if new_rank >= old_rank else old.get("depth") or DEFAULT_DEPTH
+    return out
+
+
 def as_integer(field: str, value) -> int | None:
     """An item's count ("37", "" unknown) as the integer column holds it: ``None`` when unknown.
     ``online_first`` is a flag: "1" or a true value is 1, anything else 0."""
@@ -169,8 +191,13 @@ def upsert_documents(conn, doc_type: str, rows: list[dict]) -> None:
     if not rows:
         return
     # Two copies of one document in a batch would make MySQL update twice and SQLite fail the
-    # batch: keep the last one.
-    unique = list({(r["dbname"], r["filename"]): r for r in rows}.values())
+    # batch: they are merged into one first, by the rules the upsert applies across batches (a
+    # list pass and a detail pass of one document in one batch keep the detail's abstract).
+    by_key: dict[tuple, dict] = {}
+    for row in rows:
+        key = (row["dbname"], row["filename"])
+        by_key[key] = merge_rows(by_key[key], row) if key in by_key else row
+    unique = list(by_key.values())
     conn.execute(_upsert(conn.dialect.name, doc_type, tuple(unique[0])), unique)
 
 

@@ -149,3 +149,42 @@ def test_a_batch_is_one_statement_on_mariadb_and_each_row_merges_by_its_own_dept
         f"列表{i}" for i in range(25, 50)
     ]
     assert {rows[d["filename"]]["depth"] for d in docs[25:]} == {"list"}
+
+
+PAIRS = [
+    (  # a detail pass, then a list pass of the same document
+        {DEPTH_KEY: "detail", "title": "题名", "abstract": "完整摘要", "source": "焊接学报"},
+        {DEPTH_KEY: "list", "title": "题名（列表）", "abstract": "", "source": ""},
+    ),
+    (  # a list pass, then an export pass that said nothing of the source
+        {DEPTH_KEY: "list", "title": "题名", "source": "焊接学报", "cited": "5"},
+        {DEPTH_KEY: "export", "title": "题名（导出）", "source": "", "doi": "10.1/x", "cited": ""},
+    ),
+    (  # counts: the newest read wins whatever the depth, an unread one keeps the old
+        {DEPTH_KEY: "detail", "title": "题名", "cited": "5", "downloads": "40", "export_id": "a"},
+        {DEPTH_KEY: "list", "title": "", "cited": "0", "downloads": "", "export_id": "b"},
+    ),
+]
+
+
+@pytest.mark.parametrize(("first", "second"), PAIRS)
+def test_two_copies_in_one_batch_merge_as_two_batches_would(db_url, first, second):
+    """Issue 43, case 11: the batch kept the last copy of a document, so a list pass and a detail
+    pass of one document in one batch lost the detail's abstract (an empty value keeps the stored
+    one; the deeper depth wins), which the same two copies in two batches keep."""
+    key = {"dbname": "CJFQ", "filename": "HJXB202403005"}
+
+    def stored(batches) -> dict:
+        engine = open_database(db_url)
+        with engine.begin() as conn:
+            conn.execute(schema.documents["paper"].delete())
+        for batch in batches:
+            with engine.begin() as conn:
+                upsert_documents(
+                    conn, "paper", [row_for("paper", {**key, **v}, 1, NOW) for v in batch]
+                )
+        row = _stored(engine)
+        engine.dispose()
+        return {k: v for k, v in row.items() if k != "id"}
+
+    assert stored([[first, second]]) == stored([[first], [second]])
