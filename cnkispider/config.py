@@ -204,6 +204,7 @@ SCHEMA: dict[str, dict[str, tuple[Any, str]]] = {
     "database": {
         "url": (_database_url, _default("DATABASE_URL")),
         "outage_seconds": (_float(0.0), _default("DATABASE_OUTAGE_SECONDS")),
+        "ledger_days": (_int(0, 36500), _default("DATABASE_LEDGER_DAYS")),
         # TLS to MySQL/MariaDB (docs/WORKERS.md): PEM files, relative to config.ini's folder
         "ssl_ca": (_text, ""),
         "ssl_cert": (_text, ""),

@@ -54,6 +54,7 @@ def crawler_settings(config: Config) -> dict:
         # storage and shared state
         "DATABASE_URL": config.database_url,
         "DATABASE_OUTAGE_SECONDS": config.raw["database"]["outage_seconds"],
+        "DATABASE_LEDGER_DAYS": config.raw["database"]["ledger_days"],
         "REDIS_URL": config.redis_url,
         "REDIS_KEY_PREFIX": config.redis_prefix,
         "CNKI_DATA_DIR": str(data_dir),

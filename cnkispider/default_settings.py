@@ -48,6 +48,9 @@ DATABASE_URL = "sqlite:///data/cnki.db"
 DATABASE_OUTAGE_SECONDS = 600.0
 DATABASE_BATCH_SIZE = 200  # documents written per transaction at most
 DATABASE_BATCH_SECONDS = 0.2  # seconds a document waits at most for its batch
+# days after which a done round's per-document ledger rows are folded into per-round counts
+# (tasks/retention.py); 0: never, every row is kept
+DATABASE_LEDGER_DAYS = 0
 
 # -- REDIS_* ------------------------------------------------------------------------------------
 

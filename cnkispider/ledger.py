@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-from cnkispider.schema import error_code, ledger
+from cnkispider.schema import error_code, ledger, ledger_fold
 
 PENDING = "pending"
 STORED = "stored"
@@ -76,6 +76,7 @@ def _insert_ignoring_existing(conn, rows: list[dict]) -> None:
 def note_listed(conn, round_id: int, pending: Iterable[str], drops: dict[str, str]) -> None:
     """A list page of the round: its kept rows ``pending``, its dropped rows ``dropped:<rule>``
     (``drops``: doc_key -> rule). A row the ledger has already keeps its outcome."""
+    unfold(conn, round_id)  # listed again: its folded rows are listed and stored anew
     rows = [
         {"round_id": round_id, "doc_key": key[:KEY_WIDTH], "outcome": PENDING} for key in pending
     ]
@@ -144,6 +145,8 @@ def count(conn, round_id: int) -> Counts:
             .group_by(ledger.c.outcome)
         ).all()
     )
+    for outcome, n in folded(conn, round_id).items():  # rows folded away ([database] ledger_days)
+        by_outcome[outcome] = by_outcome.get(outcome, 0) + n
     drops = {
         outcome[len(DROPPED) :]: n
         for outcome, n in by_outcome.items()
@@ -249,3 +252,63 @@ def judge(conn, round_id: int, listed: int | None) -> Verdict:
     return balance(
         listed, count(conn, round_id), beyond_recorded, len(reasons), tuple(sorted(set(reasons)))
     )
+
+
+# -- folding the rows of long-done rounds ([database] ledger_days) ---------------------------------
+#
+# A year of a task is ~200,000 rounds and a ledger row per document each round listed: rows kept
+# for ever once their rounds are done. Folding replaces a done round's rows of final outcome
+# (``stored``, ``dropped:<rule>``: nothing moves a row out of them) by one count per outcome in
+# ``ledger_fold``; :func:`count` adds those counts, so the round's verdict, and the sums status
+# reads from its round row, stay what they were. Rows that can still move stay rows: ``error``
+# (a replay may store its document) and ``pending``. A folded round listed again (the cursor
+# moved back, a resume) forgets its folded counts in :func:`note_listed`: the new crawl lists
+# and stores its documents anew (its round's Bloom filter is fresh, so each is fetched again).
+
+
+def final():
+    """The ledger rows whose outcome nothing changes any more: they may fold."""
+    return sa.or_(ledger.c.outcome == STORED, ledger.c.outcome.like(f"{DROPPED}%"))
+
+
+def folded(conn, round_id: int) -> dict[str, int]:
+    """The round's folded counts: outcome -> documents ({} for a round never folded)."""
+    return dict(
+        conn.execute(
+            sa.select(ledger_fold.c.outcome, ledger_fold.c.documents).where(
+                ledger_fold.c.round_id == round_id
+            )
+        ).all()
+    )
+
+
+def unfold(conn, round_id: int) -> None:
+    """Forget the round's folded counts (it is listed again, or its rows are deleted)."""
+    conn.execute(ledger_fold.delete().where(ledger_fold.c.round_id == round_id))
+
+
+def fold_round(conn, round_id: int) -> int:
+    """Fold the round's rows of final outcome into its ``ledger_fold`` counts, in the caller's
+    transaction (which holds the round's row, so that no re-open interleaves); returns the rows
+    folded. Folding twice adds nothing: the rows counted are deleted in the same transaction."""
+    counts = conn.execute(
+        sa.select(ledger.c.outcome, sa.func.count())
+        .where(ledger.c.round_id == round_id, final())
+        .group_by(ledger.c.outcome)
+    ).all()
+    if not counts:
+        return 0
+    before = folded(conn, round_id)
+    for outcome, n in counts:
+        if outcome in before:
+            conn.execute(
+                ledger_fold.update()
+                .where(ledger_fold.c.round_id == round_id, ledger_fold.c.outcome == outcome)
+                .values(documents=ledger_fold.c.documents + n)
+            )
+        else:
+            conn.execute(
+                ledger_fold.insert().values(round_id=round_id, outcome=outcome, documents=n)
+            )
+    conn.execute(ledger.delete().where(ledger.c.round_id == round_id, final()))
+    return sum(n for _, n in counts)

@@ -21,7 +21,9 @@ Failures, and what each item's outcome is:
 
 An item of a round carries ``_cnki_ledger``; the upsert's transaction marks that ledger row
 ``stored``. Settings: ``DATABASE_URL``, ``DATABASE_BATCH_SIZE`` (200), ``DATABASE_BATCH_SECONDS``
-(0.2), ``DATABASE_OUTAGE_SECONDS`` (600, the process's policy: :data:`cnkispider.db.OUTAGE`).
+(0.2), ``DATABASE_OUTAGE_SECONDS`` (600, the process's policy: :data:`cnkispider.db.OUTAGE`),
+``DATABASE_LEDGER_DAYS`` (0: off; else the ledgers of rounds done that long ago are folded, in
+the background, when the crawl opens: tasks/retention.py).
 
 The rest of this module's story: docs/INTERNALS.md#cnkispiderpipelinespy.
 """
@@ -49,6 +51,7 @@ from cnkispider.storage import (
     row_for,
     upsert_documents,
 )
+from tasks.retention import fold_ledgers
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +76,9 @@ class DocumentPipeline:
         self._write_lock = threading.Lock()  # one batch at a time: fewer lock waits in the DB
         self.drift_documents = 100
         self._drifted: str | None = None  # a drift halt reason found by the last batch
+        self.ledger_days = 0  # [database] ledger_days: 0, no folding
+        self._folding: defer.Deferred | None = None
+        self._stop_folding = threading.Event()
 
     @classmethod
     def from_crawler(cls, crawler):
@@ -88,6 +94,7 @@ class DocumentPipeline:
         db.set_outage_seconds(crawler.settings.getfloat("DATABASE_OUTAGE_SECONDS"))
         pipeline.drift_documents = crawler.settings.getint("CNKI_DRIFT_DOCUMENTS")
         pipeline.data_dir = crawler.settings.get("CNKI_DATA_DIR") or "."
+        pipeline.ledger_days = crawler.settings.getint("DATABASE_LEDGER_DAYS")
         pipeline.crawler = crawler
         return pipeline
 
@@ -95,9 +102,23 @@ class DocumentPipeline:
         self.engine = await maybe_deferred_to_future(
             threads.deferToThread(open_database, self.database_url)
         )
+        if self.ledger_days > 0:
+            # The ledger rows of long-done rounds folded into counts (tasks/retention.py), in
+            # the background: the first fold of a large database takes a while, the crawl
+            # need not wait for it. Here because the crawl's database settings are this
+            # component's; any worker may do it, and two at once fold each row once.
+            self._folding = threads.deferToThread(
+                fold_ledgers, self.engine, self.ledger_days, stop=self._stop_folding
+            )
+            self._folding.addErrback(
+                lambda f: logger.warning("folding done rounds' ledgers: %s", f.getErrorMessage())
+            )
 
     async def close_spider(self):
         await self._flush()
+        if self._folding is not None:  # it stops after the round it is folding
+            self._stop_folding.set()
+            await maybe_deferred_to_future(self._folding)
         if self.engine is not None:
             self.engine.dispose()
 

@@ -10,6 +10,8 @@ errorCode   rounds that failed at the list stage, replayed by the recrawl phase.
 errorLink   detail links that failed, replayed by the recrawl phase.
 ledger      every row a round listed, by its document key, with its outcome (cnkispider/ledger.py):
             a round is done only when its rows are accounted for.
+ledger_fold the ledger rows of long-done rounds, folded into counts per (round, outcome)
+            ([database] ledger_days; off by default).
 worker      one row per running worker process: host, pid, heartbeat, counters (pages, items,
             errors, challenges) and its last error.
 fill        per round and detail field, the documents the parser filled it on (the drift alarm)
@@ -42,7 +44,7 @@ from sqlalchemy.dialects.mysql import MEDIUMTEXT
 
 from cnkispider.items import FIELDS, INTEGER_FIELDS, TIME_FIELDS
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 metadata = MetaData()
 
@@ -177,6 +179,20 @@ ledger = Table(
     Column("doc_key", String(320), nullable=False),
     Column("outcome", String(64), nullable=False),
     UniqueConstraint("round_id", "doc_key", name="uq_ledger_round_doc"),
+)
+
+# The per-document ledger rows of a round done long ago ([database] ledger_days), folded into
+# one count per (round, outcome): what the round's rows were, without a row per document
+# (cnkispider/ledger.py fold_round). Only final outcomes fold (stored, dropped:<rule>); a round's
+# counts are its ledger rows plus these.
+ledger_fold = Table(
+    "ledger_fold",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("round_id", Integer, nullable=False),
+    Column("outcome", String(64), nullable=False),
+    Column("documents", Integer, nullable=False, default=0),
+    UniqueConstraint("round_id", "outcome", name="uq_ledger_fold_round_outcome"),
 )
 
 worker = Table(
@@ -372,3 +388,12 @@ def _add_reference_table() -> list[tuple[Table, str]]:
 
 
 UPGRADES[8] = _add_reference_table()
+
+
+def _add_ledger_fold_table() -> list[tuple[Table, str]]:
+    """Issue 43: the ``ledger_fold`` table, created like any new table (CREATE TABLE IF NOT
+    EXISTS, ``db.create_schema``); no column to add."""
+    return []
+
+
+UPGRADES[9] = _add_ledger_fold_table()

@@ -1,6 +1,7 @@
 """Workers: who crawls, and that they are alive (the worker table, heartbeats).
 
-A worker registers once (:meth:`Workers.register_worker`) and beats every few seconds
+A worker registers once (:meth:`Workers.register_worker`, which prunes the rows of workers not
+seen for a week) and beats every few seconds
 (:meth:`Workers.heartbeat`): the beat renews the leases of the rounds it holds claimed (a worker
 that stops beating loses them within one lease, tasks/rounds.py), stamps the task's ``status``
 (its last sign of life, shown by ``task list``) and writes the worker's counts and the round it
@@ -18,6 +19,7 @@ import sqlalchemy as sa
 
 from cnkispider.db import db_now, retried
 from cnkispider.schema import task, worker
+from tasks.retention import WORKER_DAYS
 from tasks.rounds import renew_leases
 from tasks.rows import TaskRows
 
@@ -33,9 +35,14 @@ class Workers(TaskRows):
     round_lease: dt.timedelta
 
     def register_worker(self, worker_id: str, task_id: int | None) -> None:
+        """A new row for this worker; the rows of workers not seen for a week go (retention:
+        a row per process start would otherwise be kept for ever, tasks/retention.py)."""
         host, pid = worker_id.split(":")[0], int(worker_id.split(":")[1])
         with self.engine.begin() as conn:
             now = db_now(conn)
+            conn.execute(
+                worker.delete().where(worker.c.last_seen < now - dt.timedelta(days=WORKER_DAYS))
+            )
             conn.execute(
                 worker.insert().values(
                     id=worker_id, task_id=task_id, host=host, pid=pid, started_at=now, last_seen=now

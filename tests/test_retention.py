@@ -1,0 +1,167 @@
+"""Retention (issue 43, case 10, the database part): worker rows pruned after a week, and the
+ledger rows of long-done rounds folded into per-round counts that read the same numbers
+(tasks/retention.py, cnkispider/ledger.py), on SQLite and the real MariaDB."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+import sqlalchemy as sa
+
+from cnkispider import ledger as ledgers
+from cnkispider.config import load_config
+from cnkispider.crawlsettings import crawler_settings
+from cnkispider.db import db_now, open_database
+from cnkispider.exceptions import ConfigError
+from cnkispider.schema import ledger, ledger_fold, round_, worker
+from errors.recorder import ErrorRecorder
+from tasks.flow import TaskStore
+from tasks.retention import WORKER_DAYS, fold_ledgers
+from tests.fixtures.commands import cli
+
+# -- worker rows ----------------------------------------------------------------------------------
+
+
+def test_a_worker_row_not_seen_for_a_week_goes_when_a_worker_registers(db_url):
+    """A row per process start was kept for ever; now rows of workers silent for over
+    WORKER_DAYS go at the next registration, and the others (a worker seen yesterday) stay."""
+    store = TaskStore(open_database(db_url))
+    with store.engine.begin() as conn:
+        now = db_now(conn)
+        for worker_id, days in (("old:1:a", WORKER_DAYS + 1), ("recent:2:b", WORKER_DAYS - 1)):
+            seen = now - dt.timedelta(days=days)
+            conn.execute(
+                worker.insert().values(
+                    id=worker_id,
+                    host=worker_id.split(":")[0],
+                    pid=int(worker_id.split(":")[1]),
+                    started_at=seen,
+                    last_seen=seen,
+                    state="stopped",
+                )
+            )
+    store.register_worker("new:3:c", None)
+    with store.engine.connect() as conn:
+        ids = sorted(conn.execute(sa.select(worker.c.id)).scalars())
+    assert ids == ["new:3:c", "recent:2:b"]
+
+
+# -- the ledger fold ------------------------------------------------------------------------------
+
+
+def _closed_round(store: TaskStore, keys: list[str]) -> int:
+    """A round that listed ``keys`` and a dropped row, stored all but the last (in errorLink),
+    and closed done."""
+    r = store.claim(1, "w1")
+    store.add_total(r.id, len(keys) + 1)
+    store.note_listed(r.id, keys, {f"CPFD/{r.id}": "other-database"})
+    with store.engine.begin() as conn:
+        ledgers.note_stored(conn, [(r.id, key) for key in keys[:-1]])
+    dbname, filename = keys[-1].split("/")
+    ErrorRecorder(store.engine).record_link(1, r.id, "patent", "u", dbname, filename, "http-500")
+    closed = store.close_round(r.id)
+    assert (closed.moved, closed.state) == (True, "done"), closed
+    return r.id
+
+
+def _numbers(store: TaskStore, ini: str, capsys, round_ids: list[int]) -> tuple:
+    """What reads a round's ledger: its verdict, `status`'s ledger lines, `status --json`'s."""
+    with store.engine.connect() as conn:
+        totals = {r.id: r.total for r in conn.execute(sa.select(round_.c.id, round_.c.total))}
+        verdicts = [ledgers.judge(conn, rid, totals[rid]) for rid in round_ids]
+    assert cli(ini, "status") == 0
+    text = [line for line in capsys.readouterr().out.splitlines() if "ledger" in line]
+    assert cli(ini, "status", "--json") == 0
+    report = json.loads(capsys.readouterr().out)
+    return verdicts, text, [t["ledger"] for t in report["tasks"]]
+
+
+def _rows(store: TaskStore, table, round_id: int) -> int:
+    with store.engine.connect() as conn:
+        return conn.execute(
+            sa.select(sa.func.count()).select_from(table).where(table.c.round_id == round_id)
+        ).scalar()
+
+
+def test_folding_a_long_done_round_keeps_its_verdict_and_the_status_sums(ini, capsys):
+    """The per-document rows of a round done 40 days ago fold into counts (30 days); the round's
+    verdict, `status`'s ledger line and `status --json`'s ledger key read the same numbers, and
+    a round done today keeps its rows."""
+    store = TaskStore(open_database(load_config(ini).database_url), round_lease=60)
+    store.register("t", "patent", "2024-01-01", "2024-01-01", "G06,H04")
+    old = _closed_round(store, ["SCPD/A1", "SCPD/A2", "SCPD/A3", "SCPD/A4"])
+    recent = _closed_round(store, ["SCPD/B1", "SCPD/B2"])
+    with store.engine.begin() as conn:
+        conn.execute(
+            round_.update()
+            .where(round_.c.id == old)
+            .values(updated_at=db_now(conn) - dt.timedelta(days=40))
+        )
+    before = _numbers(store, ini, capsys, [old, recent])
+    assert before[0][0].words() == "listed 5, stored 3, in errorLink 1, dropped other-database 1"
+    assert before[2][0]["stored"] == 4  # 3 + 1: the sums are the rounds'
+
+    assert fold_ledgers(store.engine, 30) == 4  # 3 stored and 1 dropped rows
+    assert fold_ledgers(store.engine, 30) == 0  # folded once
+    assert _rows(store, ledger, old) == 1  # its errorLink document's row: a replay may store it
+    assert _rows(store, ledger_fold, old) == 2
+    assert _rows(store, ledger, recent) == 3 and _rows(store, ledger_fold, recent) == 0
+    assert _numbers(store, ini, capsys, [old, recent]) == before
+    # the document in errorLink stored later (the recrawl phase): the round counts it stored
+    with store.engine.begin() as conn:
+        ledgers.note_stored(conn, [(old, "SCPD/A4")])
+        assert ledgers.count(conn, old) == ledgers.Counts(stored=4, drops={"other-database": 1})
+
+
+def test_a_folded_round_listed_again_counts_its_new_rows_only(db_url):
+    """A folded round crawled again (the cursor moved back) lists and stores its documents anew:
+    its folded counts go, or each document would count twice and the round never balance."""
+    store = TaskStore(open_database(db_url), round_lease=60)
+    store.register("t", "patent", "2024-01-01", "2024-01-01", "G06")
+    rid = _closed_round(store, ["SCPD/A1", "SCPD/A2"])
+    with store.engine.begin() as conn:
+        conn.execute(
+            round_.update()
+            .where(round_.c.id == rid)
+            .values(updated_at=db_now(conn) - dt.timedelta(days=2))
+        )
+    assert fold_ledgers(store.engine, 1) == 2
+    store.note_listed(rid, ["SCPD/A1", "SCPD/A2"], {f"CPFD/{rid}": "other-database"})
+    with store.engine.connect() as conn:
+        assert ledgers.folded(conn, rid) == {}
+        assert ledgers.count(conn, rid) == ledgers.Counts(
+            pending=1, in_error=1, drops={"other-database": 1}
+        )
+
+
+def test_folding_is_off_by_default_and_its_days_are_checked(tmp_path):
+    path = tmp_path / "config.ini"
+    path.write_text("[database]\nurl = sqlite:///x.db\n", encoding="utf-8")
+    assert crawler_settings(load_config(path, environ={}))["DATABASE_LEDGER_DAYS"] == 0
+    path.write_text("[database]\nledger_days = -1\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"\[database\] ledger_days"):
+        load_config(path, environ={})
+
+
+@pytest.mark.slow  # two crawls in worker subprocesses
+def test_a_worker_started_with_ledger_days_folds_the_rounds_done_that_long_ago(crawl_setup):
+    """The whole path: a crawl against the stand-in, its rounds aged three days, then a worker
+    with `-s DATABASE_LEDGER_DAYS=1` (the task up to date): its item pipeline folds them in the
+    background and waits for the fold before it closes; `status --json`'s ledger is unchanged."""
+    setup = crawl_setup("patent", "G06", "sqlite", end="2024-01-01", site={"seed": 3, "scale": 0.2})
+    setup.run_ok()
+    engine = open_database(setup.db_url)
+    with engine.begin() as conn:
+        listed = conn.execute(sa.select(sa.func.count()).select_from(ledger)).scalar()
+        conn.execute(round_.update().values(updated_at=db_now(conn) - dt.timedelta(days=3)))
+    assert listed > 0
+    before = json.loads(setup.run_ok("status", "--json").stdout)["tasks"][0]["ledger"]
+    setup.run_ok("run", "-s", "DATABASE_LEDGER_DAYS=1")
+    with engine.connect() as conn:
+        left = conn.execute(sa.select(sa.func.count()).select_from(ledger)).scalar()
+        counted = conn.execute(sa.select(sa.func.sum(ledger_fold.c.documents))).scalar()
+    assert (left, counted) == (0, listed)
+    assert json.loads(setup.run_ok("status", "--json").stdout)["tasks"][0]["ledger"] == before
+    engine.dispose()
