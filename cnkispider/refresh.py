@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from cnkispider import ledger
 from cnkispider.items import COUNT_FIELDS, FIELDS
-from cnkispider.schema import documents, error_code, round_, task
+from cnkispider.schema import documents, error_code, ledger_fold, round_, task
 from cnkispider.schema import ledger as ledger_table
 
 #: The ledger rule of a listed row whose document is not stored.
@@ -36,13 +36,15 @@ def has_counts(doc_type: str) -> bool:
 
 
 def reset(engine, name: str) -> None:
-    """Forget an earlier refresh of this name: its task row, rounds, ledger and errorCode rows."""
+    """Forget an earlier refresh of this name: its task row, rounds, ledger (folded too) and
+    errorCode rows."""
     with engine.begin() as conn:
         found = conn.execute(sa.select(task.c.id).where(task.c.name == name)).scalar()
         if found is None:
             return
         rounds = sa.select(round_.c.id).where(round_.c.task_id == found)
         conn.execute(ledger_table.delete().where(ledger_table.c.round_id.in_(rounds)))
+        conn.execute(ledger_fold.delete().where(ledger_fold.c.round_id.in_(rounds)))
         conn.execute(error_code.delete().where(error_code.c.task_id == found))
         conn.execute(round_.delete().where(round_.c.task_id == found))
         conn.execute(task.delete().where(task.c.id == found))
