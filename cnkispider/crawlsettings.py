@@ -143,8 +143,8 @@ def crawler_settings(config: Config) -> dict:
     return settings
 
 
-#: How Scrapy's ``getbool`` reads a setting (and config.ini's true/false words).
-_BOOLEANS = frozenset({"0", "1", "true", "false", "yes", "no", "on", "off"})
+#: The words Scrapy's ``getbool`` reads (besides whole numbers: 0 is false, any other true).
+_BOOLEANS = frozenset({"true", "True", "false", "False"})
 
 
 def check_setting(name: str, value: str) -> None:
@@ -152,25 +152,24 @@ def check_setting(name: str, value: str) -> None:
     whose default (ours, else Scrapy's) is a number or a switch must be one, or this raises one
     :class:`InputError` naming it. Unchecked, ``-s RATELIMIT_RATE=abc`` reached the crawler,
     whose middleware failed on ``getfloat`` while it was being built: a traceback instead of a
-    line. The value itself is passed on as typed (Scrapy's getters read the text)."""
+    line. The value itself is passed on as typed (Scrapy's getters read the text).
+
+    A whole-number default does not mean a whole number is required (Scrapy reads
+    ``DNS_TIMEOUT``, default 60, with ``getfloat``): any number passes for a number."""
     default = getattr(_defaults, name, getattr(_scrapy_defaults, name, None))
     text = value.strip()
     if isinstance(default, bool):
-        if text.lower() not in _BOOLEANS:
+        if text not in _BOOLEANS and not _is_number(text, whole=True):
             raise InputError(
                 _("-s {name}={value!r}: expected true or false").format(name=name, value=value)
             )
-    elif isinstance(default, int):
-        try:
-            int(text)
-        except ValueError:
-            raise InputError(
-                _("-s {name}={value!r}: expected a whole number").format(name=name, value=value)
-            ) from None
-    elif isinstance(default, float):
-        try:
-            float(text)
-        except ValueError:
-            raise InputError(
-                _("-s {name}={value!r}: expected a number").format(name=name, value=value)
-            ) from None
+    elif isinstance(default, int | float) and not _is_number(text):
+        raise InputError(_("-s {name}={value!r}: expected a number").format(name=name, value=value))
+
+
+def _is_number(text: str, *, whole: bool = False) -> bool:
+    try:
+        (int if whole else float)(text)
+    except ValueError:
+        return False
+    return True

@@ -618,7 +618,7 @@ def crawl_ini(tmp_path, db_url) -> str:
     ("pair", "expected"),
     [
         ("RATELIMIT_RATE=abc", "error: -s RATELIMIT_RATE='abc': expected a number"),
-        ("CONCURRENT_REQUESTS=2.5", "error: -s CONCURRENT_REQUESTS='2.5': expected a whole number"),
+        ("CONCURRENT_REQUESTS=many", "error: -s CONCURRENT_REQUESTS='many': expected a number"),
         ("PACE_ENABLED=maybe", "error: -s PACE_ENABLED='maybe': expected true or false"),
     ],
 )
@@ -649,6 +649,8 @@ def test_good_setting_values_pass_the_check_as_typed():
         ("RATELIMIT_RATE", "2.5"),
         ("CONCURRENT_REQUESTS", " 8 "),
         ("PACE_ENABLED", "False"),
+        ("PACE_ENABLED", "0"),
+        ("DNS_TIMEOUT", "2.5"),  # a whole-number default Scrapy reads with getfloat
         ("LOG_FILE", "x.log"),
         ("NO_SUCH_SETTING", "anything"),
     ):
