@@ -84,6 +84,11 @@ class ErrorRecorder:
 
         ``permanent``: no replay can mend it (an overflow beyond every cut); kept, never replayed.
         A network failure is never permanent, whatever its attempts.
+
+        errorCode has no unique key, so unlike errorLink's its insert cannot collide: two
+        workers failing on one page at once (a lease that ran out under a slow worker) add two
+        rows, both replayed, and a replay's row is read ``FOR UPDATE``, so two failures of one
+        replay count up that row in turn.
         """
         network = is_network(reason)
         permanent = permanent and not network
