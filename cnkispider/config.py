@@ -226,6 +226,7 @@ SCHEMA: dict[str, dict[str, tuple[Any, str]]] = {
         "categories": (_text, _default("TASKS_CATEGORIES")),
         "day_census": (_bool, _default("TASKS_DAY_CENSUS")),
         "depth": (_choice(*DEPTHS), _default("TASKS_DEPTH")),
+        "query": (_text, _default("TASKS_QUERY")),
     },
     "cnki": {
         "base_url": (_http_url, _default("CNKI_BASE_URL")),
@@ -308,6 +309,7 @@ class TaskConfig:
     categories: str
     day_census: bool = True
     depth: str = "detail"
+    query: str = ""
 
 
 @dataclass(frozen=True)
@@ -418,6 +420,15 @@ def load_config(explicit: str | os.PathLike | None = None, environ=None) -> Conf
     task = values["task"]
     if task["start_date"] and task["end_date"] and task["end_date"] < task["start_date"]:
         raise ConfigError(shown, "task", "end_date", "is before start_date")
+    if task["query"]:
+        # a query is read for its task's type (a patent's fields are not a paper's): checked
+        # here, with both known, and kept in its one spelling
+        from cnkispider.cnki.query import QueryError, normalize
+
+        try:
+            task["query"] = normalize(task["query"], task["type"])
+        except QueryError as exc:
+            raise ConfigError(sources[("task", "query")], "task", "query", str(exc)) from None
     tls = TlsFiles(values, sources, base_dir)
     return Config(
         path=path,

@@ -85,6 +85,7 @@ def crawler_settings(config: Config) -> dict:
         "TASKS_CATEGORIES": task.categories,
         "TASKS_DAY_CENSUS": task.day_census,
         "TASKS_DEPTH": task.depth,
+        "TASKS_QUERY": task.query,
         "TASKS_BASE_DIR": str(config.base_dir),
         "TASKS_ROUND_LEASE": crawl["round_lease_seconds"],
         "TASKS_ROUND_ATTEMPTS": crawl["round_attempts"],

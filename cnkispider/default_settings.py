@@ -180,6 +180,8 @@ TASKS_END_DATE = ""  # empty: open-ended, crawled up to today
 TASKS_CATEGORIES = "builtin"
 # list | export | detail (docs/DEPTH.md): what a task fetches beyond its list rows
 TASKS_DEPTH = "detail"
+# the task's professional-search expression (docs/QUERY.md); "" = every document of the category
+TASKS_QUERY = ""
 # one search per day without the category first (tasks/rounds.py "The day census"); False: a round
 # per (day x root category), as before issue 21 (the benchmark's baseline)
 TASKS_DAY_CENSUS = True

@@ -129,6 +129,13 @@ def config_drift(config: Config, row) -> list[str]:
             row.start_date.isoformat(),
             f"cnkispider task add {name}-2 --start {t.start_date} (a task's start is fixed)",
         )
+    if (t.query or None) != (getattr(row, "query", None) or None):
+        warn(
+            "query",
+            t.query,
+            getattr(row, "query", None),
+            f'cnkispider task set {name} --query "{t.query}" (before its first round)',
+        )
     return lines
 
 
@@ -204,6 +211,16 @@ def _check_services(config: Config) -> None:
         client.close()
 
 
+def query_spelling(query: str, doc_type: str) -> str | None:
+    """The one spelling of ``query`` (its own text when it does not parse: it differs)."""
+    from cnkispider.cnki.query import QueryError, normalize
+
+    try:
+        return normalize(query, doc_type)
+    except QueryError:
+        return query
+
+
 def add_drift(args, row) -> list[str]:
     """`task add NAME ...` of a task that exists (``row``: its :class:`tasks.rows.Task`): the
     commands that would make each change its arguments ask for (empty: the same task). Only
@@ -221,6 +238,11 @@ def add_drift(args, row) -> list[str]:
     depth = getattr(args, "depth", None)
     if depth and depth.strip().lower() != (row.depth or "detail"):
         out.append(f"cnkispider task set {name} --depth {depth}")
+    query = getattr(args, "query", None)
+    if query and query.strip() and query_spelling(query, row.type) != row.query:
+        out.append(
+            f"cnkispider task add {name}-2 --like {name} --query ... (a task's query is fixed once crawled)"
+        )
     start = parse_day(args.start, "start date")
     if start and start != row.start_date.isoformat():
         out.append(f"cnkispider task add {name}-2 --start {start} ... (a task's start is fixed)")

@@ -44,7 +44,7 @@ from sqlalchemy.dialects.mysql import MEDIUMTEXT
 
 from cnkispider.items import FIELDS, INTEGER_FIELDS, TIME_FIELDS
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 metadata = MetaData()
 
@@ -84,6 +84,9 @@ task = Table(
     Column("depth", String(10)),
     # a deepening task's rule (tasks/selection.py): where:RULE or keys:PATH; NULL = every row
     Column("selection", Text),
+    # issue 39: the task's professional-search expression (cnkispider/cnki/query.py, in its one
+    # spelling); NULL: a category task
+    Column("query", Text),
 )
 
 round_ = Table(
@@ -397,3 +400,7 @@ def _add_ledger_fold_table() -> list[tuple[Table, str]]:
 
 
 UPGRADES[9] = _add_ledger_fold_table()
+
+
+# issue 39: a task may carry a professional-search expression
+UPGRADES[10] = [(task, "query")]

@@ -196,10 +196,14 @@ class SiteHandle:
             }
         )
 
-    def truth(self, doc_type: str, start: str, end: str | None = None, categories=()) -> list[dict]:
-        status, _, data = self.request(
-            "GET", "/_truth?" + self._scope(doc_type, start, end, categories)
-        )
+    def truth(
+        self, doc_type: str, start: str, end: str | None = None, categories=(), query: str = ""
+    ) -> list[dict]:
+        """Every document of the scope (with ``query``, those its expression finds)."""
+        scope = self._scope(doc_type, start, end, categories)
+        if query:
+            scope += "&" + urlencode({"query": query})
+        status, _, data = self.request("GET", "/_truth?" + scope)
         if status != 200:
             raise RuntimeError(f"/_truth: {status} {data[:200]!r}")
         return [json.loads(line) for line in data.decode("utf-8").splitlines() if line]
@@ -312,15 +316,29 @@ def query_json(
     facet: bool = False,
     resource: tuple[str, str] | None = None,
     rows: tuple = (),
+    expert: str = "",
 ) -> str:
     """A QueryJson like the real site's, for one date range (None: no PT condition) and
     optionally one code (a Subject CLC item with ``operator``, or with ``facet`` the CCL group)
     and title. ``kuaku`` and ``resource`` (Resource, Classid) override the contract's values.
-    ``rows``: the form's several 分类号 rows, (code, Logic) each (Logic 0 AND, 1 OR)."""
+    ``rows``: the form's several 分类号 rows, (code, Logic) each (Logic 0 AND, 1 OR).
+    ``expert``: a professional-search expression, the expert page's one EXPERT item."""
     res, classid, kuaku_default, rlang = SEARCH_RESOURCES[doc_type]
     if resource is not None:
         res, classid = resource
     subject = []
+    if expert:
+        subject.append(
+            {
+                "Key": "Expert",
+                "Title": "",
+                "Logic": 0,
+                "Field": "EXPERT",
+                "Operator": 0,
+                "Value": expert,
+                "Value2": "",
+            }
+        )
     if code and not facet:
         subject.append(
             {"Field": "CLC", "Value": code, "Operator": operator, "Logic": 0, "Title": "分类号"}

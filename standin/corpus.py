@@ -49,6 +49,7 @@ from datetime import date
 from pathlib import Path
 
 from standin import vocab
+from standin.query import compile_expert
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TREES = {
@@ -289,6 +290,8 @@ class Search:
     # further prefix clauses AND'd with ``codes`` (each OR'd within): two 分类号 rows joined
     # by AND list the documents carrying a code under both
     also: tuple[tuple[str, ...], ...] = ()
+    # a professional-search expression (standin/query.py), AND'ed with the rest; "": none
+    expert: str = ""
 
 
 @dataclass
@@ -726,6 +729,9 @@ class Corpus:
             refs = refs + self.foreign_refs(start, end, search.codes, search.exact, search.foreign)
         if search.title:
             refs = [r for r in refs if search.title in self.title(t, *r)]
+        if search.expert:
+            matches = compile_expert(search.expert, t)
+            refs = [r for r in refs if matches(self.document(t, *r))]
         rank = self.rank
         field_ = search.sort_field
         if field_ in ("", "PT"):
@@ -797,11 +803,16 @@ class Corpus:
     # -- ground truth ----------------------------------------------------------------------
 
     def truth(
-        self, doc_type: str, start: str, end: str, categories: Iterable[str] = ()
+        self, doc_type: str, start: str, end: str, categories: Iterable[str] = (), expert: str = ""
     ) -> list[dict]:
-        """Every document of the task's rounds, all fields, in (day, leaf, index) order."""
+        """Every document of the task's rounds, all fields, in (day, leaf, index) order; with
+        ``expert``, only those its professional-search expression finds."""
         refs = self.match_refs(doc_type, parse_day(start), parse_day(end), tuple(categories))
-        return [dict(self.document(doc_type, *r).fields) for r in refs]
+        docs = (self.document(doc_type, *r) for r in refs)
+        if expert:
+            matches = compile_expert(expert, doc_type)
+            docs = (d for d in docs if matches(d))
+        return [dict(d.fields) for d in docs]
 
     def rounds(
         self, doc_type: str, start: str, end: str, categories: Iterable[str] = ()

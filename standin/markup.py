@@ -216,6 +216,10 @@ def rejection(value: str) -> bytes:
 #: a condition's Logic that is not 0 (AND), 1 (OR) or 2 (NOT): CNKI's check of a form field,
 #: in the words it uses for pageSize
 BAD_LOGIC = rejection("参数校验;字段【Logic】校验失败")
+# An expert (专业检索) expression the site cannot read. CNKI's own words for it are not in any
+# public capture (docs/QUERY.md): what matters is that it is a rejection (a non-empty value),
+# never a zero, so a crawler that sends a broken expression stops instead of "finding nothing".
+BAD_EXPERT = rejection("检索表达式错误，请检查检索式")
 NO_CATEGORY = rejection("查询对象结构错误, 没有指定检索分类！")
 BAD_PAGE_SIZE = rejection("参数校验;字段【pageSize】校验失败")
 CURSOR_PAST_CAP = rejection("起始游标越界")

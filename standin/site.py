@@ -70,6 +70,7 @@ from standin.limits import (
     SessionTable,
     TokenSigner,
 )
+from standin.query import ExpertError, compile_expert
 
 CROSSDB_CLASS = "WD0FTY92"
 # single-database resources (Resource, or Classid when Resource is absent): type and databases
@@ -243,8 +244,9 @@ def _items(group: dict) -> list[dict]:
 
 
 CHALLENGE_FORMS = ("soft_block", "verify_redirect", "json_403", "json_200", "vericode_form")
-REJECTIONS = ("no_category", "page_size", "cursor", "logic")
+REJECTIONS = ("no_category", "page_size", "cursor", "logic", "expert")
 REJECTION_BODIES = {
+    markup.BAD_EXPERT: "expert",
     markup.BAD_LOGIC: "logic",
     markup.NO_CATEGORY: "no_category",
     markup.BAD_PAGE_SIZE: "page_size",
@@ -736,6 +738,7 @@ class Site:
         clauses: list[list[str]] = []
         exact: list[str] = []
         title = ""
+        expert = ""
         for group in _lower_keys(q.get("qnode")).get("qgroup") or []:
             open_clause = False
             for item in _items(group):
@@ -759,6 +762,14 @@ class Site:
                         open_clause = True
                 elif name == "TI":
                     title = value
+                elif name == "EXPERT":
+                    if expert or not value:
+                        return markup.BAD_EXPERT, page, 0
+                    try:
+                        compile_expert(value, doc_type)
+                    except ExpertError:
+                        return markup.BAD_EXPERT, page, 0
+                    expert = value
         codes = clauses[0] if clauses else []
         also = tuple(tuple(sorted(set(c))) for c in clauses[1:])
         if "category-filter" in self.breaks:
@@ -791,6 +802,7 @@ class Site:
             tuple(sorted(set(dbnames))),
             tuple(sorted(set(foreign))),
             also,
+            expert,
         )
         return search, page, size
 
@@ -1173,7 +1185,12 @@ class Site:
             scope = self._scope(req)
         except ValueError as exc:
             return Response(400, json.dumps({"error": str(exc)}).encode(), JSON)
-        lines = (json.dumps(row, ensure_ascii=False) + "\n" for row in self.corpus.truth(*scope))
+        expert = parse_qs(req.query).get("query", [""])[0]
+        try:
+            rows = self.corpus.truth(*scope, expert=expert)
+        except ExpertError as exc:
+            return Response(400, json.dumps({"error": str(exc)}).encode(), JSON)
+        lines = (json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
         return Response(200, "".join(lines).encode(), "application/x-ndjson; charset=utf-8")
 
     def rounds(self, req: Request) -> Response:

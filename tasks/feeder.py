@@ -71,6 +71,7 @@ class RoundFeeder:
         self.end_date = settings.get("TASKS_END_DATE")
         self.categories = settings.get("TASKS_CATEGORIES")
         self.depth = settings.get("TASKS_DEPTH") or "detail"
+        self.query = settings.get("TASKS_QUERY") or None
         base_dir = settings.get("TASKS_BASE_DIR")
         self.base_dir = Path(base_dir) if base_dir else None
         self.round_lease = settings.getint("TASKS_ROUND_LEASE")
@@ -178,6 +179,8 @@ class RoundFeeder:
                 self.end_date,
                 self.categories,
                 self.depth,
+                None,
+                self.query,
             )
             logger.info(
                 "%s task %s (%s)", "registered" if created else "joined", task.name, task.id

@@ -23,6 +23,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from cnkispider.clock import cnki_today
+from cnkispider.cnki.query import QueryError
+from cnkispider.cnki.query import normalize as normalize_query
 
 # Run again while the database is away: only for reads, and for moves that are one conditional
 # UPDATE (run again after its commit was lost, it matches nothing and says False: another
@@ -65,6 +67,9 @@ class Task:
     halted_at: dt.datetime | None = None
     depth: str = DEFAULT_DEPTH  # list | export | detail (cnkispider.items.DEPTHS)
     selection: Selection | None = None  # a deepening task's rule (tasks/selection.py)
+    # the professional-search expression every search of the task carries (docs/QUERY.md);
+    # None: every document of the task's categories
+    query: str | None = None
 
     def limit(self, now: dt.datetime) -> dt.date:
         """The last day that may be handed out: end_date, or today on CNKI's calendar."""
@@ -154,6 +159,11 @@ def validate_row(row, base_dir: Path | None = None) -> Task:
         selection = parse_selection(getattr(row, "selection", None))
     except SelectionError as exc:
         raise TaskRowError(tid, f"selection: {exc}") from None
+    raw_query = getattr(row, "query", None)  # NULL (and a database before v9): no query
+    try:
+        query = normalize_query(raw_query, row.type) if raw_query else None
+    except QueryError as exc:  # a hand-edited row: reported and skipped, as any bad column
+        raise TaskRowError(tid, f"query: {exc}") from None
     return Task(
         id=tid,
         name=row.name,
@@ -170,6 +180,7 @@ def validate_row(row, base_dir: Path | None = None) -> Task:
         halted_at=getattr(row, "halted_at", None),
         depth=depth,
         selection=selection,
+        query=query,
     )
 
 
@@ -275,6 +286,7 @@ def describe(t: Task) -> str:
         f"{len(t.tree.roots)} categories, depth {t.depth}, phase {t.phase}, "
         f"last heartbeat {status}"
         + (f", selects {t.selection.text}" if t.selection else "")
+        + (f", query {t.query}" if t.query else "")
         + (_halt_words(t.halt_reason) if t.halt_reason else "")
     )
 

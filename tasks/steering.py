@@ -49,6 +49,19 @@ from tasks.rows import Task, TaskRows, check_name, read_row, task_days, validate
 from tasks.selection import parse_selection
 
 
+def check_query(query: str | None, doc_type: str) -> str | None:
+    """A task's expression in its one spelling (None for none), or InputError saying where it
+    fails (cnkispider/cnki/query.py)."""
+    from cnkispider.cnki.query import QueryError, normalize
+
+    if query is None or not query.strip():
+        return None
+    try:
+        return normalize(query, doc_type)
+    except QueryError as exc:
+        raise InputError(f"--query: {exc}") from None
+
+
 def finished_line(current: Task) -> str:
     """Why a finished task is not paused or resumed, and what crawls more of it."""
     return (
@@ -103,6 +116,7 @@ class Steering(TaskRows):
         categories: str = "builtin",
         depth: str = DEFAULT_DEPTH,
         selection: str | None = None,
+        query: str | None = None,
     ) -> tuple[Task, bool]:
         """Create the task if it is new; join it unchanged if it exists (returns created?).
 
@@ -117,6 +131,7 @@ class Steering(TaskRows):
         load_tree(categories, doc_type, self.base_dir)  # fail now on a bad category spec
         depth = check_depth(depth)
         parse_selection(selection)  # fail now on a bad rule
+        query = check_query(query, doc_type)  # fail now on a bad expression
         with self.engine.begin() as conn:
             existing = conn.execute(sa.select(task.c.id).where(task.c.name == name)).first()
             if existing is None:
@@ -133,6 +148,7 @@ class Steering(TaskRows):
                             categories=categories,
                             depth=depth,
                             selection=selection or None,
+                            query=query,
                             phase=Phase.CRAWL,
                             created_at=now,
                             updated_at=now,
@@ -151,14 +167,16 @@ class Steering(TaskRows):
         categories: str | None,
         doc_type: str | None,
         depth: str | None = None,
+        query: str | None = None,
     ) -> Task:
         """Change what the task table allows to change: the categories, the depth (rounds
         handed out from now on are crawled at it; documents already stored keep theirs until a
-        deeper pass fills them), and the type while nothing of the task is crawled (its rounds,
-        documents and error rows belong to one type). Works on a row whose categories a worker
-        cannot read (a category file gone): new categories repair it."""
-        if categories is None and doc_type is None and depth is None:
-            raise InputError("task set: give --categories, --type and/or --depth")
+        deeper pass fills them), the type and the query while nothing of the task is crawled
+        (its rounds, documents and error rows belong to one type and one search; a changed
+        search is a new task: ``task add NEW --like NAME --query ...``). Works on a row whose
+        categories a worker cannot read (a category file gone): new categories repair it."""
+        if categories is None and doc_type is None and depth is None and query is None:
+            raise InputError("task set: give --categories, --type, --depth and/or --query")
         new_depth = check_depth(depth, "--depth") if depth is not None else None
         with self._command(key) as (conn, row):
             new_type = doc_type or row.type
@@ -166,10 +184,23 @@ class Steering(TaskRows):
             values = {}
             if categories is not None:
                 values["categories"] = new_categories
+            crawled = conn.execute(
+                sa.select(sa.func.count()).select_from(round_).where(round_.c.task_id == row.id)
+            ).scalar()
+            current_query = getattr(row, "query", None) or None
+            if query is not None:
+                new_query = check_query(query, new_type)
+                if new_query != current_query:
+                    if crawled:
+                        raise InputError(
+                            f"task {row.name!r}: the query stays as it is because {crawled} rounds "
+                            f"are already crawled with it (add a new task: task add NEW --like "
+                            f"{row.name} --query ...)"
+                        )
+                    values["query"] = new_query
+            elif doc_type is not None and current_query:
+                check_query(current_query, new_type)  # the query's fields must exist for the type
             if doc_type is not None and doc_type != row.type:
-                crawled = conn.execute(
-                    sa.select(sa.func.count()).select_from(round_).where(round_.c.task_id == row.id)
-                ).scalar()
                 if crawled:
                     raise InputError(
                         f"task {row.name!r}: the type stays {row.type} because {crawled} rounds are already "

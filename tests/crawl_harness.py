@@ -50,6 +50,8 @@ class CrawlSetup:
     day_census: str | None = "off"
     # [task] depth (issue 27): None = not written (detail, the default)
     depth: str | None = None
+    # [task] query (issue 39): the task's professional-search expression; None = not written
+    search_query: str | None = None
 
     @property
     def config_path(self) -> Path:
@@ -84,6 +86,7 @@ class CrawlSetup:
                 "categories": self.categories,
                 **({"day_census": self.day_census} if self.day_census else {}),
                 **({"depth": self.depth} if self.depth else {}),
+                **({"query": self.search_query} if self.search_query else {}),
             },
             "cnki": cnki,
             "crawl": crawl,
@@ -151,6 +154,14 @@ class CrawlSetup:
         return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
 
     def truth(self) -> list[dict]:
+        if self.search_query:  # the documents the task's expression finds in its scope
+            return self.site.truth(
+                self.doc_type,
+                self.start,
+                self.end,
+                self.categories.split(","),
+                query=self.search_query,
+            )
         return self.site.truth(self.doc_type, self.start, self.end, self.categories.split(","))
 
     def stored(self) -> list[dict]:

@@ -58,6 +58,8 @@ def crawl(
                 config.task.end_date,
                 config.task.categories,
                 config.task.depth,
+                None,
+                config.task.query or None,
             )[0]
         )
         store.set_phase(current.id, Phase.RECRAWL)

@@ -9,6 +9,7 @@ import sys
 from cnkispider.cli.common import add_command
 from cnkispider.config import Config
 from cnkispider.exceptions import InputError, TaskRowError
+from cnkispider.i18n import _
 from cnkispider.items import DEFAULT_DEPTH, DOC_TYPES, check_depth
 from cnkispider.preflight import add_drift, check_task_input, parse_day, task_store
 from tasks.rows import check_name, describe
@@ -24,6 +25,7 @@ def cmd_init_db(config: Config, args) -> int:
 
 def cmd_task(config: Config, args) -> int:
     from tasks.rows import validate_row
+    from tasks.steering import check_query
 
     store = task_store(config)
     action = args.action
@@ -41,6 +43,8 @@ def cmd_task(config: Config, args) -> int:
             args.end = args.end or (like.end_date.isoformat() if like.end_date else None)
             if args.categories is None:
                 args.categories = like.categories
+            if args.query is None:
+                args.query = like.query
         if not args.type or not args.start:
             raise InputError("task add: give --type and --start (or --like TASK)")
         if args.categories is None:
@@ -49,6 +53,7 @@ def cmd_task(config: Config, args) -> int:
         check_task_input(args.type, args.start, args.end, args.categories, store.base_dir)
         depth = check_depth(DEFAULT_DEPTH if args.depth is None else args.depth, "--depth")
         selection = selection_text(args.where, args.keys)
+        query = check_query(args.query, args.type)
         current, created = store.register(
             args.name,
             args.type,
@@ -57,6 +62,7 @@ def cmd_task(config: Config, args) -> int:
             args.categories,
             depth,
             selection,
+            query,
         )
         changes = [] if created else add_drift(typed, current)
         if changes:
@@ -71,7 +77,9 @@ def cmd_task(config: Config, args) -> int:
     elif action == "set":
         print(
             "changed: "
-            + describe(store.set_task(args.name, args.categories, args.type, args.depth))
+            + describe(
+                store.set_task(args.name, args.categories, args.type, args.depth, args.query)
+            )
         )
     elif action == "list":
         rows = store.rows()
@@ -148,6 +156,13 @@ def add_task(sub) -> None:
         "--depth",
         help="list | export | detail (default): what is fetched beyond the list rows (docs/DEPTH.md)",
     )
+    add.add_argument(
+        "--query",
+        help=_(
+            "a CNKI professional-search expression every search of the task carries, "
+            "e.g. \"SU='碳中和' AND AF='清华大学'\" (docs/QUERY.md)"
+        ),
+    )
     tset = actions.add_parser(
         "set", help="change a task's categories, or its type while nothing is crawled"
     )
@@ -155,6 +170,9 @@ def add_task(sub) -> None:
     tset.add_argument("--categories", help="new category spec (checked against the category tree)")
     tset.add_argument("--type", choices=DOC_TYPES, help="new type (only before its first round)")
     tset.add_argument("--depth", help="list | export | detail: the depth of rounds from now on")
+    tset.add_argument(
+        "--query", help=_("the task's professional-search expression (only before its first round)")
+    )
     actions.add_parser("list", help="every task, bad rows flagged")
     for name, text in (
         ("show", "one task with its progress"),

@@ -180,6 +180,9 @@ class Search:
     # several category codes OR'd in one group, as the search form sends several 分类号
     # conditions (a census over a task's categories, tasks/rounds.py); () = not that
     any_of: tuple[str, ...] = ()
+    # the task's professional-search expression (cnkispider/cnki/query.py, already checked and
+    # in its one spelling), AND'ed with the day and the category; None = a category task
+    query: str | None = None
 
     def __post_init__(self) -> None:
         if self.doc_type not in RESOURCES:
@@ -207,6 +210,7 @@ class Search:
         # "" and None both mean "no condition"; keep one spelling so equal searches compare equal.
         object.__setattr__(self, "category", self.category or None)
         object.__setattr__(self, "title", self.title or None)
+        object.__setattr__(self, "query", self.query or None)
         any_of = tuple(str(c).strip() for c in (self.any_of or ()))
         if any_of and (self.category or self.title or not all(any_of)):
             # one group holds the OR'd codes alone: a category or title beside them would read
@@ -225,6 +229,8 @@ class Search:
             data["any_of"] = list(self.any_of)  # plain JSON: requests are stored in Redis
         else:
             del data["any_of"]  # the searches of one category read as before
+        if not self.query:
+            del data["query"]  # a category task's searches read as before
         return data
 
     @classmethod
@@ -385,6 +391,20 @@ class Protocol:
         """The QueryJson form value (a JSON string inside the form, never a JSON body)."""
         res = RESOURCES[search.doc_type]
         subject_items = []
+        if search.query:
+            # the expert search's one item, as its page sends it (docs/QUERY.md: the form's
+            # expression box); the round's category and day are AND'ed beside it (Logic 0)
+            subject_items.append(
+                {
+                    "Key": "Expert",
+                    "Title": "",
+                    "Logic": 0,
+                    "Field": "EXPERT",
+                    "Operator": 0,
+                    "Value": search.query,
+                    "Value2": "",
+                }
+            )
         if search.category and self.category_mode == "subject":
             subject_items.append(self._category_item(search.category))
         if search.any_of and self.category_mode == "subject":
@@ -434,7 +454,8 @@ class Protocol:
             "Products": "",
             "QNode": {"QGroup": qgroups},
             "ExScope": 1,
-            "SearchType": 2,
+            # 4 is the expert search's type (its page's QueryJson), 2 the advanced form's
+            "SearchType": 4 if search.query else 2,
             "Rlang": res.rlang,
             "KuaKuCode": res.kuaku_code,
             "Expands": {},

@@ -120,6 +120,14 @@ class RoundSpider(
         """The task this spider crawls for (flow control opens it: ``cnkispider.context``)."""
         return context_of(self.crawler)
 
+    def day_search(self, day, category: str | None = None, **cuts) -> Search:
+        """A search of the task on one day: the category's (None: every one), with the task's
+        professional-search expression when it has one (docs/QUERY.md), so every search a
+        round makes (its pages, its split, its census, its replays) stays inside the query."""
+        context = self.context
+        query = context.task.query if context is not None else None
+        return Search.for_day(self.doc_type, day, category, query=query, **cuts)
+
     def _task_id(self) -> int | None:
         context = self.context
         return context.task_id if context is not None else None
@@ -170,11 +178,11 @@ class RoundSpider(
             context = self.context
             whole = context is None or self.covers_tree()
             roots = () if whole else tuple(context.tree.roots)
-            search = Search.for_day(self.doc_type, round_.day, None, any_of=roots)
+            search = self.day_search(round_.day, None, any_of=roots)
             return [
                 self.search_request(search, 1, round_id=round_.id, round_root=True, census=True)
             ]
-        search = Search.for_day(self.doc_type, round_.day, round_.category)
+        search = self.day_search(round_.day, round_.category)
         return [self.search_request(search, 1, round_id=round_.id, round_root=True)]
 
     def covers_tree(self) -> bool:
@@ -463,7 +471,7 @@ class RoundSpider(
                 len(children),
             )
             for code in children:
-                child = Search.for_day(self.doc_type, search.day_start, code)
+                child = Search.for_day(self.doc_type, search.day_start, code, query=search.query)
                 yield self.search_request(child, 1, **part, **carry(meta))
             return
         # A leaf: each end of one sort order reaches `cap` documents; together up to 2 x cap.
@@ -472,6 +480,7 @@ class RoundSpider(
                 self.doc_type,
                 search.day_start,
                 search.category,
+                query=search.query,
                 sort_field="PT",
                 sort_type=sort_type,
             )
@@ -556,7 +565,7 @@ class RoundSpider(
         search = (
             Search.from_dict(json.loads(row["search"]))
             if row["search"]
-            else Search.for_day(self.doc_type, row["day"], row["category"] or None)
+            else self.day_search(row["day"], row["category"] or None)
         )
         page = row["page"] or 1
         meta = {"error_code_id": row["id"], "replay_page": page}

@@ -47,7 +47,9 @@ class CensusMixin:
             census,
         )
         # the row names the census's search (page 1), the one whose total was not met
-        census_search = Search.for_day(self.doc_type, day, None)
+        census_search = Search.for_day(
+            self.doc_type, day, None, query=Search.from_dict(meta["search"]).query
+        )
         await record_failure(
             self.crawler,
             {"round_id": round_id, "search": census_search.to_dict(), "page": 1},
