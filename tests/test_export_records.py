@@ -97,15 +97,29 @@ def test_a_record_matching_no_row_is_a_stray_never_stored():
     assert pairs == [] and len(left) == 1 and len(strays) == 1
 
 
-def test_a_short_answer_halves_the_size_but_not_below_what_it_held():
+def test_a_short_answer_sets_the_size_to_what_it_held_for_every_later_session():
     batches = ExportBatches(50)
     assert batches.size("s1") == 50
-    assert batches.answered("s1", 50, 10) == 25
-    assert batches.answered("s1", 25, 10) == 12
-    assert batches.answered("s1", 12, 10) == 10
+    assert batches.answered("s1", 50, 10) == 10  # one answer settles it (issue 39 point 6)
     assert batches.answered("s1", 10, 10) == 10  # settled
-    assert batches.size("s2") == 50  # per session
-    assert batches.answered("s3", 50, 0) == 25
+    assert batches.size("s2") == 10  # a new session starts where the worker learned
+    fresh = ExportBatches(50)
+    assert fresh.answered("s3", 50, 0) == 25  # nothing held: no limit learned, halved
+    assert fresh.size("s4") == 50
+
+
+def test_a_site_answering_10_ids_costs_one_request_per_10_documents():
+    """401 documents, a site that answers at most 10 ids a request: 41 requests, not 54."""
+    batches, left, requests, session = ExportBatches(50), 401, 0, "s1"
+    while left:
+        asked = min(batches.size(session), left)
+        got = min(asked, 10)
+        batches.answered(session, asked, got)
+        left -= got
+        requests += 1
+        if requests % 7 == 0:
+            session = f"s{requests}"  # sessions renew as the crawl goes
+    assert requests == 41
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "x", "501", ""])

@@ -5,10 +5,12 @@ CNKI does not say how many ids one request answers (PROTOCOL.md, 2026 evidence p
 public client sends several comma-joined, unconfirmed live). So the size is learned, never
 assumed:
 
-- a session starts at ``[cnki] export_batch`` (``CNKI_EXPORT_BATCH``, 50);
-- an answer with fewer records than ids halves that session's size, but never below the number
-  of records the answer did hold (CNKI answering 10 of 50 settles at 10 in two steps instead of
-  wandering down to 6), and never below 1;
+- a session starts at ``[cnki] export_batch`` (``CNKI_EXPORT_BATCH``, 50), or at the size this
+  worker last learned from another session (CNKI's limit is the site's, not a session's: a new
+  session need not pay to learn it again);
+- an answer with fewer records than ids sets the size to the number of records it held (CNKI
+  answering 10 of 50 is settled at 10 by that one answer: issue 39 point 6); an answer with none
+  tells nothing about a limit (an outage, a refusal) and halves it; never below 1;
 - the ids left out are asked again, first, in the next batch;
 - an id left out of three batches of several is asked alone next; left out of a batch of one
   (asked alone) it is given up: its row goes to errorLink with
@@ -55,16 +57,19 @@ class ExportBatches:
     def __init__(self, start: int = 50):
         self.start = check_batch(start)
         self._sizes: dict[str, int] = {}
+        self._learned: int | None = None  # the last size an answer taught, any session
 
     def size(self, session: str | None) -> int:
-        return self._sizes.get(session or "", self.start)
+        return self._sizes.get(session or "", self._learned or self.start)
 
     def answered(self, session: str | None, asked: int, got: int) -> int:
         """Learn from one answer (``got`` records for ``asked`` ids); the session's new size."""
         size = self.size(session)
         if asked > 0 and got < asked:
-            size = max(1, got, min(size, asked) // 2)
+            size = got if got > 0 else max(1, min(size, asked) // 2)
             self._sizes[session or ""] = size
+            if got > 0:
+                self._learned = size
         return size
 
     def forget(self, session: str | None) -> None:
