@@ -27,6 +27,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -46,8 +47,28 @@ BATCH = 1000
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what spreadsheets take for a formula
 
 
+#: Where a document came from (issue 39): the task that stored it, that task's query (empty for a
+#: category task) and when (crawled_at), so an export of a query task says which search found it.
+PROVENANCE = ("crawled_at", "task", "query")
+
+
 def columns(doc_type: str) -> tuple[str, ...]:
-    return (*FIELDS[doc_type], "crawled_at")
+    return (*FIELDS[doc_type], *PROVENANCE)
+
+
+def with_provenance(engine: Engine, rows: Iterator[dict]) -> Iterator[dict]:
+    """``rows`` with the name and query of the task that stored each (a task read once)."""
+    tasks: dict[int | None, tuple[str, str]] = {None: ("", "")}
+    for row in rows:
+        task_id = row.get("task_id")
+        if task_id not in tasks:
+            with engine.connect() as conn:
+                found = conn.execute(
+                    sa.select(task.c.name, task.c.query).where(task.c.id == task_id)
+                ).first()
+            tasks[task_id] = (found.name, found.query or "") if found else ("", "")
+        row["task"], row["query"] = tasks[task_id]
+        yield row
 
 
 def resolve_task(engine: Engine, key: str) -> int:
@@ -77,7 +98,9 @@ def write_documents(
     names = columns(doc_type)
     # newline="": the csv module writes its own \r\n line ends and must see line breaks inside
     # values untranslated; JSON escapes them anyway.
-    rows = iter_documents(engine, doc_type, since=since, batch=batch, task_id=task_id)
+    rows = with_provenance(
+        engine, iter_documents(engine, doc_type, since=since, batch=batch, task_id=task_id)
+    )
     if fmt == "xlsx":
         from cnkispider.spreadsheet import write_xlsx
 

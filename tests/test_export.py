@@ -71,7 +71,12 @@ def read_csv(path) -> list[dict]:
 
 
 def expected(doc: dict) -> dict:
-    return {**{name: doc[name] for name in FIELDS["patent"]}, "crawled_at": "2024-05-06 07:08:09"}
+    return {
+        **{name: doc[name] for name in FIELDS["patent"]},
+        "crawled_at": "2024-05-06 07:08:09",
+        "task": "",  # stored by no task: no provenance to tell
+        "query": "",
+    }
 
 
 def test_csv_round_trips_through_the_csv_module_with_every_field_intact(config, tmp_path):
@@ -166,6 +171,38 @@ def test_task_keeps_the_documents_of_that_task(config, tmp_path):
     out = tmp_path / "task.csv"
     export(path, "--task", "second", "--out", str(out))
     assert [r["filename"] for r in read_csv(out)] == ["CN00000003A"]
+
+
+def test_each_document_says_which_task_and_query_found_it_and_when(config, tmp_path):
+    """Provenance (issue 39): the task's name and its query beside crawled_at, in every format
+    that has columns."""
+    path, engine = config
+    with engine.begin() as conn:
+        conn.execute(
+            task.insert().values(
+                name="carbon",
+                type="patent",
+                start_date="2024-01-01",
+                categories="builtin",
+                query="SQR='华为' AND SU='碳中和'",
+            )
+        )
+        conn.execute(
+            task.insert().values(
+                name="plain", type="patent", start_date="2024-01-01", categories="G06"
+            )
+        )
+        ids = dict(conn.execute(sa.select(task.c.name, task.c.id)).all())
+    store(engine, [document(1)], task_id=ids["carbon"])
+    store(engine, [document(2)], task_id=ids["plain"])
+    out = tmp_path / "p.jsonl"
+    export(path, "--format", "jsonl", "--out", str(out))
+    records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [(r["task"], r["query"]) for r in records] == [
+        ("carbon", "SQR='华为' AND SU='碳中和'"),
+        ("plain", ""),
+    ]
+    assert all(r["crawled_at"] for r in records)
 
 
 def test_export_to_stdout(config, capfdbinary):
