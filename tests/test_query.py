@@ -293,3 +293,32 @@ def test_a_query_task_stores_exactly_what_the_query_finds_at_each_depth(crawl_se
     _equal_to_truth(setup)
     everything = setup.site.truth("patent", WITHIN)
     assert len(setup.stored()) < len(everything)  # nothing outside the query is stored
+
+
+def test_status_shows_the_query_in_text_and_json(sqlite_url):
+    """`status` (text and --json) carries the task's query (issue 39 point 5; the web page's
+    test is tests/test_web.py's, on its crawl)."""
+    from cnkispider.db import open_database
+    from cnkispider.schema import task
+    from cnkispider.status import collect, render
+
+    engine = open_database(sqlite_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                task.insert().values(
+                    name="carbon",
+                    type="paper",
+                    start_date="2024-01-01",
+                    categories="builtin",
+                    phase="crawl",
+                    query="SU='碳中和' AND AF='清华大学'",
+                )
+            )
+        report = collect(engine, None)
+    finally:
+        engine.dispose()
+    (entry,) = report["tasks"]
+    assert entry["query"] == "SU='碳中和' AND AF='清华大学'"
+    assert "  query SU='碳中和' AND AF='清华大学'" in render(report).splitlines()
+    assert json.loads(json.dumps(report))["tasks"][0]["query"] == entry["query"]

@@ -730,3 +730,21 @@ def test_the_banner_of_a_task_without_a_worker_starts_a_worker_of_that_task(sqli
     assert [(b["task"], b["kind"]) for b in shown] == [("q2", "idle")]
     html = _templates().env.get_template("_banners.html").render(banners=shown)
     assert "start a worker: <code>cnkispider run --task q2</code>" in html
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("web-crawl")
+def test_the_task_page_shows_the_task_s_query(crawled):
+    """Issue 39: a query task's expression on its page, as text."""
+    setup, engine, server = crawled["setup"], crawled["engine"], crawled["server"]
+    assert 'class="query"' not in server.get(f"/tasks/{setup.task}")  # a category task
+    with engine.begin() as conn:
+        conn.execute(
+            task.update().where(task.c.name == setup.task).values(query="SQR='<b>华为</b>'")
+        )
+    try:
+        own = server.get(f"/tasks/{setup.task}")
+        assert '<code class="query">SQR=&#39;&lt;b&gt;华为&lt;/b&gt;&#39;</code>' in own
+    finally:
+        with engine.begin() as conn:
+            conn.execute(task.update().where(task.c.name == setup.task).values(query=None))

@@ -193,6 +193,8 @@ def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, w
         "end_date": row.end_date or None,
         "until": None,
         "depth": getattr(row, "depth", None) or "detail",  # NULL (or before v7): detail
+        # the task's professional-search expression (issue 39); None: a category task
+        "query": getattr(row, "query", None) or None,
         "phase": row.phase,
         "halted": getattr(row, "halt_reason", None) or None,
         "halted_at": iso(getattr(row, "halted_at", None)),

@@ -59,6 +59,8 @@ def _render_task(t: dict, report: dict) -> list[str]:
             f"{head}  {t['type']}  {t['start_date']} .. {end}  depth {t.get('depth') or 'detail'}"
             f"  phase {t['phase']}  [{t['activity']}]"
         ]
+        if t.get("query"):
+            lines.append(f"  {_('query')} {t['query']}")
     if t.get("halted"):
         what = "paused" if t["activity"] == "paused" else f"halted: {t['halted']}"
         lines.append(

@@ -39,6 +39,7 @@ ZH = {
     "none": "无",
     # a task's page
     "cursor": "游标",
+    "query": "检索式",
     "of": "/",
     "up to today": "至今天",
     "Coverage": "覆盖",
