@@ -4,7 +4,7 @@ realistic year of patents and papers, for this code and (``--baseline REF``) ano
     python bench/requests_per_doc.py [--baseline main] [--census-off] [--scale 0.003]
         [--types patent,paper]
         [--year 2024 | --start 2024-03-01 --end 2024-03-14] [--cap-rows 1000] [--surge-rows 1250]
-        [--human-check] [--json FILE]
+        [--human-check] [--json FILE] [--query EXPR] [--depth list|export|detail]
 
 What limits a CNKI crawl is how many requests CNKI tolerates per session and per pass of its
 person check, so the figure is requests per stored document (issue 21). Its floor is one detail
@@ -33,6 +33,10 @@ REF in a temporary directory, run with this virtualenv's interpreter and package
 ``PYTHONPATH`` at that worktree (its packages shadow this tree's editable install; checked
 before the crawl). The benchmark says so when REF's pinned dependencies differ from this tree's.
 The worktree is removed at the end.
+
+``--query EXPR`` crawls a query task (issue 39, docs/QUERY.md): the task's professional-search
+expression, compared with the stand-in's truth for that expression; ``--depth`` the task's depth
+(default detail; list and export are compared on the fields they store).
 
 Measured per crawl, from the stand-in's own counters (``/_stats``, reset before each crawl):
 ``requests`` (every request to CNKI's routes) and its ``kinds`` (warm-up pages, grid POSTs,
@@ -68,7 +72,7 @@ import pymysql  # noqa: E402
 
 from bench.compare_schedulers import BenchRedis, exit_on_sigterm, machine  # noqa: E402
 from standin.client import start_site  # noqa: E402
-from tests.crawl_harness import CrawlSetup, compare  # noqa: E402
+from tests.crawl_harness import CrawlSetup, compare, depth_fields  # noqa: E402
 
 MYSQL = {"host": "127.0.0.1", "port": 3306, "user": "root", "password": ""}
 PAGE_SIZE = 50
@@ -252,6 +256,8 @@ def run_crawl(code: Code, doc_type: str, args, site, redis_server, truth: list[d
         # the crawler is told the site's cap, as it is told CNKI's 6000 (config.ini's default)
         cnki={"cap_rows": args.cap_rows},
         crawl={"concurrent_requests": 16, "log_level": "info"},
+        depth=None if args.depth == "detail" else args.depth,
+        search_query=args.query or None,
     )
     setup.code = code
     try:
@@ -273,7 +279,7 @@ def run_crawl(code: Code, doc_type: str, args, site, redis_server, truth: list[d
                 f"{code.label}, {doc_type}: exit {returncode}\n{output}{setup.log()[-3000:]}"
             )
         stored = setup.stored()
-        diff = compare(stored, truth, doc_type)
+        diff = compare(stored, truth, doc_type, depth_fields(args.depth, doc_type))
     finally:
         admin = pymysql.connect(**MYSQL)
         with admin.cursor() as cur:
@@ -358,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
         "--latency", default="0.02", help="stand-in latency per page, seconds (0.02-0.08: uniform)"
     )
     parser.add_argument("--json", default=None, metavar="FILE", help="also write the rows here")
+    parser.add_argument("--query", default="", metavar="EXPR", help="a query task's expression")
+    parser.add_argument("--depth", default="detail", choices=("list", "export", "detail"))
     parser.add_argument(
         "--categories",
         default=None,
@@ -401,7 +409,9 @@ def main(argv: list[str] | None = None) -> int:
         redis_server = BenchRedis()
         truths = {}
         for t in types:
-            truths[t] = site.truth(t, args.start, args.end, (args.categories or TOPS[t]).split(","))
+            truths[t] = site.truth(
+                t, args.start, args.end, (args.categories or TOPS[t]).split(","), query=args.query
+            )
             facts[t] = census_floor(site.rounds(t, args.start, args.end), args.cap_rows)
         for t in types:
             for code in codes:

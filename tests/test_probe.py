@@ -55,13 +55,16 @@ def test_every_assumption_passes_on_the_stand_in(cnki_site, tmp_path):
         "detail: link from another session",
         "references: paper",
         "export: GetExport, 2 ids",
+        "query: professional search",
+        "query: a malformed expression",
     ):
         assert name in found
     for t in ("patent", "paper", "achievement"):
         for prefix in ("search", "date: one day", "category: prefix", "detail"):
             key = f"{prefix}: {t}" if prefix in ("search", "detail") else f"{prefix} ({t})"
             assert key in found, key
-    assert probe.requests <= 42  # about 30, plus one export and one reference request
+    # about 30, plus one export and one reference request, and the two query searches
+    assert probe.requests <= 48
     index = json.loads((tmp_path / "raw" / "index.json").read_text(encoding="utf-8"))
     assert len(index) == probe.requests
     first = gzip.decompress((tmp_path / "raw" / index[0]["file"]).read_bytes())
@@ -78,6 +81,7 @@ def test_every_assumption_passes_on_the_stand_in(cnki_site, tmp_path):
         ("detail-fields", "detail: patent"),
         ("patent-keys", "search: patent"),
         ("references-html", "references: paper"),
+        ("expert-ignored", "query: professional search"),
     ],
 )
 @pytest.mark.slow  # over a second alone: the probe's every check against a stand-in

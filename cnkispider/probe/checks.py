@@ -129,6 +129,7 @@ class Probe:
             for doc_type in RESOURCES:
                 self.check_search(main, doc_type)
             self.check_page_two(main)
+            self.check_query(main)
             for doc_type in RESOURCES:
                 self.check_date_narrows(main, doc_type)
             for doc_type in RESOURCES:
@@ -337,6 +338,44 @@ class Probe:
                 f"{doc_type}: page 2 has {len(new)} new rows "
                 f"(turn token {first.turn_token[:12] or 'empty'}…)",
             )
+
+    def check_query(self, session: CnkiSession) -> None:
+        """A query task's search (issue 39, docs/QUERY.md): the day's papers with a professional
+        -search expression that names the title of the day's first row narrow to that row; a
+        malformed expression is refused, and in which words."""
+        name = "query: professional search"
+        first = self.first_pages.get("paper")
+        if first is None or not first.rows:
+            self.verdict(name, UNKNOWN, "the day's paper search failed")
+            return
+        row = first.rows[0]
+        quote = "'" if "'" not in row.title else '"'
+        query = f"TI={quote}{row.title}{quote}"
+        page, why = self.search(session, Search.for_day("paper", self.day, query=query), 1, name)
+        if page is None:
+            self.verdict(name, FAIL, f"{query}: {why}")
+            return
+        found = any(r.doc_key == row.doc_key for r in page.rows)
+        evidence = f"{query}: {page.total} of the day's {first.total} listed"
+        if not found or not 1 <= page.total < first.total:
+            self.verdict(
+                name, FAIL, evidence + ("" if found else f"; {row.doc_key} not among them")
+            )
+        else:
+            self.verdict(name, PASS, evidence + f", {row.doc_key} among them")
+        name = "query: a malformed expression"
+        broken = "TI='x' AND"
+        page, why = self.search(session, Search.for_day("paper", self.day, query=broken), 1, name)
+        if page is None:
+            self.verdict(name, PASS, f"{broken!r} refused: {why}")
+        elif page.total == 0:
+            self.verdict(
+                name,
+                UNKNOWN,
+                f"{broken!r} answered as a zero: only the crawler's own check stops a bad query",
+            )
+        else:
+            self.verdict(name, FAIL, f"{broken!r} listed {page.total}: the expression was ignored")
 
     def check_date_narrows(self, session: CnkiSession, doc_type: str) -> None:
         name = f"date: one day ({doc_type})"
