@@ -16,7 +16,7 @@ $(BIN)/cnkispider: pyproject.toml
 	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e '.[test,exe]'
 	touch $@
 
-.PHONY: setup compile run demo test test-fast lint bench exe exe-windows
+.PHONY: setup compile run demo test test-fast lint bench exe exe-windows catalogue
 setup: $(BIN)/cnkispider
 
 run: setup
@@ -58,6 +58,25 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+
+# The operator's words (docs/TRANSLATING.md): every string marked with _() / ngettext / N_ in
+# the Python and the templates (babel.cfg) extracted into build/cnkispider.pot, merged into each
+# language's .po (new strings empty, none lost, none guessed), then compiled to the .mo files
+# committed beside them (a clean clone and the .exe read those; nothing compiles at run time).
+# Idempotent: run twice, the second changes nothing (the .pot, which carries the extraction's
+# date, is not committed; no line numbers in the .po, so a merge conflicts only where a word did).
+LOCALE := cnkispider/locale
+catalogue: setup
+	mkdir -p build
+	$(BIN)/pybabel -q extract --no-location --sort-output -F babel.cfg -k N_ \
+		--project cnkispider -o build/cnkispider.pot .
+	for lang in zh_CN en; do \
+		test -f $(LOCALE)/$$lang/LC_MESSAGES/cnkispider.po || \
+			$(BIN)/pybabel -q init -D cnkispider -i build/cnkispider.pot -d $(LOCALE) -l $$lang; \
+	done
+	$(BIN)/pybabel -q update --no-fuzzy-matching --ignore-obsolete --ignore-pot-creation-date \
+		-D cnkispider -i build/cnkispider.pot -d $(LOCALE)
+	$(BIN)/pybabel compile --statistics -D cnkispider -d $(LOCALE)
 
 exe: setup
 	$(BIN)/pyinstaller --noconfirm --clean build_exe.spec

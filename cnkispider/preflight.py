@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from cnkispider.clock import cnki_today
 from cnkispider.config import Config
 from cnkispider.exceptions import ConfigError, InputError, UnknownName
-from cnkispider.i18n import _
+from cnkispider.i18n import N_, _
 
 # The database, Redis and flow control are imported where they are used, as the command line
 # always did: `cnkispider --help` (and the .exe's start) need none of them.
@@ -40,7 +40,7 @@ def task_store(config: Config) -> TaskStore:
     )
 
 
-DATE_FORM = "YYYY-MM-DD, e.g. 2024-01-31"
+DATE_FORM = N_("YYYY-MM-DD, e.g. 2024-01-31")
 
 
 def parse_day(value: str | None, what: str) -> str | None:
@@ -60,9 +60,13 @@ def parse_day(value: str | None, what: str) -> str | None:
         pass
     if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):  # the right shape, an impossible day (2024-02-30)
         raise InputError(
-            f"{what} {text!r} is not a real day (month or day out of range); expected {DATE_FORM}"
+            _("%(what)s %(text)r is not a real day (month or day out of range); expected %(form)s")
+            % {"what": _(what), "text": text, "form": _(DATE_FORM)}
         )
-    raise InputError(f"{what} {text!r} is not a date; expected {DATE_FORM}") from None
+    raise InputError(
+        _("%(what)s %(text)r is not a date; expected %(form)s")
+        % {"what": _(what), "text": text, "form": _(DATE_FORM)}
+    ) from None
 
 
 def check_task_input(

@@ -35,6 +35,7 @@ from cnkispider.exceptions import InputError, TaskRowError, UnknownName
 from cnkispider.i18n import _
 from cnkispider.items import DEFAULT_DEPTH, DOC_TYPES, check_depth
 from cnkispider.schema import task
+from cnkispider.vocabulary import word
 from tasks.categories import (
     DAY,
     CategoryError,
@@ -192,7 +193,7 @@ def read_row(conn, key: int | str, *, lock: bool = False):
     query = sa.select(task).where(where)
     row = conn.execute(query.with_for_update() if lock else query).first()
     if row is None:
-        raise UnknownName(f"no task {key!r}")
+        raise UnknownName(_("no task %(name)r") % {"name": key})
     return row
 
 
@@ -278,20 +279,33 @@ class TaskRows:
 
 def describe(t: Task) -> str:
     """One line of a task for the operator: type, days, cursor, categories, phase, heartbeat, halt."""
-    end = t.end_date.isoformat() if t.end_date else "(today)"
-    cur = f"{t.cur_date or '-'} {round_label(t.cur_code)}"
-    status = t.status.strftime("%Y-%m-%d %H:%M:%S") if t.status else "never"
+    end = t.end_date.isoformat() if t.end_date else _("(today)")
+    cur = f"{t.cur_date or '-'} {word(round_label(t.cur_code))}"
+    status = t.status.strftime("%Y-%m-%d %H:%M:%S") if t.status else _("never")
     return (
-        f"task {t.id} {t.name!r}: {t.type} {t.start_date}..{end}, cursor {cur}, "
-        f"{len(t.tree.roots)} categories, depth {t.depth}, phase {t.phase}, "
-        f"last heartbeat {status}"
-        + (f", selects {t.selection.text}" if t.selection else "")
-        + (f", query {t.query}" if t.query else "")
+        _(
+            "task %(id)s %(name)r: %(type)s %(start)s..%(end)s, cursor %(cursor)s, "
+            "%(categories)s categories, depth %(depth)s, phase %(phase)s, last heartbeat %(seen)s"
+        )
+        % {
+            "id": t.id,
+            "name": t.name,
+            "type": word(t.type),
+            "start": t.start_date,
+            "end": end,
+            "cursor": cur,
+            "categories": len(t.tree.roots),
+            "depth": word(t.depth),
+            "phase": word(t.phase),
+            "seen": status,
+        }
+        + (", " + _("selects %(rule)s") % {"rule": t.selection.text} if t.selection else "")
+        + (", " + _("query %(query)s") % {"query": t.query} if t.query else "")
         + (_halt_words(t.halt_reason) if t.halt_reason else "")
     )
 
 
 def _halt_words(reason: str) -> str:
     if reason.split(":", 1)[0].strip() == "paused":  # cnkispider.halting.PAUSE_REASON
-        return ", paused"
-    return f", halted: {reason}"
+        return ", " + word("paused")
+    return ", " + _("halted: %(reason)s") % {"reason": reason}

@@ -64,10 +64,10 @@ def check_query(query: str | None, doc_type: str) -> str | None:
 
 def finished_line(current: Task) -> str:
     """Why a finished task is not paused or resumed, and what crawls more of it."""
-    return (
-        f"task {current.name!r} is finished: `cnkispider task extend {current.name} YYYY-MM-DD` "
-        f"crawls later days, `cnkispider task move {current.name} YYYY-MM-DD` crawls again from a day"
-    )
+    return _(
+        "task %(task)s is finished: `cnkispider task extend %(name)s YYYY-MM-DD` crawls later "
+        "days, `cnkispider task move %(name)s YYYY-MM-DD` crawls again from a day"
+    ) % {"task": repr(current.name), "name": current.name}
 
 
 def edit_task(conn, task_id: int, **values) -> None:

@@ -5,11 +5,19 @@ directly. In `cnkispider web` itself and a headless Chromium (Debian's chromium)
 
 from __future__ import annotations
 
+import datetime as dt
+import html.parser
+import json
 import os
+import re
 import types
+import urllib.error
 import urllib.request
+import uuid
 
 import pytest
+import redis
+import sqlalchemy as sa
 
 from cnkispider.db import open_database
 from tasks.flow import TaskStore
@@ -27,6 +35,7 @@ def served(tmp_path_factory):
     """A task of 3 days x 2 categories, two rounds done and one in flight, and its page."""
     tmp = tmp_path_factory.mktemp("words")
     url = f"sqlite:///{tmp / 'db.sqlite'}"
+    prefix = f"cnkitest:{uuid.uuid4().hex[:10]}:"
     setup = CrawlSetup(
         tmp,
         types.SimpleNamespace(base_url="http://127.0.0.1:9"),
@@ -35,6 +44,7 @@ def served(tmp_path_factory):
         "2024-01-01",
         "2024-01-03",
         "G06,H04",
+        redis={"prefix": prefix},
     )
     engine = open_database(url)
     store = TaskStore(engine)
@@ -46,9 +56,14 @@ def served(tmp_path_factory):
     store.claim(current.id, "pc:1:x")
     setup.write()
     server = WebServer(setup)
-    yield {"setup": setup, "server": server, "engine": engine, "store": store}
+    yield {"setup": setup, "server": server, "engine": engine, "store": store, "prefix": prefix}
     server.stop()
     engine.dispose()
+    client = redis.Redis.from_url(setup.redis_url)
+    keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()
 
 
 def _get(server, path, language=None, cookie=None):
@@ -164,3 +179,321 @@ def test_pause_and_resume_from_the_page_keep_the_task_s_dates(served, browser): 
     resumed = store.get(name)
     assert resumed.halt_reason is None and resumed.end_date.isoformat() == "2024-01-03"
     context.close()
+
+
+# -- a Chinese page has no English word but names and codes --------------------------------------
+
+#: The English a Chinese page may show: names and codes, not words to translate. Kept short:
+#: each is a name of a thing (a program, a product, a table the operator queries by that name)
+#: or a code the operator types or reads back as it is.
+CODES = {
+    "cnkispider",  # the program, and every command shown in <code> (skipped anyway)
+    "CNKI",  # the site's name
+    "Redis",  # a product's name
+    "errorCode",  # the two error tables, named as in SQL (the operator queries them by name)
+    "errorLink",
+    "pid",  # a process id: the code every tool shows
+    "ETA",  # read as a code in Chinese interfaces too (预计剩余 is the label beside it)
+    "UTC",  # a time zone's code
+    "YYYY-MM-DD",  # the date form the field asks for
+    "YYYY-MM",
+    "cURL",  # DevTools' menu item "Copy as cURL" names the format; curl, the program
+    "curl",
+    "Cookie",  # the HTTP header, by its name (so in Chinese browsers' DevTools too)
+    "DevTools",  # the browser's tool, by its name
+    "JavaScript",  # a language's name
+    "F12",  # a key
+    "English",  # the language switch's other language, in its own words
+    "api",  # the links /api/status and /metrics: paths
+    "status",
+    "metrics",
+    "sqlite",  # the database URL (data)
+}
+
+
+class _Text(html.parser.HTMLParser):
+    """The words a person reads: text, and the attributes shown (title, placeholder, the chart's
+    words), outside <code>, <script> and <style> (commands and programs) and <textarea> (what the
+    operator pasted, shown back)."""
+
+    SHOWN = ("title", "placeholder", "data-empty", "data-title", "data-labels")
+
+    def __init__(self):
+        super().__init__()
+        self.parts: list[str] = []
+        self.skip = 0
+
+    def handle_starttag(self, tag, attrs):
+        if tag in ("code", "script", "style", "textarea"):
+            self.skip += 1
+        for key, value in attrs:
+            if key in self.SHOWN and value:
+                # the chart's labels are JSON (its Chinese as \u escapes): read as the chart does
+                self.parts += json.loads(value) if value.startswith("[") else [value]
+
+    def handle_endtag(self, tag):
+        if tag in ("code", "script", "style", "textarea"):
+            self.skip -= 1
+
+    def handle_data(self, data):
+        if not self.skip:
+            self.parts.append(data)
+
+
+def english_words(page: str, data: list[str]) -> set[str]:
+    """The English words left on ``page`` once ``data`` (what the database holds: names, hosts,
+    reasons) and :data:`CODES` are set aside."""
+    parser = _Text()
+    parser.feed(page)
+    text = " ".join(parser.parts)
+    for value in sorted(data, key=len, reverse=True):
+        text = text.replace(value, " ")
+    text = re.sub(r"\bs-[0-9a-f]{6,}\b", " ", text)  # a session's id (made when it is added)
+    text = re.sub(r"`[^`]*`", " ", text)  # a command, as the operator types it
+    # addresses and paths (a path starts with / or ends in a file's extension: "rounds/h" stays)
+    text = re.sub(r"https?://\S+|(?<![\w/])/[\w/.-]+|\b[\w.-]+/[\w/.-]*\.[a-z]+\b", " ", text)
+    words = set(re.findall(r"[A-Za-z][\w'-]*[A-Za-z0-9]|[A-Za-z]", text))
+    return {w for w in words if w not in CODES}
+
+
+def _fetch(server, path, *, data=None, headers=None):
+    """(status, body) of a GET (or a POST of ``data``) asked in Chinese."""
+    headers = {"Accept-Language": "zh-CN,zh;q=0.9", **(headers or {})}
+    body = None
+    if data is not None:
+        body = "&".join(f"{k}={urllib.request.quote(v)}" for k, v in data.items()).encode()
+        headers["Origin"] = server.url
+    request = urllib.request.Request(server.url + path, data=body, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, answer.read().decode("utf-8")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode("utf-8")
+
+
+def test_a_chinese_page_has_no_english_word_in_any_state(served):
+    """Every page the tests can bring about (the tasks in every state, their banners, each
+    action's form, preview, result and refusal, the errors, the sessions form), asked in
+    Chinese, shows no English word but names and codes."""
+    from cnkispider.schema import error_code, error_link, worker
+    from cnkispider.sessions.pool import SessionStore, namespace_for
+    from cnkispider.web.actions import TASK_ACTIONS
+    from tasks.phase import Phase
+
+    server, store, engine = served["server"], served["store"], served["engine"]
+    names = {
+        state: f"w{state}{uuid.uuid4().hex[:6]}"
+        for state in ("run", "halt", "pause", "idle", "done")
+    }
+    ids = {}
+    for state, name in names.items():
+        current, _created = store.register(name, "patent", "2024-01-01", "2024-01-02", "G06,H04")
+        ids[state] = current.id
+    # running: a round done, one failed, one in flight, a live worker with its last error, error rows
+    worker_id = "pc-7:4242:ab12"
+    done = store.claim(ids["run"], worker_id)
+    store.mark_seeded(done.id, worker_id, "e")
+    store.close_round(done.id, total=0)
+    failed = store.claim(ids["run"], worker_id)
+    store.mark_seeded(failed.id, worker_id, "e")
+    store.close_round(failed.id, total=None)
+    store.claim(ids["run"], worker_id)
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    with engine.begin() as conn:
+        conn.execute(
+            worker.insert().values(
+                id=worker_id,
+                task_id=ids["run"],
+                host="pc-7",
+                pid=4242,
+                started_at=now,
+                last_seen=now + dt.timedelta(hours=1),
+                pages=120,
+                items=40,
+                errors=1,
+                state="running",
+                challenges=0,
+                last_error="timeout: TimeoutError",
+            )
+        )
+        conn.execute(
+            error_code.insert().values(
+                task_id=ids["run"],
+                round_id=failed.id,
+                day="2024-01-01",
+                category="H04",
+                page=3,
+                reason="timeout",
+                detail="TimeoutError",
+                attempts=1,
+                state="open",
+            )
+        )
+        conn.execute(
+            error_link.insert().values(
+                task_id=ids["run"],
+                round_id=failed.id,
+                doc_type="patent",
+                url="http://x/d",
+                dbname="SCPD",
+                filename="CN1234567A",
+                title="一种装置",
+                reason="parse",
+                detail="ValueError",
+                attempts=3,
+                state="permanent",
+            )
+        )
+    store.halt(ids["halt"], "timeout")
+    store.pause(ids["pause"])
+    store.set_phase(ids["done"], Phase.DONE)
+    client = redis.Redis.from_url(served["setup"].redis_url)
+    SessionStore(client, namespace_for("http://127.0.0.1:9", served["prefix"])).set_waiting(
+        worker_id, names["run"], for_seconds=3600
+    )
+    client.close()
+    with engine.connect() as conn:
+        rounds = [r for (r,) in conn.execute(sa.text("SELECT id FROM round"))]
+        # a round's note is the database's text (the ledger's numbers, as the closing wrote them)
+        notes = [n for (n,) in conn.execute(sa.text("SELECT note FROM round")) if n]
+
+    pages = ["/", "/fragment/tasks", "/sessions", "/tasks/nothere", "/rounds/999999"]
+    for name in [*names.values(), served["setup"].task]:
+        pages += [f"/tasks/{name}", f"/tasks/{name}/grid", f"/tasks/{name}?month=2024-13"]
+        pages += [f"/tasks/{name}/{action}" for action in (*TASK_ACTIONS, "nothing")]
+        pages += [
+            f"/tasks/{name}/extend?end=2024-02-30",
+            f"/tasks/{name}/extend?end=2023-01-01",
+            f"/tasks/{name}/extend?end=2024-03-01",
+            f"/tasks/{name}/move?date=2024-01-02&code=G06",
+            f"/tasks/{name}/move?date=2024-01-02&code=X99",
+            f"/tasks/{name}/resume?end=2024-03-01",
+        ]
+    pages += [f"/rounds/{r}" for r in rounds]
+    seen = {}
+    for path in pages:
+        status, page = _fetch(server, path)
+        assert status < 500, (path, page)
+        seen[path] = page
+    idle = names["idle"]
+    token = {"token": server.token}
+    posts = [
+        (f"/tasks/{idle}/pause", {"preview": "1", **token}),
+        (f"/tasks/{idle}/pause", {"confirm": "1", **token}),
+        (f"/tasks/{idle}/resume", token),
+        (f"/tasks/{idle}/extend", {"end": "2024-01-05", **token}),
+        (f"/tasks/{idle}/move", {"date": "2024-01-01", **token}),
+        (f"/tasks/{idle}/recrawl", token),
+        (f"/tasks/{idle}/stop", token),
+        (f"/tasks/{idle}/extend", {"end": "not a day", **token}),
+        (f"/tasks/{idle}/stop", {}),  # no token: refused
+        (
+            "/sessions",
+            {
+                "paste": "curl 'http://127.0.0.1:9/kns8s/' -H 'Cookie: a=1; b=2'",
+                "preview": "1",
+                **token,
+            },
+        ),
+        (
+            "/sessions",
+            {"paste": "curl 'http://elsewhere.example/' -H 'Cookie: a=1'", "preview": "1", **token},
+        ),
+        ("/sessions", {"paste": "curl 'http://127.0.0.1:9/kns8s/' -H 'Cookie: a=1; b=2'", **token}),
+    ]
+    for n, (path, fields) in enumerate(posts):
+        status, page = _fetch(server, path, data=fields)
+        assert status < 500, (path, page)
+        seen[f"POST {n} {path} {sorted(fields)}"] = page
+    _status, seen["/ after the actions"] = _fetch(server, "/")
+
+    data = [
+        *names.values(),
+        served["setup"].task,
+        worker_id,
+        "pc:1:x",
+        "pc-7",
+        *notes,
+        "timeout: TimeoutError",  # the worker's last error: the failure's code and its class
+        "TimeoutError",
+        "ValueError",
+        "SCPD/CN1234567A",
+        "timeout",  # error reasons and the halt's reason: codes of the error tables
+        "parse",
+        "Python-urllib",  # who acted (the audit's client)
+        "elsewhere.example",
+        "127.0.0.1",
+        "G06",
+        "H04",
+        "X99",
+        "a, b",  # the cookies' names
+        "kns8s",
+        "kns.cnki.net",  # the site the crawler searches, and CNKI's domains
+        "cnki.net",
+        "nothere",  # what the operator typed: a task, an action, a day that are not
+        "nothing",
+        "not a day",
+    ]
+    english = {path: english_words(page, data) for path, page in seen.items()}
+    left = {path: sorted(words) for path, words in english.items() if words}
+    assert left == {}, "\n".join(f"{path}: {' '.join(words)}" for path, words in left.items())
+    assert "专利" in seen["/"] and "等待人工验证" in seen["/"]  # the type and the states are words
+
+
+def test_every_marked_word_has_its_chinese():
+    """Every string marked for the catalogue (extracted now from the code and the templates,
+    as `make catalogue` does) has a translation in zh_CN: a word added without one fails here."""
+    from babel.messages.frontend import CommandLineInterface
+    from babel.messages.pofile import read_po
+
+    pot = ROOT / "build" / f"test-{uuid.uuid4().hex[:8]}.pot"
+    pot.parent.mkdir(exist_ok=True)
+    try:
+        CommandLineInterface().run(
+            [
+                "pybabel",
+                "-q",
+                "extract",
+                "-F",
+                str(ROOT / "babel.cfg"),
+                "-k",
+                "N_",
+                "-o",
+                str(pot),
+                str(ROOT),
+            ]
+        )
+        with pot.open("rb") as f:
+            marked = {m.id for m in read_po(f) if m.id}
+    finally:
+        pot.unlink(missing_ok=True)
+    po = ROOT / "cnkispider" / "locale" / "zh_CN" / "LC_MESSAGES" / "cnkispider.po"
+    with po.open("rb") as f:
+        catalogue = read_po(f)
+    translated = {
+        m.id
+        for m in catalogue
+        if m.id and not m.fuzzy and all(m.string if isinstance(m.string, tuple) else (m.string,))
+    }
+    key = lambda m: m if isinstance(m, str) else m[0]  # noqa: E731 (plural ids: the singular)
+    missing = sorted(key(m) for m in marked if m not in translated)
+    assert missing == [], f"{len(missing)} words without Chinese (make catalogue, then translate)"
+    # and the compiled catalogue is the .po's: a translation not compiled is not read
+    mo = po.with_suffix(".mo")
+    assert _same_catalogue(po, mo), "the .mo is not the .po's: make catalogue"
+
+
+def _same_catalogue(po, mo) -> bool:
+    import gettext
+
+    from babel.messages.pofile import read_po
+
+    with po.open("rb") as f:
+        catalogue = read_po(f)
+    with mo.open("rb") as f:
+        compiled = gettext.GNUTranslations(f)
+    return all(
+        compiled.gettext(m.id) == m.string
+        for m in catalogue
+        if m.id and isinstance(m.id, str) and m.string
+    )

@@ -30,6 +30,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from cnkispider.exceptions import InputError
+from cnkispider.i18n import _
 
 Cookie = dict  # {"name": str, "value": str, "domain": str, "path": str}  (the pool's Cookie)
 
@@ -428,13 +429,13 @@ def _not_curl(text: str) -> str | None:
     head = text.lstrip()[:200]
     low = head.lower()
     if low.startswith(("$session", "invoke-webrequest", "invoke-restmethod")):
-        return "this is 'Copy as PowerShell'; use Copy as cURL (bash) or Copy as cURL (cmd)"
+        return _("this is 'Copy as PowerShell'; use Copy as cURL (bash) or Copy as cURL (cmd)")
     if low.startswith(("fetch(", "await fetch(")):
-        return "this is 'Copy as fetch'; use Copy as cURL (bash) or Copy as cURL (cmd)"
+        return _("this is 'Copy as fetch'; use Copy as cURL (bash) or Copy as cURL (cmd)")
     if re.match(r"(?i)(get|post|head) \S+ http/", head):
-        return "these are raw request headers; use Copy as cURL on the request instead"
+        return _("these are raw request headers; use Copy as cURL on the request instead")
     if not re.match(r"curl(\.exe)?(\s|$)", low):
-        return "the paste does not start with curl: copy a request with DevTools' Copy as cURL"
+        return _("the paste does not start with curl: copy a request with DevTools' Copy as cURL")
     return None
 
 
@@ -467,7 +468,7 @@ def _read_curl(words: list[str]) -> _Request:
                 value = args[i + 1]
                 i += 1
             if option in ("-H", "--header"):
-                name, _, header_value = value.partition(":")
+                name, _colon, header_value = value.partition(":")
                 name = name.strip().lower()
                 if name == "cookie":
                     req.cookies.append(header_value.strip())
@@ -503,7 +504,7 @@ def from_curl(text: str, *, cnki_hosts: tuple[str, ...] = (CNKI_DOMAIN,)) -> Pas
     as cookies of the request's host, and its User-Agent."""
     text = (text or "").replace("\ufeff", "")
     if not text.strip():
-        raise PasteError("the paste is empty: copy a request with DevTools' Copy as cURL")
+        raise PasteError(_("the paste is empty: copy a request with DevTools' Copy as cURL"))
     problem = _not_curl(text)
     if problem:
         raise PasteError(problem)
@@ -514,33 +515,43 @@ def from_curl(text: str, *, cnki_hosts: tuple[str, ...] = (CNKI_DOMAIN,)) -> Pas
         if words and words[0].lower().rsplit("/", 1)[-1] in ("curl", "curl.exe")
     ]
     if not requests:
-        raise PasteError("no curl command found in the paste (copy a request with Copy as cURL)")
+        raise PasteError(_("no curl command found in the paste (copy a request with Copy as cURL)"))
     hosts = [_url_host(r.url) for r in requests]
     ours = [(r, h) for r, h in zip(requests, hosts, strict=True) if host_matches(h, cnki_hosts)]
     if not ours:
         shown = next((h for h in hosts if h), "")
         if not shown:
-            raise PasteError("the curl command has no URL (was it copied whole?)")
+            raise PasteError(_("the curl command has no URL (was it copied whole?)"))
         raise PasteError(
-            f"the paste is a request to {shown}, not to CNKI ({', '.join(cnki_hosts)}): "
-            "copy a request to kns.cnki.net"
+            _(
+                "the paste is a request to %(host)s, not to CNKI (%(hosts)s): copy a request to %(site)s"
+            )
+            % {"host": shown, "hosts": ", ".join(cnki_hosts), "site": CNKI_DOMAIN}
         )
     with_cookies = [(r, h) for r, h in ours if r.cookies]
     if not with_cookies:
         request, host = ours[0]
         if request.cookie_file:
             raise PasteError(
-                f"the curl command reads its cookies from the file {request.cookie_file!r}: "
-                "use --cookie-file with that file"
+                _(
+                    "the curl command reads its cookies from the file %(file)r: use "
+                    "--cookie-file with that file"
+                )
+                % {"file": request.cookie_file}
             )
         raise PasteError(
-            f"the request to {host} carries no cookie: pass CNKI's check in the browser first, "
-            "then copy a request that DevTools shows with a Cookie header"
+            _(
+                "the request to %(host)s carries no cookie: pass CNKI's check in the browser "
+                "first, then copy a request that DevTools shows with a Cookie header"
+            )
+            % {"host": host}
         )
     request, host = with_cookies[0]
     cookies = _cookie_pairs("; ".join(request.cookies), domain=host)
     if not cookies:
-        raise PasteError(f"the request to {host} carries an empty Cookie header")
+        raise PasteError(
+            _("the request to %(host)s carries an empty Cookie header") % {"host": host}
+        )
     return Paste(cookies=cookies, user_agent=request.user_agent, host=host)
 
 
@@ -553,7 +564,10 @@ def read_paste(source: str, stdin) -> str:
             with open(source, encoding="utf-8-sig", errors="replace") as handle:
                 text = handle.read(1_000_001)
         except OSError as exc:
-            raise PasteError(f"cannot read {source}: {exc.strerror or exc}") from None
+            raise PasteError(
+                _("cannot read %(file)s: %(error)s")
+                % {"file": source, "error": exc.strerror or exc}
+            ) from None
     if len(text) > 1_000_000:
-        raise PasteError("the paste is over 1 MB: copy one request, not a whole HAR")
+        raise PasteError(_("the paste is over 1 MB: copy one request, not a whole HAR"))
     return text

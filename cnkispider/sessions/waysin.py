@@ -12,6 +12,7 @@ import urllib.request
 from urllib.parse import urlsplit
 
 from cnkispider.cnki import plainhttp
+from cnkispider.i18n import _
 from cnkispider.sessions.paste import Cookie, cnki_hosts_of
 
 PASSED, CHECKED, UNCLEAR = "passed", "checked", "unclear"
@@ -64,8 +65,19 @@ def added_line(session, paste, source: str) -> str:
     """The line of a new session: its cookies' names (never a value) and the browser's name."""
     browser = re.findall(r"(Edg|Firefox|HeadlessChrome|Chrome)/(\d+)", paste.user_agent)
     return (
-        f"added session {session.id} ({source}): {len(paste.cookies)} cookies of "
-        f"{paste.host or '?'} ({', '.join(paste.names)})"
-        + (f", user agent {browser[-1][0]}/{browser[-1][1]}" if browser else "")
-        + f"; try it: cnkispider session check {session.id}"
+        _("added session %(id)s (%(source)s): %(n)s cookies of %(host)s (%(names)s)")
+        % {
+            "id": session.id,
+            "source": source,
+            "n": len(paste.cookies),
+            "host": paste.host or "?",
+            "names": ", ".join(paste.names),
+        }
+        + (
+            ", " + _("user agent %(browser)s") % {"browser": "/".join(browser[-1])}
+            if browser
+            else ""
+        )
+        + "; "
+        + _("try it: %(command)s") % {"command": f"`cnkispider session check {session.id}`"}
     )

@@ -32,6 +32,7 @@ from sqlalchemy.engine import Engine
 from cnkispider import default_settings, drift
 from cnkispider.db import db_now
 from cnkispider.exceptions import TaskRowError, UnknownName
+from cnkispider.i18n import _
 from cnkispider.items import FIELDS
 from cnkispider.redisconn import EMBEDDED_IDLE
 from cnkispider.schema import documents, error_code, error_link, fill, round_, task
@@ -83,7 +84,7 @@ def collect(
         if task_name is not None:
             rows = [r for r in rows if r.name == task_name or str(r.id) == str(task_name)]
             if not rows:
-                raise UnknownName(f"no task {task_name!r}")
+                raise UnknownName(_("no task %(name)r") % {"name": task_name})
         ids = [r.id for r in rows]
         rounds_by_state = _grouped(conn, round_, [round_.c.state], ids)
         errors = {

@@ -18,6 +18,7 @@ from sqlalchemy.engine import Engine
 from cnkispider import default_settings
 from cnkispider.db import db_now
 from cnkispider.exceptions import TaskRowError, UnknownName
+from cnkispider.i18n import _
 from cnkispider.schema import error_code, error_link, round_, task, worker
 from cnkispider.status.liveness import GONE_AFTER_BEATS, liveness, worker_report
 from cnkispider.status.times import iso
@@ -82,7 +83,7 @@ def round_grid(
             ).where(sa.or_(task.c.name == task_name, sa.cast(task.c.id, sa.String) == task_name))
         ).first()
         if row is None:
-            raise UnknownName(f"no task {task_name!r}")
+            raise UnknownName(_("no task %(name)r") % {"name": task_name})
         report: dict = {"task": row.name, "task_id": row.id, "month": month, "problem": None}
         try:
             current = validate_row(row, base_dir)
@@ -116,7 +117,7 @@ def round_grid(
             planned_days = dict.fromkeys(days, 1)
     # the columns: the planned ones, then those that only round rows name (split roots of a
     # census day, categories edited away)
-    extra = {category for (_, category) in cells} - set(planned)
+    extra = {category for (_day, category) in cells} - set(planned)
     columns = planned + sorted(extra, key=_column_order(roots))
     report.update(unit="month" if by_month else "day", columns=columns)
     planned_set = set(planned)
@@ -229,7 +230,7 @@ def round_detail(
         now = now or db_now(conn)
         r = conn.execute(sa.select(round_).where(round_.c.id == round_id)).first()
         if r is None:
-            raise UnknownName(f"no round {round_id}")
+            raise UnknownName(_("no round %(id)s") % {"id": round_id})
         name = conn.execute(sa.select(task.c.name).where(task.c.id == r.task_id)).scalar()
         holder = None
         if r.worker:

@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 
 from cnkispider.db import db_now
+from cnkispider.i18n import _
 from cnkispider.schema import audit
+from cnkispider.vocabulary import halt_reason, word
 from tasks.phase import Phase
 
 TASK_ACTIONS = ("pause", "resume", "stop", "extend", "move", "recrawl")
@@ -65,7 +67,7 @@ def _day(value, what: str) -> str | None:
 
 
 def _end(value) -> str:
-    return value.isoformat() if value else "(up to today)"
+    return value.isoformat() if value else _("(up to today)")
 
 
 def offered(halt_reason: str | None, phase: str) -> tuple[str, ...]:
@@ -83,10 +85,12 @@ def _not_offered(current, action: str) -> str:
     from tasks.steering import finished_line
 
     if current.halt_reason:
-        return f"task {current.name!r} is {'paused' if current.halt_reason.startswith('paused') else 'halted'}: resume it first"
+        if current.halt_reason.startswith("paused"):
+            return _("task %(name)r is paused: resume it first") % {"name": current.name}
+        return _("task %(name)r is halted: resume it first") % {"name": current.name}
     if current.phase == Phase.DONE:
         return finished_line(current)
-    return f"task {current.name!r} is not paused: nothing to resume"
+    return _("task %(name)r is not paused: nothing to resume") % {"name": current.name}
 
 
 def plan(config, engine, action: str, name: str, form: dict) -> Plan:
@@ -94,37 +98,52 @@ def plan(config, engine, action: str, name: str, form: dict) -> Plan:
 
     LookupError: no such task; ValueError: a value the CLI would refuse (same words)."""
     if action not in TASK_ACTIONS:
-        raise LookupError(f"no action {action!r}; one of {', '.join(TASK_ACTIONS)}")
+        raise LookupError(
+            _("no action %(action)r; one of %(actions)s")
+            % {"action": action, "actions": ", ".join(word(a) for a in TASK_ACTIONS)}
+        )
     store = _store(config, engine)
     current = store.get(name)
     values = {k: (form.get(k) or "").strip() for k in FIELDS[action]}
-    label = f"task {current.name!r}"
+    label = _("task %(name)r") % {"name": current.name}
     if action not in offered(current.halt_reason, current.phase):
         raise ValueError(_not_offered(current, action))
     if action == "pause":
         return Plan(
             action,
             current.name,
-            f"will pause {label}: nothing more is handed out, its dates stay "
-            f"({current.start_date} .. {_end(current.end_date)}); the rounds in flight are "
-            "crawled again on resume",
+            _(
+                "will pause %(task)s: nothing more is handed out, its dates stay "
+                "(%(start)s .. %(end)s); the rounds in flight are crawled again on resume"
+            )
+            % {"task": label, "start": current.start_date, "end": _end(current.end_date)},
         )
     if action == "resume":
         end = _day(values["end"], "end date")
         if current.halt_reason:
             after = end or (current.end_date.isoformat() if current.end_date else None)
-            says = (
-                f"will clear the halt of {label} ({current.halt_reason}): the rounds that drained "
-                f"while halted are crawled again, errorCode rows that failed for it are replayed; "
-                f"end_date {_end(current.end_date)} -> {after or '(up to today)'}"
-            )
+            says = _(
+                "will clear the halt of %(task)s (%(reason)s): the rounds that drained while "
+                "halted are crawled again, errorCode rows that failed for it are replayed; "
+                "end date %(before)s -> %(after)s"
+            ) % {
+                "task": label,
+                "reason": halt_reason(current.halt_reason),
+                "before": _end(current.end_date),
+                "after": after or _("(up to today)"),
+            }
         elif end:
-            says = f"will set end_date of {label} from {_end(current.end_date)} to {end}"
+            says = _("will set the end date of %(task)s from %(before)s to %(after)s") % {
+                "task": label,
+                "before": _end(current.end_date),
+                "after": end,
+            }
         else:
             return Plan(
                 action,
                 current.name,
-                f"{label} is not paused: give a later end date to go on after a stop",
+                _("%(task)s is not paused: give a later end date to go on after a stop")
+                % {"task": label},
                 values,
                 ready=False,
             )
@@ -135,49 +154,75 @@ def plan(config, engine, action: str, name: str, form: dict) -> Plan:
         return Plan(
             action,
             current.name,
-            f"will set end_date of {label} from {_end(current.end_date)} to {stop_at}: no round "
-            "is handed out after the cursor; the rounds in flight finish",
+            _(
+                "will set the end date of %(task)s from %(before)s to %(after)s: no round is "
+                "handed out after the cursor; the rounds in flight finish"
+            )
+            % {"task": label, "before": _end(current.end_date), "after": stop_at},
         )
     if action == "extend":
         end = _day(values["end"], "end date")
         if not end:
-            return Plan(action, current.name, "give the new end date", values, ready=False)
+            return Plan(action, current.name, _("give the new end date"), values, ready=False)
         if end < current.start_date.isoformat():
-            raise ValueError(f"end_date {end} is before the task's start_date {current.start_date}")
+            raise ValueError(
+                _("the end date %(end)s is before the task's start date %(start)s")
+                % {"end": end, "start": current.start_date}
+            )
         return Plan(
             action,
             current.name,
-            f"will set end_date of {label} from {_end(current.end_date)} to {end}",
+            _("will set the end date of %(task)s from %(before)s to %(after)s")
+            % {"task": label, "before": _end(current.end_date), "after": end},
             {"end": end},
         )
     if action == "move":
         date = _day(values["date"], "date")
         code = values["code"] or None
         if code is not None and len(code) > 64:
-            raise ValueError(f"category code {code[:20]!r}... is longer than 64 characters")
+            raise ValueError(
+                _("category code %(code)r... is longer than 64 characters") % {"code": code[:20]}
+            )
         if code is not None and code not in current.tree:
-            raise ValueError(f"category {code!r} is not one of the task's categories")
+            raise ValueError(
+                _("category %(code)r is not one of the task's categories") % {"code": code}
+            )
         if not date:
             return Plan(
-                action, current.name, "give the day to crawl again from", values, ready=False
+                action, current.name, _("give the day to crawl again from"), values, ready=False
             )
         cursor = f"{current.cur_date or '-'} {current.cur_code or '-'}"
         return Plan(
             action,
             current.name,
-            f"will move the cursor of {label} from {cursor} to {date} {code or '-'}: the rounds "
-            f"from {date} on are crawled again (documents are upserted, never duplicated)",
+            _(
+                "will move the cursor of %(task)s from %(before)s to %(date)s %(code)s: the rounds "
+                "from %(date)s on are crawled again (documents are upserted, never duplicated)"
+            )
+            % {"task": label, "before": cursor, "date": date, "code": code or "-"},
             {"date": date, "code": code or ""},
         )
     # recrawl
     progress = store.progress(current.id)
     if current.halt_reason:
-        raise ValueError(f"{label} is halted ({current.halt_reason}): resume it first")
+        raise ValueError(
+            _("%(task)s is halted (%(reason)s): resume it first")
+            % {"task": label, "reason": halt_reason(current.halt_reason)}
+        )
     return Plan(
         action,
         current.name,
-        f"will set the phase of {label} from {current.phase} to recrawl: its workers replay "
-        f"{progress['error_code']} errorCode and {progress['error_link']} errorLink rows",
+        _(
+            "will set the phase of %(task)s from %(before)s to %(after)s: its workers replay "
+            "%(codes)s errorCode and %(links)s errorLink rows"
+        )
+        % {
+            "task": label,
+            "before": word(current.phase),
+            "after": word(Phase.RECRAWL),
+            "codes": progress["error_code"],
+            "links": progress["error_link"],
+        },
     )
 
 
@@ -188,27 +233,35 @@ def carry_out(config, engine, p: Plan) -> str:
     store = _store(config, engine)
     v = p.values
     if p.action == "pause":
-        return "paused: " + describe(store.pause(p.task))
+        return _("paused: %(task)s") % {"task": describe(store.pause(p.task))}
     if p.action == "resume":
         resumed, reopened = store.resume(p.task, v.get("end") or None)
         if reopened is None:
-            return "resumed: " + describe(resumed)
-        return (
-            f"resumed: {describe(resumed)} (halt cleared: {reopened['reason']}; "
-            f"{reopened['rounds']} rounds re-opened, {reopened['error_code']} errorCode rows to replay)"
-        )
+            return _("resumed: %(task)s") % {"task": describe(resumed)}
+        return _(
+            "resumed: %(task)s (halt cleared: %(reason)s; %(rounds)s rounds re-opened, "
+            "%(codes)s errorCode rows to replay)"
+        ) % {
+            "task": describe(resumed),
+            "reason": halt_reason(reopened["reason"]),
+            "rounds": reopened["rounds"],
+            "codes": reopened["error_code"],
+        }
     if p.action == "stop":
-        return "stopped: " + describe(store.stop(p.task))
+        return _("stopped: %(task)s") % {"task": describe(store.stop(p.task))}
     if p.action == "extend":
-        return "extended: " + describe(store.set_end_date(p.task, v["end"]))
+        return _("extended: %(task)s") % {"task": describe(store.set_end_date(p.task, v["end"]))}
     if p.action == "move":
-        return "moved: " + describe(store.move_cursor(p.task, v["date"], v.get("code") or None))
+        moved = store.move_cursor(p.task, v["date"], v.get("code") or None)
+        return _("moved: %(task)s") % {"task": describe(moved)}
     if p.action == "recrawl":
         current = store.get(p.task)
         if not store.set_phase(current.id, Phase.RECRAWL):
-            raise ValueError(f"task {p.task!r}: the phase did not move (halted meanwhile?)")
-        return "recrawl: " + describe(store.get(current.id))
-    raise LookupError(f"no action {p.action!r}")
+            raise ValueError(
+                _("task %(name)r: the phase did not move (halted meanwhile?)") % {"name": p.task}
+            )
+        return _("recrawl: %(task)s") % {"task": describe(store.get(current.id))}
+    raise LookupError(_("no action %(action)r") % {"action": p.action})
 
 
 # -- sessions ------------------------------------------------------------------------------------
@@ -224,13 +277,17 @@ def plan_session(config, paste_text: str):
     paste = pastes.from_curl(paste_text, cnki_hosts=hosts)
     if paste.host != site:
         raise pastes.PasteError(
-            f"the paste is a request to {paste.host}, but the crawler searches {site}: "
-            f"copy a request to {site} (its search page, or brief/grid after a search)"
+            _(
+                "the paste is a request to %(host)s, but the crawler searches %(site)s: copy a "
+                "request to %(site)s (its search page, or brief/grid after a search)"
+            )
+            % {"host": paste.host, "site": site}
         )
-    says = (
-        f"will add a session of {paste.host} to the pool: {len(paste.cookies)} cookies "
-        f"({', '.join(paste.names)})"
-    )
+    says = _("will add a session of %(host)s to the pool: %(n)s cookies (%(names)s)") % {
+        "host": paste.host,
+        "n": len(paste.cookies),
+        "names": ", ".join(paste.names),
+    }
     return paste, says
 
 

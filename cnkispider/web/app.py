@@ -25,7 +25,6 @@ JSON through ``tojson`` (which escapes ``<``, ``>``, ``&``); the page runs no in
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -40,11 +39,13 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from cnkispider.durations import duration
+from cnkispider import i18n
 from cnkispider.exceptions import CnkiSpiderError
+from cnkispider.i18n import _
 from cnkispider.status.collecting import collect
 from cnkispider.status.rendering import run_command
 from cnkispider.status.round_views import round_detail, round_grid
+from cnkispider.vocabulary import halt_reason, word
 from cnkispider.web import actions, guard, words
 from cnkispider.web.history import History
 from cnkispider.web.metrics import metrics_text
@@ -68,12 +69,31 @@ HEADERS = {
 
 
 def state_of(t: dict) -> str:
-    """A task's state in the page's words."""
+    """A task's state in the reader's words (a halt's reason is the breaker's own text)."""
     if t["halted"]:
-        return "paused" if t["halted"].startswith("paused") else f"halted: {t['halted']}"
+        if t["halted"].startswith("paused"):
+            return word("paused")
+        return _("halted: %(reason)s") % {"reason": halt_reason(t["halted"])}
     if t.get("waiting"):
-        return "waiting for a person"
-    return t["activity"]
+        return word("waiting for a person")
+    return word(t["activity"])
+
+
+def rounds_done(t: dict) -> str:
+    """The task's rounds done, of how many, and its failed ones apart: a failed round stored
+    nothing and is never counted as done ("0 of 7 done, 6 failed", never "6 of 7 finished")."""
+    r = t["rounds"]
+    if r["total"] is None:
+        text = i18n.number(r["done"])
+    else:
+        text = _("%(done)s of %(total)s (%(percent)s)") % {
+            "done": i18n.number(r["done"]),
+            "total": i18n.number(r["total"]),
+            "percent": i18n.percent(t["progress"] or 0),
+        }
+    if r["failed"]:
+        text += ", " + _("%(n)s failed") % {"n": i18n.number(r["failed"])}
+    return text
 
 
 def banners(report: dict) -> list[dict]:
@@ -87,7 +107,7 @@ def banners(report: dict) -> list[dict]:
                 {
                     "task": t["name"],
                     "kind": "person",
-                    "text": "CNKI wants a person to pass its check",
+                    "text": _("CNKI wants a person to pass its check"),
                 }
             )
         has_work = (
@@ -98,7 +118,7 @@ def banners(report: dict) -> list[dict]:
                 {
                     "task": t["name"],
                     "kind": "idle",
-                    "text": "has work but no live worker",
+                    "text": _("has work but no live worker"),
                     "command": run_command(t["name"]),  # this task's worker, not config.ini's
                 }
             )
@@ -169,11 +189,25 @@ class Web:
 
 
 def _templates() -> Jinja2Templates:
+    # One environment for every request: `_` and the filters read the request's language
+    # (i18n.using, set by _Language for the whole request), so nothing is installed per request
+    # and two requests in two languages at once never see each other's words.
     env = Environment(loader=PackageLoader("cnkispider.web", "templates"), autoescape=True)
-    env.filters["duration"] = functools.partial(duration, style="web")
+    env.globals["_"] = i18n._
+    env.globals["ngettext"] = i18n.ngettext
+    env.globals["word"] = word
     env.globals["state_of"] = state_of
+    env.globals["rounds_done"] = rounds_done
     env.globals["fields"] = actions.FIELDS
     env.globals["offered"] = actions.offered
+    env.globals["states"] = {
+        s: word(s) for s in ("pending", "in-flight", "done", "failed", "unbalanced")
+    }
+    env.filters["duration"] = lambda seconds: i18n.duration(seconds)
+    env.filters["ago"] = lambda seconds, unknown=None: i18n.ago(seconds, unknown=unknown)
+    env.filters["number"] = lambda value, decimals=0: i18n.number(value, decimals)
+    env.filters["percent"] = lambda value, decimals=1: i18n.percent(value, decimals)
+    env.filters["when"] = i18n.moment
     env.filters["round_label"] = round_label
     return Jinja2Templates(env=env)
 
@@ -202,14 +236,12 @@ def create_app(
     templates = _templates()
 
     def page(request, template, status=200, /, **context):
-        lang = words.language(
-            dict(request.query_params), request.cookies, request.headers.get("accept-language")
-        )
-        context.setdefault("lang", lang)
-        context.setdefault("_", words.translator(lang))
+        context.setdefault("lang", words.page_language(request))
         response = templates.TemplateResponse(request, template, context, status_code=status)
         if request.query_params.get("lang") in words.LANGUAGES:  # the switch: kept for later pages
-            response.set_cookie(words.COOKIE, lang, max_age=365 * 86400, samesite="strict")
+            response.set_cookie(
+                words.COOKIE, context["lang"], max_age=365 * 86400, samesite="strict"
+            )
         return response
 
     def problem(request, status: int, text: str):
@@ -235,7 +267,7 @@ def create_app(
         name = request.path_params["name"]
         month = request.query_params.get("month") or None
         if month is not None and not _is_month(month):
-            return problem(request, 400, f"month {month!r}: expected YYYY-MM")
+            return problem(request, 400, _("month %(month)r: expected YYYY-MM") % {"month": month})
         # the task's report and its grid are read at once, each on its own connection: the
         # page waits for the slower of the two queries, not their sum
         with ThreadPoolExecutor(max_workers=1) as pool:
@@ -263,7 +295,7 @@ def create_app(
         name = request.path_params["name"]
         month = request.query_params.get("month") or None
         if month is not None and not _is_month(month):
-            return problem(request, 400, f"month {month!r}: expected YYYY-MM")
+            return problem(request, 400, _("month %(month)r: expected YYYY-MM") % {"month": month})
         try:
             grid = round_grid(engine, name, month=month, base_dir=config.base_dir)
         except LookupError as exc:
@@ -321,7 +353,7 @@ def create_app(
         if refusal is not None:
             return refusal
         if action not in actions.TASK_ACTIONS:
-            return problem(request, 404, f"no action {action!r}")
+            return problem(request, 404, _("no action %(action)r") % {"action": action})
         who = _who(request)
         try:
             plan = await run_in_threadpool(actions.plan, config, engine, action, name, form)
@@ -348,7 +380,7 @@ def create_app(
                 who=who,
                 action=action,
                 task=name,
-                detail=f"{plan.says}; failed: {exc}",
+                detail=f"{plan.says}; " + _("failed: %(error)s") % {"error": exc},
                 ok=False,
             )
             return page(request, "done.html", 400, ok=False, text=str(exc), plan=plan)
@@ -385,7 +417,8 @@ def create_app(
                 503,
                 says=None,
                 paste="",
-                error=f"Redis is not reachable ({web.redis_error}): the pool lives there",
+                error=_("Redis is not reachable (%(error)s): the pool lives there")
+                % {"error": web.redis_error},
             )
         said = await run_in_threadpool(actions.add_session, config, web.redis, paste)
         await run_in_threadpool(
@@ -427,10 +460,10 @@ def create_app(
         given = request.headers.get(guard.TOKEN_HEADER) or form.get(guard.TOKEN_FIELD)
         if not same:
             logger.warning("web: refused a POST to %s: %s", request.url.path, why)
-            return None, problem(request, 403, f"refused: {why}")
+            return None, problem(request, 403, _("refused: %(why)s") % {"why": why})
         if not guard.token_ok(web.token, given if isinstance(given, str) else None):
             logger.warning("web: refused a POST to %s: no valid token", request.url.path)
-            return None, problem(request, 403, "refused: the token is missing or wrong")
+            return None, problem(request, 403, _("refused: the token is missing or wrong"))
         return {k: v for k, v in form.items() if isinstance(v, str)}, None
 
     @asynccontextmanager
@@ -456,12 +489,26 @@ def create_app(
         Route("/tasks/{name}/{action}", action_post, methods=["POST"]),
         Mount("/static", StaticFiles(packages=[("cnkispider.web", "static")]), name="static"),
     ]
-    middleware = [Middleware(_Headers)]
+    middleware = [Middleware(_Headers), Middleware(_Language)]
     if allowed_hosts:
         middleware.insert(0, Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts))
     app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.web = web
     return app
+
+
+class _Language:
+    """The request's language (cnkispider.web.words) made the one every word of its answer is
+    looked up in, from the page's labels to the sentences of the actions and the errors."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        with i18n.using(words.page_language(Request(scope))):
+            await self.app(scope, receive, send)
 
 
 class _Headers:
@@ -477,7 +524,7 @@ class _Headers:
         async def sending(message):
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))
-                present = {k.lower() for k, _ in headers}
+                present = {k.lower() for k, _value in headers}
                 for key, value in HEADERS.items():
                     if key.lower().encode() not in present:
                         headers.append((key.lower().encode(), value.encode()))

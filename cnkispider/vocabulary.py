@@ -1,0 +1,86 @@
+"""The crawler's internal names as the operator reads them: a task's type, phase, depth and
+state, a round's and a worker's state, an error row's state, in the language of the reader.
+
+The database and the code keep their names (``patent``, ``crawl``, ``seeded``, ``alive``): they
+are what SQL, JSON (``status --json``, ``/api/status``) and the logs hold. Shown to a person,
+a name goes through :func:`word`: the marked word of this table, in the catalogue's language
+(``patent`` is 专利 on a Chinese page). A name this table does not know (a new state before it
+is added here) is shown as it is, never dropped.
+"""
+
+from __future__ import annotations
+
+from cnkispider.i18n import N_, _
+
+WORDS = {
+    # a task's type (cnkispider.items.DOC_TYPES)
+    "patent": N_("patent"),
+    "paper": N_("paper"),
+    "achievement": N_("achievement"),
+    # a task's depth (cnkispider.items.DEPTHS)
+    "list": N_("list"),
+    "export": N_("export"),
+    "detail": N_("detail"),
+    # a task's phase (tasks.phase.Phase)
+    "crawl": N_("crawl"),
+    "recrawl": N_("recrawl"),
+    "done": N_("done"),
+    # a task's activity (cnkispider.status.collecting)
+    "running": N_("running"),
+    "finished": N_("finished"),
+    "stopped": N_("stopped"),
+    "paused": N_("paused"),
+    "halted": N_("halted"),
+    "no live worker": N_("no live worker"),
+    "waiting for a person": N_("waiting for a person"),
+    # a round's state (tasks.rounds.RoundState) and a grid cell's (status.round_views)
+    "claimed": N_("claimed"),
+    "seeded": N_("seeded"),
+    "failed": N_("failed"),
+    "pending": N_("pending"),
+    "in-flight": N_("in flight"),
+    "unbalanced": N_("out of balance"),
+    # a worker's state (cnkispider.status.liveness)
+    "alive": N_("alive"),
+    "gone": N_("gone"),
+    # an error row's state (errors/recorder.py)
+    "open": N_("open"),
+    "permanent": N_("permanent"),
+    # Redis as status sees it (cnkispider.status.collecting)
+    "connected": N_("connected"),
+    "idle": N_("idle"),
+    "unreachable": N_("unreachable"),
+    # the census round's category (tasks.categories.DAY_LABEL)
+    "day": N_("day"),
+    # the page's actions (cnkispider.web.actions.TASK_ACTIONS) and its form's fields
+    "pause": N_("pause"),
+    "resume": N_("resume"),
+    "stop": N_("stop"),
+    "extend": N_("extend"),
+    "move": N_("move"),
+    "end": N_("end date"),
+    "date": N_("date"),
+    "code": N_("category"),
+    "session": N_("add a session"),
+}
+
+
+#: A halt's reason is the breaker's code and its words (``rejected: ...``, stored as written);
+#: the operator's own halt has one fixed reason (cnkispider.halting.PAUSE_REASON), said here.
+HALT_REASONS = {"paused: by the operator": N_("paused by the operator")}
+
+
+def halt_reason(reason: str | None) -> str:
+    """A task's halt reason as the reader reads it."""
+    if not reason:
+        return "-"
+    marked = HALT_REASONS.get(reason)
+    return _(marked) if marked is not None else reason
+
+
+def word(name: str | None, unknown: str = "-") -> str:
+    """``name`` in the reader's language (``unknown`` for None or empty)."""
+    if not name:
+        return unknown
+    marked = WORDS.get(name)
+    return _(marked) if marked is not None else name
