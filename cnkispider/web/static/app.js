@@ -31,9 +31,12 @@
       var table = cell.closest("table");
       var column = table.tHead.rows[0].cells[cell.cellIndex].textContent;
       var label = cell.parentNode.cells[0].textContent;
-      var rounds = cell.dataset.rounds ? ", " + cell.dataset.rounds + " rounds" : "";
-      cell.title = label + " " + column + ": " + cell.className.replace("c-", "") + rounds +
-        ", " + (cell.textContent || "0") + " documents";
+      // the page's words, from the table (data-*-word, data-states): the page's language
+      var states = JSON.parse(table.dataset.states || "{}");
+      var state = cell.className.replace("c-", "");
+      var rounds = cell.dataset.rounds ? ", " + cell.dataset.rounds + " " + (table.dataset.roundsWord || "rounds") : "";
+      cell.title = label + " " + column + ": " + (states[state] || state) + rounds +
+        ", " + (cell.textContent || "0") + " " + (table.dataset.documentsWord || "documents");
     });
   }
 
