@@ -112,6 +112,20 @@ def _choice(*choices: str):
     return parse
 
 
+def _language(raw: str) -> str:
+    """[ui] language: zh_CN or en (zh, zh-CN, en_US... are read as those), empty for the
+    locale's."""
+    value = raw.strip()
+    if not value:
+        return ""
+    tag = value.replace("-", "_").lower()
+    if tag in ("zh", "zh_cn", "zh_hans", "zh_hans_cn"):
+        return "zh_CN"
+    if tag == "en" or tag.startswith("en_"):
+        return "en"
+    raise ValueError(f"expected zh_CN, en or nothing (the locale's language), got {raw!r}")
+
+
 def _database_url(raw: str) -> str:
     value = raw.strip()
     if not value.startswith(("sqlite://", "mysql+pymysql://", "mysql://", "mariadb+pymysql://")):
@@ -255,6 +269,9 @@ SCHEMA: dict[str, dict[str, tuple[Any, str]]] = {
         "port": (_int(1, 65535), _default("WEB_PORT")),
         "token": (_text, _default("WEB_TOKEN")),
     },
+    "ui": {
+        "language": (_language, _default("UI_LANGUAGE")),
+    },
     "proxy": {
         "enabled": (_bool, _default("PROXY_ENABLED")),
         "api_url": (_http_url, _default("PROXY_API_URL")),
@@ -346,6 +363,27 @@ class Config:
         return path if path.is_absolute() else self.base_dir / path
 
 
+def _ini_problem(exc: configparser.Error) -> str:
+    """What is wrong with the file, from the error's fields: configparser's own message names
+    the file by its repr (``While reading from PosixPath('c4.ini')``), which ConfigError has
+    already named as the operator typed it."""
+    if isinstance(exc, configparser.DuplicateOptionError):
+        what = f"key {exc.option!r} appears twice in [{exc.section}]"
+    elif isinstance(exc, configparser.DuplicateSectionError):
+        what = f"section [{exc.section}] appears twice"
+    elif isinstance(exc, configparser.MissingSectionHeaderError):
+        return f"line {exc.lineno}: {exc.line.strip()!r} comes before any [section]"
+    elif isinstance(exc, configparser.ParsingError):
+        # each error is (line number, the line's repr)
+        lines = "; ".join(
+            f"line {n}: {text.replace(chr(92) + 'n', '')}" for n, text in exc.errors[:5]
+        )
+        return f"not key = value: {lines}"
+    else:
+        return f"not a valid ini file: {exc.message}"
+    return f"line {exc.lineno}: {what}" if exc.lineno else what
+
+
 def executable_dir() -> Path:
     """The folder of the frozen .exe (never PyInstaller's temporary unpack folder)."""
     if getattr(sys, "frozen", False):
@@ -376,7 +414,7 @@ def load_config(explicit: str | os.PathLike | None = None, environ=None) -> Conf
         try:
             parser.read(path, encoding="utf-8-sig")  # utf-8-sig: Notepad on Windows writes a BOM
         except configparser.Error as exc:
-            raise ConfigError(path, "-", None, f"not a valid ini file: {exc}") from None
+            raise ConfigError(path, "-", None, _ini_problem(exc)) from None
 
     install_log_filter()  # from here on the process holds the URLs' secrets: keep them out of logs
     check_environment(environ)

@@ -28,6 +28,7 @@ from sqlalchemy.engine import Engine, make_url
 
 from cnkispider import default_settings, masking, schema
 from cnkispider.exceptions import CnkiSpiderError, StorageError
+from cnkispider.i18n import _
 from cnkispider.mysqlconn import connect as _pymysql_connect
 
 logger = logging.getLogger(__name__)
@@ -374,7 +375,8 @@ def open_database_readonly(url: str) -> Engine:
         path = make_url(url).database
         if path and path != ":memory:" and not Path(path).exists():
             raise StorageError(
-                f"no database at {path} yet: `cnkispider run` (or init-db) creates it"
+                _("no database at %(path)s yet: `cnkispider run` (or init-db) creates it")
+                % {"path": path}
             )
     return open_database(url, create=False)
 

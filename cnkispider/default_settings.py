@@ -170,6 +170,9 @@ WEB_PORT = 8700
 # empty: made at the first start, kept in data_dir/web-token and printed once
 WEB_TOKEN = ""
 
+# -- the operator's language ([ui]; cnkispider/i18n.py, docs/TRANSLATING.md) ----------------------
+UI_LANGUAGE = ""  # zh_CN | en; empty: the locale's (LANG=zh_CN.UTF-8 gives Chinese), else English
+
 # -- TASKS_*, ERRORS_*: flow control (tasks/, errors/, cnkispider/halting.py) -------------------
 
 TASKS_ENABLED = True

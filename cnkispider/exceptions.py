@@ -32,6 +32,8 @@ class ConfigError(CnkiSpiderError):
     """
 
     def __init__(self, path, section: str, key: str | None, problem: str):
+        # the path as the operator typed it, whatever it came as (a Path's repr is PosixPath(...))
+        path = str(path)
         self.path, self.section, self.key, self.problem = path, section, key, problem
         where = f"[{section}] {key}" if key else f"[{section}]"
         super().__init__(f"{path}: {where}: {problem}")

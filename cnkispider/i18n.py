@@ -109,28 +109,33 @@ def N_(message: str) -> str:
 THRESHOLD = 2
 
 
-def number(value: float | int | None, decimals: int = 0, *, unknown: str = "-") -> str:
-    """``value`` with the locale's grouping, ``decimals`` digits after the point."""
+def number(
+    value: float | int | None, decimals: int = 0, *, unknown: str = "-", language=None
+) -> str:
+    """``value`` with the locale's grouping, ``decimals`` digits after the point. ``language``
+    (every formatter takes it): this one rather than the reader's (the logs: English)."""
     if value is None:
         return unknown
     pattern = "#,##0" + ("." + "0" * decimals if decimals else "")
-    return format_decimal(value, format=pattern, locale=current())
+    return format_decimal(value, format=pattern, locale=language or current())
 
 
-def percent(fraction: float | None, decimals: int = 1, *, unknown: str = "-") -> str:
+def percent(fraction: float | None, decimals: int = 1, *, unknown: str = "-", language=None) -> str:
     if fraction is None:
         return unknown
     pattern = "#,##0" + ("." + "0" * decimals if decimals else "") + "%"
-    return format_percent(fraction, format=pattern, locale=current())
+    return format_percent(fraction, format=pattern, locale=language or current())
 
 
-def duration(seconds: float | None, *, unknown: str = "-", format: str = "short") -> str:
+def duration(
+    seconds: float | None, *, unknown: str = "-", format: str = "short", language=None
+) -> str:
     """How long, in the locale's words ("83 min", "83分钟"); ``unknown`` for None. ``format``
     "narrow" for a tight column ("83m")."""
     if seconds is None:
         return unknown
     return format_timedelta(
-        max(float(seconds), 0.0), threshold=THRESHOLD, format=format, locale=current()
+        max(float(seconds), 0.0), threshold=THRESHOLD, format=format, locale=language or current()
     )
 
 
@@ -146,7 +151,10 @@ def moment(value: dt.datetime | str | None, *, unknown: str = "-") -> str:
             return value  # not a moment after all: shown as it is
     if value.tzinfo is None:
         value = value.replace(tzinfo=dt.UTC)
-    return format_datetime(value, format="medium", tzinfo=dt.UTC, locale=current())
+    # CLDR puts a narrow no-break space before AM/PM: a GBK console (Chinese Windows) cannot
+    # print it, a plain space reads the same
+    text = format_datetime(value, format="medium", tzinfo=dt.UTC, locale=current())
+    return text.replace("\u202f", " ")
 
 
 def ago(seconds: float | None, *, unknown: str | None = None) -> str:
@@ -155,7 +163,7 @@ def ago(seconds: float | None, *, unknown: str | None = None) -> str:
     if seconds is None:
         return _("never") if unknown is None else unknown
     return format_timedelta(
-        -max(float(seconds), 0.0),
+        -max(float(seconds), 0.001),  # -0.0 is not below zero: Babel would say "in 0 sec."
         threshold=THRESHOLD,
         add_direction=True,
         format="short",

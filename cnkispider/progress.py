@@ -30,7 +30,7 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.asyncio import create_looping_call
 
-from cnkispider.durations import duration
+from cnkispider import i18n
 from tasks.feeder import RoundFeeder
 from tasks.phase import Phase
 
@@ -42,32 +42,35 @@ SHOWN_ERROR_KEYS = 3
 
 
 def task_line(entry: dict) -> tuple[str, dict]:
-    """The per-minute line of a task from its status entry: finished rounds (done or failed)
-    apart from rounds in flight, the percentage, the rate and the ETA."""
+    """The per-minute line of a task from its status entry: rounds done (the failed ones apart:
+    a failed round stored nothing, it is no progress), rounds in flight, the percentage, the
+    rate and the ETA. In English, as every log line: the log is grepped, not read by one."""
     rounds = entry["rounds"]
     total = rounds.get("total")
+    done = rounds.get("done", rounds["finished"] - rounds.get("failed", 0))
     per_hour = entry["rate"]["rounds_per_hour"]
     if entry.get("halted"):
         eta = "halted"
     elif entry.get("eta_seconds") is not None:
-        eta = "ETA " + duration(entry["eta_seconds"], "log", unknown="?")
+        eta = "ETA " + i18n.duration(entry["eta_seconds"], unknown="?", language="en")
     elif total is not None and rounds["finished"] >= total and not rounds["in_flight"]:
         eta = "ETA -: nothing left"
     else:
-        eta = "ETA unknown until a round finishes"
+        eta = "ETA unknown until a round is done"
     args = {
         "task": entry["name"],
         "phase": entry["phase"],
-        "finished": rounds["finished"],
+        "done": done,
         "total": "?" if total is None else total,
         "percent": 100.0 * (entry["progress"] or 0.0),
+        "failed": f", {rounds['failed']} failed" if rounds.get("failed") else "",
         "in_flight": rounds["in_flight"],
         "rate": f"{per_hour:,.1f} rounds/h" if per_hour else "- rounds/h",
         "eta": eta,
     }
     msg = (
-        "Task %(task)s (%(phase)s): %(finished)s of %(total)s rounds finished (%(percent).1f%%), "
-        "%(in_flight)s in flight; %(rate)s; %(eta)s"
+        "Task %(task)s (%(phase)s): %(done)s of %(total)s rounds done (%(percent).1f%%)"
+        "%(failed)s, %(in_flight)s in flight; %(rate)s; %(eta)s"
     )
     return msg, args
 

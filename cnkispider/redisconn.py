@@ -35,6 +35,7 @@ import redis
 
 from cnkispider import masking
 from cnkispider.exceptions import RedisUnavailable
+from cnkispider.i18n import N_
 
 logger = logging.getLogger(__name__)
 
@@ -285,7 +286,7 @@ def stop_embedded(data_dir: Path | str) -> None:
 
 # Not an error: the embedded Redis runs only while a worker of this machine does. Its queue is
 # then simply unknown (and empty for a finished task), not UNREACHABLE.
-EMBEDDED_IDLE = "not running (it runs while a worker of this machine does)"
+EMBEDDED_IDLE = N_("not running (it runs while a worker of this machine does)")
 
 
 def connect_if_running(

@@ -93,3 +93,54 @@ def test_headless_says_it_cannot_pass_a_real_check():
     help_text = next(a.help for a in login._actions if "--headless" in a.option_strings)
     assert "cannot" in help_text or "no person can pass" in help_text
     assert "no person can pass CNKI's check" in HEADLESS
+
+
+# -- issue 41: the command line in the operator's language --------------------------------------
+
+
+@pytest.fixture
+def english_after():
+    """The process's language back to English after a test that changed it."""
+    from cnkispider import i18n
+
+    yield
+    i18n.activate("en")
+
+
+def _ini(tmp_path, *extra: str):
+    ini = tmp_path / "config.ini"
+    ini.write_text(
+        f"[database]\nurl = sqlite:///{tmp_path / 'db.sqlite'}\n[redis]\nurl =\n"
+        f"[crawl]\ndata_dir = {tmp_path / 'data'}\n" + "".join(extra),
+        encoding="utf-8",
+    )
+    return ini
+
+
+def test_status_speaks_the_locale_s_language_unless_ui_language_says(
+    tmp_path, monkeypatch, capsys, english_after
+):
+    monkeypatch.setenv("LANG", "zh_CN.UTF-8")
+    for name in ("LANGUAGE", "LC_ALL", "LC_MESSAGES"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["--config", str(_ini(tmp_path)), "init-db"]) == 0
+    capsys.readouterr()
+    assert main(["--config", str(_ini(tmp_path)), "status"]) == 0
+    chinese = capsys.readouterr().out
+    assert "尚无任务" in chinese and "数据库时钟" in chinese, chinese
+    english = _ini(tmp_path, "[ui]\nlanguage = en\n")
+    assert main(["--config", str(english), "status"]) == 0
+    assert "no tasks yet" in capsys.readouterr().out
+
+
+def test_a_bad_ui_language_names_its_key(tmp_path, capsys):
+    assert main(["--config", str(_ini(tmp_path, "[ui]\nlanguage = klingon\n")), "status"]) == 2
+    assert "[ui] language: expected zh_CN, en or nothing" in capsys.readouterr().err
+
+
+def test_a_config_error_names_the_file_as_typed_not_as_a_path_object(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c4.ini").write_text("[crawl]\nlog_level = info\n[crawl]\n", encoding="utf-8")
+    assert main(["--config", "c4.ini", "status"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "error: c4.ini: [-]: line 3: section [crawl] appears twice", err

@@ -508,10 +508,10 @@ def test_render_shows_progress_eta_errors_and_workers(engine):
             )
         )
     text = render(collect(engine, None, NOW))
-    assert "[############..................]  40.0%  4 of 10 finished (4 done), 1 in flight" in text
+    assert "[############..................]  40.0%  4 of 10 done, 1 in flight" in text
     # 10-minute rounds, one at a time, the one in flight due now: 5 more of 10 min, and the one
     # in flight at least a tenth of a round (issue 28: never "done" while a round runs)
-    assert "6.0 rounds/h; ETA 51 min (2024-03-01 12:51:00 UTC)" in text
+    assert "6.0 rounds/h; ETA 51 min (Mar 1, 2024, 12:51:00 PM UTC)" in text
     assert "errorLink  1 (open 1); by reason: verify 1" in text
     assert "alive" in text and "2024-01-03 G06" in text
 
@@ -687,9 +687,7 @@ def test_run_summary_gives_rounds_documents_errors_by_reason_time_and_rate(engin
         "errors/list/captcha": 1,
     }
     text = run_summary(engine, "sum", stats)
-    assert (
-        "rounds          4 of 10 finished (4 done, 0 in flight); 4 completed by this worker" in text
-    )
+    assert "rounds          4 of 10 done, 0 in flight; 4 completed by this worker" in text
     assert "documents       0 stored for this task (500 this run)" in text
     assert "time            2 min (120.0 s)" in text
     assert (
@@ -811,7 +809,7 @@ def test_status_on_an_embedded_redis_that_is_not_running_says_queue_unknown(engi
     text = render(collect(engine, None, NOW, redis_label=label, redis_error=error))
     assert "UNREACHABLE" not in text
     assert (
-        f"redis    {label}: not running (it runs while a worker of this machine does); queue unknown"
+        f"Redis    {label}: not running (it runs while a worker of this machine does); queue unknown"
         in text
     )
     assert "  queue      unknown (the embedded Redis is not running)" in text
@@ -844,7 +842,7 @@ def test_the_progress_line_gives_percent_rate_and_eta_per_task():
     msg, args = task_line(entry)
     assert (
         msg % args
-        == "Task q1 (crawl): 14 of 56 rounds finished (25.0%), 3 in flight; 84.0 rounds/h; ETA 10 min"
+        == "Task q1 (crawl): 14 of 56 rounds done (25.0%), 3 in flight; 84.0 rounds/h; ETA 10 min"
     )
 
 

@@ -36,10 +36,12 @@ import argparse
 import logging
 import sys
 
+from cnkispider import i18n
 from cnkispider.cli import admin, crawl, demo, sessions, status, tasks
 from cnkispider.cli.common import CONFIG_HELP, LOG_FORMAT, CommandParser, command_config
 from cnkispider.cli.demo import FROZEN_NO_DEMO
 from cnkispider.exceptions import CnkiSpiderError
+from cnkispider.i18n import _
 from cnkispider.version import __version__
 
 __all__ = ["build_parser", "main"]
@@ -68,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # the locale's language from the start (argparse's own errors, a config.ini that cannot be
+    # read); [ui] language, once config.ini is read, may choose another (common.command_config)
+    i18n.activate(None)
     parser = build_parser()
     if getattr(sys, "frozen", False) and (argv if argv is not None else sys.argv[1:])[:1] == [
         "demo"
@@ -84,8 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(command_config(args, short=short), args)
     except CnkiSpiderError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(_("error: %(problem)s") % {"problem": exc}, file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print(_("interrupted"), file=sys.stderr)
         return 130

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 
+from cnkispider import i18n
 from cnkispider.config import Config, load_config
 
 CONFIG_HELP = "config.ini to use (default: ./config.ini, then beside the program)"
@@ -35,6 +36,8 @@ def command_config(args, *, short: bool) -> Config:
     """config.ini for the command of ``args``: a short command logs to its file from now on;
     ``--processes 0`` (not given) becomes [crawl] processes."""
     config = load_config(args.config)
+    if config.raw["ui"]["language"]:  # else the locale's, chosen at start (cli.main)
+        i18n.activate(config.raw["ui"]["language"])
     if short:
         log_to_file(config)
     if getattr(args, "processes", None) == 0:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from cnkispider import default_settings
 from cnkispider.exceptions import InputError
+from cnkispider.i18n import N_
 
 if TYPE_CHECKING:
     import redis
@@ -56,7 +57,7 @@ DEFAULT_TTL = 12 * 3600.0
 #: Seconds a lease lasts without a request of its round.
 DEFAULT_LEASE = 120.0
 
-WAITING_MESSAGE = "CNKI wants a person to pass its check (cnkispider session login)"
+WAITING_MESSAGE = N_("CNKI wants a person to pass its check (cnkispider session login)")
 
 
 def namespace_for(base_url: str, prefix: str = default_settings.REDIS_KEY_PREFIX) -> str:

@@ -232,7 +232,9 @@ def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, w
         rounds["total"] = total
         # the rounds in flight are not done, whatever the plan counted (a census day's roots)
         rounds["remaining"] = max(total - finished, rounds["in_flight"], 0)
-        entry["progress"] = round(finished / total, 4) if total else 1.0
+        # done rounds only: a failed round stored nothing, it is no progress (its percent
+        # would say "85.7%" of a task whose every round failed)
+        entry["progress"] = round(rounds["done"] / total, 4) if total else 1.0
         per_hour, counted, seconds = round_rate(conn, row.id, now, rounds["remaining"])
         entry["rate"] = {"rounds_per_hour": per_hour, "rounds_counted": counted}
         if rounds["remaining"] and per_hour and seconds is not None:

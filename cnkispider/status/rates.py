@@ -72,7 +72,7 @@ def round_rate_eta(
 def round_rate(
     conn, task_id: int, now: dt.datetime, remaining: int
 ) -> tuple[float | None, int, float | None]:
-    """(rounds per hour, rounds counted, ETA seconds) from the last RATE_ROUNDS rounds finished
+    """(rounds per hour, rounds counted, ETA seconds) from the last RATE_ROUNDS rounds done
     within RATE_WINDOW and the rounds in flight (:func:`round_rate_eta`)."""
     finished = [
         ((created or updated).timestamp(), updated.timestamp())
@@ -80,7 +80,9 @@ def round_rate(
             sa.select(round_.c.created_at, round_.c.updated_at)
             .where(
                 round_.c.task_id == task_id,
-                round_.c.state.in_((RoundState.DONE, RoundState.FAILED)),
+                # done rounds only: a failed round stored nothing (its ledger never balanced),
+                # and six failing fast made a rate of 415 rounds/h with nothing crawled
+                round_.c.state == RoundState.DONE,
                 round_.c.updated_at >= now - RATE_WINDOW,
             )
             .order_by(round_.c.updated_at.desc())

@@ -8,15 +8,28 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 
-from cnkispider.durations import duration
-from cnkispider.i18n import _
+from cnkispider import i18n
+from cnkispider.i18n import N_, _
+from cnkispider.vocabulary import halt_reason, word
 from tasks.categories import round_label
 
 BAR_WIDTH = 30
 
 # Scrapy records a finish reason when the spider closes; a second Ctrl-C stops the reactor first
-FORCED_STOP = "forced stop (a second Ctrl-C; its rounds are taken over when their leases end)"
+FORCED_STOP = N_("forced stop (a second Ctrl-C; its rounds are taken over when their leases end)")
+
+
+def _pad(text: str, width: int) -> str:
+    """``text`` padded to ``width`` columns as a terminal shows it (a Chinese character takes
+    two), so the labels of a Chinese status line up as the English ones do."""
+    shown = sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+    return text + " " * max(width - shown, 1)
+
+
+def _label(text: str) -> str:
+    return "  " + _pad(text, 11)
 
 
 def run_command(name: str) -> str:
@@ -33,118 +46,197 @@ def render(report: dict) -> str:
     if redis_info["reachable"]:
         redis_text = redis_info["url"]
     elif redis_info.get("state") == "idle":
-        redis_text = f"{redis_info['url']}: {redis_info['error']}; queue unknown"
+        idle = redis_info["error"]  # EMBEDDED_IDLE, a marked word (a name, not a call: extracted)
+        redis_text = _("%(url)s: %(error)s; queue unknown") % {
+            "url": redis_info["url"],
+            "error": _(idle),
+        }
     else:
-        redis_text = f"{redis_info['url']} UNREACHABLE: {redis_info['error']}"
+        redis_text = _("%(url)s UNREACHABLE: %(error)s") % {
+            "url": redis_info["url"],
+            "error": redis_info["error"],
+        }
     lines = [
-        f"cnkispider status at {_clock(report['generated_at'])} (database clock, UTC)",
-        f"database {report['database']}",
-        f"redis    {redis_text}",
+        _("cnkispider status at %(when)s (database clock, UTC)")
+        % {"when": _clock(report["generated_at"])},
+        _pad(_("database"), 9) + report["database"],
+        _pad("Redis", 9) + redis_text,
     ]
     if not report["tasks"]:
-        lines += ["", "no tasks yet: `cnkispider run` registers the task of config.ini"]
+        lines += ["", _("no tasks yet: `cnkispider run` registers the task of config.ini")]
     for entry in report["tasks"]:
         lines.append("")
         lines += _render_task(entry, report)
     return "\n".join(lines) + "\n"
 
 
+def rounds_line(t: dict) -> str:
+    """The task's rounds in words: done of all, the failed ones apart (a failed round stored
+    nothing: it is never "finished"), the ones in flight."""
+    r = t["rounds"]
+    text = _("%(done)s of %(total)s done") % {
+        "done": i18n.number(r["done"]),
+        "total": i18n.number(r["total"]),
+    }
+    if r["failed"]:
+        text += ", " + _("%(n)s failed") % {"n": i18n.number(r["failed"])}
+    return text + ", " + _("%(n)s in flight") % {"n": i18n.number(r["in_flight"])}
+
+
+def eta_words(t: dict) -> str:
+    """The task's ETA, or why it has none, as every view says it."""
+    r = t["rounds"]
+    if r["remaining"] == 0:
+        if t["end_date"]:
+            return _("ETA -: nothing left")
+        return _("ETA -: nothing left until tomorrow")
+    if t["activity"] in ("halted", "paused"):
+        return _("no ETA: %(state)s") % {"state": word(t["activity"])}
+    if t["activity"] != "running":
+        if t["activity"] == "no live worker":
+            return _("no ETA: no worker is alive") + _(" (start one: `{command}`)").format(
+                command=run_command(t["name"])
+            )
+        return _("no ETA: no worker is alive")
+    if t["rate"]["rounds_per_hour"] and t["eta_seconds"] is not None:
+        return _("ETA %(left)s (%(when)s UTC)") % {
+            "left": i18n.duration(t["eta_seconds"]),
+            "when": _clock(t["eta_at"]),
+        }
+    return _("ETA unknown until a round is done")
+
+
 def _render_task(t: dict, report: dict) -> list[str]:
-    head = f"task {t['id']} {t['name']!r}"
+    head = _("task %(id)s %(name)r") % {"id": t["id"], "name": t["name"]}
     if not t["ok"]:
-        lines = [f"{head}: BAD ROW, skipped by workers: {t['problem']}"]
-    else:
-        end = t["end_date"] or f"(today: {t['until']})"
         lines = [
-            f"{head}  {t['type']}  {t['start_date']} .. {end}  depth {t.get('depth') or 'detail'}"
-            f"  phase {t['phase']}  [{t['activity']}]"
+            _("%(task)s: BAD ROW, skipped by workers: %(problem)s")
+            % {"task": head, "problem": t["problem"]}
+        ]
+    else:
+        end = t["end_date"] or _("(today: %(day)s)") % {"day": t["until"]}
+        lines = [
+            f"{head}  {word(t['type'])}  {t['start_date']} .. {end}  "
+            + _("depth %(depth)s") % {"depth": word(t.get("depth") or "detail")}
+            + "  "
+            + _("phase %(phase)s") % {"phase": word(t["phase"])}
+            + f"  [{word(t['activity'])}]"
         ]
         if t.get("query"):
             lines.append(f"  {_('query')} {t['query']}")
     if t.get("halted"):
-        what = "paused" if t["activity"] == "paused" else f"halted: {t['halted']}"
+        if t["activity"] == "paused":
+            what = word("paused")
+        else:
+            what = _("halted: %(reason)s") % {"reason": halt_reason(t["halted"])}
         lines.append(
-            f"  {what}  (since {_clock(t['halted_at'])} UTC; "
-            f"`cnkispider task resume {t['name']}` goes on)"
+            "  "
+            + what
+            + "  "
+            + _("(since %(when)s UTC; `cnkispider task resume %(name)s` goes on)")
+            % {"when": _clock(t["halted_at"]), "name": t["name"]}
         )
-    if t.get("waiting"):
-        lines.append(f"  waiting: {t['waiting']}")
+    waiting = t.get("waiting")  # WAITING_MESSAGE, a marked word
+    if waiting:
+        lines.append("  " + _("waiting: %(what)s") % {"what": _(waiting)})
     r = t["rounds"]
     cursor = t["cursor"]
-    seen = _ago(t["last_heartbeat_age_seconds"])
     lines.append(
-        f"  cursor     {cursor['date'] or '-'} {round_label(cursor['category'])}   last heartbeat {seen}"
+        _label(_("cursor"))
+        + f"{cursor['date'] or '-'} {word(round_label(cursor['category']))}   "
+        + _("last heartbeat %(ago)s") % {"ago": i18n.ago(t["last_heartbeat_age_seconds"])}
     )
     if r["total"] is not None:
-        failed = f", {r['failed']} failed" if r["failed"] else ""
         lines.append(
-            f"  rounds     {_bar(t['progress'])} {t['progress'] * 100:5.1f}%  "
-            f"{r['finished']:,} of {r['total']:,} finished ({r['done']:,} done{failed}), {r['in_flight']} in flight"
+            _label(_("rounds")) + f"{_bar(t['progress'])} {i18n.percent(t['progress']):>6}  "
+            f"{rounds_line(t)}"
         )
-        rate = t["rate"]["rounds_per_hour"]
-        if r["remaining"] == 0:
-            eta = "ETA -: nothing left" + ("" if t["end_date"] else " until tomorrow")
-        elif t["activity"] in ("halted", "paused"):
-            eta = f"no ETA: {t['activity']}"
-        elif t["activity"] != "running":
-            eta = "no ETA: no worker is alive"
-            if t["activity"] == "no live worker":
-                eta += _(" (start one: `{command}`)").format(command=run_command(t["name"]))
-        elif rate and t["eta_seconds"] is not None:
-            eta = f"ETA {duration(t['eta_seconds'])} ({_clock(t['eta_at'])} UTC)"
-        else:
-            eta = "ETA unknown until a round finishes"
-        lines.append(f"  rate       {_per_hour(rate)}; {eta}")
+        lines.append(
+            _label(_("rate")) + f"{_per_hour(t['rate']['rounds_per_hour'])}; {eta_words(t)}"
+        )
     else:
-        states = ", ".join(f"{k} {v}" for k, v in sorted(r["by_state"].items())) or "none"
-        lines.append(f"  rounds     {states}")
-    current = ", ".join(f"{c['day']} {round_label(c['category'])}" for c in t["current_rounds"][:6])
+        states = ", ".join(f"{word(k)} {i18n.number(v)}" for k, v in sorted(r["by_state"].items()))
+        lines.append(_label(_("rounds")) + (states or _("none")))
+    current = ", ".join(
+        f"{c['day']} {word(round_label(c['category']))}" for c in t["current_rounds"][:6]
+    )
     if len(t["current_rounds"]) > 6:
-        current += f", ... ({len(t['current_rounds'])} in all)"
-    lines.append(f"  now        {current or '-'}")
-    docs = "-" if t["documents"] is None else f"{t['documents']:,}"
-    lines.append(f"  documents  {docs}")
+        current += ", ... " + _("(%(n)s in all)") % {"n": len(t["current_rounds"])}
+    lines.append(_label(_("now")) + (current or "-"))
+    lines.append(_label(_("documents")) + i18n.number(t["documents"]))
     if t.get("ledger"):
         lines += [f"  {line}" for line in ledger_lines(t["ledger"])]
     for name in ("errorCode", "errorLink"):
         e = t["errors"][name]
         if not e["total"]:
-            lines.append(f"  {name:<10} 0")
+            lines.append(_label(name) + "0")
             continue
-        states = ", ".join(f"{k} {v}" for k, v in sorted(e["by_state"].items()))
+        states = ", ".join(f"{word(k)} {i18n.number(v)}" for k, v in sorted(e["by_state"].items()))
         reasons = ", ".join(
-            f"{k} {v}"
+            f"{k} {i18n.number(v)}"
             for k, v in sorted(e["by_reason"].items(), key=lambda kv: (-kv[1], kv[0]))[:5]
         )
-        lines.append(f"  {name:<10} {e['total']:,} ({states}); by reason: {reasons}")
+        lines.append(
+            _label(name)
+            + _("%(total)s (%(states)s); by reason: %(reasons)s")
+            % {"total": i18n.number(e["total"]), "states": states, "reasons": reasons}
+        )
     queue = t.get("queue")
     if queue is not None:
-        lines.append(f"  queue      {queue['queued']:,} queued, {queue['leased']:,} leased")
+        lines.append(
+            _label(_("queue"))
+            + _("%(queued)s queued, %(leased)s leased")
+            % {"queued": i18n.number(queue["queued"]), "leased": i18n.number(queue["leased"])}
+        )
     elif report["redis"].get("state") == "idle":
-        lines.append("  queue      unknown (the embedded Redis is not running)")
+        lines.append(_label(_("queue")) + _("unknown (the embedded Redis is not running)"))
     else:
-        lines.append("  queue      ? (Redis unreachable)")
+        lines.append(_label(_("queue")) + _("? (Redis unreachable)"))
     c = t["worker_counts"]
     pages = sum(_rate(w) or 0 for w in t["workers"] if w["state"] == "alive")
     lines.append(
-        f"  workers    {c['alive']} alive, {c['gone']} gone, {c['stopped']} stopped"
-        + (f"; {pages:,.0f} pages/min together" if c["alive"] else "")
+        _label(_("workers"))
+        + _("%(alive)s alive, %(gone)s gone, %(stopped)s stopped")
+        % {"alive": c["alive"], "gone": c["gone"], "stopped": c["stopped"]}
+        + (
+            "; " + _("%(pages)s pages/min together") % {"pages": i18n.number(pages)}
+            if c["alive"]
+            else ""
+        )
     )
     if t["workers"]:
         lines.append(
-            f"    {'HOST':<20} {'PID':>7}  {'STATE':<7} {'LAST SEEN':>10} {'PAGES/MIN':>9} {'PAGES':>8} {'ITEMS':>8} {'ERRORS':>6}  ROUNDS"
+            "    "
+            + _pad(_("HOST"), 21)
+            + _pad(_("PID"), 9)
+            + _pad(_("STATE"), 8)
+            + _pad(_("LAST SEEN"), 14)
+            + _pad(_("PAGES/MIN"), 10)
+            + _pad(_("PAGES"), 9)
+            + _pad(_("ITEMS"), 9)
+            + _pad(_("ERRORS"), 8)
+            + _("ROUNDS")
         )
         for w in t["workers"]:
             rate = _rate(w)
             lines.append(
-                f"    {w['host'][:20]:<20} {w['pid']:>7}  {w['state']:<7} {_ago(w['last_seen_age_seconds']):>10} "
-                f"{'-' if rate is None else f'{rate:,.1f}':>9} {w['pages']:>8,} {w['items']:>8,} {w['errors']:>6,}  "
-                f"{', '.join(w['rounds']) or '-'}"
+                "    "
+                + _pad(w["host"][:20], 21)
+                + _pad(str(w["pid"]), 9)
+                + _pad(word(w["state"]), 8)
+                + _pad(i18n.ago(w["last_seen_age_seconds"]), 14)
+                + _pad(i18n.number(rate, 1), 10)
+                + _pad(i18n.number(w["pages"]), 9)
+                + _pad(i18n.number(w["items"]), 9)
+                + _pad(i18n.number(w["errors"]), 8)
+                + (", ".join(w["rounds"]) or "-")
             )
         sizes = sorted({w["export_batch"] for w in t["workers"] if w.get("export_batch")})
         if sizes:  # export depth: the batch size learned from CNKI's answers (docs/DEPTH.md)
             lines.append(
-                f"    export batch size reached: {', '.join(map(str, sizes))} ids a request"
+                "    "
+                + _("export batch size reached: %(sizes)s ids a request")
+                % {"sizes": ", ".join(map(str, sizes))}
             )
     return lines
 
@@ -161,13 +253,8 @@ def _bar(fraction: float) -> str:
 
 
 def _clock(iso: str | None) -> str:
-    return iso.replace("T", " ").rstrip("Z") if iso else "-"
-
-
-def _ago(seconds: float | None) -> str:
-    if seconds is None:
-        return "never"
-    return duration(seconds) + " ago"
+    """A moment of the report (UTC) as the locale writes it (cnkispider.i18n.moment)."""
+    return i18n.moment(iso)
 
 
 def _per_verified_session(stats: dict, items: int) -> list[str]:
@@ -177,35 +264,60 @@ def _per_verified_session(stats: dict, items: int) -> list[str]:
     if not used:
         return []
     requests = stats.get("downloader/request_count", 0)
-    per_doc = f"{requests / items:.2f}" if items else "-"
     return [
-        f"verified        {used} sessions used; {items / used:.0f} documents per verified "
-        f"session; {per_doc} CNKI requests per stored document"
+        _pad(_("verified"), 16)
+        + _(
+            "%(used)s sessions used; %(per_session)s documents per verified session; "
+            "%(per_doc)s CNKI requests per stored document"
+        )
+        % {
+            "used": used,
+            "per_session": i18n.number(items / used),
+            "per_doc": i18n.number(requests / items, 2) if items else "-",
+        }
     ]
 
 
 def ledger_lines(ledger: dict) -> list[str]:
     """The task's ledger sums (``ledger  listed N = stored + in errorLink + dropped + beyond``)
     and its rounds out of balance, one line each (the first few)."""
-    drops = ", ".join(f"{rule} {n:,}" for rule, n in sorted(ledger["dropped"].items()))
+    n = i18n.number
+    drops = ", ".join(f"{rule} {n(count)}" for rule, count in sorted(ledger["dropped"].items()))
     lines = [
-        f"ledger     listed {ledger['listed']:,} = stored {ledger['stored']:,} + in errorLink "
-        f"{ledger['in_error']:,} + dropped {sum(ledger['dropped'].values()):,}"
-        f"{f' ({drops})' if drops else ''} + beyond {ledger['beyond']:,} "
-        f"({ledger['rounds']:,} rounds closed)"
+        _pad(_("ledger"), 11)
+        + _(
+            "listed %(listed)s = stored %(stored)s + in errorLink %(in_error)s + dropped "
+            "%(dropped)s%(drops)s + beyond %(beyond)s (%(rounds)s rounds closed)"
+        )
+        % {
+            "listed": n(ledger["listed"]),
+            "stored": n(ledger["stored"]),
+            "in_error": n(ledger["in_error"]),
+            "dropped": n(sum(ledger["dropped"].values())),
+            "drops": f" ({drops})" if drops else "",
+            "beyond": n(ledger["beyond"]),
+            "rounds": n(ledger["rounds"]),
+        }
     ]
     if ledger["unbalanced"]:
-        lines.append(f"           {ledger['unbalanced']:,} rounds out of balance:")
+        lines.append(" " * 11 + _("%(n)s rounds out of balance:") % {"n": n(ledger["unbalanced"])})
         for r in ledger["out_of_balance"][:5]:
             lines.append(
-                f"             round {r['id']} {r['day']} {round_label(r['category'])}: {r['note']}"
+                " " * 13
+                + _("round %(id)s %(day)s %(category)s: %(note)s")
+                % {
+                    "id": r["id"],
+                    "day": r["day"],
+                    "category": word(round_label(r["category"])),
+                    "note": r["note"],
+                }
             )
     return lines
 
 
 def _per_hour(rate: float | None) -> str:
     """The task's round rate, in every view's words (``round_rate_eta`` defines it)."""
-    return f"{rate:,.1f} rounds/h" if rate else "- rounds/h"
+    return _("%(rate)s rounds/h") % {"rate": i18n.number(rate, 1) if rate else "-"}
 
 
 def to_json(report: dict) -> str:
@@ -215,41 +327,61 @@ def to_json(report: dict) -> str:
 def render_summary(t: dict, stats: dict) -> str:
     """The summary printed when a run ends, from the task's entry of the report and the run's
     Scrapy stats (plus ``elapsed_seconds``): rounds, documents, errors by reason, time and rates."""
-    r = t["rounds"]
+    n = i18n.number
     elapsed = float(stats.get("elapsed_seconds") or 0.0)
     pages = stats.get("response_received_count", 0)
     items = stats.get("item_scraped_count", 0)
     done_here = stats.get("rounds/done", 0)
     minutes = elapsed / 60 if elapsed else 0
-    total = f" of {r['total']:,}" if r["total"] is not None else ""
-    failed = f", {r['failed']} failed" if r["failed"] else ""
+    r = t["rounds"]
+    rounds = (
+        rounds_line(t) if r["total"] is not None else _("%(done)s done") % {"done": n(r["done"])}
+    )
     lines = [
         "",
-        f"== cnkispider summary: task {t['name']!r} ({t['type']}), phase {t['phase']} ==",
-        f"finish reason   {stats.get('finish_reason') or FORCED_STOP}",
-        *([f"halted          {t['halted']}"] if t.get("halted") else []),
-        f"rounds          {r['finished']:,}{total} finished ({r['done']:,} done{failed}, {r['in_flight']} in flight); "
-        f"{done_here} completed by this worker",
-        f"documents       {t['documents']} stored for this task ({items} this run)",
-        f"time            {duration(elapsed)} ({elapsed:.1f} s)",
-        f"rate            {pages / elapsed if elapsed else 0:.1f} pages/s, "
-        f"{items / minutes if minutes else 0:.0f} items/min (this worker); "
-        f"{_per_hour(t['rate']['rounds_per_hour'])} (the task's, as status shows it)",
+        "== "
+        + _("cnkispider summary: task %(name)r (%(type)s), phase %(phase)s")
+        % {"name": t["name"], "type": word(t["type"]), "phase": word(t["phase"])}
+        + " ==",
+        _pad(_("finish reason"), 16) + _(stats.get("finish_reason") or FORCED_STOP),
+        *([_pad(_("halted"), 16) + halt_reason(t["halted"])] if t.get("halted") else []),
+        _pad(_("rounds"), 16)
+        + rounds
+        + "; "
+        + _("%(n)s completed by this worker") % {"n": n(done_here)},
+        _pad(_("documents"), 16)
+        + _("%(documents)s stored for this task (%(items)s this run)")
+        % {"documents": n(t["documents"]), "items": n(items)},
+        _pad(_("time"), 16) + f"{i18n.duration(elapsed)} ({n(elapsed, 1)} s)",
+        _pad(_("rate"), 16)
+        + _(
+            "%(pages)s pages/s, %(items)s items/min (this worker); %(rounds)s (the task's, "
+            "as status shows it)"
+        )
+        % {
+            "pages": n(pages / elapsed if elapsed else 0, 1),
+            "items": n(items / minutes if minutes else 0),
+            "rounds": _per_hour(t["rate"]["rounds_per_hour"]),
+        },
         *_per_verified_session(stats, items),
     ]
     for name in ("errorCode", "errorLink"):
         e = t["errors"][name]
-        states = ", ".join(f"{k} {v}" for k, v in sorted(e["by_state"].items()))
-        lines.append(f"{name:<15} {e['total']} rows" + (f" ({states})" if states else ""))
-        for reason, n in sorted(e["by_reason"].items(), key=lambda kv: (-kv[1], kv[0])):
-            lines.append(f"  {reason:<28} {n}")
+        states = ", ".join(f"{word(k)} {n(v)}" for k, v in sorted(e["by_state"].items()))
+        lines.append(
+            _pad(name, 16)
+            + _("%(n)s rows") % {"n": n(e["total"])}
+            + (f" ({states})" if states else "")
+        )
+        for reason, count in sorted(e["by_reason"].items(), key=lambda kv: (-kv[1], kv[0])):
+            lines.append(f"  {reason:<28} {n(count)}")
     if t.get("ledger"):
         lines += ledger_lines(t["ledger"])
-        for rule, n in sorted(t["ledger"]["dropped"].items()):
-            lines.append(f"  dropped {rule:<20} {n}")
+        for rule, count in sorted(t["ledger"]["dropped"].items()):
+            lines.append("  " + _pad(_("dropped %(rule)s") % {"rule": rule}, 28) + n(count))
     this_run = {k.split("/", 1)[1]: v for k, v in stats.items() if k.startswith("errors/")}
     if this_run:
-        lines.append("errors this run (by stage/reason, before retries from the error tables)")
-        for reason, n in sorted(this_run.items(), key=lambda kv: (-kv[1], kv[0])):
-            lines.append(f"  {reason:<28} {n}")
+        lines.append(_("errors this run (by stage/reason, before retries from the error tables)"))
+        for reason, count in sorted(this_run.items(), key=lambda kv: (-kv[1], kv[0])):
+            lines.append(f"  {reason:<28} {n(count)}")
     return "\n".join(lines) + "\n"
