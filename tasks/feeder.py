@@ -333,7 +333,7 @@ class RoundFeeder:
                 raise
             seeded += 1
             self.current_round = f"{round_.day} {round_label(round_.category)}"
-            logger.info(
+            logger.debug(  # one a round: the progress line says how many, once a minute
                 "round %s seeded: %s %s (attempt %s)",
                 round_.id,
                 round_.day,
@@ -480,7 +480,7 @@ class RoundFeeder:
             # which rows: a row whose replay ends neither stored nor failed again waits out its
             # claim lease (ErrorRecorder.lease) before it is claimed again
             ids = [row["id"] for row in rows]
-            logger.info("task %s: replaying %s rows %s", self.task_name, table, ids)
+            logger.debug("task %s: replaying %s rows %s", self.task_name, table, ids)
             self.crawler.stats.inc_value("recrawl/requests", len(requests))
             await self._flushed()
         return bool(requests)
@@ -556,7 +556,7 @@ class RoundFeeder:
             words = closed.verdict.words()
             if closed.state == RoundState.DONE:
                 self.crawler.stats.inc_value("rounds/done")
-                logger.info(
+                logger.debug(  # one a round: the progress line counts them once a minute
                     "round %s done: %s %s, %s",
                     round_id,
                     info.day,

@@ -70,7 +70,9 @@ class Cluster:
             days,
             "TP3,F0,O1,R4",
             redis_url=lab.redis.admin_url,
-            crawl={"log_file": "", **crawl},
+            # debug: a round's "done" line is DEBUG (one a round: issue 41), and the cluster's
+            # check that each round was closed once reads it
+            crawl={"log_file": "", "log_level": "debug", **crawl},
         )
         self.admin.tmp_path.mkdir(parents=True)
         done = self.admin.run("init-db", timeout=120)

@@ -52,3 +52,33 @@ def test_a_finished_task_has_no_eta_and_one_rate_everywhere(engine):  # noqa: F8
     metrics = metrics_text(report).decode()
     assert f'cnkispider_rounds_per_hour{{task="{t["name"]}"}} {rate}' in metrics
     assert "cnkispider_eta_seconds{" not in metrics
+
+
+def test_failed_rounds_are_not_finished_and_make_no_rate_nor_percent(engine):  # noqa: F811
+    """Issue 41: a halted task whose 6 rounds all failed (in 52 s) said "85.7% 6 of 7 finished,
+    rate 415.4 rounds/h" with no document stored. Failed rounds stored nothing: 0%, no rate,
+    "0 of 7 done, 6 failed"."""
+    with engine.begin() as conn:
+        tid = add_task(
+            conn, end_date="2024-01-07", categories="G06", halt_reason="http-500: 6 rounds failed"
+        )
+        for day in range(1, 7):
+            add_round(
+                conn,
+                tid,
+                f"2024-01-0{day}",
+                "G06",
+                "failed",
+                NOW - dt.timedelta(seconds=52 - 8 * day),
+                took=dt.timedelta(seconds=8),
+            )
+    report = collect(engine, None, NOW)
+    t = report["tasks"][0]
+    assert t["rounds"]["total"] == 7 and t["rounds"]["failed"] == 6
+    assert t["progress"] == 0.0
+    assert t["rate"]["rounds_per_hour"] is None and t["eta_seconds"] is None
+    text = render(report)
+    assert "0.0%  0 of 7 done, 6 failed, 0 in flight" in text, text
+    assert "- rounds/h" in text and "finished" not in text
+    metrics = metrics_text(report).decode()
+    assert "cnkispider_rounds_per_hour{" not in metrics

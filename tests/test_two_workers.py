@@ -19,7 +19,9 @@ def test_two_workers_split_rounds_and_one_reports_each_completion(crawl_setup):
         "2024-01-01",
         "2024-01-03",
         site={"seed": 21, "latency": "0.005-0.02"},
-        crawl={"log_file": "", "concurrent_requests": 4},
+        # debug: a round's "done" line is DEBUG (one a round: issue 41), and it is what says
+        # which worker closed each round
+        crawl={"log_file": "", "concurrent_requests": 4, "log_level": "debug"},
     )
     workers = [setup.spawn(), setup.spawn()]
     logs = [w.communicate(timeout=300)[0] for w in workers]

@@ -508,7 +508,8 @@ class LeasedScheduler(BaseScheduler):
     def _drained(self, round_id: str, epoch: str) -> None:
         value: int | str = int(round_id) if round_id.lstrip("-").isdigit() else round_id
         self._inc("scheduler/rounds_drained")
-        logger.info("Round %(round)s drained (epoch %(epoch)s)", {"round": value, "epoch": epoch})
+        # one a round (thousands a run): for whoever debugs the drain, not the operator's log
+        logger.debug("Round %(round)s drained (epoch %(epoch)s)", {"round": value, "epoch": epoch})
         self._handlers_running += 1
         d = deferred_from_coro(
             self.crawler.signals.send_catch_log_async(
