@@ -24,6 +24,7 @@ from collections import Counter, deque
 
 from cnkispider import default_settings
 from cnkispider.cnki.refusals import CHALLENGE, REJECTION, kind_of
+from cnkispider.i18n import _
 
 #: ``cnkispider run`` (and the .exe) exit with this status when the task is halted.
 EXIT_HALTED = 3
@@ -98,13 +99,19 @@ def halt_line(task_name: str, halt_reason: str) -> str:
     """The one line `cnkispider run` prints for a halted task: the reason and the fix."""
     slug = slug_of(halt_reason)
     if slug == PAUSED:
-        return f"task {task_name} is paused; `cnkispider task resume {task_name}` goes on"
+        return _("task %(name)s is paused; `cnkispider task resume %(name)s` goes on") % {
+            "name": task_name
+        }
     if slug in UNREACHABLE_REASONS and "not reachable" in halt_reason:
         return (
-            f"{unreachable_line(slug)} (task {task_name} halted; when CNKI answers: "
-            f"`cnkispider task resume {task_name}`)"
+            unreachable_line(slug)
+            + " "
+            + _("(task %(name)s halted; when CNKI answers: `cnkispider task resume %(name)s`)")
+            % {"name": task_name}
         )
-    return f"task {task_name} halted: {halt_reason}; fix the cause, then `cnkispider task resume {task_name}`"
+    return _(
+        "task %(name)s halted: %(reason)s; fix the cause, then `cnkispider task resume %(name)s`"
+    ) % {"name": task_name, "reason": halt_reason}
 
 
 class Breaker:

@@ -43,6 +43,12 @@ WORDS = {
     # a worker's state (cnkispider.status.liveness)
     "alive": N_("alive"),
     "gone": N_("gone"),
+    # a session's state (cnkispider.sessions.pool)
+    "ready": N_("ready"),
+    "leased": N_("leased"),
+    "cooling": N_("cooling"),
+    "needs-person": N_("needs a person"),
+    "expired": N_("expired"),
     # an error row's state (errors/recorder.py)
     "open": N_("open"),
     "permanent": N_("permanent"),

@@ -130,7 +130,10 @@ def cmd_run(config: Config, args) -> int:
         from cnkispider.halting import EXIT_HALTED
         from cnkispider.sessions.pool import WAITING_MESSAGE
 
-        print(f"task {name}: stopped: {WAITING_MESSAGE}", file=sys.stderr)
+        print(
+            _("task %(name)s: stopped: %(why)s") % {"name": name, "why": _(WAITING_MESSAGE)},
+            file=sys.stderr,
+        )
         return EXIT_HALTED
     return 0 if stats.get("finish_reason") in ("finished", "up_to_date", "shutdown") else 1
 
@@ -143,12 +146,14 @@ def run_overrides(args) -> dict:
     for pair in getattr(args, "set", None) or []:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise InputError(f"-s {pair!r}: expected KEY=VALUE, e.g. -s DOWNLOAD_DELAY=2")
+            raise InputError(
+                _("-s %(pair)r: expected KEY=VALUE, e.g. -s DOWNLOAD_DELAY=2") % {"pair": pair}
+            )
         check_setting(key.strip(), value)  # one line (exit 2), not the crawler's traceback
         overrides[key.strip()] = value
     feeds = {}
     for target in getattr(args, "output", None) or []:
-        path, _, fmt = target.partition(":")
+        path, _colon, fmt = target.partition(":")
         suffix = Path(path).suffix.lower().lstrip(".")
         fmt = fmt or {
             "jsonl": "jsonlines",
@@ -159,7 +164,10 @@ def run_overrides(args) -> dict:
         }.get(suffix)
         if fmt is None:
             raise InputError(
-                f"-o {target!r}: unknown feed format; use .jsonl, .csv, .json or .xml (or FILE:FORMAT)"
+                _(
+                    "-o %(target)r: unknown feed format; use .jsonl, .csv, .json or .xml (or FILE:FORMAT)"
+                )
+                % {"target": target}
             )
         feeds[path] = {"format": fmt, "encoding": "utf-8"}
     if feeds:
@@ -191,7 +199,9 @@ def run_processes(args) -> int:
         base += ["--config", args.config]
     if getattr(args, "output", None):
         raise InputError(
-            "-o FILE takes one process (every worker would write the same file); add --processes 1"
+            _(
+                "-o FILE takes one process (every worker would write the same file); add --processes 1"
+            )
         )
     run_overrides(args)  # a bad -s is one line here, not the same line from every worker
     extra = [arg for pair in (getattr(args, "set", None) or []) for arg in ("-s", pair)]

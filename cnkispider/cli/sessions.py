@@ -10,7 +10,9 @@ from cnkispider.cli.common import add_command
 from cnkispider.config import Config
 from cnkispider.durations import duration
 from cnkispider.exceptions import InputError, UnknownName
+from cnkispider.i18n import _
 from cnkispider.sessions.waysin import added_line, cnki_site_of
+from cnkispider.vocabulary import word
 
 
 def _sessions(config: Config):
@@ -53,12 +55,14 @@ def cmd_session(config: Config, args) -> int:
     if action == "list":
         sessions = store.list()
         if not sessions:
-            print("no sessions (add one: cnkispider session login, or session add --from-curl -)")
+            print(
+                _("no sessions (add one: cnkispider session login, or session add --from-curl -)")
+            )
             return 0
         now = time.time()
-        rows = [("id", "source", "age", "requests", "state", "note")]
+        rows = [(_("id"), _("source"), _("age"), _("requests"), _("state"), _("note"))]
         for s in sessions:
-            state = s.state + (f" by {s.worker}" if s.state == "leased" and s.worker else "")
+            state = word(s.state) + (f" ({s.worker})" if s.state == "leased" and s.worker else "")
             rows.append(
                 (
                     s.id,
@@ -76,8 +80,10 @@ def cmd_session(config: Config, args) -> int:
     if action == "remove":
         found = store.get(args.id)
         if found is None or not store.remove(found.id):
-            raise UnknownName(f"no session {args.id!r} (see: cnkispider session list)")
-        print(f"removed session {found.id}")
+            raise UnknownName(
+                _("no session %(id)r (see: cnkispider session list)") % {"id": args.id}
+            )
+        print(_("removed session %(id)s") % {"id": found.id})
         return 0
     if action == "check":
         return _check_sessions(store, args.id, home_url)
@@ -137,12 +143,14 @@ def _check_sessions(store, session_id: str | None, home_url: str) -> int:
     if session_id:
         found = store.get(session_id)
         if found is None:
-            raise UnknownName(f"no session {session_id!r} (see: cnkispider session list)")
+            raise UnknownName(
+                _("no session %(id)r (see: cnkispider session list)") % {"id": session_id}
+            )
         sessions = [found]
     else:
         sessions = store.list()
         if not sessions:
-            print("no sessions to check (add one: cnkispider session login)")
+            print(_("no sessions to check (add one: cnkispider session login)"))
             return 1
     all_passed = True
     for s in sessions:

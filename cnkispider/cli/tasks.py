@@ -12,6 +12,7 @@ from cnkispider.exceptions import InputError, TaskRowError
 from cnkispider.i18n import _
 from cnkispider.items import DEFAULT_DEPTH, DOC_TYPES, check_depth
 from cnkispider.preflight import add_drift, check_task_input, parse_day, task_store
+from cnkispider.vocabulary import halt_reason, word
 from tasks.rows import check_name, describe
 
 
@@ -19,7 +20,7 @@ def cmd_init_db(config: Config, args) -> int:
     from cnkispider.db import mask_url
 
     task_store(config)
-    print(f"database ready: {mask_url(config.database_url)}")
+    print(_("database ready: %(url)s") % {"url": mask_url(config.database_url)})
     return 0
 
 
@@ -46,7 +47,7 @@ def cmd_task(config: Config, args) -> int:
             if args.query is None:
                 args.query = like.query
         if not args.type or not args.start:
-            raise InputError("task add: give --type and --start (or --like TASK)")
+            raise InputError(_("task add: give --type and --start (or --like TASK)"))
         if args.categories is None:
             args.categories = "builtin"
         # every check first: an error leaves no row behind
@@ -68,60 +69,77 @@ def cmd_task(config: Config, args) -> int:
         if changes:
             # the row wins: a second `task add` never overwrites it; say what would change it
             print(
-                f"error: task {current.name!r} exists with other arguments "
-                f"({describe(current)}); to change it: " + "; ".join(changes),
+                _("error: task %(name)r exists with other arguments (%(task)s); to change it: ")
+                % {"name": current.name, "task": describe(current)}
+                + "; ".join(changes),
                 file=sys.stderr,
             )
             return 2
-        print(("created " if created else "exists: ") + describe(current))
+        said = _("created %(task)s") if created else _("exists: %(task)s")
+        print(said % {"task": describe(current)})
     elif action == "set":
-        print(
-            "changed: "
-            + describe(
-                store.set_task(args.name, args.categories, args.type, args.depth, args.query)
-            )
-        )
+        changed = store.set_task(args.name, args.categories, args.type, args.depth, args.query)
+        print(_("changed: %(task)s") % {"task": describe(changed)})
     elif action == "list":
         rows = store.rows()
         if not rows:
-            print("no tasks")
+            print(_("no tasks"))
         for row in rows:
             try:
                 print(describe(validate_row(row, store.base_dir)))
             except TaskRowError as exc:
-                print(f"task {row.id} {row.name!r}: BAD ROW, skipped by workers: {exc.problem}")
+                print(
+                    _("%(task)s: BAD ROW, skipped by workers: %(problem)s")
+                    % {
+                        "task": _("task %(id)s %(name)r") % {"id": row.id, "name": row.name},
+                        "problem": exc.problem,
+                    }
+                )
     elif action == "show":
         current = store.get(args.name)
         print(describe(current))
         progress = store.progress(current.id)
-        rounds = ", ".join(f"{k} {v}" for k, v in sorted(progress["rounds"].items())) or "none"
+        rounds = ", ".join(f"{word(k)} {v}" for k, v in sorted(progress["rounds"].items()))
         print(
-            f"rounds: {rounds}; errorCode {progress['error_code']}; errorLink {progress['error_link']}"
+            _("rounds: %(rounds)s; errorCode %(codes)s; errorLink %(links)s")
+            % {
+                "rounds": rounds or _("none"),
+                "codes": progress["error_code"],
+                "links": progress["error_link"],
+            }
         )
     elif action == "stop":
-        print("stopped: " + describe(store.stop(args.name)))
+        print(_("stopped: %(task)s") % {"task": describe(store.stop(args.name))})
     elif action == "extend":
-        print(
-            "extended: " + describe(store.set_end_date(args.name, parse_day(args.end, "end date")))
-        )
+        extended = store.set_end_date(args.name, parse_day(args.end, "end date"))
+        print(_("extended: %(task)s") % {"task": describe(extended)})
     elif action == "pause":
-        print("paused: " + describe(store.pause(args.name)))
+        print(_("paused: %(task)s") % {"task": describe(store.pause(args.name))})
     elif action == "resume":
         resumed, reopened = store.resume(args.name, parse_day(args.end, "end date"))
         if reopened is None:
-            print("resumed: " + describe(resumed))
+            print(_("resumed: %(task)s") % {"task": describe(resumed)})
         else:  # a paused or halted task goes on where it stopped, its end date unchanged
             print(
-                f"resumed: {describe(resumed)} (halt cleared: {reopened['reason']}; "
-                f"{reopened['rounds']} rounds re-opened, {reopened['error_code']} errorCode rows to replay)"
+                _(
+                    "resumed: %(task)s (halt cleared: %(reason)s; %(rounds)s rounds re-opened, "
+                    "%(codes)s errorCode rows to replay)"
+                )
+                % {
+                    "task": describe(resumed),
+                    "reason": halt_reason(reopened["reason"]),
+                    "rounds": reopened["rounds"],
+                    "codes": reopened["error_code"],
+                }
             )
     elif action == "move":
         if args.code is not None and len(args.code) > 64:
-            raise InputError(f"category code {args.code[:20]!r}... is longer than 64 characters")
-        print(
-            "moved: "
-            + describe(store.move_cursor(args.name, parse_day(args.date, "date"), args.code))
-        )
+            raise InputError(
+                _("category code %(code)r... is longer than 64 characters")
+                % {"code": args.code[:20]}
+            )
+        moved = store.move_cursor(args.name, parse_day(args.date, "date"), args.code)
+        print(_("moved: %(task)s") % {"task": describe(moved)})
     return 0
 
 
