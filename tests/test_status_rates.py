@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+import sqlalchemy as sa
+
 from cnkispider.status.collecting import collect
 from cnkispider.status.rates import round_rate_eta
 from cnkispider.status.rendering import render, render_summary
@@ -82,3 +84,65 @@ def test_failed_rounds_are_not_finished_and_make_no_rate_nor_percent(engine):  #
     assert "- rounds/h" in text and "finished" not in text
     metrics = metrics_text(report).decode()
     assert "cnkispider_rounds_per_hour{" not in metrics
+
+
+# The demo as it ran (issue 41; `cnkispider demo`, sampled every 2 s): its two day rounds start
+# together and share one person's session at a request a second; the second day (39 documents)
+# is done after 94 s, the first (130) after 193 s, when the task ends. Status said "ETA 9 s" from
+# 85 s to the end: the mean round (93 s) was nearly over for the round still running.
+DEMO_END = 193.0
+DEMO_ROUND_2 = (1.0, 94.0, 39)  # started, done, documents
+
+
+def _demo_round_1_settled(t: float) -> int:
+    """Round 1's documents settled at ``t``: at the pace it shared, then at the whole pace."""
+    return int(43 + (130 - 43) * (t - 94.0) / (DEMO_END - 94.0))
+
+
+def test_the_eta_holds_to_the_demo_s_real_end_from_half_way():
+    from cnkispider.status.rates import document_eta
+
+    for t in range(int(DEMO_END / 2), int(DEMO_END) - 5, 5):
+        eta = document_eta([DEMO_ROUND_2], [(0.0, 130, _demo_round_1_settled(t))], 1, float(t))
+        left = DEMO_END - t
+        assert eta is not None and abs(eta - left) <= 0.3 * left, (t, eta, left)
+
+
+def test_status_s_eta_counts_the_documents_the_running_round_has_left(engine):  # noqa: F811
+    """The same, read from the database: rounds, their listed totals, the ledger's rows."""
+    from cnkispider.schema import ledger, round_
+
+    t = 100.0
+    with engine.begin() as conn:
+        tid = add_task(conn, end_date="2024-01-02", categories="G06")
+        start, done_at, listed = DEMO_ROUND_2
+        add_round(
+            conn,
+            tid,
+            "2024-01-02",
+            "G06",
+            "done",
+            NOW - dt.timedelta(seconds=t - done_at),
+            took=dt.timedelta(seconds=done_at - start),
+        )
+        add_round(conn, tid, "2024-01-01", "G06", "seeded", NOW, took=dt.timedelta(seconds=t))
+        ids = {day: rid for rid, day in conn.execute(sa.select(round_.c.id, round_.c.day))}
+        conn.execute(round_.update().where(round_.c.day == "2024-01-02").values(total=listed))
+        conn.execute(round_.update().where(round_.c.day == "2024-01-01").values(total=130))
+        settled = _demo_round_1_settled(t)
+        conn.execute(
+            ledger.insert(),
+            [
+                {
+                    "round_id": ids["2024-01-01"],
+                    "doc_key": f"SCPD/CN{n}",
+                    "outcome": "stored" if n < settled else "pending",
+                }
+                for n in range(130)
+            ],
+        )
+        add_worker(conn, tid, 1, NOW)
+    t_entry = collect(engine, None, NOW)["tasks"][0]
+    left = DEMO_END - t
+    assert t_entry["rounds"]["remaining"] == 1, t_entry["rounds"]
+    assert abs(t_entry["eta_seconds"] - left) <= 0.3 * left, (t_entry["eta_seconds"], left)
