@@ -30,7 +30,9 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
 from cnkispider import signals as cnki_signals
+from cnkispider.i18n import _
 from cnkispider.masking import mask_text, mask_url
+from cnkispider.vocabulary import halt_reason
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -137,9 +139,13 @@ class Notifier:
             thread.join(self.timeout + 1 if timeout is None else timeout)
 
     def task_halted(self, task_id=None, reason="", spider=None):
-        self.send("halted", f"task {self.task} halted: {reason} (cnkispider task resume)")
+        self.send(
+            "halted",
+            _("task %(name)s halted: %(reason)s (cnkispider task resume)")
+            % {"name": self.task, "reason": halt_reason(reason)},
+        )
 
     def spider_closed(self, spider, reason):
         if reason == "finished":
-            self.send("finished", f"task {self.task} finished")
+            self.send("finished", _("task %(name)s finished") % {"name": self.task})
         self.wait()

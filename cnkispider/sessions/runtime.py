@@ -44,6 +44,7 @@ from scrapy.utils.defer import deferred_from_coro
 from cnkispider import engineslot
 from cnkispider import signals as cnki_signals
 from cnkispider.context import context_of
+from cnkispider.i18n import _
 from cnkispider.offload import in_thread
 from cnkispider.sessions.pool import WAITING_MESSAGE, SessionStore
 
@@ -211,7 +212,11 @@ class VerifiedSessions:
                 WAITING_MESSAGE,
                 ADD_COMMAND,
             )
-            self._notify("waiting", f"task {self.task_name}: waiting: {WAITING_MESSAGE}")
+            self._notify(
+                "waiting",
+                _("task %(name)s: waiting: %(what)s")
+                % {"name": self.task_name, "what": _(WAITING_MESSAGE)},
+            )
             if self.on_check == "fail":
                 self._stop()
             elif self.on_check == "prompt" and _console():
