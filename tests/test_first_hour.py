@@ -48,7 +48,8 @@ def test_the_first_hour_of_a_new_user(user, tmp_path):
     typo = run(user, "run")
     assert typo.returncode == 2
     assert typo.stderr.splitlines() == [
-        "error: categories 'H04;G06': separate codes with commas, e.g. 'H04,G06'"
+        f"error: {user.config_path}: [task] categories: "
+        "categories 'H04;G06': separate codes with commas, e.g. 'H04,G06'"
     ]
     none = run(user, "task", "list")
     assert none.stdout == "no tasks\n"
