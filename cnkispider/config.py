@@ -297,6 +297,7 @@ SCHEMA: dict[str, dict[str, tuple[Any, str]]] = {
         "pace_step": (_float(0.001), _default("PACE_STEP")),
         "pace_max": (_float(0.0), _default("PACE_MAX")),
         "pace_cooldown": (_float(0.0), _default("PACE_COOLDOWN")),
+        "max_backoff": (_float(1.0), _default("RATELIMIT_MAX_BACKOFF")),
         "lease_seconds": (_int(1), _default("SCHEDULER_LEASE_SECONDS")),
         "round_lease_seconds": (_int(1), _default("TASKS_ROUND_LEASE")),
         "round_attempts": (_int(1, 100), _default("TASKS_ROUND_ATTEMPTS")),

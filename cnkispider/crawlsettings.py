@@ -114,6 +114,8 @@ def crawler_settings(config: Config) -> dict:
         "RATELIMIT_PROXY_RATE": proxy["rate_limit"],
         "RATELIMIT_BURST": crawl["rate_burst"],
         "RATELIMIT_KEY_PREFIX": f"{config.redis_prefix}ratelimit",
+        # CNKI's "come back later" without Retry-After: 5, 15, 45 s... up to this
+        "RATELIMIT_MAX_BACKOFF": crawl["max_backoff"],
         # one learned pace per CNKI session and per IP, in the same middleware
         "PACE_ENABLED": crawl["pace"],
         "PACE_START": crawl["pace_start"],

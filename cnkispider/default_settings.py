@@ -106,7 +106,7 @@ PROXY_STATIC: list[str] = []  # fixed proxies instead of an API
 PROXY_REUSE = 10  # average uses per proxy
 PROXY_FETCH_INTERVAL = 5.0  # seconds between provider calls (its rate limit)
 PROXY_MAX_AGE = 0.0  # seconds a proxy may be handed out after purchase; 0 = no limit
-PROXY_BAN_STATUSES = [403, 407, 429]
+PROXY_BAN_STATUSES = [403, 407]  # a 429 cools a proxy, it does not evict it
 PROXY_BAN_REASONS = ["captcha"]
 PROXY_BAN_TIME = 300.0  # seconds an evicted address is refused when offered again
 PROXY_WAIT_MAX = 600.0  # seconds a request waits for a proxy before it gives up
@@ -128,6 +128,10 @@ RATELIMIT_RATE = 0.0  # requests/s to one site, all workers together; 0 = no lim
 RATELIMIT_PROXY_RATE = 0.0  # requests/s through one proxy, all workers together; 0 = no limit
 RATELIMIT_BURST = 1  # requests a fixed key lets go at once after a quiet spell
 RATELIMIT_LATE = 0.05  # seconds a request may wake after its time and still go
+# CNKI's "come back later" (a 429, or a 503 with Retry-After) closes a window for every worker
+RATELIMIT_WINDOWS = True
+RATELIMIT_MAX_BACKOFF = 300.0  # seconds: the longest backoff of a 429 without Retry-After
+RATELIMIT_BACKOFF = (5.0, 3.0)  # a 429 without Retry-After: 5 s, then x3 (5, 15, 45 s...)
 RATELIMIT_KEY_PREFIX = "cnki:ratelimit"  # crawler_settings: REDIS_KEY_PREFIX + "ratelimit"
 PACE_ENABLED = False
 PACE_START = 0.5  # requests/s of a new session or IP

@@ -7,7 +7,8 @@ The proxy's fault:
 - a transport failure: with a proxy in the path the connection goes to the proxy, so a refused,
   reset, timed-out or lost connection, a failed CONNECT tunnel or an unresolvable proxy host
   means the proxy is dead or overloaded;
-- 407 Proxy Authentication Required, and the statuses CNKI answers an address it has banned;
+- 407 Proxy Authentication Required, and the statuses CNKI answers an address it has banned
+  (not 429: "come back later" cools the proxy for its window, see :class:`proxy.pool.ProxyPool`);
 - a ban signal in a page CNKI sent (``captcha``: the slider captcha comes after a few dozen fast
   requests from one IP).
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-DEFAULT_BAN_STATUSES = (403, 407, 429)
+DEFAULT_BAN_STATUSES = (403, 407)
 DEFAULT_BAN_REASONS = ("captcha",)
 
 # Matched by class name along the exception's MRO, so that neither Twisted's reactor nor a

@@ -26,6 +26,10 @@ from proxy.provider import mask, proxy_key
 #              on with use() until the holder ends, so a session stays on one address;
 #     evicted  it failed (refused, timed out, 407, banned): nobody uses it again, use() says no,
 #              and add_batch() refuses its address for ban_time seconds.
+#   Beside its state, a proxy may be *cooling* (CNKI said "come back later" through it: a 429):
+#   get() skips it until its window ends, a holder may go on (its requests wait for the window
+#   in the rate limiter). A 429 while it cools is the same window (requests already in flight),
+#   not a new one; COOL_STRIKES windows in a row with no clean answer between evict it.
 #   live -> spent and live|spent -> evicted are the only moves; nothing comes back to life
 #   (a provider that sells the same address again gives a new Proxy with a new budget).
 # - Every get() and use() counts one use. The use that reaches the budget makes the proxy spent,
@@ -53,6 +57,8 @@ class Proxy:
     failures: int = 0
     state: str = "live"  # live | spent | evicted
     reason: str = ""
+    cooling_until: float = 0.0  # clock time its window ends (CNKI said "come back later")
+    cools: int = 0  # windows in a row with no clean answer between
 
     def __post_init__(self):
         self.key = self.key or proxy_key(self.url)
@@ -63,6 +69,11 @@ class Proxy:
 
     def __repr__(self) -> str:
         return f"<Proxy {self.masked} {self.state} {self.uses}/{self.budget}>"
+
+
+#: Windows in a row ("come back later" with no clean answer between) that evict a proxy: one is
+#: CNKI's pace signal, a proxy that draws them again and again is one CNKI is wary of.
+COOL_STRIKES = 3
 
 
 class ProxyPool:
@@ -168,7 +179,10 @@ class ProxyPool:
         """A random live proxy whose key is not in ``exclude`` (one use counted), or None."""
         self._expire()
         excluded = set(exclude)
-        candidates = [p for key, p in self._live.items() if key not in excluded]
+        now = self.clock()
+        candidates = [
+            p for key, p in self._live.items() if key not in excluded and p.cooling_until <= now
+        ]
         if not candidates:
             return None
         proxy = self.rng.choice(candidates)
@@ -190,8 +204,25 @@ class ProxyPool:
         proxy.in_flight = max(0, proxy.in_flight - 1)
         if ok:
             proxy.successes += 1
+            proxy.cools = 0
         else:
             proxy.failures += 1
+
+    def cool(self, proxy: Proxy, seconds: float) -> bool:
+        """CNKI said "come back later" through ``proxy`` (its request was released already):
+        get() skips it for ``seconds``. True if this evicted it (see COOL_STRIKES)."""
+        now = self.clock()
+        if proxy.cooling_until <= now:
+            proxy.cools += 1  # a new window, not the answer of a request already in flight
+        proxy.cooling_until = max(proxy.cooling_until, now + seconds)
+        if proxy.cools >= COOL_STRIKES:
+            return self.evict(proxy, "http-429")
+        return False
+
+    def cooling(self) -> list[Proxy]:
+        """Live proxies in a window now."""
+        now = self.clock()
+        return [p for p in self._live.values() if p.cooling_until > now]
 
     def evict(self, proxy: Proxy, reason: str) -> bool:
         """Take ``proxy`` out for good because it failed. True if it was not evicted before."""

@@ -13,6 +13,7 @@ per proxy and one for the provider; it serves until SIGTERM or SIGINT)::
         [--latency 0|0.05|0.02-0.08] [--proxies N] [--dead-proxies K] [--proxy-auth user:pass]
         [--provider-interval 5] [--provider-batch 5]
         [--rate-limit R --burst B --ban-seconds S]
+        [--throttle R --throttle-seconds S --throttle-date --throttle-silent]
         [--fault NAME=RATE ...] [--slow-seconds 3] [--doomed N]
         [--overflow TYPE:YYYY-MM-DD:CODE:COUNT ...] [--categories-file TYPE=PATH ...]
         [--span YYYY-MM-DD:YYYY-MM-DD] [--profile realistic-year [--surge-rows 7500]]
@@ -260,6 +261,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--burst", type=float, default=10.0)
     parser.add_argument("--ban-seconds", type=float, default=60.0)
+    parser.add_argument(
+        "--throttle",
+        type=float,
+        default=0.0,
+        help="requests per second per IP past which CNKI answers 429 (0: off)",
+    )
+    parser.add_argument(
+        "--throttle-seconds", type=float, default=3.0, help="seconds a 429 window stays closed"
+    )
+    parser.add_argument(
+        "--throttle-date", action="store_true", help="Retry-After as an HTTP date, not seconds"
+    )
+    parser.add_argument(
+        "--throttle-silent", action="store_true", help="429 without Retry-After (clients back off)"
+    )
     parser.add_argument("--fault", action="append", type=_fault, default=[], metavar="NAME=RATE")
     parser.add_argument("--slow-seconds", type=float, default=3.0)
     _add_corpus_options(parser)
@@ -331,6 +347,10 @@ def main(argv: list[str] | None = None) -> int:
         rate_limit=args.rate_limit,
         burst=args.burst,
         ban_seconds=args.ban_seconds,
+        throttle=args.throttle,
+        throttle_seconds=args.throttle_seconds,
+        throttle_date=args.throttle_date,
+        throttle_silent=args.throttle_silent,
         faults=dict(args.fault),
         slow_seconds=args.slow_seconds,
         corpus=_corpus_options(args),

@@ -16,6 +16,13 @@
   its window is emptied when it is blocked, so it starts afresh after recovery.
 - ``RateLimiter``: a token bucket per client address (``rate``/s, ``burst``); an address that
   empties its bucket is banned for ``ban_seconds`` and starts with a full bucket afterwards.
+- ``Throttle``: CNKI's "come back later" (HTTP 429, PROTOCOL.md 2026 point 18). Requests per
+  key (an IP) over a sliding second; the request past ``rate`` closes the key's window for
+  ``seconds`` and is answered 429, and so is every request inside the window (counted apart:
+  ``inside``; of them ``told``: those that came more than ``TOLD_AFTER`` seconds after the
+  window closed, when the client had its 429 and cannot have sent them before it was told). The
+  window is not extended by the requests inside it.
+  Invariant: a key is in ``_until`` iff its window was closed and not yet seen to open.
 - ``FaultPlan``: which fault (if any) a request gets. The draw is hash(seed, fault, request
   identity, occurrence of that identity) < rate, so one seed and one request sequence give the
   same faults, and a retried request (same identity, next occurrence) draws afresh.
@@ -245,6 +252,57 @@ class RateLimiter:
     def unban(self) -> None:
         self._banned_until.clear()
         self._buckets.clear()
+
+
+class Throttle:
+    """Per-key windows closed by going past ``rate`` requests/s (see the module doc)."""
+
+    #: Seconds after a window closed from which a request inside it was sent by a client that
+    #: had its 429 (a request already on the wire when the 429 left cannot be called back): a
+    #: loaded machine's answer time, generously.
+    TOLD_AFTER = 0.25
+
+    def __init__(self, rate: float, seconds: float):
+        self.rate, self.seconds = rate, seconds
+        self._hits: dict[str, deque] = {}
+        self._until: dict[str, tuple[float, float]] = {}  # key -> (closed at, until)
+        self.closed = 0  # windows closed
+        self.inside = 0  # requests that came inside a window
+        self.told = 0  # of them, after the client had been told
+
+    @property
+    def active(self) -> bool:
+        return self.rate > 0
+
+    def hit(self, key: str, now: float) -> float | None:
+        """Count one request of ``key``: None if it may be answered, else the seconds left of
+        its window (the request is answered 429)."""
+        window = self._until.get(key)
+        if window is not None:
+            closed_at, until = window
+            if now < until:
+                self.inside += 1
+                if now - closed_at > self.TOLD_AFTER:
+                    self.told += 1
+                return until - now
+            del self._until[key]
+        hits = self._hits.setdefault(key, deque())
+        while hits and hits[0] <= now - 1.0:
+            hits.popleft()
+        hits.append(now)
+        if len(hits) > self.rate:
+            hits.clear()
+            self._until[key] = (now, now + self.seconds)
+            self.closed += 1
+            return self.seconds
+        return None
+
+    def closed_now(self, now: float) -> dict[str, float]:
+        return {k: until - now for k, (_, until) in sorted(self._until.items()) if until > now}
+
+    def clear(self) -> None:
+        self._hits.clear()
+        self._until.clear()
 
 
 class FaultPlan:

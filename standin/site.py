@@ -44,6 +44,7 @@ import math
 import random
 import time
 from dataclasses import dataclass, field
+from email.utils import formatdate
 from urllib.parse import parse_qs, quote, urlsplit
 
 from standin import markup
@@ -68,6 +69,7 @@ from standin.limits import (
     ProxyProvider,
     RateLimiter,
     SessionTable,
+    Throttle,
     TokenSigner,
 )
 from standin.query import ExpertError, compile_expert
@@ -148,6 +150,7 @@ REASONS = {
 }
 HTML = "text/html; charset=utf-8"
 JSON = "application/json; charset=utf-8"
+TEXT = "text/plain; charset=utf-8"
 MAX_RANGE_DAYS = 3660
 
 
@@ -171,6 +174,13 @@ class SiteOptions:
     rate_limit: float = 0.0  # requests per second per IP; 0 = off
     burst: float = 10.0
     ban_seconds: float = 60.0
+    # CNKI's 429 (PROTOCOL.md 2026 point 18): requests/s per IP past which a window closes
+    # (0 = off), for throttle_seconds; its Retry-After says so in seconds, as an HTTP date
+    # (throttle_date), or not at all (throttle_silent: the client must back off on its own)
+    throttle: float = 0.0
+    throttle_seconds: float = 3.0
+    throttle_date: bool = False
+    throttle_silent: bool = False
     faults: dict[str, float] = field(default_factory=dict)
     slow_seconds: float = 3.0
     pace_limit: float = 0.0  # hidden requests/s per session and per IP over 2 s; 0 = off
@@ -279,6 +289,7 @@ class Site:
         self.client_ids = ClientIds(o.corpus.seed)
         self.faults = FaultPlan(o.corpus.seed, o.faults)
         self.limiter = RateLimiter(o.rate_limit, o.burst, o.ban_seconds)
+        self.throttle = Throttle(o.throttle, o.throttle_seconds)
         self.session_pace = PaceGuard(o.pace_limit, o.pace_block_seconds)
         self.human = HumanCheck(
             o.human_check,
@@ -367,6 +378,7 @@ class Site:
         }
         self.stats["challenged"]["total"] = 0
         self._bans_base = self.limiter.bans
+        self._throttle_base = (self.throttle.closed, self.throttle.inside, self.throttle.told)
         self._pace_base = (self.session_pace.blocks, self.ip_pace.blocks)
         self._provider_base = dict(self.provider.calls)
 
@@ -378,6 +390,17 @@ class Site:
     def stats_view(self) -> dict:
         out = dict(self.stats)
         out["bans"] = self.limiter.bans - self._bans_base
+        closed = self.throttle.closed - self._throttle_base[0]
+        inside = self.throttle.inside - self._throttle_base[1]
+        told = self.throttle.told - self._throttle_base[2]
+        # "throttled": every 429 answered; "inside": those to requests that came into a window,
+        # "told": of them, those sent after their client had its 429 (Throttle.TOLD_AFTER)
+        out["throttled"] = {
+            "total": closed + inside,
+            "closed": closed,
+            "inside": inside,
+            "told": told,
+        }
         out["pace_blocks"] = {
             "session": self.session_pace.blocks - self._pace_base[0],
             "ip": self.ip_pace.blocks - self._pace_base[1],
@@ -525,6 +548,10 @@ class Site:
             if resp is not None:
                 resp.delay = delay
                 return resp
+        if self.throttle.active:
+            left = self.throttle.hit(req.ip, self.clock())
+            if left is not None:
+                return self._too_many(left, delay)
         if self.limiter.active and not self.limiter.allow(req.ip, self.clock()):
             self.stats["banned_responses"] += 1
             return Response(200, markup.CAPTCHA_PAGE, delay=delay)
@@ -546,6 +573,22 @@ class Site:
         resp = handler(self, req)
         resp.delay = delay
         return resp
+
+    def _too_many(self, left: float, delay: float) -> Response:
+        """429 Too Many Requests, with how long to wait as the options say."""
+        o = self.options
+        headers = []
+        if not o.throttle_silent:
+            if o.throttle_date:
+                now = time.time()
+                # whole seconds, rounded up: from the Date (now, rounded down) it says at least
+                headers += [
+                    ("Date", formatdate(now, usegmt=True)),
+                    ("Retry-After", formatdate(now + math.ceil(left), usegmt=True)),
+                ]
+            else:
+                headers.append(("Retry-After", str(math.ceil(left))))
+        return Response(429, b"Too Many Requests", TEXT, headers=headers, delay=delay)
 
     def _identity(self, req: Request) -> bytes:
         """What makes two requests "the same request" for the fault draw: method, path and body.
@@ -1043,6 +1086,9 @@ class Site:
             "burst": self.limiter.burst,
             "ban_seconds": self.limiter.ban_seconds,
             "banned": self.limiter.banned(self.clock()),
+            "throttle": self.throttle.rate,
+            "throttle_seconds": self.throttle.seconds,
+            "throttled": self.throttle.closed_now(self.clock()),
             "doomed_count": o.corpus.doomed,
             "doomed": sorted(self.doomed_extra),
             "stale": sorted(self.stale_links),
@@ -1106,6 +1152,13 @@ class Site:
             elif key == "unban":
                 if value:
                     self.limiter.unban()
+                    self.throttle.clear()
+            elif key == "throttle":
+                self.throttle.rate = float(value)
+            elif key == "throttle_seconds":
+                self.throttle.seconds = float(value)
+            elif key in ("throttle_date", "throttle_silent"):
+                setattr(o, key, bool(value))
             elif key == "doomed":
                 self.doomed_extra = set(value)
             elif key == "stale":

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import html
 import re
+import time
+from email.utils import parsedate_to_datetime
 from urllib.parse import urljoin, urlsplit
 
 from cnkispider.cnki.protocol import EXPORT, HOME, REFERENCES, SESSION_KINDS
@@ -295,3 +297,58 @@ def refused(kind: str, response) -> str | None:
     if isinstance(location, bytes):
         location = location.decode("latin-1")
     return classify(kind, response.status, response.url, response.body, location=location)
+
+
+#: Statuses that close a window: 429 always, 503 only when it says for how long.
+TOO_MANY = 429
+_WINDOW_STATUSES = (TOO_MANY, 503)
+
+
+def _header(headers, name: str) -> str | None:
+    value = headers.get(name) if headers is not None and hasattr(headers, "get") else None
+    if isinstance(value, bytes):
+        value = value.decode("latin-1")
+    return value.strip() if value else None
+
+
+def retry_after(
+    value: str | None, date: str | None = None, *, now: float | None = None
+) -> float | None:
+    """The seconds ``Retry-After: value`` asks to wait (RFC 9110: seconds, or an HTTP date),
+    or None when it says nothing usable.
+
+    A date is read against the answer's own ``Date`` header when it has one (the site's clock,
+    so that a worker's skewed clock does not shorten the wait), else against ``now`` (Unix
+    seconds, default the local clock). Never negative."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(int(value))
+    try:
+        until = parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    base = None
+    if date:
+        try:
+            base = parsedate_to_datetime(date).timestamp()
+        except (TypeError, ValueError, IndexError, OverflowError):
+            base = None
+    if base is None:
+        base = time.time() if now is None else now
+    return max(0.0, until - base)
+
+
+def window_of(status: int | None, headers=None) -> tuple[bool, float | None]:
+    """Whether an answer closes a window ("come back later", PROTOCOL.md 2026 point 18), and
+    for how long its ``Retry-After`` says (None: it does not say; the caller backs off).
+
+    A 429 always closes one; a 503 only with a ``Retry-After`` (without, it is a fault like
+    any 5xx)."""
+    if status not in _WINDOW_STATUSES:
+        return False, None
+    seconds = retry_after(_header(headers, "Retry-After"), _header(headers, "Date"))
+    if status != TOO_MANY and seconds is None:
+        return False, None
+    return True, seconds

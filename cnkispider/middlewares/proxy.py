@@ -20,10 +20,16 @@ Settings: ``PROXY_ENABLED`` (the global switch), ``PROXY_API_URL``, ``PROXY_API_
 ``PROXY_API_JSON_PATH``, ``PROXY_API_JSON_IP``, ``PROXY_API_JSON_PORT``, ``PROXY_API_TIMEOUT``,
 ``PROXY_STATIC``, ``PROXY_CREDENTIALS``, ``PROXY_REUSE``, ``PROXY_MAX_AGE``,
 ``PROXY_FETCH_INTERVAL``, ``PROXY_BAN_STATUSES``, ``PROXY_BAN_REASONS``, ``PROXY_BAN_TIME``,
-``PROXY_WAIT_MAX`` (defaults and meaning: docs/INTERNALS.md).
+``PROXY_WAIT_MAX`` (defaults and meaning: docs/INTERNALS.md), ``RATELIMIT_BACKOFF``,
+``RATELIMIT_MAX_BACKOFF``.
+
+CNKI's "come back later" through a proxy (a 429, or a 503 with ``Retry-After``) cools that
+proxy for its window (:meth:`proxy.pool.ProxyPool.cool`): other requests go through the others;
+it is evicted only when it draws windows again and again.
 
 Stats (``proxy/...``): ``assigned``, ``session_kept``, ``fetch/count``, ``fetch/added``,
-``fetch/empty``, ``fetch/error``, ``evicted/<reason>``, ``released/ok``, ``released/refused``, ``wait_gave_up``.
+``fetch/empty``, ``fetch/error``, ``evicted/<reason>``, ``released/ok``, ``released/refused``, ``wait_gave_up``,
+``cooled``.
 
 The rest of this module's story: docs/INTERNALS.md#cnkispidermiddlewaresproxypy.
 """
@@ -41,7 +47,7 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
 from cnkispider import default_settings
-from cnkispider.cnki.refusals import classify
+from cnkispider.cnki.refusals import classify, window_of
 from cnkispider.exceptions import ConfigError, GaveUp
 from cnkispider.middlewares import Recent, refusal_of
 from proxy.policy import BanPolicy
@@ -74,6 +80,8 @@ class ProxyMiddleware:
         sleep: Callable[[float], Awaitable[None]] = loop_sleep,
         clock: Callable[[], float] = time.monotonic,
         source: str = "",
+        window_backoff: tuple[float, float] = default_settings.RATELIMIT_BACKOFF,
+        max_backoff: float = default_settings.RATELIMIT_MAX_BACKOFF,
     ):
         self.pool = pool
         self.policy = policy or BanPolicy()
@@ -83,6 +91,8 @@ class ProxyMiddleware:
         self.sleep = sleep
         self.clock = clock
         self.source = source  # masked description of where proxies come from, for logs
+        self.window_backoff = window_backoff
+        self.max_backoff = max_backoff
         self._by_key: Recent = Recent(16384)  # host:port -> the Proxy last assigned there
         self._by_session: Recent = Recent(4096)  # cnki_session -> its Proxy
         self._refilling = False
@@ -135,6 +145,8 @@ class ProxyMiddleware:
             stats=crawler.stats,
             wait_max=s.getfloat("PROXY_WAIT_MAX"),
             source=repr(client),
+            window_backoff=tuple(float(x) for x in s.getlist("RATELIMIT_BACKOFF")),
+            max_backoff=s.getfloat("RATELIMIT_MAX_BACKOFF"),
         )
         middleware.crawler = crawler
         return middleware
@@ -249,8 +261,23 @@ class ProxyMiddleware:
         if proxy is None:
             return response
         refusal = refusal_of(self.classify, request, response)
+        closes, seconds = window_of(response.status, response.headers)
         ban = self.policy.response_ban(response.status, refusal)
-        if ban is not None:
+        if closes and ban is None:
+            self.pool.release(proxy, ok=False)
+            if seconds is None:  # the backoff the shared window keeps (ratelimit)
+                base, factor = self.window_backoff
+                seconds = min(self.max_backoff, base * factor**proxy.cools)
+            self._inc_stat("cooled")
+            if self.pool.cool(proxy, seconds):
+                self._inc_stat("evicted/http-429")
+                logger.info(
+                    "Evicted proxy %s: CNKI said to come back later %d times in a row; %d live",
+                    mask(proxy.url),
+                    proxy.cools,
+                    len(self.pool),
+                )
+        elif ban is not None:
             self._evict(proxy, ban)
         else:
             self.pool.release(proxy, ok=refusal is None)

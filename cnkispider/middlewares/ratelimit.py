@@ -17,9 +17,20 @@ Settings (defaults in :mod:`cnkispider.default_settings`): ``RATELIMIT_ENABLED``
 ``PACE_COOLDOWN_MAX``, ``PACE_WINDOW``, ``PACE_TTL``, ``SESSIONS_PACE_MAX``,
 ``PACE_DIRECT_NAME``, ``REDIS_URL``, ``CNKI_DATA_DIR``. Meta ``dont_ratelimit`` passes unlimited.
 
+CNKI's "come back later" (a 429, or a 503 with ``Retry-After``: :func:`refusals.window_of`)
+closes the windows of the answer's address (the site, or the proxy) and, for a session a person
+passed, of the session, for every worker (:mod:`cnkispider.pace.store`); the request is handed
+on marked :data:`WINDOW_META` for the retry middleware, which sends it again without spending a
+retry. A request granted before a window closed is not sent: it reserves again and is held
+until the window opens (the same rule as a pace's decrease). Settings: ``RATELIMIT_WINDOWS``,
+``RATELIMIT_MAX_BACKOFF``, ``RATELIMIT_BACKOFF``.
+
 Stats (``ratelimit/...``): ``requests``, ``delayed`` (had to wait), ``wait_seconds`` (total),
 ``held``, ``late``, ``revoked`` (reserved again, see above), ``pace/clean``,
-``pace/challenged``, ``pace/decreased``, ``redis/calls``, ``redis/errors``.
+``pace/challenged``, ``pace/decreased``, ``redis/calls``, ``redis/errors``, ``window/429``
+(answers that closed a window, 503s included), ``window/closed`` (windows this worker's answers
+closed or extended), ``window/held`` (reservations held by a closed window),
+``window/revoked``, ``window/reset``.
 
 The rest of this module's story: docs/INTERNALS.md#cnkispidermiddlewaresratelimitpy.
 """
@@ -39,9 +50,10 @@ from twisted.internet.defer import Deferred
 from cnkispider import default_settings, redisconn
 from cnkispider.cnki import refusals
 from cnkispider.cnki.protocol import DOCUMENT_KINDS
+from cnkispider.i18n import _
 from cnkispider.middlewares import Recent, refusal_of
 from cnkispider.offload import RedisCalls
-from cnkispider.pace.store import Answer, Limit, PaceRule, Reply, SharedRateLimit
+from cnkispider.pace.store import Answer, Closed, Limit, PaceRule, Reply, SharedRateLimit
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -58,6 +70,14 @@ MAX_PER_CALL = 500
 
 #: Meta key of a request's pace reservation, read back by process_response.
 _META = "_ratelimit_pace"
+#: Meta key of a request's windows and when it was granted, read back by process_response.
+_WINDOWS = "_ratelimit_windows"
+#: Meta key set on a request whose answer closed a window shared in Redis: the retry middleware
+#: sends it again at once, and the window holds it (the seconds the answer asked for, or None).
+WINDOW_META = "_window_closed"
+#: µs added to this worker's own record of a window it closed: a reservation granted by a call
+#: already in flight when the 429 came may be stamped a little later than the estimated close.
+_CLOSE_MARGIN = 1_000_000
 
 
 class _Waiting(NamedTuple):
@@ -71,6 +91,7 @@ class _Call(NamedTuple):
     waiting: list[_Waiting]
     limits: list[list[Limit]]
     answers: list[Answer]
+    closes: list[Closed]
 
 
 class RateLimitMiddleware:
@@ -94,6 +115,14 @@ class RateLimitMiddleware:
         self.classify = classify
         self._pending: list[_Waiting] = []
         self._answers: list[Answer] = []
+        self._closes: list[Closed] = []
+        # per window key this process has heard of: when it was last closed (Redis clock, µs),
+        # and its strikes (a clean answer is reported only for a window with strikes)
+        self._closed_at: Recent = Recent(maxsize=8192)
+        self._strikes: Recent = Recent(maxsize=8192)
+        self._until: Recent = Recent(maxsize=8192)  # when each opens again (Redis clock, µs)
+        # the Redis clock of the last reply, and time.monotonic() when it returned
+        self._clock = (0, time.monotonic())
         # one call to Redis in flight at a time, with backoff (see cnkispider.offload)
         self._calls = RedisCalls(
             self._next_call, self._call, self._reserved, self._failed, io=io, owner="Rate limit"
@@ -135,6 +164,9 @@ class RateLimitMiddleware:
             verified_rate=0.0
             if s.get("SESSIONS_MODE") == "plain"
             else s.getfloat("SESSIONS_PACE_MAX"),
+            windows=s.getbool("RATELIMIT_WINDOWS"),
+            max_backoff=s.getfloat("RATELIMIT_MAX_BACKOFF"),
+            backoff=tuple(float(x) for x in s.getlist("RATELIMIT_BACKOFF")),
         )
         if not limiter.active:
             raise NotConfigured
@@ -143,6 +175,8 @@ class RateLimitMiddleware:
         from scrapy import signals
 
         crawler.signals.connect(middleware.spider_closed, signal=signals.spider_closed)
+        if limiter.windows:
+            crawler.signals.connect(middleware.listen, signal=signals.spider_opened)
         logger.info(
             "Shared rate limit (all workers together): %(site)s requests/s per site, "
             "%(proxy)s per proxy, burst %(burst)d; pace per CNKI session and IP: %(pace)s; "
@@ -168,10 +202,13 @@ class RateLimitMiddleware:
 
     async def process_request(self, request: Request, spider: Spider | None = None) -> None:
         request.meta.pop(_META, None)  # a redirect or retry copies the old request's meta
+        request.meta.pop(_WINDOWS, None)
+        request.meta.pop(WINDOW_META, None)
         limits = self.limiter.limits(request)
         if not limits:
             return
         paced = tuple(limit for limit in limits if limit.pace)
+        windows = tuple(limit for limit in limits if limit.window)
         attempt = 0
         while True:
             waiter: Deferred = Deferred()
@@ -179,13 +216,20 @@ class RateLimitMiddleware:
             self._send()
             wait, due, granted, rates = await maybe_deferred_to_future(waiter)
             if wait < 0:
-                # Its paces are booked a second ahead already: ask again when they are not.
+                # Its paces are booked a second ahead already, or one of its windows is closed:
+                # ask again when they are not.
                 self._inc_stat("held")
+                if any(self._until.get(w.key, 0) > granted for w in windows):
+                    self._inc_stat("window/held")
                 await self.sleep(-wait)
                 continue
             if wait > 0:
                 await self.sleep(wait)
-            if any(self._decreased_at.get(limit.key, -1) > granted for limit in paced):
+            if any(self._closed_at.get(limit.key, -1) > granted for limit in windows):
+                # CNKI said "come back later" to its address or session since this slot was
+                # granted: sent now, it would go into the window.
+                self._inc_stat("window/revoked")
+            elif any(self._decreased_at.get(limit.key, -1) > granted for limit in paced):
                 # A pace this slot was granted under has since been halved by a challenge.
                 self._inc_stat("revoked")
             elif time.monotonic() - due > self.late * 2**attempt:
@@ -217,22 +261,61 @@ class RateLimitMiddleware:
             self._inc_stat("wait_seconds", wait)
         if paced:
             request.meta[_META] = (granted, paced, rates)
+        if windows:
+            request.meta[_WINDOWS] = (granted, windows)
 
     def process_response(self, request: Request, response: Response, spider: Spider | None = None):
         reserved = request.meta.pop(_META, None)
+        closed = self._window(request, response)
         if reserved is not None:
             kind = refusals.kind_of(refusal_of(self.classify, request, response))
-            if kind in (None, refusals.CHALLENGE):
+            if closed:
+                # "too fast" in CNKI's plainest words: the pace falls as on a challenge; the
+                # window, not a cool-down of the pace, keeps the address quiet
+                self._inc_stat("pace/challenged")
+                self._answers.append(Answer(2, *reserved))
+                self._send()
+            elif kind in (None, refusals.CHALLENGE):
                 challenge = kind == refusals.CHALLENGE
                 self._inc_stat("pace/challenged" if challenge else "pace/clean")
                 self._answers.append(Answer(challenge, *reserved))
                 self._send()
         return response
 
+    def _window(self, request: Request, response: Response) -> bool:
+        """Report a 429 (closing the request's windows) or a clean answer (resetting their
+        backoff); True for a 429. The request is marked for the retry middleware."""
+        reserved = request.meta.pop(_WINDOWS, None)
+        if reserved is None:
+            return False
+        granted, windows = reserved
+        closes, seconds = refusals.window_of(response.status, response.headers)
+        if closes:
+            self._inc_stat("window/429")
+            # at once, for this worker's requests granted before Redis hears of it
+            estimate = self._clock[0] + int((time.monotonic() - self._clock[1]) * 1_000_000)
+            for window in windows:
+                self._closed_at[window.key] = max(
+                    self._closed_at.get(window.key, -1), estimate + _CLOSE_MARGIN
+                )
+            self._closes.append(Closed(True, granted, windows, seconds))
+            self._send()
+            request.meta[WINDOW_META] = seconds
+            return True
+        struck = tuple(w for w in windows if self._strikes.get(w.key, 0) > 0)
+        if struck and response.status < 400:
+            for window in struck:
+                self._strikes[window.key] = 0
+            self._inc_stat("window/reset")
+            self._closes.append(Closed(False, granted, struck))
+            self._send()
+        return False
+
     def process_exception(
         self, request: Request, exception: BaseException, spider: Spider | None = None
     ):
         request.meta.pop(_META, None)  # a fault says nothing about the pace
+        request.meta.pop(_WINDOWS, None)
 
     # -- the Redis calls: one at a time, each carrying every request and answer waiting ------
 
@@ -240,17 +323,37 @@ class RateLimitMiddleware:
         self._calls.kick()
 
     def _next_call(self) -> _Call | None:
-        if not (self._pending or self._answers):
+        if not (self._pending or self._answers or self._closes):
             return None
         batch, self._pending = self._pending[:MAX_PER_CALL], self._pending[MAX_PER_CALL:]
         answers, self._answers = self._answers, []
-        return _Call(batch, [w.limits for w in batch], answers)
+        closes, self._closes = self._closes, []
+        return _Call(batch, [w.limits for w in batch], answers, closes)
 
     def _call(self, call: _Call) -> Reply:
-        return self.limiter.call(call.limits, call.answers)  # on the I/O thread
+        return self.limiter.call(call.limits, call.answers, call.closes)  # on the I/O thread
 
     def _reserved(self, reply: Reply, call: _Call) -> None:
         self._inc_stat("redis/calls")
+        self._clock = (reply.now, reply.returned)
+        for key, window in reply.windows.items():
+            if window.closed_at > self._closed_at.get(key, -1):
+                self._closed_at[key] = window.closed_at
+            self._strikes[key] = window.strikes
+            self._until[key] = window.until
+        for key, seconds, strikes in reply.closes:
+            self._inc_stat("window/closed")
+            logger.warning(
+                _(
+                    "CNKI said to come back later to %(key)s (%(strikes)d in a row): every worker "
+                    "waits %(seconds).1f s before it sends there again"
+                ),
+                {
+                    "key": key.removeprefix(self.limiter.prefix + ":window:"),
+                    "strikes": strikes,
+                    "seconds": seconds,
+                },
+            )
         for key, at in reply.decreased_at.items():
             if at > self._decreased_at.get(key, -1):
                 self._decreased_at[key] = at
@@ -273,6 +376,7 @@ class RateLimitMiddleware:
         self._inc_stat("redis/errors")
         self._pending = call.waiting + self._pending  # same order, nobody goes unreserved
         self._answers = call.answers + self._answers
+        self._closes = call.closes + self._closes
         logger.error(
             "Rate limit reservation in Redis failed (%(n)d in a row), %(waiting)d requests "
             "wait; retrying in %(d).1f s: %(e)s",
@@ -284,7 +388,23 @@ class RateLimitMiddleware:
             },
         )
 
+    def listen(self, spider: Spider | None = None) -> None:
+        """Hear at once of every window any worker closes (see SharedRateLimit.listen)."""
+        from twisted.internet import reactor
+
+        def heard(key: str, closed_at: int) -> None:  # on the listening thread
+            reactor.callFromThread(self._heard, key, closed_at)
+
+        self._stop_listening = self.limiter.listen(heard)
+
+    def _heard(self, key: str, closed_at: int) -> None:
+        if closed_at > self._closed_at.get(key, -1):
+            self._closed_at[key] = closed_at
+
     def spider_closed(self, spider: Spider | None = None) -> None:
+        stop = getattr(self, "_stop_listening", None)
+        if stop is not None:
+            stop()
         io = self._calls.io
         if io is not None:
             io.run(self.limiter.close)

@@ -16,6 +16,12 @@ A challenge on a session a person verified is never retried blindly: the session
 jittered, doubling back-off on the event loop; after ``RETRY_TIMES`` it fails with ``GaveUp``.
 What the operator sees: docs/SESSIONS.md#when-cnki-says-no.
 
+"Come back later" (a 429, or a 503 with ``Retry-After``) is an order to wait, not a failure: the
+request is sent again with no retry spent, no error written and the same session; the shared
+window the rate-limit middleware closed in Redis holds it (and every other request to that
+address) until CNKI's time. Without that middleware (``RATELIMIT_ENABLED`` off) this worker waits
+the ``Retry-After``, or 5, 15, 45 s... (``RATELIMIT_BACKOFF``, ``RATELIMIT_MAX_BACKOFF``), itself.
+
 Settings: ``RETRY_ENABLED``, ``RETRY_TIMES``, ``RETRY_HTTP_CODES``, ``RETRY_EXCEPTIONS``,
 ``RETRY_PRIORITY_ADJUST``, ``RETRY_GIVE_UP_LOG_LEVEL`` (Scrapy's), ``RETRY_BACKOFF_BASE`` (0.5 s),
 ``RETRY_BACKOFF_MAX`` (30 s), ``RETRY_CHALLENGE_SESSIONS`` (4), ``RETRY_CHALLENGE_COOLDOWN`` (300 s; 0: no
@@ -23,7 +29,9 @@ cool-down).
 
 Stats: ``retry/count``, ``retry/reason_count/<reason>``, ``retry/max_reached`` (Scrapy's names),
 ``retry/backoff_seconds``, ``retry/gave_up/<reason>``, ``retry/rejected``, ``retry/cooldowns``,
-``retry/cooldown_seconds``, ``retry/challenges`` (carried to the ``worker`` row).
+``retry/cooldown_seconds``, ``retry/challenges`` (carried to the ``worker`` row), ``retry/window``
+(requests sent again after "come back later", no retry spent), ``retry/window_seconds`` (waited
+here, without the shared window).
 
 The rest of this module's story: docs/INTERNALS.md#cnkispidermiddlewaresretrypy.
 """
@@ -51,11 +59,13 @@ from cnkispider.cnki.refusals import (
     classify,
     kind_of,
     rejection_text,
+    window_of,
 )
 from cnkispider.context import context_of
 from cnkispider.exceptions import GaveUp, HaltedRequest, RefusedPage, SessionLost
 from cnkispider.halting import ChallengeWatch, Cooldown
 from cnkispider.middlewares import refusal_of
+from cnkispider.middlewares.ratelimit import WINDOW_META
 from cnkispider.offload import in_thread
 from cnkispider.scheduling.outcome import hold
 from cnkispider.scheduling.scheduler import scheduler_cooldown
@@ -119,6 +129,8 @@ class CnkiRetryMiddleware:
         challenge_sessions: int = default_settings.RETRY_CHALLENGE_SESSIONS,
         challenge_cooldown: float = default_settings.RETRY_CHALLENGE_COOLDOWN,
         cooldown: Cooldown | Callable[[], Cooldown | None] | None = None,
+        window_backoff: tuple[float, float] = default_settings.RATELIMIT_BACKOFF,
+        max_backoff: float = default_settings.RATELIMIT_MAX_BACKOFF,
     ):
         self.max_retry_times = max_retry_times
         self.retry_http_codes = frozenset(retry_http_codes)
@@ -140,6 +152,10 @@ class CnkiRetryMiddleware:
         self._paused_until = 0.0
         # verified session -> its detail links refused in a row (see _verified_challenged)
         self._detail_strikes: dict[str, int] = {}
+        # "come back later" without a shared window: this worker's own backoff
+        self.window_backoff = window_backoff
+        self.max_backoff = max_backoff
+        self._window_strikes = 0
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> CnkiRetryMiddleware:
@@ -159,6 +175,8 @@ class CnkiRetryMiddleware:
             challenge_sessions=s.getint("RETRY_CHALLENGE_SESSIONS"),
             challenge_cooldown=s.getfloat("RETRY_CHALLENGE_COOLDOWN"),
             cooldown=lambda: scheduler_cooldown(crawler),
+            window_backoff=tuple(float(x) for x in s.getlist("RATELIMIT_BACKOFF")),
+            max_backoff=s.getfloat("RATELIMIT_MAX_BACKOFF"),
         )
         o.crawler = crawler
         return o
@@ -180,6 +198,20 @@ class CnkiRetryMiddleware:
     ) -> Request | Response:
         if request.meta.get("dont_retry"):
             return response
+        if WINDOW_META in request.meta:
+            return self._again_after_window(request)
+        closes, seconds = window_of(response.status, response.headers)
+        if closes:
+            # no shared window (the rate-limit middleware is off): this worker waits itself
+            self._window_strikes += 1
+            if seconds is None:
+                base, factor = self.window_backoff
+                seconds = min(self.max_backoff, base * factor ** (self._window_strikes - 1))
+            self._inc_stat("window_seconds", round(seconds, 3))
+            await self.sleep(seconds)
+            return self._again_after_window(request)
+        if response.status < 400:
+            self._window_strikes = 0
         reason = refusal_of(self.classify, request, response)
         if reason is None and response.status in self.retry_http_codes:
             reason = f"http-{response.status}"
@@ -212,6 +244,18 @@ class CnkiRetryMiddleware:
         ):
             await self._pause(reason)
         return await self._retry(request, reason)
+
+    def _again_after_window(self, request: Request) -> Request:
+        """The request again, as it was: CNKI asked it to wait, it did not fail (no retry spent,
+        same session; the proxy middleware picks its proxy again, skipping cooling ones)."""
+        self._stop_if_halted(request)
+        self._inc_stat("window")
+        again = request.replace(dont_filter=True)
+        again.meta.pop(WINDOW_META, None)
+        again.meta.pop("_auth_proxy", None)
+        again.headers.pop(b"Proxy-Authorization", None)
+        again.priority = request.priority + self.priority_adjust
+        return again
 
     async def _verified_challenged(
         self, request: Request, reason: str, verified: VerifiedSessions

@@ -11,18 +11,35 @@ ARGV[1] is a JSON batch:
   ``[1, max rate (0 = none), ttl ms]`` (a pace);
 - ``f``: answers, ``[challenge 0|1, granted at (µs, Redis clock), key index, pace it was granted
   at, key index, pace, ...]``;
+- ``m`` may also hold ``[2, 0, 0]``: a window (closed by CNKI's "come back later");
+- ``f``: answers, ``[challenge 0|1|2, granted at (µs, Redis clock), key index, pace it was
+  granted at, key index, pace, ...]``; 2 is a 429: the pace falls as on a challenge, but keeps
+  no cool-down of its own (the answer's window keeps the address quiet);
+- ``w``: window answers, ``[closed 0|1, granted at µs, Retry-After ms (-1: none), key index,
+  ...]``: 1 a 429 (or a 503 with Retry-After) that closes the windows of its keys, 0 a clean
+  answer that resets their backoff;
+- ``k``: the backoff of a 429 without Retry-After, ``{base, factor, max}`` (seconds);
+- ``c``: the channel on which a closed window is published (``"{key} {closed at µs}"``);
 - ``r``: reservations, each a list of key indexes.
 
-It returns ``{now, waits, decreases, changes, rates}``: now (µs); per reservation the µs to wait
-(negative: not booked, its paces are booked beyond their horizon; ask again then); per pace key
-loaded ``[index, decreased at µs]``; per decrease ``[index, old rate x1000, new rate x1000,
-cool-down s]``; per reservation the paces it was granted at (strings: a script's numbers come
-back as integers).
+It returns ``{now, waits, decreases, changes, rates, windows, closes}``: now (µs); per
+reservation the µs to wait (negative: not booked, its paces are booked beyond their horizon or
+one of its windows is closed; ask again then); per pace key loaded ``[index, decreased at µs]``;
+per decrease ``[index, old rate x1000, new rate x1000, cool-down s]``; per reservation the paces
+it was granted at (strings: a script's numbers come back as integers); per window key loaded
+``[index, closed at µs (-1: never), open again at µs, strikes]``; per window closed by this call
+``[index, seconds x1000, strikes]``.
 
 Pace state is a hash ``r c d k t n`` (rate, ceiling, decreased at, cool-down, tat, clean answers
 since the last decrease), times in µs; a fixed limit is a string, its tat in µs. The script
 mirrors the reference model of one pace in ``tests/fixtures/pace_model.py`` line by line, and
 the tests hold the two to the same answers.
+
+Window state is a hash ``u a n c`` (open again at µs, last closed at µs, strikes: 429s with no
+clean answer since, 429s received). Like a pace, a window only counts answers to requests
+granted after its last close as news: the 429s of a dozen requests in flight when it closed
+are one strike, not a dozen (a Retry-After they carry is still obeyed), and no answer granted
+before the close resets it. It is kept ``WINDOW_KEEP`` seconds after it opens again.
 
 A Python string, not a ``.lua`` file, so that the one-file executable needs no data file.
 """
@@ -32,7 +49,11 @@ A Python string, not a ``.lua`` file, so that the one-file executable needs no d
 #: next second's requests, not on a queue booked at the old pace.
 HORIZON = 1.0
 
-#: The script, with ``HORIZON`` written in (µs).
+#: Seconds a window's state is kept after it opened again: its strikes (the next backoff) and
+#: its count of 429s for status, unless a clean answer resets the strikes first.
+WINDOW_KEEP = 3600.0
+
+#: The script, with ``HORIZON`` and ``WINDOW_KEEP`` written in (µs, ms).
 RESERVE_LUA = r"""
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -69,8 +90,10 @@ for _, e in ipairs(b.f) do
     local i, rate = e[j], e[j + 1]
     local s = pace(i)
     if s.d < 0 or granted >= s.d then
-      if e[1] == 1 then
-        if s.d >= 0 and s.n == 0 then
+      if e[1] >= 1 then
+        if e[1] == 2 then
+          s.k = 0
+        elseif s.d >= 0 and s.n == 0 then
           s.k = math.min(p.cooldown_max, 2 * s.k)
         else
           s.k = p.cooldown
@@ -92,12 +115,71 @@ for _, e in ipairs(b.f) do
     end
   end
 end
+local windows, wfirst, wdirty, closes = {}, {}, {}, {}
+local function window(i)
+  local key = KEYS[i]
+  local w = windows[key]
+  if w == nil then
+    local v = redis.call('HMGET', key, 'u', 'a', 'n', 'c')
+    w = {u = tonumber(v[1]) or 0, a = tonumber(v[2]) or -1, n = tonumber(v[3]) or 0,
+         c = tonumber(v[4]) or 0, i = i}
+    windows[key] = w
+    wfirst[#wfirst + 1] = key
+  end
+  return w
+end
+local k = b.k or {base = 5, factor = 3, max = 300}
+for _, e in ipairs(b.w or {}) do
+  local granted, after = e[2], e[3]
+  for j = 4, #e do
+    local i = e[j]
+    local w = window(i)
+    local news = w.a < 0 or granted >= w.a
+    if e[1] == 1 then
+      w.c = w.c + 1
+      wdirty[KEYS[i]] = true
+      local ms = nil
+      if news then
+        w.n = w.n + 1
+        if after >= 0 then
+          ms = after
+        else
+          ms = math.min(k.max, k.base * k.factor ^ (w.n - 1)) * 1000
+        end
+        w.a = now
+      elseif after >= 0 then
+        ms = after
+      end
+      if ms ~= nil and now + ms * 1000 > w.u then
+        w.u = now + ms * 1000
+        closes[#closes + 1] = {i, math.floor(ms), w.n}
+        -- told at once to every worker listening, so that requests they booked before it
+        -- closed are not sent into it (they learn it from their next call otherwise)
+        if b.c then
+          redis.call('PUBLISH', b.c, KEYS[i] .. ' ' .. string.format('%.0f', w.a))
+        end
+      end
+    elseif news and w.n > 0 then
+      w.n = 0
+      wdirty[KEYS[i]] = true
+    end
+  end
+end
 local waits, rates = {}, {}
 for _, req in ipairs(b.r) do
   local start = now
+  local closed = 0
+  for _, i in ipairs(req) do
+    if m[i][1] == 2 then
+      local w = window(i)
+      if w.u > now and w.u > closed then closed = w.u end
+    end
+  end
   for _, i in ipairs(req) do
     local earliest
-    if m[i][1] == 1 then
+    if m[i][1] == 2 then
+      earliest = now
+    elseif m[i][1] == 1 then
       earliest = pace(i).t
     else
       local key = KEYS[i]
@@ -113,7 +195,10 @@ for _, req in ipairs(b.r) do
       if horizon == nil or h < horizon then horizon, tightest = h, pace(i) end
     end
   end
-  if horizon ~= nil and start - now > horizon then
+  if closed > 0 then
+    -- held: a window of its own is closed (CNKI said when to come back); nothing is booked
+    waits[#waits + 1] = -math.max(1000, closed - now)
+  elseif horizon ~= nil and start - now > horizon then
     -- held: the k-th held request of this call asks again k intervals later, so that they
     -- come back one by one, not all at once
     tightest.h = (tightest.h or 0) + 1
@@ -124,7 +209,7 @@ for _, req in ipairs(b.r) do
       if m[i][1] == 1 then
         local s = pace(i)
         s.t = math.max(s.t, start) + 1000000 / s.r
-      else
+      elseif m[i][1] == 0 then
         local key = KEYS[i]
         fixed[key] = math.max(fixed[key], start) + m[i][2]
       end
@@ -149,5 +234,17 @@ for _, key in ipairs(first) do
   redis.call('PEXPIRE', key, math.max(m[s.i][3], math.ceil((s.t - now) / 1000) + 1000))
   decreases[#decreases + 1] = {s.i, s.d}
 end
-return {now, waits, decreases, changes, rates}
-""".replace("HORIZON", repr(HORIZON * 1_000_000))
+local states = {}
+for _, key in ipairs(wfirst) do
+  local w = windows[key]
+  if wdirty[key] then
+    redis.call('HSET', key, 'u', string.format('%.0f', w.u), 'a', string.format('%.0f', w.a),
+               'n', string.format('%d', w.n), 'c', string.format('%d', w.c))
+    redis.call('PEXPIRE', key, math.ceil((math.max(w.u, now) - now) / 1000) + WINDOW_KEEP)
+  end
+  states[#states + 1] = {w.i, w.a, w.u, w.n}
+end
+return {now, waits, decreases, changes, rates, states, closes}
+""".replace("HORIZON", repr(HORIZON * 1_000_000)).replace(
+    "WINDOW_KEEP", repr(int(WINDOW_KEEP * 1000))
+)

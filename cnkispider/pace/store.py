@@ -7,8 +7,12 @@ session and per IP for the whole cluster, not per worker.
 Fixed limits (per site, per proxy, per verified session) are GCRA keys: a request goes at the
 latest time its keys allow. Paces (``PACE_*``, for CNKI pages) are learned per session and per
 IP by AIMD (:class:`PaceRule`): grow on clean answers, fall and go quiet on a challenge, never
-above the fixed limits. Keys: ``{prefix}:site:``, ``:proxy:``, ``:verified:``, ``:pace:{site}:ip:``
-and ``:pace:{site}:session:`` (how each rule works: docs/INTERNALS.md).
+above the fixed limits. Windows (``:window:{site}:ip:`` and ``:window:{site}:session:``) are
+closed by CNKI's "come back later" (a 429, or a 503 with ``Retry-After``) until the time it
+names, or for a backoff of 5, 15, 45 s... (``RATELIMIT_MAX_BACKOFF`` at most) when it names
+none; a request whose window is closed is held, nothing booked. Keys: ``{prefix}:site:``,
+``:proxy:``, ``:verified:``, ``:pace:{site}:ip:``, ``:pace:{site}:session:`` and the windows
+(how each rule works: docs/INTERNALS.md).
 
 Invariants, kept by one Lua script (:mod:`cnkispider.pace.script`) that does everything
 atomically on the Redis server's clock, so that machines with skewed clocks share one schedule:
@@ -19,7 +23,9 @@ atomically on the Redis server's clock, so that machines with skewed clocks shar
 - a cool-down starts after the last send time already granted (``max(tat, now)``), so the
   address is quiet for the whole cool-down even though those sends were promised earlier;
 - every call returns the last decrease of each pace key it touched; a request granted before
-  it is not sent but reserves again (*revoked*, in the middleware).
+  it is not sent but reserves again (*revoked*, in the middleware);
+- likewise every call returns when each window it touched was last closed: a request granted
+  before that close is not sent but reserves again, and is held until the window opens.
 
 The rest of this module's story: docs/INTERNALS.md#cnkispiderpacestorepy.
 """
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -79,8 +86,9 @@ class PaceRule:
 
 
 class Limit(NamedTuple):
-    """One limit on one request: a fixed rate (``interval``, ``tolerance`` in µs) or a pace
-    (``max_rate`` requests/s, 0 = none, and the key's ``ttl`` in seconds)."""
+    """One limit on one request: a fixed rate (``interval``, ``tolerance`` in µs), a pace
+    (``max_rate`` requests/s, 0 = none, and the key's ``ttl`` in seconds) or a window
+    (``window``: closed while CNKI said to come back later)."""
 
     key: str
     pace: bool
@@ -88,12 +96,34 @@ class Limit(NamedTuple):
     tolerance: float = 0.0
     max_rate: float = 0.0
     ttl: float = 0.0
+    window: bool = False
+
+
+class Closed(NamedTuple):
+    """A 429 (or 503 with ``Retry-After``) to report: it closes ``limits`` (the request's
+    windows), for ``seconds`` (None: the backoff). A clean answer (``closed`` False) resets
+    their backoff."""
+
+    closed: bool
+    granted: int  # µs, Redis clock
+    limits: tuple[Limit, ...]
+    seconds: float | None = None
+
+
+class Window(NamedTuple):
+    """What one call saw of a window: when it was last closed and opens again (µs, Redis
+    clock; -1 / 0: never), its strikes (429s with no clean answer since)."""
+
+    closed_at: int
+    until: int
+    strikes: int
 
 
 class Answer(NamedTuple):
-    """A CNKI answer to report: a challenge or a clean page, for the paces of its request."""
+    """A CNKI answer to report to the paces of its request: 0 (or False) a clean page, 1 (True)
+    a challenge, 2 a 429 (the pace falls, without a cool-down of its own: its window is one)."""
 
-    challenge: bool
+    challenge: int
     granted: int  # µs, Redis clock
     limits: tuple[Limit, ...]  # the request's paces
     rates: tuple[float, ...]  # the pace of each when the request was granted
@@ -108,6 +138,8 @@ class Reply(NamedTuple):
     decreases: list[tuple[str, float, float, float]]  # key, old rate, new rate, cool-down s
     returned: float  # time.monotonic() when the call returned, on the calling thread
     rates: list[tuple[float, ...]]  # per reservation, the paces of its pace keys
+    windows: dict[str, Window] = {}  # per window key touched
+    closes: list[tuple[str, float, int]] = []  # key, seconds closed, strikes: closed by this call
 
 
 class SharedRateLimit:
@@ -127,6 +159,9 @@ class SharedRateLimit:
         pace_ttl: float = default_settings.PACE_TTL,
         direct_name: str = default_settings.PACE_DIRECT_NAME,
         verified_rate: float = 0.0,
+        windows: bool = True,
+        max_backoff: float = default_settings.RATELIMIT_MAX_BACKOFF,
+        backoff: tuple[float, float] = default_settings.RATELIMIT_BACKOFF,
     ):
         if site_rate < 0 or proxy_rate < 0 or pace_max < 0:
             raise ValueError("rate limits must be 0 (none) or positive")
@@ -143,6 +178,12 @@ class SharedRateLimit:
         # check costs a person's slider, not a cool-down: it never goes faster than this
         # (requests/s, every worker together), whether or not paces are learned.
         self.verified_rate = verified_rate
+        # CNKI's "come back later" closes a window for every worker (see the module docstring)
+        self.windows = windows
+        if max_backoff <= 0 or backoff[0] <= 0 or backoff[1] < 1:
+            raise ValueError("RATELIMIT_MAX_BACKOFF and RATELIMIT_BACKOFF must be positive")
+        self.max_backoff = max_backoff
+        self.backoff = backoff
         self._client_factory = client_factory
         self._client: redis.Redis | None = None
         self._script: Any = None
@@ -154,6 +195,7 @@ class SharedRateLimit:
             or self.proxy_rate > 0
             or self.pace is not None
             or self.verified_rate > 0
+            or self.windows
         )
 
     def _limit(self, kind: str, name: str, rate: float) -> Limit:
@@ -196,11 +238,23 @@ class SharedRateLimit:
                 out.append(
                     Limit(f"{base}:session:{session}", True, max_rate=ip_max, ttl=SESSION_PACE_TTL)
                 )
+        if self.windows:
+            # the address CNKI sees (the site from here, or the proxy) and, when a person passed
+            # the session, the session: CNKI binds a pass's limits to its cookie
+            base = f"{self.prefix}:window:{site}"
+            out.append(Limit(f"{base}:ip:{proxy or self.direct_name}", False, window=True))
+            if verified:
+                out.append(Limit(f"{base}:session:{verified}", False, window=True))
         return out
 
-    def call(self, batch: list[list[Limit]], answers: Iterable[Answer] = ()) -> Reply:
-        """Report ``answers``, then reserve send times for ``batch``, in order. Blocking: one
-        script call (the client is made on first use, on the calling thread)."""
+    def call(
+        self,
+        batch: list[list[Limit]],
+        answers: Iterable[Answer] = (),
+        closes: Iterable[Closed] = (),
+    ) -> Reply:
+        """Report ``answers`` and ``closes``, then reserve send times for ``batch``, in order.
+        Blocking: one script call (the client is made on first use, on the calling thread)."""
         if self._client is None:
             self._client = self._client_factory()
             self._script = self._client.register_script(RESERVE_LUA)
@@ -212,7 +266,9 @@ class SharedRateLimit:
             # Each key once in KEYS: the script keeps state per key name anyway.
             if limit.key not in index:
                 keys.append(limit.key)
-                if limit.pace:
+                if limit.window:
+                    meta.append([2, 0, 0])
+                elif limit.pace:
                     meta.append([1, limit.max_rate, int(limit.ttl * 1000)])
                 else:
                     meta.append([0, limit.interval, limit.tolerance])
@@ -226,13 +282,24 @@ class SharedRateLimit:
             for limit, rate in zip(answer.limits, answer.rates, strict=True):
                 event += [key_index(limit), rate]
             feedback.append(event)
+        windows = []
+        for close in closes:
+            after = -1 if close.seconds is None else int(close.seconds * 1000)
+            windows.append(
+                [int(close.closed), close.granted, after, *(key_index(w) for w in close.limits)]
+            )
         document = {
             "p": self.pace.as_json() if self.pace else PaceRule().as_json(),
             "m": meta,
             "f": feedback,
+            "w": windows,
+            "k": {"base": self.backoff[0], "factor": self.backoff[1], "max": self.max_backoff},
+            "c": self.channel,
             "r": requests,
         }
-        now, waits, decreases, changes, rates = self._script(keys=keys, args=[json.dumps(document)])
+        now, waits, decreases, changes, rates, states, closed = self._script(
+            keys=keys, args=[json.dumps(document)]
+        )
         returned = time.monotonic()
         return Reply(
             now=now,
@@ -243,7 +310,46 @@ class SharedRateLimit:
             ],
             returned=returned,
             rates=[tuple(float(r) for r in granted) for granted in rates],
+            windows={keys[i - 1]: Window(a, u, n) for i, a, u, n in states},
+            closes=[(keys[i - 1], ms / 1000, n) for i, ms, n in closed],
         )
+
+    @property
+    def channel(self) -> str:
+        """Where a closed window is published (see :meth:`listen`)."""
+        return f"{self.prefix}:windows"
+
+    def listen(self, heard: Callable[[str, int], None]) -> Callable[[], None]:
+        """Call ``heard(window key, closed at µs)`` for every window any worker closes, from a
+        daemon thread of its own (its own connection, from the same factory); returns the
+        function that stops it. Redis trouble: it connects again a second later (a close it
+        missed meanwhile reaches this worker through its next call, as without listening)."""
+        stop = threading.Event()
+
+        def run() -> None:
+            while not stop.is_set():
+                client = pubsub = None
+                try:
+                    client = self._client_factory()
+                    pubsub = client.pubsub(ignore_subscribe_messages=True)
+                    pubsub.subscribe(self.channel)
+                    while not stop.is_set():
+                        message = pubsub.get_message(timeout=0.5)
+                        if message and message.get("type") == "message":
+                            key, _, at = message["data"].decode().rpartition(" ")
+                            heard(key, int(at))
+                except Exception:  # any Redis trouble: connect again
+                    stop.wait(1.0)
+                finally:
+                    for one in (pubsub, client):
+                        try:
+                            if one is not None:
+                                one.close()
+                        except Exception:  # closing a broken connection
+                            pass
+
+        threading.Thread(target=run, name="cnki-windows", daemon=True).start()
+        return stop.set
 
     def reserve(self, batch: list[list[Limit]]) -> list[float]:
         """The seconds each request of ``batch`` must wait (see :meth:`call`)."""
