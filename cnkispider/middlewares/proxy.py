@@ -21,11 +21,7 @@ Settings: ``PROXY_ENABLED`` (the global switch), ``PROXY_API_URL``, ``PROXY_API_
 ``PROXY_STATIC``, ``PROXY_CREDENTIALS``, ``PROXY_REUSE``, ``PROXY_MAX_AGE``,
 ``PROXY_FETCH_INTERVAL``, ``PROXY_BAN_STATUSES``, ``PROXY_BAN_REASONS``, ``PROXY_BAN_TIME``,
 ``PROXY_WAIT_MAX`` (defaults and meaning: docs/INTERNALS.md), ``RATELIMIT_BACKOFF``,
-``RATELIMIT_MAX_BACKOFF``.
-
-CNKI's "come back later" through a proxy (a 429, or a 503 with ``Retry-After``) cools that
-proxy for its window (:meth:`proxy.pool.ProxyPool.cool`): other requests go through the others;
-it is evicted only when it draws windows again and again.
+``RATELIMIT_MAX_BACKOFF``. A 429 cools its proxy for its window (:meth:`ProxyPool.cool`).
 
 Stats (``proxy/...``): ``assigned``, ``session_kept``, ``fetch/count``, ``fetch/added``,
 ``fetch/empty``, ``fetch/error``, ``evicted/<reason>``, ``released/ok``, ``released/refused``, ``wait_gave_up``,

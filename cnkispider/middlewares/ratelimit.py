@@ -17,20 +17,14 @@ Settings (defaults in :mod:`cnkispider.default_settings`): ``RATELIMIT_ENABLED``
 ``PACE_COOLDOWN_MAX``, ``PACE_WINDOW``, ``PACE_TTL``, ``SESSIONS_PACE_MAX``,
 ``PACE_DIRECT_NAME``, ``REDIS_URL``, ``CNKI_DATA_DIR``. Meta ``dont_ratelimit`` passes unlimited.
 
-CNKI's "come back later" (a 429, or a 503 with ``Retry-After``: :func:`refusals.window_of`)
-closes the windows of the answer's address (the site, or the proxy) and, for a session a person
-passed, of the session, for every worker (:mod:`cnkispider.pace.store`); the request is handed
-on marked :data:`WINDOW_META` for the retry middleware, which sends it again without spending a
-retry. A request granted before a window closed is not sent: it reserves again and is held
-until the window opens (the same rule as a pace's decrease). Settings: ``RATELIMIT_WINDOWS``,
-``RATELIMIT_MAX_BACKOFF``, ``RATELIMIT_BACKOFF``.
+A 429 (or a 503 with ``Retry-After``) closes the windows of its address and verified session
+for every worker; the request goes on marked :data:`WINDOW_META`, for the retry middleware to
+send again (``RATELIMIT_WINDOWS``, ``RATELIMIT_MAX_BACKOFF``, ``RATELIMIT_BACKOFF``).
 
-Stats (``ratelimit/...``): ``requests``, ``delayed`` (had to wait), ``wait_seconds`` (total),
-``held``, ``late``, ``revoked`` (reserved again, see above), ``pace/clean``,
-``pace/challenged``, ``pace/decreased``, ``redis/calls``, ``redis/errors``, ``window/429``
-(answers that closed a window, 503s included), ``window/closed`` (windows this worker's answers
-closed or extended), ``window/held`` (reservations held by a closed window),
-``window/revoked``, ``window/reset``.
+Stats (``ratelimit/...``): ``requests``, ``delayed``, ``wait_seconds``, ``held``, ``late``,
+``revoked``, ``pace/clean``, ``pace/challenged``, ``pace/decreased``, ``redis/calls``,
+``redis/errors``, ``window/429``, ``window/closed``, ``window/held``, ``window/revoked``,
+``window/reset`` (each: docs/INTERNALS.md).
 
 The rest of this module's story: docs/INTERNALS.md#cnkispidermiddlewaresratelimitpy.
 """
@@ -64,6 +58,9 @@ logger = logging.getLogger(__name__)
 
 #: Position in DOWNLOADER_MIDDLEWARES (see the module docstring for why).
 ORDER = 630
+
+#: Seconds between looks, while a request waits out a closed window, at whether to stop.
+WINDOW_STEP = 1.0
 
 #: Reservations carried by one script call at most (the rest wait for the next call).
 MAX_PER_CALL = 500
@@ -200,13 +197,19 @@ class RateLimitMiddleware:
         if self.stats is not None:
             self.stats.inc_value(f"ratelimit/{key}", count)
 
-    async def process_request(self, request: Request, spider: Spider | None = None) -> None:
+    def _crawling(self) -> bool:
+        """False once the crawler was asked to stop (Scrapy's Crawler.stop)."""
+        return bool(getattr(getattr(self, "crawler", None), "crawling", True))
+
+    async def process_request(
+        self, request: Request, spider: Spider | None = None
+    ) -> Request | None:
         request.meta.pop(_META, None)  # a redirect or retry copies the old request's meta
         request.meta.pop(_WINDOWS, None)
         request.meta.pop(WINDOW_META, None)
         limits = self.limiter.limits(request)
         if not limits:
-            return
+            return None
         paced = tuple(limit for limit in limits if limit.pace)
         windows = tuple(limit for limit in limits if limit.window)
         attempt = 0
@@ -220,7 +223,15 @@ class RateLimitMiddleware:
                 # ask again when they are not.
                 self._inc_stat("held")
                 if any(self._until.get(w.key, 0) > granted for w in windows):
+                    # a window may be minutes long: a worker asked to stop hands the request
+                    # back to the queue in Redis rather than wait it out (nothing spent)
                     self._inc_stat("window/held")
+                    end = time.monotonic() - wait
+                    while (now := time.monotonic()) < end and self._crawling():
+                        await self.sleep(min(WINDOW_STEP, end - now))
+                    if not self._crawling():
+                        return request.replace(dont_filter=True)
+                    continue
                 await self.sleep(-wait)
                 continue
             if wait > 0:

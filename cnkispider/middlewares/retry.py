@@ -14,13 +14,8 @@ challenges persist across ``RETRY_CHALLENGE_SESSIONS`` fresh sessions the task p
 A challenge on a session a person verified is never retried blindly: the session goes to
 ``needs-person`` and the page waits for the round's next verified session. Each retry waits a
 jittered, doubling back-off on the event loop; after ``RETRY_TIMES`` it fails with ``GaveUp``.
-What the operator sees: docs/SESSIONS.md#when-cnki-says-no.
-
-"Come back later" (a 429, or a 503 with ``Retry-After``) is an order to wait, not a failure: the
-request is sent again with no retry spent, no error written and the same session; the shared
-window the rate-limit middleware closed in Redis holds it (and every other request to that
-address) until CNKI's time. Without that middleware (``RATELIMIT_ENABLED`` off) this worker waits
-the ``Retry-After``, or 5, 15, 45 s... (``RATELIMIT_BACKOFF``, ``RATELIMIT_MAX_BACKOFF``), itself.
+A 429 (or 503 with ``Retry-After``) is an order to wait: sent again, no retry spent, held by
+its window. What the operator sees: docs/SESSIONS.md#when-cnki-says-no.
 
 Settings: ``RETRY_ENABLED``, ``RETRY_TIMES``, ``RETRY_HTTP_CODES``, ``RETRY_EXCEPTIONS``,
 ``RETRY_PRIORITY_ADJUST``, ``RETRY_GIVE_UP_LOG_LEVEL`` (Scrapy's), ``RETRY_BACKOFF_BASE`` (0.5 s),
@@ -29,9 +24,8 @@ cool-down).
 
 Stats: ``retry/count``, ``retry/reason_count/<reason>``, ``retry/max_reached`` (Scrapy's names),
 ``retry/backoff_seconds``, ``retry/gave_up/<reason>``, ``retry/rejected``, ``retry/cooldowns``,
-``retry/cooldown_seconds``, ``retry/challenges`` (carried to the ``worker`` row), ``retry/window``
-(requests sent again after "come back later", no retry spent), ``retry/window_seconds`` (waited
-here, without the shared window).
+``retry/cooldown_seconds``, ``retry/challenges`` (carried to the ``worker`` row), ``retry/window``,
+``retry/window_seconds``.
 
 The rest of this module's story: docs/INTERNALS.md#cnkispidermiddlewaresretrypy.
 """

@@ -4,42 +4,24 @@ says what they are and which invariants the script keeps).
 One call reports a batch of CNKI answers to the paces, then reserves send times for a batch of
 requests, atomically, on the Redis server's clock (``TIME``).
 
-ARGV[1] is a JSON batch:
-
-- ``p``: the :class:`~cnkispider.pace.store.PaceRule` (``as_json``);
-- ``m``: per KEYS index, ``[0, interval, tolerance]`` (a fixed limit, microseconds) or
-  ``[1, max rate (0 = none), ttl ms]`` (a pace);
-- ``f``: answers, ``[challenge 0|1, granted at (µs, Redis clock), key index, pace it was granted
-  at, key index, pace, ...]``;
-- ``m`` may also hold ``[2, 0, 0]``: a window (closed by CNKI's "come back later");
-- ``f``: answers, ``[challenge 0|1|2, granted at (µs, Redis clock), key index, pace it was
-  granted at, key index, pace, ...]``; 2 is a 429: the pace falls as on a challenge, but keeps
-  no cool-down of its own (the answer's window keeps the address quiet);
-- ``w``: window answers, ``[closed 0|1, granted at µs, Retry-After ms (-1: none), key index,
-  ...]``: 1 a 429 (or a 503 with Retry-After) that closes the windows of its keys, 0 a clean
-  answer that resets their backoff;
-- ``k``: the backoff of a 429 without Retry-After, ``{base, factor, max}`` (seconds);
-- ``c``: the channel on which a closed window is published (``"{key} {closed at µs}"``);
-- ``r``: reservations, each a list of key indexes.
+ARGV[1] is a JSON batch: ``p`` the :class:`~cnkispider.pace.store.PaceRule`; ``m`` per KEYS
+index ``[0, interval, tolerance]`` (a fixed limit, µs), ``[1, max rate, ttl ms]`` (a pace) or
+``[2, 0, 0]`` (a window); ``f`` answers ``[0 clean|1 challenge|2 a 429, granted at µs, key
+index, pace granted at, ...]``; ``w`` window answers ``[1 closed|0 clean, granted at µs,
+Retry-After ms or -1, key index, ...]``; ``k`` the backoff ``{base, factor, max}``; ``c`` the
+channel a close is published on; ``x`` the KEYS index of the windows' index; ``r`` reservations
+(lists of key indexes).
 
 It returns ``{now, waits, decreases, changes, rates, windows, closes}``: now (µs); per
-reservation the µs to wait (negative: not booked, its paces are booked beyond their horizon or
-one of its windows is closed; ask again then); per pace key loaded ``[index, decreased at µs]``;
-per decrease ``[index, old rate x1000, new rate x1000, cool-down s]``; per reservation the paces
-it was granted at (strings: a script's numbers come back as integers); per window key loaded
-``[index, closed at µs (-1: never), open again at µs, strikes]``; per window closed by this call
-``[index, seconds x1000, strikes]``.
+reservation the µs to wait (negative: held, ask again then); per pace key ``[index, decreased
+at]``; per decrease ``[index, old x1000, new x1000, cool-down s]``; per reservation its paces
+(strings); per window key ``[index, closed at, open at, strikes]``; per window this call closed
+``[index, ms, strikes]``.
 
-Pace state is a hash ``r c d k t n`` (rate, ceiling, decreased at, cool-down, tat, clean answers
-since the last decrease), times in µs; a fixed limit is a string, its tat in µs. The script
-mirrors the reference model of one pace in ``tests/fixtures/pace_model.py`` line by line, and
-the tests hold the two to the same answers.
-
-Window state is a hash ``u a n c`` (open again at µs, last closed at µs, strikes: 429s with no
-clean answer since, 429s received). Like a pace, a window only counts answers to requests
-granted after its last close as news: the 429s of a dozen requests in flight when it closed
-are one strike, not a dozen (a Retry-After they carry is still obeyed), and no answer granted
-before the close resets it. It is kept ``WINDOW_KEEP`` seconds after it opens again.
+State: a pace is a hash ``r c d k t n``, a fixed limit a string (its tat), a window a hash ``u a
+n c`` (the fields and rules: docs/INTERNALS.md#cnkispiderpacestorepy). The script mirrors the
+reference model of one pace in ``tests/fixtures/pace_model.py`` line by line, and the tests hold
+the two to the same answers.
 
 A Python string, not a ``.lua`` file, so that the one-file executable needs no data file.
 """
@@ -157,6 +139,12 @@ for _, e in ipairs(b.w or {}) do
         -- closed are not sent into it (they learn it from their next call otherwise)
         if b.c then
           redis.call('PUBLISH', b.c, KEYS[i] .. ' ' .. string.format('%.0f', w.a))
+        end
+        -- the index status reads (no SCAN): every window by when it opens again
+        if b.x then
+          redis.call('ZADD', KEYS[b.x], string.format('%.0f', w.u), KEYS[i])
+          redis.call('ZREMRANGEBYSCORE', KEYS[b.x], '-inf', string.format('%.0f', now - WINDOW_KEEP * 1000))
+          redis.call('PEXPIRE', KEYS[b.x], math.ceil((w.u - now) / 1000) + WINDOW_KEEP)
         end
       end
     elseif news and w.n > 0 then

@@ -142,6 +142,43 @@ class Reply(NamedTuple):
     closes: list[tuple[str, float, int]] = []  # key, seconds closed, strikes: closed by this call
 
 
+def windows_index(prefix: str) -> str:
+    return f"{prefix}:windows"
+
+
+def windows_report(client: redis.Redis, prefix: str) -> dict[str, Any]:
+    """What status shows of the windows (read only, no SCAN): the 429s they counted
+    (``answers``; each window's count is kept ``WINDOW_KEEP`` after it last opened) and each
+    window closed now: what (``ip`` or ``session``), its name and site, the seconds left on
+    Redis's clock and its strikes."""
+    seconds, micros = client.time()
+    now = seconds * 1_000_000 + micros
+    keys = [k.decode() for k in client.zrange(windows_index(prefix), 0, -1)]
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.hmget(key, "u", "n", "c")
+    closed, answers = [], 0
+    for key, (until, strikes, count) in zip(keys, pipe.execute(), strict=True):
+        site, _, rest = key.removeprefix(f"{prefix}:window:").partition(":ip:")
+        what, name = ("ip", rest) if rest else ("session", site.rpartition(":session:")[2])
+        if what == "session":
+            site = site.rpartition(":session:")[0]
+        else:  # every 429 closes one address's window (and maybe its session's too)
+            answers += int(count or 0)
+        if until is None or int(until) <= now:
+            continue
+        closed.append(
+            {
+                "what": what,
+                "name": name,
+                "site": site,
+                "seconds_left": round((int(until) - now) / 1_000_000, 1),
+                "strikes": int(strikes or 0),
+            }
+        )
+    return {"answers": answers, "closed": closed}
+
+
 class SharedRateLimit:
     """The limits and paces of a cluster in one Redis: which keys a request counts against, and
     the blocking call that reports answers and reserves send times for a batch of requests."""
@@ -295,8 +332,11 @@ class SharedRateLimit:
             "w": windows,
             "k": {"base": self.backoff[0], "factor": self.backoff[1], "max": self.max_backoff},
             "c": self.channel,
+            "x": len(keys) + 1 if windows else None,
             "r": requests,
         }
+        if windows:
+            keys = [*keys, self.index]
         now, waits, decreases, changes, rates, states, closed = self._script(
             keys=keys, args=[json.dumps(document)]
         )
@@ -317,7 +357,12 @@ class SharedRateLimit:
     @property
     def channel(self) -> str:
         """Where a closed window is published (see :meth:`listen`)."""
-        return f"{self.prefix}:windows"
+        return f"{self.prefix}:windows:closed"
+
+    @property
+    def index(self) -> str:
+        """The windows by when they open again (a sorted set; see :func:`windows_report`)."""
+        return windows_index(self.prefix)
 
     def listen(self, heard: Callable[[str, int], None]) -> Callable[[], None]:
         """Call ``heard(window key, closed at µs)`` for every window any worker closes, from a

@@ -34,6 +34,7 @@ from cnkispider.db import db_now
 from cnkispider.exceptions import TaskRowError, UnknownName
 from cnkispider.i18n import _
 from cnkispider.items import FIELDS
+from cnkispider.pace.store import windows_report
 from cnkispider.redisconn import EMBEDDED_IDLE
 from cnkispider.schema import documents, error_code, error_link, fill, round_, task
 from cnkispider.status.liveness import GONE_AFTER_BEATS, task_workers
@@ -114,6 +115,13 @@ def collect(
         except Exception as exc:  # redis.RedisError and socket errors: Redis went away
             redis_info.update(reachable=False, error=str(exc))
             redis_client = None
+    windows = None
+    if redis_client is not None:
+        try:
+            windows = windows_report(redis_client, f"{key_prefix}ratelimit")
+        except Exception as exc:  # redis.RedisError and socket errors: Redis went away
+            redis_info.update(reachable=False, error=str(exc))
+            redis_client = None
     for entry in tasks:
         entry["queue"] = None
         entry["waiting"] = None
@@ -130,6 +138,8 @@ def collect(
         "database": engine.url.render_as_string(hide_password=True),
         "redis": redis_info,
         "sessions": sessions,
+        # CNKI's "come back later" windows, every task's (pace/store.py windows_report)
+        "windows": windows,
         "heartbeat_seconds": heartbeat_seconds,
         "gone_after_seconds": gone_after.total_seconds(),
         "tasks": tasks,

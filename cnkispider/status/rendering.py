@@ -11,7 +11,7 @@ import re
 import unicodedata
 
 from cnkispider import i18n
-from cnkispider.i18n import N_, _
+from cnkispider.i18n import N_, _, ngettext
 from cnkispider.vocabulary import halt_reason, word
 from tasks.categories import round_label
 
@@ -62,6 +62,7 @@ def render(report: dict) -> str:
         _pad(_("database"), 9) + report["database"],
         _pad("Redis", 9) + redis_text,
     ]
+    lines += window_lines(report.get("windows"))
     if not report["tasks"]:
         lines += ["", _("no tasks yet: `cnkispider run` registers the task of config.ini")]
     for entry in report["tasks"]:
@@ -278,6 +279,28 @@ def _per_verified_session(stats: dict, items: int) -> list[str]:
     ]
 
 
+def _too_many(stats: dict) -> list[str]:
+    """The run's 429s ("come back later"), and how they were honoured."""
+    answers = stats.get("ratelimit/window/429", 0)
+    if not answers:
+        return []
+    return [
+        _pad("429", 16)
+        + ngettext(
+            "CNKI said to come back later %(n)d time; %(held)d waits held, %(again)d sent again "
+            "with no retry spent",
+            "CNKI said to come back later %(n)d times; %(held)d waits held, %(again)d sent again "
+            "with no retry spent",
+            answers,
+        )
+        % {
+            "n": answers,
+            "held": stats.get("ratelimit/window/held", 0),
+            "again": stats.get("retry/window", 0),
+        }
+    ]
+
+
 def ledger_lines(ledger: dict) -> list[str]:
     """The task's ledger sums (``ledger  listed N = stored + in errorLink + dropped + beyond``)
     and its rounds out of balance, one line each (the first few)."""
@@ -318,6 +341,34 @@ def ledger_lines(ledger: dict) -> list[str]:
 def _per_hour(rate: float | None) -> str:
     """The task's round rate, in every view's words (``round_rate_eta`` defines it)."""
     return _("%(rate)s rounds/h") % {"rate": i18n.number(rate, 1) if rate else "-"}
+
+
+def window_lines(windows: dict | None) -> list[str]:
+    """CNKI's "come back later": each window closed now, and the 429s counted."""
+    if not windows or not (windows["answers"] or windows["closed"]):
+        return []
+    lines = [
+        ngettext(
+            "429      CNKI said to come back later %(n)d time (kept an hour after each window)",
+            "429      CNKI said to come back later %(n)d times (kept an hour after each window)",
+            windows["answers"],
+        )
+        % {"n": windows["answers"]}
+    ]
+    for w in windows["closed"]:
+        what = _("address") if w["what"] == "ip" else _("session")
+        lines.append(
+            "  "
+            + _("%(what)s %(name)s at %(site)s closed for %(left)s more (%(strikes)d in a row)")
+            % {
+                "what": what,
+                "name": w["name"],
+                "site": w["site"],
+                "left": i18n.duration(w["seconds_left"]),
+                "strikes": w["strikes"],
+            }
+        )
+    return lines
 
 
 def to_json(report: dict) -> str:
@@ -364,6 +415,7 @@ def render_summary(t: dict, stats: dict) -> str:
             "rounds": _per_hour(t["rate"]["rounds_per_hour"]),
         },
         *_per_verified_session(stats, items),
+        *_too_many(stats),
     ]
     for name in ("errorCode", "errorLink"):
         e = t["errors"][name]

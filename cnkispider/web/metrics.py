@@ -20,6 +20,10 @@ by task); ``cnkispider_challenges_total`` is a counter (use ``rate()``):
                                              their ``worker.challenges``; it falls back only when
                                              old worker rows are removed: a counter reset)
     cnkispider_sessions{state}               the pool of sessions a person passed, by state
+    cnkispider_windows_closed{what}          CNKI's "come back later" windows closed now, by
+                                             what they close (ip: an address, session)
+    cnkispider_too_many_total                CNKI's 429s the windows counted (each window's
+                                             count is kept an hour after it last opened)
 """
 
 from __future__ import annotations
@@ -90,6 +94,17 @@ class ReportCollector:
         for state, n in sorted((self.report.get("sessions") or {}).items()):
             sessions.add_metric([state], n)
         yield sessions
+        windows = self.report.get("windows")
+        if windows is not None:
+            closed = family("windows_closed", "CNKI's come-back-later windows closed now", ["what"])
+            for what in ("ip", "session"):
+                closed.add_metric([what], sum(1 for w in windows["closed"] if w["what"] == what))
+            yield closed
+            too_many = CounterMetricFamily(
+                "cnkispider_too_many", "CNKI's 429s (come back later) the windows counted"
+            )
+            too_many.add_metric([], windows["answers"])
+            yield too_many
 
 
 def metrics_text(report: dict) -> bytes:
