@@ -45,6 +45,7 @@ from twisted.internet.defer import Deferred
 from cnkispider import default_settings
 from cnkispider.cnki.refusals import classify, window_of
 from cnkispider.exceptions import ConfigError, GaveUp
+from cnkispider.i18n import _
 from cnkispider.middlewares import Recent, refusal_of
 from proxy.policy import BanPolicy
 from proxy.pool import Proxy, ProxyPool
@@ -268,7 +269,7 @@ class ProxyMiddleware:
             if self.pool.cool(proxy, seconds):
                 self._inc_stat("evicted/http-429")
                 logger.info(
-                    "Evicted proxy %s: CNKI said to come back later %d times in a row; %d live",
+                    _("Evicted proxy %s: CNKI said to come back later %d times in a row; %d live"),
                     mask(proxy.url),
                     proxy.cools,
                     len(self.pool),
