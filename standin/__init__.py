@@ -107,6 +107,11 @@ tests/test_standin_human.py):
   ip, turn_limit, human_check), ``rejections`` (no_category, page_size, cursor), ``pace_blocks`` and the rest.
 - Ground truth: ``/_truth``, ``/_rounds``, ``/_doomed`` and ``python -m standin truth``
   list only documents a correct crawler stores (no foreign 总库 rows); none of the above changes it.
+- "Come back later" (``throttle`` requests/s per IP, 0 = off; PROTOCOL.md 2026 point 18): the
+  grid or detail request past it closes the address's window for ``throttle_seconds`` (3) and is
+  answered 429 with ``Retry-After`` in seconds (or an HTTP date: ``throttle_date``; none:
+  ``throttle_silent``), and so is every request inside the window; ``/_stats`` ``throttled``
+  counts them (``closed``, ``inside``, ``told``: inside, sent after the client had its 429).
 - Also: detail tokens tied to their session, the old per-IP token-bucket ban, injected faults,
   latency, proxies (dead ones, auth) and a proxy provider, as before.
 
