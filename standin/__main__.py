@@ -40,6 +40,7 @@ import argparse
 import asyncio
 import json
 import sys
+from datetime import date
 
 from standin.corpus import DOC_TYPES, PROFILES, Corpus, CorpusOptions
 from standin.limits import ALL_FAULTS
@@ -130,6 +131,27 @@ def _add_corpus_options(parser: argparse.ArgumentParser) -> None:
         default=7500,
         help="realistic-year: documents of a surge day, not scaled (some are 3 or 4 times it)",
     )
+    parser.add_argument(
+        "--late-arrivals",
+        action="store_true",
+        help="each document is entered days to months after its own date, as on CNKI (most "
+        "within a week, a tail of weeks to four months)",
+    )
+    parser.add_argument(
+        "--as-of",
+        type=_day,
+        default="",
+        metavar="DAY",
+        help="the site's today: a document entered after DAY is not there yet (/_control "
+        "as_of moves it)",
+    )
+
+
+def _day(text: str) -> str:
+    try:
+        return date.fromisoformat(text).isoformat()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a day (YYYY-MM-DD)") from None
 
 
 def _corpus_options(args) -> CorpusOptions:
@@ -145,6 +167,8 @@ def _corpus_options(args) -> CorpusOptions:
         dbname_years=args.dbname_years,
         profile=args.profile,
         surge_rows=args.surge_rows,
+        late=args.late_arrivals,
+        as_of=args.as_of or "",
     )
 
 

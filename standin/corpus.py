@@ -16,6 +16,13 @@ Options (``CorpusOptions``):
   profile       "realistic-year": counts by publication weekday, Zipf-skewed classes and surge
                 days (``REALISTIC``, :meth:`Corpus.realistic_count`) instead of the hash spread.
   surge_rows    realistic-year: documents of a surge day (not scaled).
+  late          each document is entered some days after its own date, as CNKI enters journal
+                issues, patents and theses late (PROTOCOL.md point 21): a lag drawn per
+                document (:meth:`Corpus.entry_lag`: seven in ten within a week, two in ten
+                within a month, the rest up to four months).
+  as_of         the site's today (``YYYY-MM-DD``; "" none): a document entered after it is not
+                listed, found or counted in the ground truth yet. Tests set it and move it
+                (``/_control`` ``as_of``) to play the days passing.
 
 The universe of classification codes is the leaves of the type's tree. ``count(type, day, leaf)``
 comes from hash(seed, type, day, leaf): 40% are 0, 45% 1-30, 10% 31-300, 4% 301-1500 and 1%
@@ -316,6 +323,8 @@ class CorpusOptions:
     # 1.25 times CNKI's 6000, so a surge day splits at any scale (the patents' third surge day
     # and the papers' second are 3 and 4 times this, so their largest class splits too)
     surge_rows: int = 7500
+    late: bool = False  # documents entered after their own date (Corpus.entry_lag)
+    as_of: str = ""  # the site's today: what was entered after it is not there yet
 
 
 class Document:
@@ -732,6 +741,7 @@ class Corpus:
         if search.expert:
             matches = compile_expert(search.expert, t)
             refs = [r for r in refs if matches(self.document(t, *r))]
+        refs = self.entered_by(t, refs)
         rank = self.rank
         field_ = search.sort_field
         if field_ in ("", "PT"):
@@ -745,6 +755,29 @@ class Corpus:
         # the ref itself breaks any remaining tie, so asc is exactly the reverse of desc
         keyed.sort(reverse=search.desc)
         return tuple(r for _, r in keyed)
+
+    # -- the site's clock: late arrivals ------------------------------------------------------
+
+    def entry_lag(self, doc_type: str, day: int, li: int, i: int) -> int:
+        """Days between a document's own date and the day CNKI enters it (0 unless ``late``):
+        seven in ten within a week, two in ten within a month, one in ten up to four months
+        (the long tail of journal issues listed while "该刊数据正在更新中")."""
+        if not self.options.late:
+            return 0
+        u = (_mix(self.leaf_base(doc_type, day, li), i, 9) >> 11) / float(1 << 53)
+        if u < 0.70:
+            return int(u / 0.70 * 8)  # 0..7
+        if u < 0.90:
+            return 8 + int((u - 0.70) / 0.20 * 23)  # 8..30
+        return 31 + int((u - 0.90) / 0.10 * 90)  # 31..120
+
+    def entered_by(self, doc_type: str, refs) -> list:
+        """The refs whose document is entered by the site's today (``as_of``; none set: all)."""
+        if not self.options.as_of:
+            return list(refs)
+        today = parse_day(self.options.as_of)
+        lag = self.entry_lag
+        return [r for r in refs if r[0] + lag(doc_type, *r) <= today]
 
     # -- filenames -------------------------------------------------------------------------
 
@@ -764,6 +797,8 @@ class Corpus:
         tree = self.trees[doc_type]
         if li >= len(tree.leaves) or i >= self.counts(doc_type, day)[li]:
             return None
+        if not self.entered_by(doc_type, [(day, li, i)]):
+            return None  # not entered yet (the site's today is before its entry)
         doc = self.document(doc_type, day, li, i)
         return doc if doc.key == (dbname, filename) else None
 
@@ -808,7 +843,7 @@ class Corpus:
         """Every document of the task's rounds, all fields, in (day, leaf, index) order; with
         ``expert``, only those its professional-search expression finds."""
         refs = self.match_refs(doc_type, parse_day(start), parse_day(end), tuple(categories))
-        docs = (self.document(doc_type, *r) for r in refs)
+        docs = (self.document(doc_type, *r) for r in self.entered_by(doc_type, refs))
         if expert:
             matches = compile_expert(expert, doc_type)
             docs = (d for d in docs if matches(d))
@@ -822,7 +857,7 @@ class Corpus:
         out = []
         for day in range(parse_day(start), parse_day(end) + 1):
             for code in categories:
-                n = len(self.match_refs(doc_type, day, day, (code,)))
+                n = len(self.entered_by(doc_type, self.match_refs(doc_type, day, day, (code,))))
                 out.append({"date": _iso(day), "category": code, "count": n})
         return out
 
@@ -833,7 +868,7 @@ class Corpus:
         refs = self.match_refs(doc_type, parse_day(start), parse_day(end), tuple(categories))
         return [
             self.document(doc_type, *r).fields["filename"]
-            for r in refs
+            for r in self.entered_by(doc_type, refs)
             if (r[1], r[2]) in self.doomed_refs(doc_type, r[0])
         ]
 

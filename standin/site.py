@@ -44,6 +44,7 @@ import math
 import random
 import time
 from dataclasses import dataclass, field
+from datetime import date
 from email.utils import formatdate
 from urllib.parse import parse_qs, quote, urlsplit
 
@@ -1077,6 +1078,8 @@ class Site:
             "dbname_years": o.corpus.dbname_years,
             "profile": o.corpus.profile,
             "surge_rows": o.corpus.surge_rows,
+            "late": o.corpus.late,
+            "as_of": o.corpus.as_of,
             "token_ttl": o.token_ttl,
             "session_ttl": self.sessions.ttl,
             "latency": list(self.latency),
@@ -1199,6 +1202,12 @@ class Site:
             elif key == "count_shift":  # issue 26: the counts change (refresh-counts)
                 o.corpus.count_shift = int(value)
                 self.corpus.document.cache_clear()  # documents (and their rows) are made anew
+                self.corpus.results.cache_clear()
+            elif key == "as_of":  # the site's today moves: late documents come in
+                o.corpus.as_of = date.fromisoformat(str(value)).isoformat() if value else ""
+                self.corpus.results.cache_clear()
+            elif key == "late":
+                o.corpus.late = bool(value)
                 self.corpus.results.cache_clear()
             elif key == "zero_as_soft_block":
                 o.zero_as_soft_block = bool(value)
