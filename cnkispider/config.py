@@ -36,6 +36,7 @@ from typing import Any
 
 from cnkispider import default_settings
 from cnkispider.cnki.export_batch import MAX_EXPORT_BATCH
+from cnkispider.durations import parse_span
 from cnkispider.exceptions import ConfigError
 from cnkispider.items import DEPTHS, DOC_TYPES
 from cnkispider.masking import install_log_filter, mask_url
@@ -241,6 +242,10 @@ SCHEMA: dict[str, dict[str, tuple[Any, str]]] = {
         "day_census": (_bool, _default("TASKS_DAY_CENSUS")),
         "depth": (_choice(*DEPTHS), _default("TASKS_DEPTH")),
         "query": (_text, _default("TASKS_QUERY")),
+        # issue 38: follow today (docs/FOLLOW.md)
+        "follow": (_bool, _default("TASKS_FOLLOW")),
+        "look_back_days": (_int(1, 3660), _default("TASKS_LOOK_BACK_DAYS")),
+        "follow_every": (parse_span, _default("TASKS_FOLLOW_EVERY")),
     },
     "cnki": {
         "base_url": (_http_url, _default("CNKI_BASE_URL")),
@@ -328,6 +333,9 @@ class TaskConfig:
     day_census: bool = True
     depth: str = "detail"
     query: str = ""
+    follow: bool = False
+    look_back_days: int = 60
+    follow_every: int = 6 * 3600  # seconds
 
 
 @dataclass(frozen=True)
@@ -468,6 +476,10 @@ def load_config(explicit: str | os.PathLike | None = None, environ=None) -> Conf
             task["query"] = normalize(task["query"], task["type"])
         except QueryError as exc:
             raise ConfigError(sources[("task", "query")], "task", "query", str(exc)) from None
+    if task["follow"] and task["end_date"]:
+        raise ConfigError(
+            shown, "task", "end_date", "must be empty when follow is on (the end date is today)"
+        )
     tls = TlsFiles(values, sources, base_dir)
     return Config(
         path=path,

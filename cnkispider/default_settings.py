@@ -192,6 +192,13 @@ TASKS_QUERY = ""
 # one search per day without the category first (tasks/rounds.py "The day census"); False: a round
 # per (day x root category), as before issue 21 (the benchmark's baseline)
 TASKS_DAY_CENSUS = True
+# issue 38 (docs/FOLLOW.md): a task that follows today counts the days of its look-back again
+# every TASKS_FOLLOW_EVERY seconds (0: at each worker's start) and crawls what CNKI added late
+TASKS_FOLLOW = False
+TASKS_LOOK_BACK_DAYS = 60
+TASKS_FOLLOW_EVERY = 6 * 3600
+# `cnkispider run --until-idle`: a follow task's run ends once nothing is due (not a config key)
+TASKS_UNTIL_IDLE = False
 TASKS_ROUND_LEASE = 300  # seconds a claimed round stays with a silent worker
 # times a round whose ledger does not balance is crawled before it stays failed
 # (cnkispider/ledger.py)

@@ -20,3 +20,23 @@ def duration(seconds: float | None, style: Style = "status", *, unknown: str = "
     return i18n.duration(
         seconds, unknown=unknown, format="narrow" if style == "compact" else "short"
     )
+
+
+#: The units a span of time may be written in (``[task] follow_every``): seconds each.
+SPAN_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_span(text: str) -> int:
+    """``0``, ``30s``, ``10m``, ``6h``, ``1d`` (a bare number: seconds) -> seconds; ValueError
+    naming what was expected."""
+    raw = text.strip().lower()
+    number, unit = (raw[:-1], raw[-1]) if raw[-1:] in SPAN_UNITS else (raw, "s")
+    try:
+        value = int(number.strip())
+    except ValueError:
+        raise ValueError(
+            f"expected a duration such as 0, 30s, 10m, 6h or 1d, got {text!r}"
+        ) from None
+    if value < 0:
+        raise ValueError(f"expected a duration >= 0, got {text!r}")
+    return value * SPAN_UNITS[unit]

@@ -12,7 +12,8 @@ Sending runs on a thread of its own with a short timeout (``NOTIFY_TIMEOUT``), n
 reactor; a webhook that fails is logged once (its URL masked: robot URLs carry their token) and
 never stops the crawl. Events: ``waiting`` (:mod:`cnkispider.sessions.runtime` calls
 :meth:`Notifier.send`), ``halted`` (signal ``task_halted``), ``finished`` (the spider closed with
-reason ``finished``).
+reason ``finished``), ``look:N`` (a follow task's look N is over: signal ``look_finished``,
+"task X: 37 new documents, 2 days re-opened").
 
 Stats: ``notify/sent``, ``notify/failed``.
 """
@@ -30,7 +31,7 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
 from cnkispider import signals as cnki_signals
-from cnkispider.i18n import _
+from cnkispider.i18n import _, ngettext
 from cnkispider.masking import mask_text, mask_url
 from cnkispider.vocabulary import halt_reason
 
@@ -98,6 +99,7 @@ class Notifier:
         )
         crawler.signals.connect(notifier.task_halted, signal=cnki_signals.task_halted)
         crawler.signals.connect(notifier.spider_closed, signal=signals.spider_closed)
+        crawler.signals.connect(notifier.look_finished, signal=cnki_signals.look_finished)
         return notifier
 
     def _inc_stat(self, key: str) -> None:
@@ -144,6 +146,15 @@ class Notifier:
             _("task %(name)s halted: %(reason)s (cnkispider task resume)")
             % {"name": self.task, "reason": halt_reason(reason)},
         )
+
+    def look_finished(self, task="", number=0, gained=0, days=0, spider=None):
+        """One message a look of a task that follows today (docs/FOLLOW.md)."""
+        text = ngettext(
+            "task {task}: {gained} new documents, {days} day re-opened",
+            "task {task}: {gained} new documents, {days} days re-opened",
+            days,
+        ).format(task=task or self.task, gained=gained, days=days)
+        self.send(f"look:{number}", text)
 
     def spider_closed(self, spider, reason):
         if reason == "finished":

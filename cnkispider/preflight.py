@@ -247,6 +247,8 @@ def add_drift(args, row) -> list[str]:
         out.append(
             f"cnkispider task add {name}-2 --like {name} --query ... (a task's query is fixed once crawled)"
         )
+    if getattr(args, "follow", False) and not row.follow:
+        out.append(f"cnkispider task set {name} --follow on")
     start = parse_day(args.start, "start date")
     if start and start != row.start_date.isoformat():
         out.append(f"cnkispider task add {name}-2 --start {start} ... (a task's start is fixed)")

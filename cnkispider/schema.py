@@ -44,7 +44,7 @@ from sqlalchemy.dialects.mysql import MEDIUMTEXT
 
 from cnkispider.items import FIELDS, INTEGER_FIELDS, TIME_FIELDS
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 metadata = MetaData()
 
@@ -87,6 +87,12 @@ task = Table(
     # issue 39: the task's professional-search expression (cnkispider/cnki/query.py, in its one
     # spelling); NULL: a category task
     Column("query", Text),
+    # issue 38: the task follows today (1; NULL or 0: no): its end date is today in Beijing,
+    # and its looks count the look-back's days again (tasks/lookback.py)
+    Column("follow", Integer),
+    Column("look_at", DateTime),  # when its last look began (NULL: none yet)
+    Column("look_due", DateTime),  # when its next look is due (NULL: when the crawl is at today)
+    Column("looks", Integer),  # how many looks it has had (the look's number: one per task)
 )
 
 round_ = Table(
@@ -113,6 +119,10 @@ round_ = Table(
     Column("note", String(500)),
     Column("created_at", DateTime),
     Column("updated_at", DateTime),
+    # issue 38: what the round listed before a look re-opened it (its history: listed before,
+    # ``total`` listed now); NULL: never re-opened by a look
+    Column("listed_before", Integer),
+    Column("look", Integer),  # the look (task.looks) that re-opened it last
     UniqueConstraint("task_id", "day", "category", name="uq_round_task_day_category"),
     Index("ix_round_task_state", "task_id", "state"),
 )
@@ -404,3 +414,13 @@ UPGRADES[9] = _add_ledger_fold_table()
 
 # issue 39: a task may carry a professional-search expression
 UPGRADES[10] = [(task, "query")]
+
+# issue 38: a task follows today; its looks, and the history of the rounds they re-open
+UPGRADES[11] = [
+    (task, "follow"),
+    (task, "look_at"),
+    (task, "look_due"),
+    (task, "looks"),
+    (round_, "listed_before"),
+    (round_, "look"),
+]

@@ -10,7 +10,8 @@ Signals (who sends each, who handles it, what a handler may answer: docs/INTERNA
 :data:`DRAIN_LATER`), ``request_abandoned`` (a lease ran out too often), ``list_failed`` (a
 list-stage failure recorded), ``request_unreadable`` (a request from Redis refused),
 ``halt_requested`` (a rejection: halt the task, awaited), ``task_halted``, ``person_waiting``
-(no verified session left, or one back).
+(no verified session left, or one back), ``look_finished`` (the rounds of a follow task's look
+are all closed: tasks/feeder.py tells the notifier).
 
 The rest of this module's story: docs/INTERNALS.md#cnkispidersignalspy.
 """
@@ -25,3 +26,4 @@ halt_requested = object()
 task_halted = object()
 request_unreadable = object()
 person_waiting = object()
+look_finished = object()

@@ -140,7 +140,7 @@ def _add_corpus_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--as-of",
         type=_day,
-        default="",
+        default=None,
         metavar="DAY",
         help="the site's today: a document entered after DAY is not there yet (/_control "
         "as_of moves it)",

@@ -23,9 +23,9 @@ writer of the worker's :class:`~cnkispider.context.CrawlContext`.
 Settings: ``TASKS_ENABLED``, ``TASKS_NAME``, ``TASKS_TYPE``, ``TASKS_START_DATE``,
 ``TASKS_END_DATE``, ``TASKS_CATEGORIES``, ``TASKS_BASE_DIR``, ``TASKS_ROUND_LEASE``,
 ``TASKS_ROUND_ATTEMPTS``, ``TASKS_HEARTBEAT``, ``TASKS_ROUNDS_IN_FLIGHT``, ``TASKS_RECRAWL``,
-``TASKS_EXIT_WHEN_IDLE``, ``TASKS_HALT_AFTER``, ``TASKS_HALT_WINDOW``,
-``TASKS_UNREACHABLE_AFTER``, ``DATABASE_URL``, ``ERRORS_MAX_ATTEMPTS`` (each explained in
-docs/INTERNALS.md).
+``TASKS_EXIT_WHEN_IDLE``, ``TASKS_FOLLOW``, ``TASKS_LOOK_BACK_DAYS``, ``TASKS_FOLLOW_EVERY``,
+``TASKS_UNTIL_IDLE``, ``TASKS_HALT_AFTER``, ``TASKS_HALT_WINDOW``, ``TASKS_UNREACHABLE_AFTER``,
+``DATABASE_URL``, ``ERRORS_MAX_ATTEMPTS`` (each explained in docs/INTERNALS.md).
 
 The rest of this module's story: docs/INTERNALS.md#tasksfeederpy.
 """
@@ -56,7 +56,7 @@ from errors.recorder import ErrorRecorder
 from tasks.categories import round_label
 from tasks.flow import Action, PhaseFacts, TaskStore, new_worker_id, next_action
 from tasks.phase import Phase
-from tasks.rounds import RoundState
+from tasks.rounds import IN_FLIGHT, RoundState
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +81,14 @@ class RoundFeeder:
         self.rounds_in_flight = settings.getint("TASKS_ROUNDS_IN_FLIGHT")
         self.recrawl = settings.getbool("TASKS_RECRAWL")
         self.exit_when_idle = settings.getbool("TASKS_EXIT_WHEN_IDLE")
+        # a task that follows today (tasks/lookback.py): its looks, and whether a run ends
+        self.follow = settings.getbool("TASKS_FOLLOW")
+        self.look_back_days = settings.getint("TASKS_LOOK_BACK_DAYS")
+        self.follow_every = settings.getint("TASKS_FOLLOW_EVERY")
+        self.until_idle = settings.getbool("TASKS_UNTIL_IDLE")
+        self.follows = False
+        self.started_at = None  # the database's clock when this worker began (follow_every 0)
+        self.look = None  # the look this worker claimed, until its rounds are all closed
         self.error_attempts = settings.getint("ERRORS_MAX_ATTEMPTS")
         self.breaker = Breaker(
             consecutive=settings.getint("TASKS_HALT_AFTER"),
@@ -181,6 +189,7 @@ class RoundFeeder:
                 self.depth,
                 None,
                 self.query,
+                follow=self.follow,
             )
             logger.info(
                 "%s task %s (%s)", "registered" if created else "joined", task.name, task.id
@@ -200,6 +209,7 @@ class RoundFeeder:
         )
         self.task_id = task.id
         self.task_name = task.name  # the row's (``-a task=NAME`` may have chosen it)
+        self.started_at = await in_thread(self.store.database_now)
         await in_thread(self.store.register_worker, self.worker_id, task.id)
         self.heartbeat_loop = twisted_task.LoopingCall(self._heartbeat)
         self.heartbeat_loop.start(self.heartbeat_seconds, now=False)
@@ -418,7 +428,10 @@ class RoundFeeder:
 
     async def _maybe_finish(self):
         """No round was due: ask the phase rules (tasks.flow.next_action) what to do, and do it.
-        A move of the phase is followed by another look (crawl -> recrawl may replay at once)."""
+        A move of the phase is followed by another look (crawl -> recrawl may replay at once).
+        A task that follows today looks back first, when its look is due (tasks/lookback.py)."""
+        if await self._look_back():
+            return
         for _ in range(3):
             facts = await self._phase_facts()
             action = next_action(facts)
@@ -450,11 +463,54 @@ class RoundFeeder:
                 self._close("finished")
             return
 
+    async def _look_back(self) -> bool:
+        """Claim the task's look when one is due (True: it re-opened rounds, feed them). The
+        look this worker claimed is told once its rounds are all closed (signal
+        ``look_finished``: the notifier's one message a look)."""
+        self.follows = await in_thread(self.store.follows, self.task_id)
+        if not self.follows:
+            return False
+        if self.look is not None:
+            progress = await in_thread(self.store.look_progress, self.task_id, self.look.number)
+            if not any(progress["rounds"].get(s, 0) for s in IN_FLIGHT):
+                look, self.look = self.look, None
+                logger.info(
+                    "task %s: look %s done: %s rows more listed, %s days re-opened",
+                    self.task_name,
+                    look.number,
+                    progress["gained"],
+                    progress["days"],
+                )
+                self.crawler.signals.send_catch_log(
+                    cnki_signals.look_finished,
+                    task=self.task_name,
+                    number=look.number,
+                    gained=progress["gained"],
+                    days=progress["days"],
+                    spider=self.spider,
+                )
+        look = await in_thread(
+            self.store.claim_look,
+            self.task_id,
+            self.look_back_days,
+            self.follow_every,
+            self.started_at,
+        )
+        if look is None:
+            return False
+        self.crawler.stats.inc_value("follow/looks")
+        self.crawler.stats.inc_value("follow/rounds-reopened", look.reopened)
+        if look.reopened:
+            self.look = look
+        return bool(look.reopened)
+
     async def _phase_facts(self) -> PhaseFacts:
         """The facts next_action needs for the task's phase: the database's, then the queue's
         and the error tables' where the phase looks at them."""
         facts = await in_thread(self.store.phase_facts, self.task_id)
-        changes: dict = {"recrawl": self.recrawl, "exit_when_idle": self.exit_when_idle}
+        # a task that follows today runs on and looks when due, unless `run --until-idle`
+        exit_when_idle = self.exit_when_idle and (self.until_idle or not self.follows)
+        changes: dict = {"recrawl": self.recrawl, "exit_when_idle": exit_when_idle}
         crawl_done_for_now = facts.phase == Phase.CRAWL and facts.exhausted and facts.open_ended
         if facts.phase in (Phase.RECRAWL, Phase.DONE) or crawl_done_for_now:
             changes["queue_idle"] = await self._idle_everywhere()

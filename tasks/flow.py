@@ -11,6 +11,8 @@ for the invariants):
     tasks/steering.py  what an operator does to a task row: add, set, stop, extend, move the
                        cursor, halt, resume (``Steering``)
     tasks/workers.py   worker rows and heartbeats (``Workers``)
+    tasks/lookback.py  a task that follows today: its looks re-open the look-back's rounds
+                       (``Looks``)
 
 errorCode rows are written by errors/recorder.py (``TaskStore.errors``), in the transaction of
 the round move they belong to. The other names here (``Task``, ``Action``, ``PhaseFacts``,
@@ -27,6 +29,7 @@ from sqlalchemy.engine import Engine
 
 from cnkispider import default_settings
 from errors.recorder import ErrorRecorder
+from tasks.lookback import Looks
 from tasks.phase import Action, PhaseFacts, next_action
 from tasks.rounds import Rounds
 from tasks.rows import Task
@@ -36,7 +39,7 @@ from tasks.workers import Workers, new_worker_id
 __all__ = ["Action", "PhaseFacts", "Task", "TaskStore", "new_worker_id", "next_action"]
 
 
-class TaskStore(Steering, Rounds, Workers):
+class TaskStore(Steering, Rounds, Workers, Looks):
     """Tasks, rounds and worker heartbeats in the database (SQLite or MySQL/MariaDB)."""
 
     def __init__(

@@ -376,6 +376,8 @@ class Rounds(TaskRows):
             total=None,
             stored=None,
             note=None,
+            # passed again by the cursor, not by a look: walked whole (tasks/lookback.py)
+            look=None,
         )
         if code == DAY:
             self._reopen_day(conn, task_id, day, now)
@@ -401,6 +403,7 @@ class Rounds(TaskRows):
             lease_until=now - dt.timedelta(seconds=1),
             attempts=0,
             note=None,
+            look=None,  # walked whole, not counted by a look (tasks/lookback.py)
         )
         if reopened:
             logger.info(

@@ -71,6 +71,10 @@ class Task:
     # the professional-search expression every search of the task carries (docs/QUERY.md);
     # None: every document of the task's categories
     query: str | None = None
+    follow: bool = False  # follows today: end date today in Beijing, looks back (tasks/lookback.py)
+    look_at: dt.datetime | None = None  # when its last look began
+    look_due: dt.datetime | None = None  # when its next look is due (None: once at today)
+    looks: int = 0  # how many looks it has had
 
     def limit(self, now: dt.datetime) -> dt.date:
         """The last day that may be handed out: end_date, or today on CNKI's calendar."""
@@ -182,6 +186,11 @@ def validate_row(row, base_dir: Path | None = None) -> Task:
         depth=depth,
         selection=selection,
         query=query,
+        # a database before schema 9 has none of these: not following
+        follow=bool(getattr(row, "follow", None)),
+        look_at=getattr(row, "look_at", None),
+        look_due=getattr(row, "look_due", None),
+        looks=getattr(row, "looks", None) or 0,
     )
 
 
@@ -301,6 +310,7 @@ def describe(t: Task) -> str:
         }
         + (", " + _("selects %(rule)s") % {"rule": t.selection.text} if t.selection else "")
         + (", " + _("query %(query)s") % {"query": t.query} if t.query else "")
+        + (", " + _("follows today") if t.follow else "")
         + (_halt_words(t.halt_reason) if t.halt_reason else "")
     )
 

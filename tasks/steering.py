@@ -12,6 +12,9 @@ The operator steers a task by editing its row, from any MySQL client or the comm
 - categories, and the type while no round of the task exists (``task set``).
 - a halt (``task.halt_reason``, set by the circuit breaker, cnkispider/halting.py): nothing is
   claimed until ``task resume`` lifts it and re-opens what failed for it.
+- following today (``task set --follow on|off``, tasks/lookback.py): the end date is today in
+  Beijing and moves with it, and the task's looks count its look-back again; ``task stop``
+  ends the following (the end date becomes today, fixed), ``task extend`` has nothing to do.
 - a pause (``task pause``) is the operator's halt (reason ``paused``): the dates stay, and
   ``task resume`` goes on to the end date the task had. A stop is not a pause: it moves
   end_date, and only a later end date (``task extend``) undoes it. A finished task is
@@ -36,6 +39,7 @@ from types import SimpleNamespace
 
 import sqlalchemy as sa
 
+from cnkispider.clock import cnki_today
 from cnkispider.db import db_now
 from cnkispider.exceptions import InputError, TaskRowError
 from cnkispider.i18n import _
@@ -117,6 +121,7 @@ class Steering(TaskRows):
         depth: str = DEFAULT_DEPTH,
         selection: str | None = None,
         query: str | None = None,
+        follow: bool = False,
     ) -> tuple[Task, bool]:
         """Create the task if it is new; join it unchanged if it exists (returns created?).
 
@@ -128,6 +133,10 @@ class Steering(TaskRows):
         check_name(name)
         start = dt.date.fromisoformat(start_date).isoformat()
         end = dt.date.fromisoformat(end_date).isoformat() if end_date else None
+        if follow and end is not None:
+            raise InputError(
+                _("a task that follows today has no end date (it is today, moving with it)")
+            )
         load_tree(categories, doc_type, self.base_dir)  # fail now on a bad category spec
         depth = check_depth(depth)
         parse_selection(selection)  # fail now on a bad rule
@@ -149,6 +158,7 @@ class Steering(TaskRows):
                             depth=depth,
                             selection=selection or None,
                             query=query,
+                            follow=1 if follow else None,
                             phase=Phase.CRAWL,
                             created_at=now,
                             updated_at=now,
@@ -218,9 +228,29 @@ class Steering(TaskRows):
                 edit_task(conn, row.id, **values)
         return self.get(row.id)
 
+    def set_follow(self, key: int | str, on: bool) -> Task:
+        """Follow today (the end date empty: today in Beijing, moving with it; the looks count
+        the look-back again) or stop following (the end date becomes today, fixed)."""
+        with self._command(key) as (conn, row):
+            now = db_now(conn)
+            if on:
+                values = {"follow": 1, "end_date": None, "updated_at": now}
+            else:
+                values = {"follow": 0, "end_date": cnki_today(now).isoformat(), "updated_at": now}
+            checked_edit(row, values, self.base_dir)
+            edit_task(conn, row.id, **values)
+        return self.get(row.id)
+
     def set_end_date(self, key: int | str, end_date: str | None) -> Task:
         """What an operator does by editing end_date: extend, resume (None = up to today)."""
         with self._command(key) as (conn, row):
+            if getattr(row, "follow", None):
+                raise InputError(
+                    _(
+                        "task {name!r} already follows today (its end date is today and moves "
+                        "with it): nothing to extend"
+                    ).format(name=row.name)
+                )
             self._set_end(conn, row, end_date)
         return self.get(row.id)
 
@@ -240,7 +270,10 @@ class Steering(TaskRows):
         return value
 
     def stop(self, key: int | str) -> Task:
-        """Stop handing out rounds: end_date becomes the day before the cursor's day."""
+        """Stop handing out rounds: end_date becomes the day before the cursor's day. A task
+        that follows today stops following: its end date becomes today, fixed."""
+        if self.get(key).follow:
+            return self.set_follow(key, False)
         with self._command(key) as (conn, row):
             current = self._valid(row)
             day = current.cur_date or current.start_date

@@ -52,6 +52,8 @@ class CrawlSetup:
     depth: str | None = None
     # [task] query (issue 39): the task's professional-search expression; None = not written
     search_query: str | None = None
+    # more [task] keys (issue 38: follow, look_back_days, follow_every)
+    task_keys: dict = field(default_factory=dict)
 
     @property
     def config_path(self) -> Path:
@@ -87,6 +89,7 @@ class CrawlSetup:
                 **({"day_census": self.day_census} if self.day_census else {}),
                 **({"depth": self.depth} if self.depth else {}),
                 **({"query": self.search_query} if self.search_query else {}),
+                **self.task_keys,
             },
             "cnki": cnki,
             "crawl": crawl,

@@ -172,6 +172,8 @@ def run_overrides(args) -> dict:
         feeds[path] = {"format": fmt, "encoding": "utf-8"}
     if feeds:
         overrides["FEEDS"] = feeds
+    if getattr(args, "until_idle", False):
+        overrides["TASKS_UNTIL_IDLE"] = True  # a follow task's run ends once nothing is due
     return overrides
 
 
@@ -209,6 +211,8 @@ def run_processes(args) -> int:
         extra += ["--task", args.task]
     if getattr(args, "verbose", False):
         extra.append("--verbose")
+    if getattr(args, "until_idle", False):
+        extra.append("--until-idle")
     # --processes 1: each is one worker (else each would read [crawl] processes and fork again)
     from cnkispider.workers import Workers
 
@@ -304,6 +308,16 @@ def add_run(sub) -> None:
             action="store_true",
             help="restart the workers when the project's code changes",
         )
+        if name == "run":
+            p.add_argument(
+                "--until-idle",
+                action="store_true",
+                help=_(
+                    "a task that follows today: crawl until nothing is due (every day up to "
+                    "today done, the look-back counted within [task] follow_every), then exit 0 "
+                    "(for cron and timers: docs/FOLLOW.md)"
+                ),
+            )
         crawl_options(p)
         p.set_defaults(func=cmd_run)
 

@@ -64,6 +64,7 @@ def cmd_task(config: Config, args) -> int:
             depth,
             selection,
             query,
+            follow=args.follow,
         )
         changes = [] if created else add_drift(typed, current)
         if changes:
@@ -78,6 +79,11 @@ def cmd_task(config: Config, args) -> int:
         said = _("created %(task)s") if created else _("exists: %(task)s")
         print(said % {"task": describe(current)})
     elif action == "set":
+        if args.follow is not None:
+            changed = store.set_follow(args.name, args.follow == "on")
+            if (args.categories, args.type, args.depth, args.query) == (None, None, None, None):
+                print(_("changed: %(task)s") % {"task": describe(changed)})
+                return 0
         changed = store.set_task(args.name, args.categories, args.type, args.depth, args.query)
         print(_("changed: %(task)s") % {"task": describe(changed)})
     elif action == "list":
@@ -181,6 +187,15 @@ def add_task(sub) -> None:
             "e.g. \"SU='碳中和' AND AF='清华大学'\" (docs/QUERY.md)"
         ),
     )
+    add.add_argument(
+        "--follow",
+        action="store_true",
+        help=_(
+            "follow today: the end date is today and moves with it, and the last "
+            "[task] look_back_days days are counted again for documents CNKI adds late "
+            "(docs/FOLLOW.md)"
+        ),
+    )
     tset = actions.add_parser(
         "set", help="change a task's categories, or its type while nothing is crawled"
     )
@@ -190,6 +205,13 @@ def add_task(sub) -> None:
     tset.add_argument("--depth", help="list | export | detail: the depth of rounds from now on")
     tset.add_argument(
         "--query", help=_("the task's professional-search expression (only before its first round)")
+    )
+    tset.add_argument(
+        "--follow",
+        choices=("on", "off"),
+        help=_(
+            "on: follow today (docs/FOLLOW.md); off: stop following, the end date becomes today"
+        ),
     )
     actions.add_parser("list", help="every task, bad rows flagged")
     for name, text in (

@@ -296,6 +296,8 @@ class RoundSpider(
                     await in_thread(tasks.add_total, meta["round_id"], 0)
                     return
                 await in_thread(self.context.tasks.add_total, meta["round_id"], page.total)
+                if await self._counted_unchanged(meta, page.total):
+                    return
                 if meta.get("census"):
                     self.crawler.stats.inc_value("census/days")
                     if page.total == 0:
@@ -324,6 +326,14 @@ class RoundSpider(
                 f"{search.category or ''}): every one of its {len(page.rows)} rows is of "
                 f"another database ({', '.join(names)})",
             )
+        if meta.get("look") and kept and not self.counts_only:
+            # a look's round walked again: what its ledger holds stored costs nothing more
+            stored = await in_thread(
+                self.context.tasks.stored_keys, meta["round_id"], [r.doc_key for r in kept]
+            )
+            if stored:
+                self.crawler.stats.inc_value("follow/rows-known", len(stored))
+                kept = [row for row in kept if row.doc_key not in stored]
         depth = self.depth()
         if self.counts_only:  # `cnkispider refresh-counts`: the rows' counts, no detail page
             await self._refresh_counts(meta, kept, drops)
@@ -355,6 +365,29 @@ class RoundSpider(
             )
         if number < last:
             yield self.search_request(search, number + 1, turn_token=page.turn_token, **carry(meta))
+
+    async def _counted_unchanged(self, meta: dict, total: int) -> bool:
+        """A round a look re-opened (tasks/lookback.py) lists what it listed before: its ledger
+        stands as it was, nothing more is asked (True). Else, if it is a look's round, its
+        pages are walked with ``look`` in meta, so rows it has stored are not fetched again."""
+        context = self.context
+        if context is None or self.counts_only or not context.task.follow:
+            return False
+        before = await in_thread(context.tasks.listed_before, meta["round_id"])
+        if before is None:
+            return False
+        if before == total:
+            self.crawler.stats.inc_value("follow/rounds-unchanged")
+            return True
+        self.crawler.stats.inc_value("follow/rounds-changed")
+        self.logger.info(
+            "round %s: listed %d, %d before: walked again for what CNKI added",
+            meta["round_id"],
+            total,
+            before,
+        )
+        meta["look"] = True
+        return False
 
     def kept_rows(self, rows, meta: dict) -> list:
         """The rows of this spider's databases (see :meth:`sorted_rows`)."""

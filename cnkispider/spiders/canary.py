@@ -44,6 +44,7 @@ CANARY_CARRIES = (
     "retry_times",
     "census",
     "census_part",
+    "look",  # a look's round walked again (tasks/lookback.py)
 )
 
 
@@ -192,6 +193,7 @@ class CanaryMixin:
                 "replay_page",
                 "census",
                 "census_part",
+                "look",
             )
             if meta.get(k) is not None
         }

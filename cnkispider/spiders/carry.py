@@ -9,7 +9,8 @@ searches refreshing a stale link (``cnkispider/spiders/stale_links.py``).
 from __future__ import annotations
 
 #: The meta a follow-up list request inherits from its parent: its round, its cut, its session.
-CARRIED = ("round_id", "sort_cut", "cnki_session", "cnki_verified")
+#: ``look``: the round a look re-opened is walked again (its stored rows are not fetched again).
+CARRIED = ("round_id", "sort_cut", "cnki_session", "cnki_verified", "look")
 
 
 def carry(meta: dict) -> dict:

@@ -1,0 +1,222 @@
+"""Looks: a task that follows today counts the days of its look-back again (issue 38).
+
+CNKI enters a document days to months after its own date (PROTOCOL.md point 21), so a day
+whose rounds balanced is not finished for good. A task that follows today (``task.follow``)
+has no end date (today in Beijing, moving with it) and, once its cursor is at today, a
+**look** every ``[task] follow_every``: the done rounds of its last ``look_back_days`` days are
+re-opened through the rounds' own state machine (tasks/rounds.py :func:`~tasks.rounds.move`),
+so each is claimed, seeded and closed on its ledger like any round, by any worker:
+
+    done --a look (this module)--> claimed, lease lapsed, ``listed_before`` = its total
+         --the next claim takes it over (Rounds._take_over)--> seeded
+         --page 1 lists the same total: nothing more is asked--> done (its ledger as it was)
+         '--page 1 lists another total: its pages are walked; rows the ledger holds stored
+            cost no detail nor export request--> done when its ledger balances again
+
+A look costs one list request a day (a day's census; a split day, its parts) when nothing
+changed, plus the new documents. A re-opened round keeps its history (``listed_before``, and
+``total`` now) and its ledger rows (a stored row stays stored).
+
+Invariants:
+
+- one look per task at a time, across workers and restarts: a look is claimed by a
+  compare-and-swap on ``task.look_at`` (the transaction that re-opens its rounds), so of two
+  workers exactly one wins it, and a worker killed after the commit leaves rounds with lapsed
+  leases that any worker takes over (nothing skipped, nothing looked twice);
+- a round counted within ``follow_every`` (closed since, by the crawl or the last look) is not
+  re-opened: "due" is a fact of the round rows, not of a worker's memory;
+- nothing is looked at while the task is halted or paused, nor before its cursor is at today.
+
+The rest of this module's story: docs/FOLLOW.md.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from cnkispider.clock import cnki_today
+from cnkispider.db import db_now, retried
+from cnkispider.schema import ledger, round_, task
+from tasks.rounds import RoundState, move
+from tasks.rows import TaskRows, validate_row
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Look:
+    """A look this worker claimed: its number, its days and the rounds it re-opened."""
+
+    task_id: int
+    number: int
+    first_day: dt.date
+    last_day: dt.date
+    reopened: int
+
+
+def look_window(start: dt.date, cursor: dt.date, today: dt.date, days: int):
+    """The days a look counts again: the last ``days`` days up to today, within the task's
+    start and its cursor (a day the cursor has not reached is the crawl's, not the look's)."""
+    first = max(start, today - dt.timedelta(days=days - 1))
+    last = min(cursor, today)
+    return first, last
+
+
+def look_due(
+    look_at: dt.datetime | None,
+    look_due_at: dt.datetime | None,
+    now: dt.datetime,
+    every: int,
+    started: dt.datetime,
+) -> bool:
+    """Is a look due? Never looked: yes. ``every`` 0: once per worker's start (``started``,
+    the database's clock when it began); else when the time the last look set has come."""
+    if look_at is None:
+        return True
+    if every <= 0:
+        return look_at < started
+    return look_due_at is None or look_due_at <= now
+
+
+class Looks(TaskRows):
+    """A follow task's looks (a part of :class:`tasks.flow.TaskStore`, which sets
+    ``day_census``)."""
+
+    day_census: bool
+
+    @retried("reading whether a task follows today")
+    def follows(self, task_id: int) -> bool:
+        with self.engine.connect() as conn:
+            return bool(conn.execute(sa.select(task.c.follow).where(task.c.id == task_id)).scalar())
+
+    @retried("reading the database's clock")
+    def database_now(self) -> dt.datetime:
+        """The database's clock (every worker's common time: a look's ``started``)."""
+        with self.engine.connect() as conn:
+            return db_now(conn)
+
+    def claim_look(
+        self, task_id: int, look_back_days: int, every: int, started: dt.datetime
+    ) -> Look | None:
+        """Claim the task's look if one is due and re-open the look-back's rounds that were
+        not counted within ``every`` seconds (``every`` 0: since ``started``). None: the task
+        does not follow today, is halted, is not at today yet, no look is due, or another
+        worker claimed it first. One transaction: the compare-and-swap on ``look_at`` and the
+        rounds' moves commit together or not at all."""
+        with self.engine.begin() as conn:
+            current = validate_row(self._row(conn, task_id), self.base_dir)
+            if not current.follow or current.halt_reason or current.cur_date is None:
+                return None
+            now = db_now(conn)
+            if current.next_round(self.day_census)[0] <= current.limit(now):
+                return None  # the crawl is not at today yet: its rounds come first
+            if not look_due(current.look_at, current.look_due, now, every, started):
+                return None
+            number = current.looks + 1
+            won = move(
+                conn,
+                task,
+                [task.c.id == task_id, task.c.look_at.is_not_distinct_from(current.look_at)],
+                now,
+                look_at=now,
+                look_due=now + dt.timedelta(seconds=every),
+                looks=number,
+            )
+            if won != 1:
+                return None  # another worker's look
+            first, last = look_window(
+                current.start_date, current.cur_date, cnki_today(now), look_back_days
+            )
+            counted_since = now - dt.timedelta(seconds=every) if every > 0 else started
+            reopened = move(
+                conn,
+                round_,
+                [
+                    round_.c.task_id == task_id,
+                    round_.c.day >= first.isoformat(),
+                    round_.c.day <= last.isoformat(),
+                    round_.c.state == RoundState.DONE,
+                    round_.c.updated_at < counted_since,
+                ],
+                now,
+                # before anything else: what it listed, its history once it lists again
+                listed_before=round_.c.total,
+                look=number,
+                state=RoundState.CLAIMED,
+                worker=None,
+                # lapsed: the next claim, any worker's, takes it over from its first page
+                lease_until=now - dt.timedelta(seconds=1),
+                attempts=0,
+            )
+        logger.info(
+            "task %s: look %s counts %s..%s again: %s rounds re-opened",
+            current.name,
+            number,
+            first,
+            last,
+            reopened,
+        )
+        return Look(task_id, number, first, last, reopened)
+
+    @retried("reading what a round listed before its look")
+    def listed_before(self, round_id: int) -> int | None:
+        with self.engine.connect() as conn:
+            return listed_before(conn, round_id)
+
+    @retried("reading which listed rows a round has stored")
+    def stored_keys(self, round_id: int, keys: list[str]) -> set[str]:
+        with self.engine.connect() as conn:
+            return stored_keys(conn, round_id, keys)
+
+    @retried("reading a look's progress")
+    def look_progress(self, task_id: int, number: int) -> dict:
+        """The rounds of look ``number``: by state, how many listed more than before, and the
+        listed rows they gained (for the look's notification)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(
+                    round_.c.state, round_.c.day, round_.c.listed_before, round_.c.total
+                ).where(round_.c.task_id == task_id, round_.c.look == number)
+            ).all()
+        states: dict[str, int] = {}
+        grown_days: set[str] = set()
+        gained = 0
+        for state, day, before, total in rows:
+            states[state] = states.get(state, 0) + 1
+            if state == RoundState.DONE and total is not None and total != (before or 0):
+                grown_days.add(day)
+                gained += max(0, total - (before or 0))
+        return {"rounds": states, "days": len(grown_days), "gained": gained}
+
+
+def listed_before(conn, round_id: int) -> int | None:
+    """What a round re-opened by a look listed before it (None: not a look's round, or one
+    whose count alone cannot tell: it had rows beyond reach, recorded in errorCode rows its
+    re-opening forgot, so it is walked again whole)."""
+    row = conn.execute(
+        sa.select(round_.c.listed_before, round_.c.look, round_.c.beyond).where(
+            round_.c.id == round_id
+        )
+    ).first()
+    if row is None or row.look is None or row.listed_before is None or row.beyond:
+        return None
+    return row.listed_before
+
+
+def stored_keys(conn, round_id: int, keys: list[str]) -> set[str]:
+    """Of ``keys``, those the round's ledger holds stored (a look does not fetch them again)."""
+    if not keys:
+        return set()
+    return set(
+        conn.execute(
+            sa.select(ledger.c.doc_key).where(
+                ledger.c.round_id == round_id,
+                ledger.c.doc_key.in_(keys),
+                ledger.c.outcome == "stored",
+            )
+        ).scalars()
+    )

@@ -1,0 +1,188 @@
+"""Following today (issue 38): a task whose end date is today, and whose looks count its
+look-back again to crawl what CNKI entered late. Real crawls against the stand-in with late
+arrivals and a clock (``--as-of``), counted by its own /_stats."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+import sqlalchemy as sa
+
+from cnkispider.clock import cnki_today
+from cnkispider.db import open_database
+from cnkispider.durations import parse_span
+from cnkispider.exceptions import InputError
+from cnkispider.schema import round_, task
+from tasks.flow import TaskStore
+from tasks.lookback import look_due, look_window
+from tests.crawl_harness import compare
+from tests.fixtures.crawls import IPC
+
+TODAY = cnki_today()
+LOOK_BACK = 10
+START = TODAY - dt.timedelta(days=14)
+AS_OF_A = TODAY - dt.timedelta(days=8)
+WINDOW = TODAY - dt.timedelta(days=LOOK_BACK - 1)
+#: a patent stand-in whose documents arrive late, as of day A; ~40 patents a day when all in
+SITE = {"seed": 5, "scale": 0.005, "late_arrivals": True, "as_of": AS_OF_A.isoformat()}
+FOLLOW = {"follow": "on", "look_back_days": LOOK_BACK, "follow_every": "0"}
+
+
+def days(first: dt.date, last: dt.date) -> int:
+    return (last - first).days + 1
+
+
+# -- the pieces -----------------------------------------------------------------------------
+
+
+def test_follow_every_takes_the_units_the_docs_name():
+    assert [parse_span(t) for t in ("0", "30s", "10m", "6h", "1d", "45")] == [
+        0,
+        30,
+        600,
+        21600,
+        86400,
+        45,
+    ]
+    for bad in ("6 hours", "-1h", "h", ""):
+        with pytest.raises(ValueError):
+            parse_span(bad)
+
+
+def test_a_look_counts_the_last_days_within_the_start_and_the_cursor():
+    today = dt.date(2026, 3, 10)
+    assert look_window(dt.date(2026, 1, 1), today, today, 60) == (dt.date(2026, 1, 10), today)
+    assert look_window(dt.date(2026, 3, 5), today, today, 60) == (dt.date(2026, 3, 5), today)
+    assert look_window(dt.date(2026, 3, 5), dt.date(2026, 3, 8), today, 3) == (
+        dt.date(2026, 3, 8),
+        dt.date(2026, 3, 8),
+    )
+
+
+def test_a_look_is_due_when_its_time_has_come_or_at_each_start_with_zero():
+    t0 = dt.datetime(2026, 3, 10, 8)
+    hour = dt.timedelta(hours=1)
+    assert look_due(None, None, t0, 3600, t0)
+    assert not look_due(t0, t0 + hour, t0 + hour / 2, 3600, t0)
+    assert look_due(t0, t0 + hour, t0 + hour, 3600, t0)
+    assert not look_due(t0, t0, t0, 0, t0)  # 0: once a start
+    assert look_due(t0, t0, t0 + hour, 0, t0 + hour)
+
+
+def test_follow_on_off_stop_and_extend(sqlite_url):
+    """A follow task has no end date; `task extend` says it already follows today; `task stop`
+    ends the following with today as its end date; `--follow on` makes it follow again."""
+    engine = open_database(sqlite_url)
+    store = TaskStore(engine, day_census=True)
+    current, _ = store.register("f", "patent", START.isoformat(), "", IPC, follow=True)
+    assert current.follow and current.end_date is None
+    with pytest.raises(InputError, match="already follows today"):
+        store.set_end_date("f", (TODAY + dt.timedelta(days=3)).isoformat())
+    stopped = store.stop("f")
+    assert not stopped.follow and stopped.end_date == TODAY
+    again = store.set_follow("f", True)
+    assert again.follow and again.end_date is None
+    with pytest.raises(InputError, match="no end date"):
+        store.register("g", "patent", START.isoformat(), TODAY.isoformat(), IPC, follow=True)
+    engine.dispose()
+
+
+def test_one_look_per_task_across_workers(sqlite_url):
+    """Two workers asking for a due look at once: one claims it, in the transaction that
+    re-opens the look-back's rounds; the other gets nothing, and nothing is re-opened twice."""
+    engine = open_database(sqlite_url)
+    store = TaskStore(engine, day_census=True)
+    current, _ = store.register("f", "patent", START.isoformat(), "", IPC, follow=True)
+    while store.claim(current.id, "w") is not None:  # the cursor walks to today
+        pass
+    with engine.begin() as conn:  # every round done, a day ago
+        conn.execute(
+            round_.update().values(
+                state="done",
+                total=3,
+                updated_at=dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(days=1),
+            )
+        )
+    started = store.database_now()
+    first = store.claim_look(current.id, LOOK_BACK, 3600, started)
+    second = store.claim_look(current.id, LOOK_BACK, 3600, started)
+    assert first is not None and first.reopened == LOOK_BACK and second is None
+    with engine.connect() as conn:
+        reopened = conn.execute(
+            sa.select(round_.c.day, round_.c.listed_before, round_.c.state).where(
+                round_.c.look == first.number
+            )
+        ).all()
+        looked = conn.execute(sa.select(task.c.looks, task.c.look_due)).first()
+    assert sorted(r.day for r in reopened) == [
+        (WINDOW + dt.timedelta(days=k)).isoformat() for k in range(LOOK_BACK)
+    ]
+    assert {(r.listed_before, r.state) for r in reopened} == {(3, "claimed")}
+    assert looked.looks == 1 and looked.look_due is not None
+    # paused: no look, whatever is due
+    store.pause("f")
+    assert store.claim_look(current.id, LOOK_BACK, 0, store.database_now()) is None
+    engine.dispose()
+
+
+# -- acceptance: a crawl as of day A, then as of day B -----------------------------------
+
+
+def truth_of(site) -> list[dict]:
+    """The stand-in's truth as of its clock, from the task's start to today."""
+    return site.truth("patent", START.isoformat(), TODAY.isoformat(), IPC.split(","))
+
+
+def _window_rows(rows: list[dict]) -> dict[str, dict]:
+    return {r["filename"]: r for r in rows if str(r["date"])[:10] >= WINDOW.isoformat()}
+
+
+@pytest.mark.slow  # three crawls in worker subprocesses
+def test_following_catches_late_arrivals_and_costs_a_census_a_day(crawl_setup):
+    """Crawled as of day A, then run again as of today: the look-back equals the truth of
+    today; the second run costs one census per look-back day plus a detail page per new
+    document; a third run right after sends only the look-back's census."""
+    setup = crawl_setup(
+        "patent",
+        IPC,
+        "sqlite",
+        START.isoformat(),
+        "",
+        site=SITE,
+        day_census="on",
+        task_keys=FOLLOW,
+    )
+    first = setup.run_ok("run", "--until-idle", timeout=240)
+    before = _window_rows(setup.stored())
+    site = setup.site
+    assert len(setup.stored()) == len(truth_of(site)) > 0, first.stdout[-2000:]
+
+    site.control(as_of=TODAY.isoformat(), reset_stats=True)  # a week later: CNKI added more
+    truth = _window_rows(truth_of(site))
+    new = set(truth) - set(before)
+    assert len(new) > 20  # the stand-in's late arrivals
+    setup.run_ok("run", "--until-idle", timeout=240)
+    stats = site.stats()
+    stored = _window_rows(setup.stored())
+    assert compare(list(stored.values()), list(truth.values()), "patent") == {
+        "missing": [],
+        "extra": [],
+        "differing": {},
+    }
+    assert stats["searches"]["first"] == days(WINDOW, TODAY)  # one census a look-back day
+    assert stats["kinds"]["detail"] == len(new)  # only what it had not stored
+    rounds = setup.query(
+        sa.select(round_.c.day, round_.c.state, round_.c.listed_before, round_.c.total).where(
+            round_.c.day >= WINDOW.isoformat()
+        )
+    )
+    assert {r.state for r in rounds} == {"done"}
+    grown = [r for r in rounds if r.total != r.listed_before]
+    assert grown and all(r.total > r.listed_before for r in grown)  # its history kept
+
+    site.control(reset_stats=True)
+    setup.run_ok("run", "--until-idle", timeout=240)
+    stats = site.stats()
+    assert stats["searches"]["first"] == days(WINDOW, TODAY)
+    assert stats["searches"]["turns"] == 0 and stats["kinds"]["detail"] == 0
