@@ -16,7 +16,7 @@ from cnkispider.exceptions import InputError
 from cnkispider.schema import round_, task
 from tasks.flow import TaskStore
 from tasks.lookback import look_due, look_window
-from tests.crawl_harness import compare
+from tests.crawl_harness import compare, depth_fields
 from tests.fixtures.crawls import IPC
 
 TODAY = cnki_today()
@@ -139,10 +139,12 @@ def _window_rows(rows: list[dict]) -> dict[str, dict]:
 
 
 @pytest.mark.slow  # three crawls in worker subprocesses
-def test_following_catches_late_arrivals_and_costs_a_census_a_day(crawl_setup):
+@pytest.mark.parametrize("depth", ["detail", "export", "list"])
+def test_following_catches_late_arrivals_and_costs_a_census_a_day(crawl_setup, depth):
     """Crawled as of day A, then run again as of today: the look-back equals the truth of
-    today; the second run costs one census per look-back day plus a detail page per new
-    document; a third run right after sends only the look-back's census."""
+    today; the second run costs one census per look-back day plus the new documents (at
+    detail depth a detail page each, at export depth an export request per page of them, at
+    list depth nothing); a third run right after sends only the look-back's census."""
     setup = crawl_setup(
         "patent",
         IPC,
@@ -151,6 +153,7 @@ def test_following_catches_late_arrivals_and_costs_a_census_a_day(crawl_setup):
         "",
         site=SITE,
         day_census="on",
+        depth=depth,
         task_keys=FOLLOW,
     )
     first = setup.run_ok("run", "--until-idle", timeout=240)
@@ -165,24 +168,31 @@ def test_following_catches_late_arrivals_and_costs_a_census_a_day(crawl_setup):
     setup.run_ok("run", "--until-idle", timeout=240)
     stats = site.stats()
     stored = _window_rows(setup.stored())
-    assert compare(list(stored.values()), list(truth.values()), "patent") == {
+    fields = depth_fields(depth, "patent")
+    assert compare(list(stored.values()), list(truth.values()), "patent", fields) == {
         "missing": [],
         "extra": [],
         "differing": {},
     }
     assert stats["searches"]["first"] == days(WINDOW, TODAY)  # one census a look-back day
-    assert stats["kinds"]["detail"] == len(new)  # only what it had not stored
     rounds = setup.query(
         sa.select(round_.c.day, round_.c.state, round_.c.listed_before, round_.c.total).where(
             round_.c.day >= WINDOW.isoformat()
         )
     )
-    assert {r.state for r in rounds} == {"done"}
     grown = [r for r in rounds if r.total != r.listed_before]
+    if depth == "detail":
+        assert stats["kinds"]["detail"] == len(new)  # only what it had not stored
+    elif depth == "export":  # a request per page of new rows (batches of up to 50)
+        assert 0 < stats["kinds"]["export"] + stats["kinds"]["detail"] <= 2 * len(grown)
+    else:
+        assert stats["kinds"]["detail"] == stats["kinds"]["export"] == 0
+    assert {r.state for r in rounds} == {"done"}
     assert grown and all(r.total > r.listed_before for r in grown)  # its history kept
 
     site.control(reset_stats=True)
     setup.run_ok("run", "--until-idle", timeout=240)
     stats = site.stats()
     assert stats["searches"]["first"] == days(WINDOW, TODAY)
-    assert stats["searches"]["turns"] == 0 and stats["kinds"]["detail"] == 0
+    assert stats["searches"]["turns"] == 0
+    assert stats["kinds"]["detail"] == stats["kinds"]["export"] == 0
