@@ -18,6 +18,7 @@ from tasks.flow import TaskStore
 from tasks.lookback import look_due, look_window
 from tests.crawl_harness import compare, depth_fields
 from tests.fixtures.crawls import IPC
+from tests.fixtures.waiting import wait_until
 
 TODAY = cnki_today()
 LOOK_BACK = 10
@@ -196,3 +197,111 @@ def test_following_catches_late_arrivals_and_costs_a_census_a_day(crawl_setup, d
     assert stats["searches"]["first"] == days(WINDOW, TODAY)
     assert stats["searches"]["turns"] == 0
     assert stats["kinds"]["detail"] == stats["kinds"]["export"] == 0
+
+
+# -- several workers, and one killed during a look --------------------------------------------
+
+
+def _an_hour_later(setup) -> None:
+    """The database's clock an hour on, for a task that looks every hour: its rounds were
+    counted, and its next look was due, an hour earlier than they say."""
+    hour = dt.timedelta(hours=2)
+    engine = open_database(setup.db_url)
+    with engine.begin() as conn:  # row by row: SQLite keeps times as text
+        for rid, when in conn.execute(sa.select(round_.c.id, round_.c.updated_at)).all():
+            conn.execute(round_.update().where(round_.c.id == rid).values(updated_at=when - hour))
+        for tid, due in conn.execute(sa.select(task.c.id, task.c.look_due)).all():
+            conn.execute(task.update().where(task.c.id == tid).values(look_due=due - hour))
+    engine.dispose()
+
+
+def _look_rounds(setup, number: int) -> dict[str, int]:
+    rows = setup.query(
+        sa.select(round_.c.state, sa.func.count())
+        .where(round_.c.look == number)
+        .group_by(round_.c.state)
+    )
+    return dict(rows)
+
+
+def _caught_up(setup) -> None:
+    stored = _window_rows(setup.stored())
+    truth = _window_rows(truth_of(setup.site))
+    assert compare(list(stored.values()), list(truth.values()), "patent") == {
+        "missing": [],
+        "extra": [],
+        "differing": {},
+    }
+    states = {r.state for r in setup.query(sa.select(round_.c.state))}
+    assert states == {"done"}
+
+
+@pytest.mark.slow  # crawls in worker subprocesses, one killed
+def test_a_worker_killed_during_a_look_neither_skips_nor_repeats_it(crawl_setup):
+    """A worker dies (kill -9) with a look's rounds in flight: the next run takes them over
+    when their leases lapse and ends caught up; the look is not claimed again (one look)."""
+    setup = crawl_setup(
+        "patent",
+        IPC,
+        "sqlite",
+        START.isoformat(),
+        "",
+        site=SITE,
+        day_census="on",
+        task_keys={**FOLLOW, "follow_every": "1h"},
+        crawl={"round_lease_seconds": 5},
+    )
+    setup.run_ok("run", "--until-idle", timeout=240)
+    (looks,) = setup.query(sa.select(task.c.looks))[0]
+    assert looks == 1  # the first look, at today: the crawl had just counted every day
+    setup.site.control(as_of=TODAY.isoformat(), latency="0.3")
+    _an_hour_later(setup)
+    worker = setup.spawn("run", "--until-idle")
+    try:
+        wait_until(
+            lambda: _look_rounds(setup, 2).get("done", 0) >= 2,
+            240,
+            what="the look's first rounds done",
+            workers=[worker],
+            log=setup.log,
+        )
+    finally:
+        worker.kill()
+        worker.wait(60)
+    left = _look_rounds(setup, 2)
+    assert left.get("claimed", 0) + left.get("seeded", 0) > 0, left  # killed during the look
+    setup.site.control(latency="0")
+    setup.run_ok("run", "--until-idle", timeout=240)
+    _caught_up(setup)
+    assert setup.query(sa.select(task.c.looks))[0][0] == 2
+    assert sum(_look_rounds(setup, 2).values()) == days(WINDOW, TODAY)
+
+
+@pytest.mark.slow  # two workers in subprocesses
+def test_two_workers_share_one_look(crawl_setup):
+    """Two workers started together on a look that is due: one claims it, both crawl its
+    rounds, each look-back day is counted once, and both exit 0 caught up."""
+    setup = crawl_setup(
+        "patent",
+        IPC,
+        "sqlite",
+        START.isoformat(),
+        "",
+        site=SITE,
+        day_census="on",
+        task_keys={**FOLLOW, "follow_every": "1h"},
+    )
+    setup.run_ok("run", "--until-idle", timeout=240)
+    setup.site.control(as_of=TODAY.isoformat(), reset_stats=True)
+    _an_hour_later(setup)
+    workers = [setup.spawn("run", "--until-idle") for _ in range(2)]
+    try:
+        outputs = [w.communicate(timeout=480)[0] for w in workers]
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+    assert [w.returncode for w in workers] == [0, 0], outputs
+    _caught_up(setup)
+    assert setup.query(sa.select(task.c.looks))[0][0] == 2
+    assert setup.site.stats()["searches"]["first"] == days(WINDOW, TODAY)
