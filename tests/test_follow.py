@@ -5,6 +5,7 @@ arrivals and a clock (``--as-of``), counted by its own /_stats."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import pytest
 import sqlalchemy as sa
@@ -16,7 +17,8 @@ from cnkispider.exceptions import InputError
 from cnkispider.schema import round_, task
 from tasks.flow import TaskStore
 from tasks.lookback import look_due, look_window
-from tests.crawl_harness import compare, depth_fields
+from tests import launcher
+from tests.crawl_harness import ROOT, compare, depth_fields
 from tests.fixtures.crawls import IPC
 from tests.fixtures.waiting import wait_until
 
@@ -28,6 +30,7 @@ WINDOW = TODAY - dt.timedelta(days=LOOK_BACK - 1)
 #: a patent stand-in whose documents arrive late, as of day A; ~40 patents a day when all in
 SITE = {"seed": 5, "scale": 0.005, "late_arrivals": True, "as_of": AS_OF_A.isoformat()}
 FOLLOW = {"follow": "on", "look_back_days": LOOK_BACK, "follow_every": "0"}
+RUN = {"cwd": ROOT, "capture_output": True, "text": True, "timeout": 120}
 
 
 def days(first: dt.date, last: dt.date) -> int:
@@ -305,3 +308,35 @@ def test_two_workers_share_one_look(crawl_setup):
     _caught_up(setup)
     assert setup.query(sa.select(task.c.looks))[0][0] == 2
     assert setup.site.stats()["searches"]["first"] == days(WINDOW, TODAY)
+
+
+@pytest.mark.slow  # `cnkispider status` and `cnkispider web` in subprocesses
+def test_status_and_the_web_page_say_it_follows_today_and_when_it_looks_next(crawl_setup):
+    from tests.test_web import WebServer
+
+    setup = crawl_setup("patent", IPC, "sqlite", START.isoformat(), "", task_keys=FOLLOW)
+    setup.write()
+    engine = open_database(setup.db_url)
+    store = TaskStore(engine, day_census=True)
+    current, _ = store.register(setup.task, "patent", START.isoformat(), "", IPC, follow=True)
+    report = json.loads(launcher.run(setup.command("status", "--json"), **RUN).stdout)
+    assert report["tasks"][0]["follow"] == {"looks": 0, "last_look": None, "next_look_due": None}
+    while store.claim(current.id, "w") is not None:
+        pass
+    look = store.claim_look(current.id, LOOK_BACK, 3600, store.database_now())
+    assert look is not None
+    engine.dispose()
+    text = launcher.run(setup.command("status"), **RUN).stdout
+    assert "follows today: look 1 at " in text and "next look due" in text, text
+    report = json.loads(launcher.run(setup.command("status", "--json"), **RUN).stdout)
+    follow = report["tasks"][0]["follow"]
+    assert follow["looks"] == 1
+    due = dt.datetime.fromisoformat(follow["next_look_due"].rstrip("Z"))
+    last = dt.datetime.fromisoformat(follow["last_look"].rstrip("Z"))
+    assert due - last == dt.timedelta(hours=1)
+    web = WebServer(setup)
+    try:
+        page = web.get(f"/tasks/{setup.task}")
+    finally:
+        web.stop()
+    assert "follows today" in page and "next look due" in page

@@ -213,6 +213,8 @@ def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, w
         "last_heartbeat": iso(row.status),
         "last_heartbeat_age_seconds": age(now, row.status),
         "categories": None,
+        # issue 38: a task that follows today, its looks (tasks/lookback.py); None: it does not
+        "follow": _follow(row),
     }
     try:
         current = validate_row(row, base_dir)
@@ -284,6 +286,18 @@ def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, w
         if entry["eta_seconds"]:  # nobody is working: the recent rate promises nothing
             entry["eta_seconds"] = entry["eta_at"] = None
     return entry
+
+
+def _follow(row) -> dict | None:
+    """The looks of a task that follows today: how many, the last, when the next is due (None:
+    when its crawl reaches today)."""
+    if not getattr(row, "follow", None):  # NULL, 0, or a database before schema 9
+        return None
+    return {
+        "looks": getattr(row, "looks", None) or 0,
+        "last_look": iso(getattr(row, "look_at", None)),
+        "next_look_due": iso(getattr(row, "look_due", None)),
+    }
 
 
 def _fill(conn, task_id: int) -> dict[str, float]:

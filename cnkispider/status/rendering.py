@@ -137,6 +137,8 @@ def _render_task(t: dict, report: dict) -> list[str]:
             + _("(since %(when)s UTC; `cnkispider task resume %(name)s` goes on)")
             % {"when": _clock(t["halted_at"]), "name": t["name"]}
         )
+    if t.get("follow"):
+        lines.append("  " + follow_line(t["follow"]))
     waiting = t.get("waiting")  # WAITING_MESSAGE, a marked word
     if waiting:
         lines.append("  " + _("waiting: %(what)s") % {"what": _(waiting)})
@@ -240,6 +242,17 @@ def _render_task(t: dict, report: dict) -> list[str]:
                 % {"sizes": ", ".join(map(str, sizes))}
             )
     return lines
+
+
+def follow_line(follow: dict) -> str:
+    """``follows today: look 3 at 08:00 UTC, next look due 14:00 UTC`` (docs/FOLLOW.md)."""
+    if not follow["looks"]:
+        return _("follows today: the first look when the crawl reaches today")
+    return _("follows today: look {n} at {last} UTC, next look due {due} UTC").format(
+        n=follow["looks"],
+        last=_clock(follow["last_look"]),
+        due=_clock(follow["next_look_due"]),
+    )
 
 
 def _rate(w: dict) -> float | None:
