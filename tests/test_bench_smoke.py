@@ -169,3 +169,12 @@ def test_upsert_prints_both_ways_on_both_databases_one_statement_a_batch(mysql_u
     assert all(float(cpu) > 0 for _, _, cpu, _ in rows), run.stdout
     assert [s for db, _, _, s in rows if db == "MariaDB"] == ["1.00", "1.00"], run.stdout
     assert re.search(r"^MariaDB: per batch / once = [\d.]+ times the CPU$", run.stdout, re.M)
+
+
+def test_follow_cost_prints_a_row_per_type_with_the_census_a_look_back_day():
+    run = bench("follow_cost.py", "--look-back", "5", "--scale", "0.01", "--days", "2024-06-03")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    rows = {line.split()[0]: line.split() for line in run.stdout.splitlines()[2:]}
+    assert set(rows) == {"patent", "paper"}
+    # papers are published every day: at least one census for each of the 5 look-back days
+    assert int(rows["paper"][2].replace(",", "")) >= 5

@@ -1,0 +1,119 @@
+"""What following today costs a day in CNKI requests, for a realistic year (issue 38).
+
+The stand-in's realistic year (``--profile realistic-year``: patents on CNIPA's Tuesdays and
+Fridays, papers every day, surge days over the cap) with its late arrivals (``--late-arrivals``:
+a lag drawn per document, most within a week, a tail of weeks to four months). A task follows
+today with a daily look (``follow_every = 1d``) over ``--look-back`` days (60). For each day of
+``--days`` (June 2024), the look's requests are counted by the rule the crawler applies
+(tasks/lookback.py), which tests/test_follow.py measures on real crawls of the stand-in:
+
+- every look-back day: its census, one list request, plus one per root category when the day
+  lists more than the cap (a split census: its parts);
+- a day whose listing grew since yesterday's look: its list pages walked again (the first is
+  the census already counted; a split day's parts each from their first page);
+- its new documents at the task's depth: detail, a detail page each; export, an export request
+  per list page holding new rows (a page's new rows go in one request); list, nothing more.
+
+"documents/day" is the mean a day of the year has when all are in. Runs in seconds; no crawl,
+no network.
+
+    python bench/follow_cost.py [--look-back 60] [--scale 1.0] [--days 2024-06-01:2024-06-30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import math
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from standin.corpus import Corpus, CorpusOptions, parse_day
+
+CAP = 6000
+PAGE = 50
+
+
+def lags_of(corpus: Corpus, doc_type: str, day: int) -> list[int]:
+    """The entry lags of every document of ``day``, sorted."""
+    lag = corpus.entry_lag
+    out = [
+        lag(doc_type, day, li, i)
+        for li, n in enumerate(corpus.counts(doc_type, day))
+        for i in range(n)
+    ]
+    out.sort()
+    return out
+
+
+def listed(lags: list[int], day: int, as_of: int) -> int:
+    """Documents of ``day`` listed as of ``as_of`` (entered by then)."""
+    return bisect.bisect_right(lags, as_of - day) if as_of >= day else 0
+
+
+def look_cost(corpus, doc_type, today: int, look_back: int, lags: dict) -> dict:
+    roots = len(corpus.trees[doc_type].top)
+    census = walk = new = pages_with_new = 0
+    for day in range(today - look_back + 1, today + 1):
+        now = listed(lags[day], day, today)
+        before = listed(lags[day], day, today - 1)
+        split = now > CAP
+        census += 1 + (roots if split else 0)
+        if now != before:
+            pages = math.ceil(now / PAGE) + (roots if split else 0)
+            walk += max(0, pages - 1 - (roots if split else 0))
+            gained = max(0, now - before)
+            new += gained
+            pages_with_new += min(math.ceil(now / PAGE), gained)
+    return {
+        "census": census,
+        "walk": walk,
+        "new": new,
+        "list": census + walk,
+        "export": census + walk + pages_with_new,
+        "detail": census + walk + new,
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--look-back", type=int, default=60)
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--days", default="2024-06-01:2024-06-30")
+    args = parser.parse_args(argv)
+    first, _, last = args.days.partition(":")
+    first, last = parse_day(first), parse_day(last or first)
+    corpus = Corpus(CorpusOptions(seed=1, profile="realistic-year", scale=args.scale, late=True))
+    print(
+        f"a daily look over {args.look_back} days, {args.days}, realistic year "
+        f"(scale {args.scale}), CNKI requests a day (median over the days; max in brackets)"
+    )
+    header = f"{'type':8} {'documents/day':>14} {'census':>8} {'re-walk':>8} {'new':>7}"
+    header += f" {'list':>14} {'export':>14} {'detail':>16}"
+    print(header)
+    for doc_type in ("patent", "paper"):
+        lags = {
+            day: lags_of(corpus, doc_type, day) for day in range(first - args.look_back, last + 1)
+        }
+        per_day = [
+            look_cost(corpus, doc_type, d, args.look_back, lags) for d in range(first, last + 1)
+        ]
+        docs = statistics.mean(len(lags[d]) for d in range(first, last + 1))
+
+        def cell(key, width, per_day=per_day):
+            values = [c[key] for c in per_day]
+            text = f"{statistics.median(values):,.0f} ({max(values):,})"
+            return f"{text:>{width}}"
+
+        print(
+            f"{doc_type:8} {docs:>14,.0f} {cell('census', 8)} {cell('walk', 8)} {cell('new', 7)}"
+            f" {cell('list', 14)} {cell('export', 14)} {cell('detail', 16)}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
