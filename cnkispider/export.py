@@ -35,6 +35,7 @@ from sqlalchemy.engine import Engine
 
 from cnkispider import citations
 from cnkispider.exceptions import InputError, UnknownName
+from cnkispider.i18n import _
 from cnkispider.items import FIELDS, INTEGER_FIELDS
 from cnkispider.schema import task
 from cnkispider.storage import iter_documents
@@ -235,6 +236,27 @@ def export(
     return count, time.monotonic() - started
 
 
+def since_value(text: str) -> str:
+    """``--since``: a day (``YYYY-MM-DD``: documents dated then or later) or a time
+    (``YYYY-MM-DD HH:MM``, UTC as status shows it: documents stored or changed since then,
+    what a task that follows today brought in; docs/FOLLOW.md), normalized; else InputError."""
+    import datetime as dt
+
+    text = text.strip()
+    try:
+        return dt.date.fromisoformat(text).isoformat()
+    except ValueError:
+        pass
+    try:
+        return dt.datetime.fromisoformat(text).replace(tzinfo=None).isoformat(sep=" ")
+    except ValueError:
+        raise InputError(
+            _(
+                "--since {value!r}: expected a day as YYYY-MM-DD or a time as YYYY-MM-DD HH:MM"
+            ).format(value=text)
+        ) from None
+
+
 def export_command(
     config,
     *,
@@ -248,15 +270,11 @@ def export_command(
 ) -> int:
     """``cnkispider export --type T --format csv|jsonl|ris|bibtex|endnote|csljson|xlsx [--since DATE]
     [--task NAME] [--out PATH] [--raw-cells]``."""
-    import datetime as dt
 
     from cnkispider.db import open_database_readonly
 
     if since:
-        try:
-            since = dt.date.fromisoformat(since).isoformat()
-        except ValueError:
-            raise InputError(f"--since {since!r}: expected a date as YYYY-MM-DD") from None
+        since = since_value(since)
     if out not in (None, "", "-"):
         _writable_target(out)  # before opening the database: a typo in the folder fails at once
     engine = open_database_readonly(config.database_url)

@@ -226,12 +226,16 @@ def iter_documents(
     batch: int = 1000,
     task_id: int | None = None,
 ) -> Iterator[dict]:
-    """Stream stored documents in id order without loading them all (keyset pagination)."""
+    """Stream stored documents in id order without loading them all (keyset pagination).
+    ``since``: a day (``YYYY-MM-DD``: dated then or later) or a time (``YYYY-MM-DD HH:MM[:SS]``,
+    UTC: stored or changed since then, by ``crawled_at``)."""
     table = documents[doc_type]
     last = 0
     while True:
         query = sa.select(table).where(table.c.id > last).order_by(table.c.id).limit(batch)
-        if since:
+        if since and len(since) > 10:  # a time (issue 38): stored or changed since then
+            query = query.where(table.c.crawled_at >= dt.datetime.fromisoformat(since))
+        elif since:  # a day: documents dated that day or later
             query = query.where(table.c.date >= since)
         if task_id is not None:
             query = query.where(table.c.task_id == task_id)

@@ -14,7 +14,7 @@ from cnkispider.clock import cnki_today
 from cnkispider.db import open_database
 from cnkispider.durations import parse_span
 from cnkispider.exceptions import InputError
-from cnkispider.schema import round_, task
+from cnkispider.schema import documents, round_, task
 from tasks.flow import TaskStore
 from tasks.lookback import look_due, look_window
 from tests import launcher
@@ -169,7 +169,17 @@ def test_following_catches_late_arrivals_and_costs_a_census_a_day(crawl_setup, d
     truth = _window_rows(truth_of(site))
     new = set(truth) - set(before)
     assert len(new) > 20  # the stand-in's late arrivals
+    # `export --since` a time after the first run's last store: what the second one brought
+    (last,) = setup.query(sa.select(sa.func.max(documents["patent"].c.crawled_at)))[0]
+    mark = last + dt.timedelta(seconds=1)
+    wait_until(lambda: dt.datetime.now(dt.UTC).replace(tzinfo=None) > mark, 10)
     setup.run_ok("run", "--until-idle", timeout=240)
+    exported = launcher.run(
+        setup.command("export", "--format", "jsonl", "--since", mark.strftime("%Y-%m-%d %H:%M:%S")),
+        **RUN,
+    )
+    assert exported.returncode == 0, exported.stderr
+    assert {json.loads(line)["filename"] for line in exported.stdout.splitlines()} == new
     stats = site.stats()
     stored = _window_rows(setup.stored())
     fields = depth_fields(depth, "patent")
@@ -340,3 +350,12 @@ def test_status_and_the_web_page_say_it_follows_today_and_when_it_looks_next(cra
     finally:
         web.stop()
     assert "follows today" in page and "next look due" in page
+
+
+def test_export_since_takes_a_day_or_a_time():
+    from cnkispider.export import since_value
+
+    assert since_value("2026-11-20") == "2026-11-20"
+    assert since_value("2026-11-20 08:30") == "2026-11-20 08:30:00"
+    with pytest.raises(InputError, match="YYYY-MM-DD HH:MM"):
+        since_value("2026-11-20 25:00")

@@ -273,6 +273,10 @@ def cmd_refresh_counts(config: Config, args) -> int:
     return 0 if stats.get("finish_reason") in ("finished", "up_to_date", "shutdown") else 1
 
 
+def _has_time(value: str | None) -> bool:
+    return bool(value) and len(value.strip()) > 10 and value.strip()[10] in " T"
+
+
 def cmd_export(config: Config, args) -> int:
     from cnkispider.export import export_command
 
@@ -281,7 +285,9 @@ def cmd_export(config: Config, args) -> int:
         doc_type=args.type or config.task.type,
         fmt=args.format,
         out=args.out,
-        since=parse_day(args.since, "--since"),
+        # a time ("YYYY-MM-DD HH:MM"): cnkispider.export.since_value reads it; a day: as every
+        # day an operator types
+        since=args.since if _has_time(args.since) else parse_day(args.since, "--since"),
         task=args.task,
         batch=args.batch,
         raw_cells=args.raw_cells,
@@ -340,7 +346,12 @@ def add_export(sub) -> None:
         ),
     )
     export_parser.add_argument(
-        "--since", metavar="DATE", help="only documents dated DATE (YYYY-MM-DD) or later"
+        "--since",
+        metavar="DATE",
+        help=_(
+            "only documents dated DATE (YYYY-MM-DD) or later; with a time, "
+            '"YYYY-MM-DD HH:MM" (UTC), only documents stored or changed since then'
+        ),
     )
     export_parser.add_argument("--task", help="only documents stored by this task (name or id)")
     export_parser.add_argument(
