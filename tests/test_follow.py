@@ -74,10 +74,10 @@ def test_a_look_is_due_when_its_time_has_come_or_at_each_start_with_zero():
     assert look_due(t0, t0, t0 + hour, 0, t0 + hour)
 
 
-def test_follow_on_off_stop_and_extend(sqlite_url):
+def test_follow_on_off_stop_and_extend(db_url):
     """A follow task has no end date; `task extend` says it already follows today; `task stop`
     ends the following with today as its end date; `--follow on` makes it follow again."""
-    engine = open_database(sqlite_url)
+    engine = open_database(db_url)
     store = TaskStore(engine, day_census=True)
     current, _ = store.register("f", "patent", START.isoformat(), "", IPC, follow=True)
     assert current.follow and current.end_date is None
@@ -92,10 +92,10 @@ def test_follow_on_off_stop_and_extend(sqlite_url):
     engine.dispose()
 
 
-def test_one_look_per_task_across_workers(sqlite_url):
+def test_one_look_per_task_across_workers(db_url):
     """Two workers asking for a due look at once: one claims it, in the transaction that
     re-opens the look-back's rounds; the other gets nothing, and nothing is re-opened twice."""
-    engine = open_database(sqlite_url)
+    engine = open_database(db_url)
     store = TaskStore(engine, day_census=True)
     current, _ = store.register("f", "patent", START.isoformat(), "", IPC, follow=True)
     while store.claim(current.id, "w") is not None:  # the cursor walks to today
