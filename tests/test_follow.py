@@ -359,3 +359,45 @@ def test_export_since_takes_a_day_or_a_time():
     assert since_value("2026-11-20 08:30") == "2026-11-20 08:30:00"
     with pytest.raises(InputError, match="YYYY-MM-DD HH:MM"):
         since_value("2026-11-20 25:00")
+
+
+@pytest.mark.slow  # crawls in worker subprocesses against a stand-in that checks for a person
+def test_a_look_that_needs_a_persons_pass_waits_and_says_so(verified_crawl):
+    """A task that follows today, its look due and no passed session left: the look waits
+    (status says so, nothing is listed), and goes on once a person passes; caught up after."""
+    from tests.test_verified_crawl import add_passed, status_json
+
+    setup, pool = verified_crawl(
+        "patent",
+        IPC,
+        start=START.isoformat(),
+        end="",
+        site=SITE,
+        day_census="on",
+        task_keys=FOLLOW,
+    )
+    site = setup.site
+    session, _ = add_passed(site, pool)
+    setup.run_ok("run", "--until-idle", timeout=240)
+    pool.remove(session.id)  # the pass is gone; a week later CNKI added more
+    site.control(as_of=TODAY.isoformat(), reset_stats=True)
+    worker = setup.spawn("run", "--until-idle", "-s", "SESSIONS_POLL=1")
+    try:
+        waiting = wait_until(
+            lambda: status_json(setup)["tasks"][0].get("waiting"),
+            120,
+            what="the look waiting for a person",
+            workers=[worker],
+            log=setup.log,
+        )
+        assert "person" in waiting
+        assert _look_rounds(setup, 2) and "done" not in _look_rounds(setup, 2)
+        assert site.stats()["pages"]["list"] == 0  # nothing listed without a pass
+        add_passed(site, pool)
+        out, _ = worker.communicate(timeout=480)
+        assert worker.returncode == 0, out[-3000:] + setup.log()[-3000:]
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    _caught_up(setup)
