@@ -401,3 +401,23 @@ def test_a_look_that_needs_a_persons_pass_waits_and_says_so(verified_crawl):
             worker.kill()
             worker.wait()
     _caught_up(setup)
+
+
+@pytest.mark.slow  # crawls in worker subprocesses
+def test_refresh_counts_of_a_task_that_follows_today(crawl_setup):
+    """`refresh-counts` of a follow task crawls its own days once (its ~counts task does not
+    follow today), and ends."""
+    day = TODAY - dt.timedelta(days=2)
+    setup = crawl_setup(
+        "paper",
+        "A,B",
+        "sqlite",
+        day.isoformat(),
+        "",
+        site={**SITE, "as_of": None},
+        task_keys=FOLLOW,
+    )
+    setup.run_ok("run", "--until-idle", timeout=240)
+    result = setup.run("refresh-counts", setup.task, "--from", day.isoformat(), timeout=240)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "counts read again from" in result.stdout

@@ -60,6 +60,7 @@ def crawl(
                 config.task.depth,
                 None,
                 config.task.query or None,
+                follow=config.task.follow,
             )[0]
         )
         store.set_phase(current.id, Phase.RECRAWL)
@@ -256,6 +257,7 @@ def cmd_refresh_counts(config: Config, args) -> int:
             start_date=start,
             end_date=end,
             categories=row.categories,
+            follow=False,  # its own days, once: never a task that follows today
         ),
     )
     overrides = {**run_overrides(args), "CNKI_COUNTS_ONLY": True}
