@@ -20,7 +20,9 @@ Invariants, held by the statements themselves (any number of workers, at-least-o
   redelivered request, leaves it stored);
 - ``error`` only replaces ``pending``; a listed row is never lost: ``dropped`` rows stay
   dropped and count as accounted for;
-- the rows stay across a round's attempts (a re-opened round keeps what it stored).
+- the rows stay across a round's attempts (a re-opened round keeps what it stored); a row a
+  look's walk no longer lists is marked ``unlisted_since``, kept, and counted apart
+  (tasks/lookback.py).
 
 :func:`balance` is the one rule that reads a round's counts; ``tasks.rounds.Rounds.close_round``
 applies it when the round drains.
@@ -127,6 +129,8 @@ class Counts:
     stored: int = 0
     in_error: int = 0
     drops: dict[str, int] = field(default_factory=dict)  # rule -> rows
+    # rows no longer listed (tasks/lookback.py): kept, not part of listed = accounted + beyond
+    unlisted: int = 0
 
     @property
     def dropped(self) -> int:
@@ -141,12 +145,18 @@ def count(conn, round_id: int) -> Counts:
     by_outcome = dict(
         conn.execute(
             sa.select(ledger.c.outcome, sa.func.count())
-            .where(ledger.c.round_id == round_id)
+            .where(ledger.c.round_id == round_id, ledger.c.unlisted_since.is_(None))
             .group_by(ledger.c.outcome)
         ).all()
     )
     for outcome, n in folded(conn, round_id).items():  # rows folded away ([database] ledger_days)
         by_outcome[outcome] = by_outcome.get(outcome, 0) + n
+    # rows CNKI no longer lists (a look's walk did not show them): apart from the equation
+    unlisted = conn.execute(
+        sa.select(sa.func.count()).where(
+            ledger.c.round_id == round_id, ledger.c.unlisted_since.is_not(None)
+        )
+    ).scalar()
     drops = {
         outcome[len(DROPPED) :]: n
         for outcome, n in by_outcome.items()
@@ -157,6 +167,7 @@ def count(conn, round_id: int) -> Counts:
         stored=by_outcome.get(STORED, 0),
         in_error=by_outcome.get(ERROR, 0),
         drops=dict(sorted(drops.items())),
+        unlisted=unlisted,
     )
 
 
@@ -208,6 +219,8 @@ class Verdict:
         parts += [f"dropped {rule} {n}" for rule, n in c.drops.items()]
         if self.beyond:
             parts.append(f"beyond {self.beyond}")
+        if c.unlisted:
+            parts.append(f"no longer listed {c.unlisted}")
         if c.pending:
             parts.append(f"pending {c.pending}")
         if self.unaccounted:

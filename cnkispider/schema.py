@@ -191,6 +191,12 @@ ledger = Table(
     # within InnoDB's 3072-byte key
     Column("doc_key", String(320), nullable=False),
     Column("outcome", String(64), nullable=False),
+    # issue 38: a look walking its round again (tasks/lookback.py) sets ``unconfirmed`` to the
+    # look's number on every row, and each page it lists clears it on the rows it shows; the rows
+    # still unconfirmed when the round drains are no longer listed by CNKI: ``unlisted_since``
+    # (they stay, a stored document stays stored; counted apart in the round's ledger)
+    Column("unconfirmed", Integer),
+    Column("unlisted_since", DateTime),
     UniqueConstraint("round_id", "doc_key", name="uq_ledger_round_doc"),
 )
 
@@ -423,4 +429,6 @@ UPGRADES[11] = [
     (task, "looks"),
     (round_, "listed_before"),
     (round_, "look"),
+    (ledger, "unconfirmed"),
+    (ledger, "unlisted_since"),
 ]

@@ -23,6 +23,8 @@ Options (``CorpusOptions``):
   as_of         the site's today (``YYYY-MM-DD``; "" none): a document entered after it is not
                 listed, found or counted in the ground truth yet. Tests set it and move it
                 (``/_control`` ``as_of``) to play the days passing.
+  withdrawn     filenames no longer listed (``/_control`` ``withdrawn``: a document CNKI took
+                back; its detail page is gone too).
 
 The universe of classification codes is the leaves of the type's tree. ``count(type, day, leaf)``
 comes from hash(seed, type, day, leaf): 40% are 0, 45% 1-30, 10% 31-300, 4% 301-1500 and 1%
@@ -325,6 +327,7 @@ class CorpusOptions:
     surge_rows: int = 7500
     late: bool = False  # documents entered after their own date (Corpus.entry_lag)
     as_of: str = ""  # the site's today: what was entered after it is not there yet
+    withdrawn: frozenset = frozenset()  # filenames CNKI no longer lists (/_control withdrawn)
 
 
 class Document:
@@ -772,9 +775,14 @@ class Corpus:
         return 31 + int((u - 0.90) / 0.10 * 90)  # 31..120
 
     def entered_by(self, doc_type: str, refs) -> list:
-        """The refs whose document is entered by the site's today (``as_of``; none set: all)."""
+        """The refs whose document is entered by the site's today (``as_of``; none set: all) and
+        not withdrawn."""
+        refs = list(refs)
+        if self.options.withdrawn:  # no longer listed (a document CNKI took back)
+            gone = self.options.withdrawn
+            refs = [r for r in refs if self.document(doc_type, *r).fields["filename"] not in gone]
         if not self.options.as_of:
-            return list(refs)
+            return refs
         today = parse_day(self.options.as_of)
         lag = self.entry_lag
         return [r for r in refs if r[0] + lag(doc_type, *r) <= today]

@@ -1080,6 +1080,7 @@ class Site:
             "surge_rows": o.corpus.surge_rows,
             "late": o.corpus.late,
             "as_of": o.corpus.as_of,
+            "withdrawn": sorted(o.corpus.withdrawn),
             "token_ttl": o.token_ttl,
             "session_ttl": self.sessions.ttl,
             "latency": list(self.latency),
@@ -1205,6 +1206,9 @@ class Site:
                 self.corpus.results.cache_clear()
             elif key == "as_of":  # the site's today moves: late documents come in
                 o.corpus.as_of = date.fromisoformat(str(value)).isoformat() if value else ""
+                self.corpus.results.cache_clear()
+            elif key == "withdrawn":  # filenames no longer listed
+                o.corpus.withdrawn = frozenset(value or ())
                 self.corpus.results.cache_clear()
             elif key == "late":
                 o.corpus.late = bool(value)

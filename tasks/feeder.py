@@ -210,6 +210,7 @@ class RoundFeeder:
         self.task_id = task.id
         self.task_name = task.name  # the row's (``-a task=NAME`` may have chosen it)
         self.started_at = await in_thread(self.store.database_now)
+        self.follows = task.follow
         await in_thread(self.store.register_worker, self.worker_id, task.id)
         self.heartbeat_loop = twisted_task.LoopingCall(self._heartbeat)
         self.heartbeat_loop.start(self.heartbeat_seconds, now=False)
@@ -604,6 +605,8 @@ class RoundFeeder:
         later. Closed means done when its ledger balances, else failed (re-opened while it has
         attempts left: tasks/flow.py ``close_round``). While the task is halted it is failed
         instead (note ``halted``), and ``task resume`` re-opens it."""
+        if self.follows:  # a look's walk: what it did not show is no longer listed
+            await in_thread(self.store.mark_unlisted, round_id)
         closed = await in_thread(self.store.close_round, round_id, epoch=epoch)
         if closed.moved is None:
             return cnki_signals.DRAIN_LATER

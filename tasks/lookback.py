@@ -172,6 +172,50 @@ class Looks(TaskRows):
         with self.engine.connect() as conn:
             return stored_keys(conn, round_id, keys)
 
+    @retried("starting a look's walk of a round")
+    def begin_walk(self, round_id: int) -> None:
+        """A look's round lists another total: its pages are walked again. Every ledger row of
+        the round is unconfirmed until a page shows it (:meth:`look_page`); what no page shows
+        is no longer listed when the round drains (:meth:`mark_unlisted`). Page 1 again (a
+        take-over) starts the walk over."""
+        with self.engine.begin() as conn:
+            look = conn.execute(sa.select(round_.c.look).where(round_.c.id == round_id)).scalar()
+            conn.execute(
+                ledger.update().where(ledger.c.round_id == round_id).values(unconfirmed=look or 0)
+            )
+
+    @retried("reading a page of a look's walk")
+    def look_page(self, round_id: int, keys: list[str]) -> set[str]:
+        """A page of a look's walk: the rows it shows are listed (confirmed, listed again if a
+        look had found them gone); returns those the ledger holds stored (not fetched again)."""
+        if not keys:
+            return set()
+        with self.engine.begin() as conn:
+            conn.execute(
+                ledger.update()
+                .where(ledger.c.round_id == round_id, ledger.c.doc_key.in_(keys))
+                .values(unconfirmed=None, unlisted_since=None)
+            )
+            return stored_keys(conn, round_id, keys)
+
+    @retried("marking rows no longer listed")
+    def mark_unlisted(self, round_id: int) -> int:
+        """The round drained: rows its look's walk did not show are no longer listed (since
+        now), kept and counted apart by the ledger. Not while the round has list pages in
+        errorCode or rows beyond reach: their rows were not shown for another reason (the
+        round does not balance, or counts them beyond, and a later walk starts over)."""
+        from cnkispider.ledger import list_facts
+
+        with self.engine.begin() as conn:
+            beyond, failed = list_facts(conn, round_id)
+            if beyond or failed:
+                return 0
+            return conn.execute(
+                ledger.update()
+                .where(ledger.c.round_id == round_id, ledger.c.unconfirmed.is_not(None))
+                .values(unconfirmed=None, unlisted_since=db_now(conn))
+            ).rowcount
+
     @retried("reading a look's progress")
     def look_progress(self, task_id: int, number: int) -> dict:
         """The rounds of look ``number``: by state, how many listed more than before, and the

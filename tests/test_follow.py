@@ -421,3 +421,47 @@ def test_refresh_counts_of_a_task_that_follows_today(crawl_setup):
     result = setup.run("refresh-counts", setup.task, "--from", day.isoformat(), timeout=240)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "counts read again from" in result.stdout
+
+
+@pytest.mark.slow  # crawls in worker subprocesses
+def test_a_document_no_longer_listed_stays_stored_and_the_ledger_counts_it(crawl_setup):
+    """CNKI takes three documents of a look-back day back: the look walks that day again, the
+    round balances with them counted as no longer listed (since when), and they stay stored;
+    listed again later, they are listed again in the ledger."""
+    from cnkispider.schema import ledger
+
+    setup = crawl_setup(
+        "patent",
+        IPC,
+        "sqlite",
+        START.isoformat(),
+        "",
+        site={**SITE, "as_of": None},
+        day_census="on",
+        task_keys=FOLLOW,
+    )
+    setup.run_ok("run", "--until-idle", timeout=240)
+    day = (TODAY - dt.timedelta(days=3)).isoformat()
+    gone = sorted(r["filename"] for r in setup.stored() if str(r["date"])[:10] == day)[:3]
+    assert len(gone) == 3
+    setup.site.control(withdrawn=gone)
+    setup.run_ok("run", "--until-idle", timeout=240)
+
+    def unlisted():
+        rows = setup.query(
+            sa.select(ledger.c.doc_key, ledger.c.unlisted_since).where(
+                ledger.c.unlisted_since.is_not(None)
+            )
+        )
+        return sorted(key.split("/", 1)[1] for key, _ in rows)
+
+    assert unlisted() == gone
+    (state, total, stored) = setup.query(
+        sa.select(round_.c.state, round_.c.total, round_.c.stored).where(round_.c.day == day)
+    )[0]
+    assert state == "done" and stored == total  # balanced without them
+    assert set(gone) <= {r["filename"] for r in setup.stored()}  # never deleted
+    setup.site.control(withdrawn=[])  # listed again
+    setup.run_ok("run", "--until-idle", timeout=240)
+    assert unlisted() == []
+    _caught_up(setup)

@@ -326,10 +326,11 @@ class RoundSpider(
                 f"{search.category or ''}): every one of its {len(page.rows)} rows is of "
                 f"another database ({', '.join(names)})",
             )
-        if meta.get("look") and kept and not self.counts_only:
-            # a look's round walked again: what its ledger holds stored costs nothing more
+        if meta.get("look") and not self.counts_only:
+            # a look's round walked again: the page's rows are listed (tasks/lookback.py), and
+            # what its ledger holds stored costs nothing more
             stored = await in_thread(
-                self.context.tasks.stored_keys, meta["round_id"], [r.doc_key for r in kept]
+                self.context.tasks.look_page, meta["round_id"], [r.doc_key for r in page.rows]
             )
             if stored:
                 self.crawler.stats.inc_value("follow/rows-known", len(stored))
@@ -387,6 +388,7 @@ class RoundSpider(
             before,
         )
         meta["look"] = True
+        await in_thread(context.tasks.begin_walk, meta["round_id"])
         return False
 
     def kept_rows(self, rows, meta: dict) -> list:
