@@ -465,3 +465,25 @@ def test_a_document_no_longer_listed_stays_stored_and_the_ledger_counts_it(crawl
     setup.run_ok("run", "--until-idle", timeout=240)
     assert unlisted() == []
     _caught_up(setup)
+
+
+def test_the_task_commands_follow_today(ini, capsys):
+    """`task add --follow`, `task extend` (it already follows today), `task set --follow
+    off|on` and `task stop`, as an operator types them."""
+    from tests.fixtures.commands import cli
+
+    start = START.isoformat()
+    assert cli(ini, "task", "add", "w", "--type", "patent", "--start", start, "--follow") == 0
+    assert "(today)" in capsys.readouterr().out
+    assert cli(ini, "task", "show", "w") == 0
+    assert ", follows today" in capsys.readouterr().out
+    assert cli(ini, "task", "extend", "w", (TODAY + dt.timedelta(days=9)).isoformat()) == 2
+    assert "already follows today" in capsys.readouterr().err
+    assert cli(ini, "task", "set", "w", "--follow", "off") == 0
+    out = capsys.readouterr().out
+    assert f"..{TODAY.isoformat()}" in out and "follows today" not in out
+    assert cli(ini, "task", "set", "w", "--follow", "on") == 0
+    assert "follows today" in capsys.readouterr().out
+    assert cli(ini, "task", "stop", "w") == 0
+    out = capsys.readouterr().out
+    assert f"..{TODAY.isoformat()}" in out and "follows today" not in out
