@@ -12,9 +12,8 @@ The operator steers a task by editing its row, from any MySQL client or the comm
 - categories, and the type while no round of the task exists (``task set``).
 - a halt (``task.halt_reason``, set by the circuit breaker, cnkispider/halting.py): nothing is
   claimed until ``task resume`` lifts it and re-opens what failed for it.
-- following today (``task set --follow on|off``, tasks/lookback.py): the end date is today in
-  Beijing and moves with it, and the task's looks count its look-back again; ``task stop``
-  ends the following (the end date becomes today, fixed), ``task extend`` has nothing to do.
+- following today (``task set --follow on|off``, tasks/lookback.py): the end date is today, moving;
+  ``task stop`` ends it (the end date becomes today), ``task extend`` has nothing to do.
 - a pause (``task pause``) is the operator's halt (reason ``paused``): the dates stay, and
   ``task resume`` goes on to the end date the task had. A stop is not a pause: it moves
   end_date, and only a later end date (``task extend``) undoes it. A finished task is
