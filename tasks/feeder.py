@@ -429,7 +429,8 @@ class RoundFeeder:
                     )
                 continue
             if action is Action.SKIP_RECRAWL:
-                await in_thread(self.store.set_phase, self.task_id, Phase.DONE, Phase.RECRAWL)
+                if await in_thread(self.store.set_phase, self.task_id, Phase.DONE, Phase.RECRAWL):
+                    await in_thread(self._remove_keys)
                 continue
             if action is Action.UP_TO_DATE:
                 logger.info("task %s is up to date (no round due until tomorrow)", self.task_name)
@@ -444,6 +445,7 @@ class RoundFeeder:
                         self.task_name,
                         counts or "none",
                     )
+                    await in_thread(self._remove_keys)
             elif action is Action.HALT:
                 await self.halt(await in_thread(self.store.all_failed_reason, self.task_id))
             elif action is Action.CLOSE:
@@ -535,6 +537,13 @@ class RoundFeeder:
         if queue is None:
             return None
         return queue.work_left() if work_left else queue.sizes()
+
+    def _remove_keys(self) -> None:
+        """The task finished (its queue idle everywhere): its Redis keys go, [redis]
+        remove_finished (cnkispider/scheduling/queue.py, remove_namespace)."""
+        queue = self.scheduler.queue if isinstance(self.scheduler, RoundScheduler) else None
+        if queue is not None and self.crawler.settings.getbool("REDIS_REMOVE_FINISHED"):
+            queue.remove()
 
     async def _flushed(self) -> None:
         """Wait until what this worker enqueued is written to Redis."""
