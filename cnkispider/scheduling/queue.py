@@ -4,8 +4,8 @@ Why: a request popped from a shared queue must not be lost with the worker that 
 run twice by two workers, and exactly one worker must learn that a round is finished. So a pop
 is a lease, not a delete, and every move is one atomic step of :data:`SYNC_LUA`. The keys under
 ``{ns}`` (``SCHEDULER_NAMESPACE``): ``queue``, ``requests``, ``leases``, ``attempts``, ``tokens``,
-``seq``, ``round:{r}:outstanding``, ``round:{r}:bloom[:i]``, ``bloom``, ``drained``, ``epoch``,
-``unreadable``, ``unreadable:order`` (the table: docs/INTERNALS.md). A request's id is its score
+``seq``, ``writers``, ``round:{r}:outstanding``, ``round:{r}:bloom[:i]``, ``bloom``, ``drained``,
+``epoch``, ``unreadable``, ``unreadable:order`` (the table: docs/INTERNALS.md). A request's id is its score
 (``-priority * 2**33 + seq``): priority first, first-in first-out within one. One Redis
 server (or a primary with replicas): the script builds key names, so not Redis Cluster.
 
@@ -18,23 +18,14 @@ Life of a request (the invariants; every move is one atomic step of :data:`SYNC_
                                                      request_abandoned has been handled)
 
 - *enqueue* drops a fingerprint its round's Bloom filter has seen, in the same step; a new
-  request is queued and its round's outstanding count goes up, once per request.
-- *pop* leases up to N ids until ``now + lease``; each hand-out gets a token of its own (random,
-  ``{ns}:tokens``), and only that hand-out may renew, release or acknowledge it, or queue
-  children from it. A hand-out of an abandoned request gets a new token too.
-- *epoch*: a lease belongs to the epoch it was handed out in. A call from a worker that last saw
-  another epoch writes no acknowledgement, renewal, release or confirmation (they are stale), and
-  ``seq`` never goes below the highest id a caller has seen: Redis that restarted empty hands out
-  no id a worker may still hold, and Redis restored from an older snapshot (``seq`` went back)
-  gets a new epoch, so flow control replays what it lost.
-- *ack* (once the outcome is written) deletes the request; the ack that brings the round's
-  count to 0 reports the round drained to that one worker (``{ns}:drained`` until confirmed),
-  and children are written before their parent's ack, so a round never reaches 0 early.
+  request is queued and its round's count goes up, once. One made from a lease names that
+  hand-out, and is refused unless the hand-out is still current (a late holder's children).
+- *pop* leases up to N ids until ``now + lease``, each hand-out (abandoned ones too) with a
+  random token: only that hand-out may renew, release or acknowledge it.
+- *epoch*: lease writes of another epoch are stale; Redis back from an older snapshot gets a new one.
+- *ack* deletes the request; the ack that brings the round's count to 0 reports the round
+  drained to that one worker (``{ns}:drained`` until confirmed); children are written first.
 - *lease ran out*: back to the queue, or *abandoned* after ``SCHEDULER_MAX_ATTEMPTS``.
-- *enqueue from a lease*: a request made while handling a leased one names it; unless that
-  hand-out is still current, the request is refused (a holder whose lease ran out writes late:
-  the request's new holder makes the same children, and after the drain they would open the round
-  again, unfiltered).
 
 The rest of this module's story: docs/INTERNALS.md#cnkispiderschedulingqueuepy.
 """

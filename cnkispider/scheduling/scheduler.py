@@ -48,6 +48,7 @@ from twisted.python.failure import Failure
 from cnkispider import default_settings, engineslot, redisconn, signals
 from cnkispider.exceptions import SchedulerClosed
 from cnkispider.halting import Cooldown
+from cnkispider.i18n import ngettext
 from cnkispider.offload import InlineIO, RedisCalls, ThreadIO
 from cnkispider.scheduling import defaults
 from cnkispider.scheduling.dupefilter import BloomDupeFilter
@@ -486,7 +487,12 @@ class LeasedScheduler(BaseScheduler):
         self._inc("scheduler/leases_forgotten", forgotten)
         if forgotten:
             logger.warning(
-                "Forgot %(n)d leases of the old epoch; their rounds are replayed", {"n": forgotten}
+                ngettext(
+                    "Forgot %(n)d lease of the old epoch; its round is replayed",
+                    "Forgot %(n)d leases of the old epoch; their rounds are replayed",
+                    forgotten,
+                ),
+                {"n": forgotten},
             )
 
     def _sync_failed(self, failure: Failure, batch: SyncBatch, delay: float) -> None:
