@@ -146,6 +146,7 @@ def run(
     killed = 0
     died: list[int] = []
     redis_killed: list[float] = []
+    epochs: list = []  # the namespace's epoch before each Redis kill, and at the end
     try:
         subprocess.run(setup.command("init-db"), cwd=ROOT, check=True, capture_output=True)
         for _ in range(workers):
@@ -162,6 +163,7 @@ def run(
                     site.control(latency=SLOW)  # requests popped now outlive the restart
                     time.sleep(1.0)
                 redis_killed.append(round(time.monotonic() - started, 1))
+                epochs.append(server.client.get(f"{namespace}:epoch"))
                 down = rng.uniform(0.5, 3.0)  # as long as a supervisor takes to restart it
                 if redis_mode == "held":
                     down = rng.uniform(0.3, 1.5)  # shorter than the requests in flight
@@ -207,6 +209,12 @@ def run(
         # a final worker, as an operator would start after the storm: it must find nothing to do
         final = setup.run(timeout=600)
         watch.stop.set()
+        epochs.append(server.client.get(f"{namespace}:epoch"))
+        # the task finished: its keys left Redis but the three that keep its identity
+        kept = (b":epoch", b":seq", b":writers")
+        keys_left = [
+            k for k in server.client.scan_iter(match=f"{namespace}:*") if not k.endswith(kept)
+        ]
         recoveries = list(watch.recovered.values())
         truth = setup.truth()
         stored = setup.stored()
@@ -227,6 +235,7 @@ def run(
             "worker kills": killed,
             "redis crashes": len(redis_killed),
             "redis comes back": redis_mode,
+            "epochs (distinct, at each Redis kill and at the end)": len(set(epochs)),
             "redis crashed at (s)": redis_killed,
             "lease period (s)": LEASE,
             "longest lease recovery (s)": round(max(recoveries), 2) if recoveries else None,
@@ -235,6 +244,7 @@ def run(
             "exit codes of the last workers": dict(exits),
             "rounds done before the final worker": done_before_final,
             "final worker exit": final.returncode,
+            "task keys left in Redis": len(keys_left),
             "wall time (s)": round(time.monotonic() - started, 1),
         }
     finally:

@@ -84,10 +84,8 @@ end
 -- replays the rounds of the old one. Two signs, each exact for the caller that sees it: the
 -- time of the caller's own last call is not there ({ns}:writers: only its own calls write its
 -- entry, so nothing another worker does since hides it), or `seq` is below an id it has seen.
-local went_back = false
-if writer_last > 0 and tonumber(redis.call('ZSCORE', WRITERS, writer) or '0') < writer_last then
-  went_back = true
-end
+local mark = tonumber(redis.call('ZSCORE', WRITERS, writer) or '0')
+local went_back = writer_last > 0 and mark < writer_last
 -- Either way the sequence resumes above every id a worker may still hold.
 if tonumber(redis.call('GET', SEQ) or '0') < seq_floor then
   redis.call('SET', SEQ, seq_floor)
@@ -97,8 +95,10 @@ if went_back and not new_epoch then
   epoch = nonce
   redis.call('SET', EPOCH, epoch)
 end
+-- never backwards, even if the server's clock is set back: the caller keeps the mark it gets
+if now > mark then mark = now end
 if writer ~= '' then
-  redis.call('ZADD', WRITERS, now, writer)
+  redis.call('ZADD', WRITERS, mark, writer)
   -- a worker silent for an hour is gone (a live one calls every SCHEDULER_IDLE_POLL at least)
   redis.call('ZREMRANGEBYSCORE', WRITERS, '-inf', now - 3600000)
 end
@@ -322,7 +322,7 @@ local queued, leased = redis.call('ZCARD', Q), redis.call('ZCARD', L)
 if queued == 0 and leased == 0 and acked > 0 then drop_filter(filter_key('')) end
 local seq = redis.call('GET', SEQ) or '0'
 return {epoch, queued, leased, enqueued, dups, acked, stale, popped, abandoned, drained, refused, seq,
-        now}
+        mark}
 """
 )
 
@@ -457,7 +457,8 @@ class LeasedQueue:
         # to (None before the first answer) and the highest sequence number it has seen.
         self.epoch: str | None = None
         self.seq_seen = 0
-        # ... and who it is in {ns}:writers, with the server time of its last call there
+        # ... and who it is in {ns}:writers, with the mark of its last call there (the server
+        # time, never going back)
         self.writer = secrets.token_hex(6)
         self.last_call_ms = 0
         self._sync = client.register_script(SYNC_LUA)
