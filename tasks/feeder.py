@@ -429,8 +429,7 @@ class RoundFeeder:
                     )
                 continue
             if action is Action.SKIP_RECRAWL:
-                if await in_thread(self.store.set_phase, self.task_id, Phase.DONE, Phase.RECRAWL):
-                    await in_thread(self._remove_keys)
+                await in_thread(self.store.set_phase, self.task_id, Phase.DONE, Phase.RECRAWL)
                 continue
             if action is Action.UP_TO_DATE:
                 logger.info("task %s is up to date (no round due until tomorrow)", self.task_name)
@@ -445,10 +444,10 @@ class RoundFeeder:
                         self.task_name,
                         counts or "none",
                     )
-                    await in_thread(self._remove_keys)
             elif action is Action.HALT:
                 await self.halt(await in_thread(self.store.all_failed_reason, self.task_id))
             elif action is Action.CLOSE:
+                await in_thread(self._remove_keys)
                 self._close("finished")
             return
 
@@ -539,8 +538,10 @@ class RoundFeeder:
         return queue.work_left() if work_left else queue.sizes()
 
     def _remove_keys(self) -> None:
-        """The task finished (its queue idle everywhere): its Redis keys go, [redis]
-        remove_finished (cnkispider/scheduling/queue.py, remove_namespace)."""
+        """The task is done and its queue idle everywhere: its Redis keys go, [redis]
+        remove_finished (cnkispider/scheduling/queue.py, remove_namespace). Each worker that
+        sees it so does it (the second finds nothing); not at recrawl -> done, which
+        ``[crawl] recrawl = false`` takes without asking whether the queue is idle."""
         queue = self.scheduler.queue if isinstance(self.scheduler, RoundScheduler) else None
         if queue is not None and self.crawler.settings.getbool("REDIS_REMOVE_FINISHED"):
             queue.remove()
