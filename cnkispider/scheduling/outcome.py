@@ -169,9 +169,9 @@ class OutcomeTracker:
 
 class LeaseLineage:
     """Spider middleware: each request a callback yields carries the hand-out of the response's
-    request (``lease_id`` and ``lease_token``) in meta ``lease_parent``, for the scheduler to send with it (see the
-    module's docstring). Requests an errback yields are not marked (Scrapy runs spider
-    middlewares on callbacks only): they are queued as seeds are."""
+    request (its ``lease_id`` and ``lease_token``) in meta ``lease_parent``, for the scheduler
+    to send with it (see the module's docstring). Requests an errback yields are not marked
+    (Scrapy runs spider middlewares on callbacks only): they are queued as seeds are."""
 
     def process_spider_output(self, response, result, spider=None):
         parent = _hand_out(response)

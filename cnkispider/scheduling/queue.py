@@ -3,11 +3,11 @@
 Why: a request popped from a shared queue must not be lost with the worker that popped it, nor
 run twice by two workers, and exactly one worker must learn that a round is finished. So a pop
 is a lease, not a delete, and every move is one atomic step of :data:`SYNC_LUA`. The keys under
-``{ns}`` (``SCHEDULER_NAMESPACE``): ``queue``, ``requests``, ``leases``, ``attempts``, ``tokens``,
-``seq``, ``writers``, ``round:{r}:outstanding``, ``round:{r}:bloom[:i]``, ``bloom``, ``drained``,
-``epoch``, ``unreadable``, ``unreadable:order`` (the table: docs/INTERNALS.md). A request's id is its score
-(``-priority * 2**33 + seq``): priority first, first-in first-out within one. One Redis
-server (or a primary with replicas): the script builds key names, so not Redis Cluster.
+``{ns}`` (``SCHEDULER_NAMESPACE``): ``queue``, ``requests``, ``leases``, ``attempts``,
+``tokens``, ``seq``, ``writers``, ``round:{r}:outstanding``, ``round:{r}:bloom[:i]``, ``bloom``,
+``drained``, ``epoch``, ``unreadable``, ``unreadable:order`` (the table: docs/INTERNALS.md). A
+request's id is its score (``-priority * 2**33 + seq``): priority first, first-in first-out
+within one. One server (or a primary with replicas): the script builds key names, not Cluster.
 
 Life of a request (the invariants; every move is one atomic step of :data:`SYNC_LUA`)::
 
@@ -22,7 +22,7 @@ Life of a request (the invariants; every move is one atomic step of :data:`SYNC_
   hand-out, and is refused unless the hand-out is still current (a late holder's children).
 - *pop* leases up to N ids until ``now + lease``, each hand-out (abandoned ones too) with a
   random token: only that hand-out may renew, release or acknowledge it.
-- *epoch*: lease writes of another epoch are stale; Redis back from an older snapshot gets a new one.
+- *epoch*: lease writes of another epoch are stale; an older snapshot gets a new epoch.
 - *ack* deletes the request; the ack that brings the round's count to 0 reports the round
   drained to that one worker (``{ns}:drained`` until confirmed); children are written first.
 - *lease ran out*: back to the queue, or *abandoned* after ``SCHEDULER_MAX_ATTEMPTS``.
@@ -321,8 +321,9 @@ end
 local queued, leased = redis.call('ZCARD', Q), redis.call('ZCARD', L)
 if queued == 0 and leased == 0 and acked > 0 then drop_filter(filter_key('')) end
 local seq = redis.call('GET', SEQ) or '0'
-return {epoch, queued, leased, enqueued, dups, acked, stale, popped, abandoned, drained, refused, seq,
-        mark}
+return {
+  epoch, queued, leased, enqueued, dups, acked, stale, popped, abandoned, drained, refused, seq, mark
+}
 """
 )
 

@@ -59,14 +59,7 @@ from cnkispider.scheduling.outcome import (
     OutcomeTracker,
     round_scheduler,
 )
-from cnkispider.scheduling.queue import (
-    Burial,
-    Enqueue,
-    Held,
-    LeasedQueue,
-    SyncBatch,
-    SyncResult,
-)
+from cnkispider.scheduling.queue import Burial, Enqueue, Held, LeasedQueue, SyncBatch, SyncResult
 from cnkispider.scheduling.serialize import ReadPolicy, request_from_json, request_to_json
 
 if TYPE_CHECKING:
