@@ -163,6 +163,28 @@ def test_case1_redis_restored_from_an_older_snapshot_is_a_new_epoch(
     assert b.outstanding("8") == 1 and b.outstanding("7") == 1
 
 
+@pytest.mark.parametrize("loss", ["restarted empty", "older snapshot"])
+def test_case1_one_loss_makes_one_new_epoch_whatever_the_number_of_workers(
+    make_queue, redis_client, redis_namespace, loss
+):
+    """Each worker finds its own last call missing; only the first starts a new epoch, the
+    others learn it (a new epoch per worker made every worker forget its leases again, and
+    flow control replay every round again, until the rounds ran out of attempts)."""
+    workers = [make_queue() for _ in range(3)]
+    workers[0].sync(SyncBatch(enqueues=[new("x", "7")]), now_ms=T0)
+    saved = snapshot(redis_client, redis_namespace)
+    for n, w in enumerate(workers):
+        w.sync(SyncBatch(enqueues=[new(f"y{n}", "7")]), now_ms=T0 + 1 + n)
+    if loss == "restarted empty":
+        lose_redis(redis_client, redis_namespace)
+    else:
+        restore(redis_client, redis_namespace, saved)
+    old = workers[0].epoch
+    epochs = {w.sync(SyncBatch(pop=1), now_ms=T0 + 10 + n).epoch for n, w in enumerate(workers)}
+    assert len(epochs) == 1 and old not in epochs
+    assert {w.sync(SyncBatch(), now_ms=T0 + 20).epoch for w in workers} == epochs
+
+
 def test_case1_on_a_new_epoch_the_scheduler_forgets_its_old_leases(
     make_scheduler, redis_client, redis_namespace
 ):
@@ -191,6 +213,38 @@ def test_case1_on_a_new_epoch_the_scheduler_forgets_its_old_leases(
     assert redis_client.zcard(f"{redis_namespace}:queue") == 0  # the child of a lost lease
     assert redis_client.zcard(f"{redis_namespace}:leases") == 1  # B's, not acked by A
     assert redis_client.get(f"{redis_namespace}:round:8:outstanding") == b"1"
+
+
+@in_loop
+async def test_case1_a_drain_of_the_old_epoch_is_not_reported_again_in_the_new_one(
+    make_scheduler, redis_client, redis_namespace
+):
+    """A drain flow control could not take yet (the round not marked seeded) is checked again
+    later; if Redis lost its data meanwhile, the check must not report the round drained in the
+    new epoch, where nothing of it is outstanding because nothing of it is there."""
+    a = make_scheduler(**HAND_DRIVEN)
+    told: list = []
+
+    def drained(round_id, epoch, **kwargs):
+        told.append(epoch)
+        return signals.DRAIN_LATER
+
+    a.crawler.signals.connect(drained, signal=signals.round_drained)
+    a.enqueue_request(scrapy.Request("https://x/only", meta={"round_id": 4}, dont_filter=True))
+    a._kick()
+    request = a.next_request()
+    await wait_until_async(lambda: a._kick() or told, 30, what="the drain", every=0.05)
+    assert request is not None and told == [a.epoch]
+    lose_redis(redis_client, redis_namespace)
+    a._kick()  # the new epoch
+
+    def checked() -> bool:
+        a._kick()
+        return bool(a.stats.get_value("scheduler/drains_dropped")) or len(told) > 1
+
+    await wait_until_async(checked, 30, what="the drain checked again", every=0.05)
+    a._kick()
+    assert len(told) == 1, told
 
 
 # --- case 8: a hand-out past a lapsed lease gets a new token ---------------------------------

@@ -91,7 +91,10 @@ if tonumber(redis.call('GET', SEQ) or '0') < seq_floor then
   redis.call('SET', SEQ, seq_floor)
   went_back = true
 end
-if went_back and not new_epoch then
+-- Only a caller whose epoch is still the current one starts a new epoch: one that saw another
+-- epoch learns of the new one now (started by whoever came first after the loss: one bump per
+-- loss, not one per worker, each of which would have every worker forget its leases again).
+if went_back and not new_epoch and writer_epoch == epoch then
   epoch = nonce
   redis.call('SET', EPOCH, epoch)
 end
