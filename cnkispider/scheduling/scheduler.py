@@ -569,10 +569,16 @@ class LeasedScheduler(BaseScheduler):
                 signals.round_drained, round_id=value, epoch=epoch, spider=self.spider
             )
         )
-        d.addCallback(self._drain_handled, round_id)
+        d.addCallback(self._drain_handled, round_id, epoch)
 
-    def _drain_handled(self, results: list, round_id: str) -> None:
+    def _drain_handled(self, results: list, round_id: str, epoch: str) -> None:
         self._handlers_running -= 1
+        if epoch != self.epoch:
+            # Redis went to a new epoch while the handlers ran: that drain's entry is gone, and
+            # a confirmation or recheck now would act on the new epoch's round of that id
+            logger.debug("Round %(round)s: drain of an old epoch dropped", {"round": round_id})
+            self._inc("scheduler/drains_dropped")
+            return
         if _any_failed(results):
             logger.error(
                 "A round_drained handler failed for round %(round)s; it will be reported again",
@@ -584,15 +590,19 @@ class LeasedScheduler(BaseScheduler):
             self._recheck_delay[round_id] = min(2 * delay, defaults.DRAINED_RECHECK_MAX)
             logger.debug("Round %(round)s: drain to be checked again", {"round": round_id})
             if not self._closing:
-                call_later(delay, self._recheck, round_id)
+                call_later(delay, self._recheck, round_id, epoch)
             return  # unconfirmed: if this worker dies, another one is told in time
         self._recheck_delay.pop(round_id, None)
         self._writes.confirms.append(round_id)
 
-    def _recheck(self, round_id: str) -> None:
-        if not self._closing:
-            self._writes.rechecks.append(round_id)
-            self._kick()
+    def _recheck(self, round_id: str, epoch: str) -> None:
+        if self._closing:
+            return
+        if epoch != self.epoch:  # see _drain_handled
+            self._inc("scheduler/drains_dropped")
+            return
+        self._writes.rechecks.append(round_id)
+        self._kick()
 
     # --- the engine -----------------------------------------------------------------------
 
