@@ -222,6 +222,11 @@ def run(
         keys = [(d["dbname"], d["filename"]) for d in stored]
         rounds = setup.query(sa.select(round_.c.state, sa.func.count()).group_by(round_.c.state))
         by_state = dict(rounds)
+        not_done = setup.query(
+            sa.select(
+                round_.c.id, round_.c.state, round_.c.attempts, round_.c.total, round_.c.note
+            ).where(round_.c.state != "done")
+        )
         expected_rounds = days * 3
         return {
             "documents expected": len(truth),
@@ -232,6 +237,7 @@ def run(
             "rounds expected": expected_rounds,
             "rounds done": by_state.get("done", 0),
             "rounds lost": expected_rounds - by_state.get("done", 0),
+            "rounds not done (id, state, attempts, total, note)": [tuple(r) for r in not_done],
             "worker kills": killed,
             "redis crashes": len(redis_killed),
             "redis comes back": redis_mode,
