@@ -1,6 +1,7 @@
 """Chaos: workers and Redis killed with kill -9 at random moments, and nothing lost.
 
     python bench/chaos.py [--runs 20] [--kills 20] [--redis-kills 3] [--workers 3] [--seed 1]
+                          [--redis-mode empty|held|snapshot]
 
 Starts the stand-in CNKI site (with a little latency, so kills land mid-round), a MariaDB
 database of its own, and a Redis server of its own on a free port (without persistence, so that
@@ -10,6 +11,17 @@ moments and starts a new one in its place (and restarts one that died by itself,
 supervisor would); kills Redis (SIGKILL) at random moments of the run,
 restarting it empty after 0.5 to 3 s (workers meanwhile finish pages and hold their writes). Then lets the workers finish and compares the database with the
 stand-in's ground truth. ``--runs`` repeats that with seeds ``seed, seed + 1, ...``.
+
+``--redis-mode`` says how Redis comes back (issue 43):
+
+- ``empty`` (the default): restarted empty, as above;
+- ``held``: restarted empty while the workers hold leases for longer than the restart, as a
+  worker waiting for a person, for a proxy or after a halt does: the site turns slow (2 to 5 s
+  an answer) a second before Redis dies and stays slow until after it is back, so the requests
+  popped before the crash are acknowledged after it, against the new Redis;
+- ``snapshot``: restarted from an older snapshot: Redis saves one (SAVE) at the start of the
+  kill's interval and loads it when it comes back, so what was written in between (new requests,
+  acks, drains, seeded rounds) is gone, while the namespace's epoch and ``seq`` are the old ones.
 
 Prints a table per run: documents expected, stored, lost, duplicated; rounds expected, done,
 lost; kills of workers and of Redis (with when, in seconds from the start); the longest time a
@@ -46,6 +58,9 @@ from standin.client import start_site  # noqa: E402
 from tests.crawl_harness import CrawlSetup, compare  # noqa: E402
 
 LEASE = 4  # seconds: request leases and round leases, short so that the run stays short
+LATENCY = "0.02-0.05"  # the site's answers, seconds
+SLOW = "2-5"  # ... while leases are held across a Redis restart (--redis-mode held)
+REDIS_MODES = ("empty", "held", "snapshot")
 
 
 def expired_leases(client: redis.Redis, namespace: str) -> int:
@@ -88,9 +103,13 @@ def run(
     quiet: bool = False,
     scale: float = 2.0,
     fault_rate: float = 0.0,
+    redis_mode: str = "empty",
 ) -> dict:
     """One chaos run. Redis is killed ``redis_kills`` times, each in a random worker-kill interval
-    (not the same one twice) at a random moment of it."""
+    (not the same one twice) at a random moment of it; it comes back as ``redis_mode`` says
+    (``empty``, ``held``, ``snapshot``: see the module's docstring)."""
+    if redis_mode not in REDIS_MODES:
+        raise ValueError(f"redis_mode {redis_mode!r}: expected one of {', '.join(REDIS_MODES)}")
     rng = random.Random(seed)
     redis_at = set(rng.sample(range(1, kills + 1), min(redis_kills, kills)))
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
@@ -99,7 +118,7 @@ def run(
     server = BenchRedis()  # of its own, so that killing it harms nobody else
     # Transient faults make retries: continuations of a round queued while Redis may be new.
     faults = {name: fault_rate / 3 for name in ("e500", "e503", "reset")} if fault_rate else {}
-    site = start_site(seed=seed, latency="0.02-0.05", scale=scale, faults=faults)
+    site = start_site(seed=seed, latency=LATENCY, scale=scale, faults=faults)
     tmp = Path(tempfile.mkdtemp(prefix="chaos-"))
     end = (dt.date(2024, 1, 1) + dt.timedelta(days=days - 1)).isoformat()
     setup = CrawlSetup(
@@ -127,6 +146,7 @@ def run(
     killed = 0
     died: list[int] = []
     redis_killed: list[float] = []
+    epochs: list = []  # the namespace's epoch before each Redis kill, and at the end
     try:
         subprocess.run(setup.command("init-db"), cwd=ROOT, check=True, capture_output=True)
         for _ in range(workers):
@@ -136,16 +156,28 @@ def run(
             pause = rng.uniform(0.3, 1.5)
             if killed + 1 in redis_at:  # Redis dies at a random moment of this interval
                 split = rng.uniform(0, pause)
+                if redis_mode == "snapshot":
+                    server.client.save()  # what it comes back with; then the work goes on
                 time.sleep(split)
+                if redis_mode == "held":
+                    site.control(latency=SLOW)  # requests popped now outlive the restart
+                    time.sleep(1.0)
                 redis_killed.append(round(time.monotonic() - started, 1))
+                epochs.append(server.client.get(f"{namespace}:epoch"))
                 down = rng.uniform(0.5, 3.0)  # as long as a supervisor takes to restart it
-                say(f"  killing Redis at {redis_killed[-1]} s, down {down:.1f} s")
+                if redis_mode == "held":
+                    down = rng.uniform(0.3, 1.5)  # shorter than the requests in flight
+                say(f"  killing Redis at {redis_killed[-1]} s, down {down:.1f} s ({redis_mode})")
                 server.kill()
                 time.sleep(down)
                 server.restart()
+                snapshot = Path(server.dir) / "dump.rdb"
+                if snapshot.exists():
+                    snapshot.unlink()  # loaded: the next restart of another mode is empty
+                if redis_mode == "held":
+                    time.sleep(2.0)
+                    site.control(latency=LATENCY)
                 time.sleep(pause - split)
-            else:
-                time.sleep(pause)
             for p in [p for p in procs if p.poll() not in (None, 0)]:
                 # it died by itself (one starting while Redis is down exits with 2): a supervisor
                 # would start it again, and the storm must go on against live workers
@@ -177,6 +209,12 @@ def run(
         # a final worker, as an operator would start after the storm: it must find nothing to do
         final = setup.run(timeout=600)
         watch.stop.set()
+        epochs.append(server.client.get(f"{namespace}:epoch"))
+        # the task finished: its keys left Redis but the three that keep its identity
+        kept = (b":epoch", b":seq", b":writers")
+        keys_left = [
+            k for k in server.client.scan_iter(match=f"{namespace}:*") if not k.endswith(kept)
+        ]
         recoveries = list(watch.recovered.values())
         truth = setup.truth()
         stored = setup.stored()
@@ -184,6 +222,11 @@ def run(
         keys = [(d["dbname"], d["filename"]) for d in stored]
         rounds = setup.query(sa.select(round_.c.state, sa.func.count()).group_by(round_.c.state))
         by_state = dict(rounds)
+        not_done = setup.query(
+            sa.select(
+                round_.c.id, round_.c.state, round_.c.attempts, round_.c.total, round_.c.note
+            ).where(round_.c.state != "done")
+        )
         expected_rounds = days * 3
         return {
             "documents expected": len(truth),
@@ -194,8 +237,11 @@ def run(
             "rounds expected": expected_rounds,
             "rounds done": by_state.get("done", 0),
             "rounds lost": expected_rounds - by_state.get("done", 0),
+            "rounds not done (id, state, attempts, total, note)": [tuple(r) for r in not_done],
             "worker kills": killed,
             "redis crashes": len(redis_killed),
+            "redis comes back": redis_mode,
+            "epochs (distinct, at each Redis kill and at the end)": len(set(epochs)),
             "redis crashed at (s)": redis_killed,
             "lease period (s)": LEASE,
             "longest lease recovery (s)": round(max(recoveries), 2) if recoveries else None,
@@ -204,6 +250,7 @@ def run(
             "exit codes of the last workers": dict(exits),
             "rounds done before the final worker": done_before_final,
             "final worker exit": final.returncode,
+            "task keys left in Redis": len(keys_left),
             "wall time (s)": round(time.monotonic() - started, 1),
         }
     finally:
@@ -227,6 +274,13 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--days", type=int, default=5)
     parser.add_argument("--scale", type=float, default=4.0, help="documents per round, relative")
+    parser.add_argument(
+        "--redis-mode",
+        choices=REDIS_MODES,
+        default="empty",
+        help="how Redis comes back: empty; empty while leases are held across the restart; "
+        "from an older snapshot",
+    )
     parser.add_argument(
         "--fault-rate",
         type=float,
@@ -256,10 +310,12 @@ def main(argv=None) -> int:
             args.days,
             scale=args.scale,
             fault_rate=args.fault_rate,
+            redis_mode=args.redis_mode,
         )
         width = max(len(k) for k in result)
         print(
-            f"\nchaos: {args.kills} kills of {args.workers} workers, {args.redis_kills} of Redis, "
+            f"\nchaos: {args.kills} kills of {args.workers} workers, {args.redis_kills} of Redis "
+            f"(back {args.redis_mode}), "
             f"{args.fault_rate:.0%} faults, {args.days} days x 3 categories at scale {args.scale}, "
             f"seed {seed}, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores"
         )

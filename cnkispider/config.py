@@ -228,6 +228,9 @@ SCHEMA: dict[str, dict[str, tuple[Any, str]]] = {
     "redis": {
         "url": (_redis_url, _default("REDIS_URL")),
         "prefix": (_key_prefix, _default("REDIS_KEY_PREFIX")),
+        # retention: requests refused as unreadable kept, a finished task's keys removed
+        "unreadable_kept": (_int(1, 1_000_000), _default("REDIS_UNREADABLE_KEPT")),
+        "remove_finished": (_bool, _default("REDIS_REMOVE_FINISHED")),
         # TLS to Redis (a rediss:// URL): the CA, and a client certificate where the server asks
         "ssl_ca": (_text, ""),
         "ssl_cert": (_text, ""),

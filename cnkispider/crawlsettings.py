@@ -103,6 +103,8 @@ def crawler_settings(config: Config) -> dict:
         "SCHEDULER_NAMESPACE": f"{config.redis_prefix}{task.name}",
         "SCHEDULER_LEASE_SECONDS": crawl["lease_seconds"],
         "SCHEDULER_MAX_ATTEMPTS": crawl["max_attempts"],
+        "REDIS_UNREADABLE_KEPT": config.raw["redis"]["unreadable_kept"],
+        "REDIS_REMOVE_FINISHED": config.raw["redis"]["remove_finished"],
         # proxies
         "PROXY_ENABLED": proxy["enabled"],
         "PROXY_API_URL": proxy["api_url"],

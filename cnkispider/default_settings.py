@@ -58,6 +58,11 @@ REDIS_URL = ""  # empty: the embedded Redis under CNKI_DATA_DIR
 # the prefix of every key the crawler keeps in Redis ([redis] prefix): a task's queue under
 # <prefix><task>:, the shared pace under <prefix>ratelimit:, the session pool under <prefix><host>:
 REDIS_KEY_PREFIX = "cnki:"
+# retention ([redis] unreadable_kept, remove_finished): the newest requests refused as unreadable
+# kept in <namespace>:unreadable for a person to read (older ones are trimmed), and whether a
+# task's keys are removed from Redis when it finishes
+REDIS_UNREADABLE_KEPT = 1000
+REDIS_REMOVE_FINISHED = True
 
 # -- SCHEDULER_*, DUPEFILTER_*: Redis scheduling (cnkispider/scheduling/) -----------------------
 

@@ -54,7 +54,12 @@ DOWNLOADER_MIDDLEWARES = {
     # (NotConfigured) while both rates are 0 and the pace is off
     "cnkispider.middlewares.ratelimit.RateLimitMiddleware": _ratelimit.ORDER,
 }
-SPIDER_MIDDLEWARES = {"errors.middleware.ErrorRecordingMiddleware": 60}
+SPIDER_MIDDLEWARES = {
+    "errors.middleware.ErrorRecordingMiddleware": 60,
+    # marks a callback's requests with the lease they were made from, so Redis refuses them
+    # once that lease has gone to another worker (cnkispider/scheduling/outcome.py); any order
+    "cnkispider.scheduling.outcome.LeaseLineage": 70,
+}
 ITEM_PIPELINES = {"cnkispider.pipelines.DocumentPipeline": 800}
 EXTENSIONS = {
     "tasks.feeder.RoundFeeder": 500,

@@ -461,6 +461,7 @@ class RoundFeeder:
             elif action is Action.HALT:
                 await self.halt(await in_thread(self.store.all_failed_reason, self.task_id))
             elif action is Action.CLOSE:
+                await in_thread(self._remove_keys)
                 self._close("finished")
             return
 
@@ -592,6 +593,15 @@ class RoundFeeder:
         if queue is None:
             return None
         return queue.work_left() if work_left else queue.sizes()
+
+    def _remove_keys(self) -> None:
+        """The task is done and its queue idle everywhere: its Redis keys go, [redis]
+        remove_finished (cnkispider/scheduling/queue.py, remove_namespace). Each worker that
+        sees it so does it (the second finds nothing); not at recrawl -> done, which
+        ``[crawl] recrawl = false`` takes without asking whether the queue is idle."""
+        queue = self.scheduler.queue if isinstance(self.scheduler, RoundScheduler) else None
+        if queue is not None and self.crawler.settings.getbool("REDIS_REMOVE_FINISHED"):
+            queue.remove()
 
     async def _flushed(self) -> None:
         """Wait until what this worker enqueued is written to Redis."""

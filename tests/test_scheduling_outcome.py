@@ -10,7 +10,7 @@ from cnkispider.scheduling.queue import Held
 
 def leased(tracker: OutcomeTracker, lease_id: str) -> scrapy.Request:
     request = scrapy.Request(f"https://x/{lease_id}", meta={"lease_id": lease_id})
-    tracker.leased(Held(lease_id, 1), request, BUFFERED)
+    tracker.leased(Held(lease_id, "t1"), request, BUFFERED)
     return request
 
 
@@ -19,7 +19,7 @@ def test_a_lease_is_finished_once_handed_out_and_no_longer_in_progress():
     buffered, handed, running = (leased(tracker, i) for i in ("1", "2", "3"))
     tracker.handed_out(handed)
     tracker.handed_out(running)
-    assert tracker.finished(inprogress={running}) == [Held("2", 1)]
+    assert tracker.finished(inprogress={running}) == [Held("2", "t1")]
     assert tracker.finished(inprogress={running}) == []  # reported once
     assert len(tracker) == 2 and tracker.request_of("1") is buffered
 
@@ -35,7 +35,7 @@ def test_a_hold_keeps_a_finished_request_until_released():
     assert tracker.finished(inprogress=()) == []
     with second:
         pass
-    assert tracker.finished(inprogress=()) == [Held("1", 1)]
+    assert tracker.finished(inprogress=()) == [Held("1", "t1")]
 
 
 def test_a_hold_on_an_acked_request_does_nothing():
@@ -51,5 +51,5 @@ def test_buffered_leases_are_taken_for_release_and_all_leases_renewed():
     handed = leased(tracker, "2")
     tracker.handed_out(handed)
     assert sorted(h.lease_id for h in tracker.held()) == ["1", "2"]
-    assert tracker.take_buffered() == [Held("1", 1)]
+    assert tracker.take_buffered() == [Held("1", "t1")]
     assert [h.lease_id for h in tracker.held()] == ["2"]

@@ -37,7 +37,7 @@ def names(popped) -> list[str]:
 
 
 def held(popped) -> list[Held]:
-    return [Held(p.lease_id, p.attempts) for p in popped]
+    return [p.held for p in popped]
 
 
 def test_pops_by_priority_then_first_in_first_out(make_queue):
@@ -303,7 +303,7 @@ class Worker:
     def sync(self, now: int, pop: int) -> None:
         batch, self.batch = self.batch, SyncBatch()
         batch.pop = pop
-        batch.renewals = [Held(p.lease_id, p.attempts) for p in self.held]
+        batch.renewals = [p.held for p in self.held]
         result = self.queue.sync(batch, now_ms=now)
         self.held += result.popped + result.abandoned
         self.drains += result.drained
@@ -320,7 +320,7 @@ class Worker:
             self.batch.enqueues.append(new(str(max(0, (n - 1) // 3)), round_id="1"))
             if rng.random() < 0.2:
                 self.batch.enqueues.append(new(f"{n}-again", round_id="1", dedupe=False))
-        self.batch.acks.append(Held(lease.lease_id, lease.attempts))
+        self.batch.acks.append(lease.held)
 
     def die(self) -> None:
         self.held, self.batch = [], SyncBatch()

@@ -17,6 +17,11 @@ declared, or the request could be acked before that work is written:
 A hold taken after the request was acked does nothing (and logs why). It does nothing
 when the crawler does not run the leased scheduler.
 
+A request a callback makes is the child of the lease being handled: :class:`LeaseLineage` (a
+spider middleware) writes that lease into its meta (``lease_parent``), and the scheduler sends
+it with the child, so Redis refuses a child whose parent's hand-out is no longer current (the
+holder's lease ran out and the request went to another worker, or Redis lost its state).
+
 Settings: none.
 
 The rest of this module's story: docs/INTERNALS.md#cnkispiderschedulingoutcomepy.
@@ -29,10 +34,11 @@ from collections.abc import Container
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from scrapy import Request
+
 from cnkispider.scheduling.queue import Held
 
 if TYPE_CHECKING:
-    from scrapy import Request
     from scrapy.crawler import Crawler
     from twisted.internet.defer import Deferred
 
@@ -42,6 +48,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 BUFFERED, HANDED, ABANDONED = "buffered", "handed", "abandoned"
+
+#: Meta key of a request made by a callback: ``[lease_id, lease_token]`` of the hand-out it was
+#: made from (:class:`LeaseLineage`); the scheduler takes it out before the request is written.
+LEASE_PARENT = "lease_parent"
 
 
 @dataclass
@@ -87,6 +97,12 @@ class OutcomeTracker:
         if lease is not None:
             lease.state = HANDED
 
+    def held_of(self, lease_id: str | None) -> Held | None:
+        """The hand-out of a lease this worker holds; None if it holds no such lease (acked,
+        forgotten, or of an epoch Redis no longer has)."""
+        lease = self._leases.get(lease_id)
+        return lease.held if lease is not None else None
+
     def request_of(self, lease_id: str) -> Request | None:
         lease = self._leases.get(lease_id)
         return lease.request if lease is not None else None
@@ -130,6 +146,13 @@ class OutcomeTracker:
         """Stop tracking and renewing a lease without acking it: it will run out and return."""
         self._leases.pop(lease_id, None)
 
+    def forget_all(self) -> int:
+        """Stop tracking every lease (Redis has a new epoch: they are gone there, and flow
+        control replays their rounds); how many there were."""
+        count = len(self._leases)
+        self._leases.clear()
+        return count
+
     def take_buffered(self) -> list[Held]:
         """Every buffered lease (to release them); they stop being tracked."""
         ids = [i for i, lease in self._leases.items() if lease.state == BUFFERED]
@@ -142,6 +165,36 @@ class OutcomeTracker:
     def holding(self) -> int:
         """Leases the engine is done with but someone still holds."""
         return sum(1 for lease in self._leases.values() if lease.holds)
+
+
+class LeaseLineage:
+    """Spider middleware: each request a callback yields carries the hand-out of the response's
+    request (its ``lease_id`` and ``lease_token``) in meta ``lease_parent``, for the scheduler
+    to send with it (see the module's docstring). Requests an errback yields are not marked
+    (Scrapy runs spider middlewares on callbacks only): they are queued as seeds are."""
+
+    def process_spider_output(self, response, result, spider=None):
+        parent = _hand_out(response)
+        for out in result:
+            yield _mark(out, parent)
+
+    async def process_spider_output_async(self, response, result, spider=None):
+        parent = _hand_out(response)
+        async for out in result:
+            yield _mark(out, parent)
+
+
+def _hand_out(response) -> list[str] | None:
+    meta = response.request.meta
+    if meta.get("lease_id") is None:
+        return None  # not a leased request (no leased scheduler)
+    return [meta["lease_id"], meta.get("lease_token")]
+
+
+def _mark(out: object, parent: list[str] | None) -> object:
+    if parent is not None and isinstance(out, Request):
+        out.meta[LEASE_PARENT] = parent
+    return out
 
 
 @runtime_checkable

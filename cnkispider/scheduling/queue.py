@@ -3,11 +3,11 @@
 Why: a request popped from a shared queue must not be lost with the worker that popped it, nor
 run twice by two workers, and exactly one worker must learn that a round is finished. So a pop
 is a lease, not a delete, and every move is one atomic step of :data:`SYNC_LUA`. The keys under
-``{ns}`` (``SCHEDULER_NAMESPACE``): ``queue``, ``requests``, ``leases``, ``attempts``, ``seq``,
-``round:{r}:outstanding``, ``round:{r}:bloom[:i]``, ``bloom``, ``drained``, ``epoch``,
-``unreadable`` (the table: docs/INTERNALS.md). A request's id is its score
-(``-priority * 2**33 + seq``): priority first, first-in first-out within one. One Redis
-server (or a primary with replicas): the script builds key names, so not Redis Cluster.
+``{ns}`` (``SCHEDULER_NAMESPACE``): ``queue``, ``requests``, ``leases``, ``attempts``,
+``tokens``, ``seq``, ``writers``, ``round:{r}:outstanding``, ``round:{r}:bloom[:i]``, ``bloom``,
+``drained``, ``epoch``, ``unreadable``, ``unreadable:order`` (the table: docs/INTERNALS.md). A
+request's id is its score (``-priority * 2**33 + seq``): priority first, first-in first-out
+within one. One server (or a primary with replicas): the script builds key names, not Cluster.
 
 Life of a request (the invariants; every move is one atomic step of :data:`SYNC_LUA`)::
 
@@ -18,12 +18,13 @@ Life of a request (the invariants; every move is one atomic step of :data:`SYNC_
                                                      request_abandoned has been handled)
 
 - *enqueue* drops a fingerprint its round's Bloom filter has seen, in the same step; a new
-  request is queued and its round's outstanding count goes up, once per request.
-- *pop* leases up to N ids until ``now + lease``; the attempts at the hand-out are the lease's
-  token: only that hand-out may renew, release or acknowledge it.
-- *ack* (once the outcome is written) deletes the request; the ack that brings the round's
-  count to 0 reports the round drained to that one worker (``{ns}:drained`` until confirmed),
-  and children are written before their parent's ack, so a round never reaches 0 early.
+  request is queued and its round's count goes up, once. One made from a lease names that
+  hand-out, and is refused unless the hand-out is still current (a late holder's children).
+- *pop* leases up to N ids until ``now + lease``, each hand-out (abandoned ones too) with a
+  random token: only that hand-out may renew, release or acknowledge it.
+- *epoch*: lease writes of another epoch are stale; an older snapshot gets a new epoch.
+- *ack* deletes the request; the ack that brings the round's count to 0 reports the round
+  drained to that one worker (``{ns}:drained`` until confirmed); children are written first.
 - *lease ran out*: back to the queue, or *abandoned* after ``SCHEDULER_MAX_ATTEMPTS``.
 
 The rest of this module's story: docs/INTERNALS.md#cnkispiderschedulingqueuepy.
@@ -51,6 +52,7 @@ SYNC_LUA = (
 local P = KEYS[1]
 local Q, R, L, A = P .. ':queue', P .. ':requests', P .. ':leases', P .. ':attempts'
 local SEQ, DRAINED, EPOCH, UNREAD = P .. ':seq', P .. ':drained', P .. ':epoch', P .. ':unreadable'
+local TOKENS, UNREAD_ORDER = P .. ':tokens', P .. ':unreadable:order'
 
 local now = tonumber(ARGV[1])
 if now == 0 then
@@ -62,13 +64,50 @@ local pop_n, max_expired, confirm_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), ton
 local n_enq, n_ack, n_bury = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
 local n_renew, n_rel, n_conf = tonumber(ARGV[15]), tonumber(ARGV[16]), tonumber(ARGV[17])
 local round_capacity, n_recheck = ARGV[18], tonumber(ARGV[19])
-local i = 20
+local writer_epoch, seq_floor, unread_kept = ARGV[20], tonumber(ARGV[21]), tonumber(ARGV[22])
+local writer, writer_last = ARGV[23], tonumber(ARGV[24])
+-- ARGV[7]: random, fresh for every call: the epoch if a new one starts, and the token of every
+-- hand-out this call makes (an id is handed out at most once per call)
+local nonce = ARGV[7]
+local i = 25
+local WRITERS = P .. ':writers'
 
 local epoch = redis.call('GET', EPOCH)
-if not epoch then
-  epoch = ARGV[7]
+local new_epoch = not epoch
+if new_epoch then
+  epoch = nonce
   redis.call('SET', EPOCH, epoch)
 end
+-- Did Redis go back in time? Restarted empty, that is a new epoch (above). Restored from an
+-- older snapshot, the epoch is the snapshot's, but what was written since is gone (requests,
+-- seeds of rounds flow control counts as seeded), so the epoch must change: flow control then
+-- replays the rounds of the old one. Two signs, each exact for the caller that sees it: the
+-- time of the caller's own last call is not there ({ns}:writers: only its own calls write its
+-- entry, so nothing another worker does since hides it), or `seq` is below an id it has seen.
+local mark = tonumber(redis.call('ZSCORE', WRITERS, writer) or '0')
+local went_back = writer_last > 0 and mark < writer_last
+-- Either way the sequence resumes above every id a worker may still hold.
+if tonumber(redis.call('GET', SEQ) or '0') < seq_floor then
+  redis.call('SET', SEQ, seq_floor)
+  went_back = true
+end
+-- Only a caller whose epoch is still the current one starts a new epoch: one that saw another
+-- epoch learns of the new one now (started by whoever came first after the loss: one bump per
+-- loss, not one per worker, each of which would have every worker forget its leases again).
+if went_back and not new_epoch and writer_epoch == epoch then
+  epoch = nonce
+  redis.call('SET', EPOCH, epoch)
+end
+-- never backwards, even if the server's clock is set back: the caller keeps the mark it gets
+if now > mark then mark = now end
+if writer ~= '' then
+  redis.call('ZADD', WRITERS, mark, writer)
+  -- a worker silent for an hour is gone (a live one calls every SCHEDULER_IDLE_POLL at least)
+  redis.call('ZREMRANGEBYSCORE', WRITERS, '-inf', now - 3600000)
+end
+-- Lease writes (acks, renewals, releases, confirmations) of another epoch are stale: that
+-- Redis's leases are gone, and its ids may name other requests now.
+local current = writer_epoch == epoch
 
 local function round_of(value)
   local nl = string.find(value, '\n', 1, true)
@@ -94,37 +133,48 @@ local function outstanding(rid)
   return tonumber(redis.call('GET', outstanding_key(rid)) or '0')
 end
 
--- 1. new requests: dedupe (in the filter of the request's round), queue, count once
-local enqueued, dups, filters = 0, 0, {}
+-- 1. new requests: dedupe (in the filter of the request's round), queue, count once. One made
+--    from a leased request is refused unless that hand-out is current (its token still there).
+local enqueued, dups, refused, filters = 0, 0, 0, {}
 for _ = 1, n_enq do
-  local prio, fp, rid, data = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  i = i + 4
-  local dup = false
-  if fp ~= '' then
-    local B = filters[rid]
-    if B == nil then
-      local capacity = rid == '' and ARGV[8] or round_capacity
-      B = bloom_open(filter_key(rid), capacity, ARGV[9], ARGV[10], ARGV[11])
-      filters[rid] = B
-    end
-    dup = bloom_check_and_add(B, fp)
-  end
-  if dup then
-    dups = dups + 1
+  local prio, fp, rid = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2]
+  local parent, parent_token, data = ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
+  i = i + 6
+  if parent ~= '' and (not current or redis.call('HGET', TOKENS, parent) ~= parent_token) then
+    refused = refused + 1
   else
-    local seq = redis.call('INCR', SEQ)
-    local id = string.format('%.0f', -prio * 8589934592 + seq)
-    redis.call('ZADD', Q, id, id)
-    redis.call('HSET', R, id, rid .. '\n' .. data)
-    if rid ~= '' then redis.call('INCR', outstanding_key(rid)) end
-    enqueued = enqueued + 1
+    local dup = false
+    if fp ~= '' then
+      local B = filters[rid]
+      if B == nil then
+        local capacity = rid == '' and ARGV[8] or round_capacity
+        B = bloom_open(filter_key(rid), capacity, ARGV[9], ARGV[10], ARGV[11])
+        filters[rid] = B
+      end
+      dup = bloom_check_and_add(B, fp)
+    end
+    if dup then
+      dups = dups + 1
+    else
+      local seq = redis.call('INCR', SEQ)
+      local id = string.format('%.0f', -prio * 8589934592 + seq)
+      redis.call('ZADD', Q, id, id)
+      redis.call('HSET', R, id, rid .. '\n' .. data)
+      if rid ~= '' then redis.call('INCR', outstanding_key(rid)) end
+      enqueued = enqueued + 1
+    end
   end
 end
 for _, B in pairs(filters) do bloom_close(B) end
 
 -- 2. acknowledgements (and burials of unreadable requests, with the reason), by the current
---    holder only. The ack that drains a round deletes its count and its filter: a round crawled
---    again later (`task move`, a new database) starts both afresh.
+--    holder only: its hand-out's token, in this epoch. The ack that drains a round deletes its
+--    count and its filter: a round crawled again later (`task move`, a new database) starts
+--    both afresh.
+local function holds(id, token)
+  return current and redis.call('HGET', TOKENS, id) == token
+end
+
 local acked, stale, drained = 0, 0, {}
 for n = 1, n_ack + n_bury do
   local id, token, reason = ARGV[i], ARGV[i + 1], nil
@@ -134,15 +184,28 @@ for n = 1, n_ack + n_bury do
     i = i + 1
   end
   local removed = 0
-  if redis.call('HGET', A, id) == token then
+  if holds(id, token) then
     removed = redis.call('ZREM', L, id)
     if removed == 0 then removed = redis.call('ZREM', Q, id) end
   end
   if removed == 1 then
     local value = redis.call('HGET', R, id) or ''
-    if reason then redis.call('HSET', UNREAD, id, reason .. '\n' .. value) end
+    if reason then
+      -- kept for a person to read, the newest unread_kept of them (a flood of bad requests
+      -- must not fill Redis)
+      redis.call('HSET', UNREAD, id, reason .. '\n' .. value)
+      redis.call('ZADD', UNREAD_ORDER, now, id)
+      local over = redis.call('ZCARD', UNREAD_ORDER) - unread_kept
+      if over > 0 then
+        for _, old in ipairs(redis.call('ZRANGE', UNREAD_ORDER, 0, over - 1)) do
+          redis.call('HDEL', UNREAD, old)
+        end
+        redis.call('ZREMRANGEBYRANK', UNREAD_ORDER, 0, over - 1)
+      end
+    end
     redis.call('HDEL', R, id)
     redis.call('HDEL', A, id)
+    redis.call('HDEL', TOKENS, id)
     acked = acked + 1
     local rid = round_of(value)
     if rid and redis.call('DECR', outstanding_key(rid)) <= 0 then
@@ -160,7 +223,7 @@ end
 for _ = 1, n_renew do
   local id, token = ARGV[i], ARGV[i + 1]
   i = i + 2
-  if redis.call('HGET', A, id) == token then
+  if holds(id, token) then
     if redis.call('ZSCORE', L, id) then
       redis.call('ZADD', L, now + lease_ms, id)
     elseif redis.call('ZREM', Q, id) == 1 then
@@ -169,19 +232,22 @@ for _ = 1, n_renew do
   end
 end
 
--- 4. releases: handed back unstarted, the attempt does not count
+-- 4. releases: handed back unstarted, the attempt does not count (and the token is void: the
+--    next hand-out is another one)
 for _ = 1, n_rel do
   local id, token = ARGV[i], ARGV[i + 1]
   i = i + 2
-  if redis.call('HGET', A, id) == token and redis.call('ZREM', L, id) == 1 then
+  if holds(id, token) and redis.call('ZREM', L, id) == 1 then
     if redis.call('HINCRBY', A, id, -1) <= 0 then redis.call('HDEL', A, id) end
+    redis.call('HDEL', TOKENS, id)
     redis.call('ZADD', Q, id, id)
   end
 end
 
--- 5. drained rounds whose worker has told flow control
+-- 5. drained rounds whose worker has told flow control (of this epoch only: another epoch's
+--    drain of the same round id is not this one)
 for _ = 1, n_conf do
-  redis.call('ZREM', DRAINED, ARGV[i])
+  if current then redis.call('ZREM', DRAINED, ARGV[i]) end
   i = i + 1
 end
 
@@ -191,7 +257,9 @@ end
 for _ = 1, n_recheck do
   local rid = ARGV[i]
   i = i + 1
-  if outstanding(rid) == 0 then
+  if not current then
+    -- that drain was in another epoch: flow control replays the round
+  elseif outstanding(rid) == 0 then
     redis.call('ZADD', DRAINED, now + confirm_ms, rid)
     drained[#drained + 1] = rid
   else
@@ -200,6 +268,8 @@ for _ = 1, n_recheck do
 end
 
 -- 6. leases that ran out: back in line, or abandoned to this caller after too many hand-outs
+--    (a hand-out like a pop: a new token, so the holder whose lease ran out can no longer
+--    renew or acknowledge it while this caller's handlers run)
 local abandoned = {}
 local expired = redis.call('ZRANGEBYSCORE', L, '-inf', now, 'LIMIT', 0, max_expired)
 for _, id in ipairs(expired) do
@@ -209,8 +279,10 @@ for _, id in ipairs(expired) do
     redis.call('ZADD', Q, id, id)
   elseif pop_n > 0 then
     redis.call('ZADD', L, now + lease_ms, id)
+    redis.call('HSET', TOKENS, id, nonce)
     abandoned[#abandoned + 1] = id
     abandoned[#abandoned + 1] = att
+    abandoned[#abandoned + 1] = nonce
     abandoned[#abandoned + 1] = redis.call('HGET', R, id) or ''
   end
 end
@@ -238,37 +310,47 @@ if pop_n > 0 then
     if data then
       popped[#popped + 1] = id
       popped[#popped + 1] = redis.call('HINCRBY', A, id, 1)
+      popped[#popped + 1] = nonce
       popped[#popped + 1] = data
+      redis.call('HSET', TOKENS, id, nonce)
       redis.call('ZADD', L, now + lease_ms, id)
     else
       redis.call('HDEL', A, id)
+      redis.call('HDEL', TOKENS, id)
     end
   end
 end
 
 local queued, leased = redis.call('ZCARD', Q), redis.call('ZCARD', L)
 if queued == 0 and leased == 0 and acked > 0 then drop_filter(filter_key('')) end
-return {epoch, queued, leased, enqueued, dups, acked, stale, popped, abandoned, drained}
+local seq = redis.call('GET', SEQ) or '0'
+return {
+  epoch, queued, leased, enqueued, dups, acked, stale, popped, abandoned, drained, refused, seq, mark
+}
 """
 )
 
 
 @dataclass(frozen=True)
 class Enqueue:
-    """A new request: ``fingerprint`` is ``None`` to skip the dupefilter (``dont_filter``)."""
+    """A new request: ``fingerprint`` is ``None`` to skip the dupefilter (``dont_filter``);
+    ``parent`` is the lease it was made from (None: a seed, made from no leased request), and
+    the request is refused unless that hand-out is still current."""
 
     data: bytes
     priority: int = 0
     fingerprint: bytes | None = None
     round_id: str | None = None
+    parent: Held | None = None
 
 
 @dataclass(frozen=True)
 class Held:
-    """A lease as its holder knows it: the request id and the token of the hand-out."""
+    """A lease as its holder knows it: the request id and the token of the hand-out (of the
+    queue's epoch: :attr:`LeasedQueue.epoch`)."""
 
     lease_id: str
-    token: int
+    token: str
 
 
 @dataclass(frozen=True)
@@ -320,8 +402,13 @@ class SyncBatch:
 class Popped:
     lease_id: str
     attempts: int
+    token: str  # of this hand-out
     round_id: str | None
     data: bytes
+
+    @property
+    def held(self) -> Held:
+        return Held(self.lease_id, self.token)
 
 
 @dataclass
@@ -336,6 +423,8 @@ class SyncResult:
     popped: list[Popped]
     abandoned: list[Popped]
     drained: list[str]
+    refused: int = 0  # new requests made from a hand-out no longer current
+    seq: int = 0  # the namespace's sequence after the call
 
 
 class LeasedQueue:
@@ -352,6 +441,7 @@ class LeasedQueue:
         round_capacity: int = default_settings.DUPEFILTER_ROUND_CAPACITY,
         drained_confirm_seconds: float = defaults.DRAINED_CONFIRM_SECONDS,
         max_expired: int = defaults.MAX_EXPIRED_PER_SYNC,
+        unreadable_kept: int = default_settings.REDIS_UNREADABLE_KEPT,
     ):
         self.client = client
         self.namespace = namespace
@@ -366,6 +456,15 @@ class LeasedQueue:
         self.round_capacity = round_capacity
         self.confirm_ms = round(drained_confirm_seconds * 1000)
         self.max_expired = max_expired
+        self.unreadable_kept = unreadable_kept
+        # This worker's view of the namespace, sent with every call: the epoch its leases belong
+        # to (None before the first answer) and the highest sequence number it has seen.
+        self.epoch: str | None = None
+        self.seq_seen = 0
+        # ... and who it is in {ns}:writers, with the mark of its last call there (the server
+        # time, never going back)
+        self.writer = secrets.token_hex(6)
+        self.last_call_ms = 0
         self._sync = client.register_script(SYNC_LUA)
 
     def key(self, name: str) -> str:
@@ -380,7 +479,8 @@ class LeasedQueue:
         if tuple(int(x) for x in str(version).split(".")[:2]) < (5, 0):
             raise RedisUnavailable(f"Redis {version} is too old: the scheduler needs 5.0 or newer")
         self.client.set(self.key("epoch"), secrets.token_hex(8), nx=True)
-        return self.client.get(self.key("epoch")).decode()
+        self.epoch = self.client.get(self.key("epoch")).decode()
+        return self.epoch
 
     def sync(self, batch: SyncBatch, *, now_ms: int | None = None) -> SyncResult:
         """Apply ``batch`` and pop, in one atomic script call (one round trip)."""
@@ -401,9 +501,22 @@ class LeasedQueue:
             len(batch.confirms),
             self.round_capacity,
             len(batch.rechecks),
+            self.epoch or "",
+            self.seq_seen,
+            self.unreadable_kept,
+            self.writer,
+            self.last_call_ms,
         ]
         for e in batch.enqueues:
-            args += [e.priority, e.fingerprint or b"", e.round_id or "", e.data]
+            parent = e.parent or Held("", "")
+            args += [
+                e.priority,
+                e.fingerprint or b"",
+                e.round_id or "",
+                parent.lease_id,
+                parent.token,
+                e.data,
+            ]
         for held in batch.acks:
             args += [held.lease_id, held.token]
         for burial in batch.burials:
@@ -413,9 +526,13 @@ class LeasedQueue:
         args += batch.confirms
         args += batch.rechecks
         raw = self._sync(keys=[self.namespace], args=args)
-        epoch, queued, leased, enqueued, dups, acked, stale, popped, abandoned, drained = raw
+        epoch, queued, leased, enqueued, dups, acked, stale, popped, abandoned, drained = raw[:10]
+        refused, seq = raw[10], int(raw[11])
+        self.epoch = epoch.decode()
+        self.seq_seen = max(self.seq_seen, seq)
+        self.last_call_ms = int(raw[12])
         return SyncResult(
-            epoch=epoch.decode(),
+            epoch=self.epoch,
             queued=queued,
             leased=leased,
             enqueued=enqueued,
@@ -425,7 +542,13 @@ class LeasedQueue:
             popped=_popped(popped),
             abandoned=_popped(abandoned),
             drained=[r.decode() for r in drained],
+            refused=refused,
+            seq=seq,
         )
+
+    def remove(self) -> int:
+        """Delete the namespace's keys (its task finished): :func:`remove_namespace`."""
+        return remove_namespace(self.client, self.namespace)
 
     # --- reads for flow control, tools and tests --------------------------------------------
 
@@ -460,8 +583,35 @@ class LeasedQueue:
 
 def _popped(flat: list) -> list[Popped]:
     out = []
-    for j in range(0, len(flat), 3):
-        lease_id, attempts, value = flat[j].decode(), int(flat[j + 1]), flat[j + 2]
-        round_id, _, data = value.partition(b"\n")
-        out.append(Popped(lease_id, attempts, round_id.decode() or None, data))
+    for j in range(0, len(flat), 4):
+        lease_id, attempts, token = flat[j].decode(), int(flat[j + 1]), flat[j + 2].decode()
+        round_id, _, data = flat[j + 3].partition(b"\n")
+        out.append(Popped(lease_id, attempts, token, round_id.decode() or None, data))
     return out
+
+
+def remove_namespace(client: redis.Redis, namespace: str) -> int:
+    """Delete the keys of a finished task's namespace (its queue, requests, filters, drains,
+    unreadable requests, ...) but ``epoch``, ``seq`` and ``writers``: the number deleted. These
+    three small keys (the last trimmed to the workers of the last hour) keep the namespace's
+    identity, so a worker still polling sees no new epoch (no false "Redis lost its state")
+    and a later crawl of the task goes on with new ids. SCAN, not KEYS
+    (which a worker's Redis user may not run, and which blocks the server); UNLINK frees the
+    memory off the server's main thread."""
+    keep = {f"{namespace}:{name}".encode() for name in ("epoch", "seq", "writers")}
+    removed = 0
+    batch: list = []
+    for key in client.scan_iter(match=_glob_escape(namespace) + ":*", count=500):
+        if key in keep:
+            continue
+        batch.append(key)
+        if len(batch) >= 500:
+            removed += client.unlink(*batch)
+            batch = []
+    if batch:
+        removed += client.unlink(*batch)
+    return removed
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)

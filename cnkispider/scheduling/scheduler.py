@@ -48,10 +48,17 @@ from twisted.python.failure import Failure
 from cnkispider import default_settings, engineslot, redisconn, signals
 from cnkispider.exceptions import SchedulerClosed
 from cnkispider.halting import Cooldown
+from cnkispider.i18n import ngettext
 from cnkispider.offload import InlineIO, RedisCalls, ThreadIO
 from cnkispider.scheduling import defaults
 from cnkispider.scheduling.dupefilter import BloomDupeFilter
-from cnkispider.scheduling.outcome import ABANDONED, BUFFERED, OutcomeTracker, round_scheduler
+from cnkispider.scheduling.outcome import (
+    ABANDONED,
+    BUFFERED,
+    LEASE_PARENT,
+    OutcomeTracker,
+    round_scheduler,
+)
 from cnkispider.scheduling.queue import Burial, Enqueue, Held, LeasedQueue, SyncBatch, SyncResult
 from cnkispider.scheduling.serialize import ReadPolicy, request_from_json, request_to_json
 
@@ -93,6 +100,7 @@ class LeasedScheduler(BaseScheduler):
             idle_poll=settings.getfloat("SCHEDULER_IDLE_POLL"),
             redis_url=settings.get("REDIS_URL") or "",
             data_dir=settings.get("CNKI_DATA_DIR"),
+            unreadable_kept=settings.getint("REDIS_UNREADABLE_KEPT"),
             policy=ReadPolicy.for_urls(
                 # empty (config.ini's `base_url =`) is the default, as in protocol_from_settings
                 settings.get("CNKI_BASE_URL") or default_settings.CNKI_BASE_URL,
@@ -117,6 +125,7 @@ class LeasedScheduler(BaseScheduler):
         io: ThreadIO | InlineIO | None = None,
         client: Any = None,
         policy: ReadPolicy | None = None,
+        unreadable_kept: int = default_settings.REDIS_UNREADABLE_KEPT,
     ):
         if lease_seconds <= 0 or max_attempts < 1 or batch_size < 1 or flush_interval <= 0:
             raise ValueError(
@@ -130,6 +139,7 @@ class LeasedScheduler(BaseScheduler):
         self.lease_seconds, self.max_attempts = lease_seconds, max_attempts
         self.batch_size, self.flush_interval, self.idle_poll = batch_size, flush_interval, idle_poll
         self.redis_url, self.data_dir = redis_url, data_dir
+        self.unreadable_kept = unreadable_kept
         self.policy = policy or ReadPolicy.for_urls(
             default_settings.CNKI_BASE_URL, default_settings.CNKI_CLIENT_ID_URL
         )
@@ -184,6 +194,7 @@ class LeasedScheduler(BaseScheduler):
                 if self.df is not None
                 else default_settings.DUPEFILTER_ROUND_CAPACITY
             ),
+            unreadable_kept=self.unreadable_kept,
         )
         return queue, queue.open()
 
@@ -305,11 +316,26 @@ class LeasedScheduler(BaseScheduler):
         )
 
     def enqueue_request(self, request: Request) -> bool:
+        # The hand-out it was made from: a callback's (LeaseLineage), or for a redirect or retry
+        # the one Scrapy copied with the meta. Not held here (any more), it was made for a lease
+        # this worker forgot when Redis lost it (its round is replayed): it is not queued.
+        parent = request.meta.pop(LEASE_PARENT, None)
+        if parent is None and request.meta.get("lease_id") is not None:
+            parent = (request.meta["lease_id"], request.meta.get("lease_token"))
+        if parent is not None:
+            parent = Held(str(parent[0]), str(parent[1]))
+            if self.outcomes.held_of(parent.lease_id) != parent:
+                self._inc("scheduler/refused")
+                logger.debug(
+                    "Not queued: %(request)s, made from lease %(id)s, no longer held here",
+                    {"request": request, "id": parent.lease_id},
+                )
+                return False
         fingerprint = None
         if self.df is not None and not request.dont_filter:
             fingerprint = self.df.fingerprint(request)
-            parent = self.outcomes.request_of(request.meta.get("lease_id"))
-            if parent is not None and self.df.fingerprint(parent) == fingerprint:
+            of = self.outcomes.request_of(request.meta.get("lease_id"))
+            if of is not None and self.df.fingerprint(of) == fingerprint:
                 fingerprint = None  # a redirect or retry of the same document
         round_id = request.meta.get("round_id")
         round_id = None if round_id is None else str(round_id)
@@ -319,7 +345,7 @@ class LeasedScheduler(BaseScheduler):
             -defaults.PRIORITY_LIMIT + 1, min(defaults.PRIORITY_LIMIT - 1, request.priority)
         )
         data = request_to_json(request, self.spider)  # may refuse it: then nothing is recorded
-        self._writes.enqueues.append(Enqueue(data, priority, fingerprint, round_id))
+        self._writes.enqueues.append(Enqueue(data, priority, fingerprint, round_id, parent))
         self._inc("scheduler/enqueued")
         self._inc("scheduler/enqueued/redis")
         if len(self._writes.enqueues) >= defaults.MAX_OPS_PER_SYNC:
@@ -419,13 +445,15 @@ class LeasedScheduler(BaseScheduler):
                 {"ns": self.namespace, "old": self.epoch, "new": result.epoch},
             )
             self.epoch = result.epoch
+            self._forget_epoch()
+        self._inc("scheduler/refused", result.refused)
         self._inc("dupefilter/filtered", result.duplicates)
         self._inc("scheduler/acked", result.acked)
         self._inc("scheduler/acked/stale", result.stale)
         for popped in result.popped:
             request = self._read(popped)
             if request is not None:
-                self.outcomes.leased(Held(popped.lease_id, popped.attempts), request, BUFFERED)
+                self.outcomes.leased(popped.held, request, BUFFERED)
                 self._buffer.append(request)
         for popped in result.abandoned:
             request = self._read(popped)
@@ -435,6 +463,30 @@ class LeasedScheduler(BaseScheduler):
             self._drained(round_id, result.epoch)
         self._view_queued = result.queued
         self._view_others = max(0, result.leased - len(self.outcomes))
+
+    def _forget_epoch(self) -> None:
+        """Redis has a new epoch: every lease this worker held is gone there (its ids may name
+        other requests now), so it stops renewing and acknowledging them, and drops the lease
+        writes not sent yet; Redis refuses them anyway. Flow control replays the rounds those
+        requests belonged to, so nothing is lost; the engine finishes what it holds, but what
+        those requests make is not queued (their parent is no longer held). New requests not
+        sent yet (seeds) are kept."""
+        forgotten = self.outcomes.forget_all()
+        self._buffer.clear()
+        for name in SyncBatch.WRITES:
+            if name != "enqueues":
+                setattr(self._writes, name, [])
+        self._recheck_delay.clear()
+        self._inc("scheduler/leases_forgotten", forgotten)
+        if forgotten:
+            logger.warning(
+                ngettext(
+                    "Forgot %(n)d lease of the old epoch; its round is replayed",
+                    "Forgot %(n)d leases of the old epoch; their rounds are replayed",
+                    forgotten,
+                ),
+                {"n": forgotten},
+            )
 
     def _sync_failed(self, failure: Failure, batch: SyncBatch, delay: float) -> None:
         """Keep the writes for the next call (same order); the pop is simply not made."""
@@ -458,7 +510,7 @@ class LeasedScheduler(BaseScheduler):
                 "Request %(id)s in Redis is not run (%(e)s); moved to %(ns)s:unreadable",
                 {"id": popped.lease_id, "e": reason, "ns": self.namespace},
             )
-            self._writes.burials.append(Burial(Held(popped.lease_id, popped.attempts), reason))
+            self._writes.burials.append(Burial(popped.held, reason))
             self._inc("scheduler/unreadable")
             self.crawler.signals.send_catch_log(
                 signals.request_unreadable, reason=reason, spider=self.spider
@@ -466,12 +518,13 @@ class LeasedScheduler(BaseScheduler):
             return None
         request.meta["lease_id"] = popped.lease_id
         request.meta["lease_attempts"] = popped.attempts
+        request.meta["lease_token"] = popped.token
         return request
 
     # --- signals ------------------------------------------------------------------------
 
     def _abandon(self, request: Request, popped: Any) -> None:
-        held = Held(popped.lease_id, popped.attempts)
+        held = popped.held
         self.outcomes.leased(held, request, ABANDONED)
         self._inc("scheduler/abandoned")
         logger.warning(
@@ -516,10 +569,16 @@ class LeasedScheduler(BaseScheduler):
                 signals.round_drained, round_id=value, epoch=epoch, spider=self.spider
             )
         )
-        d.addCallback(self._drain_handled, round_id)
+        d.addCallback(self._drain_handled, round_id, epoch)
 
-    def _drain_handled(self, results: list, round_id: str) -> None:
+    def _drain_handled(self, results: list, round_id: str, epoch: str) -> None:
         self._handlers_running -= 1
+        if epoch != self.epoch:
+            # Redis went to a new epoch while the handlers ran: that drain's entry is gone, and
+            # a confirmation or recheck now would act on the new epoch's round of that id
+            logger.debug("Round %(round)s: drain of an old epoch dropped", {"round": round_id})
+            self._inc("scheduler/drains_dropped")
+            return
         if _any_failed(results):
             logger.error(
                 "A round_drained handler failed for round %(round)s; it will be reported again",
@@ -531,15 +590,19 @@ class LeasedScheduler(BaseScheduler):
             self._recheck_delay[round_id] = min(2 * delay, defaults.DRAINED_RECHECK_MAX)
             logger.debug("Round %(round)s: drain to be checked again", {"round": round_id})
             if not self._closing:
-                call_later(delay, self._recheck, round_id)
+                call_later(delay, self._recheck, round_id, epoch)
             return  # unconfirmed: if this worker dies, another one is told in time
         self._recheck_delay.pop(round_id, None)
         self._writes.confirms.append(round_id)
 
-    def _recheck(self, round_id: str) -> None:
-        if not self._closing:
-            self._writes.rechecks.append(round_id)
-            self._kick()
+    def _recheck(self, round_id: str, epoch: str) -> None:
+        if self._closing:
+            return
+        if epoch != self.epoch:  # see _drain_handled
+            self._inc("scheduler/drains_dropped")
+            return
+        self._writes.rechecks.append(round_id)
+        self._kick()
 
     # --- the engine -----------------------------------------------------------------------
 

@@ -39,7 +39,7 @@ from scrapy import Request, Spider
 from cnkispider.exceptions import CnkiSpiderError
 
 #: Meta keys the scheduler sets on each hand-out; stripped when a request is stored.
-LEASE_META_KEYS = ("lease_id", "lease_attempts")
+LEASE_META_KEYS = ("lease_id", "lease_attempts", "lease_token", "lease_parent")
 
 _DEFAULTS: dict[str, Any] = {
     "method": "GET",
