@@ -322,3 +322,48 @@ def test_status_shows_the_query_in_text_and_json(sqlite_url):
     assert entry["query"] == "SU='碳中和' AND AF='清华大学'"
     assert "  query SU='碳中和' AND AF='清华大学'" in render(report).splitlines()
     assert json.loads(json.dumps(report))["tasks"][0]["query"] == entry["query"]
+
+
+# -- a saved search that never misses a late arrival (with issue 38, following today) ----------
+
+
+@pytest.mark.slow  # crawls in worker subprocesses
+def test_a_query_task_that_follows_today_catches_the_query_s_late_arrivals(crawl_setup):
+    """Issue 39 point 4: crawled as of a week ago, then again today, a query task that follows
+    today holds exactly what its query finds in the look-back as of today, nothing outside it,
+    and the second run counts each look-back day with one search (the day's, with the query)."""
+    from tests.test_follow import AS_OF_A, FOLLOW, IPC, SITE, START, TODAY, WINDOW, days
+
+    query = "TI%'方法'"
+    setup = crawl_setup(
+        "patent",
+        IPC,
+        "sqlite",
+        START.isoformat(),
+        "",
+        site=SITE,
+        day_census="on",
+        depth="list",
+        task_keys=FOLLOW,
+    )
+    setup.search_query = query
+    setup.run_ok("run", "--until-idle", timeout=240)
+    site = setup.site
+
+    def truth() -> dict[str, dict]:
+        rows = site.truth("patent", START.isoformat(), TODAY.isoformat(), IPC.split(","), query)
+        return {r["filename"]: r for r in rows if str(r["date"])[:10] >= WINDOW.isoformat()}
+
+    before = truth()
+    assert AS_OF_A < TODAY
+    site.control(as_of=TODAY.isoformat(), reset_stats=True)  # CNKI entered more since
+    after = truth()
+    assert set(after) - set(before), "no late arrival matches the query: the test proves nothing"
+    setup.run_ok("run", "--until-idle", timeout=240)
+    stored = {d["filename"]: d for d in setup.stored() if str(d["date"])[:10] >= WINDOW.isoformat()}
+    assert compare(
+        list(stored.values()), list(after.values()), "patent", LIST_DEPTH_FIELDS["patent"]
+    ) == {"missing": [], "extra": [], "differing": {}}
+    everything = site.truth("patent", START.isoformat(), TODAY.isoformat(), IPC.split(","))
+    assert len(setup.stored()) < len(everything)  # nothing outside the query
+    assert site.stats()["searches"]["first"] == days(WINDOW, TODAY)
