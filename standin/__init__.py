@@ -26,8 +26,9 @@ tests/test_standin_human.py):
   passed is challenged: page GETs ``302`` to ``/verify/home?captchaType=blockPuzzle&ident=..
   &captchaId=..&returnUrl=<the page, urlencoded>``, grid POSTs HTTP 403 with the -403 JSON below.
   ``/verify/home`` is a page a browser can use: it sets the session cookies (and an
-  ``Ecp_ClientId``) when the browser has none, and its test-only button ``#standin-pass`` (a form
-  POST to ``/verify-api/web/check``) plays the person passing the slider: the session of that
+  ``Ecp_ClientId``) when the browser has none, and its slider (a piece to drag onto a gap; the
+  release posts the piece's place and the drag's time to ``/verify-api/web/check``, which passes
+  only a drag that ends on the gap in a person's time) is the person's check: the session of that
   browser's ``SID_kns_new`` cookie is passed (the IP plays no part) and the browser goes back to
   ``returnUrl``. A pass answers at most ``session_requests`` (300) requests within
   ``session_minutes`` (30), and is checked again at the request that makes more than

@@ -19,8 +19,8 @@ per proxy and one for the provider; it serves until SIGTERM or SIGINT)::
         [--span YYYY-MM-DD:YYYY-MM-DD] [--profile realistic-year [--surge-rows 7500]]
 
 The human check is ON here (as on the live site of late 2026): every kns request of a session
-no person passed is challenged; a browser passes it on /verify/home (the test-only button
-``#standin-pass``). ``--no-human-check`` restores the plain site. The Python API
+no person passed is challenged; a browser passes it on /verify/home (drag the slider's piece
+onto the gap). ``--no-human-check`` restores the plain site. The Python API
 (``standin.client.start_site``, the ``cnki_site`` fixture) defaults to the plain site.
 
 Faults: reset, e500, e502, e503, verify, captcha, blank, javascript, slow (rates 0..1).

@@ -138,8 +138,8 @@ class SiteHandle:
     def pass_check(self, proxy: str | None = None, proxy_auth: str | None = None) -> dict[str, str]:
         """The cookies (name -> value) of a fresh session a person passed, got over HTTP the
         way a browser gets them: a page GET, its 302 to /verify/home (which sets the session
-        cookies and Ecp_ClientId), the page's test-only pass control (``#standin-pass``: a
-        form POST), and the 302 back to the page, which then answers. Without the human check
+        cookies and Ecp_ClientId), the slider's form posted as a person's drag
+        posts it (the piece on the gap, in 0.7 s), and the 302 back to the page, which then answers. Without the human check
         the page answers at once and this is the plain warm-up plus a client id."""
         client = self.client(proxy, proxy_auth)
         try:
@@ -285,12 +285,14 @@ def start_site(
 
 
 def _pass_form(page: bytes) -> tuple[str, dict[str, str]] | None:
-    """(action, fields) of the verify page's form that holds ``#standin-pass``."""
+    """(action, fields) of the verify page's slider form, with the fields a person's drag fills
+    in: the piece stopped on the gap (``x``: the gap's ``data-x``) after a person's time."""
     text = page.decode("utf-8", "replace")
     form = re.search(
         r'<form id="standin-pass-form"[^>]*action="([^"]+)"[^>]*>(.*?)</form>', text, re.S
     )
-    if form is None or 'id="standin-pass"' not in form.group(2):
+    gap = re.search(r'id="standin-gap" data-x="(\d+)"', text)
+    if form is None or gap is None:
         return None
     fields = {
         html.unescape(name): html.unescape(value)
@@ -298,6 +300,7 @@ def _pass_form(page: bytes) -> tuple[str, dict[str, str]] | None:
             r'<input type="hidden" name="([^"]*)" value="([^"]*)">', form.group(2)
         )
     }
+    fields.update(x=gap.group(1), dragMs="700")
     return html.unescape(form.group(1)), fields
 
 

@@ -483,31 +483,104 @@ VERIFY_PAGE = """<!DOCTYPE html>
 <div id="verifyBox"></div></div></body></html>
 """.encode()
 
-PASS_CONTROL_TEXT = "通过验证 (test only: plays the person passing the slider)"
+#: The slider's geometry, in CSS pixels: the track's width, the piece's (and the gap's) side, and
+#: how far from the gap's left edge a drag may end and still pass.
+SLIDER_WIDTH = 310
+PIECE_SIZE = 40
+SLIDER_TOLERANCE = 5
+#: How long a person's drag takes (milliseconds): a script's jump of 0 ms, or a drag left
+#: standing for minutes, is no person sliding the puzzle.
+DRAG_MS = (150, 60_000)
+
+
+def slider_gap(params: dict[str, str]) -> int:
+    """Where the gap is on the verify page of ``params`` (its left edge, CSS px): fixed by the
+    page's ident and captchaId, so the check answers the page the person saw, and drawn from a
+    hash rather than the site's seeded random source (whose sequence other answers depend on)."""
+    import hashlib
+
+    key = f"{params.get('ident', '')}|{params.get('captchaId', '')}".encode()
+    room = SLIDER_WIDTH - PIECE_SIZE - 80
+    return 70 + int.from_bytes(hashlib.sha256(key).digest()[:4], "big") % room
+
+
+SLIDER_SCRIPT = """
+(function () {
+  var handle = document.getElementById('standin-slider');
+  var piece = document.getElementById('standin-piece');
+  var form = document.getElementById('standin-pass-form');
+  var most = %(most)d, start = null, began = 0, left = 0;
+  function place(x) {
+    left = Math.max(0, Math.min(most, x));
+    handle.style.left = left + 'px';
+    piece.style.left = left + 'px';
+  }
+  handle.addEventListener('pointerdown', function (e) {
+    start = e.clientX; began = performance.now();
+    handle.setPointerCapture(e.pointerId);
+    e.preventDefault();
+  });
+  handle.addEventListener('pointermove', function (e) {
+    if (start !== null) place(e.clientX - start);
+  });
+  function release(e) {
+    if (start === null) return;
+    place(e.clientX - start);
+    start = null;
+    form.elements.x.value = String(Math.round(left));
+    form.elements.dragMs.value = String(Math.round(performance.now() - began));
+    form.submit();
+  }
+  handle.addEventListener('pointerup', release);
+  handle.addEventListener('pointercancel', release);
+})();
+"""
 
 
 def verify_page(params: dict[str, str]) -> bytes:
-    """The 2026 verify page (AJ-Captcha's block puzzle) with the stand-in's test-only control.
+    """The 2026 verify page (AJ-Captcha's block puzzle) as a real slider.
 
-    The slider of the real page needs a person; here the button ``#standin-pass`` plays that
-    person: it posts the page's parameters to AJ-Captcha's check path, which binds "passed" to
-    this browser's session cookie and sends the browser back to ``returnUrl``. Plain HTML and a
-    form, so it works in any browser, headless ones included, with or without scripts."""
+    A piece, a gap at :func:`slider_gap` and a handle on a track: a person drags the handle
+    (mouse, pen or touch: pointer events) until the piece covers the gap; on release the page
+    posts where the piece stopped (``x``) and how long the drag took (``dragMs``) to AJ-Captcha's
+    check path, which passes this browser's session only when both are a person's (see
+    ``Site.verify_check``) and sends the browser back to ``returnUrl``; else to a fresh puzzle.
+    The gap's place is in the page (``data-x``), as it is in the real puzzle's picture: a test
+    client posting over HTTP reads it there (``standin.client.Client.pass_check``)."""
     hidden = "".join(
         f'<input type="hidden" name="{name}" value="{_e(params.get(name, ""))}">'
         for name in ("captchaType", "ident", "captchaId", "returnUrl")
     )
+    gap = slider_gap(params)
+    failed = (
+        '<p class="verify-failed" id="standin-failed">验证失败，请重试</p>\n'
+        if params.get("failed")
+        else ""
+    )
+    box = f"position:absolute;top:0;width:{PIECE_SIZE}px;height:{PIECE_SIZE}px"
+    script = SLIDER_SCRIPT % {"most": SLIDER_WIDTH - PIECE_SIZE}
     return (
-        '<!DOCTYPE html>\n<html lang="zh-CN"><head><meta charset="utf-8"><title>安全验证</title></head>\n'
-        '<body><div class="verify-wrap" id="captcha">\n<p>请完成安全验证</p>\n'
-        '<div class="verify-img-panel"><div class="verify-img-out"></div></div>\n'
-        '<div class="verify-bar-area"><span class="verify-msg">向右拖动滑块填充拼图</span>'
-        '<div class="verify-move-block"></div></div>\n'
+        '<!DOCTYPE html>\n<html lang="zh-CN"><head><meta charset="utf-8"><title>安全验证</title>'
+        '<meta name="viewport" content="width=device-width"></head>\n'
+        '<body style="font-family:sans-serif"><div class="verify-wrap" id="captcha">\n'
+        f"<p>请完成安全验证</p>\n{failed}"
+        f'<div class="verify-img-panel" style="position:relative;width:{SLIDER_WIDTH}px;'
+        f'height:{PIECE_SIZE + 60}px;background:#8ab">'
+        f'<div id="standin-gap" data-x="{gap}" style="{box};left:{gap}px;margin-top:30px;'
+        'background:#234"></div>'
+        f'<div id="standin-piece" style="{box};left:0;margin-top:30px;background:#fc3"></div>'
+        "</div>\n"
+        f'<div class="verify-bar-area" style="position:relative;width:{SLIDER_WIDTH}px;'
+        f'height:{PIECE_SIZE}px;background:#ddd;margin-top:6px">'
+        '<span class="verify-msg" style="position:absolute;left:60px;top:10px">向右拖动滑块填充拼图</span>'
+        f'<div class="verify-move-block" id="standin-slider" style="{box};left:0;'
+        'background:#39f;cursor:pointer;touch-action:none"></div></div>\n'
         '<form id="standin-pass-form" method="post" action="/verify-api/web/check">'
-        f'{hidden}<button id="standin-pass" type="submit">{PASS_CONTROL_TEXT}</button></form>\n'
-        '<p class="standin-note">This is the CNKI stand-in (a test site): the button above stands '
-        "for a person passing CNKI's slider check in this browser.</p>\n"
-        "</div></body></html>\n"
+        f'{hidden}<input type="hidden" name="x" value=""><input type="hidden" name="dragMs" '
+        'value=""></form>\n'
+        '<p class="standin-note">This is the CNKI stand-in (a test site): drag the blue handle '
+        "until the yellow piece covers the dark gap.</p>\n"
+        f"</div><script>{script}</script></body></html>\n"
     ).encode()
 
 

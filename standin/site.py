@@ -16,8 +16,10 @@ Routes:
                                     the detail page's token and session rules, a refusal the
                                     -403 JSON
   GET  /verify/home                 where challenges redirect to (with the human check: sets the
-                                    session cookies if none, holds the test-only #standin-pass)
-  POST /verify-api/web/check        the pass control: passes the cookie's session, 302 returnUrl
+                                    session cookies if none, holds the slider: piece and gap)
+  POST /verify-api/web/check        the slider's check: a drag that ends on the gap in a
+                                    person's time passes the cookie's session, 302 returnUrl;
+                                    any other drag 302 to a fresh puzzle (&failed=1)
   POST /kns8s/brief/checkcode       where the vericodeForm posts (always "wrong code")
   GET  /                            a home page (some clients visit www first)
   GET|POST /_control                state; POST JSON changes it (faults, latency, limits, ...)
@@ -368,6 +370,7 @@ class Site:
             # the person's check: requests of sessions no person passed (plain) or checked again
             "human_check_refusals": {"plain": 0, "checked": 0},
             "human_passes": 0,
+            "human_check_failed": 0,  # slider drags that did not pass (verify_check)
             "foreign_session_details": 0,  # a v= link opened in another passed session
             # every request to CNKI's routes by what it is, whatever the answer (they add up to
             # "requests"): what a benchmark of requests per document divides
@@ -692,8 +695,9 @@ class Site:
         return None
 
     def verify_check(self, req: Request) -> Response:
-        """The test-only pass control (AJ-Captcha's check path): a person passed the slider in
-        this browser's session; back to ``returnUrl``."""
+        """AJ-Captcha's check path: the slider of the verify page posts where the piece stopped
+        and how long the drag took; a person's drag passes this browser's session (back to
+        ``returnUrl``), any other gets a fresh puzzle."""
         if req.method != "POST":
             return Response(405, b"POST only", "text/plain")
         now = self.clock()
@@ -705,12 +709,17 @@ class Site:
                 "success": False,
             }
             return Response(403, json.dumps(body, ensure_ascii=False).encode(), JSON)
+        form = {k: v[0] for k, v in parse_qs(req.body.decode("utf-8", "replace")).items()}
+        target = self._same_site(form.get("returnUrl", ""))
+        location = target or f"{self.base}/kns8s/defaultresult/index"
+        if not slid_by_a_person(form):
+            # as AJ-Captcha: nothing passed, a fresh puzzle (a new gap) for another try
+            self.stats["human_check_failed"] += 1
+            again = self._verify_url(location, puzzle=True) + "&failed=1"
+            return Response(302, b"", HTML, [("Location", again)])
         self.human.pass_(sid, now)
         self.sessions.touch(sid, now)
         self.stats["human_passes"] += 1
-        form = parse_qs(req.body.decode("utf-8", "replace"))
-        target = self._same_site((form.get("returnUrl") or [""])[0])
-        location = target or f"{self.base}/kns8s/defaultresult/index"
         return Response(302, b"", HTML, [("Location", location)])
 
     def client_id(self, req: Request) -> Response:
@@ -1347,3 +1356,16 @@ class Site:
         "/_references": references_truth,
         "/proxy-api": proxy_api,
     }
+
+
+def slid_by_a_person(form: dict[str, str]) -> bool:
+    """Whether the slider's post is a person's drag: the piece stopped on the gap of the page
+    the person saw (``x`` within the tolerance of :func:`standin.markup.slider_gap`) and the
+    drag took a person's time (``dragMs`` within :data:`standin.markup.DRAG_MS`)."""
+    try:
+        x, took = int(form.get("x", "")), int(form.get("dragMs", ""))
+    except ValueError:
+        return False
+    low, high = markup.DRAG_MS
+    near = abs(x - markup.slider_gap(form)) <= markup.SLIDER_TOLERANCE
+    return near and low <= took <= high

@@ -2,8 +2,8 @@
 .ci/run installs) against the stand-in CNKI checking for a person.
 
 The test plays the person: it drives the SAME browser the command started, over the DevTools
-protocol, and clicks the verify page's test-only pass control (``#standin-pass``) with a real
-mouse click (``Input.dispatchMouseEvent``: pressed and released where the button is drawn). The
+protocol, and drags the verify page's slider onto its gap with a real mouse
+(``Input.dispatchMouseEvent``: pressed on the handle, moved in steps, released over the gap). The
 command must then see the search page, read the cookies (the stand-in's KNS2COOKIE is HttpOnly: a
 page's script could not), put them in the shared pool, and close the browser it started; a crawl
 with that session alone then equals the stand-in's truth.
@@ -113,8 +113,8 @@ def find_verify_tab(port: int, deadline: float) -> dict:
 
 
 def pass_the_check_as_a_person(port: int, timeout: float = 30.0) -> str:
-    """Find the tab showing CNKI's verify page in the browser on ``port`` and click its pass
-    control with the mouse. Returns the verify page's address."""
+    """Find the tab showing CNKI's verify page in the browser on ``port`` and drag its slider's
+    piece onto the gap with the mouse. Returns the verify page's address."""
     assert os.path.exists(CHROMIUM), "Debian's chromium is missing (.ci/run installs it)"
     deadline = time.monotonic() + timeout
     page = find_verify_tab(port, deadline)
@@ -122,13 +122,15 @@ def pass_the_check_as_a_person(port: int, timeout: float = 30.0) -> str:
     try:
         box = None
         while box is None:
-            assert time.monotonic() < deadline, "the verify page never showed #standin-pass"
+            assert time.monotonic() < deadline, "the verify page never showed its slider"
             found = tab.call(
                 "Runtime.evaluate",
                 {
-                    "expression": "(() => { const b = document.querySelector('#standin-pass');"
-                    " if (!b) return null; const r = b.getBoundingClientRect();"
-                    " return JSON.stringify({x: r.x + r.width / 2, y: r.y + r.height / 2}); })()",
+                    "expression": "(() => { const b = document.querySelector('#standin-slider');"
+                    " const g = document.querySelector('#standin-gap');"
+                    " if (!b || !g) return null; const r = b.getBoundingClientRect();"
+                    " return JSON.stringify({x: r.x + r.width / 2, y: r.y + r.height / 2,"
+                    " gap: Number(g.dataset.x)}); })()",
                     "returnByValue": True,
                 },
             )
@@ -136,11 +138,15 @@ def pass_the_check_as_a_person(port: int, timeout: float = 30.0) -> str:
             box = json.loads(value) if value else None
             if box is None:
                 time.sleep(0.2)
-        for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
-            tab.call(
-                "Input.dispatchMouseEvent",
-                {"type": kind, "x": box["x"], "y": box["y"], "button": "left", "clickCount": 1},
-            )
+        x, y = box["x"], box["y"]
+        tab.call("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x, "y": y})
+        press = {"x": x, "y": y, "button": "left", "clickCount": 1}
+        tab.call("Input.dispatchMouseEvent", dict(press, type="mousePressed"))
+        for step in range(1, 11):  # a hand's drag: in steps, over a person's time
+            time.sleep(0.03)
+            where = {"x": x + box["gap"] * step / 10, "y": y, "button": "left", "buttons": 1}
+            tab.call("Input.dispatchMouseEvent", dict(where, type="mouseMoved"))
+        tab.call("Input.dispatchMouseEvent", dict(press, x=x + box["gap"], type="mouseReleased"))
     finally:
         tab.close()
     return page["url"]

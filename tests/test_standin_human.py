@@ -18,6 +18,7 @@ import pytest
 
 from standin.client import CLIENT_ID_PATH
 from standin.limits import HumanCheck
+from standin.markup import slider_gap
 
 DAY = "2024-03-05"
 CAPTCHA_MARK = b"TJCaptcha.js"  # the per-IP ban answers the older Tencent captcha page
@@ -51,15 +52,19 @@ def assert_grid_challenge(site, answer, referer: str | None = None) -> None:
     assert re.fullmatch(_verify_pattern(site.base_url, return_url), data["message"])
 
 
-def pass_by_hand(site, client, path: str = "/kns8s/defaultresult/index") -> str:
-    """What a person does in a browser: open a page, land on the verify page, press the
-    control; returns where the control sent the browser."""
+def pass_by_hand(
+    site, client, path: str = "/kns8s/defaultresult/index", *, off: int = 0, took: int = 700
+) -> str:
+    """What a person does in a browser: open a page, land on the verify page, drag the piece
+    onto the gap (``off`` px beside it, in ``took`` ms); returns where the check sent it."""
     location = assert_page_challenge(site, client.get(path), path)
     status, _, page = client.get(location)
     assert status == 200
     doc = lxml.html.fromstring(page.decode("utf-8"))
     (form,) = doc.cssselect("form")
     fields = {i.get("name"): i.get("value") for i in form.cssselect("input[type=hidden]")}
+    (gap,) = doc.cssselect("#standin-gap")
+    fields.update(x=str(int(gap.get("data-x")) + off), dragMs=str(took))
     status, headers, _ = client.request(
         form.get("method").upper(),
         form.get("action"),
@@ -134,7 +139,7 @@ def test_a_plain_session_is_challenged_on_every_request_in_the_2026_forms(cnki_s
     assert stats["pages"]["list"] == 1  # only the passed session's
 
 
-def test_the_verify_page_is_a_browser_page_with_a_test_only_pass_control(cnki_site):
+def test_the_verify_page_is_a_browser_page_with_a_slider(cnki_site):
     site = cnki_site(seed=1, human_check=True)
     client = site.client()
     location = assert_page_challenge(site, client.get("/kns8s/search"), "/kns8s/search")
@@ -146,14 +151,15 @@ def test_the_verify_page_is_a_browser_page_with_a_test_only_pass_control(cnki_si
     assert set(names) == {"KNS2COOKIE", "SID_kns_new", "dblang", "Ecp_ClientId"}
     assert "HttpOnly" in names["KNS2COOKIE"] and "HttpOnly" not in names["SID_kns_new"]
     doc = lxml.html.fromstring(page.decode("utf-8"))
-    (button,) = doc.cssselect("#standin-pass")
-    assert "test only" in button.text_content()
-    assert "plays the person passing the slider" in button.text_content()
-    (form,) = [f for f in doc.cssselect("form") if f.cssselect("#standin-pass")]
+    # a piece, a gap, a handle to drag; no button that passes without a drag
+    assert doc.cssselect("#standin-piece") and doc.cssselect("#standin-slider")
+    assert not doc.cssselect("button, input[type=submit]")
+    (form,) = doc.cssselect("form#standin-pass-form")
     assert (form.get("method"), form.get("action")) == ("post", "/verify-api/web/check")
     fields = {i.get("name"): i.get("value") for i in form.cssselect("input[type=hidden]")}
     query = {k: v[0] for k, v in parse_qs(urlsplit(location).query).items()}
-    assert fields == query and fields["returnUrl"] == site.base_url + "/kns8s/search"
+    assert fields == dict(query, x="", dragMs="")
+    assert fields["returnUrl"] == site.base_url + "/kns8s/search"
     # the same browser again: it has its cookies, it gets no new ones
     client.get(location)
     assert not [k for k, _ in client.last_headers if k.lower() == "set-cookie"]
@@ -162,6 +168,23 @@ def test_the_verify_page_is_a_browser_page_with_a_test_only_pass_control(cnki_si
     assert back == site.base_url + "/kns8s/search"
     status, _, page = client.get(back)
     assert status == 200 and b'id="classid"' in page  # what a login tool waits for
+
+
+def test_the_slider_passes_only_a_drag_onto_the_gap_in_a_persons_time(cnki_site):
+    """Beside the gap, a script's jump (0 ms), a drag left for minutes: a fresh puzzle (marked
+    failed) and still checked; onto the gap in 0.7 s: passed."""
+    site = cnki_site(seed=1, human_check=True)
+    client = site.client()
+    for off, took in ((12, 700), (-9, 700), (0, 0), (0, 90_000)):
+        again = pass_by_hand(site, client, off=off, took=took)
+        assert "/verify/home?" in again and again.endswith("&failed=1")
+        status, _, page = client.get(again)
+        assert status == 200 and "验证失败" in page.decode("utf-8")
+        assert client.get("/kns8s/search")[0] == 302  # still checked
+    assert site.stats()["human_check_failed"] == 4 and site.stats()["human_passes"] == 0
+    back = pass_by_hand(site, client, "/kns8s/search", off=3)
+    assert back == site.base_url + "/kns8s/search" and client.get(back)[0] == 200
+    assert site.stats()["human_passes"] == 1
 
 
 def test_passing_binds_to_the_cookie_not_the_ip(cnki_site):
@@ -194,7 +217,7 @@ def test_passing_binds_to_the_cookie_not_the_ip(cnki_site):
     status, headers, _ = browser.request(
         "POST",
         "/verify-api/web/check",
-        b"returnUrl=http%3A%2F%2Fexample.com%2F",
+        f"returnUrl=http%3A%2F%2Fexample.com%2F&x={slider_gap({})}&dragMs=700".encode(),
         {"Content-Type": "application/x-www-form-urlencoded"},
     )
     assert status == 302 and headers["Location"] == site.base_url + "/kns8s/defaultresult/index"
