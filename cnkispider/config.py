@@ -158,6 +158,11 @@ def _key_prefix(raw: str) -> str:
     return value
 
 
+def _optional_http_url(raw: str) -> str:
+    """An http(s) URL, or empty (not set)."""
+    return _http_url(raw).rstrip("/") if raw.strip() else ""
+
+
 def _http_url(raw: str) -> str:
     value = raw.strip().rstrip("/")
     if value and not value.startswith(("http://", "https://")):
@@ -267,6 +272,7 @@ SCHEMA: dict[str, dict[str, tuple[Any, str]]] = {
         "sessions": (_choice("auto", "verified", "plain"), _default("SESSIONS_MODE")),
         "on_check": (_choice("wait", "prompt", "fail"), _default("SESSIONS_ON_CHECK")),
         "session_pace": (_float(0.0), _default("SESSIONS_PACE_MAX")),
+        "pass_requests": (_int(1, 1_000_000), _default("SESSIONS_PASS_REQUESTS")),
     },
     "notify": {
         "webhook": (_http_urls, _default("NOTIFY_WEBHOOKS")),
@@ -276,6 +282,7 @@ SCHEMA: dict[str, dict[str, tuple[Any, str]]] = {
         "host": (_required(_text), _default("WEB_HOST")),
         "port": (_int(1, 65535), _default("WEB_PORT")),
         "token": (_text, _default("WEB_TOKEN")),
+        "public_url": (_optional_http_url, _default("WEB_PUBLIC_URL")),
     },
     "ui": {
         "language": (_language, _default("UI_LANGUAGE")),

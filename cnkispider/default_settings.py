@@ -168,6 +168,9 @@ SESSIONS_AUTO_AFTER = 3
 # requests/s a verified session never exceeds (2026 reports: 1.5 s between searches, 2 s between
 # detail pages; 4 quick requests drew the check)
 SESSIONS_PACE_MAX = 0.5
+# requests a person's pass answers before CNKI checks again, until passes have been measured
+# (the stand-in's hidden limit is 300; a detail crawl got 283 of them: docs/SESSIONS.md)
+SESSIONS_PASS_REQUESTS = 280
 NOTIFY_WEBHOOKS: list[str] = []  # URLs that get one POST when a task waits, halts or finishes
 NOTIFY_FORMAT = "json"  # json | dingtalk | wecom | feishu
 NOTIFY_TIMEOUT = 5.0  # seconds a webhook may take
@@ -178,6 +181,9 @@ WEB_HOST = "127.0.0.1"  # this machine only: reach it from elsewhere through an 
 WEB_PORT = 8700
 # empty: made at the first start, kept in data_dir/web-token and printed once
 WEB_TOKEN = ""
+# the page's address as a person reaches it (a tunnel's, a proxy's): the notification links the
+# pass desk there; empty: no link in the message
+WEB_PUBLIC_URL = ""
 
 # -- the operator's language ([ui]; cnkispider/i18n.py, docs/TRANSLATING.md) ----------------------
 UI_LANGUAGE = ""  # zh_CN | en; empty: the locale's (LANG=zh_CN.UTF-8 gives Chinese), else English

@@ -138,6 +138,8 @@ def cmd_task(config: Config, args) -> int:
                     "codes": reopened["error_code"],
                 }
             )
+    elif action == "plan":
+        return _plan(config, store, args)
     elif action == "move":
         if args.code is not None and len(args.code) > 64:
             raise InputError(
@@ -146,6 +148,72 @@ def cmd_task(config: Config, args) -> int:
             )
         moved = store.move_cursor(args.name, parse_day(args.date, "date"), args.code)
         print(_("moved: %(task)s") % {"task": describe(moved)})
+    return 0
+
+
+def _plan(config: Config, store, args) -> int:
+    """`task plan NAME [--json]`: what the task's remaining days need at each depth."""
+    import json
+
+    from cnkispider.i18n import _, ngettext
+    from cnkispider.sessions import SessionStore
+    from cnkispider.status.plan import task_plan
+
+    try:
+        pool = SessionStore.from_config(config)
+        pool.client.ping()
+    except Exception:  # no Redis: the configured figure stands in for the measured one
+        pool = None
+    try:
+        plan = task_plan(config, store.engine, args.name, pool)
+    except LookupError as exc:
+        raise InputError(str(exc)) from None
+    if args.json:
+        print(json.dumps(plan, indent=2))
+        return 0
+    days = ngettext("%(n)d day", "%(n)d days", plan["days"]) % {"n": plan["days"]}
+    if plan["documents"] is None:
+        print(
+            _("task %(task)s: %(days)s to go, none seen yet: no census total to plan from")
+            % {"task": plan["task"], "days": days}
+        )
+        return 0
+    if plan["measured_passes"]:
+        basis = _("%(r).0f requests a pass (measured on %(n)d passes)") % {
+            "r": plan["pass_requests"],
+            "n": plan["measured_passes"],
+        }
+    else:
+        basis = _("%(r).0f requests a pass ([cnki] pass_requests; none measured yet)") % {
+            "r": plan["pass_requests"]
+        }
+    print(
+        _("task %(task)s (depth %(depth)s): %(days)s to go, about %(docs)d documents; %(basis)s")
+        % {
+            "task": plan["task"],
+            "depth": plan["depth"],
+            "days": days,
+            "docs": plan["documents"],
+            "basis": basis,
+        }
+    )
+    for depth, figures in plan["depths"].items():
+        hours = (
+            _("no pace cap")
+            if figures["hours"] is None
+            else _("%(h).1f h at %(pace)s requests/s")
+            % {"h": figures["hours"], "pace": plan["session_pace"]}
+        )
+        print(
+            "  "
+            + _("%(depth)-7s %(requests)8d requests  %(passes)5d passes  %(hours)s")
+            % {
+                "depth": depth,
+                "requests": figures["requests"],
+                "passes": figures["passes"],
+                "hours": hours,
+            }
+        )
     return 0
 
 
@@ -233,6 +301,12 @@ def add_task(sub) -> None:
     )
     resume.add_argument("name", help="the task's name or id")
     resume.add_argument("--end", help="a new last day, YYYY-MM-DD")
+    plan = actions.add_parser(
+        "plan",
+        help="what the task's remaining days need at each depth: requests, passes, hours",
+    )
+    plan.add_argument("name", help="the task's name or id")
+    plan.add_argument("--json", action="store_true", help="as JSON")
     move = actions.add_parser(
         "move", help="move the cursor: every round from DATE on is crawled again"
     )

@@ -169,6 +169,22 @@ class Web:
                 self.history.add(report)
         return report
 
+    def pool(self):
+        """The session pool (None while Redis is away)."""
+        from cnkispider.sessions.pool import SessionStore
+
+        return None if self.redis is None else SessionStore(self.redis, self.namespace)
+
+    def plan(self, name: str) -> dict | None:
+        """The task's plan (cnkispider.status.plan), None when it cannot be read now."""
+        from cnkispider.status.plan import task_plan
+
+        try:
+            return task_plan(self.config, self.engine, name, self.pool())
+        except Exception:  # the plan is a hint: a page without it beats no page
+            logger.warning("web: the plan of task %s failed", name, exc_info=True)
+            return None
+
     def start(self) -> None:
         def run():
             while not self._stop.wait(self.sample_seconds):
@@ -278,6 +294,7 @@ def create_app(
             except LookupError as exc:
                 return problem(request, 404, str(exc))
         t = report["tasks"][0]
+        plan = web.plan(name)
         alive = {w["id"] for w in t["workers"] if w["state"] == "alive"}
         claims = [dict(r, gone=r["worker"] not in alive) for r in t["current_rounds"]]
         return page(
@@ -288,6 +305,7 @@ def create_app(
             grid=grid,
             claims=claims,
             banners=banners(report),
+            plan=plan,
         )
 
     def grid_fragment(request: Request):

@@ -1,0 +1,180 @@
+"""The person's side of a task, in numbers: what its remaining days need at each depth.
+
+For each depth (list, export, detail): the CNKI requests the remaining days take, the passes a
+person makes for them (at the requests a pass answered, measured on the pool's sessions CNKI
+checked again, or ``[cnki] pass_requests`` before any), and the hours they take at
+``[cnki] session_pace``. :func:`estimate` is pure (day totals and figures in, numbers out);
+:func:`task_plan` reads its inputs: the task's days, the census totals its rounds have seen, the
+pool.
+
+A day's documents: the total its rounds saw (the census's, or its roots' together), else the
+mean of the seen days of the same weekday (CNKI publishes patents on fixed weekdays: a Tuesday
+and a Saturday differ a hundredfold), else the mean of every seen day; with no day seen there is
+nothing to estimate from and the plan says so (None).
+
+A day's requests at ``N`` documents (docs/DEPTH.md, bench/sessions.py):
+    list    its list pages: ceil(N / page_size) (an empty day: its census, 1); a day over the
+            cap is split by the roots, each root's last page part-full: + half a page a root
+    export  list + ceil(N / export_batch) citation exports
+    detail  list + N detail pages x 1.015 (the links that die with a pass, listed again)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+DEPTHS = ("list", "export", "detail")
+#: Detail requests a document beyond its one page: the pages of a pass's last moments, whose
+#: links die with it, are listed and fetched again (bench/sessions.py: 1.035 requests a document
+#: at detail, 1.02 of them the floor).
+DETAIL_OVERHEAD = 1.015
+
+
+@dataclass(frozen=True)
+class Costs:
+    page_size: int
+    cap_rows: int
+    export_batch: int
+    roots: int  # the task's root categories: a day over the cap is searched by each
+    pass_requests: float  # requests a pass answers (measured, or [cnki] pass_requests)
+    pace: float  # requests/s a session keeps to ([cnki] session_pace; 0: no cap)
+    measured_passes: int = 0  # passes pass_requests was measured on (0: the configured value)
+
+
+def day_requests(total: int, depth: str, costs: Costs) -> float:
+    """The CNKI requests one day of ``total`` documents takes at ``depth``."""
+    pages = max(1, math.ceil(total / costs.page_size))
+    if total > costs.cap_rows:
+        pages += 1 + costs.roots / 2  # the census, then each root's pages, the last part-full
+    if depth == "list":
+        return float(pages)
+    if depth == "export":
+        return float(pages + math.ceil(total / costs.export_batch))
+    return pages + total * DETAIL_OVERHEAD
+
+
+def day_totals(days: list[str], seen: dict[str, int]) -> dict[str, float] | None:
+    """Each day's documents: seen, else the mean of its weekday's seen days, else of all seen
+    days; None when no day was seen."""
+    if not seen:
+        return None
+    by_weekday: dict[int, list[int]] = defaultdict(list)
+    for day, total in seen.items():
+        by_weekday[dt.date.fromisoformat(day).weekday()].append(total)
+    overall = sum(seen.values()) / len(seen)
+    out = {}
+    for day in days:
+        if day in seen:
+            out[day] = float(seen[day])
+            continue
+        same = by_weekday.get(dt.date.fromisoformat(day).weekday())
+        out[day] = sum(same) / len(same) if same else overall
+    return out
+
+
+def estimate(days: list[str], seen: dict[str, int], costs: Costs) -> dict:
+    """``{"days": D, "documents": N, "depths": {depth: {"requests", "passes", "hours"}}}`` for the
+    remaining ``days``; documents and the depths' figures None when no day was seen."""
+    totals = day_totals(days, seen)
+    out = {
+        "days": len(days),
+        "seen_days": sum(1 for d in days if d in seen),
+        "documents": None,
+        "pass_requests": costs.pass_requests,
+        "measured_passes": costs.measured_passes,
+        "session_pace": costs.pace,
+        "depths": dict.fromkeys(DEPTHS),
+    }
+    if totals is None:
+        return out
+    out["documents"] = round(sum(totals.values()))
+    for depth in DEPTHS:
+        requests = sum(day_requests(round(n), depth, costs) for n in totals.values())
+        passes = math.ceil(requests / costs.pass_requests) if requests else 0
+        hours = requests / costs.pace / 3600 if costs.pace > 0 else None
+        out["depths"][depth] = {
+            "requests": round(requests),
+            "passes": passes,
+            "hours": None if hours is None else round(hours, 2),
+        }
+    return out
+
+
+# -- reading the inputs ----------------------------------------------------------------------------
+
+
+def measured_pass_requests(store) -> tuple[float | None, int]:
+    """(mean requests a pass answered, how many passes): the pool's sessions CNKI checked
+    again (``needs-person``), whose count stopped where CNKI stopped answering them."""
+    from cnkispider.sessions.pool import NEEDS_PERSON
+
+    ended = [s.requests for s in store.list() if s.state == NEEDS_PERSON and s.requests > 0]
+    if not ended:
+        return None, 0
+    return sum(ended) / len(ended), len(ended)
+
+
+def task_days(engine, name: str, today: dt.date | None = None) -> tuple[dict, list[str], dict]:
+    """(the task row as a dict, its days not yet done, {day: documents} its rounds have seen)."""
+    import sqlalchemy as sa
+
+    from cnkispider.schema import round_, task
+
+    with engine.connect() as conn:
+        row = conn.execute(sa.select(task).where(task.c.name == name)).mappings().first()
+        if row is None and name.isdigit():
+            row = conn.execute(sa.select(task).where(task.c.id == int(name))).mappings().first()
+        if row is None:
+            raise LookupError(f"no task {name!r}")
+        rounds = conn.execute(
+            sa.select(round_.c.day, round_.c.category, round_.c.state, round_.c.total).where(
+                round_.c.task_id == row["id"]
+            )
+        ).all()
+    end = row["end_date"] or (today or dt.date.today()).isoformat()
+    first = dt.date.fromisoformat(row["start_date"])
+    last = dt.date.fromisoformat(end)
+    census: dict[str, int] = {}
+    roots: dict[str, int] = defaultdict(int)
+    open_days, done_days = set(), set()
+    for day, category, state, total in rounds:
+        (done_days if state == "done" else open_days).add(day)
+        if total is None:
+            continue
+        if category == "*":
+            census[day] = int(total)
+        else:
+            roots[day] += int(total)
+    seen = {**roots, **census}  # the census's total when there is one: roots may overlap
+    days = [
+        d.isoformat()
+        for d in (first + dt.timedelta(n) for n in range(max(0, (last - first).days + 1)))
+        if d.isoformat() not in done_days or d.isoformat() in open_days
+    ]
+    return dict(row), days, seen
+
+
+def task_plan(config, engine, name: str, store=None, today: dt.date | None = None) -> dict:
+    """:func:`estimate` of the task ``name``: its remaining days, with the pool's measured
+    passes (``store``: the session pool, None: the configured figure)."""
+    from tasks.categories import load_tree
+
+    row, days, seen = task_days(engine, name, today)
+    tree = load_tree(row["categories"], row["type"], config.base_dir)
+    measured, passes = measured_pass_requests(store) if store is not None else (None, 0)
+    costs = Costs(
+        page_size=config.cnki["page_size"],
+        cap_rows=config.cnki["cap_rows"],
+        export_batch=config.cnki["export_batch"],
+        roots=len(tree.roots),
+        pass_requests=measured or float(config.cnki["pass_requests"]),
+        pace=config.cnki["session_pace"],
+        measured_passes=passes,
+    )
+    out = estimate(days, seen, costs)
+    out["task"] = row["name"]
+    out["depth"] = row["depth"] or "detail"
+    return out
