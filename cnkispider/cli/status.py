@@ -20,7 +20,13 @@ def cmd_web(config: Config, args) -> int:
     # imported here: a crawl never loads Starlette, Jinja2 or uvicorn
     from cnkispider.web.serve import serve
 
-    return serve(config, host=args.host, port=args.port)
+    return serve(
+        config,
+        host=args.host,
+        port=args.port,
+        browser=args.browser,
+        desk_idle=args.desk_idle,
+    )
 
 
 def cmd_probe(config: Config, args) -> int:
@@ -99,4 +105,16 @@ def add_web(sub) -> None:
     )
     web.add_argument("--host", help="address to listen on (default [web] host: 127.0.0.1)")
     web.add_argument("--port", type=int, help="port (default [web] port: 8700)")
+    web.add_argument(
+        "--browser",
+        metavar="PATH",
+        help="the pass desk's browser (default: Chrome, Edge or Chromium, as session login finds them)",
+    )
+    web.add_argument(
+        "--desk-idle",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="close the pass desk's browser after this long without anyone at it (default 60)",
+    )
     web.set_defaults(func=cmd_web)

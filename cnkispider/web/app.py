@@ -235,6 +235,8 @@ def create_app(
     token: str,
     sample_seconds: float = SAMPLE_SECONDS,
     allowed_hosts: list[str] | None = None,
+    desk_browser: str | None = None,
+    desk_idle: float | None = None,
 ):
     """The app over ``config``'s database and Redis. ``engine``: an open engine (default: one
     opened here, which creates the ``audit`` table when missing); ``token``: see guard;
@@ -249,6 +251,9 @@ def create_app(
 
     engine = engine or open_database(config.database_url)
     web = Web(config, engine, token, sample_seconds=sample_seconds)
+    from cnkispider.web.desk import DeskRoom
+
+    room = DeskRoom(web, browser=desk_browser, idle=desk_idle)
     templates = _templates()
 
     def page(request, template, status=200, /, **context):
@@ -490,6 +495,7 @@ def create_app(
         try:
             yield
         finally:
+            room.close()
             web.stop()
 
     routes = [
@@ -500,6 +506,12 @@ def create_app(
         Route("/metrics", metrics),
         Route("/sessions", sessions_form, methods=["GET"]),
         Route("/sessions", sessions_post, methods=["POST"]),
+        Route("/desk", room.page_route(page), methods=["GET"]),
+        Route("/desk/open", room.open_route, methods=["POST"]),
+        Route("/desk/close", room.close_route, methods=["POST"]),
+        Route("/desk/input", room.input_route, methods=["POST"]),
+        Route("/desk/frame", room.frame_route, methods=["GET"]),
+        Route("/desk/state", room.state_route, methods=["GET"]),
         Route("/rounds/{round_id:int}", round_page),
         Route("/tasks/{name}", task_page),
         Route("/tasks/{name}/grid", grid_fragment, methods=["GET"]),

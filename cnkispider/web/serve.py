@@ -11,7 +11,15 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 UVICORN_OPTIONS = {"loop": "asyncio", "http": "h11", "ws": "none", "lifespan": "on"}
 
 
-def serve(config, *, host: str | None = None, port: int | None = None, stream=None) -> int:
+def serve(
+    config,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    stream=None,
+    browser: str | None = None,
+    desk_idle: float | None = None,
+) -> int:
     import uvicorn
 
     from cnkispider.db import open_database
@@ -34,7 +42,14 @@ def serve(config, *, host: str | None = None, port: int | None = None, stream=No
     engine = open_database(config.database_url)  # creates the audit table when missing
     # bound to this machine: only its loopback names may be asked for (see create_app)
     allowed = list(LOOPBACK) if host in LOOPBACK else None
-    app = create_app(config, engine=engine, token=token, allowed_hosts=allowed)
+    app = create_app(
+        config,
+        engine=engine,
+        token=token,
+        allowed_hosts=allowed,
+        desk_browser=browser,
+        desk_idle=desk_idle,
+    )
     shown = f"[{host}]" if ":" in host else host
     print(f"cnkispider web: http://{shown}:{port}/  (Ctrl-C stops it)", file=stream, flush=True)
     if host not in LOOPBACK:

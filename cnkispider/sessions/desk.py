@@ -1,0 +1,452 @@
+"""The pass desk: a person passes CNKI's slider from any browser, through a browser of the
+server's own (``cnkispider web``'s page ``/desk``; the page is cnkispider/web/).
+
+What it does, beside ``session login`` (cnkispider/sessions/login.py, whose browser finding,
+browser start and cookie reading it uses):
+
+1. start a headless Chrome, Edge or Chromium (:func:`~cnkispider.sessions.login.find_browser`,
+   or the web page's ``--browser PATH``) with a profile of its own, one tab of a phone's size;
+2. keep that tab on CNKI: every request it makes passes ``Fetch.requestPaused``, and one to a
+   host that is not CNKI's (:func:`~cnkispider.sessions.paste.host_matches` the configured
+   site's hosts) fails there, unsent: the desk's browser never sees another site;
+3. open CNKI's search page, which sends a browser without a pass to its check;
+4. stream the tab's screen (``Page.startScreencast``: JPEG frames, each acknowledged) to whoever
+   asks (:meth:`Desk.frame`) and play the person's input on it (:meth:`Desk.input`: mouse,
+   touch and keys, in the tab's CSS pixels, ``Input.dispatch*Event``);
+5. once a second, look where the tab is: when it has left ``/verify/`` and the search page is
+   there, read CNKI's cookies (HttpOnly ones too), hand them to ``on_pass`` (the web page puts
+   them into the pool, as ``session login`` does) and close the browser. A drag after which the
+   tab is on a fresh verify page was not accepted: the state says so;
+6. close the browser after ``idle`` seconds without the person's input (a page left open on a
+   phone in a pocket must not keep a browser running on the server), and on :meth:`Desk.close`.
+
+States: opening -> check (at CNKI's check) | page (elsewhere on CNKI) -> passed | closed | failed.
+Only :class:`Desk`'s own threads move them; the web page reads :meth:`Desk.status`.
+
+The DevTools protocol runs over one websocket with a reader thread (:class:`Link`): the events
+(frames, paused requests) must be answered while the person's input waits on its replies.
+Cookie values never reach a log line or the status.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+from cnkispider.sessions.login import (
+    VERIFY_MARK,
+    Browser,
+    CdpError,
+    LoginError,
+    _page_state,
+    find_browser,
+    read_cookies,
+)
+from cnkispider.sessions.paste import Paste, host_matches
+
+logger = logging.getLogger(__name__)
+
+#: Seconds without a look or a touch after which the desk closes its browser.
+IDLE_SECONDS = 60.0
+#: The tab's size in CSS pixels: a phone's, so the check fills a phone's screen unscaled and a
+#: desktop shows it whole.
+WIDTH, HEIGHT = 420, 560
+#: Keys a person may need on CNKI's check (a word to type on some), with their Windows codes.
+KEY_CODES = {
+    "Backspace": 8,
+    "Tab": 9,
+    "Enter": 13,
+    "Escape": 27,
+    "ArrowLeft": 37,
+    "ArrowUp": 38,
+    "ArrowRight": 39,
+    "ArrowDown": 40,
+    "Delete": 46,
+}
+
+OPENING, CHECK, PAGE, PASSED, CLOSED, FAILED = (
+    "opening",
+    "check",
+    "page",
+    "passed",
+    "closed",
+    "failed",
+)
+
+
+class Link:
+    """A DevTools-protocol client with a reader thread: ``call`` waits for its reply, ``send``
+    does not (for answering events from the reader itself); ``on_event(method, params,
+    session)`` gets every event, on the reader thread."""
+
+    def __init__(self, ws_url: str, on_event: Callable[[str, dict, str | None], None]):
+        import websocket
+
+        try:
+            self._ws = websocket.create_connection(ws_url, timeout=30, suppress_origin=True)
+        except (OSError, websocket.WebSocketException) as exc:
+            raise CdpError(f"cannot open the browser's DevTools socket: {exc}") from None
+        self._ws.settimeout(None)
+        self._on_event = on_event
+        self._lock = threading.Lock()
+        self._next = 0
+        self._waiting: dict[int, list] = {}  # id -> [Event, reply]
+        self.closed = False
+        self._reader = threading.Thread(target=self._read, name="desk-cdp", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        while not self.closed:
+            try:
+                message = json.loads(self._ws.recv())
+            except Exception:  # the browser went away, or close(): wake every caller
+                break
+            if "id" in message:
+                slot = self._waiting.pop(message["id"], None)
+                if slot is not None:
+                    slot[1] = message
+                    slot[0].set()
+                continue
+            try:
+                self._on_event(
+                    message.get("method", ""), message.get("params", {}), message.get("sessionId")
+                )
+            except Exception:  # one bad event must not stop the desk
+                logger.warning("desk: handling %s failed", message.get("method"), exc_info=True)
+        self.closed = True
+        for slot in list(self._waiting.values()):
+            slot[0].set()
+
+    def _send(self, method: str, params: dict | None, session: str | None, slot=None) -> int:
+        with self._lock:  # the id, its slot and the send in one step: replies find their caller
+            self._next += 1
+            message = {"id": self._next, "method": method, "params": params or {}}
+            if session:
+                message["sessionId"] = session
+            if slot is not None:
+                self._waiting[self._next] = slot
+            self._ws.send(json.dumps(message))
+            return self._next
+
+    def send(self, method: str, params: dict | None = None, *, session: str | None = None) -> None:
+        try:
+            self._send(method, params, session)
+        except Exception:  # the browser is closing: nothing to answer any more
+            pass
+
+    def call(
+        self,
+        method: str,
+        params: dict | None = None,
+        *,
+        session: str | None = None,
+        timeout: float = 30.0,
+    ) -> dict:
+        slot: list = [threading.Event(), None]
+        try:
+            sent = self._send(method, params, session, slot)
+        except Exception as exc:
+            raise CdpError(f"the browser's DevTools socket closed during {method}: {exc}") from None
+        if not slot[0].wait(timeout):
+            self._waiting.pop(sent, None)
+            raise CdpError(f"the browser did not answer {method} in {timeout:.0f} s")
+        reply = slot[1]
+        if reply is None:
+            raise CdpError(f"the browser's DevTools socket closed during {method}")
+        if "error" in reply:
+            raise CdpError(f"{method}: {reply['error'].get('message', reply['error'])}")
+        return reply.get("result", {})
+
+    def close(self) -> None:
+        self.closed = True
+        try:
+            self._ws.close()
+        except Exception:  # already closed by the browser
+            pass
+
+
+class Desk:
+    """One browser on CNKI's check, shown to a person and driven by them (module docstring)."""
+
+    def __init__(
+        self,
+        home_url: str,
+        cnki_hosts: tuple[str, ...],
+        on_pass: Callable[[Paste], str],
+        *,
+        browser: str | None = None,
+        idle: float = IDLE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.home_url = home_url
+        self.cnki_hosts = cnki_hosts
+        self.on_pass = on_pass
+        self.program = browser
+        self.idle = idle
+        self.clock = clock
+        self.state = OPENING
+        self.says = ""
+        self.url = ""
+        self.blocked = 0  # requests to other hosts the tab was refused
+        self.opened_at = clock()
+        self._touched = clock()
+        self._frame: dict | None = None
+        self._frames = threading.Condition()
+        self._browser: Browser | None = None
+        self._link: Link | None = None
+        self._session: str | None = None
+        self._input = threading.Lock()
+        self._released_on: str | None = None  # the verify page a drag was released on
+        self._stop = threading.Event()
+        self._watcher: threading.Thread | None = None
+
+    # -- opening and closing -------------------------------------------------------------------
+
+    def open(self) -> Desk:
+        """Start the browser and open CNKI; the watcher thread runs the rest. LoginError when
+        there is no browser or it will not start."""
+        program = find_browser(self.program)
+        self._browser = Browser.start(program, headless=True)
+        try:
+            self._link = Link(self._browser.ws_url, self._event)
+            tab = self._link.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+            self._session = self._link.call(
+                "Target.attachToTarget", {"targetId": tab, "flatten": True}
+            )["sessionId"]
+            call = self._tab_call
+            call("Fetch.enable", {"patterns": [{"urlPattern": "*", "requestStage": "Request"}]})
+            call("Page.enable")
+            call(
+                "Emulation.setDeviceMetricsOverride",
+                {"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False},
+            )
+            call("Emulation.setTouchEmulationEnabled", {"enabled": True, "maxTouchPoints": 1})
+            call(
+                "Page.startScreencast",
+                {"format": "jpeg", "quality": 70, "maxWidth": WIDTH, "maxHeight": HEIGHT},
+            )
+            call("Page.navigate", {"url": self.home_url})
+        except BaseException:
+            self._shut()
+            raise
+        self._watcher = threading.Thread(target=self._watch, name="desk-watch", daemon=True)
+        self._watcher.start()
+        logger.info("desk: a browser opened CNKI (%s) for a person", self.home_url)
+        return self
+
+    def close(self, why: str = "closed") -> None:
+        if self.state not in (PASSED, FAILED):
+            self.state, self.says = CLOSED, why
+        self._stop.set()
+        self._shut()
+
+    def _shut(self) -> None:
+        if self._link is not None:
+            self._link.close()
+        if self._browser is not None:
+            self._browser.close()
+            self._browser = None
+        with self._frames:
+            self._frames.notify_all()
+
+    @property
+    def open_now(self) -> bool:
+        return self.state in (OPENING, CHECK, PAGE)
+
+    def _tab_call(self, method: str, params: dict | None = None, timeout: float = 30.0) -> dict:
+        if self._link is None:
+            raise CdpError("the desk is closed")
+        return self._link.call(method, params, session=self._session, timeout=timeout)
+
+    # -- what the browser says ---------------------------------------------------------------------
+
+    def _event(self, method: str, params: dict, session: str | None) -> None:
+        if method == "Fetch.requestPaused":
+            url = params.get("request", {}).get("url", "")
+            if self.allowed(url):
+                self._link.send(
+                    "Fetch.continueRequest", {"requestId": params["requestId"]}, session=session
+                )
+            else:
+                self.blocked += 1
+                logger.info(
+                    "desk: refused the tab a request to %s", urlsplit(url).netloc or url[:40]
+                )
+                self._link.send(
+                    "Fetch.failRequest",
+                    {"requestId": params["requestId"], "errorReason": "BlockedByClient"},
+                    session=session,
+                )
+        elif method == "Page.screencastFrame":
+            self._link.send(
+                "Page.screencastFrameAck", {"sessionId": params["sessionId"]}, session=session
+            )
+            meta = params.get("metadata", {})
+            with self._frames:
+                seq = (self._frame or {}).get("seq", 0) + 1
+                self._frame = {
+                    "seq": seq,
+                    "data": params.get("data", ""),
+                    "width": meta.get("deviceWidth") or WIDTH,
+                    "height": meta.get("deviceHeight") or HEIGHT,
+                }
+                self._frames.notify_all()
+
+    def allowed(self, url: str) -> bool:
+        """Whether the tab may fetch ``url``: CNKI's own hosts only (its check included)."""
+        parts = urlsplit(url)
+        if parts.scheme in ("data", "blob", "about"):
+            return True
+        return parts.scheme in ("http", "https") and host_matches(
+            parts.hostname or "", self.cnki_hosts
+        )
+
+    # -- the person ----------------------------------------------------------------------------
+
+    def touch(self) -> None:
+        self._touched = self.clock()
+
+    def frame(self, after: int = 0, wait: float = 10.0) -> dict | None:
+        """The newest frame past ``after`` (``{"seq", "data": JPEG base64, "width", "height"}``),
+        waiting up to ``wait`` s for one; None if none came or the desk closed. Watching is not
+        being at the desk: only the person's input (and opening) keeps it open."""
+        deadline = time.monotonic() + wait
+        with self._frames:
+            while self.open_now and (self._frame is None or self._frame["seq"] <= after):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self._frames.wait(left)
+            frame = self._frame
+        return frame if frame is not None and frame["seq"] > after else None
+
+    def input(self, events: list[dict]) -> None:
+        """Play the person's events on the tab: ``{"kind": "mouse"|"touch", "type": "down"|
+        "move"|"up", "x": 0..1, "y": 0..1}`` (where on the shown screen) and ``{"kind": "key",
+        "key": KEY}``. Out-of-range or unknown events are dropped."""
+        self.touch()
+        if not self.open_now:
+            return
+        with self._input:
+            for event in events[:500]:
+                try:
+                    self._play(event)
+                except (CdpError, KeyError, TypeError, ValueError):
+                    return
+
+    def _play(self, event: dict) -> None:
+        kind, what = event.get("kind"), event.get("type")
+        if kind == "key":
+            key = str(event.get("key", ""))[:20]
+            if len(key) == 1:
+                self._tab_call(
+                    "Input.dispatchKeyEvent", {"type": "keyDown", "key": key, "text": key}
+                )
+                self._tab_call("Input.dispatchKeyEvent", {"type": "keyUp", "key": key})
+            elif key in KEY_CODES:
+                code = {"key": key, "windowsVirtualKeyCode": KEY_CODES[key]}
+                self._tab_call("Input.dispatchKeyEvent", dict(code, type="rawKeyDown"))
+                self._tab_call("Input.dispatchKeyEvent", dict(code, type="keyUp"))
+            return
+        frame = self._frame or {"width": WIDTH, "height": HEIGHT}
+        x = min(max(float(event["x"]), 0.0), 1.0) * frame["width"]
+        y = min(max(float(event["y"]), 0.0), 1.0) * frame["height"]
+        if what == "up":
+            self._released_on = self.url if VERIFY_MARK in urlsplit(self.url).path else None
+        if kind == "touch":
+            kinds = {"down": "touchStart", "move": "touchMove", "up": "touchEnd"}
+            points = [] if what == "up" else [{"x": x, "y": y}]
+            self._tab_call("Input.dispatchTouchEvent", {"type": kinds[what], "touchPoints": points})
+        elif kind == "mouse":
+            kinds = {"down": "mousePressed", "move": "mouseMoved", "up": "mouseReleased"}
+            params = {"type": kinds[what], "x": x, "y": y, "button": "left", "clickCount": 1}
+            if what == "move":
+                params["buttons"] = 1 if event.get("pressed") else 0
+                if not event.get("pressed"):
+                    params["button"] = "none"
+            self._tab_call("Input.dispatchMouseEvent", params)
+
+    # -- the watcher -------------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        try:
+            while not self._stop.wait(0.5):
+                if self.clock() - self._touched >= self.idle:
+                    logger.info(
+                        "desk: nobody at the desk for %.0f s: its browser closes", self.idle
+                    )
+                    self.close(f"closed after {self.idle:.0f} s without anyone at the desk")
+                    return
+                if self._look():
+                    return
+        except Exception as exc:  # the browser died: say so, leave nothing behind
+            logger.warning("desk: %s", exc)
+            self.state, self.says = FAILED, f"the desk's browser stopped: {exc}"
+            self._stop.set()
+            self._shut()
+
+    def _look(self) -> bool:
+        """One look at the tab; True once the pass is taken (the desk then closes)."""
+        try:
+            url, ready = _page_state(self, self._session)
+        except CdpError:
+            if self._link is None or self._link.closed:
+                raise
+            return False  # navigating: look again
+        self.url = url
+        at_check = VERIFY_MARK in urlsplit(url).path
+        if at_check:
+            if self._released_on and url != self._released_on:
+                self.says = "CNKI did not accept that drag: slide the piece onto the gap again"
+                self._released_on = None
+            elif self.state != CHECK:
+                self.says = "CNKI's check: slide the piece onto the gap"
+            self.state = CHECK
+            return False
+        if not ready:
+            if self.state == OPENING or self.state == CHECK:
+                self.state, self.says = PAGE, "CNKI's page is loading"
+            return False
+        cookies = read_cookies(self, self.cnki_hosts, self._session)
+        if not cookies:
+            self.state, self.says = PAGE, "CNKI's search page, but no CNKI cookie yet"
+            return False
+        user_agent = self.call("Browser.getVersion").get("userAgent", "")
+        paste = Paste(
+            cookies=cookies, user_agent=user_agent, host=urlsplit(self.home_url).hostname or ""
+        )
+        said = self.on_pass(paste)
+        self.state, self.says = PASSED, said
+        logger.info("desk: the check is passed: %d cookies into the pool", len(cookies))
+        self._stop.set()
+        self._shut()
+        return True
+
+    def call(
+        self,
+        method: str,
+        params: dict | None = None,
+        *,
+        session: str | None = None,
+        timeout: float = 30.0,
+    ) -> dict:
+        """``Cdp.call``'s shape, for login.py's readers (the page's state, the cookies)."""
+        if self._link is None:
+            raise CdpError("the desk is closed")
+        return self._link.call(method, params, session=session, timeout=timeout)
+
+    def status(self) -> dict:
+        return {
+            "state": self.state,
+            "says": self.says,
+            "at": urlsplit(self.url).path,
+            "blocked": self.blocked,
+            "seconds": round(self.clock() - self.opened_at, 1),
+        }
+
+
+__all__ = ["IDLE_SECONDS", "Desk", "LoginError"]

@@ -1,0 +1,299 @@
+"""The pass desk (issue 40): a person passes CNKI's check from any browser through a browser of
+the server's own, streamed to the page.
+
+`cnkispider web` runs in its own process on a stand-in that checks for a person; a real
+headless Chromium (Debian's, through Playwright) plays the person's browser: it opens /desk,
+types the token once, LOOKS at the streamed screen (the slider's blue handle and the dark gap,
+found by their colours in the frame, as an eye finds them) and drags with the mouse or a
+finger. The server's own browser is a second Chromium the desk starts. A waiting crawl goes on
+to the truth once the drag is in.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from cnkispider.sessions.desk import Desk
+from tests.crawl_harness import ROOT
+from tests.fixtures.waiting import wait_until
+from tests.test_verified_crawl import assert_equal_to_truth, status_json
+from tests.test_web import _free_port
+
+pytestmark = pytest.mark.slow  # two real Chromiums, `cnkispider web` and a crawl
+
+#: The person's target (issue 40): from opening the link to a session in the pool.
+PASS_SECONDS = 15.0
+
+#: In the desk's page, the streamed frame's handle, piece and gap (their bounding boxes in the
+#: frame's pixels): the stand-in draws the handle #39f, the piece #fc3, the gap #234
+#: (standin/markup.py).
+FIND = """() => {
+  const img = document.getElementById('desk-screen');
+  if (!img.naturalWidth) return null;
+  const c = document.createElement('canvas');
+  c.width = img.naturalWidth; c.height = img.naturalHeight;
+  const g = c.getContext('2d'); g.drawImage(img, 0, 0);
+  const d = g.getImageData(0, 0, c.width, c.height).data;
+  const near = (i, R, G, B) => Math.abs(d[i] - R) < 28 && Math.abs(d[i+1] - G) < 28 && Math.abs(d[i+2] - B) < 28;
+  function box(R, G, B, top, bottom) {
+    let x0 = 1e9, y0 = 1e9, x1 = -1, y1 = -1;
+    for (let y = top; y < bottom; y++) for (let x = 0; x < c.width; x++) {
+      if (near((y * c.width + x) * 4, R, G, B)) { x0 = Math.min(x0, x); y0 = Math.min(y0, y); x1 = Math.max(x1, x); y1 = Math.max(y1, y); }
+    }
+    return x1 < 0 || x1 - x0 < 20 ? null : {x0, y0, x1, y1};
+  }
+  // the yellow piece is the one thing of its colour; the gap is the dark square in its band
+  const handle = box(0x33, 0x99, 0xff, 0, c.height), piece = box(0xff, 0xcc, 0x33, 0, c.height);
+  const gap = piece && box(0x22, 0x33, 0x44, piece.y0 + 8, piece.y1 - 8);
+  return handle && gap ? {w: c.width, handle, piece, gap} : null;
+}"""
+
+
+class Web:
+    """`cnkispider web` in a subprocess, bound to 127.0.0.1, with its printed token."""
+
+    def __init__(self, setup, *extra: str):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        setup.write()
+        self.process = subprocess.Popen(
+            setup.command("web", "--port", str(self.port), *extra),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self.token = None
+        deadline = time.monotonic() + 60
+        for line in self.process.stdout:
+            self.lines.append(line)
+            if line.startswith("web token (shown only now"):
+                self.token = line.rsplit(": ", 1)[1].strip()
+            if line.startswith("cnkispider web: http://") or time.monotonic() > deadline:
+                break
+        threading.Thread(target=lambda: self.lines.extend(self.process.stdout), daemon=True).start()
+        assert self.token, "".join(self.lines)
+        wait_until(self._answers, 60, what="the web page answers")
+
+    def _answers(self) -> bool:
+        try:
+            urllib.request.urlopen(self.url + "/api/status", timeout=5).read()
+            return True
+        except OSError:
+            return False
+
+    def call(self, method: str, path: str, headers: dict | None = None, body: bytes | None = None):
+        request = urllib.request.Request(
+            self.url + path, data=body, headers=headers or {}, method=method
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                return answer.status, answer.read().decode("utf-8")
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode("utf-8", "replace")
+
+    def state(self) -> dict:
+        status, body = self.call("GET", "/desk/state", {"X-CNKI-Token": self.token})
+        assert status == 200, body
+        return json.loads(body)
+
+    def browsers(self) -> list[int]:
+        """The Chromium processes the web server started (its children)."""
+        out = subprocess.run(
+            ["ps", "-o", "pid=,comm=", "--ppid", str(self.process.pid)],
+            capture_output=True,
+            text=True,
+        ).stdout
+        return [int(line.split()[0]) for line in out.splitlines() if "chrom" in line]
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    from playwright.sync_api import sync_playwright
+
+    program = shutil.which("chromium")
+    assert program, "Debian's chromium is missing (.ci/run installs it)"
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=program, headless=True)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def web_of():
+    made: list[Web] = []
+
+    def make(setup, *extra):
+        made.append(Web(setup, *extra))
+        return made[-1]
+
+    yield make
+    for web in made:
+        web.stop()
+
+
+def open_desk(page, web) -> None:
+    """The person: opens the link, types the token (once: the browser keeps it)."""
+    page.goto(web.url + "/desk")
+    page.fill("#desk-token", web.token)
+    page.click("#desk-token-form button")
+
+
+def look(page) -> dict:
+    """Wait until the screen shows the slider; where its handle and gap are."""
+    found = {}
+
+    def seen():
+        found.update(page.evaluate(FIND) or {})
+        return bool(found)
+
+    wait_until(seen, 60, what="the desk's screen shows CNKI's slider")
+    return found
+
+
+def drag(page, seen: dict, off: int = 0, *, touch: bool = False) -> None:
+    """Drag the handle, as shown on the desk's screen, until the piece is ``off`` px from the
+    gap (in the server's browser's pixels)."""
+    box = page.locator("#desk-screen").bounding_box()
+    scale = box["width"] / seen["w"]
+    handle, gap = seen["handle"], seen["gap"]
+    x0 = box["x"] + (handle["x0"] + handle["x1"]) / 2 * scale
+    y = box["y"] + (handle["y0"] + handle["y1"]) / 2 * scale
+    x1 = x0 + (gap["x0"] - seen["piece"]["x0"] + off) * scale
+    steps = [x0 + (x1 - x0) * i / 15 for i in range(16)]
+    if not touch:
+        page.mouse.move(x0, y)
+        page.mouse.down()
+        for x in steps[1:]:
+            page.mouse.move(x, y)
+            page.wait_for_timeout(30)
+        page.mouse.up()
+        return
+    cdp = page.context.new_cdp_session(page)
+    touch_at = lambda kind, x: cdp.send(  # noqa: E731
+        "Input.dispatchTouchEvent",
+        {"type": kind, "touchPoints": [] if kind == "touchEnd" else [{"x": x, "y": y}]},
+    )
+    touch_at("touchStart", x0)
+    for x in steps[1:]:
+        touch_at("touchMove", x)
+        page.wait_for_timeout(30)
+    touch_at("touchEnd", x1)
+
+
+def test_a_drag_on_the_desk_passes_and_the_waiting_crawl_goes_on(verified_crawl, chromium, web_of):
+    """The crawl waits for a person; the person opens the desk, types the token, drags with
+    the mouse: a session in the pool within 15 s of opening the link, the crawl to the truth."""
+    setup, pool = verified_crawl()
+    worker = setup.spawn("run", "-s", "SESSIONS_POLL=1")
+    try:
+        wait_until(
+            lambda: (status_json(setup, started=False)["tasks"] or [{}])[0].get("waiting"),
+            120,
+            what="the crawl waits for a person",
+        )
+        web = web_of(setup)
+        context = chromium.new_context(viewport={"width": 900, "height": 900})
+        page = context.new_page()
+        started = time.monotonic()
+        open_desk(page, web)  # actions 1 and 2: the link, the token
+        drag(page, look(page))  # action 3
+        page.wait_for_selector("#desk-status[data-state=passed]", timeout=60_000)
+        took = time.monotonic() - started
+        (session,) = pool.list()
+        assert session.source == "browser" and "KNS2COOKIE" in session.cookie_names()
+        assert took < PASS_SECONDS, f"{took:.1f} s from the link to the pool"
+        assert "Passed: added session" in page.inner_text("#desk-status")
+        assert "session pool: 1 ready" in page.inner_text("#desk-pool") or "in use" in (
+            page.inner_text("#desk-pool")
+        )
+        print(f"desk: from the link to a session in the pool {took:.1f} s")
+        out, _ = worker.communicate(timeout=240)
+        assert worker.returncode == 0, out[-3000:] + setup.log()[-3000:]
+        assert_equal_to_truth(setup)
+        wait_until(lambda: not web.browsers(), 30, what="the desk's browser closed")
+        # a second visit: the browser kept the token, the desk opens without asking
+        page.goto(web.url + "/desk")
+        page.wait_for_selector("#desk-status[data-state=check]", timeout=60_000)
+        assert page.locator("#desk-token-form").is_hidden()
+        context.close()
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+
+
+def test_a_wrong_drag_by_touch_leaves_the_pool_alone_and_the_desk_says_so(
+    verified_crawl, chromium, web_of
+):
+    from playwright.sync_api import expect
+
+    setup, pool = verified_crawl()
+    web = web_of(setup)
+    context = chromium.new_context(has_touch=True, viewport={"width": 420, "height": 800})
+    page = context.new_page()
+    try:
+        open_desk(page, web)
+        drag(page, look(page), off=40, touch=True)  # beside the gap
+        expect(page.locator("#desk-status")).to_contain_text("did not accept", timeout=30_000)
+        assert pool.list() == [] and setup.site.stats()["human_check_failed"] == 1
+        drag(page, look(page), touch=True)  # a finger onto the gap
+        page.wait_for_selector("#desk-status[data-state=passed]", timeout=60_000)
+        assert len(pool.list()) == 1 and setup.site.stats()["human_passes"] == 1
+    finally:
+        context.close()
+
+
+def test_no_token_another_origin_or_another_host_no_desk(verified_crawl, web_of):
+    setup, _ = verified_crawl()
+    web = web_of(setup)
+    origin = {"Origin": web.url}
+    token = {"X-CNKI-Token": web.token}
+    assert web.call("POST", "/desk/open", origin)[0] == 403  # no token
+    assert web.call("POST", "/desk/open", {**origin, "X-CNKI-Token": "wrong"})[0] == 403
+    assert web.call("POST", "/desk/open", {**token, "Origin": "http://evil.example"})[0] == 403
+    assert web.call("POST", "/desk/open", token)[0] == 403  # neither Origin nor Referer
+    other_host = {**token, "Origin": "http://evil.example", "Host": "evil.example"}
+    assert web.call("POST", "/desk/open", other_host)[0] == 400  # bound to 127.0.0.1
+    assert web.call("GET", "/desk/frame")[0] == 403
+    assert web.call("GET", "/desk/state")[0] == 403
+    assert web.state()["state"] == "closed" and web.browsers() == []
+
+
+def test_the_desks_browser_closes_when_nobody_is_at_it(verified_crawl, web_of):
+    setup, _ = verified_crawl()
+    web = web_of(setup, "--desk-idle", "3")
+    status, body = web.call("POST", "/desk/open", {"X-CNKI-Token": web.token, "Origin": web.url})
+    assert status == 200, body
+    assert web.browsers(), "the desk started no browser"
+    wait_until(lambda: web.state()["state"] == "check", 60, what="the desk at the check")
+    wait_until(lambda: web.state()["state"] == "closed", 60, what="the idle desk closes")
+    assert "without anyone at the desk" in web.state()["says"]
+    wait_until(lambda: not web.browsers(), 30, what="its browser gone")
+
+
+def test_the_desks_browser_may_fetch_only_cnki():
+    desk = Desk("https://kns.cnki.net/kns8s/defaultresult/index", ("cnki.net",), str)
+    assert desk.allowed("https://kns.cnki.net/verify/home?captchaType=blockPuzzle")
+    assert desk.allowed("https://piccache.cnki.net/a.png")
+    assert not desk.allowed("https://www.baidu.com/")
+    assert not desk.allowed("https://cnki.net.evil.example/")
+    assert not desk.allowed("file:///etc/passwd")
+    assert desk.allowed("data:image/png;base64,AA==")
