@@ -77,6 +77,7 @@ def crawler_settings(config: Config) -> dict:
         "SESSIONS_PACE_MAX": cnki["session_pace"],
         "NOTIFY_WEBHOOKS": config.raw["notify"]["webhook"],
         "NOTIFY_FORMAT": config.raw["notify"]["format"],
+        "WEB_PUBLIC_URL": config.raw.get("web", {}).get("public_url", ""),
         # flow control
         "TASKS_NAME": task.name,
         "TASKS_TYPE": task.type,

@@ -15,6 +15,10 @@ never stops the crawl. Events: ``waiting`` (:mod:`cnkispider.sessions.runtime` c
 reason ``finished``), ``look:N`` (a follow task's look N is over: signal ``look_finished``,
 "task X: 37 new documents, 2 days re-opened").
 
+A ``waiting`` message carries the pass desk's link when ``[web] public_url`` (``WEB_PUBLIC_URL``)
+is set: the person who gets it passes CNKI's check from the message, on a phone too
+(cnkispider/sessions/desk.py).
+
 Stats: ``notify/sent``, ``notify/failed``.
 """
 
@@ -70,7 +74,13 @@ class Notifier:
     """Sends one message per event to every webhook; see the module docstring."""
 
     def __init__(
-        self, webhooks: list[str], fmt: str = "json", timeout: float = 5.0, stats=None, task=""
+        self,
+        webhooks: list[str],
+        fmt: str = "json",
+        timeout: float = 5.0,
+        stats=None,
+        task="",
+        public_url: str = "",
     ):
         if fmt not in FORMATS:
             raise ValueError(f"NOTIFY_FORMAT must be one of {', '.join(FORMATS)}, got {fmt!r}")
@@ -79,6 +89,7 @@ class Notifier:
         self.timeout = timeout
         self.stats = stats
         self.task = task
+        self.public_url = (public_url or "").rstrip("/")
         self._failed: set[str] = set()  # webhooks already logged as failing
         self._sent_events: set[str] = set()  # one message per event and task
         self._threads: list[threading.Thread] = []
@@ -96,6 +107,7 @@ class Notifier:
             s.getfloat("NOTIFY_TIMEOUT"),
             stats=crawler.stats,
             task=s.get("TASKS_NAME") or "",
+            public_url=s.get("WEB_PUBLIC_URL") or "",
         )
         crawler.signals.connect(notifier.task_halted, signal=cnki_signals.task_halted)
         crawler.signals.connect(notifier.spider_closed, signal=signals.spider_closed)
@@ -112,7 +124,10 @@ class Notifier:
             if event in self._sent_events:
                 return
             self._sent_events.add(event)
-        body = payload(self.format, event, self.task, mask_text(text))
+        text = mask_text(text)
+        if event == "waiting" and self.public_url:
+            text += _("; pass it here: %(url)s/desk") % {"url": self.public_url}
+        body = payload(self.format, event, self.task, text)
         for url in self.webhooks:
             thread = threading.Thread(
                 target=self._post, args=(url, body), name="cnkispider-notify", daemon=True

@@ -24,7 +24,8 @@ import pytest
 from cnkispider.sessions.desk import Desk
 from tests.crawl_harness import ROOT
 from tests.fixtures.waiting import wait_until
-from tests.test_verified_crawl import assert_equal_to_truth, status_json
+from tests.test_notify import Receiver
+from tests.test_verified_crawl import assert_equal_to_truth
 from tests.test_web import _free_port
 
 pytestmark = pytest.mark.slow  # two real Chromiums, `cnkispider web` and a crawl
@@ -199,42 +200,61 @@ def drag(page, seen: dict, off: int = 0, *, touch: bool = False) -> None:
 
 
 def test_a_drag_on_the_desk_passes_and_the_waiting_crawl_goes_on(verified_crawl, chromium, web_of):
-    """The crawl waits for a person; the person opens the desk, types the token, drags with
-    the mouse: a session in the pool within 15 s of opening the link, the crawl to the truth."""
+    """The crawl waits for a person and says so to a webhook, with the desk's link; the person
+    opens the link, types the token, drags with the mouse: a session in the pool within 15 s of
+    opening the link (3 actions), and the crawl goes on to the truth."""
     setup, pool = verified_crawl()
-    worker = setup.spawn("run", "-s", "SESSIONS_POLL=1")
+    web = web_of(setup)
+    hook = Receiver()
+    worker = setup.spawn(
+        "run",
+        "-s",
+        "SESSIONS_POLL=1",
+        "-s",
+        f"NOTIFY_WEBHOOKS={hook.url}/hook",
+        "-s",
+        f"WEB_PUBLIC_URL={web.url}",
+    )
+    context = chromium.new_context(viewport={"width": 900, "height": 900})
     try:
-        wait_until(
-            lambda: (status_json(setup, started=False)["tasks"] or [{}])[0].get("waiting"),
-            120,
-            what="the crawl waits for a person",
-        )
-        web = web_of(setup)
-        context = chromium.new_context(viewport={"width": 900, "height": 900})
+        wait_until(lambda: hook.bodies, 120, what="the waiting message", workers=[worker])
+        message = hook.bodies[0]["json"]
+        assert message["event"] == "waiting"
+        link = message["text"].rsplit("pass it here: ", 1)[1]
+        assert link == web.url + "/desk"
+        # the first screen: the pool at a glance, and the banner with the desk's link
         page = context.new_page()
+        page.goto(web.url + "/")
+        assert page.locator(".banner-person .desk-link").get_attribute("href") == "/desk"
+        assert page.locator("#pool").get_attribute("data-ready") == "0"
+
         started = time.monotonic()
-        open_desk(page, web)  # actions 1 and 2: the link, the token
-        drag(page, look(page))  # action 3
+        page.goto(link)  # action 1: the link
+        page.fill("#desk-token", web.token)  # action 2: the token, once for this browser
+        page.click("#desk-token-form button")
+        drag(page, look(page))  # action 3: the drag
         page.wait_for_selector("#desk-status[data-state=passed]", timeout=60_000)
         took = time.monotonic() - started
         (session,) = pool.list()
         assert session.source == "browser" and "KNS2COOKIE" in session.cookie_names()
         assert took < PASS_SECONDS, f"{took:.1f} s from the link to the pool"
         assert "Passed: added session" in page.inner_text("#desk-status")
-        assert "session pool: 1 ready" in page.inner_text("#desk-pool") or "in use" in (
-            page.inner_text("#desk-pool")
-        )
+        assert "session pool: 1 ready" in page.inner_text("#desk-pool")
         print(f"desk: from the link to a session in the pool {took:.1f} s")
         out, _ = worker.communicate(timeout=240)
         assert worker.returncode == 0, out[-3000:] + setup.log()[-3000:]
         assert_equal_to_truth(setup)
         wait_until(lambda: not web.browsers(), 30, what="the desk's browser closed")
+        page.goto(web.url + "/")
+        assert int(page.locator("#pool").get_attribute("data-requests")) > 0
+        assert page.locator(".banner-person").count() == 0
         # a second visit: the browser kept the token, the desk opens without asking
-        page.goto(web.url + "/desk")
+        page.goto(link)
         page.wait_for_selector("#desk-status[data-state=check]", timeout=60_000)
         assert page.locator("#desk-token-form").is_hidden()
-        context.close()
     finally:
+        context.close()
+        hook.close()
         if worker.poll() is None:
             worker.kill()
             worker.wait()

@@ -151,3 +151,31 @@ def test_config_takes_several_webhooks_and_checks_the_format(tmp_path):
     ini.write_text("[notify]\nwebhook = ftp://x\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="webhook"):
         load_config(ini, environ={})
+
+
+def test_the_waiting_message_links_the_pass_desk_when_the_page_has_a_public_address(
+    receiver, tmp_path
+):
+    """[web] public_url set: the person passes from the message (issue 40); unset: no link."""
+    linked, plain = receiver(), receiver()
+    desk = Notifier([linked.url], "json", timeout=2, task="t", public_url="https://c.example/")
+    desk.send("waiting", "task t: waiting: CNKI wants a person to pass its check")
+    desk.send("finished", "task t: finished")
+    bare = Notifier([plain.url], "json", timeout=2, task="t")
+    bare.send("waiting", "task t: waiting: CNKI wants a person to pass its check")
+    desk.wait()
+    bare.wait()
+    texts = {b["json"]["event"]: b["json"]["text"] for b in linked.bodies}
+    assert texts["waiting"].endswith("pass it here: https://c.example/desk")
+    assert "/desk" not in texts["finished"]
+    assert "/desk" not in plain.bodies[0]["json"]["text"]
+    ini = tmp_path / "config.ini"
+    ini.write_text("[web]\npublic_url = https://c.example/x/\n", encoding="utf-8")
+    config = load_config(ini, environ={})
+    assert config.raw["web"]["public_url"] == "https://c.example/x"
+    from cnkispider.crawlsettings import crawler_settings
+
+    assert crawler_settings(config)["WEB_PUBLIC_URL"] == "https://c.example/x"
+    ini.write_text("[web]\npublic_url = c.example\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="public_url"):
+        load_config(ini, environ={})

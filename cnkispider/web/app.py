@@ -175,6 +175,19 @@ class Web:
 
         return None if self.redis is None else SessionStore(self.redis, self.namespace)
 
+    def pool_view(self) -> dict | None:
+        """The pool at a glance (cnkispider.web.desk.pool_view), None while Redis is away."""
+        from cnkispider.web.desk import pool_view
+
+        store = self.pool()
+        if store is None:
+            return None
+        try:
+            return pool_view(store)
+        except Exception:  # Redis away a moment: the page without the pool
+            logger.warning("web: reading the session pool failed", exc_info=True)
+            return None
+
     def plan(self, name: str) -> dict | None:
         """The task's plan (cnkispider.status.plan), None when it cannot be read now."""
         from cnkispider.status.plan import task_plan
@@ -278,6 +291,7 @@ def create_app(
             report=report,
             banners=banners(report),
             audit=actions.recent(engine, 20),
+            pool=web.pool_view(),
         )
 
     def tasks_fragment(request: Request):
