@@ -593,7 +593,7 @@ def test_the_same_origin_check(headers, same):
 def test_web_is_bound_to_this_machine_unless_told_otherwise(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     config = load_config(environ={})
-    assert config.raw["web"] == {"host": "127.0.0.1", "port": 8700, "token": ""}
+    assert config.raw["web"] == {"host": "127.0.0.1", "port": 8700, "token": "", "public_url": ""}
 
 
 @pytest.mark.slow  # a command in a subprocess
