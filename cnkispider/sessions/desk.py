@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
+from cnkispider.i18n import _
 from cnkispider.sessions.login import (
     VERIFY_MARK,
     Browser,
@@ -379,13 +380,18 @@ class Desk:
                     logger.info(
                         "desk: nobody at the desk for %.0f s: its browser closes", self.idle
                     )
-                    self.close(f"closed after {self.idle:.0f} s without anyone at the desk")
+                    self.close(
+                        _(
+                            "closed after %(s).0f s without anyone at the desk: reload to open it again"
+                        )
+                        % {"s": self.idle}
+                    )
                     return
                 if self._look():
                     return
         except Exception as exc:  # the browser died: say so, leave nothing behind
             logger.warning("desk: %s", exc)
-            self.state, self.says = FAILED, f"the desk's browser stopped: {exc}"
+            self.state, self.says = FAILED, _("the desk's browser stopped: %(why)s") % {"why": exc}
             self._stop.set()
             self._shut()
 
@@ -401,19 +407,19 @@ class Desk:
         at_check = VERIFY_MARK in urlsplit(url).path
         if at_check:
             if self._released_on and url != self._released_on:
-                self.says = "CNKI did not accept that drag: slide the piece onto the gap again"
+                self.says = _("CNKI did not accept that drag: slide the piece onto the gap again")
                 self._released_on = None
             elif self.state != CHECK:
-                self.says = "CNKI's check: slide the piece onto the gap"
+                self.says = _("CNKI's check: slide the piece onto the gap")
             self.state = CHECK
             return False
         if not ready:
             if self.state == OPENING or self.state == CHECK:
-                self.state, self.says = PAGE, "CNKI's page is loading"
+                self.state, self.says = PAGE, _("CNKI's page is loading")
             return False
         cookies = read_cookies(self, self.cnki_hosts, self._session)
         if not cookies:
-            self.state, self.says = PAGE, "CNKI's search page, but no CNKI cookie yet"
+            self.state, self.says = PAGE, _("CNKI's search page, but no CNKI cookie yet")
             return False
         user_agent = self.call("Browser.getVersion").get("userAgent", "")
         paste = Paste(
