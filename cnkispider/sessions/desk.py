@@ -231,6 +231,7 @@ class Desk:
                 {"format": "jpeg", "quality": 70, "maxWidth": WIDTH, "maxHeight": HEIGHT},
             )
             call("Page.navigate", {"url": self.home_url})
+            self.touch()  # the idle time counts from a desk the person can use, not its start
         except BaseException:
             self._shut()
             raise
