@@ -51,6 +51,7 @@ def test_the_plan_is_within_15_percent_of_what_the_crawl_took(census_crawl, dept
     after = setup.site.stats()["kinds"]
     took = sum(after[k] - before[k] for k in COUNTED)
     planned = plan["depths"][depth]["requests"]
+    print(f"task plan at {depth}: planned {planned} requests, the crawl took {took}")
     assert abs(planned - took) <= 0.15 * took, (depth, planned, took, plan)
     done = json.loads(setup.run_ok("task", "plan", setup.task, "--json").stdout)
     assert done["days"] == 0 and done["depths"][depth]["requests"] == 0
