@@ -44,7 +44,7 @@ from sqlalchemy.dialects.mysql import MEDIUMTEXT
 
 from cnkispider.items import FIELDS, INTEGER_FIELDS, TIME_FIELDS
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 metadata = MetaData()
 
@@ -134,6 +134,10 @@ error_code = Table(
     Column("lease_until", DateTime),
     Column("created_at", DateTime),
     Column("updated_at", DateTime),
+    # How many of the round's listed rows this fact puts beyond reach (an overflow, a pager
+    # shorter than its total, a census its roots do not cover): the round's ledger counts exactly
+    # this many as ``beyond`` (cnkispider/ledger.py), never whatever happens to be missing.
+    Column("unreachable", Integer),
     Index("ix_errorcode_task_state", "task_id", "state"),
 )
 
@@ -404,3 +408,8 @@ UPGRADES[9] = _add_ledger_fold_table()
 
 # issue 39: a task may carry a professional-search expression
 UPGRADES[10] = [(task, "query")]
+
+# issue 43: "beyond" is what an overflow, pager-short or census row says, by count (NULL on an
+# older row: it counts none, and its round, failing on its ledger, is crawled again and records
+# the count)
+UPGRADES[11] = [(error_code, "unreachable")]
