@@ -5,6 +5,7 @@ real list page. Each failed on the code before its fix (docs/RELIABILITY.md, "Th
 fooled the ledger (issue 43)").
 
 - case 2: a round seeded under the epoch Redis kept, whose requests Redis lost, is seeded again;
+  ``task reopen`` re-opens a round in flight;
 - case 3: a root first page handled twice sets the round's total once;
 - case 4: "beyond" is what the overflow, pager-short and census rows say, by count;
 - case 5: a claim whose reply was lost is handed to its worker, not held for ever;
@@ -28,6 +29,7 @@ from cnkispider.schema import round_
 from errors.recorder import ErrorRecorder
 from tasks.feeder import RoundFeeder, idle_in_redis
 from tasks.flow import TaskStore
+from tests.fixtures.commands import cli, ini  # noqa: F401 - the fixture
 from tests.fixtures.scheduling import HAND_DRIVEN, in_loop
 from tests.fixtures.waiting import wait_until, wait_until_async
 from tests.test_scheduling_loss import finish, settle, take_all
@@ -152,6 +154,35 @@ async def test_case2_a_round_that_drained_and_waits_for_its_close_is_not_taken_o
     wait_until(lambda: seeded_longer_than_a_lease(store, round_.id), 30, what="a lease to pass")
     assert other.claim(task_id, W2, w1.epoch, idle) is None
     assert _round(other, round_.id).state == "seeded"
+
+
+def test_case2_task_reopen_re_opens_a_round_in_flight(ini, db_url, capsys):  # noqa: F811
+    store, task_id = _task(db_url)
+    round_ = store.claim(task_id, W1, "e1")
+    assert store.mark_seeded(round_.id, W1, "e1")
+    other = _worker(db_url)
+    assert other.claim(task_id, W2, "e1") is None  # seeded under the live epoch: nobody takes it
+
+    assert cli(ini, "task", "reopen", "t", DAY, "--category", "A") == 0
+    assert "1 round of 2024-01-01 A re-opened" in capsys.readouterr().out
+    again = other.claim(task_id, W2, "e1")
+    assert again is not None and again.id == round_.id
+    assert cli(ini, "task", "reopen", "t", "2024-01-02") == 2  # no round that day: said so
+    assert "no round of 2024-01-02" in capsys.readouterr().err
+
+
+def test_case2_a_worker_seeding_a_round_the_operator_re_opened_stops(db_url):
+    """``mark_seeded`` says False to the worker that no longer holds its round, and True again
+    to the one that does (run again after its commit's reply was lost)."""
+    store, task_id = _task(db_url)
+    round_ = store.claim(task_id, W1, "e1")
+    assert store.reopen_rounds("t", DAY) == 1  # while W1 seeds it
+    assert store.mark_seeded(round_.id, W1, "e1") is False
+    other = _worker(db_url)
+    again = other.claim(task_id, W2, "e1")
+    assert again.id == round_.id
+    assert other.mark_seeded(again.id, W2, "e1") is True
+    assert other.mark_seeded(again.id, W2, "e1") is True  # the same move, its reply lost
 
 
 # -- case 3: add_total counts twice -------------------------------------------------------------
