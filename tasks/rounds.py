@@ -796,9 +796,16 @@ class Rounds(TaskRows):
 
     @retried("noting a round")
     def set_note(self, round_id: int, note: str) -> None:
-        """A note the round keeps when it closes done (its ledger's note wins if it fails)."""
+        """A note the round keeps when it closes done (its ledger's note wins if it fails).
+        Only while the round is in flight, as :meth:`set_total`: a late handling of a page of
+        a round closed since must not change what its closed state means (a census round's
+        ``categories`` note makes the day's root rounds due)."""
         with self.engine.begin() as conn:
-            conn.execute(round_.update().where(round_.c.id == round_id).values(note=note[:500]))
+            conn.execute(
+                round_.update()
+                .where(round_.c.id == round_id, round_.c.state.in_(IN_FLIGHT))
+                .values(note=note[:500])
+            )
 
     @retried("setting a round's listed total")
     def set_total(self, round_id: int, listed: int) -> None:
