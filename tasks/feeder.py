@@ -332,16 +332,17 @@ class RoundFeeder:
                     self.store.mark_seeded, round_.id, self.worker_id, scheduler.epoch
                 )
             except BaseException:
-                # This worker lives on, and its heartbeat renews the leases of every round it
-                # holds claimed: a round it failed to seed (the task row edited into nonsense
-                # since the claim, the database away) would be held forever. Hand it back.
+                # This worker lives on: a round it failed to seed (the task row edited into
+                # nonsense since the claim, the database away) is handed back at once, rather
+                # than after its lease (its heartbeat renews it no more either).
                 await in_thread(self.store.release_claim, round_.id, self.worker_id)
                 raise
             if not ours:
                 # Another worker holds the round now (this worker's lease lapsed and the round
                 # was taken over, or the operator re-opened it): that worker seeds it. What this
-                # one flushed is a copy of the round's first request under the same round id
-                # (deduplicated, its ledger writes idempotent); it seeds nothing more of it.
+                # one flushed is a copy of the round's first page under the same round id, whose
+                # handling is idempotent (its total set, its rows' ledger rows written once);
+                # it seeds nothing more of it.
                 logger.warning(
                     "round %s (%s %s) is no longer this worker's (taken over while it was being "
                     "seeded): its new holder seeds it",

@@ -227,15 +227,31 @@ class Rounds(TaskRows):
             ).all()
         known = self.held_rounds(worker_id)
         for row in rows:
-            if row.id not in known:
-                logger.info(
-                    "round %s (%s %s): claimed by this worker, whose claim's reply was lost: "
-                    "seeding it",
-                    row.id,
-                    row.day,
-                    round_label(row.category),
-                )
-                return Round(row.id, row.task_id, row.day, row.category, row.attempts)
+            if row.id in known:
+                continue
+            with self.engine.begin() as conn:
+                # its lease starts again from now, if it is still this worker's (a lapsed one
+                # may have been taken over since the SELECT)
+                now = db_now(conn)
+                mine = conn.execute(
+                    round_.update()
+                    .where(
+                        round_.c.id == row.id,
+                        round_.c.worker == worker_id,
+                        round_.c.state == RoundState.CLAIMED,
+                    )
+                    .values(lease_until=now + self.round_lease)
+                ).rowcount
+            if mine != 1:
+                continue
+            logger.info(
+                "round %s (%s %s): claimed by this worker, whose claim's reply was lost: "
+                "seeding it",
+                row.id,
+                row.day,
+                round_label(row.category),
+            )
+            return Round(row.id, row.task_id, row.day, row.category, row.attempts)
         return None
 
     def _claim_one(
