@@ -167,7 +167,7 @@ def list_facts(conn, round_id: int) -> tuple[int, list[str]]:
 
     One fact counts once: a page handled twice (at-least-once delivery) may record its fact
     twice, so the rows of one (reason, search, page) count as one, with the larger count. A row
-    without a count (recorded before schema 9) counts none."""
+    without a count (recorded before schema 11) counts none."""
     rows = conn.execute(
         sa.select(
             error_code.c.reason,
