@@ -5,7 +5,7 @@ joined) its task, and is its only writer: it calls :func:`open_context`. Every o
 asks for it explicitly, when it needs it, through :func:`context_of`; nobody sets attributes on
 the spider for others to find, and nobody probes the spider for them::
 
-    spider         task_id (request meta), tree (splitting a search), tasks.add_total,
+    spider         task_id (request meta), tree (splitting a search), tasks.set_total,
                    error_recorder (permanent facts: overflow, pager-short, not-found-on-refresh;
                    a replayed page mended)
     errors/        error_recorder and task_id, doc_type (the failures of requests)

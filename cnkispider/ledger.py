@@ -171,14 +171,29 @@ def count(conn, round_id: int) -> Counts:
     )
 
 
-def list_facts(conn, round_id: int) -> tuple[bool, list[str]]:
-    """(the round recorded rows no search can reach: an overflow, a pager shorter than its
-    total; the reasons of its list pages that failed and are in errorCode to replay)."""
+def list_facts(conn, round_id: int) -> tuple[int, list[str]]:
+    """(how many of the round's rows its errorCode rows say no search can reach: an overflow,
+    a pager shorter than its total, a census its roots do not cover, each by its count; the
+    reasons of its list pages that failed and are in errorCode to replay).
+
+    One fact counts once: a page handled twice (at-least-once delivery) may record its fact
+    twice, so the rows of one (reason, search, page) count as one, with the larger count. A row
+    without a count (recorded before schema 11) counts none."""
     rows = conn.execute(
-        sa.select(error_code.c.reason, error_code.c.state).where(error_code.c.round_id == round_id)
+        sa.select(
+            error_code.c.reason,
+            error_code.c.state,
+            error_code.c.search,
+            error_code.c.page,
+            error_code.c.unreachable,
+        ).where(error_code.c.round_id == round_id)
     ).all()
-    beyond = any(reason in BEYOND_REASONS for reason, _ in rows)
-    return beyond, [reason for reason, state in rows if state != "permanent"]
+    facts: dict[tuple, int] = {}
+    for row in rows:
+        if row.reason in BEYOND_REASONS:
+            fact = (row.reason, row.search, row.page)
+            facts[fact] = max(facts.get(fact, 0), row.unreachable or 0)
+    return sum(facts.values()), [row.reason for row in rows if row.state != "permanent"]
 
 
 @dataclass(frozen=True)
@@ -245,25 +260,27 @@ class Verdict:
 def balance(
     listed: int | None,
     counts: Counts,
-    beyond_recorded: bool,
+    unreachable: int,
     failed_pages: int = 0,
     failed_reasons: tuple[str, ...] = (),
 ) -> Verdict:
-    """The round's verdict: ``beyond`` is what ``listed`` leaves past the rows counted, only
-    when the round recorded an overflow or a short pager (else nothing may be left over), and
-    only when none of its list pages failed (else the rows of a failed page would pass for
-    rows beyond reach)."""
+    """The round's verdict: ``beyond`` is what its overflow, pager-short and census rows say
+    is beyond reach (``unreachable``, by count), no more than ``listed`` leaves past the rows
+    counted (a document listed under two categories may be reached by the other), and none
+    when one of its list pages failed (else the rows of a failed page would pass for rows
+    beyond reach). Any other missing row stays unaccounted: a page lost without a trace keeps
+    the round from ``done``, whatever else the round recorded."""
     beyond = 0
-    if listed is not None and beyond_recorded and not failed_pages:
-        beyond = max(0, listed - counts.accounted)
+    if listed is not None and unreachable > 0 and not failed_pages:
+        beyond = min(unreachable, max(0, listed - counts.accounted))
     return Verdict(listed, counts, beyond, failed_pages, failed_reasons)
 
 
 def judge(conn, round_id: int, listed: int | None) -> Verdict:
     """Count the round's ledger and errorCode rows and :func:`balance` them."""
-    beyond_recorded, reasons = list_facts(conn, round_id)
+    unreachable, reasons = list_facts(conn, round_id)
     return balance(
-        listed, count(conn, round_id), beyond_recorded, len(reasons), tuple(sorted(set(reasons)))
+        listed, count(conn, round_id), unreachable, len(reasons), tuple(sorted(set(reasons)))
     )
 
 

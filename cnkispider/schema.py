@@ -44,7 +44,7 @@ from sqlalchemy.dialects.mysql import MEDIUMTEXT
 
 from cnkispider.items import FIELDS, INTEGER_FIELDS, TIME_FIELDS
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 metadata = MetaData()
 
@@ -144,6 +144,10 @@ error_code = Table(
     Column("lease_until", DateTime),
     Column("created_at", DateTime),
     Column("updated_at", DateTime),
+    # How many of the round's listed rows this fact puts beyond reach (an overflow, a pager
+    # shorter than its total, a census its roots do not cover): the round's ledger counts exactly
+    # this many as ``beyond`` (cnkispider/ledger.py), never whatever happens to be missing.
+    Column("unreachable", Integer),
     Index("ix_errorcode_task_state", "task_id", "state"),
 )
 
@@ -432,3 +436,8 @@ UPGRADES[11] = [
     (ledger, "unconfirmed"),
     (ledger, "unlisted_since"),
 ]
+
+# issue 43: "beyond" is what an overflow, pager-short or census row says, by count (NULL on an
+# older row: it counts none, and its round, failing on its ledger, is crawled again and records
+# the count)
+UPGRADES[12] = [(error_code, "unreachable")]

@@ -172,10 +172,12 @@ async def record_failure(
     permanent: bool = False,
     request=None,
     words: str = "",
+    unreachable: int | None = None,
 ) -> None:
     """Write one failure (off the reactor) for the crawl's task; raises if it cannot.
 
-    ``stage`` and ``permanent`` as in :meth:`~errors.recorder.ErrorRecorder.record_failure`. A
+    ``stage``, ``permanent`` and ``unreachable`` as in
+    :meth:`~errors.recorder.ErrorRecorder.record_failure`. A
     list-stage failure is then sent as ``list_failed`` (``detail`` is ``words``: CNKI's for a
     rejection), but not a permanent row: an overflow is a fact about CNKI, not a failure of the
     crawl.
@@ -195,6 +197,7 @@ async def record_failure(
         detail,
         stage=stage,
         permanent=permanent,
+        unreachable=unreachable,
     )
     crawler.stats.set_value(LAST_ERROR_STAT, last_error(reason, detail, url))
     if stage == "list" and not permanent:

@@ -79,11 +79,15 @@ class ErrorRecorder:
         detail: str = "",
         replay_of: int | None = None,
         permanent: bool = False,
+        unreachable: int | None = None,
     ) -> None:
         """A list-stage failure. A failed replay updates its own row instead of adding one.
 
         ``permanent``: no replay can mend it (an overflow beyond every cut); kept, never replayed.
-        A network failure is never permanent, whatever its attempts.
+        A network failure is never permanent, whatever its attempts. ``unreachable``: how many
+        listed rows the fact puts beyond reach (overflow, pager-short, census), the count the
+        round's ledger takes as ``beyond`` (cnkispider/ledger.py; one fact counts once, however
+        many rows it has).
 
         errorCode has no unique key, so unlike errorLink's its insert cannot collide: two
         workers failing on one page at once (a lease that ran out under a slow worker) add two
@@ -133,6 +137,7 @@ class ErrorRecorder:
                     detail=detail,
                     attempts=1,
                     state="permanent" if permanent else "open",
+                    unreachable=unreachable,
                     created_at=now,
                     updated_at=now,
                 )
@@ -199,13 +204,15 @@ class ErrorRecorder:
         *,
         stage: str | None = None,
         permanent: bool = False,
+        unreachable: int | None = None,
     ) -> str:
         """A request's failure, its row read from the request's meta; returns the stage.
 
         ``stage`` is ``"detail"`` (errorLink: the document of ``doc_key``, or of ``refresh_for``
         for a title search that did not find it) or ``"list"`` (errorCode: the page of
         ``search``, updating the errorCode row ``error_code_id`` a replay mends); by default the
-        request's own (``cnki_kind``). ``permanent`` is for list-stage facts no replay can mend.
+        request's own (``cnki_kind``). ``permanent`` is for list-stage facts no replay can mend;
+        ``unreachable``: the rows such a fact puts beyond reach (:meth:`record_code`).
         Each write is its own retried transaction (``record_code``, ``record_link``).
         """
         stage = stage or stage_of(meta)
@@ -239,6 +246,7 @@ class ErrorRecorder:
                 detail,
                 replay_of=meta.get("error_code_id"),
                 permanent=permanent,
+                unreachable=unreachable,
             )
         return stage
 

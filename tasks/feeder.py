@@ -322,7 +322,11 @@ class RoundFeeder:
             if sizes is None or sizes["queued"] >= low_water:
                 return  # (None: the scheduler closed under this feed at shutdown)
             round_ = await in_thread(
-                self.store.claim, self.task_id, self.worker_id, scheduler.epoch
+                self.store.claim,
+                self.task_id,
+                self.worker_id,
+                scheduler.epoch,
+                self._idle_in_redis,
             )
             if round_ is None:
                 break
@@ -335,13 +339,29 @@ class RoundFeeder:
                 # Seeded only once the first request is in Redis: a crash before that leaves
                 # the round claimed, and its lease hands it to another worker.
                 await self._flushed()
-                await in_thread(self.store.mark_seeded, round_.id, self.worker_id, scheduler.epoch)
+                ours = await in_thread(
+                    self.store.mark_seeded, round_.id, self.worker_id, scheduler.epoch
+                )
             except BaseException:
-                # This worker lives on, and its heartbeat renews the leases of every round it
-                # holds claimed: a round it failed to seed (the task row edited into nonsense
-                # since the claim, the database away) would be held forever. Hand it back.
+                # This worker lives on: a round it failed to seed (the task row edited into
+                # nonsense since the claim, the database away) is handed back at once, rather
+                # than after its lease (its heartbeat renews it no more either).
                 await in_thread(self.store.release_claim, round_.id, self.worker_id)
                 raise
+            if not ours:
+                # Another worker holds the round now (this worker's lease lapsed and the round
+                # was taken over, or the operator re-opened it): that worker seeds it. What this
+                # one flushed is a copy of the round's first page under the same round id, whose
+                # handling is idempotent (its total set, its rows' ledger rows written once);
+                # it seeds nothing more of it.
+                logger.warning(
+                    "round %s (%s %s) is no longer this worker's (taken over while it was being "
+                    "seeded): its new holder seeds it",
+                    round_.id,
+                    round_.day,
+                    round_label(round_.category),
+                )
+                continue
             seeded += 1
             self.current_round = f"{round_.day} {round_label(round_.category)}"
             logger.debug(  # one a round: the progress line says how many, once a minute
@@ -603,6 +623,10 @@ class RoundFeeder:
         if queue is not None and self.crawler.settings.getbool("REDIS_REMOVE_FINISHED"):
             queue.remove()
 
+    def _idle_in_redis(self, round_ids: list[int]) -> set[int]:
+        """The claim's question to Redis (:func:`idle_in_redis`), on this worker's queue."""
+        return idle_in_redis(self.scheduler.queue, round_ids)
+
     async def _flushed(self) -> None:
         """Wait until what this worker enqueued is written to Redis."""
         await maybe_deferred_to_future(self.scheduler.flush())
@@ -649,6 +673,22 @@ class RoundFeeder:
             if await in_thread(self.store.mark_halted, round_id):
                 self.crawler.stats.inc_value("rounds/halted")
         self._kick()
+
+
+def idle_in_redis(queue, round_ids: list[int]) -> set[int]:
+    """Of these rounds (seeded under the queue's epoch), those Redis holds nothing of: no
+    request queued or leased (their outstanding count), no drain waiting to be closed. Read in
+    that order: the ack that drains a round adds its drain in the same step, and the drain goes
+    only once the round is closed in the database (tasks/rounds.py ``Rounds._stuck``). Blocking
+    (the claim's thread); ``queue``: the scheduler's :class:`~cnkispider.scheduling.queue.LeasedQueue`,
+    None while it is not open (nothing can be told)."""
+    if queue is None:
+        return set()
+    empty = [r for r in round_ids if queue.outstanding(r) == 0]
+    if not empty:
+        return set()
+    draining = set(queue.rounds_at_zero())
+    return {r for r in empty if str(r) not in draining}
 
 
 def one_line(error: BaseException) -> str:

@@ -63,4 +63,8 @@ class TaskStore(Steering, Rounds, Workers, Looks):
         # round failed for good leaves one, a resume opens them again), in the transaction
         # that moves the round; its methods used here do not depend on its settings
         self.errors = errors or ErrorRecorder(engine)
+        # worker id -> the rounds its claims handed it, not yet seeded or handed back: what
+        # its heartbeat renews (tasks/rounds.py ``renew_leases``), and how a claim tells its
+        # own earlier claim whose reply was lost from a round it holds
+        self.held: dict[str, set[int]] = {}
         self._reported: set[tuple[int, str]] = set()

@@ -4,28 +4,24 @@ The task table is the truth of progress; a worker keeps nothing a restart would 
 module owns the rounds and every move of their state, and the task's cursor and phase moves. A
 move that passes a day's census round again re-opens that day's root rounds too.
 
-A round's life (the invariants)::
+A round's life (the invariants; who makes each move: docs/INTERNALS.md#tasksroundspy)::
 
     (pending: ahead of the cursor, no row yet)
       --cursor advance--> claimed --seed in Redis--> seeded --last request acked--> done (balanced)
-                          ^   ^                        |                      '--> failed
-                          |   '-- lease ran out -------+-- Redis lost its state (epoch changed)
+                          ^ ^ ^ ^                      |                      '--> failed
+                          | | | '-- lease ran out -----+-- Redis lost its state: a new epoch, or
+                          | | |                        |   nothing of it in Redis for a lease
+                          | | '-- the operator: `task reopen` (any state) -----'
+                          | '---- the cursor passes it again (done | failed)
                           '------ failed on its ledger, attempts left, no new round due
 
-    Who moves it: pending -> claimed, the worker whose compare-and-swap on the cursor succeeds
-    (:meth:`Rounds.claim`); claimed -> seeded, only the worker holding it
-    (:meth:`Rounds.mark_seeded`); a lapsed lease, a new Redis epoch or a failed ledger with
-    attempts left -> claimed again by the first worker whose conditional UPDATE matches
-    (:meth:`Rounds._reclaim`); -> done | failed, the one worker that acked its last request, in
-    the transaction that counts its ledger (:meth:`Rounds.close_round`), never done while the
-    task is halted. A round is done only when its ledger balances (the equation:
-    docs/RELIABILITY.md#every-listed-row-accounted-for).
-
-Every move is a conditional UPDATE (:func:`move`, :func:`transition`), so two workers never
-both win it; re-opening a round deletes its errorCode rows in the same transaction. Claims are
-compare-and-swap on the cursor (``UPDATE task ... WHERE cur_date <=> old AND
-cur_code <=> old``) in the same transaction that inserts the round row: either both happen or
-neither, and of two workers racing for one cursor position exactly one updates a row.
+- Every move is a conditional UPDATE on the state it expects (:func:`move`, :func:`transition`):
+  two workers never both win it; a ``False`` from :meth:`Rounds.mark_seeded` stops a seeder.
+- Claims are compare-and-swap on the cursor in the transaction that inserts the round row; a
+  claim is run again while the database is away and recognises its own lost-reply claim.
+- A heartbeat renews only the rounds its worker knows it holds (:meth:`Rounds.held_rounds`).
+- done only when the ledger balances (docs/RELIABILITY.md#every-listed-row-accounted-for): the
+  total set once per listing, ``beyond`` only what overflow/pager-short/census rows count.
 
 The rest of this module's story: docs/INTERNALS.md#tasksroundspy.
 """
@@ -34,6 +30,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -94,12 +91,22 @@ def transition(engine: Engine, table, where: list, **values) -> bool:
         return move(conn, table, where, db_now(conn), **values) == 1
 
 
-def renew_leases(conn, worker_id: str, until: dt.datetime) -> None:
-    """The worker is alive: the rounds it holds claimed stay claimed until ``until``. Not a
-    move (no state changes, so no ``updated_at``): a heartbeat's part (tasks/workers.py)."""
+def renew_leases(conn, worker_id: str, until: dt.datetime, held: Iterable[int]) -> None:
+    """The worker is alive: the rounds it *knows* it holds claimed (``held``: what its claims
+    returned to it, :meth:`Rounds.held_rounds`) stay claimed until ``until``. Not every round
+    claimed under its name: a claim whose commit landed but whose reply was lost (a cut line)
+    holds a round the worker never saw; renewed, it would be held for ever by a live worker.
+    Not a move (no state changes, so no ``updated_at``): a heartbeat's part (tasks/workers.py)."""
+    ids = sorted(held)
+    if not ids:
+        return
     conn.execute(
         round_.update()
-        .where(round_.c.worker == worker_id, round_.c.state == RoundState.CLAIMED)
+        .where(
+            round_.c.worker == worker_id,
+            round_.c.state == RoundState.CLAIMED,
+            round_.c.id.in_(ids),
+        )
         .values(lease_until=until)
     )
 
@@ -134,20 +141,47 @@ class Rounds(TaskRows):
     round_attempts: int
     day_census: bool
     errors: ErrorRecorder
+    held: dict[str, set[int]]  # worker id -> the rounds it knows it holds claimed (this process)
 
     def claim(
-        self, task_ids: int | list[int], worker_id: str, epoch: str | None = None
+        self,
+        task_ids: int | list[int],
+        worker_id: str,
+        epoch: str | None = None,
+        idle: Callable[[list[int]], set[int]] | None = None,
     ) -> Round | None:
         """Hand this worker its next round from the given tasks, or None when none is due.
 
         First a round whose lease ran out (or whose Redis state was lost: seeded under another
-        epoch) is taken over; then the cursor of the first task with a round due advances. A
-        task row that fails validation is reported once and skipped; the others go on.
+        epoch, or seeded under this one but with nothing of it left in Redis) is taken over;
+        then the cursor of the first task with a round due advances. A task row that fails
+        validation is reported once and skipped; the others go on.
+
+        Run again while the database is away, and idempotent: a claim whose commit landed but
+        whose reply was lost (a cut line) left a round claimed under this worker's name that it
+        does not know it holds; the next attempt (this call's, or the next call) recognises it
+        and hands it over (:meth:`_own_claim`) rather than claiming another. The round returned
+        is one this worker holds (:meth:`held_rounds`) until it is seeded or handed back.
+
+        ``idle``: of the given ids of rounds seeded under ``epoch``, those Redis holds nothing
+        of (nothing queued, leased, outstanding nor drained awaiting its close; the feeder asks
+        its scheduler's queue). Such a round, seeded more than a lease ago, lost its requests
+        with the last writes of a Redis that kept its epoch (an fsync a second behind, an RDB
+        restore, a promoted replica): it is taken over and seeded again (:meth:`_stuck`).
         """
         ids = [task_ids] if isinstance(task_ids, int) else list(task_ids)
+        found = retrying(self._claim_any, ids, worker_id, epoch, idle, what="claiming a round")
+        if found is not None:
+            self._holding(worker_id).add(found.id)
+        return found
+
+    def _claim_any(self, ids: list[int], worker_id: str, epoch, idle) -> Round | None:
+        own = self._own_claim(ids, worker_id)
+        if own is not None:
+            return own
         for task_id in ids:
             try:
-                found = self._claim_one(task_id, worker_id, epoch)
+                found = self._claim_one(task_id, worker_id, epoch, idle)
             except TaskRowError as exc:
                 self.report_bad_row(exc)
                 continue
@@ -155,12 +189,83 @@ class Rounds(TaskRows):
                 return found
         return None
 
-    def _claim_one(self, task_id: int, worker_id: str, epoch: str | None) -> Round | None:
+    # -- the rounds this worker knows it holds --------------------------------------------------
+
+    def _holding(self, worker_id: str) -> set[int]:
+        """The ids of the rounds this process's claims handed to ``worker_id`` and that it has
+        not yet seeded or handed back (the set the heartbeat renews: :func:`renew_leases`)."""
+        return self.held.setdefault(worker_id, set())
+
+    def held_rounds(self, worker_id: str) -> frozenset[int]:
+        """The rounds ``worker_id`` knows it holds claimed (a copy: the heartbeat's thread reads
+        it while the feeder's claims change it)."""
+        return frozenset(self.held.get(worker_id, ()))
+
+    def _let_go(self, worker_id: str, round_id: int) -> None:
+        self.held.get(worker_id, set()).discard(round_id)
+
+    def _own_claim(self, ids: list[int], worker_id: str) -> Round | None:
+        """A round of these tasks claimed under this worker's name that it does not know it
+        holds: the commit of one of its claims landed and the reply was lost. Handed over as
+        it is (the claim it stands for was this worker's), so it is seeded, never held for
+        ever, and never a second round claimed in its place."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(
+                    round_.c.id,
+                    round_.c.task_id,
+                    round_.c.day,
+                    round_.c.category,
+                    round_.c.attempts,
+                )
+                .where(
+                    round_.c.task_id.in_(ids),
+                    round_.c.worker == worker_id,
+                    round_.c.state == RoundState.CLAIMED,
+                )
+                .order_by(round_.c.id)
+            ).all()
+        known = self.held_rounds(worker_id)
+        for row in rows:
+            if row.id in known:
+                continue
+            with self.engine.begin() as conn:
+                # its lease starts again from now, if it is still this worker's (a lapsed one
+                # may have been taken over since the SELECT)
+                now = db_now(conn)
+                mine = conn.execute(
+                    round_.update()
+                    .where(
+                        round_.c.id == row.id,
+                        round_.c.worker == worker_id,
+                        round_.c.state == RoundState.CLAIMED,
+                    )
+                    .values(lease_until=now + self.round_lease)
+                ).rowcount
+            if mine != 1:
+                continue
+            logger.info(
+                "round %s (%s %s): claimed by this worker, whose claim's reply was lost: "
+                "seeding it",
+                row.id,
+                row.day,
+                round_label(row.category),
+            )
+            return Round(row.id, row.task_id, row.day, row.category, row.attempts)
+        return None
+
+    def _claim_one(
+        self, task_id: int, worker_id: str, epoch: str | None, idle=None
+    ) -> Round | None:
         if self.halt_of(task_id):
             return None
         taken = self._take_over(task_id, worker_id, epoch)
         if taken is not None:
             return taken
+        if epoch is not None and idle is not None:
+            stuck = self._stuck(task_id, worker_id, epoch, idle)
+            if stuck is not None:
+                return stuck
         if self.day_census:
             # a census round closed as `categories` (the task does not cover the tree): that
             # day's root rounds are due before the cursor moves on
@@ -360,13 +465,16 @@ class Rounds(TaskRows):
             return Round(result.inserted_primary_key[0], task_id, day, code, 1)
         if existing.state in IN_FLIGHT:
             return None
-        self.errors.forget_round(conn, existing.id)
-        # done or failed, passed again by the cursor: crawled again from its first page (this
-        # caller is the only one: its compare-and-swap on the cursor, in this transaction, won)
-        move(
+        # done or failed, passed again by the cursor: crawled again from its first page. The
+        # compare-and-swap on the cursor makes this caller the only one passing it, not the only
+        # one moving it: another worker may claim the failed round again (:meth:`_claim_failed`)
+        # between the SELECT above and this UPDATE (MySQL reads a snapshot; its UPDATE the row
+        # as it is now). So the move expects the state it read: if it lost, the round is the
+        # other worker's, and this cursor position opens nothing.
+        reopened = move(
             conn,
             round_,
-            [round_.c.id == existing.id],
+            [round_.c.id == existing.id, round_.c.state == existing.state],
             now,
             state=RoundState.CLAIMED,
             worker=worker_id,
@@ -379,6 +487,9 @@ class Rounds(TaskRows):
             # passed again by the cursor, not by a look: walked whole (tasks/lookback.py)
             look=None,
         )
+        if reopened != 1:
+            return None
+        self.errors.forget_round(conn, existing.id)  # the attempt starts over (as in _reclaim)
         if code == DAY:
             self._reopen_day(conn, task_id, day, now)
         return Round(existing.id, task_id, day, code, 1)
@@ -433,11 +544,63 @@ class Rounds(TaskRows):
                 "took over round %s (%s %s) from a lost worker",
             )
 
+    def _stuck(self, task_id: int, worker_id: str, epoch: str, idle) -> Round | None:
+        """Take over a round seeded under this very epoch more than a lease ago of which Redis
+        holds nothing: nothing queued, leased or outstanding, and no drain waiting to be closed.
+        Its first requests were lost with the last writes of a Redis that kept its epoch key (the
+        embedded Redis fsyncs every second; an RDB restore; a promoted replica), so no drain
+        will ever come and no epoch change hands it over: without this it stays seeded for ever.
+
+        The order makes it safe: the database says seeded, then Redis says nothing (outstanding
+        first, then the drains: a round's last ack adds its drain in the same step, and the
+        drain goes only after the round is closed in the database), then one conditional UPDATE
+        still expecting it seeded, under this epoch, since before the lease: a round that
+        drained and closed meanwhile, or was seeded again, no longer matches."""
+        with self.engine.connect() as conn:
+            now = db_now(conn)
+            seeded_before = now - self.round_lease
+            candidates = (
+                conn.execute(
+                    sa.select(round_.c.id)
+                    .where(
+                        round_.c.task_id == task_id,
+                        round_.c.state == RoundState.SEEDED,
+                        round_.c.epoch == epoch,
+                        round_.c.updated_at < seeded_before,
+                    )
+                    .order_by(round_.c.id)
+                    .limit(50)
+                )
+                .scalars()
+                .all()
+            )
+        if not candidates:
+            return None
+        gone = sorted(set(idle(list(candidates))) & set(candidates))
+        if not gone:
+            return None
+        with self.engine.begin() as conn:
+            now = db_now(conn)
+            return self._reclaim(
+                conn,
+                task_id,
+                worker_id,
+                now,
+                sa.and_(
+                    round_.c.id.in_(gone),
+                    round_.c.state == RoundState.SEEDED,
+                    round_.c.epoch == epoch,
+                    round_.c.updated_at < now - self.round_lease,
+                ),
+                "round %s (%s %s) seeded, but Redis holds nothing of it (its requests were lost "
+                "with Redis's last writes): seeded again",
+            )
+
     def _reclaim(self, conn, task_id, worker_id, now, which, announce: str) -> Round | None:
         """Claim again the first round of the task that ``which`` matches (a lapsed lease, a lost
         Redis, a ledger that did not balance), from its first page: one conditional UPDATE per
         candidate, so of two workers racing for it exactly one wins. The attempt starts over, as
-        in _open_round: its search adds its total again (add_total), so the old total must go,
+        in _open_round: its search sets its total again (set_total), so the old total must go,
         and so must what it counted and its errorCode rows (its ledger rows stay: what it stored
         stays stored). ``announce``: the log line, with id, day, category (and the attempt)."""
         candidates = conn.execute(
@@ -473,6 +636,7 @@ class Rounds(TaskRows):
         """This worker cannot seed a round it claimed: its lease lapses now, so the next claim
         (any worker's, this one's too) takes it over from its first page. One conditional
         UPDATE: a round already seeded or taken over is left alone."""
+        self._let_go(worker_id, round_id)  # its heartbeat renews it no more, whatever comes
         with self.engine.begin() as conn:
             now = db_now(conn)
             return (
@@ -485,8 +649,8 @@ class Rounds(TaskRows):
                         round_.c.worker == worker_id,
                     ],
                     now,
-                    # no worker: this worker's heartbeat renews the leases of the rounds it
-                    # holds, and would keep this one from lapsing
+                    # no worker: nothing claimed under this worker's name that it does not hold
+                    # (its next claim would take it as its own claim whose reply was lost)
                     worker=None,
                     lease_until=now - dt.timedelta(seconds=1),
                 )
@@ -494,8 +658,13 @@ class Rounds(TaskRows):
             )
 
     def mark_seeded(self, round_id: int, worker_id: str, epoch: str) -> bool:
-        """The round's first request is in Redis: from now on Redis leases guard it."""
-        return transition(
+        """The round's first request is in Redis: from now on Redis leases guard it. True when
+        this worker seeded it; False when the round is no longer its own (its lease lapsed and
+        another worker took it over, or the operator re-opened it): the caller seeds no more of
+        it. Run again after a lost commit, the move matches nothing: the round is then read to
+        tell this worker's own seeding (seeded by it, under this epoch) from another's move."""
+        self._let_go(worker_id, round_id)  # seeded or lost: held claimed no more
+        if transition(
             self.engine,
             round_,
             [
@@ -505,6 +674,14 @@ class Rounds(TaskRows):
             ],
             state=RoundState.SEEDED,
             epoch=epoch,
+        ):
+            return True
+        row = self.round_info(round_id)
+        return (
+            row is not None
+            and row.state == RoundState.SEEDED
+            and row.worker == worker_id
+            and row.epoch == epoch
         )
 
     def mark_done(
@@ -536,8 +713,8 @@ class Rounds(TaskRows):
         Never while its task is halted (the UPDATE's condition: the halt and this move cannot
         interleave); the caller then marks it failed with :meth:`mark_halted`.
 
-        ``total``: the listed total, when the caller knows it (the round's searches added it with
-        :meth:`add_total`). A round whose list never answered has none: it fails.
+        ``total``: the listed total, when the caller knows it (the round's root search set it
+        with :meth:`set_total`). A round whose list never answered has none: it fails.
 
         A round that does not balance is ``failed`` (note ``ledger: <the numbers>``); while it
         has attempts left (``round_attempts``) it is claimed again once no new round is due
@@ -584,6 +761,8 @@ class Rounds(TaskRows):
                 values["state"] = RoundState.FAILED
                 values["note"] = f"{LEDGER_NOTE}: {verdict.words()}"[:500]
             moved = move(conn, round_, where, now, **values) == 1
+            if moved and row.worker:
+                self._let_go(row.worker, round_id)
             if not moved:
                 state = row.state
             elif verdict.balanced:
@@ -636,12 +815,25 @@ class Rounds(TaskRows):
 
     @retried("noting a round")
     def set_note(self, round_id: int, note: str) -> None:
-        """A note the round keeps when it closes done (its ledger's note wins if it fails)."""
+        """A note the round keeps when it closes done (its ledger's note wins if it fails).
+        Only while the round is in flight, as :meth:`set_total`: a late handling of a page of
+        a round closed since must not change what its closed state means (a census round's
+        ``categories`` note makes the day's root rounds due)."""
         with self.engine.begin() as conn:
-            conn.execute(round_.update().where(round_.c.id == round_id).values(note=note[:500]))
+            conn.execute(
+                round_.update()
+                .where(round_.c.id == round_id, round_.c.state.in_(IN_FLIGHT))
+                .values(note=note[:500])
+            )
 
-    def add_total(self, round_id: int, listed: int) -> None:
-        """Add a search's listed total to its round (a split round sums its searches).
+    @retried("setting a round's listed total")
+    def set_total(self, round_id: int, listed: int) -> None:
+        """The round's listed total, as its root search's first page says it (or 0: a census
+        that hands the day to its root rounds, a true zero). Set, never added: the page is
+        handled at least once (a kill between this commit and the ack, a re-sent reply of the
+        queue script, a round claimed twice), and each handling must leave the same ledger, so
+        this is idempotent and run again while the database is away. A split round's total is
+        its root's: its children's searches list the same rows again, by parts.
 
         Only while the round is in flight: a worker whose line was cut while it wrote this
         (tests/test_cut_lines.py) may get it through after the others re-did its list page and
@@ -650,7 +842,7 @@ class Rounds(TaskRows):
             conn.execute(
                 round_.update()
                 .where(round_.c.id == round_id, round_.c.state.in_(IN_FLIGHT))
-                .values(total=sa.func.coalesce(round_.c.total, 0) + listed)
+                .values(total=listed)
             )
 
     @retried("reading a round")

@@ -406,3 +406,43 @@ class Steering(TaskRows):
             # what failed is crawled again: the task is not done, whatever phase it halted in
             move(conn, task, [task.c.id == row.id], now, phase=Phase.CRAWL)
         return {"rounds": reopened, "error_code": replay, "reason": row.halt_reason}
+
+    # -- re-opening a round (issue 43) ---------------------------------------------------
+
+    def reopen_rounds(self, key: int | str, day: str, category: str | None = None) -> int:
+        """The operator's word: the task's rounds of ``day`` (of ``category`` only, if given)
+        are crawled again from their first page, whatever their state, in flight included.
+
+        What ``task move`` and ``task resume`` cannot do: the cursor re-opens only rounds done
+        or failed, and resume only what failed for a halt; a round in flight whose Redis state
+        is gone and that no worker takes over (a flaw, or a Redis restored from an old copy)
+        needs a hand. Each round is claimed with a lapsed lease and no worker, so the next
+        claim of any worker takes it over (its errorCode rows go then; its ledger rows stay):
+        one conditional UPDATE on the states it expects, so a worker's move at the same
+        moment either comes first (and this re-opens what it left) or finds the round
+        claimed. A finished task goes back to its crawl phase. Returns the rounds re-opened."""
+        day = dt.date.fromisoformat(day).isoformat()
+        with self._command(key) as (conn, row):
+            now = db_now(conn)
+            which = [
+                round_.c.task_id == row.id,
+                round_.c.day == day,
+                round_.c.state.in_(tuple(RoundState)),
+            ]
+            if category is not None:
+                which.append(round_.c.category == category)
+            reopened = move(
+                conn,
+                round_,
+                which,
+                now,
+                state=RoundState.CLAIMED,
+                worker=None,
+                lease_until=now - dt.timedelta(seconds=1),
+                attempts=0,
+                epoch=None,
+                note=None,
+            )
+            if reopened and row.phase != Phase.CRAWL:
+                move(conn, task, [task.c.id == row.id], now, phase=Phase.CRAWL)
+        return reopened

@@ -14,6 +14,7 @@ import datetime as dt
 import os
 import socket
 import uuid
+from collections.abc import Callable
 
 import sqlalchemy as sa
 
@@ -30,9 +31,10 @@ def new_worker_id() -> str:
 
 class Workers(TaskRows):
     """Worker rows and heartbeats (a part of :class:`tasks.flow.TaskStore`, which sets
-    ``round_lease``)."""
+    ``round_lease``; ``held_rounds``: :class:`tasks.rounds.Rounds`)."""
 
     round_lease: dt.timedelta
+    held_rounds: Callable[[str], frozenset[int]]
 
     def register_worker(self, worker_id: str, task_id: int | None) -> None:
         """A new row for this worker; the rows of workers not seen for a week go (retention:
@@ -100,6 +102,6 @@ class Workers(TaskRows):
                 ).scalar()
             ):
                 return  # it said goodbye already: its leases are not renewed either
-            renew_leases(conn, worker_id, now + self.round_lease)
+            renew_leases(conn, worker_id, now + self.round_lease, self.held_rounds(worker_id))
             if task_id is not None:
                 conn.execute(task.update().where(task.c.id == task_id).values(status=now))

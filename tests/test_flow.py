@@ -162,10 +162,10 @@ def test_a_taken_over_round_counts_its_listed_total_once(db_url):
     t, _ = store.register("retotal", "paper", "2024-01-01", "2024-01-01", "A")
     first = store.claim(t.id, "w:1:x", epoch="e1")
     assert store.mark_seeded(first.id, "w:1:x", "e1")
-    store.add_total(first.id, 120)  # the first attempt's search listed 120 rows
+    store.set_total(first.id, 120)  # the first attempt's search listed 120 rows
     again = store.claim(t.id, "w:2:x", epoch="e2")  # Redis lost its data: replayed in full
     assert again.id == first.id
-    store.add_total(again.id, 120)  # the replay's search lists the same 120
+    store.set_total(again.id, 120)  # the replay's search lists the same 120
     with store.engine.connect() as conn:
         row = conn.execute(
             sa.select(round_.c.total, round_.c.stored).where(round_.c.id == first.id)

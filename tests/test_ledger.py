@@ -108,7 +108,7 @@ def test_ledger_rows_are_idempotent_and_stored_is_final(db_url):
 def test_a_balanced_round_is_done_with_its_numbers(db_url):
     store = _store(db_url)
     r = store.claim(1, "w1")
-    store.add_total(r.id, 4)
+    store.set_total(r.id, 4)
     store.note_listed(r.id, ["A/1", "A/2", "A/3"], {"CPFD/4": "other-database"})
     with store.engine.begin() as conn:
         ledgers.note_stored(conn, [(r.id, "A/1"), (r.id, "A/2")])
@@ -133,7 +133,7 @@ def test_a_rule_that_drops_rows_without_recording_them_fails_the_round(db_url):
     """51 listed, nothing stored and nothing recorded: the old "done, 51 listed"."""
     store = _store(db_url, attempts=2, end="2024-01-01", categories="G06")
     r = store.claim(1, "w1")
-    store.add_total(r.id, 51)
+    store.set_total(r.id, 51)
     first = store.close_round(r.id)
     assert (first.moved, first.state) == (True, "again")
     assert first.verdict.words() == "listed 51, stored 0, unaccounted 51"
@@ -141,7 +141,7 @@ def test_a_rule_that_drops_rows_without_recording_them_fails_the_round(db_url):
     assert store.retryable(1) == 1 and store.phase_facts(1).retryable == 1
     again = store.claim(1, "w2")  # no new round is due: it is claimed again, from page 1
     assert (again.id, again.attempts) == (r.id, 2)
-    store.add_total(r.id, 51)
+    store.set_total(r.id, 51)
     store.note_listed(r.id, [f"A/{i}" for i in range(50)], {})
     with store.engine.begin() as conn:
         ledgers.note_stored(conn, [(r.id, f"A/{i}") for i in range(50)])
@@ -167,7 +167,7 @@ def test_a_round_with_rows_unaccounted_is_never_marked_done(db_url):
     store.register("t", "patent", "2024-01-01", "2024-01-02", "G06,H04")
     r = store.claim(1, "w1")
     store.mark_seeded(r.id, "w1", "e1")
-    store.add_total(r.id, 51)  # 51 listed, every one dropped by a rule that recorded nothing
+    store.set_total(r.id, 51)  # 51 listed, every one dropped by a rule that recorded nothing
     assert not store.mark_done(r.id, epoch="e1")
     row = store.round_info(r.id)
     assert row.state == "failed" and row.note == "ledger: listed 51, stored 0, unaccounted 51"
@@ -214,17 +214,21 @@ def test_beyond_is_what_an_overflow_leaves_and_a_failed_page_is_not_beyond(db_ur
     store = _store(db_url, end="2024-01-01", categories="G06")
     errors = ErrorRecorder(store.engine)
     r = store.claim(1, "w1")
-    store.add_total(r.id, 150)
+    store.set_total(r.id, 150)
     store.note_listed(r.id, [f"A/{i}" for i in range(120)], {})
     with store.engine.begin() as conn:
         ledgers.note_stored(conn, [(r.id, f"A/{i}") for i in range(120)])
-    errors.record_code(1, r.id, r.day, r.category, None, 1, "overflow", permanent=True)
+    errors.record_code(
+        1, r.id, r.day, r.category, None, 1, "overflow", permanent=True, unreachable=30
+    )
     errors.record_code(1, r.id, r.day, r.category, None, 3, "http-500")  # a page never listed
     closed = store.close_round(r.id)
     assert closed.state == "again" and "list pages failed 1 (http-500)" in closed.verdict.words()
     again = store.claim(1, "w1")  # crawled again: its errorCode rows go, the ledger stays
-    store.add_total(again.id, 150)
-    errors.record_code(1, r.id, r.day, r.category, None, 1, "overflow", permanent=True)
+    store.set_total(again.id, 150)
+    errors.record_code(
+        1, r.id, r.day, r.category, None, 1, "overflow", permanent=True, unreachable=30
+    )
     closed = store.close_round(r.id)
     assert closed.state == "done" and closed.verdict.words() == "listed 150, stored 120, beyond 30"
 
@@ -232,7 +236,7 @@ def test_beyond_is_what_an_overflow_leaves_and_a_failed_page_is_not_beyond(db_ur
 def test_a_halted_task_closes_no_round(db_url):
     store = _store(db_url)
     r = store.claim(1, "w1")
-    store.add_total(r.id, 0)
+    store.set_total(r.id, 0)
     store.halt(1, "http-500: x")
     assert store.close_round(r.id).moved is False and store.mark_halted(r.id)
 
@@ -500,13 +504,13 @@ def test_status_shows_the_ledger_sums_the_drops_by_rule_and_the_rounds_out_of_ba
 
     store = _store(db_url, attempts=1, end="2024-01-01")
     done = store.claim(1, "w1")
-    store.add_total(done.id, 5)
+    store.set_total(done.id, 5)
     store.note_listed(done.id, ["A/1", "A/2", "A/3"], {"CPFD/4": "other-database", "CCND/5": "x"})
     with store.engine.begin() as conn:
         ledgers.note_stored(conn, [(done.id, k) for k in ("A/1", "A/2", "A/3")])
     assert store.close_round(done.id).state == "done"
     short = store.claim(1, "w1")
-    store.add_total(short.id, 51)
+    store.set_total(short.id, 51)
     assert store.close_round(short.id).state == "failed"
 
     report = collect(store.engine, None)

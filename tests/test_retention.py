@@ -55,7 +55,7 @@ def _closed_round(store: TaskStore, keys: list[str]) -> int:
     """A round that listed ``keys`` and a dropped row, stored all but the last (in errorLink),
     and closed done."""
     r = store.claim(1, "w1")
-    store.add_total(r.id, len(keys) + 1)
+    store.set_total(r.id, len(keys) + 1)
     store.note_listed(r.id, keys, {f"CPFD/{r.id}": "other-database"})
     with store.engine.begin() as conn:
         ledgers.note_stored(conn, [(r.id, key) for key in keys[:-1]])

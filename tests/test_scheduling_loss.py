@@ -83,7 +83,7 @@ def listed_and_stored(store: TaskStore, round_id: int, docs: str) -> None:
     """What the round's list page and the pipeline write for these documents (its listed total,
     each document ``stored`` in the ledger), so that the round balances when it drains: these
     tests are about the drain, and a round whose list never answered is failed (tasks/ledger.py)."""
-    store.add_total(round_id, len(docs))
+    store.set_total(round_id, len(docs))
     with store.engine.begin() as conn:
         ledger.note_stored(conn, [(round_id, f"CJFQ/{doc}") for doc in docs])
 

@@ -1,4 +1,4 @@
-"""`cnkispider init-db` and `cnkispider task add|set|list|show|stop|extend|pause|resume|move`:
+"""`cnkispider init-db` and `cnkispider task add|set|list|show|stop|extend|pause|resume|move|reopen`:
 the task table, steered by name (tasks/steering.py does the steering; here its words)."""
 
 from __future__ import annotations
@@ -148,6 +148,8 @@ def cmd_task(config: Config, args) -> int:
             )
         moved = store.move_cursor(args.name, parse_day(args.date, "date"), args.code)
         print(_("moved: %(task)s") % {"task": describe(moved)})
+    elif action == "reopen":
+        return cmd_task_reopen(store, args)
     return 0
 
 
@@ -215,6 +217,56 @@ def _plan(config: Config, store, args) -> int:
             }
         )
     return 0
+
+
+def cmd_task_reopen(store, args) -> int:
+    """`task reopen NAME DAY [--category CODE]`: that day's rounds (or one) crawled again from
+    their first page, in flight or not (tasks/steering.py ``reopen_rounds``)."""
+    from cnkispider.i18n import ngettext
+
+    if args.category is not None and len(args.category) > 64:
+        raise InputError(
+            _("category code %(code)r... is longer than 64 characters")
+            % {"code": args.category[:20]}
+        )
+    current = store.get(args.name)
+    day = parse_day(args.day, "day")
+    reopened = store.reopen_rounds(current.id, day, args.category)
+    which = day if args.category is None else f"{day} {args.category}"
+    if not reopened:
+        print(
+            _("task %(name)s: no round of %(which)s to re-open (the cursor has not reached it)")
+            % {"name": current.name, "which": which},
+            file=sys.stderr,
+        )
+        return 2
+    print(
+        ngettext(
+            "task %(name)s: %(n)d round of %(which)s re-opened: the next claim crawls it again "
+            "from its first page",
+            "task %(name)s: %(n)d rounds of %(which)s re-opened: the next claims crawl them "
+            "again from their first page",
+            reopened,
+        )
+        % {"name": current.name, "n": reopened, "which": which}
+    )
+    return 0
+
+
+def add_task_reopen(actions) -> None:
+    """`task reopen NAME DAY [--category CODE]`."""
+    reopen = actions.add_parser(
+        "reopen",
+        help=_(
+            "crawl a day's rounds (or one) again from their first page, rounds in flight "
+            "included (a round stuck seeded)"
+        ),
+    )
+    reopen.add_argument("name", help=_("the task's name or id"))
+    reopen.add_argument("day", help=_("the day of the rounds, YYYY-MM-DD"))
+    reopen.add_argument(
+        "--category", help=_("only this category's round (a root code, or * for the census)")
+    )
 
 
 def add_init_db(sub) -> None:
@@ -317,4 +369,5 @@ def add_task(sub) -> None:
         nargs="?",
         help="a root category of that day: its following categories are crawled again from there",
     )
+    add_task_reopen(actions)
     task_parser.set_defaults(func=cmd_task)

@@ -293,9 +293,9 @@ class RoundSpider(
                     tasks = self.context.tasks
                     note = f"{CATEGORIES_NOTE}: census {page.total}"
                     await in_thread(tasks.set_note, meta["round_id"], note)
-                    await in_thread(tasks.add_total, meta["round_id"], 0)
+                    await in_thread(tasks.set_total, meta["round_id"], 0)
                     return
-                await in_thread(self.context.tasks.add_total, meta["round_id"], page.total)
+                await in_thread(self.context.tasks.set_total, meta["round_id"], page.total)
                 if await self._counted_unchanged(meta, page.total):
                     return
                 if meta.get("census"):
@@ -361,6 +361,7 @@ class RoundSpider(
                 "pager-short",
                 stage="list",
                 permanent=True,
+                unreachable=unreachable,
                 detail=f"{page.total} listed but the pager shows {page.page_count} pages of "
                 f"{self.protocol.page_size}: at least {unreachable} unreachable",
             )
@@ -530,6 +531,7 @@ class RoundSpider(
                 "overflow",
                 stage="list",
                 permanent=True,
+                unreachable=unreachable,
                 detail=f"{total} listed; both PT orders reach {2 * self.protocol.cap}; at least {unreachable} unreachable",
             )
 

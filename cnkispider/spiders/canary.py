@@ -169,7 +169,7 @@ class CanaryMixin:
         """The page's search lists nothing: its round's listed total is 0 (a root search)."""
         self.crawler.stats.inc_value("list/true-zero")
         if meta.get("round_root") and self.context is not None:
-            await in_thread(self.context.tasks.add_total, meta["round_id"], 0)
+            await in_thread(self.context.tasks.set_total, meta["round_id"], 0)
             if meta.get("census"):
                 self.crawler.stats.inc_value("census/empty-days")
         if meta.get("census_part"):

@@ -57,5 +57,6 @@ class CensusMixin:
             "census",
             stage="list",
             permanent=True,
+            unreachable=census - parts,
             detail=f"census {census}, categories {parts}: {census - parts} unaccounted",
         )
