@@ -31,6 +31,7 @@ The rest of this module's story: docs/INTERNALS.md#cnkispidermiddlewaresratelimi
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.asyncio import sleep as loop_sleep
 from scrapy.utils.defer import maybe_deferred_to_future
+from scrapy.utils.reactor import is_reactor_installed
 from twisted.internet.defer import Deferred
 
 from cnkispider import default_settings, redisconn
@@ -401,10 +403,18 @@ class RateLimitMiddleware:
 
     def listen(self, spider: Spider | None = None) -> None:
         """Hear at once of every window any worker closes (see SharedRateLimit.listen)."""
-        from twisted.internet import reactor
+        # back on the crawl's thread as ThreadIO does it: the reactor's when one is installed,
+        # else the running asyncio loop's (a crawl without a Twisted reactor); importing the
+        # reactor here would install one under such a crawl
+        if is_reactor_installed():
+            from twisted.internet import reactor
+
+            call_soon = reactor.callFromThread
+        else:
+            call_soon = asyncio.get_running_loop().call_soon_threadsafe
 
         def heard(key: str, closed_at: int) -> None:  # on the listening thread
-            reactor.callFromThread(self._heard, key, closed_at)
+            call_soon(self._heard, key, closed_at)
 
         self._stop_listening = self.limiter.listen(heard)
 
