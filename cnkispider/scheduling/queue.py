@@ -32,6 +32,7 @@ The rest of this module's story: docs/INTERNALS.md#cnkispiderschedulingqueuepy.
 
 from __future__ import annotations
 
+import logging
 import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -43,6 +44,8 @@ from cnkispider.scheduling.dupefilter import BLOOM_LUA
 
 if TYPE_CHECKING:
     import redis
+
+logger = logging.getLogger(__name__)
 
 #: The one script: writes (new requests, acks, renewals, releases, confirmations) first, in that
 #: order, then expired leases, then the pop. One call = one round trip, atomic.
@@ -590,24 +593,51 @@ def _popped(flat: list) -> list[Popped]:
     return out
 
 
+#: The namespace's keys that are not a round's: deleted by name when a task is done, so that a
+#: worker whose Redis user may not SCAN (least rights: docs/WORKERS.md) still removes them.
+TASK_KEYS = (
+    "queue",
+    "requests",
+    "leases",
+    "attempts",
+    "tokens",
+    "bloom",
+    "drained",
+    "unreadable",
+    "unreadable:order",
+)
+
+
 def remove_namespace(client: redis.Redis, namespace: str) -> int:
     """Delete the keys of a finished task's namespace (its queue, requests, filters, drains,
     unreadable requests, ...) but ``epoch``, ``seq`` and ``writers``: the number deleted. These
     three small keys (the last trimmed to the workers of the last hour) keep the namespace's
     identity, so a worker still polling sees no new epoch (no false "Redis lost its state")
-    and a later crawl of the task goes on with new ids. SCAN, not KEYS
-    (which a worker's Redis user may not run, and which blocks the server); UNLINK frees the
-    memory off the server's main thread."""
+    and a later crawl of the task goes on with new ids. The task's own keys go by name
+    (:data:`TASK_KEYS`); a round's keys go when it drains, and any a round left behind are
+    found with SCAN, not KEYS (which blocks the server), where the Redis user may run it: a
+    worker's user may not (its ACL refuses SCAN), and then they stay for the administrator's
+    sweep rather than stopping the worker. UNLINK frees the memory off the server's main
+    thread."""
+    from redis.exceptions import NoPermissionError
+
     keep = {f"{namespace}:{name}".encode() for name in ("epoch", "seq", "writers")}
-    removed = 0
+    removed = client.unlink(*(f"{namespace}:{name}" for name in TASK_KEYS))
     batch: list = []
-    for key in client.scan_iter(match=_glob_escape(namespace) + ":*", count=500):
-        if key in keep:
-            continue
-        batch.append(key)
-        if len(batch) >= 500:
-            removed += client.unlink(*batch)
-            batch = []
+    try:
+        for key in client.scan_iter(match=_glob_escape(namespace) + ":*", count=500):
+            if key in keep:
+                continue
+            batch.append(key)
+            if len(batch) >= 500:
+                removed += client.unlink(*batch)
+                batch = []
+    except NoPermissionError:
+        logger.info(
+            "%s: this Redis user may not SCAN; the task's keys are gone, any a round left "
+            "behind stay",
+            namespace,
+        )
     if batch:
         removed += client.unlink(*batch)
     return removed
