@@ -69,7 +69,8 @@ def _rounds(setup):
 
 
 def test_a_day_within_the_cap_is_one_census_round_over_the_task_s_categories(census_crawl):
-    setup = census_crawl(WITHIN, categories="G,H")
+    # debug: a round's done line is a DEBUG line since issue 41 (logs: a line a minute)
+    setup = census_crawl(WITHIN, categories="G,H", crawl={"log_level": "debug"})
     result = setup.run_ok(timeout=240)
     truth = setup.truth()
     assert 0 < len(truth) < 72
