@@ -251,9 +251,10 @@ def _equal_to_truth(setup, doc_type="patent"):
 
 
 @pytest.mark.slow  # a crawl in a worker subprocess
-def test_a_query_day_over_the_cap_is_split_and_harvested_whole_at_list_depth(crawl_setup):
+@pytest.mark.parametrize("depth", ["list", "export", "detail"])
+def test_a_query_day_over_the_cap_is_split_and_harvested_whole_at_each_depth(crawl_setup, depth):
     setup = crawl_setup(
-        "patent", IPC, "sqlite", OVER, OVER, site=YEAR, cnki=CAP, day_census="on", depth="list"
+        "patent", IPC, "sqlite", OVER, OVER, site=YEAR, cnki=CAP, day_census="on", depth=depth
     )
     setup.search_query = QUERY
     setup.run_ok(timeout=300)
