@@ -36,6 +36,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 from scrapy.exceptions import NotConfigured
+from scrapy.utils.asyncio import call_later
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import defer, threads
 
@@ -143,17 +144,18 @@ class DocumentPipeline:
         return item
 
     def _flush_soon(self, delay: float) -> None:
-        if self._timer is not None and self._timer.active():
+        # a pending timer is cleared by _flush, so "not None" means "still to fire"
+        if self._timer is not None:
             if delay > 0:
                 return
             self._timer.cancel()
-        # The reactor is imported here, not at module level: importing it installs one, and the
-        # crawl (or a test) must be free to install Scrapy's asyncio reactor first.
-        from twisted.internet import reactor
-
-        self._timer = reactor.callLater(delay, self._flush)
+        # Scrapy's call_later: the reactor's callLater under a reactor, the asyncio loop's in a
+        # crawl without one (importing twisted's reactor here would install one under it)
+        self._timer = call_later(delay, self._flush)
 
     def _flush(self) -> defer.Deferred:
+        if self._timer is not None:  # called at close while a timer waits: it has nothing left
+            self._timer.cancel()
         self._timer = None
         batch, self._pending = self._pending, []
         if not batch:

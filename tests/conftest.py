@@ -9,6 +9,7 @@ of a second are marked ``timing``; `make test` runs them alone after the paralle
 """
 
 import os
+import sys
 import time
 
 import pytest
@@ -107,6 +108,12 @@ def _cpu() -> float:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     item.stash[_STARTED] = (_cpu(), time.monotonic(), time.time())
+    item.stash[_HAD_REACTOR] = "twisted.internet.reactor" in sys.modules
+
+
+def _installed_a_reactor(item: pytest.Item) -> bool:
+    """Whether a reactor was installed in this process during the test (set-up to teardown)."""
+    return item.stash.get(_HAD_REACTOR, True) is False and "twisted.internet.reactor" in sys.modules
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -127,6 +134,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
                 f"{_cpu() - cpu0:.2f}\t{time.monotonic() - wall0:.2f}\t{item.nodeid}"
                 f"\t{started:.1f}\t{worker}\n"
             )
+    if report.when == "teardown" and report.passed and _installed_a_reactor(item):
+        # the culprit fails, not its victims: later tests on this xdist worker crawl without a
+        # reactor (tests/test_middlewares.py, test_session.py) and would fail far from the cause
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} installed a Twisted reactor in the test process (an import of "
+            "twisted.internet.reactor, threads.deferToThread, reactor.callLater); code that may "
+            "run without a reactor uses scrapy.utils.asyncio.call_later or cnkispider.offload"
+        )
     if report.when != "call" or _STARTED not in item.stash:
         return
     cpu0, wall0, _ = item.stash[_STARTED]
@@ -164,3 +180,4 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
 
 
 _STARTED = pytest.StashKey[tuple[float, float, float]]()
+_HAD_REACTOR = pytest.StashKey[bool]()

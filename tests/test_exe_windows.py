@@ -429,7 +429,7 @@ def test_on_a_chinese_windows_sqlite_and_data_dir_paths_with_backslashes_spaces_
 
     again = install.run()
     assert again.returncode == 0, install.explain(again)
-    assert f"documents       {len(expected)} stored for this task (0 this run)" in again.stdout
+    assert f"本任务已存储 {len(expected)} 篇（本次运行 0 篇）" in again.stdout  # nothing new
 
     out = folder / "导出 文件" / "专利.csv"
     out.parent.mkdir()

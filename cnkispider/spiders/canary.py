@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime as dt
 
 import scrapy
+from scrapy.utils.asyncio import call_later
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import defer
 
@@ -83,13 +84,13 @@ class CanaryMixin:
             return
         answer: defer.Deferred = defer.Deferred()
         waiting.append(answer)
-        from twisted.internet import reactor
-
-        answer.addTimeout(CANARY_WAIT, reactor)
+        # no answer within CANARY_WAIT counts as "does not list" (Scrapy's call_later: the
+        # reactor's or the asyncio loop's, whichever runs the crawl)
+        timeout = call_later(CANARY_WAIT, _give_up, answer)
         try:
             lists = await maybe_deferred_to_future(answer)
-        except defer.TimeoutError:
-            lists = False
+        finally:
+            timeout.cancel()
         if lists:
             await self._true_zero(meta)
         else:
@@ -205,3 +206,9 @@ class CanaryMixin:
             **{ZERO_CHECK: False},
             **carried,
         )
+
+
+def _give_up(answer: defer.Deferred) -> None:
+    """A canary that has not answered in time: the page it waits for is asked again."""
+    if not answer.called:
+        answer.callback(False)
