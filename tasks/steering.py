@@ -322,23 +322,37 @@ class Steering(TaskRows):
     def move_cursor(self, key: int | str, cur_date: str, cur_code: str | None) -> Task:
         """Move the cursor to ``cur_date`` (``cur_code``: after that day's category): refused,
         with nothing written, for a day outside the task's days or a category not its own."""
-        day = dt.date.fromisoformat(cur_date).isoformat()
         with self._command(key) as (conn, row):
-            now = db_now(conn)
-            first, last, open_end = task_days(row, now)
-            if not first.isoformat() <= day <= last.isoformat():
-                days = _("{first} .. {last}").format(first=first, last=last)
-                if open_end:
-                    days = _("{first} .. today, {last} in Beijing").format(first=first, last=last)
-                raise InputError(
-                    _(
-                        "task {name!r}: {day} is not one of its days ({days}); nothing changed"
-                    ).format(name=row.name, day=day, days=days)
-                )
-            values = {"cur_date": day, "cur_code": cur_code or None, "updated_at": now}
-            checked_edit(row, values, self.base_dir)
+            values = self._move_values(conn, row, cur_date, cur_code)
             edit_task(conn, row.id, **values)
         return self.get(row.id)
+
+    def check_move(self, key: int | str, cur_date: str, cur_code: str | None) -> Task:
+        """The task as :meth:`move_cursor` would leave it, writing nothing (the web page's
+        preview): the same refusals, in the same words."""
+        with self.engine.connect() as conn:
+            row = read_row(conn, key)
+            return checked_edit(
+                row, self._move_values(conn, row, cur_date, cur_code), self.base_dir
+            )
+
+    def _move_values(self, conn, row, cur_date: str, cur_code: str | None) -> dict:
+        """The row's values after a move, checked (InputError: nothing is to be written)."""
+        day = dt.date.fromisoformat(cur_date).isoformat()
+        now = db_now(conn)
+        first, last, open_end = task_days(row, now)
+        if not first.isoformat() <= day <= last.isoformat():
+            days = _("{first} .. {last}").format(first=first, last=last)
+            if open_end:
+                days = _("{first} .. today, {last} in Beijing").format(first=first, last=last)
+            raise InputError(
+                _("task {name!r}: {day} is not one of its days ({days}); nothing changed").format(
+                    name=row.name, day=day, days=days
+                )
+            )
+        values = {"cur_date": day, "cur_code": cur_code or None, "updated_at": now}
+        checked_edit(row, values, self.base_dir)
+        return values
 
     # -- halting -------------------------------------------------------------------------
 

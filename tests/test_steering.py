@@ -3,6 +3,8 @@ the task table, from the command line (the web page's steering is in tests/test_
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import sqlalchemy as sa
 
@@ -333,3 +335,32 @@ def test_a_task_name_the_commands_and_the_page_cannot_find_is_refused(ini, capsy
     assert says in _one_line(capsys.readouterr().err)
     assert cli(ini, "task", "list") == 0
     assert "no tasks" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("date", "code", "says"),
+    [
+        ("2019-01-01", "", "2019-01-01 is not one of its days (2024-01-01 .. 2024-01-10)"),
+        ("2024-01-11", "", "2024-01-11 is not one of its days"),
+        ("2024-01-03", "ZZ9", "'ZZ9' is not one of the task's categories"),
+    ],
+)
+def test_the_page_s_preview_of_a_move_refuses_what_task_move_refuses(ini, date, code, says):
+    """The web page previewed "will move the cursor ... to 2019-01-01" for a day `task move`
+    refuses; its plan now runs the command's checks, writing nothing, and says why."""
+    from cnkispider.config import load_config
+    from cnkispider.db import open_database
+    from cnkispider.web import actions
+
+    _add(ini)
+    row = _row(ini)
+    config = load_config(ini)
+    engine = open_database(config.database_url)
+    try:
+        with pytest.raises(ValueError, match=re.escape(says)):
+            actions.plan(config, engine, "move", "p", {"date": date, "code": code})
+        ok = actions.plan(config, engine, "move", "p", {"date": "2024-01-10", "code": ""})
+    finally:
+        engine.dispose()
+    assert ok.ready and "2024-01-10" in ok.says
+    assert _row(ini) == row

@@ -191,6 +191,7 @@ def plan(config, engine, action: str, name: str, form: dict) -> Plan:
             return Plan(
                 action, current.name, _("give the day to crawl again from"), values, ready=False
             )
+        store.check_move(current.id, date, code)  # `task move`'s refusals, before "will move"
         cursor = f"{current.cur_date or '-'} {current.cur_code or '-'}"
         return Plan(
             action,
