@@ -13,6 +13,7 @@ from its task's row. The entry points call it: the
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 from typing import TYPE_CHECKING
@@ -27,6 +28,8 @@ from cnkispider.i18n import N_, _
 if TYPE_CHECKING:
     from tasks.flow import TaskStore
     from tasks.rows import Task
+
+logger = logging.getLogger(__name__)
 
 
 def task_store(config: Config) -> TaskStore:
@@ -170,6 +173,8 @@ def preflight(config: Config, task_arg: str | None = None) -> Task | None:
     answer, a named task exists (returned); a drifted config.ini is warned about. Raises
     CnkiSpiderError (one line)."""
     check_config(config)
+    if task_arg:  # a task named that is not there: refused before anything is created
+        _check_named(config, task_arg)
     _check_services(config)
     t = config.task
     store = task_store(config)
@@ -177,11 +182,7 @@ def preflight(config: Config, task_arg: str | None = None) -> Task | None:
         try:
             return store.get(task_arg)
         except LookupError:
-            raise UnknownName(
-                _("no task {name!r} in the task table (`cnkispider task list` lists them)").format(
-                    name=task_arg
-                )
-            ) from None
+            raise _no_task(task_arg) from None
     try:
         row = store.get(t.name)
     except LookupError:
@@ -194,6 +195,37 @@ def preflight(config: Config, task_arg: str | None = None) -> Task | None:
     for line in config_drift(config, row):
         print(line, file=sys.stderr)
     return None
+
+
+def _no_task(name: str) -> UnknownName:
+    return UnknownName(
+        _("no task {name!r} in the task table (`cnkispider task list` lists them)").format(
+            name=name
+        )
+    )
+
+
+def _check_named(config: Config, name: str) -> None:
+    """`run --task NAME` of a task the table does not hold: refused, with no database file or
+    embedded Redis folder created for it (a database that does not exist holds no task). A
+    table that cannot be read yet is left to the service checks that follow."""
+    from cnkispider.db import open_database_readonly
+    from cnkispider.exceptions import StorageError
+    from tasks.rows import read_row
+
+    try:
+        engine = open_database_readonly(config.database_url)
+    except StorageError:  # no SQLite file: no task either
+        raise _no_task(name) from None
+    try:
+        with engine.connect() as conn:
+            read_row(conn, name)
+    except UnknownName:
+        raise _no_task(name) from None
+    except Exception:  # unreachable, no table yet, no right: the service checks say it
+        logger.debug("run --task %s: the task table could not be read first", name, exc_info=True)
+    finally:
+        engine.dispose()
 
 
 def _check_services(config: Config) -> None:

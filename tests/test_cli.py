@@ -577,6 +577,24 @@ def test_a_config_ini_that_run_refuses_creates_no_file(tmp_path, task_text, expe
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.ini"]
 
 
+@pytest.mark.slow  # a command in a subprocess
+def test_run_of_a_missing_task_on_the_embedded_default_creates_no_file(tmp_path):
+    """Issue 41: `run --task NOSUCH` on a fresh folder made the SQLite file and the embedded
+    Redis folder before it said the task is not there. No database, no task: nothing made."""
+    path = tmp_path / "config.ini"
+    path.write_text("[database]\nurl = sqlite:///t.db\n[redis]\nurl =\n", "utf-8")
+    result = launcher.run(
+        [sys.executable, "-m", "cnkispider.cli", "run", "--config", str(path), "--task", "nosuch"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert _one_error_line(result.stderr).startswith("error: no task 'nosuch'")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.ini"]
+
+
 @pytest.mark.slow  # a crawl
 def test_run_task_crawls_the_task_named_and_not_the_one_of_config_ini(crawl_setup):
     """`cnkispider run --task NAME` is `scrapy crawl TYPE -a task=NAME`: the named task's
