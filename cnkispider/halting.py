@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 
-from cnkispider import default_settings
+from cnkispider import default_settings, vocabulary
 from cnkispider.cnki.refusals import CHALLENGE, REJECTION, kind_of
 from cnkispider.i18n import _
 
@@ -90,9 +90,14 @@ def slug_of(halt_reason: str | None) -> str | None:
     return halt_reason.split(":", 1)[0].strip()
 
 
-def unreachable_line(reason: str) -> str:
-    """The one line an operator reads when CNKI cannot be reached at all."""
-    return f"CNKI is not reachable from here ({NETWORK_REASONS.get(reason, reason)}): try `cnkispider demo`"
+def unreachable_line(reason: str, *, stored: bool = False) -> str:
+    """The one line an operator reads when CNKI cannot be reached at all, in the reader's
+    language; ``stored``: in English, as the halt reason keeps it (vocabulary.HALT_PATTERNS
+    shows it in the reader's)."""
+    what = NETWORK_REASONS.get(reason, reason)
+    if stored:
+        return f"CNKI is not reachable from here ({what}): try `cnkispider demo`"
+    return _("CNKI is not reachable from here (%(what)s): try `cnkispider demo`") % {"what": what}
 
 
 def halt_line(task_name: str, halt_reason: str) -> str:
@@ -111,7 +116,7 @@ def halt_line(task_name: str, halt_reason: str) -> str:
         )
     return _(
         "task %(name)s halted: %(reason)s; fix the cause, then `cnkispider task resume %(name)s`"
-    ) % {"name": task_name, "reason": halt_reason}
+    ) % {"name": task_name, "reason": vocabulary.halt_reason(halt_reason)}
 
 
 class Breaker:
@@ -173,7 +178,8 @@ class Breaker:
             and len(reasons) >= self.unreachable_after
             and all(r in UNREACHABLE_REASONS for r in reasons)
         ):
-            return f"{reason}: {unreachable_line(reason)} (every list request of the first rounds failed)"
+            line = unreachable_line(reason, stored=True)
+            return f"{reason}: {line} (every list request of the first rounds failed)"
         recent = reasons[-self.consecutive :]
         if len(recent) == self.consecutive and all(r == reason for r in recent):
             return f"{reason}: the last {self.consecutive} list pages all failed with {reason}"

@@ -10,6 +10,8 @@ is added here) is shown as it is, never dropped.
 
 from __future__ import annotations
 
+import re
+
 from cnkispider.i18n import N_, _
 
 WORDS = {
@@ -76,12 +78,57 @@ WORDS = {
 HALT_REASONS = {"paused: by the operator": N_("paused by the operator")}
 
 
+#: The halt reasons the crawler writes (cnkispider.halting.Breaker, tasks.feeder, tasks.rounds),
+#: stored in English (SQL, the logs and `status --json` read them as written, whatever the
+#: language of the worker that halted), and shown in the reader's: each pattern's groups fill
+#: its marked sentence (in English the sentence is the stored text itself). A reason that matches none (an older wording, a hand-edited row) is
+#: shown as stored.
+HALT_PATTERNS = [
+    (re.compile(r"rejected"), N_("rejected")),
+    (re.compile(r"rejected: (?P<detail>.+)"), N_("rejected: %(detail)s")),
+    (
+        re.compile(
+            r"(?P<reason>[^:]+): CNKI is not reachable from here \((?P<what>[^)]*)\): try "
+            r"`cnkispider demo` \(every list request of the first rounds failed\)"
+        ),
+        N_(
+            "%(reason)s: CNKI is not reachable from here (%(what)s): try `cnkispider demo` "
+            "(every list request of the first rounds failed)"
+        ),
+    ),
+    (
+        re.compile(
+            r"(?P<reason>[^:]+): the last (?P<n>\d+) list pages all failed with (?P=reason)"
+        ),
+        N_("%(reason)s: the last %(n)s list pages all failed with %(reason)s"),
+    ),
+    (
+        re.compile(
+            r"(?P<reason>[^:]+): (?P<count>\d+) of the last (?P<window>\d+) list pages failed "
+            r"with (?P=reason)"
+        ),
+        N_("%(reason)s: %(count)s of the last %(window)s list pages failed with %(reason)s"),
+    ),
+    (re.compile(r"unreadable: (?P<detail>.+)"), N_("unreadable: %(detail)s")),
+    (
+        re.compile(r"ledger: every round failed \((?P<n>\d+) of (?P=n)\); last: (?P<last>.*)"),
+        N_("ledger: every round failed (%(n)s of %(n)s); last: %(last)s"),
+    ),
+]
+
+
 def halt_reason(reason: str | None) -> str:
     """A task's halt reason as the reader reads it."""
     if not reason:
         return "-"
     marked = HALT_REASONS.get(reason)
-    return _(marked) if marked is not None else reason
+    if marked is not None:
+        return _(marked)
+    for pattern, sentence in HALT_PATTERNS:
+        found = pattern.fullmatch(reason)
+        if found is not None:
+            return _(sentence) % found.groupdict()
+    return reason
 
 
 def word(name: str | None, unknown: str = "-") -> str:

@@ -557,3 +557,48 @@ def test_requests_refused_by_the_trust_boundary_halt_the_task(crawl_setup, gate)
         and "not one of the configured CNKI hosts" in lines[0]
     )
     assert "done" not in _rounds(setup) or len(setup.stored()) == len(setup.truth())
+
+
+def _every_halt_reason_written() -> list[str]:
+    """The reasons the crawler writes into task.halt_reason, made by the code that writes them."""
+    from tasks.rounds import LEDGER_NOTE
+
+    rejected = Breaker().failed("rejected", "查询对象结构错误")
+    bare = Breaker().failed("rejected")
+    unreachable = Breaker(consecutive=10, unreachable_after=2)
+    unreachable.failed("DNSLookupError")
+    in_a_row = Breaker(consecutive=2, window=50)
+    in_a_row.ok()
+    in_a_row.failed("http-500")
+    half = Breaker(consecutive=3, window=4)
+    half.ok()
+    half.failed("http-500")
+    half.failed("timeout")
+    return [
+        rejected,
+        bare,
+        unreachable.failed("DNSLookupError"),
+        in_a_row.failed("http-500"),
+        half.failed("http-500"),
+        # tasks.feeder (an answer no parser understood) and tasks.rounds.all_failed_reason
+        "unreadable: unexpected page",
+        f"{LEDGER_NOTE}: every round failed (6 of 6); last: listed 5 = stored 0",
+    ]
+
+
+def test_every_halt_reason_is_stored_in_english_and_shown_in_the_reader_s_language():
+    """Issue 41: a halted task's reason read "DNSLookupError: CNKI is not reachable from here"
+    on the Chinese page. The stored reason stays the English the logs and SQL read; each is
+    shown in Chinese through the catalogue (its values, CNKI's words and codes, kept)."""
+    from cnkispider import i18n
+    from cnkispider.vocabulary import halt_reason
+
+    reasons = _every_halt_reason_written()
+    assert all(reasons), reasons
+    for reason in reasons:
+        assert halt_reason(reason) == reason  # English: the stored text itself
+        with i18n.using("zh_CN"):
+            shown = halt_reason(reason)
+        assert shown != reason, f"not translated: {reason!r}"
+        for value in re.findall(r"查询对象结构错误|DNSLookupError|http-500|timeout|\b6\b", reason):
+            assert value in shown, (reason, shown)
