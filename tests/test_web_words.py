@@ -275,6 +275,7 @@ def test_a_chinese_page_has_no_english_word_in_any_state(served):
     """Every page the tests can bring about (the tasks in every state, their banners, each
     action's form, preview, result and refusal, the errors, the sessions form), asked in
     Chinese, shows no English word but names and codes."""
+    from cnkispider.halting import Breaker
     from cnkispider.schema import error_code, error_link, worker
     from cnkispider.sessions.pool import SessionStore, namespace_for
     from cnkispider.web.actions import TASK_ACTIONS
@@ -344,7 +345,10 @@ def test_a_chinese_page_has_no_english_word_in_any_state(served):
                 state="permanent",
             )
         )
-    store.halt(ids["halt"], "timeout")
+    # a reason as the breaker writes it (stored in English, shown in the reader's language)
+    breaker = Breaker(consecutive=2)
+    breaker.failed("timeout", "TimeoutError")
+    store.halt(ids["halt"], breaker.failed("timeout", "TimeoutError"))
     store.pause(ids["pause"])
     store.set_phase(ids["done"], Phase.DONE)
     client = redis.Redis.from_url(served["setup"].redis_url)
@@ -357,7 +361,7 @@ def test_a_chinese_page_has_no_english_word_in_any_state(served):
         # a round's note is the database's text (the ledger's numbers, as the closing wrote them)
         notes = [n for (n,) in conn.execute(sa.text("SELECT note FROM round")) if n]
 
-    pages = ["/", "/fragment/tasks", "/sessions", "/tasks/nothere", "/rounds/999999"]
+    pages = ["/", "/fragment/tasks", "/sessions", "/desk", "/tasks/nothere", "/rounds/999999"]
     for name in [*names.values(), served["setup"].task]:
         pages += [f"/tasks/{name}", f"/tasks/{name}/grid", f"/tasks/{name}?month=2024-13"]
         pages += [f"/tasks/{name}/{action}" for action in (*TASK_ACTIONS, "nothing")]

@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
+from cnkispider import i18n
 from cnkispider.i18n import _
 from cnkispider.sessions.login import (
     VERIFY_MARK,
@@ -191,6 +192,9 @@ class Desk:
         self.clock = clock
         self.state = OPENING
         self.says = ""
+        # the language of the person who opened the desk (made in their request): the watcher
+        # thread writes what the desk says in it, and the pass's line too
+        self.language = i18n.current()
         self.url = ""
         self.blocked = 0  # requests to other hosts the tab was refused
         self.opened_at = clock()
@@ -375,6 +379,10 @@ class Desk:
     # -- the watcher -------------------------------------------------------------------------------
 
     def _watch(self) -> None:
+        with i18n.using(self.language):
+            self._watch_tab()
+
+    def _watch_tab(self) -> None:
         try:
             while not self._stop.wait(0.5):
                 if self.clock() - self._touched >= self.idle:

@@ -32,7 +32,8 @@
   }
 
   function refused(r) {
-    say(r.status === 403 ? status.getAttribute("data-refused") || "refused: the token is missing or wrong" : "the desk answered " + r.status, "refused");
+    // the page's words (desk.html, in the reader's language); the script holds none of its own
+    say(r.status === 403 ? status.getAttribute("data-refused") : status.getAttribute("data-answered").replace("%(status)s", r.status), "refused");
     try { window.localStorage.removeItem(KEY); } catch (e) { /* private mode */ }
     form.hidden = false;
   }
@@ -64,7 +65,7 @@
   }
 
   function open() {
-    say("opening…", "opening");
+    say(status.getAttribute("data-opening"), "opening");
     post("/desk/open").then(function (r) {
       if (!r.ok) { refused(r); return null; }
       try { window.localStorage.setItem(KEY, token); } catch (e) { /* private mode */ }
@@ -129,5 +130,5 @@
     open();
   });
 
-  if (token) open(); else { form.hidden = false; say(status.getAttribute("data-ask") || "type the token once: this browser keeps it", "token"); }
+  if (token) open(); else { form.hidden = false; say(status.getAttribute("data-ask"), "token"); }
 })();
