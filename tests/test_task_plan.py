@@ -5,6 +5,7 @@ own request counts), within 15%."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -47,12 +48,23 @@ def test_the_plan_is_within_15_percent_of_what_the_crawl_took(census_crawl, dept
     plan = json.loads(setup.run_ok("task", "plan", setup.task, "--json").stdout)
     assert plan["days"] == 14 and plan["seen_days"] == 0
     before = setup.site.stats()["kinds"]
-    setup.run_ok(timeout=240)
+    run = setup.run_ok(timeout=240)
     after = setup.site.stats()["kinds"]
     took = sum(after[k] - before[k] for k in COUNTED)
     planned = plan["depths"][depth]["requests"]
     print(f"task plan at {depth}: planned {planned} requests, the crawl took {took}")
     assert abs(planned - took) <= 0.15 * took, (depth, planned, took, plan)
+    # the run's summary: the plan it started from beside what it sent (its sessions' own
+    # requests too: warm-ups, client ids), and no day left
+    line = re.search(
+        rf"plan +{planned:,} requests at {depth} depth for the 14 days left at the start; this "
+        r"worker sent ([\d,]+) \((\d+)% of the plan\), 0 days left",
+        run.stdout,
+    )
+    assert line is not None, run.stdout[-3000:]
+    sent = int(line[1].replace(",", ""))
+    assert took <= sent <= sum(after.values()) - sum(before.values())
+    assert int(line[2]) == round(100 * sent / planned)
     done = json.loads(setup.run_ok("task", "plan", setup.task, "--json").stdout)
     assert done["days"] == 0 and done["depths"][depth]["requests"] == 0
 

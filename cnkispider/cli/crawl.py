@@ -64,6 +64,8 @@ def crawl(
             )[0]
         )
         store.set_phase(current.id, Phase.RECRAWL)
+    name = named.name if named is not None else config.task.name
+    plan = _plan_now(config, name)  # the summary shows it beside what the run took
     process = CrawlerProcess(settings)
     started = time.monotonic()
     failures: list = []  # the crawl could not start (Redis unreachable when the scheduler opened)
@@ -86,7 +88,30 @@ def crawl(
 
         stats["finish_reason"] = FORCED_STOP
     stats["elapsed_seconds"] = time.monotonic() - started
+    if plan is not None:
+        stats["plan/at_start"] = plan
+        after = _plan_now(config, name)
+        stats["plan/days_left_at_end"] = after["days"] if after is not None else plan["days"]
     return stats
+
+
+def _plan_now(config: Config, name: str) -> dict | None:
+    """`task plan`'s figures for task ``name`` now (None: no such task yet, or nothing to plan
+    from). A hint for the summary: a failure to make it never stops the run."""
+    from cnkispider.db import open_database_readonly
+    from cnkispider.status.plan import task_plan
+
+    try:
+        engine = open_database_readonly(config.database_url)
+    except Exception:
+        return None
+    try:
+        plan = task_plan(config, engine, name)
+    except Exception:  # no such task yet (the spider registers it), a row a worker skips
+        return None
+    finally:
+        engine.dispose()
+    return plan if plan["documents"] is not None else None
 
 
 def print_summary(config: Config, stats: dict, name: str | None = None) -> None:

@@ -388,6 +388,34 @@ def to_json(report: dict) -> str:
     return json.dumps(report, ensure_ascii=False, indent=2) + "\n"
 
 
+def _plan_beside_taken(stats: dict) -> list[str]:
+    """The plan made when the run started (``task plan``'s figures for the days then left, at
+    the task's depth) beside the requests this worker sent and the days still left: the
+    person's side as planned and as it went (issue 40). Nothing when no plan could be made (no
+    census total seen yet)."""
+    plan = stats.get("plan/at_start") or {}
+    figures = (plan.get("depths") or {}).get(plan.get("depth") or "")
+    if not figures:
+        return []
+    sent = stats.get("downloader/request_count", 0)
+    planned = figures["requests"]
+    return [
+        _pad(_("plan"), 16)
+        + _(
+            "%(planned)s requests at %(depth)s depth for the %(days)s days left at the start; "
+            "this worker sent %(sent)s (%(share)s of the plan), %(left)s days left"
+        )
+        % {
+            "planned": i18n.number(planned),
+            "depth": word(plan["depth"]),
+            "days": i18n.number(plan["days"]),
+            "sent": i18n.number(sent),
+            "share": i18n.percent(sent / planned if planned else None, 0),
+            "left": i18n.number(stats.get("plan/days_left_at_end", plan["days"])),
+        }
+    ]
+
+
 def render_summary(t: dict, stats: dict) -> str:
     """The summary printed when a run ends, from the task's entry of the report and the run's
     Scrapy stats (plus ``elapsed_seconds``): rounds, documents, errors by reason, time and rates."""
@@ -429,6 +457,7 @@ def render_summary(t: dict, stats: dict) -> str:
         },
         *_per_verified_session(stats, items),
         *_too_many(stats),
+        *_plan_beside_taken(stats),
     ]
     for name in ("errorCode", "errorLink"):
         e = t["errors"][name]
