@@ -33,12 +33,13 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from cnkispider import citations
+from cnkispider import citations, i18n
 from cnkispider.exceptions import InputError, UnknownName
 from cnkispider.i18n import _
 from cnkispider.items import FIELDS, INTEGER_FIELDS
 from cnkispider.schema import task
 from cnkispider.storage import iter_documents
+from cnkispider.vocabulary import word
 
 FORMATS = ("csv", "jsonl", "ris", "bibtex", "endnote", "csljson", "xlsx")
 # counts: JSON numbers (see the module docstring); the integer columns (cited, downloads, the
@@ -78,7 +79,7 @@ def resolve_task(engine: Engine, key: str) -> int:
     with engine.connect() as conn:
         found = conn.execute(sa.select(task.c.id).where(where)).scalar()
     if found is None:
-        raise UnknownName(f"no task {key!r}")
+        raise UnknownName(_("no task %(name)r") % {"name": key})
     return found
 
 
@@ -95,7 +96,7 @@ def write_documents(
 ) -> int:
     """Write the documents of ``doc_type`` to the binary stream ``binary``; return how many."""
     if fmt not in FORMATS:
-        raise InputError(f"format must be one of {', '.join(FORMATS)}")
+        raise InputError(_("format must be one of %(formats)s") % {"formats": ", ".join(FORMATS)})
     names = columns(doc_type)
     # newline="": the csv module writes its own \r\n line ends and must see line breaks inside
     # values untranslated; JSON escapes them anyway.
@@ -183,9 +184,12 @@ def _writable_target(out: str) -> Path:
     path = Path(out)
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
-        raise InputError(f"--out {out}: the folder {folder} does not exist")
+        raise InputError(
+            _("--out %(out)s: the folder %(folder)s does not exist")
+            % {"out": out, "folder": folder}
+        )
     if path.is_dir():
-        raise InputError(f"--out {out}: is a folder; give a file name")
+        raise InputError(_("--out %(out)s: is a folder; give a file name") % {"out": out})
     return path
 
 
@@ -210,7 +214,7 @@ def export(
     started = time.monotonic()
     options = {"since": since, "task_id": task_id, "batch": batch, "raw_cells": raw_cells}
     if fmt == "xlsx" and out in (None, "", "-"):
-        raise InputError("--format xlsx: give a file with --out (a workbook is not text)")
+        raise InputError(_("--format xlsx: give a file with --out (a workbook is not text)"))
     if out in (None, "", "-"):
         count = write_documents(engine, doc_type, sys.stdout.buffer, fmt, **options)
         sys.stdout.flush()
@@ -222,7 +226,10 @@ def export(
             prefix=f".{path.name}.", suffix=".part", dir=path.parent if str(path.parent) else "."
         )
     except OSError as exc:
-        raise InputError(f"--out {out}: cannot write in {path.parent}: {exc.strerror}") from None
+        raise InputError(
+            _("--out %(out)s: cannot write in %(folder)s: %(error)s")
+            % {"out": out, "folder": path.parent, "error": exc.strerror}
+        ) from None
     try:
         with os.fdopen(handle, "wb") as binary:
             count = write_documents(engine, doc_type, binary, fmt, **options)
@@ -299,10 +306,18 @@ def export_command(
             return 0
     finally:
         engine.dispose()
-    where = "standard output" if out in (None, "", "-") else out
-    rate = f", {count / seconds:,.0f} documents/s" if seconds > 0 else ""
-    print(
-        f"exported {count:,} {doc_type} documents to {where} in {seconds:.1f} s{rate}",
-        file=sys.stderr,
-    )
+    where = _("standard output") if out in (None, "", "-") else out
+    said = {
+        "n": i18n.number(count),
+        "type": word(doc_type),
+        "where": where,
+        "seconds": i18n.number(seconds, 1),
+    }
+    if seconds > 0:
+        line = _(
+            "exported %(n)s %(type)s documents to %(where)s in %(seconds)s s, %(rate)s documents/s"
+        ) % dict(said, rate=i18n.number(count / seconds))
+    else:
+        line = _("exported %(n)s %(type)s documents to %(where)s in %(seconds)s s") % said
+    print(line, file=sys.stderr)
     return 0

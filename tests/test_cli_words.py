@@ -144,3 +144,73 @@ def test_a_config_error_names_the_file_as_typed_not_as_a_path_object(tmp_path, c
     assert main(["--config", "c4.ini", "status"]) == 2
     err = capsys.readouterr().err
     assert err.strip() == "error: c4.ini: [-]: line 3: section [crawl] appears twice", err
+
+
+# -- issue 41, point 2: every word the operator reads goes through gettext -----------------------
+
+
+class _Marked:
+    """A catalogue that brackets every word it is asked for: a line printed without going
+    through gettext shows no bracket."""
+
+    def gettext(self, message):
+        return f"«{message}»"
+
+    def ngettext(self, singular, plural, n):
+        return f"«{singular if n == 1 else plural}»"
+
+
+def test_export_session_and_demo_lines_are_looked_up_in_the_catalogue(
+    tmp_path, monkeypatch, capsys, english_after
+):
+    from cnkispider import i18n
+
+    ini = _ini(tmp_path, "[task]\ntype = patent\n")
+    assert main(["--config", str(ini), "init-db"]) == 0
+    monkeypatch.setattr(i18n, "translation", lambda language: _Marked())
+    capsys.readouterr()
+
+    assert main(["--config", str(ini), "export", "--out", str(tmp_path / "out.csv")]) == 0
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("«exported 0 «patent» documents to ") and line.endswith("»"), line
+
+    missing = tmp_path / "no such folder" / "out.csv"
+    assert main(["--config", str(ini), "export", "--out", str(missing)]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("«error: «--out ") and "does not exist»»" in line, line
+
+    assert (
+        main(
+            [
+                "--config",
+                str(ini),
+                "session",
+                "add",
+                "--egress",
+                "u:p@h:1",
+                "--cookie-string",
+                "a=1",
+            ]
+        )
+        == 2
+    )
+    assert "«error: «--egress: give the proxy" in capsys.readouterr().err
+
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    assert main(["demo"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("«error: «the demo is not part of the program") and "standin/" in line
+
+
+def test_the_export_line_is_chinese_for_a_chinese_operator(tmp_path, capsys, english_after):
+    """Passes once the catalogue has the Chinese of the export line (make catalogue)."""
+    english = _ini(tmp_path, "[task]\ntype = patent\n[ui]\nlanguage = en\n")
+    assert main(["--config", str(english), "init-db"]) == 0
+    out = str(tmp_path / "out.csv")
+    capsys.readouterr()
+    assert main(["--config", str(english), "export", "--out", out]) == 0
+    assert "exported 0 patent documents to " in capsys.readouterr().err
+    chinese = _ini(tmp_path, "[task]\ntype = patent\n[ui]\nlanguage = zh_CN\n")
+    assert main(["--config", str(chinese), "export", "--out", out]) == 0
+    line = capsys.readouterr().err
+    assert "exported" not in line and "documents" not in line and out in line, line

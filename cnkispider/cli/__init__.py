@@ -39,7 +39,7 @@ import sys
 from cnkispider import i18n
 from cnkispider.cli import admin, crawl, demo, sessions, status, tasks
 from cnkispider.cli.common import CONFIG_HELP, LOG_FORMAT, CommandParser, command_config
-from cnkispider.cli.demo import FROZEN_NO_DEMO
+from cnkispider.cli.demo import frozen_no_demo
 from cnkispider.exceptions import CnkiSpiderError
 from cnkispider.i18n import _
 from cnkispider.version import __version__
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(sys, "frozen", False) and (argv if argv is not None else sys.argv[1:])[:1] == [
         "demo"
     ]:
-        print(f"error: {FROZEN_NO_DEMO}", file=sys.stderr)
+        print(frozen_no_demo(), file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
     if args.command is None:

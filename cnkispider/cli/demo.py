@@ -10,11 +10,21 @@ from pathlib import Path
 from cnkispider.cli.common import add_command
 from cnkispider.cli.crawl import crawl, print_summary
 from cnkispider.config import Config
+from cnkispider.i18n import N_, _
 
-FROZEN_NO_DEMO = (
+#: Said by the .exe (cnkispider/cli/__init__.py) and by `demo` frozen: translated where shown
+#: (:func:`frozen_no_demo`).
+FROZEN_NO_DEMO = N_(
     "the demo is not part of the program: it needs the stand-in site of the repository "
-    "(standin/); run it from a checkout: cnkispider demo"
+    "(%(folder)s); run it from a checkout: %(command)s"
 )
+
+
+def frozen_no_demo() -> str:
+    """The one line of `demo` where the program has no stand-in site (the .exe)."""
+    return _("error: %(problem)s") % {
+        "problem": _(FROZEN_NO_DEMO) % {"folder": "standin/", "command": "cnkispider demo"}
+    }
 
 
 def cmd_demo(config: Config, args) -> int:
@@ -26,10 +36,17 @@ def cmd_demo(config: Config, args) -> int:
 
     root = Path(__file__).resolve().parents[2]  # the checkout: cnkispider/cli/demo.py
     if getattr(sys, "frozen", False):  # the stand-in (standin/) is not bundled
-        print(f"error: {FROZEN_NO_DEMO}", file=sys.stderr)
+        print(frozen_no_demo(), file=sys.stderr)
         return 2
     if not (root / "standin").is_dir():
-        print("error: the demo needs the repository checkout (standin/)", file=sys.stderr)
+        print(
+            _("error: %(problem)s")
+            % {
+                "problem": _("the demo needs the repository checkout (%(folder)s)")
+                % {"folder": "standin/"}
+            },
+            file=sys.stderr,
+        )
         return 2
     site = subprocess.Popen(
         # a fifth of the natural counts: at a person's pace (about a request a second per session)
@@ -57,7 +74,7 @@ def cmd_demo(config: Config, args) -> int:
             "[crawl]\ndata_dir = .\nlease_seconds = 30\nheartbeat_seconds = 2\nlog_level = info\n",
             encoding="utf-8",
         )
-        print(f"demo: stand-in CNKI at {base_url}; config {ini}")
+        print(_("demo: stand-in CNKI at %(url)s; config %(path)s") % {"url": base_url, "path": ini})
         demo = load_config(ini)
         with _DemoPerson(demo, site, base_url):
             stats = crawl(
@@ -70,8 +87,12 @@ def cmd_demo(config: Config, args) -> int:
         print_summary(demo, stats)
         db_path = demo.database_url.split(":///", 1)[1]
         print(
-            f"demo data: {db_path} (SQLite; look: cnkispider --config {ini} status; "
-            f"export: cnkispider --config {ini} export --out demo.csv)"
+            _("demo data: %(path)s (SQLite; look: %(status)s; export: %(export)s)")
+            % {
+                "path": db_path,
+                "status": f"cnkispider --config {ini} status",
+                "export": f"cnkispider --config {ini} export --out demo.csv",
+            }
         )
         return 0 if stats.get("finish_reason") == "finished" else 1
     finally:
@@ -102,14 +123,18 @@ class _DemoPerson:
             self.store.remove(session.id)
 
     def pass_check(self, why: str) -> None:
+        """Pass the check and add the session; ``why``: an English sentence marked with N_."""
         cookies = self.site.pass_check()
         session = self.store.add(
             [{"name": k, "value": v, "domain": self.host, "path": "/"} for k, v in cookies.items()],
             source="standin",
         )
         print(
-            f"demo: {why}: the demo plays the person with the stand-in's test-only pass control "
-            f"and adds session {session.id} to the pool (on CNKI: `cnkispider session login`)",
+            _(
+                "demo: %(why)s: the demo plays the person with the stand-in's test-only pass "
+                "control and adds session %(id)s to the pool (on CNKI: %(command)s)"
+            )
+            % {"why": _(why), "id": session.id, "command": "`cnkispider session login`"},
             flush=True,
         )
 
@@ -118,14 +143,14 @@ class _DemoPerson:
             try:
                 if self.store.waiting(self.task):
                     self.pass_check(
-                        "the crawl waits for a person (a pass lasts a few hundred requests)"
+                        N_("the crawl waits for a person (a pass lasts a few hundred requests)")
                     )
                     self.done.wait(5.0)  # the worker sees it at its next look at the pool
             except Exception:  # the demo's Redis going away at the end
                 return
 
     def __enter__(self):
-        self.pass_check("the stand-in checks for a person, as CNKI does")
+        self.pass_check(N_("the stand-in checks for a person, as CNKI does"))
         self.thread.start()
         return self
 

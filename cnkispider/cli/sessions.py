@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 
+from cnkispider import i18n
 from cnkispider.cli.common import add_command
 from cnkispider.config import Config
 from cnkispider.durations import duration
@@ -68,7 +69,7 @@ def cmd_session(config: Config, args) -> int:
                     s.id,
                     s.source,
                     duration(now - s.created_at, "compact"),
-                    str(s.requests),
+                    i18n.number(s.requests),
                     state,
                     s.note or "",
                 )
@@ -100,24 +101,33 @@ def _paste(args, home_url: str, hosts: tuple[str, ...]):
 
     if args.from_curl:
         if args.from_curl == "-" and sys.stdin is not None and sys.stdin.isatty():
+            keys = "Ctrl-Z, Enter" if sys.platform == "win32" else "Ctrl-D"
             print(
-                "Paste the request copied with DevTools' Copy as cURL, then press Enter and "
-                + ("Ctrl-Z, Enter" if sys.platform == "win32" else "Ctrl-D")
-                + ":",
+                _(
+                    "Paste the request copied with DevTools' Copy as cURL, then press Enter "
+                    "and %(keys)s:"
+                )
+                % {"keys": keys},
                 file=sys.stderr,
             )
         text = pastes.read_paste(args.from_curl, sys.stdin)
         paste = pastes.from_curl(text, cnki_hosts=hosts)
         if paste.host != site:  # e.g. www.cnki.net: its cookies never go to the search's host
             raise pastes.PasteError(
-                f"the paste is a request to {paste.host}, but the crawler searches {site}: "
-                f"copy a request to {site} (its search page, or brief/grid after a search)"
+                _(
+                    "the paste is a request to %(host)s, but the crawler searches %(site)s: "
+                    "copy a request to %(site)s (its search page, or brief/grid after a search)"
+                )
+                % {"host": paste.host, "site": site}
             )
         return paste, "curl"
     if args.cookie_string is not None:
         host = args.host or site
         if not pastes.host_matches(host, hosts):
-            raise pastes.PasteError(f"--host {host} is not CNKI's ({', '.join(hosts)})")
+            raise pastes.PasteError(
+                _("--host %(host)s is not CNKI's (%(hosts)s)")
+                % {"host": host, "hosts": ", ".join(hosts)}
+            )
         return pastes.from_cookie_string(args.cookie_string, host=host), "cookie-string"
     paste = pastes.from_cookie_file(args.cookie_file, cnki_hosts=hosts, host=site)
     return paste, "cookie-file"
@@ -128,9 +138,11 @@ def _egress(value: str) -> str:
 
     parts = urlsplit(value if "://" in value else f"http://{value}")
     if parts.username or parts.password:
-        raise InputError("--egress: give the proxy's address without its user and password")
+        raise InputError(_("--egress: give the proxy's address without its user and password"))
     if not parts.hostname:
-        raise InputError(f"--egress {value!r}: expected host:port of the proxy")
+        raise InputError(
+            _("--egress %(value)r: expected host:port of the proxy") % {"value": value}
+        )
     return f"{parts.scheme}://{parts.netloc}"
 
 
@@ -157,28 +169,47 @@ def _check_sessions(store, session_id: str | None, home_url: str) -> int:
         try:
             verdict, detail = check(s.cookies, home_url, user_agent=s.user_agent)
         except OSError as exc:
-            print(f"{s.id}: not checked: cannot reach {home_url} ({exc})")
+            print(
+                _("%(id)s: not checked: cannot reach %(url)s (%(error)s)")
+                % {"id": s.id, "url": home_url, "error": exc}
+            )
             all_passed = False
             continue
         if verdict == PASSED:
             if s.state == NEEDS_PERSON:
                 store.mark(s.id, READY, "passed `session check` again")
+            state = READY if s.state == NEEDS_PERSON else s.state
             print(
-                f"{s.id}: passed ({detail}); state {READY if s.state == NEEDS_PERSON else s.state}"
+                _("%(id)s: passed (%(detail)s); state %(state)s")
+                % {"id": s.id, "detail": detail, "state": word(state)}
             )
             continue
         all_passed = False
         if verdict == CHECKED:
             if s.state in (LEASED, EXPIRED):
-                print(f"{s.id}: checked by CNKI ({detail}); state {s.state} left as it is")
+                print(
+                    _("%(id)s: checked by CNKI (%(detail)s); state %(state)s left as it is")
+                    % {"id": s.id, "detail": detail, "state": word(s.state)}
+                )
             else:
                 store.mark(s.id, NEEDS_PERSON, f"checked by CNKI at `session check` ({detail})")
                 print(
-                    f"{s.id}: checked by CNKI ({detail}); now {NEEDS_PERSON}: pass the check again "
-                    "(cnkispider session login) or remove it"
+                    _(
+                        "%(id)s: checked by CNKI (%(detail)s); now %(state)s: pass the check "
+                        "again (%(command)s) or remove it"
+                    )
+                    % {
+                        "id": s.id,
+                        "detail": detail,
+                        "state": word(NEEDS_PERSON),
+                        "command": "cnkispider session login",
+                    }
                 )
         else:
-            print(f"{s.id}: unclear ({detail}); state {s.state} left as it is")
+            print(
+                _("%(id)s: unclear (%(detail)s); state %(state)s left as it is")
+                % {"id": s.id, "detail": detail, "state": word(s.state)}
+            )
     return 0 if all_passed else 1
 
 

@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cnkispider import default_settings
+from cnkispider import default_settings, i18n
 from cnkispider.clock import cnki_today
 from cnkispider.cnki import parsers, references, refusals
 from cnkispider.cnki.export_batch import ExportRow, match_records
 from cnkispider.cnki.export_records import ExportAnswerError, parse_export
 from cnkispider.cnki.protocol import RESOURCES, Protocol, Search
 from cnkispider.exceptions import RefusedPage
+from cnkispider.i18n import _
 from cnkispider.probe.answers import Answer, CnkiSession, record
 from cnkispider.probe.answers import client_id as _client_id
 from cnkispider.probe.answers import reason as _reason
@@ -118,9 +119,14 @@ class Probe:
 
     def run(self) -> int:
         """Run every check, print one line each; 1 if any FAILed, else 0."""
+        decimals = min(len(f"{self.delay:g}".partition(".")[2]), 3)
         self.out(
-            f"probing {self.protocol.base_url} (day {self.day}, at most one request per "
-            f"{self.delay:g} s)"
+            _("probing %(url)s (day %(day)s, at most one request per %(delay)s s)")
+            % {
+                "url": self.protocol.base_url,
+                "day": self.day,
+                "delay": i18n.number(self.delay, decimals),
+            }
         )
         main = self.current = self.open_session("session-1", check=True)
         if main is None and self.checked_plain:
@@ -143,11 +149,23 @@ class Probe:
                 self.check_session_lasts(main)
         failed = [c for c in self.checks if c.verdict == FAIL]
         unknown = [c for c in self.checks if c.verdict == UNKNOWN]
-        self.out(
-            f"{len(self.checks) - len(failed) - len(unknown)} passed, {len(failed)} failed, "
-            f"{len(unknown)} unknown; {self.requests} requests"
-            + (f"; raw answers in {self.save_dir}" if self.save_dir else "")
-        )
+        counts = {
+            "passed": i18n.number(len(self.checks) - len(failed) - len(unknown)),
+            "failed": i18n.number(len(failed)),
+            "unknown": i18n.number(len(unknown)),
+            "requests": i18n.number(self.requests),
+            "folder": self.save_dir,
+        }
+        if self.save_dir:
+            said = _(
+                "%(passed)s passed, %(failed)s failed, %(unknown)s unknown; %(requests)s "
+                "requests; raw answers in %(folder)s"
+            )
+        else:
+            said = _(
+                "%(passed)s passed, %(failed)s failed, %(unknown)s unknown; %(requests)s requests"
+            )
+        self.out(said % counts)
         return 1 if failed else 0
 
     def open_session(self, label: str, check: bool) -> CnkiSession | None:

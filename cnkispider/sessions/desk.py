@@ -244,9 +244,12 @@ class Desk:
         logger.info("desk: a browser opened CNKI (%s) for a person", self.home_url)
         return self
 
-    def close(self, why: str = "closed") -> None:
+    def close(self, why: str | None = None) -> None:
         if self.state not in (PASSED, FAILED):
-            self.state, self.says = CLOSED, why
+            self.state, self.says = (
+                CLOSED,
+                _("the desk's browser is closed") if why is None else why,
+            )
         self._stop.set()
         self._shut()
 

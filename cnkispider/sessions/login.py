@@ -41,7 +41,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from cnkispider import i18n
 from cnkispider.exceptions import CnkiSpiderError
+from cnkispider.i18n import N_, _
 from cnkispider.sessions.paste import Paste, host_matches
 
 logger = logging.getLogger(__name__)
@@ -362,8 +364,8 @@ ELSEWHERE = (
     "paste it into `cnkispider session add --from-curl -`, or start a browser yourself with "
     "--remote-debugging-port=PORT and use `cnkispider session login --cdp PORT`"
 )
-#: What --headless means for CNKI's check.
-HEADLESS = (
+#: What --headless means for CNKI's check (translated where shown: ``_(HEADLESS)``).
+HEADLESS = N_(
     "--headless: no window, so no person can pass CNKI's check (a real check needs one); "
     "this only keeps a session where CNKI asks for none"
 )
@@ -442,13 +444,19 @@ def _login(
         session = cdp.call("Target.attachToTarget", {"targetId": tab, "flatten": True})["sessionId"]
         if headless:
             say(
-                f"{HEADLESS}. The headless browser opens CNKI ({home_url}); waiting at most {timeout:.0f} s."
+                _(
+                    "%(headless)s. The headless browser opens CNKI (%(url)s); waiting at most %(time)s."
+                )
+                % {"headless": _(HEADLESS), "url": home_url, "time": i18n.duration(timeout)}
             )
         else:
             say(
-                f"A browser window shows CNKI ({home_url}). If CNKI asks you to pass its check "
-                "(slide the puzzle), do it there; this waits until the search page is there "
-                f"(at most {timeout:.0f} s)."
+                _(
+                    "A browser window shows CNKI (%(url)s). If CNKI asks you to pass its check "
+                    "(slide the puzzle), do it there; this waits until the search page is there "
+                    "(at most %(time)s)."
+                )
+                % {"url": home_url, "time": i18n.duration(timeout)}
             )
         deadline = clock() + timeout
         told = False
@@ -464,7 +472,7 @@ def _login(
                 url, ready = url, False  # the page is navigating: ask again
             at_check = VERIFY_MARK in urlsplit(url).path
             if at_check and not told:
-                say("CNKI is checking for a person: pass its check in the browser window.")
+                say(_("CNKI is checking for a person: pass its check in the browser window."))
                 told = True
             if ready and not at_check:
                 break

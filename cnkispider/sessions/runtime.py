@@ -294,8 +294,12 @@ class VerifiedSessions:
 
     def _prompt_blocking(self) -> None:
         print(
-            f"\nCNKI wants a person to pass its check. Press Enter to open a browser on CNKI "
-            f"(or run `{LOGIN_COMMAND}` elsewhere; the crawl waits).",
+            "\n"
+            + _(
+                "CNKI wants a person to pass its check. Press Enter to open a browser on CNKI "
+                "(or run %(command)s elsewhere; the crawl waits)."
+            )
+            % {"command": f"`{LOGIN_COMMAND}`"},
             file=sys.stderr,
             flush=True,
         )
@@ -303,11 +307,11 @@ class VerifiedSessions:
         try:
             from cnkispider.sessions import login as login_module  # waysin's, when present
         except ImportError:
-            print(f"run: {LOGIN_COMMAND}", file=sys.stderr, flush=True)
+            print(_("run: %(command)s") % {"command": LOGIN_COMMAND}, file=sys.stderr, flush=True)
             return
         login = getattr(login_module, "login", None)
         if login is None:
-            print(f"run: {LOGIN_COMMAND}", file=sys.stderr, flush=True)
+            print(_("run: %(command)s") % {"command": LOGIN_COMMAND}, file=sys.stderr, flush=True)
             return
         from urllib.parse import urlsplit
 
@@ -317,7 +321,11 @@ class VerifiedSessions:
         host = urlsplit(home_url).hostname or ""
         paste = login(home_url, (host, "cnki.net"), say=lambda line: print(line, file=sys.stderr))
         session = self.store.add(paste.cookies, source="browser", user_agent=paste.user_agent)
-        print(f"session {session.id} added; the crawl goes on", file=sys.stderr, flush=True)
+        print(
+            _("session %(id)s added; the crawl goes on") % {"id": session.id},
+            file=sys.stderr,
+            flush=True,
+        )
 
     # -- notifications ------------------------------------------------------------------------
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from cnkispider.i18n import _
+
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 # uvicorn picks its HTTP and loop implementations by name at run time: naming them here makes
@@ -33,12 +35,13 @@ def serve(
     token, kept, made = load_or_make_token(web.get("token", ""), config.data_dir)
     if made:
         print(
-            f"web token (shown only now; kept in {kept}): {token}\n"
-            "every action on the page asks for it",
+            _("web token (shown only now; kept in %(path)s): %(token)s")
+            % {"path": kept, "token": token},
             file=stream,
         )
+        print(_("every action on the page asks for it"), file=stream)
     elif kept is not None:
-        print(f"web token: the one kept in {kept}", file=stream)
+        print(_("web token: the one kept in %(path)s") % {"path": kept}, file=stream)
     engine = open_database(config.database_url)  # creates the audit table when missing
     # bound to this machine: only its loopback names may be asked for (see create_app)
     allowed = list(LOOPBACK) if host in LOOPBACK else None
@@ -51,11 +54,18 @@ def serve(
         desk_idle=desk_idle,
     )
     shown = f"[{host}]" if ":" in host else host
-    print(f"cnkispider web: http://{shown}:{port}/  (Ctrl-C stops it)", file=stream, flush=True)
+    print(
+        _("cnkispider web: %(url)s  (Ctrl-C stops it)") % {"url": f"http://{shown}:{port}/"},
+        file=stream,
+        flush=True,
+    )
     if host not in LOOPBACK:
         print(
-            f"note: listening on {host}, not only this machine: anyone who reaches it sees the "
-            "tasks (actions still need the token); an SSH tunnel keeps it private",
+            _(
+                "note: listening on %(host)s, not only this machine: anyone who reaches it sees "
+                "the tasks (actions still need the token); an SSH tunnel keeps it private"
+            )
+            % {"host": host},
             file=stream,
             flush=True,
         )
