@@ -38,6 +38,7 @@ from cnkispider import default_settings
 from cnkispider.cnki.export_batch import MAX_EXPORT_BATCH
 from cnkispider.durations import parse_span
 from cnkispider.exceptions import ConfigError
+from cnkispider.i18n import _
 from cnkispider.items import DEPTHS, DOC_TYPES
 from cnkispider.masking import install_log_filter, mask_url
 
@@ -61,11 +62,15 @@ def _int(lo: int | None = None, hi: int | None = None):
         try:
             value = int(raw.strip())
         except ValueError:
-            raise ValueError(f"expected a whole number, got {raw!r}") from None
+            raise ValueError(_("expected a whole number, got %(value)r") % {"value": raw}) from None
         if lo is not None and value < lo:
-            raise ValueError(f"expected a number >= {lo}, got {value}")
+            raise ValueError(
+                _("expected a number >= %(min)s, got %(value)s") % {"min": lo, "value": value}
+            )
         if hi is not None and value > hi:
-            raise ValueError(f"expected a number <= {hi}, got {value}")
+            raise ValueError(
+                _("expected a number <= %(max)s, got %(value)s") % {"max": hi, "value": value}
+            )
         return value
 
     return parse
@@ -76,9 +81,11 @@ def _float(lo: float = 0.0):
         try:
             value = float(raw.strip())
         except ValueError:
-            raise ValueError(f"expected a number, got {raw!r}") from None
+            raise ValueError(_("expected a number, got %(value)r") % {"value": raw}) from None
         if value < lo:
-            raise ValueError(f"expected a number >= {lo}, got {value}")
+            raise ValueError(
+                _("expected a number >= %(min)s, got %(value)s") % {"min": lo, "value": value}
+            )
         return value
 
     return parse
@@ -90,7 +97,7 @@ def _bool(raw: str) -> bool:
         return True
     if lowered in ("0", "false", "no", "off", ""):
         return False
-    raise ValueError(f"expected true or false, got {raw!r}")
+    raise ValueError(_("expected true or false, got %(value)r") % {"value": raw})
 
 
 def _date_or_empty(raw: str) -> str:
@@ -100,17 +107,29 @@ def _date_or_empty(raw: str) -> str:
     try:
         return dt.date.fromisoformat(raw).isoformat()
     except ValueError:
-        raise ValueError(f"expected a date as YYYY-MM-DD (or empty), got {raw!r}") from None
+        raise ValueError(
+            _("expected a date as %(form)s (or empty), got %(value)r")
+            % {"form": "YYYY-MM-DD", "value": raw}
+        ) from None
 
 
 def _choice(*choices: str):
     def parse(raw: str) -> str:
         value = raw.strip().lower()
         if value not in choices:
-            raise ValueError(f"expected one of {', '.join(choices)}, got {raw!r}")
+            raise ValueError(_one_of(choices, repr(raw)))
         return value
 
     return parse
+
+
+def _one_of(choices, shown: str) -> str:
+    """The problem of a value that is none of ``choices``; ``shown`` is the value as the
+    message writes it (a word quoted, a number bare)."""
+    return _("expected one of %(choices)s, got %(value)s") % {
+        "choices": ", ".join(map(str, choices)),
+        "value": shown,
+    }
 
 
 def _language(raw: str) -> str:
@@ -124,15 +143,22 @@ def _language(raw: str) -> str:
         return "zh_CN"
     if tag == "en" or tag.startswith("en_"):
         return "en"
-    raise ValueError(f"expected zh_CN, en or nothing (the locale's language), got {raw!r}")
+    raise ValueError(
+        _("expected %(chinese)s, %(english)s or nothing (the locale's language), got %(value)r")
+        % {"chinese": "zh_CN", "english": "en", "value": raw}
+    )
 
 
 def _database_url(raw: str) -> str:
     value = raw.strip()
     if not value.startswith(("sqlite://", "mysql+pymysql://", "mysql://", "mariadb+pymysql://")):
         raise ValueError(
-            "expected a database URL such as sqlite:///data/cnki.db or "
-            f"mysql+pymysql://user:password@host:3306/cnki, got {mask_url(value)!r}"
+            _("expected a database URL such as %(sqlite)s or %(mysql)s, got %(value)r")
+            % {
+                "sqlite": "sqlite:///data/cnki.db",
+                "mysql": "mysql+pymysql://user:password@host:3306/cnki",
+                "value": mask_url(value),
+            }
         )
     return value
 
@@ -141,8 +167,16 @@ def _redis_url(raw: str) -> str:
     value = raw.strip()
     if value and not value.startswith(("redis://", "rediss://", "unix://")):
         raise ValueError(
-            "expected empty (embedded Redis) or redis://, rediss:// or unix:// URL, "
-            f"got {mask_url(value)!r}"
+            _(
+                "expected empty (embedded Redis) or %(redis)s, %(rediss)s or %(unix)s URL, "
+                "got %(value)r"
+            )
+            % {
+                "redis": "redis://",
+                "rediss": "rediss://",
+                "unix": "unix://",
+                "value": mask_url(value),
+            }
         )
     return value
 
@@ -152,8 +186,12 @@ def _key_prefix(raw: str) -> str:
     value = raw.strip()
     if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", value):
         raise ValueError(
-            f"expected 1 to 64 letters, digits and _ . : - such as cnki: (got {raw!r}); it starts "
-            "every Redis key name and the worker ACL pattern ~PREFIX*"
+            _(
+                "expected 1 to 64 letters, digits and %(marks)s such as %(example)s "
+                "(got %(value)r); it starts every Redis key name and the worker ACL pattern "
+                "%(pattern)s"
+            )
+            % {"marks": "_ . : -", "example": "cnki:", "value": raw, "pattern": "~PREFIX*"}
         )
     return value
 
@@ -166,7 +204,10 @@ def _optional_http_url(raw: str) -> str:
 def _http_url(raw: str) -> str:
     value = raw.strip().rstrip("/")
     if value and not value.startswith(("http://", "https://")):
-        raise ValueError(f"expected an http:// or https:// URL, got {mask_url(raw.strip())!r}")
+        raise ValueError(
+            _("expected an %(http)s or %(https)s URL, got %(value)r")
+            % {"http": "http://", "https": "https://", "value": mask_url(raw.strip())}
+        )
     return value
 
 
@@ -179,7 +220,7 @@ def _int_choice(*choices: int):
     def parse(raw: str) -> int:
         value = _int()(raw)
         if value not in choices:
-            raise ValueError(f"expected one of {', '.join(map(str, choices))}, got {value}")
+            raise ValueError(_one_of(choices, str(value)))
         return value
 
     return parse
@@ -189,7 +230,7 @@ def _required(parse_inner):
     def parse(raw: str) -> str:
         value = parse_inner(raw)
         if not value:
-            raise ValueError("must not be empty")
+            raise ValueError(_("must not be empty"))
         return value
 
     return parse
@@ -200,7 +241,11 @@ def _token(raw: str) -> str:
     value = raw.strip().upper()
     if not value or not value.replace("_", "").isalnum() or not value[0].isalpha():
         raise ValueError(
-            f"expected a code of letters and digits such as CLC or SUFFIX, got {raw!r}"
+            _(
+                "expected a code of letters and digits such as %(field)s or %(operator)s, "
+                "got %(value)r"
+            )
+            % {"field": "CLC", "operator": "SUFFIX", "value": raw}
         )
     return value
 
@@ -387,20 +432,29 @@ def _ini_problem(exc: configparser.Error) -> str:
     the file by its repr (``While reading from PosixPath('c4.ini')``), which ConfigError has
     already named as the operator typed it."""
     if isinstance(exc, configparser.DuplicateOptionError):
-        what = f"key {exc.option!r} appears twice in [{exc.section}]"
-    elif isinstance(exc, configparser.DuplicateSectionError):
-        what = f"section [{exc.section}] appears twice"
-    elif isinstance(exc, configparser.MissingSectionHeaderError):
-        return f"line {exc.lineno}: {exc.line.strip()!r} comes before any [section]"
-    elif isinstance(exc, configparser.ParsingError):
+        where = {"key": exc.option, "section": exc.section, "line": exc.lineno}
+        if exc.lineno:
+            return _("line %(line)s: key %(key)r appears twice in [%(section)s]") % where
+        return _("key %(key)r appears twice in [%(section)s]") % where
+    if isinstance(exc, configparser.DuplicateSectionError):
+        where = {"section": exc.section, "line": exc.lineno}
+        if exc.lineno:
+            return _("line %(line)s: section [%(section)s] appears twice") % where
+        return _("section [%(section)s] appears twice") % where
+    if isinstance(exc, configparser.MissingSectionHeaderError):
+        return _("line %(line)s: %(text)r comes before any [section]") % {
+            "line": exc.lineno,
+            "text": exc.line.strip(),
+        }
+    if isinstance(exc, configparser.ParsingError):
         # each error is (line number, the line's repr)
         lines = "; ".join(
-            f"line {n}: {text.replace(chr(92) + 'n', '')}" for n, text in exc.errors[:5]
+            _("line %(line)s: %(text)s") % {"line": n, "text": text.replace(chr(92) + "n", "")}
+            for n, text in exc.errors[:5]
         )
-        return f"not key = value: {lines}"
-    else:
-        return f"not a valid ini file: {exc.message}"
-    return f"line {exc.lineno}: {what}" if exc.lineno else what
+        return _("not %(form)s: %(lines)s") % {"form": "key = value", "lines": lines}
+    # configparser's own words (English) for what it found
+    return _("not a valid ini file: %(problem)s") % {"problem": exc.message}
 
 
 def executable_dir() -> Path:
@@ -414,7 +468,9 @@ def find_config(explicit: str | os.PathLike | None = None) -> Path | None:
     if explicit:
         path = Path(explicit)
         if not path.is_file():
-            raise ConfigError(path, "-", None, "no such file (given with --config)")
+            raise ConfigError(
+                path, "-", None, _("no such file (given with %(option)s)") % {"option": "--config"}
+            )
         return path
     for candidate in (Path.cwd() / CONFIG_NAME, executable_dir() / CONFIG_NAME):
         if candidate.is_file():
@@ -442,7 +498,11 @@ def load_config(explicit: str | os.PathLike | None = None, environ=None) -> Conf
     for section in parser.sections():
         if section not in SCHEMA:
             raise ConfigError(
-                shown, section, None, f"unknown section; expected one of {', '.join(SCHEMA)}"
+                shown,
+                section,
+                None,
+                _("unknown section; expected one of %(sections)s")
+                % {"sections": ", ".join(SCHEMA)},
             )
         for key in parser[section]:
             if key not in SCHEMA[section]:
@@ -450,7 +510,8 @@ def load_config(explicit: str | os.PathLike | None = None, environ=None) -> Conf
                     shown,
                     section,
                     key,
-                    f"unknown key; expected one of {', '.join(SCHEMA[section])}",
+                    _("unknown key; expected one of %(keys)s")
+                    % {"keys": ", ".join(SCHEMA[section])},
                 )
 
     for section, keys in SCHEMA.items():
@@ -476,7 +537,7 @@ def load_config(explicit: str | os.PathLike | None = None, environ=None) -> Conf
         values["crawl"]["log_file"] = FROZEN_LOG_FILE
     task = values["task"]
     if task["start_date"] and task["end_date"] and task["end_date"] < task["start_date"]:
-        raise ConfigError(shown, "task", "end_date", "is before start_date")
+        raise ConfigError(shown, "task", "end_date", _("is before %(key)s") % {"key": "start_date"})
     if task["query"]:
         # a query is read for its task's type (a patent's fields are not a paper's): checked
         # here, with both known, and kept in its one spelling
@@ -488,7 +549,10 @@ def load_config(explicit: str | os.PathLike | None = None, environ=None) -> Conf
             raise ConfigError(sources[("task", "query")], "task", "query", str(exc)) from None
     if task["follow"] and task["end_date"]:
         raise ConfigError(
-            shown, "task", "end_date", "must be empty when follow is on (the end date is today)"
+            shown,
+            "task",
+            "end_date",
+            _("must be empty when %(key)s is on (the end date is today)") % {"key": "follow"},
         )
     tls = TlsFiles(values, sources, base_dir)
     return Config(
@@ -527,16 +591,16 @@ def check_environment(environ) -> None:
         nearest = [k for k in known if k.endswith(f"_{rest}")] or difflib.get_close_matches(
             name, [*known, *OTHER_ENV], n=1, cutoff=0.6
         )
-        hint = f"; did you mean {nearest[0]}?" if nearest else ""
+        hint = f"; did you mean {nearest[0]}?" if nearest else ""  # the log's, in English
         section = next((s for s in SCHEMA if rest.startswith(f"{s.upper()}_")), None)
         if section is not None:
             key = rest[len(section) + 1 :].lower()
-            raise ConfigError(
-                Path(f"${name}"),
-                section,
-                key,
-                f"unknown key; expected one of {', '.join(SCHEMA[section])}{hint}",
-            )
+            words = {"keys": ", ".join(SCHEMA[section]), "name": nearest[0] if nearest else ""}
+            if nearest:
+                problem = _("unknown key; expected one of %(keys)s; did you mean %(name)s?") % words
+            else:
+                problem = _("unknown key; expected one of %(keys)s") % words
+            raise ConfigError(Path(f"${name}"), section, key, problem)
         if name not in _warned_env:
             _warned_env.add(name)
             logger.warning(
@@ -580,7 +644,10 @@ class TlsFiles:
             path = path if path.is_absolute() else self.base_dir / path
             if not path.is_file():
                 raise ConfigError(
-                    self.sources[(section, key)], section, key, f"no such file: {path}"
+                    self.sources[(section, key)],
+                    section,
+                    key,
+                    _("no such file: %(path)s") % {"path": path},
                 )
             files[key] = str(path)
         if ("ssl_cert" in files) != ("ssl_key" in files):
@@ -591,8 +658,11 @@ class TlsFiles:
                 self.sources[(section, missing)],
                 section,
                 missing,
-                f"is empty but {given} is set: a client certificate needs its key and the key "
-                "its certificate",
+                _(
+                    "is empty but %(given)s is set: a client certificate needs its key and the "
+                    "key its certificate"
+                )
+                % {"given": given},
             )
         return files
 
@@ -606,7 +676,8 @@ class TlsFiles:
                 self.sources[("database", key)],
                 "database",
                 key,
-                "TLS is for a MySQL/MariaDB server; the [database] url is SQLite (a file)",
+                _("TLS is for a MySQL/MariaDB server; the %(setting)s is SQLite (a file)")
+                % {"setting": "[database] url"},
             )
         from sqlalchemy.engine import make_url
 
@@ -625,7 +696,8 @@ class TlsFiles:
                 self.sources[("redis", key)],
                 "redis",
                 key,
-                "TLS needs a rediss:// URL in [redis] url (redis:// is plain text)",
+                _("TLS needs a %(scheme)s URL in %(setting)s (%(plain)s is plain text)")
+                % {"scheme": "rediss://", "setting": "[redis] url", "plain": "redis://"},
             )
         from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 

@@ -170,10 +170,12 @@ def check_setting(name: str, value: str) -> None:
     if isinstance(default, bool):
         if text not in _BOOLEANS and not _is_number(text, whole=True):
             raise InputError(
-                _("-s {name}={value!r}: expected true or false").format(name=name, value=value)
+                _("-s %(name)s=%(value)r: expected true or false") % {"name": name, "value": value}
             )
     elif isinstance(default, int | float) and not _is_number(text):
-        raise InputError(_("-s {name}={value!r}: expected a number").format(name=name, value=value))
+        raise InputError(
+            _("-s %(name)s=%(value)r: expected a number") % {"name": name, "value": value}
+        )
 
 
 def _is_number(text: str, *, whole: bool = False) -> bool:

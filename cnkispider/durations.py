@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Literal
 
 from cnkispider import i18n
+from cnkispider.i18n import _
 
 Style = Literal["status", "web", "log", "compact"]
 
@@ -35,8 +36,9 @@ def parse_span(text: str) -> int:
         value = int(number.strip())
     except ValueError:
         raise ValueError(
-            f"expected a duration such as 0, 30s, 10m, 6h or 1d, got {text!r}"
+            _("expected a duration such as %(examples)s or %(last)s, got %(value)r")
+            % {"examples": "0, 30s, 10m, 6h", "last": "1d", "value": text}
         ) from None
     if value < 0:
-        raise ValueError(f"expected a duration >= 0, got {text!r}")
+        raise ValueError(_("expected a duration >= 0, got %(value)r") % {"value": text})
     return value * SPAN_UNITS[unit]

@@ -334,3 +334,42 @@ def test_redis_prefix_is_one_key_with_a_checked_value(tmp_path):
         with pytest.raises(ConfigError) as raised:
             load_config(write(tmp_path, base + f"prefix = {bad}\n"), environ={})
         assert "[redis] prefix" in str(raised.value) and "config.ini" in str(raised.value)
+
+
+class _Bracketed:
+    """A catalogue that translates every word into itself between « and »."""
+
+    def gettext(self, message):
+        return f"«{message}»"
+
+    def ngettext(self, singular, plural, count):
+        return f"«{singular if count == 1 else plural}»"
+
+
+@pytest.mark.parametrize(
+    "text, environ, where",
+    [
+        ("[crawl]\nconcurrent_requests = x\n", {}, "[crawl] concurrent_requests"),
+        ("[cnki]\npage_size = 30\n", {}, "[cnki] page_size"),
+        ("[bogus]\n", {}, "[bogus]"),
+        ("[crawl]\nfoo = 1\n", {}, "[crawl] foo"),
+        ("[crawl]\na = 1\na = 2\n", {}, "[-]"),
+        ("[task]\nstart_date = 2024-02-01\nend_date = 2024-01-01\n", {}, "[task] end_date"),
+        ("", {"CNKI_DATABASE_URLL": "x"}, "[database] urll"),
+    ],
+)
+def test_a_config_error_is_in_the_language_of_the_moment_it_is_raised(
+    tmp_path, monkeypatch, text, environ, where
+):
+    """Every problem of config.ini goes through the catalogue when it is found (the locale's
+    language: [ui] language is read from the very file being checked), while the file, the
+    section and the key stay as they are written."""
+    from cnkispider import i18n
+
+    path = write(tmp_path, text)
+    monkeypatch.setattr(i18n, "translation", lambda language: _Bracketed())
+    with pytest.raises(ConfigError) as error:
+        load_config(path, environ=environ)
+    head, problem = str(error.value).split(f"{where}: ", 1)
+    assert head.rstrip(": ") in (str(path), "$CNKI_DATABASE_URLL")
+    assert problem.startswith("«") and problem.endswith("»"), problem

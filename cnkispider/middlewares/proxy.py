@@ -108,7 +108,7 @@ class ProxyMiddleware:
                 "settings",
                 "proxy",
                 "PROXY_API_URL",
-                "proxies are enabled but neither an API URL nor a static list is given",
+                _("proxies are enabled but neither an API URL nor a static list is given"),
             )
         try:
             client = ProviderClient(
