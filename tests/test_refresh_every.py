@@ -7,6 +7,7 @@ claimed it (tasks/feeder.py). Real crawls against the stand-in, whose counts /_c
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import pytest
 import sqlalchemy as sa
@@ -14,10 +15,11 @@ import sqlalchemy as sa
 from cnkispider.config import load_config
 from cnkispider.db import open_database
 from cnkispider.exceptions import ConfigError
-from cnkispider.schema import documents, round_, task
+from cnkispider.schema import round_, task
 from tasks.flow import TaskStore
 from tasks.lookback import look_window
-from tests.test_follow import TODAY
+from tests import launcher
+from tests.test_follow import RUN, TODAY
 
 # -- config.ini ---------------------------------------------------------------------------------
 
@@ -231,4 +233,11 @@ def test_a_follow_task_refreshes_its_counts_over_the_look_back_when_due(crawl_se
         assert after[name] == before[name]
     (again,) = setup.query(sa.select(task.c.counts_at).where(task.c.name == setup.task))[0]
     assert again > counts_at
-    assert documents  # (the table the counts are read from: documents["paper"])
+    # status says when, and when the next is due (the database's times, as stored)
+    report = json.loads(launcher.run(setup.command("status", "--json"), **RUN).stdout)
+    (entry,) = [t for t in report["tasks"] if t["name"] == setup.task]
+    last = dt.datetime.fromisoformat(entry["follow"]["last_counts_refresh"].rstrip("Z"))
+    due = dt.datetime.fromisoformat(entry["follow"]["next_counts_refresh_due"].rstrip("Z"))
+    assert last == again and due - last == dt.timedelta(hours=1)
+    text = launcher.run(setup.command("status"), **RUN).stdout
+    assert "counts of the look-back read again at" in text, text
