@@ -27,15 +27,7 @@ Invariants:
   re-opened: "due" is a fact of the round rows, not of a worker's memory;
 - nothing is looked at while the task is halted or paused, nor before its cursor is at today.
 
-A follow task with ``[task] refresh_counts_every`` also has its counts (被引, 下载) read again
-over the same look-back, at most once per interval per task (:meth:`Looks.claim_counts`): a
-compare-and-swap on ``task.counts_at`` forgets the last ``NAME~counts`` task (cnkispider/
-refresh.py) in the same transaction, and the claiming worker crawls ``NAME~counts`` over the
-window (tasks/feeder.py). Until that task is done (or halted), the refresh is in flight: a
-worker that finds it so (its claimer killed, or still at it) joins it, as workers share any
-crawl; it is not claimed again before the next is due.
-
-The rest of this module's story: docs/FOLLOW.md.
+The rest of this module's story (and its counts refreshes): docs/FOLLOW.md.
 """
 
 from __future__ import annotations
