@@ -39,8 +39,9 @@ from cnkispider.cnki.export_batch import MAX_EXPORT_BATCH
 from cnkispider.durations import parse_span
 from cnkispider.exceptions import ConfigError
 from cnkispider.i18n import _
-from cnkispider.items import DEPTHS, DOC_TYPES
+from cnkispider.items import DEPTHS, DOC_TYPES, has_counts
 from cnkispider.masking import install_log_filter, mask_url
+from cnkispider.vocabulary import word
 
 logger = logging.getLogger(__name__)
 
@@ -265,6 +266,11 @@ def _default(setting: str) -> str:
 # config.ini documents each of them in place. A key that maps onto a Scrapy setting (in
 # cnkispider.crawlsettings.crawler_settings) takes that setting's default; the rest are
 # config.ini's own.
+def _span_or_off(raw) -> int:
+    """A duration as ``follow_every`` takes it, or empty: 0, off."""
+    return parse_span(raw) if str(raw).strip() else 0
+
+
 SCHEMA: dict[str, dict[str, tuple[Any, str]]] = {
     "database": {
         "url": (_database_url, _default("DATABASE_URL")),
@@ -299,6 +305,7 @@ SCHEMA: dict[str, dict[str, tuple[Any, str]]] = {
         "follow": (_bool, _default("TASKS_FOLLOW")),
         "look_back_days": (_int(1, 3660), _default("TASKS_LOOK_BACK_DAYS")),
         "follow_every": (parse_span, _default("TASKS_FOLLOW_EVERY")),
+        "refresh_counts_every": (_span_or_off, _default("TASKS_REFRESH_COUNTS_EVERY")),
     },
     "cnki": {
         "base_url": (_http_url, _default("CNKI_BASE_URL")),
@@ -391,6 +398,7 @@ class TaskConfig:
     follow: bool = False
     look_back_days: int = 60
     follow_every: int = 6 * 3600  # seconds
+    refresh_counts_every: int = 0  # seconds; 0: off
 
 
 @dataclass(frozen=True)
@@ -553,6 +561,14 @@ def load_config(explicit: str | os.PathLike | None = None, environ=None) -> Conf
             "task",
             "end_date",
             _("must be empty when %(key)s is on (the end date is today)") % {"key": "follow"},
+        )
+    if task["refresh_counts_every"] and not has_counts(task["type"]):
+        raise ConfigError(
+            sources[("task", "refresh_counts_every")],
+            "task",
+            "refresh_counts_every",
+            _("%(type)s rows carry no counts on CNKI's list: leave it empty or 0")
+            % {"type": word(task["type"])},
         )
     tls = TlsFiles(values, sources, base_dir)
     return Config(

@@ -90,6 +90,9 @@ def crawler_settings(config: Config) -> dict:
         "TASKS_FOLLOW": task.follow,
         "TASKS_LOOK_BACK_DAYS": task.look_back_days,
         "TASKS_FOLLOW_EVERY": task.follow_every,
+        "TASKS_REFRESH_COUNTS_EVERY": task.refresh_counts_every,
+        # the file a worker's counts refresh (a child `refresh-counts`) reads, as this one did
+        "CNKI_CONFIG_FILE": str(config.path) if config.path else "",
         "TASKS_BASE_DIR": str(config.base_dir),
         "TASKS_ROUND_LEASE": crawl["round_lease_seconds"],
         "TASKS_ROUND_ATTEMPTS": crawl["round_attempts"],

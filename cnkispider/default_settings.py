@@ -208,6 +208,11 @@ TASKS_DAY_CENSUS = True
 TASKS_FOLLOW = False
 TASKS_LOOK_BACK_DAYS = 60
 TASKS_FOLLOW_EVERY = 6 * 3600
+# and refreshes the counts (cited, downloads) over its look-back every TASKS_REFRESH_COUNTS_EVERY
+# seconds (0: never; a type whose rows carry counts)
+TASKS_REFRESH_COUNTS_EVERY = 0
+# the config file this worker read ("": defaults only), for the counts refresh it starts
+CNKI_CONFIG_FILE = ""
 # `cnkispider run --until-idle`: a follow task's run ends once nothing is due (not a config key)
 TASKS_UNTIL_IDLE = False
 TASKS_ROUND_LEASE = 300  # seconds a claimed round stays with a silent worker

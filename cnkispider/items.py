@@ -117,6 +117,12 @@ ACHIEVEMENT_FIELDS = COMMON_FIELDS + (
 FIELDS = {"patent": PATENT_FIELDS, "paper": PAPER_FIELDS, "achievement": ACHIEVEMENT_FIELDS}
 DOC_TYPES = tuple(FIELDS)
 
+
+def has_counts(doc_type: str) -> bool:
+    """Do the type's list rows carry counts (被引, 下载: ``refresh-counts``)?"""
+    return all(name in FIELDS[doc_type] for name in COUNT_FIELDS)
+
+
 # How deep a task crawls (docs/DEPTH.md): ``list`` stores documents from their list rows alone,
 # ``export`` adds CNKI's citation export (GetExport, many rows a request), ``detail`` fetches
 # every detail page (today's crawl). Each stored document records the depth it was stored at

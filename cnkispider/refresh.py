@@ -15,10 +15,14 @@ Each refresh starts its ``~counts`` task afresh (its old rounds, ledger and erro
 
 from __future__ import annotations
 
+import sys
+
 import sqlalchemy as sa
 
 from cnkispider import ledger
-from cnkispider.items import COUNT_FIELDS, FIELDS
+
+# (defined in cnkispider.items: config.ini's check of refresh_counts_every needs it there)
+from cnkispider.items import has_counts  # noqa: F401
 from cnkispider.schema import documents, error_code, ledger_fold, round_, task
 from cnkispider.schema import ledger as ledger_table
 
@@ -31,17 +35,32 @@ def counts_task_name(name: str) -> str:
     return f"{name}{SUFFIX}"
 
 
-def has_counts(doc_type: str) -> bool:
-    return all(name in FIELDS[doc_type] for name in COUNT_FIELDS)
+def command(config_file: str, name: str, first, last) -> list[str]:
+    """The command line of a counts refresh a worker of task ``name`` claimed (tasks/feeder.py):
+    ``refresh-counts NAME --from FIRST --to LAST``, in a process of its own (a crawl is a
+    Twisted reactor, one per process), on the config file the worker read, and ``--claimed``:
+    the claim already forgot the last refresh, and a refresh in flight is joined, not reset."""
+    # frozen (the .exe), the program is the command itself: `-m` would mean nothing to it
+    frozen = getattr(sys, "frozen", False)
+    base = [sys.executable] if frozen else [sys.executable, "-m", "cnkispider.cli"]
+    if config_file:
+        base += ["--config", config_file]
+    days = ["--from", first.isoformat(), "--to", last.isoformat()]
+    return [*base, "refresh-counts", name, *days, "--claimed"]
 
 
 def reset(engine, name: str) -> None:
     """Forget an earlier refresh of this name: its task row, rounds, ledger (folded too) and
     errorCode rows."""
     with engine.begin() as conn:
-        found = conn.execute(sa.select(task.c.id).where(task.c.name == name)).scalar()
-        if found is None:
-            return
+        reset_in(conn, name)
+
+
+def reset_in(conn, name: str) -> None:
+    """:func:`reset` in the caller's transaction (a refresh claimed by a follow task forgets
+    the last one in the transaction that claims it: tasks/lookback.py)."""
+    found = conn.execute(sa.select(task.c.id).where(task.c.name == name)).scalar()
+    if found is not None:
         rounds = sa.select(round_.c.id).where(round_.c.task_id == found)
         conn.execute(ledger_table.delete().where(ledger_table.c.round_id.in_(rounds)))
         conn.execute(ledger_fold.delete().where(ledger_fold.c.round_id.in_(rounds)))

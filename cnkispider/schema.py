@@ -44,7 +44,7 @@ from sqlalchemy.dialects.mysql import MEDIUMTEXT
 
 from cnkispider.items import FIELDS, INTEGER_FIELDS, TIME_FIELDS
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 metadata = MetaData()
 
@@ -93,6 +93,10 @@ task = Table(
     Column("look_at", DateTime),  # when its last look began (NULL: none yet)
     Column("look_due", DateTime),  # when its next look is due (NULL: when the crawl is at today)
     Column("looks", Integer),  # how many looks it has had (the look's number: one per task)
+    # [task] refresh_counts_every (tasks/lookback.py): when its last counts refresh over the
+    # look-back was claimed (NULL: never), and when the next is due
+    Column("counts_at", DateTime),
+    Column("counts_due", DateTime),
 )
 
 round_ = Table(
@@ -441,3 +445,7 @@ UPGRADES[11] = [
 # older row: it counts none, and its round, failing on its ledger, is crawled again and records
 # the count)
 UPGRADES[12] = [(error_code, "unreachable")]
+
+# issue 38, point 4: a follow task's counts refreshed over its look-back every
+# [task] refresh_counts_every, claimed once per task (tasks/lookback.py)
+UPGRADES[13] = [(task, "counts_at"), (task, "counts_due")]

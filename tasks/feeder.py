@@ -24,7 +24,7 @@ Settings: ``TASKS_ENABLED``, ``TASKS_NAME``, ``TASKS_TYPE``, ``TASKS_START_DATE`
 ``TASKS_END_DATE``, ``TASKS_CATEGORIES``, ``TASKS_BASE_DIR``, ``TASKS_ROUND_LEASE``,
 ``TASKS_ROUND_ATTEMPTS``, ``TASKS_HEARTBEAT``, ``TASKS_ROUNDS_IN_FLIGHT``, ``TASKS_RECRAWL``,
 ``TASKS_EXIT_WHEN_IDLE``, ``TASKS_FOLLOW``, ``TASKS_LOOK_BACK_DAYS``, ``TASKS_FOLLOW_EVERY``,
-``TASKS_UNTIL_IDLE``, ``TASKS_HALT_AFTER``, ``TASKS_HALT_WINDOW``, ``TASKS_UNREACHABLE_AFTER``,
+``TASKS_UNTIL_IDLE``, ``TASKS_REFRESH_COUNTS_EVERY``, ``TASKS_HALT_AFTER``, ``TASKS_HALT_WINDOW``, ``TASKS_UNREACHABLE_AFTER``,
 ``DATABASE_URL``, ``ERRORS_MAX_ATTEMPTS`` (each explained in docs/INTERNALS.md).
 
 The rest of this module's story: docs/INTERNALS.md#tasksfeederpy.
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import subprocess
 from pathlib import Path
 
 from scrapy import signals
@@ -42,6 +43,7 @@ from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from twisted.internet import task as twisted_task
 from twisted.internet import threads
 
+from cnkispider import refresh
 from cnkispider import signals as cnki_signals
 from cnkispider.clock import cnki_today
 from cnkispider.cnki.refusals import REJECTION, kind_of
@@ -86,6 +88,10 @@ class RoundFeeder:
         self.look_back_days = settings.getint("TASKS_LOOK_BACK_DAYS")
         self.follow_every = settings.getint("TASKS_FOLLOW_EVERY")
         self.until_idle = settings.getbool("TASKS_UNTIL_IDLE")
+        # and its counts over the look-back, every TASKS_REFRESH_COUNTS_EVERY (0: never)
+        self.refresh_counts_every = settings.getint("TASKS_REFRESH_COUNTS_EVERY")
+        self.config_file = settings.get("CNKI_CONFIG_FILE") or ""
+        self.counts_tried = None  # the counts refresh this worker ran last (its claim's time)
         self.follows = False
         self.started_at = None  # the database's clock when this worker began (follow_every 0)
         self.look = None  # the look this worker claimed, until its rounds are all closed
@@ -451,7 +457,7 @@ class RoundFeeder:
         """No round was due: ask the phase rules (tasks.flow.next_action) what to do, and do it.
         A move of the phase is followed by another look (crawl -> recrawl may replay at once).
         A task that follows today looks back first, when its look is due (tasks/lookback.py)."""
-        if await self._look_back():
+        if await self._look_back() or await self._refresh_counts():
             return
         for _ in range(3):
             facts = await self._phase_facts()
@@ -525,6 +531,46 @@ class RoundFeeder:
         if look.reopened:
             self.look = look
         return bool(look.reopened)
+
+    async def _refresh_counts(self) -> bool:
+        """Refresh the counts over the look-back when due (True: it ran a refresh; the phase
+        is asked again at the next idle). The crawl of ``NAME~counts`` is a process of its own
+        (``refresh-counts --claimed``, cnkispider/refresh.py), which this worker waits for: a
+        `run --until-idle` exits only once it is done. A refresh in flight is joined, once per
+        claim by a worker (one that ends unfinished is taken up by the next run)."""
+        if not self.follows or self.refresh_counts_every <= 0:
+            return False
+        claimed = await in_thread(
+            self.store.claim_counts,
+            self.task_id,
+            self.look_back_days,
+            self.refresh_counts_every,
+        )
+        if claimed is None or claimed.claimed_at == self.counts_tried:
+            return False
+        self.counts_tried = claimed.claimed_at
+        command = refresh.command(
+            self.config_file, self.task_name, claimed.first_day, claimed.last_day
+        )
+        logger.info(
+            "task %s: %s counts of %s..%s: %s",
+            self.task_name,
+            "refreshing" if claimed.claimed_now else "joining the refresh of",
+            claimed.first_day,
+            claimed.last_day,
+            claimed.task_name,
+        )
+        self.crawler.stats.inc_value("follow/counts-refreshes")
+        code = await in_thread(lambda: subprocess.run(command, check=False).returncode)
+        if code != 0:
+            logger.warning(
+                "task %s: the counts refresh %s ended with exit status %s; the next run goes on "
+                "with it",
+                self.task_name,
+                claimed.task_name,
+                code,
+            )
+        return True
 
     async def _phase_facts(self) -> PhaseFacts:
         """The facts next_action needs for the task's phase: the database's, then the queue's

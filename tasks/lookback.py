@@ -27,7 +27,7 @@ Invariants:
   re-opened: "due" is a fact of the round rows, not of a worker's memory;
 - nothing is looked at while the task is halted or paused, nor before its cursor is at today.
 
-The rest of this module's story: docs/FOLLOW.md.
+The rest of this module's story (and its counts refreshes): docs/FOLLOW.md.
 """
 
 from __future__ import annotations
@@ -38,9 +38,11 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
+from cnkispider import refresh
 from cnkispider.clock import cnki_today
 from cnkispider.db import db_now, retried
 from cnkispider.schema import ledger, round_, task
+from tasks.phase import Phase
 from tasks.rounds import RoundState, move
 from tasks.rows import TaskRows, validate_row
 
@@ -56,6 +58,19 @@ class Look:
     first_day: dt.date
     last_day: dt.date
     reopened: int
+
+
+@dataclass(frozen=True)
+class CountsRefresh:
+    """A counts refresh over the look-back this worker is to crawl: the ``NAME~counts`` task's
+    name and days, the time it was claimed (its identity), and whether it was claimed now
+    (False: one in flight, joined)."""
+
+    task_name: str
+    first_day: dt.date
+    last_day: dt.date
+    claimed_at: dt.datetime
+    claimed_now: bool
 
 
 def look_window(start: dt.date, cursor: dt.date, today: dt.date, days: int):
@@ -161,6 +176,66 @@ class Looks(TaskRows):
             reopened,
         )
         return Look(task_id, number, first, last, reopened)
+
+    @retried("claiming a counts refresh")
+    def claim_counts(self, task_id: int, look_back_days: int, every: int) -> CountsRefresh | None:
+        """The counts refresh this worker is to crawl: one in flight (claimed, its
+        ``NAME~counts`` task not done nor halted), else a new one when due (``counts_due``
+        passed or never refreshed), claimed by a compare-and-swap on ``counts_at`` that forgets
+        the last ``NAME~counts`` in the same transaction. None: ``every`` 0, the task does not
+        follow today, is halted or not at today yet, nothing is due, or another worker claimed
+        it first."""
+        if every <= 0:
+            return None
+        with self.engine.begin() as conn:
+            row = self._row(conn, task_id)
+            current = validate_row(row, self.base_dir)
+            if not current.follow or current.halt_reason or current.cur_date is None:
+                return None
+            now = db_now(conn)
+            if current.next_round(self.day_census)[0] <= current.limit(now):
+                return None  # the crawl is not at today yet: its rounds come first
+            name = refresh.counts_task_name(current.name)
+            shadow = conn.execute(
+                sa.select(
+                    task.c.phase, task.c.halt_reason, task.c.start_date, task.c.end_date
+                ).where(task.c.name == name)
+            ).first()
+            claimed_at = row.counts_at
+            if claimed_at is not None and (
+                shadow is None or (shadow.phase != Phase.DONE and not shadow.halt_reason)
+            ):  # in flight: join it
+                if shadow is not None:
+                    first = dt.date.fromisoformat(str(shadow.start_date)[:10])
+                    last = dt.date.fromisoformat(str(shadow.end_date)[:10])
+                else:
+                    first, last = look_window(
+                        current.start_date,
+                        current.cur_date,
+                        cnki_today(claimed_at),
+                        look_back_days,
+                    )
+                return CountsRefresh(name, first, last, claimed_at, False)
+            if row.counts_due is not None and row.counts_due > now:
+                return None
+            won = move(
+                conn,
+                task,
+                [task.c.id == task_id, task.c.counts_at.is_not_distinct_from(claimed_at)],
+                now,
+                counts_at=now,
+                counts_due=now + dt.timedelta(seconds=every),
+            )
+            if won != 1:
+                return None  # another worker's
+            refresh.reset_in(conn, name)
+            first, last = look_window(
+                current.start_date, current.cur_date, cnki_today(now), look_back_days
+            )
+        logger.info(
+            "task %s: counts of %s..%s to be read again (%s)", current.name, first, last, name
+        )
+        return CountsRefresh(name, first, last, now, True)
 
     @retried("reading what a round listed before its look")
     def listed_before(self, round_id: int) -> int | None:

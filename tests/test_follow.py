@@ -330,7 +330,13 @@ def test_status_and_the_web_page_say_it_follows_today_and_when_it_looks_next(cra
     store = TaskStore(engine, day_census=True)
     current, _ = store.register(setup.task, "patent", START.isoformat(), "", IPC, follow=True)
     report = json.loads(launcher.run(setup.command("status", "--json"), **RUN).stdout)
-    assert report["tasks"][0]["follow"] == {"looks": 0, "last_look": None, "next_look_due": None}
+    assert report["tasks"][0]["follow"] == {
+        "looks": 0,
+        "last_look": None,
+        "next_look_due": None,
+        "last_counts_refresh": None,
+        "next_counts_refresh_due": None,
+    }
     while store.claim(current.id, "w") is not None:
         pass
     look = store.claim_look(current.id, LOOK_BACK, 3600, store.database_now())

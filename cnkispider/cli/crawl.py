@@ -270,7 +270,8 @@ def cmd_refresh_counts(config: Config, args) -> int:
         if end < start:
             raise InputError(f"refresh-counts: --to {end} is before --from {start}")
         name = refresh.counts_task_name(row.name)
-        refresh.reset(engine, name)
+        if not getattr(args, "claimed", False):  # (claimed: a follow task's refresh, joined)
+            refresh.reset(engine, name)
     finally:
         engine.dispose()
     shadow = dataclasses.replace(
@@ -406,5 +407,8 @@ def add_refresh_counts(sub) -> None:
     refresh_parser.add_argument("task", help="the task whose documents' counts to refresh")
     refresh_parser.add_argument("--from", dest="from_day", metavar="DAY", help="first day")
     refresh_parser.add_argument("--to", dest="to_day", metavar="DAY", help="last day")
+    # a follow task's worker, for its [task] refresh_counts_every (tasks/feeder.py): the refresh
+    # was claimed, and the last one forgotten, in the database; one in flight is joined
+    refresh_parser.add_argument("--claimed", action="store_true", help=argparse.SUPPRESS)
     crawl_options(refresh_parser)
     refresh_parser.set_defaults(func=cmd_refresh_counts)

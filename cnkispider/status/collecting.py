@@ -290,13 +290,17 @@ def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, w
 
 def _follow(row) -> dict | None:
     """The looks of a task that follows today: how many, the last, when the next is due (None:
-    when its crawl reaches today)."""
+    when its crawl reaches today); and its counts refreshes, the same."""
     if not getattr(row, "follow", None):  # NULL, 0, or a database before schema 9
         return None
     return {
         "looks": getattr(row, "looks", None) or 0,
         "last_look": iso(getattr(row, "look_at", None)),
         "next_look_due": iso(getattr(row, "look_due", None)),
+        # [task] refresh_counts_every: the last counts refresh over the look-back (claimed
+        # then) and when the next is due; None: none yet (or the key is off)
+        "last_counts_refresh": iso(getattr(row, "counts_at", None)),
+        "next_counts_refresh_due": iso(getattr(row, "counts_due", None)),
     }
 
 

@@ -139,6 +139,8 @@ def _render_task(t: dict, report: dict) -> list[str]:
         )
     if t.get("follow"):
         lines.append("  " + follow_line(t["follow"]))
+        if t["follow"].get("last_counts_refresh"):
+            lines.append("  " + counts_line(t["follow"]))
     waiting = t.get("waiting")  # WAITING_MESSAGE, a marked word
     if waiting:
         lines.append("  " + _("waiting: %(what)s") % {"what": _(waiting)})
@@ -253,6 +255,15 @@ def follow_line(follow: dict) -> str:
         last=_clock(follow["last_look"]),
         due=_clock(follow["next_look_due"]),
     )
+
+
+def counts_line(follow: dict) -> str:
+    """``counts of the look-back read again at 08:00 UTC, next due 14:00 UTC`` ([task]
+    refresh_counts_every, docs/FOLLOW.md)."""
+    return _("counts of the look-back read again at %(last)s UTC, next due %(due)s UTC") % {
+        "last": _clock(follow["last_counts_refresh"]),
+        "due": _clock(follow["next_counts_refresh_due"]),
+    }
 
 
 def _rate(w: dict) -> float | None:
