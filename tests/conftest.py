@@ -21,6 +21,7 @@ pytest_plugins = [
     "tests.fixtures.crawls",  # crawls of the stand-in in a worker subprocess
     "tests.fixtures.commands",  # the command line in-process on the test's database
     "tests.tls_services",  # private MariaDB and Redis that speak TLS only
+    "tests.fixtures.browser",  # Debian's Chromium through Playwright
 ]
 
 #: Fixtures that make a test long (a build, a crawl shared by a module, private services, a

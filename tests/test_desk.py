@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import threading
 import time
@@ -126,18 +125,6 @@ class Web:
             self.process.wait()
 
 
-@pytest.fixture(scope="module")
-def chromium():
-    from playwright.sync_api import sync_playwright
-
-    program = shutil.which("chromium")
-    assert program, "Debian's chromium is missing (.ci/run installs it)"
-    with sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=program, headless=True)
-        yield launched
-        launched.close()
-
-
 @pytest.fixture
 def web_of():
     made: list[Web] = []
@@ -200,7 +187,7 @@ def drag(page, seen: dict, off: int = 0, *, touch: bool = False) -> None:
     touch_at("touchEnd", x1)
 
 
-def test_a_drag_on_the_desk_passes_and_the_waiting_crawl_goes_on(verified_crawl, chromium, web_of):
+def test_a_drag_on_the_desk_passes_and_the_waiting_crawl_goes_on(verified_crawl, browser, web_of):
     """The crawl waits for a person and says so to a webhook, with the desk's link; the person
     opens the link, types the token, drags with the mouse: a session in the pool within 15 s of
     opening the link (3 actions), and the crawl goes on to the truth."""
@@ -216,7 +203,7 @@ def test_a_drag_on_the_desk_passes_and_the_waiting_crawl_goes_on(verified_crawl,
         "-s",
         f"WEB_PUBLIC_URL={web.url}",
     )
-    context = chromium.new_context(viewport={"width": 900, "height": 900})
+    context = browser.new_context(viewport={"width": 900, "height": 900})
     try:
         wait_until(lambda: hook.bodies, 120, what="the waiting message", workers=[worker])
         message = hook.bodies[0]["json"]
@@ -264,13 +251,13 @@ def test_a_drag_on_the_desk_passes_and_the_waiting_crawl_goes_on(verified_crawl,
 
 
 def test_a_wrong_drag_by_touch_leaves_the_pool_alone_and_the_desk_says_so(
-    verified_crawl, chromium, web_of
+    verified_crawl, browser, web_of
 ):
     from playwright.sync_api import expect
 
     setup, pool = verified_crawl()
     web = web_of(setup)
-    context = chromium.new_context(has_touch=True, viewport={"width": 420, "height": 800})
+    context = browser.new_context(has_touch=True, viewport={"width": 420, "height": 800})
     page = context.new_page()
     try:
         open_desk(page, web)

@@ -4,25 +4,11 @@ gap gets a fresh puzzle and passes nothing."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 pytestmark = pytest.mark.slow  # a real Chromium
 
 SEARCH = "/kns8s/defaultresult/index"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    chromium = shutil.which("chromium")
-    assert chromium, "Debian's chromium is missing (.ci/run installs it)"
-    with sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=chromium, headless=True)
-        yield launched
-        launched.close()
 
 
 def drag(page, off: int = 0, *, touch: bool = False) -> None:

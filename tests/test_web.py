@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import shutil
 import socket
 import subprocess
 import threading
@@ -141,18 +140,6 @@ def crawled(tmp_path_factory):
         with admin.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
         admin.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    chromium = shutil.which("chromium")
-    assert chromium, "Debian's chromium is missing (.ci/run installs it)"
-    with sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=chromium, headless=True)
-        yield launched
-        launched.close()
 
 
 @pytest.fixture

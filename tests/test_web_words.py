@@ -23,7 +23,7 @@ from cnkispider.db import open_database
 from tasks.flow import TaskStore
 from tests.crawl_harness import ROOT, CrawlSetup
 from tests.fixtures.waiting import wait_until
-from tests.test_web import WebServer, browser  # noqa: F401  (the module's headless Chromium)
+from tests.test_web import WebServer
 
 # every test reads the page of a `cnkispider web` started for the module (16 s of set-up at a load
 # of 20): over a second alone
@@ -110,7 +110,7 @@ def test_a_round_opened_directly_is_a_styled_page(served):
 
 
 @pytest.mark.slow
-def test_the_grid_is_readable_and_the_chart_speaks_chinese(served, browser, tmp_path):  # noqa: F811
+def test_the_grid_is_readable_and_the_chart_speaks_chinese(served, browser, tmp_path):
     server, name = served["server"], served["setup"].task
     context = browser.new_context(
         viewport={"width": 1100, "height": 700}, locale="zh-CN", extra_http_headers={}
@@ -146,7 +146,7 @@ def test_the_grid_is_readable_and_the_chart_speaks_chinese(served, browser, tmp_
 
 
 @pytest.mark.slow
-def test_pause_and_resume_from_the_page_keep_the_task_s_dates(served, browser):  # noqa: F811
+def test_pause_and_resume_from_the_page_keep_the_task_s_dates(served, browser):
     from playwright.sync_api import expect
 
     server, store, name = served["server"], served["store"], served["setup"].task
