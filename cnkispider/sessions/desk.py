@@ -191,7 +191,7 @@ class Desk:
         self.idle = idle
         self.clock = clock
         self.state = OPENING
-        self.says = ""
+        self.says = _("opening…")  # every state has its words: the page never shows a state's name
         # the language of the person who opened the desk (made in their request): the watcher
         # thread writes what the desk says in it, and the pass's line too
         self.language = i18n.current()

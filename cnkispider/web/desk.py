@@ -126,7 +126,10 @@ class DeskRoom:
 
     def status(self) -> dict:
         desk = self.desk
-        out = desk.status() if desk is not None else {"state": "closed", "says": ""}
+        if desk is not None:
+            out = desk.status()
+        else:
+            out = {"state": "closed", "says": _("the desk's browser is closed")}
         store = self.web.pool()
         if store is not None:
             try:
