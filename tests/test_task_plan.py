@@ -184,3 +184,20 @@ def test_a_check_during_the_sample_is_not_a_zero(verified_crawl):
     assert plan["sampled"] == {} and plan["documents"] is None
     assert set(plan["not_sampled"].values()) == {"checked-plain"} and grids == 0
     assert plan["sample_requests"] == 1  # the plain session's warm-up, sent to the check
+
+
+@pytest.mark.slow  # the command in a subprocess, against a stand-in
+def test_a_sample_without_a_session_samples_nothing_and_says_why(crawl_setup):
+    """No passed session in the pool, and the plain one cannot be opened (the stand-in issues
+    no client id): nothing sampled, no day counted, exit 0, the reason on stderr."""
+    setup = crawl_setup(
+        "patent", IPC, start="2024-04-01", end="2024-04-07", site={**YEAR, "break_": ["client-id"]}
+    )
+    add_task(setup)
+    done = setup.run_ok("task", "plan", setup.task, "--sample", "3")
+    assert "nothing sampled: no CNKI session could be opened" in done.stdout, done.stdout
+    assert "none seen yet" in done.stdout
+    assert "Ecp_ClientId" in done.stderr, done.stderr
+    plan, grids = plan_sample(setup, 3)
+    assert plan["sampled"] == {} and plan["documents"] is None and grids == 0
+    assert set(plan["not_sampled"].values()) == {"no-session"} and len(plan["not_sampled"]) == 3

@@ -263,7 +263,7 @@ def _print_sample(plan: dict) -> None:
             )
         )
     elif NO_SESSION in whys:
-        print("  " + _("nothing sampled: no CNKI session could be opened (see the log)"))
+        print("  " + _("nothing sampled: no CNKI session could be opened (why: on stderr)"))
     for day, why in missed.items():
         if why in (CHECKED_PLAIN, NO_SESSION, STOPPED):
             continue
