@@ -4,13 +4,16 @@ own request counts), within 15%."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
+from collections import Counter
 
 import pytest
 
-from cnkispider.status.plan import Costs, day_totals, estimate
+from cnkispider.status.plan import Costs, day_totals, estimate, sample_days
 from tests.fixtures.crawls import CAP, IPC, YEAR
+from tests.test_verified_crawl import add_passed
 
 #: the stand-in's requests that the plan counts (warm-ups, client ids and checks are a pass's own)
 COUNTED = ("grid", "export", "detail")
@@ -86,3 +89,127 @@ def test_plan_says_when_no_day_was_seen(crawl_setup):
     )
     out = setup.run_ok("task", "plan", setup.task).stdout
     assert "3 days to go, none seen yet" in out
+
+
+# -- --sample N: census totals of unseen days, asked of the stand-in -----------------------------
+
+
+def test_the_sample_covers_distinct_weekdays_spread_over_the_days():
+    """Mon 1 to Sun 14 April 2024: three samples are three weekdays, one from each third;
+    seven are the seven weekdays; a weekday the seen days showed comes last; seen days and
+    days beyond the remaining ones are never asked."""
+    days = [f"2024-04-{d:02d}" for d in range(1, 15)]
+    three = sample_days(days, {}, 3)
+    assert len({dt.date.fromisoformat(d).weekday() for d in three}) == 3
+    assert three[0] <= "2024-04-05" and "2024-04-10" <= three[-1]
+    seven = sample_days(days, {}, 7)
+    assert sorted(dt.date.fromisoformat(d).weekday() for d in seven) == list(range(7))
+    seen = {"2024-04-02": 66}  # a Tuesday
+    chosen = sample_days(days, seen, 6)
+    assert "2024-04-02" not in chosen and "2024-04-09" not in chosen
+    assert sample_days(days[:2], {}, 5) == days[:2] and sample_days(days, {}, 0) == []
+
+
+def test_a_sampled_total_counts_as_seen_and_a_seen_one_wins():
+    costs = Costs(page_size=50, cap_rows=250, export_batch=50, roots=8, pass_requests=300, pace=0.5)
+    days = ["2024-04-02", "2024-04-09", "2024-04-06"]  # Tue, Tue, Sat
+    plan = estimate(days, {"2024-04-09": 80}, costs, {"2024-04-02": 60, "2024-04-09": 1})
+    assert plan["sampled"] == {"2024-04-02": 60}
+    assert plan["seen_days"] == 1
+    assert plan["documents"] == 60 + 80 + 70  # the Saturday: the mean of every day known
+
+
+def plan_sample(setup, n: int, *more: str) -> tuple[dict, int]:
+    """`task plan --sample n --json` of the setup's task, and the grid requests the stand-in
+    saw meanwhile (the census searches: a passed session sends no warm-up)."""
+    before = setup.site.stats()["kinds"]["grid"]
+    out = setup.run_ok("task", "plan", setup.task, "--sample", str(n), "--json", *more)
+    return json.loads(out.stdout), setup.site.stats()["kinds"]["grid"] - before
+
+
+def add_task(setup) -> None:
+    setup.run_ok(
+        "task",
+        "add",
+        setup.task,
+        "--type",
+        "patent",
+        "--start",
+        setup.start,
+        "--end",
+        setup.end,
+        "--categories",
+        IPC,
+    )
+
+
+@pytest.mark.slow  # the command in subprocesses, against a stand-in that checks for a person
+@pytest.mark.parametrize(
+    "start, end, n",
+    [
+        ("2024-04-01", "2024-04-07", 3),  # a week: Tue, Thu and Sat asked
+        ("2024-04-01", "2024-04-14", 7),  # two weeks: every weekday asked once
+    ],
+)
+def test_a_sample_plans_a_task_no_day_of_which_was_seen(verified_crawl, start, end, n):
+    setup, pool = verified_crawl(
+        "patent", IPC, start=start, end=end, site=YEAR, cnki=CAP, day_census="on"
+    )
+    add_passed(setup.site, pool)
+    add_task(setup)
+    plan, grids = plan_sample(setup, n)
+    truth = Counter(d["publication_date"] for d in setup.truth())
+    assert plan["seen_days"] == 0 and len(plan["sampled"]) == n, plan
+    assert plan["sampled"] == {d: truth.get(d, 0) for d in plan["sampled"]}
+    assert plan["not_sampled"] == {}
+    assert grids == n and plan["sample_requests"] == n
+    documents = sum(truth.values())
+    print(f"--sample {n} of {start}..{end}: {plan['documents']} planned, {documents} true")
+    assert abs(plan["documents"] - documents) <= 0.15 * documents, (plan, documents)
+    # the sample is counted on the passed session, as the crawler counts its requests
+    assert [s.requests for s in pool.list()] == [n]
+    text = setup.run_ok("task", "plan", setup.task, "--sample", "2").stdout
+    assert "census sample: 2 of 2 days sampled; requests to CNKI: 2" in text, text
+    assert "none seen yet" not in text
+
+
+@pytest.mark.slow  # the command in subprocesses, against a stand-in that checks for a person
+def test_a_check_during_the_sample_is_not_a_zero(verified_crawl):
+    setup, pool = verified_crawl(
+        "patent", IPC, start="2024-04-01", end="2024-04-07", site=YEAR, cnki=CAP
+    )
+    session, cookies = add_passed(setup.site, pool)
+    add_task(setup)
+    setup.site.expire_session(cookies)  # CNKI checks the passed session again
+    before = setup.site.stats()["kinds"]["grid"]
+    done = setup.run_ok("task", "plan", setup.task, "--sample", "3")
+    out = done.stdout
+    first = sample_days([f"2024-04-0{d}" for d in range(1, 8)], {}, 3)[0]
+    assert f"{first}: verify (CNKI's check): not sampled" in out, out
+    assert "census sample: 0 of 3 days sampled; requests to CNKI: 1" in out, out
+    assert "2 more days not asked" in out, out
+    assert "none seen yet: no census total to plan from" in out, out  # not a zero
+    assert setup.site.stats()["kinds"]["grid"] - before == 1  # the check ended the sample
+    assert pool.get(session.id).state == "needs-person"
+    # the pool has no passed session left, and a plain one is checked: nothing sampled
+    plan, grids = plan_sample(setup, 3)
+    assert plan["sampled"] == {} and plan["documents"] is None
+    assert set(plan["not_sampled"].values()) == {"checked-plain"} and grids == 0
+    assert plan["sample_requests"] == 1  # the plain session's warm-up, sent to the check
+
+
+@pytest.mark.slow  # the command in a subprocess, against a stand-in
+def test_a_sample_without_a_session_samples_nothing_and_says_why(crawl_setup):
+    """No passed session in the pool, and the plain one cannot be opened (the stand-in issues
+    no client id): nothing sampled, no day counted, exit 0, the reason on stderr."""
+    setup = crawl_setup(
+        "patent", IPC, start="2024-04-01", end="2024-04-07", site={**YEAR, "break_": ["client-id"]}
+    )
+    add_task(setup)
+    done = setup.run_ok("task", "plan", setup.task, "--sample", "3")
+    assert "nothing sampled: no CNKI session could be opened" in done.stdout, done.stdout
+    assert "none seen yet" in done.stdout
+    assert "Ecp_ClientId" in done.stderr, done.stderr
+    plan, grids = plan_sample(setup, 3)
+    assert plan["sampled"] == {} and plan["documents"] is None and grids == 0
+    assert set(plan["not_sampled"].values()) == {"no-session"} and len(plan["not_sampled"]) == 3

@@ -154,26 +154,43 @@ def cmd_task(config: Config, args) -> int:
 
 
 def _plan(config: Config, store, args) -> int:
-    """`task plan NAME [--json]`: what the task's remaining days need at each depth."""
+    """`task plan NAME [--sample N] [--delay S] [--json]`: what the task's remaining days need
+    at each depth (``--sample``: from the census totals of N unseen days asked of CNKI too)."""
     import json
 
     from cnkispider.i18n import _, ngettext
     from cnkispider.sessions import SessionStore
     from cnkispider.status.plan import task_plan
 
+    if args.sample < 0:
+        raise InputError(_("--sample: expected 0 or more days, got %(n)d") % {"n": args.sample})
+    if args.delay is not None and args.delay < 0:
+        raise InputError(_("--delay: expected 0 or more seconds, got %(s)g") % {"s": args.delay})
     try:
         pool = SessionStore.from_config(config)
         pool.client.ping()
     except Exception:  # no Redis: the configured figure stands in for the measured one
         pool = None
+    sampler = None
+    if args.sample:
+        from cnkispider.probe.sample import sample_census
+
+        pace = config.cnki["session_pace"]
+        delay = args.delay if args.delay is not None else (1.0 / pace if pace > 0 else 3.0)
+
+        def sampler(row, tree, days):
+            return sample_census(config, row, tree, days, delay=delay).as_tuple()
+
     try:
-        plan = task_plan(config, store.engine, args.name, pool)
+        plan = task_plan(config, store.engine, args.name, pool, sample=args.sample, sampler=sampler)
     except LookupError as exc:
         raise InputError(str(exc)) from None
     if args.json:
         print(json.dumps(plan, indent=2))
         return 0
     days = ngettext("%(n)d day", "%(n)d days", plan["days"]) % {"n": plan["days"]}
+    if args.sample:
+        _print_sample(plan)
     if plan["documents"] is None:
         print(
             _("task %(task)s: %(days)s to go, none seen yet: no census total to plan from")
@@ -217,6 +234,61 @@ def _plan(config: Config, store, args) -> int:
             }
         )
     return 0
+
+
+def _print_sample(plan: dict) -> None:
+    """The sample's lines of `task plan --sample`: what it cost, and each day it could not
+    sample, with why (a check or a refusal is not a zero)."""
+    from cnkispider.cnki import refusals
+    from cnkispider.i18n import ngettext
+    from cnkispider.probe.sample import CHECKED_PLAIN, NO_SESSION, SESSION_STATE, STOPPED
+
+    sampled, missed = plan["sampled"], plan["not_sampled"]
+    asked = len(sampled) + len(missed)
+    print(
+        ngettext(
+            "census sample: %(n)d of %(asked)d day sampled; requests to CNKI: %(r)d",
+            "census sample: %(n)d of %(asked)d days sampled; requests to CNKI: %(r)d",
+            asked,
+        )
+        % {"n": len(sampled), "asked": asked, "r": plan["sample_requests"]}
+    )
+    whys = set(missed.values())
+    if CHECKED_PLAIN in whys:
+        print(
+            "  "
+            + _(
+                "nothing sampled: CNKI checks plain sessions and the pool has no session a "
+                "person passed (cnkispider session login)"
+            )
+        )
+    elif NO_SESSION in whys:
+        print("  " + _("nothing sampled: no CNKI session could be opened (why: on stderr)"))
+    for day, why in missed.items():
+        if why in (CHECKED_PLAIN, NO_SESSION, STOPPED):
+            continue
+        if why.startswith(SESSION_STATE):
+            text = _("the passed session is %(state)s in the pool") % {
+                "state": why[len(SESSION_STATE) :]
+            }
+        elif refusals.kind_of(why.split(" ", 1)[0]) == refusals.CHALLENGE:
+            text = _("%(reason)s (CNKI's check)") % {"reason": why}
+        elif refusals.kind_of(why.split(" ", 1)[0]) == refusals.REJECTION:
+            text = _("%(reason)s (CNKI refused the search)") % {"reason": why}
+        else:
+            text = why
+        print("  " + _("%(day)s: %(why)s: not sampled") % {"day": day, "why": text})
+    stopped = sum(1 for why in missed.values() if why == STOPPED)
+    if stopped:
+        print(
+            "  "
+            + ngettext(
+                "%(n)d more day not asked: the sample stopped there",
+                "%(n)d more days not asked: the sample stopped there",
+                stopped,
+            )
+            % {"n": stopped}
+        )
 
 
 def cmd_task_reopen(store, args) -> int:
@@ -359,6 +431,23 @@ def add_task(sub) -> None:
     )
     plan.add_argument("name", help="the task's name or id")
     plan.add_argument("--json", action="store_true", help="as JSON")
+    plan.add_argument(
+        "--sample",
+        type=int,
+        default=0,
+        metavar="N",
+        help=_(
+            "ask CNKI the census total of N of the remaining days no round has seen (N "
+            "requests at the session pace, from a passed session's budget; default 0: none)"
+        ),
+    )
+    plan.add_argument(
+        "--delay",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help=_("seconds between the sample's requests (default: 1 / [cnki] session_pace)"),
+    )
     move = actions.add_parser(
         "move", help="move the cursor: every round from DATE on is crawled again"
     )

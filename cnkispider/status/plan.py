@@ -5,12 +5,15 @@ person makes for them (at the requests a pass answered, measured on the pool's s
 checked again, or ``[cnki] pass_requests`` before any), and the hours they take at
 ``[cnki] session_pace``. :func:`estimate` is pure (day totals and figures in, numbers out);
 :func:`task_plan` reads its inputs: the task's days, the census totals its rounds have seen, the
-pool.
+pool, and (``task plan --sample N``) the census totals of a few unseen days asked of CNKI by
+the caller's ``sampler`` (cnkispider/probe/sample.py: this layer sends no request).
 
-A day's documents: the total its rounds saw (the census's, or its roots' together), else the
-mean of the seen days of the same weekday (CNKI publishes patents on fixed weekdays: a Tuesday
-and a Saturday differ a hundredfold), else the mean of every seen day; with no day seen there is
-nothing to estimate from and the plan says so (None).
+A day's documents: the total its rounds saw (the census's, or its roots' together) or its
+sampled census total, else the mean of the seen and sampled days of the same weekday (CNKI
+publishes patents on fixed weekdays: a Tuesday and a Saturday differ a hundredfold), else the
+mean of every seen and sampled day; with no day seen or sampled there is nothing to estimate
+from and the plan says so (None). :func:`sample_days` chooses the days to sample: spread over
+the remaining days, the weekdays no day has shown yet first.
 
 A day's requests at ``N`` documents (docs/DEPTH.md, bench/sessions.py):
     list    its list pages: ceil(N / page_size) (an empty day: its census, 1); a day over the
@@ -75,13 +78,46 @@ def day_totals(days: list[str], seen: dict[str, int]) -> dict[str, float] | None
     return out
 
 
-def estimate(days: list[str], seen: dict[str, int], costs: Costs) -> dict:
+def sample_days(days: list[str], seen: dict[str, int], n: int) -> list[str]:
+    """Up to ``n`` of ``days`` not in ``seen`` to ask CNKI the census total of, in date order:
+    each the day nearest its share of the remaining days (the i-th of n: the middle of the i-th
+    n-th) among the days of the weekdays least shown so far (by the seen days, then by the days
+    already chosen), so that a few samples cover distinct weekdays first: CNKI publishes
+    patents on fixed weekdays, and a day of one weekday says little of another."""
+    unseen = [d for d in days if d not in seen]
+    if n <= 0 or not unseen:
+        return []
+    if n >= len(unseen):
+        return unseen
+    shown: dict[int, int] = defaultdict(int)
+    for day in seen:
+        shown[dt.date.fromisoformat(day).weekday()] += 1
+    weekday = {d: dt.date.fromisoformat(d).weekday() for d in unseen}
+    chosen: set[int] = set()
+    for i in range(n):
+        target = (i + 0.5) * len(unseen) / n - 0.5
+        index = min(
+            (j for j in range(len(unseen)) if j not in chosen),
+            key=lambda j: (shown[weekday[unseen[j]]], abs(j - target), j),
+        )
+        chosen.add(index)
+        shown[weekday[unseen[index]]] += 1
+    return [unseen[j] for j in sorted(chosen)]
+
+
+def estimate(
+    days: list[str], seen: dict[str, int], costs: Costs, sampled: dict[str, int] | None = None
+) -> dict:
     """``{"days": D, "documents": N, "depths": {depth: {"requests", "passes", "hours"}}}`` for the
-    remaining ``days``; documents and the depths' figures None when no day was seen."""
-    totals = day_totals(days, seen)
+    remaining ``days``; documents and the depths' figures None when no day was seen or sampled.
+    ``sampled``: census totals asked of CNKI for days no round has seen, counted as seen (a
+    day's own total wins over its sample)."""
+    sampled = {d: n for d, n in (sampled or {}).items() if d not in seen}
+    totals = day_totals(days, {**sampled, **seen})
     out = {
         "days": len(days),
         "seen_days": sum(1 for d in days if d in seen),
+        "sampled": dict(sorted(sampled.items())),
         "documents": None,
         "pass_requests": costs.pass_requests,
         "measured_passes": costs.measured_passes,
@@ -157,13 +193,32 @@ def task_days(engine, name: str, today: dt.date | None = None) -> tuple[dict, li
     return dict(row), days, seen
 
 
-def task_plan(config, engine, name: str, store=None, today: dt.date | None = None) -> dict:
+def task_plan(
+    config,
+    engine,
+    name: str,
+    store=None,
+    today: dt.date | None = None,
+    *,
+    sample: int = 0,
+    sampler=None,
+) -> dict:
     """:func:`estimate` of the task ``name``: its remaining days, with the pool's measured
-    passes (``store``: the session pool, None: the configured figure)."""
+    passes (``store``: the session pool, None: the configured figure).
+
+    ``sample``: how many unseen days to sample (:func:`sample_days`), through ``sampler(row,
+    tree, days)``, which asks CNKI and returns ``(totals {day: n}, not sampled {day: why},
+    requests sent)``; the plan then has ``sampled``, ``not_sampled`` and ``sample_requests``."""
     from tasks.categories import load_tree
 
     row, days, seen = task_days(engine, name, today)
     tree = load_tree(row["categories"], row["type"], config.base_dir)
+    sampled: dict[str, int] = {}
+    not_sampled: dict[str, str] = {}
+    requests = 0
+    chosen = sample_days(days, seen, sample)
+    if chosen and sampler is not None:
+        sampled, not_sampled, requests = sampler(row, tree, chosen)
     measured, passes = measured_pass_requests(store) if store is not None else (None, 0)
     costs = Costs(
         page_size=config.cnki["page_size"],
@@ -174,7 +229,9 @@ def task_plan(config, engine, name: str, store=None, today: dt.date | None = Non
         pace=config.cnki["session_pace"],
         measured_passes=passes,
     )
-    out = estimate(days, seen, costs)
+    out = estimate(days, seen, costs, sampled)
+    out["not_sampled"] = dict(sorted(not_sampled.items()))
+    out["sample_requests"] = requests
     out["task"] = row["name"]
     out["depth"] = row["depth"] or "detail"
     return out
