@@ -50,9 +50,14 @@ __all__ = ["build_parser", "main"]
 def build_parser() -> argparse.ArgumentParser:
     # --config is accepted anywhere on the line (`cnkispider task list --config x.ini`): every
     # command's parser, and its subcommands' (their parent's class), is a CommandParser
-    parser = argparse.ArgumentParser(prog="cnkispider", description="Distributed CNKI crawler")
-    parser.add_argument("--config", help=CONFIG_HELP)
-    parser.add_argument("--version", action="version", version=f"cnkispider {__version__}")
+    parser = argparse.ArgumentParser(prog="cnkispider", description=_("Distributed CNKI crawler"))
+    parser.add_argument("--config", help=_(CONFIG_HELP))
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"cnkispider {__version__}",
+        help=_("show program's version number and exit"),  # argparse's own default, marked
+    )
     sub = parser.add_subparsers(dest="command", parser_class=CommandParser)
     # in this order in `cnkispider --help`
     tasks.add_init_db(sub)
