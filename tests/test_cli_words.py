@@ -214,3 +214,53 @@ def test_the_export_line_is_chinese_for_a_chinese_operator(tmp_path, capsys, eng
     assert main(["--config", str(chinese), "export", "--out", out]) == 0
     line = capsys.readouterr().err
     assert "exported" not in line and "documents" not in line and out in line, line
+
+
+def test_task_help_is_looked_up_in_the_catalogue_argparse_s_own_words_too(
+    monkeypatch, capsys, english_after
+):
+    from cnkispider import i18n
+
+    monkeypatch.setattr(i18n, "translation", lambda language: _Marked())
+    monkeypatch.setenv("COLUMNS", "100")
+    with pytest.raises(SystemExit) as stop:
+        main(["task", "--help"])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("«usage: »cnkispider task"), out
+    assert "«positional arguments»:" in out and "«options»:" in out, out
+    assert "«show this help message and exit»" in out, out
+    # every help line: argparse writes the help from column 24 on (at 100 columns), beside its
+    # option or action, or below it where that is longer; outside the brackets, nothing
+    helps = [
+        line[24:]
+        for line in out.split("\n\n", 1)[1].splitlines()
+        if line.startswith("  ") and not line.strip().startswith("{")  # the actions' list
+    ]
+    assert len(helps) > 12, out
+    depth, unmarked = 0, []
+    for char in " ".join(helps):
+        depth += {"«": 1, "»": -1}.get(char, 0)
+        if depth == 0 and char not in " »":
+            unmarked.append(char)
+    assert depth == 0 and unmarked == [], out
+    assert "«add, list, show and steer tasks»" not in out  # the parent's line, not task's own
+    assert "«one task with its progress»" in out and "«config.ini to use" in out, out
+
+    with pytest.raises(SystemExit) as stop:
+        main(["task", "add"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "«cnkispider task add: error: «the following arguments are required: name»" in err, err
+
+
+def test_argparse_s_words_are_argparse_s():
+    """The words cli/argparse_words.py marks for the catalogue are the ones argparse looks up:
+    one that a Python release rewords would be translated no more."""
+    import inspect
+
+    from cnkispider.cli.argparse_words import WORDS
+
+    source = inspect.getsource(argparse)
+    missing = [word for word in WORDS if repr(word) not in source]
+    assert missing == []

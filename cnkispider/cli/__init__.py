@@ -46,13 +46,26 @@ from cnkispider.version import __version__
 
 __all__ = ["build_parser", "main"]
 
+# argparse's own words ("usage:", "error:", "the following arguments are required") in the
+# operator's language too: argparse looks them up with the gettext functions it imported, in the
+# standard textdomain, where no catalogue of ours is; pointed at ours, they are read from the
+# cnkispider catalogue, which has them (cli/argparse_words.py marks them for the extraction).
+# Once, here: every parser of the command line is built after this module is imported.
+argparse._ = i18n._
+argparse.ngettext = i18n.ngettext
+
 
 def build_parser() -> argparse.ArgumentParser:
     # --config is accepted anywhere on the line (`cnkispider task list --config x.ini`): every
     # command's parser, and its subcommands' (their parent's class), is a CommandParser
-    parser = argparse.ArgumentParser(prog="cnkispider", description="Distributed CNKI crawler")
-    parser.add_argument("--config", help=CONFIG_HELP)
-    parser.add_argument("--version", action="version", version=f"cnkispider {__version__}")
+    parser = argparse.ArgumentParser(prog="cnkispider", description=_("Distributed CNKI crawler"))
+    parser.add_argument("--config", help=_(CONFIG_HELP))
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"cnkispider {__version__}",
+        help=_("show program's version number and exit"),  # argparse's own default, marked
+    )
     sub = parser.add_subparsers(dest="command", parser_class=CommandParser)
     # in this order in `cnkispider --help`
     tasks.add_init_db(sub)

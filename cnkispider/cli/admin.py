@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from cnkispider.cli.common import add_command
 from cnkispider.config import Config
+from cnkispider.i18n import _
 
 
 def cmd_admin(config: Config, args) -> int:
@@ -16,31 +17,35 @@ def cmd_admin(config: Config, args) -> int:
 
 def add_admin(sub) -> None:
     """`admin ACTION`."""
-    admin = add_command(sub, "admin", help="the administrator's tools: grant-worker")
+    admin = add_command(sub, "admin", help=_("the administrator's tools: grant-worker"))
     actions = admin.add_subparsers(dest="action", required=True)
     grant = actions.add_parser(
         "grant-worker",
-        help="print (or --apply) the SQL and the Redis ACL line for a worker with row rights only",
+        help=_(
+            "print (or --apply) the SQL and the Redis ACL line for a worker with row rights only"
+        ),
     )
-    grant.add_argument("name", help="the worker's account name (database account, Redis user)")
-    grant.add_argument("--password", help="its password (default: a new random one)")
-    grant.add_argument("--host", default="%", help="hosts it connects from (default: %%, any)")
+    grant.add_argument("name", help=_("the worker's account name (database account, Redis user)"))
+    grant.add_argument("--password", help=_("its password (default: a new random one)"))
+    grant.add_argument("--host", default="%", help=_("hosts it connects from (default: %%, any)"))
     grant.add_argument(
         "--prefix",
         default=None,
-        help="Redis key and channel prefix (default: [redis] prefix of config.ini, cnki:)",
+        help=_("Redis key and channel prefix (default: [redis] prefix of config.ini, cnki:)"),
     )
     grant.add_argument(
         "--add-tasks",
         action="store_true",
-        help="let it add the task of its config.ini (INSERT on table task; default: join only)",
+        help=_("let it add the task of its config.ini (INSERT on table task; default: join only)"),
     )
     grant.add_argument(
-        "--require-tls", action="store_true", help="the database account must connect over TLS"
+        "--require-tls", action="store_true", help=_("the database account must connect over TLS")
     )
     grant.add_argument(
         "--apply",
         action="store_true",
-        help="run them with the database and Redis accounts of this config.ini (an administrator's)",
+        help=_(
+            "run them with the database and Redis accounts of this config.ini (an administrator's)"
+        ),
     )
     admin.set_defaults(func=cmd_admin)

@@ -14,8 +14,10 @@ import logging
 
 from cnkispider import i18n
 from cnkispider.config import Config, load_config
+from cnkispider.i18n import N_, _
 
-CONFIG_HELP = "config.ini to use (default: ./config.ini, then beside the program)"
+#: translated where used (:class:`CommandParser`, cli.build_parser): at parser-build time
+CONFIG_HELP = N_("config.ini to use (default: ./config.ini, then beside the program)")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
@@ -24,7 +26,7 @@ class CommandParser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
-        self.add_argument("--config", default=argparse.SUPPRESS, help=CONFIG_HELP)
+        self.add_argument("--config", default=argparse.SUPPRESS, help=_(CONFIG_HELP))
 
 
 def add_command(sub, name: str, **kw) -> argparse.ArgumentParser:
@@ -50,21 +52,21 @@ def crawl_options(p) -> None:
         "--verbose",
         "-v",
         action="store_true",
-        help="Scrapy's own log lines too (banner, stats dump)",
+        help=_("Scrapy's own log lines too (banner, stats dump)"),
     )
     p.add_argument(
         "-s",
         "--set",
         action="append",
         metavar="KEY=VALUE",
-        help="a Scrapy setting, as in scrapy crawl",
+        help=_("a Scrapy setting, as in scrapy crawl"),
     )
     p.add_argument(
         "-o",
         "--output",
         action="append",
         metavar="FILE",
-        help="also write the items to FILE (.jsonl, .csv, .json; UTF-8), as in scrapy crawl",
+        help=_("also write the items to FILE (.jsonl, .csv, .json; UTF-8), as in scrapy crawl"),
     )
 
 

@@ -325,8 +325,8 @@ def cmd_export(config: Config, args) -> int:
 def add_run(sub) -> None:
     """`run` and `recrawl`."""
     for name, text in (
-        ("run", "crawl the task of config.ini (or --task), then recrawl its errors"),
-        ("recrawl", "only replay errorCode and errorLink"),
+        ("run", _("crawl the task of config.ini (or --task), then recrawl its errors")),
+        ("recrawl", _("only replay errorCode and errorLink")),
     ):
         p = add_command(sub, name, help=text)
         p.add_argument(
@@ -335,12 +335,15 @@ def add_run(sub) -> None:
             help=_("a task of the task table, by name or id (default: [task] of config.ini)"),
         )
         p.add_argument(
-            "--processes", type=int, default=0, help="worker processes (default [crawl] processes)"
+            "--processes",
+            type=int,
+            default=0,
+            help=_("worker processes (default [crawl] processes)"),
         )
         p.add_argument(
             "--reload",
             action="store_true",
-            help="restart the workers when the project's code changes",
+            help=_("restart the workers when the project's code changes"),
         )
         if name == "run":
             p.add_argument(
@@ -359,10 +362,10 @@ def add_run(sub) -> None:
 def add_export(sub) -> None:
     """`export`."""
     export_parser = add_command(
-        sub, "export", help="stored documents as CSV (opens in Excel) or JSON lines"
+        sub, "export", help=_("stored documents as CSV (opens in Excel) or JSON lines")
     )
     export_parser.add_argument(
-        "--type", choices=DOC_TYPES, help="document type (default: [task] type)"
+        "--type", choices=DOC_TYPES, help=_("document type (default: [task] type)")
     )
     export_parser.add_argument(
         "--format",
@@ -381,15 +384,17 @@ def add_export(sub) -> None:
             '"YYYY-MM-DD HH:MM" (UTC), only documents stored or changed since then'
         ),
     )
-    export_parser.add_argument("--task", help="only documents stored by this task (name or id)")
+    export_parser.add_argument("--task", help=_("only documents stored by this task (name or id)"))
     export_parser.add_argument(
-        "--out", metavar="PATH", help="file to write (default, or -: standard output)"
+        "--out", metavar="PATH", help=_("file to write (default, or -: standard output)")
     )
     export_parser.add_argument(
         "--raw-cells",
         action="store_true",
-        help="CSV: write cells starting with = + - @ exactly (default: prefix a ' "
-        "so that Excel shows them as text instead of running them)",
+        help=_(
+            "CSV: write cells starting with = + - @ exactly (default: prefix a ' "
+            "so that Excel shows them as text instead of running them)"
+        ),
     )
     export_parser.add_argument(
         "--batch", type=int, default=1000, help=argparse.SUPPRESS
@@ -402,11 +407,11 @@ def add_refresh_counts(sub) -> None:
     refresh_parser = add_command(
         sub,
         "refresh-counts",
-        help="read 被引/下载 again from the task's list pages (no detail page; docs/FIELDS.md)",
+        help=_("read 被引/下载 again from the task's list pages (no detail page; docs/FIELDS.md)"),
     )
-    refresh_parser.add_argument("task", help="the task whose documents' counts to refresh")
-    refresh_parser.add_argument("--from", dest="from_day", metavar="DAY", help="first day")
-    refresh_parser.add_argument("--to", dest="to_day", metavar="DAY", help="last day")
+    refresh_parser.add_argument("task", help=_("the task whose documents' counts to refresh"))
+    refresh_parser.add_argument("--from", dest="from_day", metavar="DAY", help=_("first day"))
+    refresh_parser.add_argument("--to", dest="to_day", metavar="DAY", help=_("last day"))
     # a follow task's worker, for its [task] refresh_counts_every (tasks/feeder.py): the refresh
     # was claimed, and the last one forgotten, in the database; one in flight is joined
     refresh_parser.add_argument("--claimed", action="store_true", help=argparse.SUPPRESS)

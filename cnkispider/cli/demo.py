@@ -162,6 +162,6 @@ class _DemoPerson:
 def add_demo(sub) -> None:
     """`demo` (not in the .exe: it lists only what it can run)."""
     if not getattr(sys, "frozen", False):  # the exe lists only what it can run (no stand-in site)
-        demo = add_command(sub, "demo", help="offline demo against the local CNKI stand-in")
-        demo.add_argument("--verbose", action="store_true", help="Scrapy's own log lines too")
+        demo = add_command(sub, "demo", help=_("offline demo against the local CNKI stand-in"))
+        demo.add_argument("--verbose", action="store_true", help=_("Scrapy's own log lines too"))
         demo.set_defaults(func=cmd_demo)

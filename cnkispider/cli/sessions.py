@@ -218,53 +218,58 @@ def add_session(sub) -> None:
     session = add_command(
         sub,
         "session",
-        help="sessions a person passed CNKI's check with: login, add, list, remove, check",
+        help=_("sessions a person passed CNKI's check with: login, add, list, remove, check"),
     )
     actions = session.add_subparsers(dest="action", required=True)
     login = actions.add_parser(
         "login",
-        help="open CNKI in Chrome, Edge or Chromium; when you have passed its check, keep the session",
+        help=_(
+            "open CNKI in Chrome, Edge or Chromium; when you have passed its check, keep the session"
+        ),
     )
-    login.add_argument("--browser", metavar="PATH", help="the browser program (default: found)")
+    login.add_argument("--browser", metavar="PATH", help=_("the browser program (default: found)"))
     login.add_argument(
         "--cdp",
         type=int,
         metavar="PORT",
-        help="use your running browser, started with --remote-debugging-port=PORT",
+        help=_("use your running browser, started with --remote-debugging-port=PORT"),
     )
     login.add_argument(
         "--headless",
         action="store_true",
-        help="no window: no person can pass a real CNKI check this way (tests, scripts)",
+        help=_("no window: no person can pass a real CNKI check this way (tests, scripts)"),
     )
     login.add_argument(
-        "--port", type=int, default=0, help="DevTools port to open (default: any free one)"
+        "--port", type=int, default=0, help=_("DevTools port to open (default: any free one)")
     )
     login.add_argument(
-        "--timeout", type=float, default=300.0, help="seconds to wait for the pass (default 300)"
+        "--timeout", type=float, default=300.0, help=_("seconds to wait for the pass (default 300)")
     )
-    add = actions.add_parser("add", help="add a session from a browser's request or cookies")
+    add = actions.add_parser("add", help=_("add a session from a browser's request or cookies"))
     given = add.add_mutually_exclusive_group(required=True)
     given.add_argument(
         "--from-curl",
         metavar="FILE",
-        help="DevTools -> Network -> a kns.cnki.net request -> Copy as cURL (bash or cmd); - reads it from standard input",
+        help=_(
+            "DevTools -> Network -> a kns.cnki.net request -> Copy as cURL (bash or cmd); - reads it from standard input"
+        ),
     )
-    given.add_argument("--cookie-string", metavar='"a=1; b=2"', help="a Cookie header's value")
-    given.add_argument("--cookie-file", metavar="FILE", help="a Netscape cookies.txt")
+    given.add_argument("--cookie-string", metavar='"a=1; b=2"', help=_("a Cookie header's value"))
+    given.add_argument("--cookie-file", metavar="FILE", help=_("a Netscape cookies.txt"))
     add.add_argument(
-        "--host", help="--cookie-string: the host the cookies are for (default: [cnki] base_url's)"
+        "--host",
+        help=_("--cookie-string: the host the cookies are for (default: [cnki] base_url's)"),
     )
     add.add_argument(
         "--egress",
         metavar="HOST:PORT",
-        help="the proxy the check was passed through (default: direct)",
+        help=_("the proxy the check was passed through (default: direct)"),
     )
-    actions.add_parser("list", help="every session: id, source, age, requests, state")
-    remove = actions.add_parser("remove", help="drop a session (an id or its unique start)")
-    remove.add_argument("id", help="the session's id, or its unique start (session list)")
+    actions.add_parser("list", help=_("every session: id, source, age, requests, state"))
+    remove = actions.add_parser("remove", help=_("drop a session (an id or its unique start)"))
+    remove.add_argument("id", help=_("the session's id, or its unique start (session list)"))
     check = actions.add_parser(
-        "check", help="one request per session: passed (ready) or checked (needs a person)"
+        "check", help=_("one request per session: passed (ready) or checked (needs a person)")
     )
-    check.add_argument("id", nargs="?", help="only this session")
+    check.add_argument("id", nargs="?", help=_("only this session"))
     session.set_defaults(func=cmd_session)

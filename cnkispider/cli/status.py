@@ -7,6 +7,7 @@ from pathlib import Path
 
 from cnkispider.cli.common import add_command
 from cnkispider.config import Config
+from cnkispider.i18n import _
 from cnkispider.preflight import parse_day
 
 
@@ -49,19 +50,19 @@ def cmd_probe(config: Config, args) -> int:
 def add_status(sub) -> None:
     """`status`."""
     status_parser = add_command(
-        sub, "status", help="every task: rounds, ETA, documents, errors, workers, queue"
+        sub, "status", help=_("every task: rounds, ETA, documents, errors, workers, queue")
     )
-    status_parser.add_argument("--task", help="only this task (name or id)")
+    status_parser.add_argument("--task", help=_("only this task (name or id)"))
     status_parser.add_argument(
         "--watch",
         nargs="?",
         type=float,
         const=5.0,
         metavar="SECONDS",
-        help="redraw in place every SECONDS (default 5) until Ctrl-C",
+        help=_("redraw in place every SECONDS (default 5) until Ctrl-C"),
     )
     status_parser.add_argument(
-        "--json", action="store_true", help="JSON for scripts (--watch: one report a line)"
+        "--json", action="store_true", help=_("JSON for scripts (--watch: one report a line)")
     )
     status_parser.set_defaults(func=cmd_status)
 
@@ -69,29 +70,35 @@ def add_status(sub) -> None:
 def add_probe(sub) -> None:
     """`probe`."""
     probe = add_command(
-        sub, "probe", help="check the crawler's assumptions against the live CNKI (~30 requests)"
+        sub, "probe", help=_("check the crawler's assumptions against the live CNKI (~30 requests)")
     )
     probe.add_argument(
-        "--day", metavar="DATE", help="a busy day to search (default: a Wednesday four weeks back)"
+        "--day",
+        metavar="DATE",
+        help=_("a busy day to search (default: a Wednesday four weeks back)"),
     )
     probe.add_argument(
-        "--delay", type=float, default=3.0, help="seconds between requests (default 3)"
+        "--delay", type=float, default=3.0, help=_("seconds between requests (default 3)")
     )
     probe.add_argument(
-        "--save", metavar="DIR", help="keep every raw answer here (gzip) with an index.json"
+        "--save", metavar="DIR", help=_("keep every raw answer here (gzip) with an index.json")
     )
     probe.add_argument(
         "--session",
         metavar="ID",
-        help="when CNKI checks for a person: the pool's session to probe with (default: a ready one)",
+        help=_(
+            "when CNKI checks for a person: the pool's session to probe with (default: a ready one)"
+        ),
     )
     probe.add_argument(
         "--session-budget",
         type=int,
         default=0,
         metavar="N",
-        help="measure how long a verified session lasts at [cnki] session_pace, spending up to N "
-        "requests of it (it may then need a person again; default 0: not measured)",
+        help=_(
+            "measure how long a verified session lasts at [cnki] session_pace, spending up to N "
+            "requests of it (it may then need a person again; default 0: not measured)"
+        ),
     )
     probe.set_defaults(func=cmd_probe)
 
@@ -101,20 +108,22 @@ def add_web(sub) -> None:
     web = add_command(
         sub,
         "web",
-        help="the operator's page: tasks, coverage grid, workers, errors, /metrics, actions",
+        help=_("the operator's page: tasks, coverage grid, workers, errors, /metrics, actions"),
     )
-    web.add_argument("--host", help="address to listen on (default [web] host: 127.0.0.1)")
-    web.add_argument("--port", type=int, help="port (default [web] port: 8700)")
+    web.add_argument("--host", help=_("address to listen on (default [web] host: 127.0.0.1)"))
+    web.add_argument("--port", type=int, help=_("port (default [web] port: 8700)"))
     web.add_argument(
         "--browser",
         metavar="PATH",
-        help="the pass desk's browser (default: Chrome, Edge or Chromium, as session login finds them)",
+        help=_(
+            "the pass desk's browser (default: Chrome, Edge or Chromium, as session login finds them)"
+        ),
     )
     web.add_argument(
         "--desk-idle",
         type=float,
         default=None,
         metavar="SECONDS",
-        help="close the pass desk's browser after this long without anyone at it (default 60)",
+        help=_("close the pass desk's browser after this long without anyone at it (default 60)"),
     )
     web.set_defaults(func=cmd_web)

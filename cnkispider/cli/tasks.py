@@ -343,34 +343,36 @@ def add_task_reopen(actions) -> None:
 
 def add_init_db(sub) -> None:
     """`init-db`."""
-    init = add_command(sub, "init-db", help="create the database and its tables if missing")
+    init = add_command(sub, "init-db", help=_("create the database and its tables if missing"))
     init.set_defaults(func=cmd_init_db)
 
 
 def add_task(sub) -> None:
     """`task ACTION`: one subcommand an action."""
-    task_parser = add_command(sub, "task", help="add, list, show and steer tasks")
+    task_parser = add_command(sub, "task", help=_("add, list, show and steer tasks"))
     actions = task_parser.add_subparsers(dest="action", required=True)
-    add = actions.add_parser("add", help="register a task (joins it unchanged if it exists)")
-    add.add_argument("name", help="the task's name (unique; steer it by this name later)")
-    add.add_argument("--type", choices=DOC_TYPES, help="required unless --like")
-    add.add_argument("--start", help="first day, YYYY-MM-DD (required unless --like)")
-    add.add_argument("--end", help="last day, YYYY-MM-DD (default: up to today)")
+    add = actions.add_parser("add", help=_("register a task (joins it unchanged if it exists)"))
+    add.add_argument("name", help=_("the task's name (unique; steer it by this name later)"))
+    add.add_argument("--type", choices=DOC_TYPES, help=_("required unless --like"))
+    add.add_argument("--start", help=_("first day, YYYY-MM-DD (required unless --like)"))
+    add.add_argument("--end", help=_("last day, YYYY-MM-DD (default: up to today)"))
     add.add_argument(
-        "--categories", help="category spec (see config.ini; default builtin: the whole tree)"
+        "--categories", help=_("category spec (see config.ini; default builtin: the whole tree)")
     )
     add.add_argument(
-        "--like", help="a deepening task: list TASK's rounds again (its type, days, categories)"
+        "--like", help=_("a deepening task: list TASK's rounds again (its type, days, categories)")
     )
     add.add_argument(
-        "--where", help="crawl only rows where RULE holds, e.g. 'cited >= 10' (docs/DEPTH.md)"
+        "--where", help=_("crawl only rows where RULE holds, e.g. 'cited >= 10' (docs/DEPTH.md)")
     )
     add.add_argument(
-        "--keys", help="crawl only the documents of this file (dbname/filename a line)"
+        "--keys", help=_("crawl only the documents of this file (dbname/filename a line)")
     )
     add.add_argument(
         "--depth",
-        help="list | export | detail (default): what is fetched beyond the list rows (docs/DEPTH.md)",
+        help=_(
+            "list | export | detail (default): what is fetched beyond the list rows (docs/DEPTH.md)"
+        ),
     )
     add.add_argument(
         "--query",
@@ -389,12 +391,14 @@ def add_task(sub) -> None:
         ),
     )
     tset = actions.add_parser(
-        "set", help="change a task's categories, or its type while nothing is crawled"
+        "set", help=_("change a task's categories, or its type while nothing is crawled")
     )
-    tset.add_argument("name", help="the task's name or id")
-    tset.add_argument("--categories", help="new category spec (checked against the category tree)")
-    tset.add_argument("--type", choices=DOC_TYPES, help="new type (only before its first round)")
-    tset.add_argument("--depth", help="list | export | detail: the depth of rounds from now on")
+    tset.add_argument("name", help=_("the task's name or id"))
+    tset.add_argument(
+        "--categories", help=_("new category spec (checked against the category tree)")
+    )
+    tset.add_argument("--type", choices=DOC_TYPES, help=_("new type (only before its first round)"))
+    tset.add_argument("--depth", help=_("list | export | detail: the depth of rounds from now on"))
     tset.add_argument(
         "--query", help=_("the task's professional-search expression (only before its first round)")
     )
@@ -405,32 +409,34 @@ def add_task(sub) -> None:
             "on: follow today (docs/FOLLOW.md); off: stop following, the end date becomes today"
         ),
     )
-    actions.add_parser("list", help="every task, bad rows flagged")
+    actions.add_parser("list", help=_("every task, bad rows flagged"))
     for name, text in (
-        ("show", "one task with its progress"),
-        ("stop", "stop after in-flight rounds (end_date becomes the day before the cursor)"),
-        ("pause", "hand out nothing more until `task resume` (the dates stay)"),
+        ("show", _("one task with its progress")),
+        ("stop", _("stop after in-flight rounds (end_date becomes the day before the cursor)")),
+        ("pause", _("hand out nothing more until `task resume` (the dates stay)")),
     ):
         p = actions.add_parser(name, help=text)
-        p.add_argument("name", help="the task's name or id")
-    extend = actions.add_parser("extend", help="set a later end date (none: up to today)")
-    extend.add_argument("name", help="the task's name or id")
+        p.add_argument("name", help=_("the task's name or id"))
+    extend = actions.add_parser("extend", help=_("set a later end date (none: up to today)"))
+    extend.add_argument("name", help=_("the task's name or id"))
     extend.add_argument(
-        "end", nargs="?", help="the new last day, YYYY-MM-DD (default: up to today)"
+        "end", nargs="?", help=_("the new last day, YYYY-MM-DD (default: up to today)")
     )
     resume = actions.add_parser(
         "resume",
-        help="go on after a pause or a halt (clears it, crawls again what failed for it); "
-        "the end date stays unless --end",
+        help=_(
+            "go on after a pause or a halt (clears it, crawls again what failed for it); "
+            "the end date stays unless --end"
+        ),
     )
-    resume.add_argument("name", help="the task's name or id")
-    resume.add_argument("--end", help="a new last day, YYYY-MM-DD")
+    resume.add_argument("name", help=_("the task's name or id"))
+    resume.add_argument("--end", help=_("a new last day, YYYY-MM-DD"))
     plan = actions.add_parser(
         "plan",
-        help="what the task's remaining days need at each depth: requests, passes, hours",
+        help=_("what the task's remaining days need at each depth: requests, passes, hours"),
     )
-    plan.add_argument("name", help="the task's name or id")
-    plan.add_argument("--json", action="store_true", help="as JSON")
+    plan.add_argument("name", help=_("the task's name or id"))
+    plan.add_argument("--json", action="store_true", help=_("as JSON"))
     plan.add_argument(
         "--sample",
         type=int,
@@ -449,14 +455,16 @@ def add_task(sub) -> None:
         help=_("seconds between the sample's requests (default: 1 / [cnki] session_pace)"),
     )
     move = actions.add_parser(
-        "move", help="move the cursor: every round from DATE on is crawled again"
+        "move", help=_("move the cursor: every round from DATE on is crawled again")
     )
-    move.add_argument("name", help="the task's name or id")
-    move.add_argument("date", help="the first day to crawl again, YYYY-MM-DD")
+    move.add_argument("name", help=_("the task's name or id"))
+    move.add_argument("date", help=_("the first day to crawl again, YYYY-MM-DD"))
     move.add_argument(
         "code",
         nargs="?",
-        help="a root category of that day: its following categories are crawled again from there",
+        help=_(
+            "a root category of that day: its following categories are crawled again from there"
+        ),
     )
     add_task_reopen(actions)
     task_parser.set_defaults(func=cmd_task)
