@@ -109,12 +109,15 @@ class Task:
 def _parse_day(value, what: str, task_id: int, required: bool) -> dt.date | None:
     if value is None or (isinstance(value, str) and not value.strip()):
         if required:
-            raise TaskRowError(task_id, f"{what} is empty")
+            raise TaskRowError(task_id, _("%(column)s is empty") % {"column": what})
         return None
     try:
         return dt.date.fromisoformat(str(value).strip())
     except ValueError:
-        raise TaskRowError(task_id, f"{what} {value!r} is not a date (YYYY-MM-DD)") from None
+        raise TaskRowError(
+            task_id,
+            _("%(column)s %(value)r is not a date (YYYY-MM-DD)") % {"column": what, "value": value},
+        ) from None
 
 
 def task_days(row, now: dt.datetime) -> tuple[dt.date, dt.date, bool]:
@@ -131,7 +134,9 @@ def validate_row(row, base_dir: Path | None = None) -> Task:
     tid = row.id
     if row.type not in DOC_TYPES:
         raise TaskRowError(
-            tid, f"type {row.type!r} is unknown; expected one of {', '.join(DOC_TYPES)}"
+            tid,
+            _("type %(type)r is unknown; expected one of %(types)s")
+            % {"type": row.type, "types": ", ".join(DOC_TYPES)},
         )
     start = _parse_day(row.start_date, "start_date", tid, required=True)
     cur = _parse_day(row.cur_date, "cur_date", tid, required=False)
@@ -139,7 +144,9 @@ def validate_row(row, base_dir: Path | None = None) -> Task:
     # end_date = the day before start_date is how `task stop` stops a task still on its first
     # day; anything earlier is a typo.
     if end is not None and end < start - dt.timedelta(days=1):
-        raise TaskRowError(tid, f"end_date {end} is before start_date {start}")
+        raise TaskRowError(
+            tid, _("end_date %(end)s is before start_date %(start)s") % {"end": end, "start": start}
+        )
     # the cursor is the last round handed out: a cursor before the start would crawl days that
     # are not the task's (every round from it on, and call the task finished after)
     if cur is not None and cur < start:
@@ -150,12 +157,14 @@ def validate_row(row, base_dir: Path | None = None) -> Task:
         reload_if_changed(row.categories, base_dir)
         tree = load_tree(row.categories, row.type, base_dir)
     except CategoryError as exc:
-        raise TaskRowError(tid, f"categories: {exc}") from None
+        raise TaskRowError(tid, _("categories: %(problem)s") % {"problem": exc}) from None
     code = row.cur_code or None
     if code is not None and code != DAY and code not in tree:
-        raise TaskRowError(tid, f"cur_code {code!r} is not one of the task's categories")
+        raise TaskRowError(
+            tid, _("cur_code %(code)r is not one of the task's categories") % {"code": code}
+        )
     if cur is None and code is not None:
-        raise TaskRowError(tid, "cur_code is set but cur_date is empty")
+        raise TaskRowError(tid, _("cur_code is set but cur_date is empty"))
     raw_depth = getattr(row, "depth", None)  # NULL (and a database before v7): detail
     try:
         depth = check_depth(raw_depth) if raw_depth not in (None, "") else DEFAULT_DEPTH
@@ -164,12 +173,12 @@ def validate_row(row, base_dir: Path | None = None) -> Task:
     try:
         selection = parse_selection(getattr(row, "selection", None))
     except SelectionError as exc:
-        raise TaskRowError(tid, f"selection: {exc}") from None
+        raise TaskRowError(tid, _("selection: %(problem)s") % {"problem": exc}) from None
     raw_query = getattr(row, "query", None)  # NULL (and a database before v9): no query
     try:
         query = normalize_query(raw_query, row.type) if raw_query else None
     except QueryError as exc:  # a hand-edited row: reported and skipped, as any bad column
-        raise TaskRowError(tid, f"query: {exc}") from None
+        raise TaskRowError(tid, _("query: %(problem)s") % {"problem": exc}) from None
     return Task(
         id=tid,
         name=row.name,

@@ -44,6 +44,7 @@ from cnkispider.exceptions import InputError, TaskRowError
 from cnkispider.i18n import _
 from cnkispider.items import DEFAULT_DEPTH, DOC_TYPES, check_depth
 from cnkispider.schema import round_, task
+from cnkispider.vocabulary import halt_reason, word
 from errors.recorder import ErrorRecorder
 from tasks.categories import check_spec, load_tree
 from tasks.phase import Phase
@@ -62,7 +63,9 @@ def check_query(query: str | None, doc_type: str) -> str | None:
     try:
         return normalize(query, doc_type)
     except QueryError as exc:
-        raise InputError(f"--query: {exc}") from None
+        raise InputError(
+            _("%(option)s: %(problem)s") % {"option": "--query", "problem": exc}
+        ) from None
 
 
 def finished_line(current: Task) -> str:
@@ -128,7 +131,7 @@ class Steering(TaskRows):
         the table, and a PC restarting with an old config.ini must not undo that.
         """
         if doc_type not in DOC_TYPES:
-            raise InputError(f"type must be one of {', '.join(DOC_TYPES)}")
+            raise InputError(_("type must be one of %(types)s") % {"types": ", ".join(DOC_TYPES)})
         check_name(name)
         start = dt.date.fromisoformat(start_date).isoformat()
         end = dt.date.fromisoformat(end_date).isoformat() if end_date else None
@@ -185,7 +188,15 @@ class Steering(TaskRows):
         search is a new task: ``task add NEW --like NAME --query ...``). Works on a row whose
         categories a worker cannot read (a category file gone): new categories repair it."""
         if categories is None and doc_type is None and depth is None and query is None:
-            raise InputError("task set: give --categories, --type, --depth and/or --query")
+            raise InputError(
+                _("task set: give %(categories)s, %(type)s, %(depth)s and/or %(query)s")
+                % {
+                    "categories": "--categories",
+                    "type": "--type",
+                    "depth": "--depth",
+                    "query": "--query",
+                }
+            )
         new_depth = check_depth(depth, "--depth") if depth is not None else None
         with self._command(key) as (conn, row):
             new_type = doc_type or row.type
@@ -202,9 +213,15 @@ class Steering(TaskRows):
                 if new_query != current_query:
                     if crawled:
                         raise InputError(
-                            f"task {row.name!r}: the query stays as it is because {crawled} rounds "
-                            f"are already crawled with it (add a new task: task add NEW --like "
-                            f"{row.name} --query ...)"
+                            _(
+                                "task %(task)r: the query stays as it is because %(n)s rounds are "
+                                "already crawled with it (add a new task: %(command)s)"
+                            )
+                            % {
+                                "task": row.name,
+                                "n": crawled,
+                                "command": f"task add NEW --like {row.name} --query ...",
+                            }
                         )
                     values["query"] = new_query
             elif doc_type is not None and current_query:
@@ -212,8 +229,16 @@ class Steering(TaskRows):
             if doc_type is not None and doc_type != row.type:
                 if crawled:
                     raise InputError(
-                        f"task {row.name!r}: the type stays {row.type} because {crawled} rounds are already "
-                        f"crawled as {row.type} (add a new task for {doc_type})"
+                        _(
+                            "task %(task)r: the type stays %(type)s because %(n)s rounds are "
+                            "already crawled as %(type)s (add a new task for %(new_type)s)"
+                        )
+                        % {
+                            "task": row.name,
+                            "type": word(row.type),
+                            "n": crawled,
+                            "new_type": word(doc_type),
+                        }
                     )
                 values["type"] = doc_type
             # after the type: say the real obstacle
@@ -265,7 +290,10 @@ class Steering(TaskRows):
         (the day before the start is a stop's: ``task stop``)."""
         value = dt.date.fromisoformat(end_date).isoformat() if end_date else None
         if value is not None and value < str(row.start_date):
-            raise InputError(f"end_date {value} is before the task's start_date {row.start_date}")
+            raise InputError(
+                _("end_date %(end)s is before the task's start_date %(start)s")
+                % {"end": value, "start": row.start_date}
+            )
         return value
 
     def stop(self, key: int | str) -> Task:
@@ -289,11 +317,13 @@ class Steering(TaskRows):
 
         with self._command(key) as (conn, row):
             current = self._valid(row)
-            label = f"task {current.name!r}"
             if current.halt_reason:
                 if is_paused(current.halt_reason):
-                    raise InputError(f"{label} is already paused")
-                raise InputError(f"{label} is halted ({current.halt_reason}): nothing to pause")
+                    raise InputError(_("task %(task)r is already paused") % {"task": current.name})
+                raise InputError(
+                    _("task %(task)r is halted (%(reason)s): nothing to pause")
+                    % {"task": current.name, "reason": halt_reason(current.halt_reason)}
+                )
             if current.phase == Phase.DONE:
                 raise InputError(finished_line(current))
             where = [task.c.id == row.id, task.c.halt_reason.is_(None)]
@@ -312,8 +342,11 @@ class Steering(TaskRows):
                     raise InputError(finished_line(current))
                 if not end_date:
                     raise InputError(
-                        f"task {current.name!r} is not paused: nothing to resume (after a stop, "
-                        f"`cnkispider task extend {current.name} YYYY-MM-DD` sets a later end date)"
+                        _(
+                            "task %(task)r is not paused: nothing to resume (after a stop, "
+                            "`cnkispider task extend %(name)s YYYY-MM-DD` sets a later end date)"
+                        )
+                        % {"task": current.name, "name": current.name}
                     )
                 self._set_end(conn, row, end_date)
                 reopened = None

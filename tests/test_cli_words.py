@@ -264,3 +264,59 @@ def test_argparse_s_words_are_argparse_s():
     source = inspect.getsource(argparse)
     missing = [word for word in WORDS if repr(word) not in source]
     assert missing == []
+
+
+def test_a_bad_task_row_and_refused_task_commands_are_looked_up_in_the_catalogue(
+    tmp_path, monkeypatch, capsys, english_after
+):
+    """A BAD ROW's reason, a refused `task move` and `task set`, a bad --query: each sentence
+    goes through gettext, the values in it (names, codes, options, the expression's words)
+    stay as written."""
+    import sqlalchemy as sa
+
+    from cnkispider import i18n
+    from cnkispider.db import open_database
+    from cnkispider.schema import task
+
+    ini = _ini(tmp_path)
+    assert main(["--config", str(ini), "init-db"]) == 0
+    for name in ("t1", "bad"):
+        assert (
+            main(
+                ["--config", str(ini), "task", "add", name, "--type", "patent"]
+                + ["--start", "2024-01-01", "--end", "2024-01-31"]
+            )
+            == 0
+        )
+    engine = open_database(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    with engine.begin() as conn:
+        conn.execute(
+            task.update().where(task.c.name == "bad").values(cur_date="2024-01-02", cur_code="ZZ9")
+        )
+    engine.dispose()
+    monkeypatch.setattr(i18n, "translation", lambda language: _Marked())
+    capsys.readouterr()
+
+    assert main(["--config", str(ini), "task", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "BAD ROW" in out and "«cur_code 'ZZ9' is not one of the task's categories»" in out, out
+
+    assert main(["--config", str(ini), "task", "move", "t1", "2024-01-05", "ZZ9"]) == 2
+    err = capsys.readouterr().err
+    assert "«cur_code 'ZZ9' is not one of the task's categories» (nothing changed)»" in err, err
+
+    assert main(["--config", str(ini), "task", "set", "t1"]) == 2
+    err = capsys.readouterr().err
+    assert "«task set: give --categories, --type, --depth and/or --query»" in err, err
+
+    assert main(["--config", str(ini), "task", "set", "t1", "--query", "SU='a' XOR"]) == 2
+    err = capsys.readouterr().err
+    assert "«--query: «at character 8: «expected AND, OR or NOT, got 'XOR'»»»" in err, err
+    assert main(["--config", str(ini), "task", "set", "t1", "--query", "SU="]) == 2
+    err = capsys.readouterr().err
+    assert "«expected a value ('text' or a word), got the end»" in err, err
+    assert main(["--config", str(ini), "task", "set", "t1", "--query", "ZZ='a'"]) == 2
+    err = capsys.readouterr().err
+    assert "«unknown field 'ZZ' (fields: SU, " in err, err
+    with sa.create_engine(f"sqlite:///{tmp_path / 'db.sqlite'}").connect() as conn:
+        assert conn.execute(sa.select(task.c.query)).scalars().all() == [None, None]

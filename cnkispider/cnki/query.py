@@ -25,6 +25,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from cnkispider.i18n import N_, _
+
 #: Field codes every type is searched by, with CNKI's label.
 COMMON_FIELDS = {
     "SU": "主题",
@@ -64,13 +66,17 @@ LOGIC = ("AND", "OR", "NOT")
 
 
 class QueryError(ValueError):
-    """An expression CNKI would refuse (or that would not mean what it says)."""
+    """An expression CNKI would refuse (or that would not mean what it says). ``message`` is
+    in the reader's words (marked where it is raised); the expression's own text stays as it
+    was typed."""
 
     def __init__(self, expression: str, position: int, message: str):
         self.expression = expression
         self.position = position
         self.message = message
-        super().__init__(f"at character {position + 1}: {message}")
+        super().__init__(
+            _("at character %(n)s: %(problem)s") % {"n": position + 1, "problem": message}
+        )
 
     def pointer(self) -> str:
         """The expression with a caret under the place it fails."""
@@ -143,7 +149,11 @@ def _tokens(expression: str) -> list[_Token]:
         kind = match.lastgroup or "word"
         start = match.start(kind)
         if kind == "open_quote":
-            raise QueryError(expression, start, f"the quote {match.group(kind)} is never closed")
+            raise QueryError(
+                expression,
+                start,
+                _("the quote %(quote)s is never closed") % {"quote": match.group(kind)},
+            )
         tokens.append(_Token(kind, match.group(kind), start))
         at = match.end()
     tokens.append(_Token("end", "", len(expression.rstrip())))
@@ -179,25 +189,48 @@ class _Reader:
             node = Logic(op, node, self.operand())
         return node
 
+    def unclosed(self, opening: _Token) -> QueryError:
+        return self.fail(
+            _("expected ) to close the ( at character %(n)s") % {"n": opening.position + 1}
+        )
+
+    def expected(self, at_end: str, got: str, **values) -> QueryError:
+        """What was expected where the reader is: ``at_end`` at the end of the expression,
+        ``got`` (its ``%(seen)r`` the token found) anywhere else: two whole sentences."""
+        if self.token.kind == "end":
+            return self.fail(_(at_end) % values)
+        return self.fail(_(got) % {**values, "seen": self.token.text})
+
     def operand(self) -> Node:
         token = self.token
         if token.kind == "punct" and token.text == "(":
             self.take()
             node = self.expression_()
             if not (self.token.kind == "punct" and self.token.text == ")"):
-                raise self.fail(f"expected ) to close the ( at character {token.position + 1}")
+                raise self.unclosed(token)
             self.take()
             return node
+        fields = ", ".join(self.fields)
         if token.kind != "word" or token.text.upper() in LOGIC:
-            raise self.fail(f"expected a field code ({', '.join(self.fields)}), got {self._seen()}")
+            raise self.expected(
+                N_("expected a field code (%(fields)s), got the end"),
+                N_("expected a field code (%(fields)s), got %(seen)r"),
+                fields=fields,
+            )
         field = token.text.upper()
         if field not in self.fields:
             raise self.fail(
-                f"unknown field {token.text!r} (fields: {', '.join(self.fields)})", token
+                _("unknown field %(field)r (fields: %(fields)s)")
+                % {"field": token.text, "fields": fields},
+                token,
             )
         self.take()
         if not (self.token.kind == "punct" and self.token.text in OPERATORS):
-            raise self.fail(f"expected = or % after {field}, got {self._seen()}")
+            raise self.expected(
+                N_("expected = or %% after %(field)s, got the end"),
+                N_("expected = or %% after %(field)s, got %(seen)r"),
+                field=field,
+            )
         operator = self.take().text
         return Condition(field, operator, self.values())
 
@@ -214,22 +247,22 @@ class _Reader:
             self.take()
             node = self.values()
             if not (self.token.kind == "punct" and self.token.text == ")"):
-                raise self.fail(f"expected ) to close the ( at character {token.position + 1}")
+                raise self.unclosed(token)
             self.take()
             return node
         if token.kind == "quoted":
             text = token.text[1:-1].strip()
             if not text:
-                raise self.fail("an empty value", token)
+                raise self.fail(_("an empty value"), token)
         elif token.kind == "word" and token.text.upper() not in LOGIC:
             text = token.text
         else:
-            raise self.fail(f"expected a value ('text' or a word), got {self._seen()}")
+            raise self.expected(
+                N_("expected a value ('text' or a word), got the end"),
+                N_("expected a value ('text' or a word), got %(seen)r"),
+            )
         self.take()
         return Term(text)
-
-    def _seen(self) -> str:
-        return "the end" if self.token.kind == "end" else repr(self.token.text)
 
 
 def fields_of(doc_type: str) -> dict[str, str]:
@@ -243,13 +276,16 @@ def parse(expression: str, doc_type: str) -> Node:
     """The tree of ``expression`` for a ``doc_type`` task, or :class:`QueryError`."""
     text = (expression or "").strip()
     if not text:
-        raise QueryError(expression or "", 0, "an empty query")
+        raise QueryError(expression or "", 0, _("an empty query"))
     reader = _Reader(text, fields_of(doc_type))
     node = reader.expression_()
     if reader.token.kind != "end":
         extra = reader.token
-        expected = "AND, OR or NOT" if extra.text != ")" else "nothing (an unopened ')')"
-        raise reader.fail(f"expected {expected}, got {extra.text!r}", extra)
+        if extra.text == ")":
+            message = _("expected nothing (an unopened ')'), got %(seen)r")
+        else:
+            message = _("expected AND, OR or NOT, got %(seen)r")
+        raise reader.fail(message % {"seen": extra.text}, extra)
     return node
 
 

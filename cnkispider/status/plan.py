@@ -29,6 +29,8 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
+from cnkispider.i18n import _
+
 DEPTHS = ("list", "export", "detail")
 #: Detail requests a document beyond its one page: the pages of a pass's last moments, whose
 #: links die with it, are listed and fetched again (bench/sessions.py: 1.035 requests a document
@@ -164,7 +166,7 @@ def task_days(engine, name: str, today: dt.date | None = None) -> tuple[dict, li
         if row is None and name.isdigit():
             row = conn.execute(sa.select(task).where(task.c.id == int(name))).mappings().first()
         if row is None:
-            raise LookupError(f"no task {name!r}")
+            raise LookupError(_("no task %(name)r") % {"name": name})
         rounds = conn.execute(
             sa.select(round_.c.day, round_.c.category, round_.c.state, round_.c.total).where(
                 round_.c.task_id == row["id"]
