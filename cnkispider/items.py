@@ -16,6 +16,7 @@ from __future__ import annotations
 import scrapy
 
 from cnkispider.exceptions import InputError
+from cnkispider.i18n import _
 
 # Fields that every type shares. ``source``, ``date`` and ``database`` are the list row's
 # 来源 / 日期 / 数据库 cells; ``title`` comes from the detail page's ``.wx-tit h1``.
@@ -136,7 +137,10 @@ def check_depth(value, name: str = "depth") -> str:
     """A depth from configuration, the command line or a task row; InputError naming it."""
     text = str(value if value is not None else "").strip().lower()
     if text not in DEPTHS:
-        raise InputError(f"{name}: expected one of {', '.join(DEPTHS)}, got {value!r}")
+        raise InputError(
+            _("%(name)s: expected one of %(depths)s, got %(value)r")
+            % {"name": name, "depths": ", ".join(DEPTHS), "value": value}
+        )
     return text
 
 

@@ -81,7 +81,9 @@ def check_task_input(
     first = parse_day(start, "start date")
     last = parse_day(end, "end date")
     if first and last and last < first:
-        raise InputError(f"end date {last} is before start date {first}")
+        raise InputError(
+            _("end date %(end)s is before start date %(start)s") % {"end": last, "start": first}
+        )
     check_start(first)
     check_spec(categories, doc_type, base_dir)
 
@@ -91,8 +93,11 @@ def check_start(first: str | None) -> None:
     today = cnki_today()
     if first and first > today.isoformat():
         raise InputError(
-            f"start date {first} is after today ({today} in Beijing, CNKI's calendar): "
-            "nothing is listed for it yet"
+            _(
+                "start date %(start)s is after today (%(today)s in Beijing, CNKI's calendar): "
+                "nothing is listed for it yet"
+            )
+            % {"start": first, "today": today}
         )
 
 
