@@ -113,8 +113,17 @@ def config_drift(config: Config, row) -> list[str]:
 
     def warn(key, ini_value, row_value, command):
         lines.append(
-            f"warning: config.ini [task] {key} = {ini_value or '(empty)'} but task {name!r} has "
-            f"{row_value or '(empty)'} (the task row wins; to apply: {command})"
+            _(
+                "warning: config.ini [task] %(key)s = %(ini)s but task %(name)r has %(row)s "
+                "(the task row wins; to apply: %(command)s)"
+            )
+            % {
+                "key": key,
+                "ini": ini_value or _("(empty)"),
+                "name": name,
+                "row": row_value or _("(empty)"),
+                "command": command,
+            }
         )
 
     if t.categories.strip() != (row.categories or "").strip():
