@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from cnkispider import schema
 from cnkispider.exceptions import InputError
+from cnkispider.i18n import _
 from cnkispider.rights import KEY_PREFIX
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$")
@@ -42,17 +43,23 @@ class WorkerGrant:
     def __post_init__(self):
         if not _NAME.match(self.name):
             raise InputError(
-                f"worker name {self.name!r}: expected 1-32 letters, digits, _ . - "
-                "(it is the database account and the Redis user)"
+                _(
+                    "worker name %(name)r: expected 1-32 letters, digits, _ . - "
+                    "(it is the database account and the Redis user)"
+                )
+                % {"name": self.name}
             )
         if not _PREFIX.match(self.prefix) or self.prefix.endswith("*"):
-            raise InputError(f"key prefix {self.prefix!r}: expected letters, digits, _ . : -")
+            raise InputError(
+                _("key prefix %(prefix)r: expected letters, digits, _ . : -")
+                % {"prefix": self.prefix}
+            )
         if not self.database:
-            raise InputError("the database URL of config.ini names no database")
+            raise InputError(_("the database URL of config.ini names no database"))
         if any(c in self.password for c in "'\\ \t\r\n>"):
-            raise InputError("password: no quotes, backslashes, spaces or '>'")
+            raise InputError(_("password: no quotes, backslashes, spaces or '>'"))
         if "'" in self.host or "\\" in self.host:
-            raise InputError(f"host {self.host!r}: no quotes or backslashes")
+            raise InputError(_("host %(host)r: no quotes or backslashes") % {"host": self.host})
 
     @property
     def account(self) -> str:

@@ -319,7 +319,7 @@ def _create_mysql_database(url: str) -> None:
     parsed = make_url(url)
     name = parsed.database
     if not name:
-        raise StorageError(f"{mask_url(url)}: the URL names no database")
+        raise StorageError(_("%(url)s: the URL names no database") % {"url": mask_url(url)})
     server = sa.create_engine(parsed.set(database=""), isolation_level="AUTOCOMMIT")
     try:
         with server.connect() as conn:
@@ -358,10 +358,16 @@ def open_database(url: str, *, create: bool = True) -> Engine:
 
         if database_denial(exc) is not None:  # e.g. no right to create the database
             raise RightsError(
-                f"the database account of {mask_url(url)} may not use it as a worker does "
-                f"(the server said: {database_denial(exc)}); {ASK_ADMIN}"
+                _(
+                    "the database account of %(url)s may not use it as a worker does "
+                    "(the server said: %(words)s); %(ask)s"
+                )
+                % {"url": mask_url(url), "words": database_denial(exc), "ask": _(ASK_ADMIN)}
             ) from None
-        raise StorageError(f"cannot use the database {mask_url(url)}: {reason}") from None
+        raise StorageError(
+            _("cannot use the database %(url)s: %(error)s")
+            % {"url": mask_url(url), "error": reason}
+        ) from None
     except CnkiSpiderError:
         engine.dispose()
         raise
@@ -414,8 +420,15 @@ def _schema_lock(engine: Engine):
         got = conn.exec_driver_sql("SELECT GET_LOCK(%s, %s)", (name, SCHEMA_LOCK_SECONDS)).scalar()
         if got != 1:
             raise StorageError(
-                f"another process has been creating the tables for over {SCHEMA_LOCK_SECONDS} s "
-                f"(lock {name!r} held): is a `cnkispider init-db` stuck?"
+                _(
+                    "another process has been creating the tables for over %(seconds)s s "
+                    "(lock %(lock)r held): is a %(command)s stuck?"
+                )
+                % {
+                    "seconds": SCHEMA_LOCK_SECONDS,
+                    "lock": name,
+                    "command": "`cnkispider init-db`",
+                }
             )
         try:
             yield
@@ -435,7 +448,7 @@ def _create_and_upgrade(engine: Engine) -> None:
                 if "already exists" not in str(exc) or attempt == 4:
                     raise
     except sa.exc.DBAPIError as exc:
-        _refused(engine, exc, "the database lacks tables of this cnkispider")
+        _refused(engine, exc, _("the database lacks tables of this cnkispider"))
     with engine.begin() as conn:
         current = conn.execute(sa.select(schema.schema_version.c.version)).scalar()
     try:
@@ -457,10 +470,10 @@ def _create_and_upgrade(engine: Engine) -> None:
         _refused(
             engine,
             exc,
-            f"the database has schema version {current}, older than this cnkispider's "
-            f"{schema.SCHEMA_VERSION}"
+            _("the database has schema version %(version)s, older than this cnkispider's %(ours)s")
+            % {"version": current, "ours": schema.SCHEMA_VERSION}
             if current
-            else "the database has no schema version yet",
+            else _("the database has no schema version yet"),
         )
 
 
@@ -470,16 +483,25 @@ def _missing_tables(engine: Engine) -> bool:
 
 
 def _refused(engine: Engine, exc: BaseException, state: str) -> None:
-    """Raise a RightsError for a schema change the account may not make; re-raise the rest."""
+    """Raise a RightsError for a schema change the account may not make; re-raise the rest.
+    ``state``: what is to change, a clause in the operator's language (``_()``)."""
     from cnkispider.rights import RightsError, database_account, database_denial
 
     words = database_denial(exc)
     if words is None:
         raise exc
     raise RightsError(
-        f"{state}, and the database account {database_account(engine)} may not change tables "
-        f"(the server said: {words}); ask the administrator to run `cnkispider init-db` with "
-        "their config.ini, which creates and upgrades the tables (docs/WORKERS.md)"
+        _(
+            "%(state)s, and the database account %(account)s may not change tables "
+            "(the server said: %(words)s); ask the administrator to run %(command)s with "
+            "their config.ini, which creates and upgrades the tables (docs/WORKERS.md)"
+        )
+        % {
+            "state": state,
+            "account": database_account(engine),
+            "words": words,
+            "command": "`cnkispider init-db`",
+        }
     ) from None
 
 
@@ -557,11 +579,17 @@ def check_schema_version(engine: Engine) -> None:
     with engine.connect() as conn:
         version = conn.execute(sa.select(schema.schema_version.c.version)).scalar()
     if version is None:
-        raise StorageError("the database has no schema yet; run `cnkispider init-db`")
+        raise StorageError(
+            _("the database has no schema yet; run %(command)s")
+            % {"command": "`cnkispider init-db`"}
+        )
     if version > schema.SCHEMA_VERSION:
         raise StorageError(
-            f"the database has schema version {version}, newer than this cnkispider "
-            f"({schema.SCHEMA_VERSION}); update cnkispider"
+            _(
+                "the database has schema version %(version)s, newer than this cnkispider "
+                "(%(ours)s); update cnkispider"
+            )
+            % {"version": version, "ours": schema.SCHEMA_VERSION}
         )
 
 

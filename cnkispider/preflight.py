@@ -81,7 +81,9 @@ def check_task_input(
     first = parse_day(start, "start date")
     last = parse_day(end, "end date")
     if first and last and last < first:
-        raise InputError(f"end date {last} is before start date {first}")
+        raise InputError(
+            _("end date %(end)s is before start date %(start)s") % {"end": last, "start": first}
+        )
     check_start(first)
     check_spec(categories, doc_type, base_dir)
 
@@ -91,8 +93,11 @@ def check_start(first: str | None) -> None:
     today = cnki_today()
     if first and first > today.isoformat():
         raise InputError(
-            f"start date {first} is after today ({today} in Beijing, CNKI's calendar): "
-            "nothing is listed for it yet"
+            _(
+                "start date %(start)s is after today (%(today)s in Beijing, CNKI's calendar): "
+                "nothing is listed for it yet"
+            )
+            % {"start": first, "today": today}
         )
 
 
@@ -108,8 +113,17 @@ def config_drift(config: Config, row) -> list[str]:
 
     def warn(key, ini_value, row_value, command):
         lines.append(
-            f"warning: config.ini [task] {key} = {ini_value or '(empty)'} but task {name!r} has "
-            f"{row_value or '(empty)'} (the task row wins; to apply: {command})"
+            _(
+                "warning: config.ini [task] %(key)s = %(ini)s but task %(name)r has %(row)s "
+                "(the task row wins; to apply: %(command)s)"
+            )
+            % {
+                "key": key,
+                "ini": ini_value or _("(empty)"),
+                "name": name,
+                "row": row_value or _("(empty)"),
+                "command": command,
+            }
         )
 
     if t.categories.strip() != (row.categories or "").strip():

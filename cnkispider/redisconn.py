@@ -35,7 +35,7 @@ import redis
 
 from cnkispider import masking
 from cnkispider.exceptions import RedisUnavailable
-from cnkispider.i18n import N_
+from cnkispider.i18n import N_, _
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +78,10 @@ def connect(url: str, data_dir: Path | str, *, check_policy: bool = True) -> red
         client = _connect_embedded(Path(data_dir))
     else:
         client = _connect_url(url)
-    if check_policy:
-        _check_policy(client, mask_url(url) if url else f"embedded Redis in {data_dir}")
+    if check_policy and url:
+        _check_policy(client, mask_url(url))
+    elif check_policy:
+        _check_policy(client, f"embedded Redis in {data_dir}", embedded=data_dir)
     return client
 
 
@@ -91,17 +93,24 @@ def _connect_url(url: str) -> redis.Redis:
             options.pop("socket_keepalive")  # TCP-only: a Unix socket connection refuses it
         client = redis.Redis.from_url(url, **options)
     except ValueError as exc:
-        raise RedisUnavailable(f"Redis URL {masked} is not valid: {_scrub(exc, url)}") from None
+        raise RedisUnavailable(
+            _("Redis URL %(url)s is not valid: %(error)s")
+            % {"url": masked, "error": _scrub(exc, url)}
+        ) from None
     try:
         client.ping()
     except redis.AuthenticationError as exc:
         client.close()
         raise RedisUnavailable(
-            f"Redis at {masked} refused the credentials in the URL: {_scrub(exc, url)}"
+            _("Redis at %(url)s refused the credentials in the URL: %(error)s")
+            % {"url": masked, "error": _scrub(exc, url)}
         ) from None
     except redis.RedisError as exc:
         client.close()
-        raise RedisUnavailable(f"Redis at {masked} is not reachable: {_scrub(exc, url)}") from None
+        raise RedisUnavailable(
+            _("Redis at %(url)s is not reachable: %(error)s")
+            % {"url": masked, "error": _scrub(exc, url)}
+        ) from None
     return client
 
 
@@ -110,7 +119,10 @@ def _scrub(exc: BaseException, url: str) -> str:
     return masking.mask_text(str(exc), url)
 
 
-def _check_policy(client: redis.Redis, where: str) -> None:
+def _check_policy(client: redis.Redis, where: str, *, embedded=None) -> None:
+    """Refuse a Redis that may evict keys. ``where``: the server as the logs say it (the masked
+    URL, or the embedded server of the data folder ``embedded``, which the refusal says in the
+    operator's language)."""
     try:
         config = client.config_get("maxmemory*")
     except redis.exceptions.NoPermissionError:
@@ -136,11 +148,18 @@ def _check_policy(client: redis.Redis, where: str) -> None:
     if policy in ("", "noeviction"):
         return
     if maxmemory > 0:
+        shown = (
+            where if embedded is None else _("embedded Redis in %(folder)s") % {"folder": embedded}
+        )
         raise RedisUnavailable(
-            f"{where} has maxmemory-policy {policy} with maxmemory {maxmemory} bytes, so it "
-            f"deletes keys when memory is full; {_EVICTING_HELP}. Set maxmemory-policy "
-            f"noeviction (Redis then refuses writes when full, and the crawler reports it) or use "
-            f"another Redis."
+            _(
+                "%(where)s has maxmemory-policy %(policy)s with maxmemory %(bytes)s bytes, so it "
+                "deletes keys when memory is full; the crawler keeps its request queue, leases, "
+                "dedupe filter and round counters in Redis, and an evicted key silently loses "
+                "requests or ends a round early. Set maxmemory-policy noeviction (Redis then "
+                "refuses writes when full, and the crawler reports it) or use another Redis."
+            )
+            % {"where": shown, "policy": policy, "bytes": maxmemory}
         )
     logger.warning(
         "%s has maxmemory-policy %s but no maxmemory limit, so nothing is evicted today; "
@@ -247,8 +266,11 @@ def _wait_gone(pidfile: str, timeout: float = 30.0) -> None:
 def _connect_embedded(data_dir: Path) -> redis.Redis:
     if sys.platform == "win32":
         raise RedisUnavailable(
-            "No Redis URL is configured and Windows has no embedded Redis: set [redis] url in "
-            "config.ini to the shared Redis (for example redis://:password@server:6379/0)."
+            _(
+                "No Redis URL is configured and Windows has no embedded Redis: set %(key)s in "
+                "config.ini to the shared Redis (for example %(example)s)."
+            )
+            % {"key": "[redis] url", "example": "redis://:password@server:6379/0"}
         )
     folder = (data_dir / "redis").resolve()
     with _lock:
@@ -261,7 +283,8 @@ def _connect_embedded(data_dir: Path) -> redis.Redis:
                 server = _Embedded(folder)
             except Exception as exc:
                 raise RedisUnavailable(
-                    f"The embedded Redis in {folder} did not start: {exc}"
+                    _("The embedded Redis in %(folder)s did not start: %(error)s")
+                    % {"folder": folder, "error": exc}
                 ) from None
             _servers[folder] = server
             logger.info("Embedded Redis running in %s (socket %s)", folder, server.socket)
@@ -269,7 +292,10 @@ def _connect_embedded(data_dir: Path) -> redis.Redis:
     try:
         client.ping()
     except redis.RedisError as exc:
-        raise RedisUnavailable(f"The embedded Redis in {folder} is not reachable: {exc}") from None
+        raise RedisUnavailable(
+            _("The embedded Redis in %(folder)s is not reachable: %(error)s")
+            % {"folder": folder, "error": exc}
+        ) from None
     return client
 
 

@@ -22,6 +22,7 @@ import secrets
 
 from cnkispider import default_settings
 from cnkispider.exceptions import CnkiSpiderError
+from cnkispider.i18n import N_, _
 
 #: MySQL/MariaDB error codes that say "this account may not", not "this statement is wrong".
 DENIED_MYSQL_ERRORS = frozenset(
@@ -39,7 +40,8 @@ DENIED_MYSQL_ERRORS = frozenset(
 #: (:attr:`cnkispider.config.Config.redis_prefix`) is the one a crawl uses.
 KEY_PREFIX = default_settings.REDIS_KEY_PREFIX
 
-ASK_ADMIN = (
+#: What a worker without a right does (translated where shown: ``_(ASK_ADMIN)``).
+ASK_ADMIN = N_(
     "ask the administrator of the shared servers to grant it (cnkispider admin grant-worker "
     "NAME prints the grants; docs/WORKERS.md)"
 )
@@ -121,15 +123,27 @@ def check_database(engine, tables, *, adding_task: bool = False) -> None:
                     words = database_denial(exc)
                     if words is None:
                         raise
-                    what = (
-                        "to add the task of its config.ini"
-                        if table.name == "task" and right == "INSERT"
-                        else "to crawl"
-                    )
+                    if table.name == "task" and right == "INSERT":
+                        needs = _(
+                            "the database account %(account)s lacks the %(right)s right on "
+                            "table %(table)s, which a worker needs to add the task of its "
+                            "config.ini (the server said: %(words)s); %(ask)s"
+                        )
+                    else:
+                        needs = _(
+                            "the database account %(account)s lacks the %(right)s right on "
+                            "table %(table)s, which a worker needs to crawl (the server said: "
+                            "%(words)s); %(ask)s"
+                        )
                     raise RightsError(
-                        f"the database account {database_account(engine)} lacks the {right} "
-                        f"right on table {table.name}, which a worker needs {what} "
-                        f"(the server said: {words}); {ASK_ADMIN}"
+                        needs
+                        % {
+                            "account": database_account(engine),
+                            "right": right,
+                            "table": table.name,
+                            "words": words,
+                            "ask": _(ASK_ADMIN),
+                        }
                     ) from None
                 finally:
                     transaction.rollback()
@@ -208,7 +222,15 @@ def check_redis(client, account: str, prefix: str = KEY_PREFIX) -> None:
         if words is None:
             raise
         raise RightsError(
-            f"the Redis user {account} may not do what a worker does on keys under {prefix}* "
-            f"(Redis said: {words}); it needs ~{prefix}* &{prefix}* +@all -@dangerous "
-            f"-@admin; {ASK_ADMIN}"
+            _(
+                "the Redis user %(account)s may not do what a worker does on keys under "
+                "%(prefix)s* (Redis said: %(words)s); it needs %(rules)s; %(ask)s"
+            )
+            % {
+                "account": account,
+                "prefix": prefix,
+                "words": words,
+                "rules": f"~{prefix}* &{prefix}* +@all -@dangerous -@admin",
+                "ask": _(ASK_ADMIN),
+            }
         ) from None

@@ -320,3 +320,53 @@ def test_a_bad_task_row_and_refused_task_commands_are_looked_up_in_the_catalogue
     assert "«unknown field 'ZZ' (fields: SU, " in err, err
     with sa.create_engine(f"sqlite:///{tmp_path / 'db.sqlite'}").connect() as conn:
         assert conn.execute(sa.select(task.c.query)).scalars().all() == [None, None]
+
+
+def test_errors_of_the_database_redis_export_and_refresh_counts_are_looked_up(
+    tmp_path, monkeypatch, capsys, english_after
+):
+    """The one line of an error (database, Redis, export, refresh-counts) goes through gettext,
+    the values in it (a URL, a name, the library's own words) as they were written."""
+    from cnkispider import i18n
+    from tests.fault_services import free_port
+
+    def ini(name: str, database: str, redis_url: str = "", extra: str = ""):
+        path = tmp_path / name
+        path.write_text(
+            f"[database]\nurl = {database}\n[redis]\nurl = {redis_url}\n"
+            f"[crawl]\ndata_dir = {tmp_path / 'data'}\n{extra}",
+            encoding="utf-8",
+        )
+        return str(path)
+
+    good = ini("good.ini", f"sqlite:///{tmp_path / 'db.sqlite'}", extra="[task]\ntype = patent\n")
+    assert main(["--config", good, "init-db"]) == 0
+    assert (
+        main(["--config", good, "task", "add", "p", "--type", "patent", "--start", "2024-01-01"])
+        == 0
+    )
+    monkeypatch.setattr(i18n, "translation", lambda language: _Marked())
+    capsys.readouterr()
+
+    (tmp_path / "a folder").mkdir()  # a database file that is a folder
+    unusable = f"sqlite:///{tmp_path / 'a folder'}"
+    assert main(["--config", ini("bad-db.ini", unusable), "init-db"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith(f"«error: «cannot use the database {unusable}: "), line
+    assert "unable to open database file" in line and line.endswith("»»"), line
+
+    closed = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    no_redis = ini("no-redis.ini", f"sqlite:///{tmp_path / 'db.sqlite'}", closed)
+    assert main(["--config", no_redis, "session", "list"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith(f"«error: «Redis at {closed} is not reachable: "), line
+
+    assert main(["--config", good, "export", "--format", "xlsx"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line == "«error: «--format xlsx: give a file with --out (a workbook is not text)»»"
+
+    assert main(["--config", good, "refresh-counts", "nosuchtask"]) == 2
+    assert capsys.readouterr().err.strip() == "«error: «refresh-counts: no task 'nosuchtask'»»"
+    assert main(["--config", good, "refresh-counts", "p"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line == "«error: «refresh-counts: «patent» rows carry no counts on CNKI's list»»", line

@@ -15,6 +15,7 @@ from cnkispider.exceptions import CnkiSpiderError, InputError, UnknownName
 from cnkispider.i18n import _
 from cnkispider.items import DOC_TYPES
 from cnkispider.preflight import parse_day, preflight, task_store
+from cnkispider.vocabulary import word
 from tasks.phase import Phase
 
 
@@ -262,13 +263,19 @@ def cmd_refresh_counts(config: Config, args) -> int:
         with engine.connect() as conn:
             row = conn.execute(sa.select(task_table).where(task_table.c.name == args.task)).first()
         if row is None:
-            raise UnknownName(f"refresh-counts: no task {args.task!r}")
+            raise UnknownName(_("refresh-counts: no task %(name)r") % {"name": args.task})
         if not refresh.has_counts(row.type):
-            raise InputError(f"refresh-counts: {row.type} rows carry no counts on CNKI's list")
+            raise InputError(
+                _("refresh-counts: %(type)s rows carry no counts on CNKI's list")
+                % {"type": word(row.type)}
+            )
         start = first or row.start_date
         end = last or row.end_date or row.cur_date or start
         if end < start:
-            raise InputError(f"refresh-counts: --to {end} is before --from {start}")
+            raise InputError(
+                _("refresh-counts: --to %(end)s is before --from %(start)s")
+                % {"end": end, "start": start}
+            )
         name = refresh.counts_task_name(row.name)
         if not getattr(args, "claimed", False):  # (claimed: a follow task's refresh, joined)
             refresh.reset(engine, name)
@@ -290,12 +297,28 @@ def cmd_refresh_counts(config: Config, args) -> int:
     stats = crawl(shadow, settings_overrides=overrides)
     updated = stats.get("counts/updated", 0)
     requests = stats.get("downloader/request_count", 0)
-    per = f", {requests / updated:.3f} a row" if updated else ""
-    print(
-        f"task {row.name}: counts read again from {updated:,} listed rows ({start} .. {end}; a "
-        f"document in two categories is listed twice), {stats.get('counts/not-stored', 0):,} "
-        f"listed rows not stored; {requests:,} requests{per}"
-    )
+    values = {
+        "name": row.name,
+        "rows": f"{updated:,}",
+        "start": start,
+        "end": end,
+        "unstored": f"{stats.get('counts/not-stored', 0):,}",
+        "requests": f"{requests:,}",
+        "per": f"{requests / updated:.3f}" if updated else "",
+    }
+    if updated:
+        line = _(
+            "task %(name)s: counts read again from %(rows)s listed rows (%(start)s .. %(end)s; "
+            "a document in two categories is listed twice), %(unstored)s listed rows not "
+            "stored; %(requests)s requests, %(per)s a row"
+        )
+    else:
+        line = _(
+            "task %(name)s: counts read again from %(rows)s listed rows (%(start)s .. %(end)s; "
+            "a document in two categories is listed twice), %(unstored)s listed rows not "
+            "stored; %(requests)s requests"
+        )
+    print(line % values)
     if stats.get("finish_reason") == "halted":
         return report_halt(shadow)
     return 0 if stats.get("finish_reason") in ("finished", "up_to_date", "shutdown") else 1

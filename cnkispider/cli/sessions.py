@@ -150,7 +150,7 @@ def _check_sessions(store, session_id: str | None, home_url: str) -> int:
     """One GET of CNKI's search page per session: passed -> ready (if a person had to pass it
     again), checked -> needs-person (unless a worker holds it). Exit 0 if every one passed."""
     from cnkispider.sessions import EXPIRED, LEASED, NEEDS_PERSON, READY
-    from cnkispider.sessions.waysin import CHECKED, PASSED, check
+    from cnkispider.sessions.waysin import CHECKED, PASSED, check, shown
 
     if session_id:
         found = store.get(session_id)
@@ -181,7 +181,7 @@ def _check_sessions(store, session_id: str | None, home_url: str) -> int:
             state = READY if s.state == NEEDS_PERSON else s.state
             print(
                 _("%(id)s: passed (%(detail)s); state %(state)s")
-                % {"id": s.id, "detail": detail, "state": word(state)}
+                % {"id": s.id, "detail": shown(detail), "state": word(state)}
             )
             continue
         all_passed = False
@@ -189,7 +189,7 @@ def _check_sessions(store, session_id: str | None, home_url: str) -> int:
             if s.state in (LEASED, EXPIRED):
                 print(
                     _("%(id)s: checked by CNKI (%(detail)s); state %(state)s left as it is")
-                    % {"id": s.id, "detail": detail, "state": word(s.state)}
+                    % {"id": s.id, "detail": shown(detail), "state": word(s.state)}
                 )
             else:
                 store.mark(s.id, NEEDS_PERSON, f"checked by CNKI at `session check` ({detail})")
@@ -200,7 +200,7 @@ def _check_sessions(store, session_id: str | None, home_url: str) -> int:
                     )
                     % {
                         "id": s.id,
-                        "detail": detail,
+                        "detail": shown(detail),
                         "state": word(NEEDS_PERSON),
                         "command": "cnkispider session login",
                     }
@@ -208,7 +208,7 @@ def _check_sessions(store, session_id: str | None, home_url: str) -> int:
         else:
             print(
                 _("%(id)s: unclear (%(detail)s); state %(state)s left as it is")
-                % {"id": s.id, "detail": detail, "state": word(s.state)}
+                % {"id": s.id, "detail": shown(detail), "state": word(s.state)}
             )
     return 0 if all_passed else 1
 

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 
 from cnkispider import default_settings
 from cnkispider.exceptions import RedisUnavailable
+from cnkispider.i18n import _
 from cnkispider.scheduling import defaults
 from cnkispider.scheduling.dupefilter import BLOOM_LUA
 
@@ -480,7 +481,10 @@ class LeasedQueue:
         """Check the server can run the script and return the namespace's epoch (created if new)."""
         version = server_version(self.client)
         if tuple(int(x) for x in str(version).split(".")[:2]) < (5, 0):
-            raise RedisUnavailable(f"Redis {version} is too old: the scheduler needs 5.0 or newer")
+            raise RedisUnavailable(
+                _("Redis %(version)s is too old: the scheduler needs 5.0 or newer")
+                % {"version": version}
+            )
         self.client.set(self.key("epoch"), secrets.token_hex(8), nx=True)
         self.epoch = self.client.get(self.key("epoch")).decode()
         return self.epoch

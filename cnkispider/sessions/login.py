@@ -102,15 +102,17 @@ def find_browser(explicit: str | None = None) -> str:
     if explicit:
         path = shutil.which(explicit) or explicit
         if not Path(path).is_file():
-            raise LoginError(f"--browser {explicit}: no such program")
+            raise LoginError(_("--browser %(program)s: no such program") % {"program": explicit})
         return path
     for candidate in browser_candidates():
         path = shutil.which(candidate) if os.sep not in candidate and "/" not in candidate else None
         if path or Path(candidate).is_file():
             return path or candidate
     raise LoginError(
-        "no Chrome, Edge or Chromium found on this machine: install one, or give its program "
-        "with --browser PATH, or start it with --remote-debugging-port=9222 and use --cdp 9222"
+        _(
+            "no Chrome, Edge or Chromium found on this machine: install one, or give its program "
+            "with --browser PATH, or start it with --remote-debugging-port=9222 and use --cdp 9222"
+        )
     )
 
 
@@ -118,7 +120,12 @@ def find_browser(explicit: str | None = None) -> str:
 
 
 class CdpError(LoginError):
-    pass
+    """A DevTools call failed. ``closed``: the browser's socket closed (its window went away);
+    told apart by this flag, not by the message, which is in the operator's language."""
+
+    def __init__(self, message: str, *, closed: bool | None = None):
+        super().__init__(message)
+        self.closed = "closed" in message if closed is None else closed
 
 
 class Cdp:
@@ -136,7 +143,11 @@ class Cdp:
             # they were not told to allow, and allow those without one.
             self._ws = websocket.create_connection(ws_url, timeout=timeout, suppress_origin=True)
         except (OSError, websocket.WebSocketException) as exc:
-            raise CdpError(f"cannot open the browser's DevTools socket {ws_url}: {exc}") from None
+            raise CdpError(
+                _("cannot open the browser's DevTools socket %(url)s: %(error)s")
+                % {"url": ws_url, "error": exc},
+                closed=False,
+            ) from None
         self._next = 0
 
     def call(
@@ -159,7 +170,11 @@ class Cdp:
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise CdpError(f"the browser did not answer {method} in {timeout:.0f} s")
+                    raise CdpError(
+                        _("the browser did not answer %(method)s in %(seconds)s s")
+                        % {"method": method, "seconds": f"{timeout:.0f}"},
+                        closed=False,
+                    )
                 self._ws.settimeout(left)
                 reply = json.loads(self._ws.recv())
                 if reply.get("id") != self._next:
@@ -168,7 +183,11 @@ class Cdp:
                     raise CdpError(f"{method}: {reply['error'].get('message', reply['error'])}")
                 return reply.get("result", {})
         except (OSError, websocket.WebSocketException) as exc:
-            raise CdpError(f"the browser's DevTools socket closed during {method}: {exc}") from None
+            raise CdpError(
+                _("the browser's DevTools socket closed during %(method)s: %(error)s")
+                % {"method": method, "error": exc},
+                closed=True,
+            ) from None
 
     def close(self) -> None:
         try:
@@ -209,7 +228,8 @@ class Browser:
     ) -> Browser:
         if port and _listening(port):  # else the browser we attach to would be someone else's
             raise LoginError(
-                f"--port {port} is in use on this machine: pick another, or leave it out"
+                _("--port %(port)s is in use on this machine: pick another, or leave it out")
+                % {"port": port}
             )
         profile = Path(tempfile.mkdtemp(prefix="cnkispider-login-"))
         argv = [
@@ -237,7 +257,10 @@ class Browser:
             )
         except OSError as exc:
             shutil.rmtree(profile, ignore_errors=True)
-            raise LoginError(f"cannot start the browser {program}: {exc.strerror or exc}") from None
+            raise LoginError(
+                _("cannot start the browser %(program)s: %(error)s")
+                % {"program": program, "error": exc.strerror or exc}
+            ) from None
         browser = cls(ws_url="", port=0, process=process, profile=profile)
         try:
             return browser._wait_for_devtools(program, port, wait)
@@ -251,8 +274,15 @@ class Browser:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise LoginError(
-                    f"the browser {program} stopped at start (exit {self.process.returncode}); "
-                    f"try another with --browser PATH, or {ELSEWHERE}"
+                    _(
+                        "the browser %(program)s stopped at start (exit %(code)s); "
+                        "try another with --browser PATH, or %(elsewhere)s"
+                    )
+                    % {
+                        "program": program,
+                        "code": self.process.returncode,
+                        "elsewhere": _(ELSEWHERE),
+                    }
                 )
             if port:  # a port of our choosing: Chromium writes DevToolsActivePort only for 0
                 try:
@@ -271,7 +301,10 @@ class Browser:
                     self.ws_url = f"ws://127.0.0.1:{self.port}{lines[1]}"
                     return self
             time.sleep(0.1)
-        raise LoginError(f"the browser {program} did not open its DevTools port in {wait:.0f} s")
+        raise LoginError(
+            _("the browser %(program)s did not open its DevTools port in %(seconds)s s")
+            % {"program": program, "seconds": f"{wait:.0f}"}
+        )
 
     @classmethod
     def attach(cls, port: int) -> Browser:
@@ -279,8 +312,11 @@ class Browser:
             version = cdp_http(port, "/json/version")
         except (OSError, ValueError) as exc:
             raise LoginError(
-                f"no browser with remote debugging on port {port} ({exc}); start one with "
-                f"--remote-debugging-port={port}, or leave out --cdp"
+                _(
+                    "no browser with remote debugging on port %(port)s (%(error)s); start one "
+                    "with --remote-debugging-port=%(port)s, or leave out --cdp"
+                )
+                % {"port": port, "error": exc}
             ) from None
         return cls(ws_url=version["webSocketDebuggerUrl"], port=port)
 
@@ -358,8 +394,9 @@ def read_cookies(cdp: Cdp, cnki_hosts: tuple[str, ...], session: str | None = No
     return cookies
 
 
-#: What a person does where no browser window can be shown here.
-ELSEWHERE = (
+#: What a person does where no browser window can be shown here (translated where shown:
+#: ``_(ELSEWHERE)``).
+ELSEWHERE = N_(
     "pass CNKI's check in a browser on another PC, copy the search request as cURL there and "
     "paste it into `cnkispider session add --from-curl -`, or start a browser yourself with "
     "--remote-debugging-port=PORT and use `cnkispider session login --cdp PORT`"
@@ -401,7 +438,10 @@ def login(
         else:
             program = find_browser(browser)
             if not headless and not has_display():
-                raise LoginError(f"no display here to show a browser window: {ELSEWHERE}")
+                raise LoginError(
+                    _("no display here to show a browser window: %(elsewhere)s")
+                    % {"elsewhere": _(ELSEWHERE)}
+                )
             target = Browser.start(program, headless=headless, port=port)
         return _login(
             target, home_url, cnki_hosts, timeout=timeout, say=say, clock=clock, headless=headless
@@ -465,9 +505,9 @@ def _login(
             try:
                 url, ready = _page_state(cdp, session)
             except CdpError as exc:
-                if "closed" in str(exc):
+                if exc.closed:
                     raise LoginError(
-                        "the browser window was closed before the check was passed"
+                        _("the browser window was closed before the check was passed")
                     ) from None
                 url, ready = url, False  # the page is navigating: ask again
             at_check = VERIFY_MARK in urlsplit(url).path
@@ -477,16 +517,24 @@ def _login(
             if ready and not at_check:
                 break
             if clock() >= deadline:
-                where = urlsplit(url).path or url or "no page"
+                where = urlsplit(url).path or url or _("no page")
                 raise LoginError(
-                    f"nobody passed CNKI's check within {timeout:.0f} s (the browser was at {where}); "
-                    "run `cnkispider session login` again (--timeout SECONDS for longer)"
+                    _(
+                        "nobody passed CNKI's check within %(seconds)s s (the browser was at "
+                        "%(where)s); run %(command)s again (--timeout SECONDS for longer)"
+                    )
+                    % {
+                        "seconds": f"{timeout:.0f}",
+                        "where": where,
+                        "command": "`cnkispider session login`",
+                    }
                 )
             time.sleep(1.0)
         cookies = read_cookies(cdp, cnki_hosts, session)
         if not cookies:
             raise LoginError(
-                f"the browser holds no cookie of {', '.join(cnki_hosts)} after the check"
+                _("the browser holds no cookie of %(hosts)s after the check")
+                % {"hosts": ", ".join(cnki_hosts)}
             )
         host = (urlsplit(home_url).hostname or "").lower()
         logger.info(

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from cnkispider import default_settings
 from cnkispider.exceptions import InputError
-from cnkispider.i18n import N_
+from cnkispider.i18n import N_, _
 
 if TYPE_CHECKING:
     import redis
@@ -275,7 +275,7 @@ class SessionStore:
     ) -> VerifiedSession:
         """Put a session a person passed into the pool, ``ready``."""
         if not cookies:
-            raise InputError("a session needs at least one cookie")
+            raise InputError(_("a session needs at least one cookie"))
         cleaned = [
             {
                 "name": str(c["name"]),

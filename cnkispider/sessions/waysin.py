@@ -12,11 +12,29 @@ import urllib.request
 from urllib.parse import urlsplit
 
 from cnkispider.cnki import plainhttp
-from cnkispider.i18n import _
+from cnkispider.i18n import N_, _
 from cnkispider.sessions.paste import Cookie, cnki_hosts_of
 
 PASSED, CHECKED, UNCLEAR = "passed", "checked", "unclear"
 VERIFY_PATH = "/verify/"  # where CNKI sends a session it checks (PROTOCOL.md 2026 evidence 3)
+
+
+class Detail(str):
+    """What `session check` saw, in English (the text stored in a session's note in Redis),
+    that also says itself in the reader's language: :meth:`shown`."""
+
+    def __new__(cls, template: str, **values):
+        detail = super().__new__(cls, template % values)
+        detail.template, detail.values = template, values
+        return detail
+
+    def shown(self) -> str:
+        return _(self.template) % self.values
+
+
+def shown(detail: str) -> str:
+    """``detail`` in the reader's language (a plain text, as it is)."""
+    return detail.shown() if isinstance(detail, Detail) else detail
 
 
 def check(cookies: list[Cookie], url: str, *, user_agent: str = "", timeout: float = 15.0):
@@ -42,15 +60,18 @@ def check(cookies: list[Cookie], url: str, *, user_agent: str = "", timeout: flo
     body = reply.body.decode("utf-8", errors="replace")
     if 300 <= status < 400:
         if VERIFY_PATH in urlsplit(location).path:
-            return CHECKED, f"HTTP {status} to {urlsplit(location).path}"
-        return UNCLEAR, f"HTTP {status} to {urlsplit(location).path or location[:60]}"
+            return CHECKED, Detail(
+                N_("HTTP %(status)s to %(path)s"), status=status, path=urlsplit(location).path
+            )
+        where = urlsplit(location).path or location[:60]
+        return UNCLEAR, Detail(N_("HTTP %(status)s to %(path)s"), status=status, path=where)
     if status == 403 and VERIFY_PATH in body:
-        return CHECKED, "HTTP 403 with CNKI's -403 challenge"
+        return CHECKED, Detail(N_("HTTP 403 with CNKI's -403 challenge"))
     if status == 200 and re.search(r'id="classid"|name="classify"', body):
-        return PASSED, "HTTP 200, the search page"
+        return PASSED, Detail(N_("HTTP 200, the search page"))
     if status == 200 and re.search(r"<title>[^<]*(超时验证|安全验证)", body):
-        return CHECKED, "HTTP 200 with CNKI's verify page"
-    return UNCLEAR, f"HTTP {status} without the search page"
+        return CHECKED, Detail(N_("HTTP 200 with CNKI's verify page"))
+    return UNCLEAR, Detail(N_("HTTP %(status)s without the search page"), status=status)
 
 
 def cnki_site_of(base_url: str) -> tuple[str, tuple[str, ...]]:
