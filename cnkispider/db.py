@@ -235,7 +235,13 @@ def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         path = make_url(url).database
         if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            try:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # a file where a folder of the path should be, no right
+                raise StorageError(
+                    _("cannot use the database %(url)s: %(error)s")
+                    % {"url": masking.mask_url(url), "error": exc}
+                ) from None
         engine = sa.create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
 
         @sa.event.listens_for(engine, "connect")

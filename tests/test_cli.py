@@ -685,3 +685,15 @@ def test_good_setting_values_pass_the_check_as_typed():
         ("NO_SUCH_SETTING", "anything"),
     ):
         check_setting(name, value)
+
+
+def test_a_sqlite_path_under_a_file_is_one_line_and_exit_2(tmp_path, capsys):
+    """A folder of the database's path that is a file: one line naming the database, no
+    traceback (it was a FileExistsError from the engine's mkdir)."""
+    (tmp_path / "data").write_text("not a folder", encoding="utf-8")
+    path = tmp_path / "config.ini"
+    path.write_text("[database]\nurl = sqlite:///data/cnki.db\n", encoding="utf-8")
+    assert main(["--config", str(path), "init-db"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert line.startswith("error: cannot use the database sqlite:///") and "cnki.db" in line
+    assert (tmp_path / "data").read_text(encoding="utf-8") == "not a folder"
