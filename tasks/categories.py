@@ -25,6 +25,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from cnkispider.exceptions import InputError
+from cnkispider.i18n import _
+from cnkispider.vocabulary import word
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +95,7 @@ def _parse_lines(lines: list[str], yaml_style: bool) -> CategoryTree:
         if dashed:
             text = text[2:].strip()
         depth = indent // 2 + (1 if yaml_style and dashed else 0)
-        code, _, name = text.partition(" ")
+        code, _sep, name = text.partition(" ")
         code = code.rstrip(":")
         if not code:
             continue
@@ -106,9 +108,9 @@ def _parse_lines(lines: list[str], yaml_style: bool) -> CategoryTree:
         tree.names[code] = name.strip()
         stack.append((depth, code))
     if not tree.roots:
-        raise CategoryError("no category codes found")
+        raise CategoryError(_("no category codes found"))
     if len(set(tree.roots)) != len(tree.roots):
-        raise CategoryError("a root code appears twice")
+        raise CategoryError(_("a root code appears twice"))
     return tree
 
 
@@ -118,7 +120,10 @@ def _load_file(path: str) -> CategoryTree:
     try:
         lines = file.read_text(encoding="utf-8-sig").splitlines()
     except OSError as exc:
-        raise CategoryError(f"cannot read category file {path}: {exc.strerror}") from None
+        raise CategoryError(
+            _("cannot read category file %(path)s: %(error)s")
+            % {"path": path, "error": exc.strerror}
+        ) from None
     try:
         return _parse_lines(lines, yaml_style=file.suffix.lower() in (".yml", ".yaml"))
     except CategoryError as exc:
@@ -168,7 +173,10 @@ def load_tree(spec: str, doc_type: str, base_dir: Path | None = None) -> Categor
         path = BUILTIN_DIR / f"{name}.txt"
         if not path.is_file():
             shipped = ", ".join(sorted(p.stem for p in BUILTIN_DIR.glob("*.txt")))
-            raise CategoryError(f"no shipped category tree {name!r}; shipped: {shipped}")
+            raise CategoryError(
+                _("no shipped category tree %(name)r; shipped: %(shipped)s")
+                % {"name": name, "shipped": shipped}
+            )
         return _load_file(str(path))
     candidate = Path(spec)
     if base_dir is not None and not candidate.is_absolute():
@@ -177,7 +185,9 @@ def load_tree(spec: str, doc_type: str, base_dir: Path | None = None) -> Categor
         return _load_file(str(candidate))
     codes = [code.strip() for code in spec.split(",") if code.strip()]
     if not codes or any(" " in code for code in codes):
-        raise CategoryError(f"not a category file or comma-separated code list: {spec!r}")
+        raise CategoryError(
+            _("not a category file or comma-separated code list: %(spec)r") % {"spec": spec}
+        )
     shipped = load_tree("builtin", doc_type)
     tree = CategoryTree(roots=codes, names=dict(shipped.names))
     for code in codes:
@@ -239,42 +249,62 @@ def check_spec(spec: str, doc_type: str, base_dir: Path | None = None) -> Catego
         for part in (p.strip() for p in raw.split(",")):
             if part and Path(part).suffix and not (base_dir or Path()).joinpath(part).is_file():
                 raise CategoryError(
-                    f"category file {part!r} does not exist (looked in {candidate.parent})"
+                    _("category file %(file)r does not exist (looked in %(folder)s)")
+                    % {"file": part, "folder": candidate.parent}
                 )
-        raise CategoryError(f"category file {raw!r} does not exist (looked in {candidate.parent})")
+        raise CategoryError(
+            _("category file %(file)r does not exist (looked in %(folder)s)")
+            % {"file": raw, "folder": candidate.parent}
+        )
     if looks_like_file:
         tree = load_tree(raw, doc_type, base_dir)
         long = [c for c in tree.names if len(c) > MAX_CODE_LENGTH]
         if long:
             raise CategoryError(
-                f"category code {long[0][:20]!r}... is longer than {MAX_CODE_LENGTH} characters"
+                _("category code %(code)r... is longer than %(n)s characters")
+                % {"code": long[0][:20], "n": MAX_CODE_LENGTH}
             )
         return tree
     for sep in _SEPARATORS:
         if sep in raw:
             fixed = ",".join(p.strip() for p in raw.replace(sep, ",").split(",") if p.strip())
-            raise CategoryError(f"categories {raw!r}: separate codes with commas, e.g. {fixed!r}")
+            raise CategoryError(
+                _("categories %(raw)r: separate codes with commas, e.g. %(fixed)r")
+                % {"raw": raw, "fixed": fixed}
+            )
     codes = [code.strip() for code in raw.split(",") if code.strip()]
     if not codes:
-        raise CategoryError(f"categories {raw!r}: no codes")
+        raise CategoryError(_("categories %(raw)r: no codes") % {"raw": raw})
     known = _known_codes(doc_type)
     known_set = set(known)
     shape = CODE_SHAPES[BUILTIN_FOR_TYPE[doc_type]]
     problems = []
     for code in codes:
         if len(code) > MAX_CODE_LENGTH:
-            problems.append(f"{code[:20]!r}... is longer than {MAX_CODE_LENGTH} characters")
+            problems.append(
+                _("%(code)r... is longer than %(n)s characters")
+                % {"code": code[:20], "n": MAX_CODE_LENGTH}
+            )
         elif code not in known_set and code.upper() in known_set:
-            problems.append(f"{code!r} should be {code.upper()!r} (codes are in capitals)")
+            problems.append(
+                _("%(code)r should be %(upper)r (codes are in capitals)")
+                % {"code": code, "upper": code.upper()}
+            )
         elif code not in known_set and not (
             any(code.startswith(k) for k in known_set) and shape.fullmatch(code)
         ):
-            problems.append(f"{code!r} is unknown (nearest: {_nearest(code, known)})")
+            problems.append(
+                _("%(code)r is unknown (nearest: %(nearest)s)")
+                % {"code": code, "nearest": _nearest(code, known)}
+            )
     if len(set(codes)) != len(codes):
-        problems.append("a code appears twice")
+        problems.append(_("a code appears twice"))
     if problems:
         tree_name = BUILTIN_FOR_TYPE[doc_type].upper()
-        raise CategoryError(f"categories for {doc_type} ({tree_name} tree): " + "; ".join(problems))
+        raise CategoryError(
+            _("categories for %(type)s (%(tree)s tree): %(problems)s")
+            % {"type": word(doc_type), "tree": tree_name, "problems": "; ".join(problems)}
+        )
     return load_tree(raw, doc_type, base_dir)
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cnkispider.exceptions import InputError
+from cnkispider.i18n import _
 
 NOT_SELECTED = "not-selected"
 #: What a condition may look at: the list row's fields (a deepening task decides before it asks
@@ -103,19 +104,31 @@ class Selection:
 def parse_where(text: str) -> tuple[Condition, ...]:
     parts = [p for p in _AND_RE.split(text.strip()) if p.strip()]
     if not parts:
-        raise SelectionError("--where: empty rule (expected e.g. 'cited >= 10')")
+        raise SelectionError(
+            _("%(option)s: empty rule (expected e.g. %(example)s)")
+            % {"option": "--where", "example": "'cited >= 10'"}
+        )
     out = []
     for part in parts:
         match = _CONDITION_RE.match(part)
         if match is None:
-            raise SelectionError(f"--where: {part!r} is not FIELD OP VALUE (OP: >= <= > < = != ~)")
+            raise SelectionError(
+                _("%(option)s: %(part)r is not FIELD OP VALUE (OP: %(ops)s)")
+                % {"option": "--where", "part": part, "ops": ">= <= > < = != ~"}
+            )
         field, op, value = match.groups()
         field = field.lower()
         if field not in FIELDS:
-            raise SelectionError(f"--where: unknown field {field!r} (one of: {', '.join(FIELDS)})")
+            raise SelectionError(
+                _("%(option)s: unknown field %(field)r (one of: %(fields)s)")
+                % {"option": "--where", "field": field, "fields": ", ".join(FIELDS)}
+            )
         value = value.strip().strip("'\"")
         if op in (">=", "<=", ">", "<") and _number(value) is None:
-            raise SelectionError(f"--where: {part!r}: {op} needs a number")
+            raise SelectionError(
+                _("%(option)s: %(part)r: %(op)s needs a number")
+                % {"option": "--where", "part": part, "op": op}
+            )
         out.append(Condition(field, op, value))
     return tuple(out)
 
@@ -129,7 +142,10 @@ def read_keys(path: str) -> frozenset[str]:
     try:
         mtime = os.stat(file).st_mtime
     except OSError as exc:
-        raise SelectionError(f"--keys: cannot read {path}: {exc.strerror or exc}") from None
+        raise SelectionError(
+            _("%(option)s: cannot read %(path)s: %(error)s")
+            % {"option": "--keys", "path": path, "error": exc.strerror or exc}
+        ) from None
     cached = _KEYS_CACHE.get(str(file))
     if cached is not None and cached[0] == mtime:
         return cached[1]
@@ -140,10 +156,15 @@ def read_keys(path: str) -> frozenset[str]:
             continue
         dbname, sep, filename = line.replace("!", "/", 1).partition("/")
         if not sep or not dbname.strip() or not filename.strip() or " " in line:
-            raise SelectionError(f"--keys: {path} line {number}: {line!r} is not dbname/filename")
+            raise SelectionError(
+                _("%(option)s: %(path)s line %(n)s: %(line)r is not dbname/filename")
+                % {"option": "--keys", "path": path, "n": number, "line": line}
+            )
         keys.add(f"{dbname.strip()}/{filename.strip()}")
     if not keys:
-        raise SelectionError(f"--keys: {path} holds no document key")
+        raise SelectionError(
+            _("%(option)s: %(path)s holds no document key") % {"option": "--keys", "path": path}
+        )
     frozen = frozenset(keys)
     _KEYS_CACHE[str(file)] = (mtime, frozen)
     return frozen
@@ -158,13 +179,17 @@ def parse_selection(text: str | None) -> Selection | None:
         return Selection(text, conditions=parse_where(rule))
     if kind == "keys" and sep:
         return Selection(text, keys=read_keys(rule))
-    raise SelectionError(f"selection {text[:40]!r}: expected where:RULE or keys:PATH")
+    raise SelectionError(
+        _("selection %(text)r: expected where:RULE or keys:PATH") % {"text": text[:40]}
+    )
 
 
 def selection_text(where: str | None, keys: str | None) -> str | None:
     """What ``task add --where/--keys`` stores (checked: SelectionError names what is wrong)."""
     if where and keys:
-        raise SelectionError("give --where or --keys, not both")
+        raise SelectionError(
+            _("give %(where)s or %(keys)s, not both") % {"where": "--where", "keys": "--keys"}
+        )
     if where:
         text = f"where:{where.strip()}"
     elif keys:

@@ -370,3 +370,30 @@ def test_errors_of_the_database_redis_export_and_refresh_counts_are_looked_up(
     assert main(["--config", good, "refresh-counts", "p"]) == 2
     line = capsys.readouterr().err.strip()
     assert line == "«error: «refresh-counts: «patent» rows carry no counts on CNKI's list»»", line
+
+
+def test_category_and_selection_problems_are_looked_up_in_the_catalogue(
+    tmp_path, monkeypatch, capsys, english_after
+):
+    """A task's categories and its --where rule are typed by the operator: what is wrong with
+    them is a sentence of the catalogue, the codes and the rule as typed."""
+    from cnkispider import i18n
+
+    ini = _ini(tmp_path)
+    assert main(["--config", str(ini), "init-db"]) == 0
+    monkeypatch.setattr(i18n, "translation", lambda language: _Marked())
+    capsys.readouterr()
+    add = ["--config", str(ini), "task", "add", "t", "--type", "patent", "--start", "2024-01-01"]
+
+    assert main([*add, "--categories", "g06,ZZZ9"]) == 2
+    err = capsys.readouterr().err
+    assert "«categories for «patent» (IPC tree): «'g06' should be 'G06' (codes are" in err, err
+    assert "«'ZZZ9' is unknown (nearest: " in err, err
+
+    assert main([*add, "--categories", "G06;H04"]) == 2
+    err = capsys.readouterr().err
+    assert "«categories 'G06;H04': separate codes with commas, e.g. 'G06,H04'»" in err, err
+
+    assert main([*add, "--categories", "G06", "--where", "cited >= many"]) == 2
+    err = capsys.readouterr().err
+    assert "«--where: 'cited >= many': >= needs a number»" in err, err
