@@ -486,6 +486,31 @@ def find_config(explicit: str | os.PathLike | None = None) -> Path | None:
     return None
 
 
+def language_hint(argv: list[str], environ=None) -> str | None:
+    """``[ui] language`` (or ``CNKI_UI_LANGUAGE``) of the config.ini the command line ``argv``
+    will read, before it is parsed: ``--help`` and argparse's own errors are printed while
+    parsing, before config.ini is loaded (and checked). None when there is none, or it cannot
+    be read: the locale's language then, and ``load_config`` reports the file's problems."""
+    environ = os.environ if environ is None else environ
+    if environ.get(f"{ENV_PREFIX}UI_LANGUAGE"):
+        return environ[f"{ENV_PREFIX}UI_LANGUAGE"]
+    explicit = None
+    for i, arg in enumerate(argv):
+        if arg == "--config" and i + 1 < len(argv):
+            explicit = argv[i + 1]
+        elif arg.startswith("--config="):
+            explicit = arg.split("=", 1)[1]
+    try:
+        path = find_config(explicit)
+        if path is None:
+            return None
+        parser = configparser.ConfigParser(interpolation=None, default_section="__none__")
+        parser.read(path, encoding="utf-8-sig")
+        return parser.get("ui", "language", fallback=None) or None
+    except (ConfigError, configparser.Error, OSError, UnicodeDecodeError):
+        return None
+
+
 def load_config(explicit: str | os.PathLike | None = None, environ=None) -> Config:
     """Find, read, override from the environment, and validate the configuration."""
     environ = os.environ if environ is None else environ

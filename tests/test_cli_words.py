@@ -397,3 +397,26 @@ def test_category_and_selection_problems_are_looked_up_in_the_catalogue(
     assert main([*add, "--categories", "G06", "--where", "cited >= many"]) == 2
     err = capsys.readouterr().err
     assert "«--where: 'cited >= many': >= needs a number»" in err, err
+
+
+def test_help_and_argparse_s_errors_follow_ui_language_of_the_config_ini(
+    tmp_path, monkeypatch, capsys, english_after
+):
+    """--help is printed while the line is parsed, before config.ini is loaded: the language
+    is read from the config.ini the line names first ([ui] language, else the locale)."""
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    for name in ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "CNKI_UI_LANGUAGE"):
+        monkeypatch.delenv(name, raising=False)
+    chinese = _ini(tmp_path, "[ui]\nlanguage = zh_CN\n")
+    with pytest.raises(SystemExit) as ended:
+        main(["task", "--help", "--config", str(chinese)])
+    assert ended.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("用法：") and "显示此帮助信息并退出" in out, out[:300]
+    with pytest.raises(SystemExit):
+        main([f"--config={chinese}", "task", "add"])  # no name: argparse's own error
+    assert "以下参数是必需的" in capsys.readouterr().err
+    (tmp_path / "en").mkdir()
+    with pytest.raises(SystemExit):
+        main(["task", "--help", "--config", str(_ini(tmp_path / "en"))])  # no [ui]: the locale's
+    assert capsys.readouterr().out.startswith("usage: ")

@@ -40,6 +40,7 @@ from cnkispider import i18n
 from cnkispider.cli import admin, crawl, demo, sessions, status, tasks
 from cnkispider.cli.common import CONFIG_HELP, LOG_FORMAT, CommandParser, command_config
 from cnkispider.cli.demo import frozen_no_demo
+from cnkispider.config import language_hint
 from cnkispider.exceptions import CnkiSpiderError
 from cnkispider.i18n import _
 from cnkispider.version import __version__
@@ -85,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     # the locale's language from the start (argparse's own errors, a config.ini that cannot be
     # read); [ui] language, once config.ini is read, may choose another (common.command_config)
-    i18n.activate(None)
+    i18n.activate(language_hint(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
     if getattr(sys, "frozen", False) and (argv if argv is not None else sys.argv[1:])[:1] == [
         "demo"
