@@ -249,7 +249,7 @@ def test_a_bad_config_ini_stops_with_one_clear_line_and_no_traceback(
     lines = [line for line in output.splitlines() if line.strip()]
     if locale == "chinese":  # the line in the PC's language (issue 41); what it names is the same
         message = message.replace("error: ", "错误：").replace(
-            "unknown key; expected one of url", "未知的键；应为 url 之一"
+            "unknown key; expected one of url", "未知的键；应为 url"
         )
     assert result.returncode != 0 and len(lines) == 1 and message in lines[0], install.explain(
         result
