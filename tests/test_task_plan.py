@@ -213,3 +213,15 @@ def test_a_sample_without_a_session_samples_nothing_and_says_why(crawl_setup):
     plan, grids = plan_sample(setup, 3)
     assert plan["sampled"] == {} and plan["documents"] is None and grids == 0
     assert set(plan["not_sampled"].values()) == {"no-session"} and len(plan["not_sampled"]) == 3
+
+
+def test_days_of_weekdays_nothing_shows_are_counted_and_said():
+    """A plan from a Tuesday alone plans the week's other days at the Tuesday's mean: the plan
+    says how many days rest on that (the weak part of a small sample)."""
+    costs = Costs(page_size=50, cap_rows=6000, export_batch=50, roots=8, pass_requests=300, pace=0)
+    week = [f"2024-03-{d:02d}" for d in range(11, 18)]  # Mon 11 .. Sun 17
+    plan = estimate(week, {"2024-03-05": 300}, costs)  # a Tuesday seen
+    assert plan["days_of_unshown_weekdays"] == 6  # the week's Tuesday has its weekday's mean
+    plan = estimate(week, {"2024-03-05": 300}, costs, sampled={"2024-03-16": 2})  # and a Saturday
+    assert plan["days_of_unshown_weekdays"] == 5  # Mon, Wed, Thu, Fri, Sun
+    assert estimate(week, {}, costs)["days_of_unshown_weekdays"] == 0  # nothing to plan from

@@ -210,12 +210,25 @@ def _plan(config: Config, store, args) -> int:
         _("task %(task)s (depth %(depth)s): %(days)s to go, about %(docs)d documents; %(basis)s")
         % {
             "task": plan["task"],
-            "depth": plan["depth"],
+            "depth": word(plan["depth"]),
             "days": days,
             "docs": plan["documents"],
             "basis": basis,
         }
     )
+    if plan["days_of_unshown_weekdays"]:
+        print(
+            ngettext(
+                "note: %(n)d day is of a weekday no seen or sampled day shows, planned at the "
+                "mean of the others (CNKI publishes patents on fixed weekdays): "
+                "`--sample 7` asks one day of each",
+                "note: %(n)d days are of weekdays no seen or sampled day shows, planned at the "
+                "mean of the others (CNKI publishes patents on fixed weekdays): "
+                "`--sample 7` asks one day of each",
+                plan["days_of_unshown_weekdays"],
+            )
+            % {"n": plan["days_of_unshown_weekdays"]}
+        )
     for depth, figures in plan["depths"].items():
         hours = (
             _("no pace cap")
@@ -227,7 +240,7 @@ def _plan(config: Config, store, args) -> int:
             "  "
             + _("%(depth)-7s %(requests)8d requests  %(passes)5d passes  %(hours)s")
             % {
-                "depth": depth,
+                "depth": word(depth),
                 "requests": figures["requests"],
                 "passes": figures["passes"],
                 "hours": hours,

@@ -115,11 +115,20 @@ def estimate(
     ``sampled``: census totals asked of CNKI for days no round has seen, counted as seen (a
     day's own total wins over its sample)."""
     sampled = {d: n for d, n in (sampled or {}).items() if d not in seen}
-    totals = day_totals(days, {**sampled, **seen})
+    known = {**sampled, **seen}
+    totals = day_totals(days, known)
+    shown = {dt.date.fromisoformat(d).weekday() for d in known}
     out = {
         "days": len(days),
         "seen_days": sum(1 for d in days if d in seen),
         "sampled": dict(sorted(sampled.items())),
+        # the remaining days of a weekday no seen or sampled day shows: estimated from the
+        # mean of every other day (a Tuesday of patents is no Saturday): the plan's weak part
+        "days_of_unshown_weekdays": sum(
+            1
+            for d in days
+            if d not in known and dt.date.fromisoformat(d).weekday() not in shown and known
+        ),
         "documents": None,
         "pass_requests": costs.pass_requests,
         "measured_passes": costs.measured_passes,
