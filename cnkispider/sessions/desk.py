@@ -268,7 +268,7 @@ class Desk:
 
     def _tab_call(self, method: str, params: dict | None = None, timeout: float = 30.0) -> dict:
         if self._link is None:
-            raise CdpError("the desk is closed")
+            raise CdpError(_("the desk is closed"), closed=True)
         return self._link.call(method, params, session=self._session, timeout=timeout)
 
     # -- what the browser says ---------------------------------------------------------------------
@@ -454,7 +454,7 @@ class Desk:
     ) -> dict:
         """``Cdp.call``'s shape, for login.py's readers (the page's state, the cookies)."""
         if self._link is None:
-            raise CdpError("the desk is closed")
+            raise CdpError(_("the desk is closed"), closed=True)
         return self._link.call(method, params, session=session, timeout=timeout)
 
     def status(self) -> dict:
