@@ -510,3 +510,27 @@ def _same_catalogue(po, mo) -> bool:
         for m in catalogue
         if m.id and isinstance(m.id, str) and m.string
     )
+
+
+def test_the_compiled_catalogue_is_the_one_translated():
+    """The program reads the compiled .mo, the translator edits the .po: a .po translated and
+    not compiled (`make catalogue`) would ship the older words."""
+    import gettext
+
+    from babel.messages.pofile import read_po
+
+    folder = ROOT / "cnkispider" / "locale" / "zh_CN" / "LC_MESSAGES"
+    with (folder / "cnkispider.po").open("rb") as f:
+        catalogue = read_po(f)
+    with (folder / "cnkispider.mo").open("rb") as f:
+        compiled = gettext.GNUTranslations(f)
+    stale = []
+    for m in catalogue:
+        if not m.id or not m.string:
+            continue
+        if isinstance(m.id, tuple):
+            if compiled.ngettext(m.id[0], m.id[1], 1) != m.string[0]:
+                stale.append(m.id[0])
+        elif compiled.gettext(m.id) != m.string:
+            stale.append(m.id)
+    assert not stale, f"{len(stale)} words not compiled (make catalogue): {stale[:5]}"
