@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -323,3 +324,53 @@ def test_the_desks_browser_may_fetch_only_cnki():
     assert not desk.allowed("https://cnki.net.evil.example/")
     assert not desk.allowed("file:///etc/passwd")
     assert desk.allowed("data:image/png;base64,AA==")
+
+
+def running_chromium(profile) -> tuple[subprocess.Popen, int]:
+    """A browser already running with remote debugging (the person's, or one the .exe cannot
+    start itself): Debian's Chromium, headless, on a free port."""
+    from tests.test_session_login import CHROMIUM, answers, free_port
+
+    port = free_port()
+    argv = [CHROMIUM, f"--remote-debugging-port={port}", f"--user-data-dir={profile}",
+            "--headless", "--no-first-run", "about:blank"]  # fmt: skip
+    if os.geteuid() == 0:
+        argv.insert(1, "--no-sandbox")
+    process = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    wait_until(lambda: answers(port), 30, workers=[process], what="chromium answering", every=0.1)
+    return process, port
+
+
+def tabs(port: int) -> list[str]:
+    from cnkispider.sessions.login import cdp_http
+
+    return [t["url"] for t in cdp_http(port, "/json/list") if t.get("type") == "page"]
+
+
+def test_the_desk_in_a_running_browser_passes_and_closes_only_its_tab(
+    verified_crawl, browser, web_of, tmp_path
+):
+    """`web --desk-cdp PORT`: the desk opens its tab in a browser already running with remote
+    debugging (where the program cannot start one: the .exe under Wine), the drag passes, the
+    session goes into the pool, and the browser goes on without the desk's tab."""
+    setup, pool = verified_crawl()
+    running, port = running_chromium(tmp_path / "profile")
+    try:
+        web = web_of(setup, "--desk-cdp", str(port))
+        context = browser.new_context(viewport={"width": 900, "height": 900})
+        try:
+            page = context.new_page()
+            open_desk(page, web)
+            drag(page, look(page))
+            page.wait_for_selector("#desk-status[data-state=passed]", timeout=60_000)
+        finally:
+            context.close()
+        assert len(pool.list()) == 1 and setup.site.stats()["human_passes"] == 1
+        assert web.browsers() == [], "the desk started a browser of its own"
+        wait_until(lambda: tabs(port) == ["about:blank"], 30, what="only the desk's tab closed")
+        assert running.poll() is None, "the running browser was closed"
+    finally:
+        os.killpg(running.pid, signal.SIGTERM)
+        running.wait(30)

@@ -638,3 +638,79 @@ def test_the_exe_session_login_reads_the_pass_from_a_running_browser_over_devtoo
         if keys:
             pool.client.delete(*keys)
         pool.client.close()
+
+
+@pytest.mark.slow
+@CRAWLS
+def test_the_exe_opens_the_pass_desk_in_a_running_browser(exe, tmp_path, cnki_site, browser):
+    """Issue 40: the .exe on a home PC opens the desk too. `cnkispider.exe web --desk-cdp PORT`,
+    frozen and under Wine, opens its tab in a browser already running with remote debugging (no
+    Windows browser runs under Wine: the host's Chromium, the DevTools protocol Edge speaks);
+    a person's drag on the desk page puts the session into the pool."""
+    import redis
+
+    from cnkispider.sessions import SessionStore, namespace_for
+    from tests.test_desk import drag, look, running_chromium, tabs
+    from tests.test_session_login import free_port
+
+    site = cnki_site(human_check=True, session_pace=0, session_burst=0)
+    install = WindowsInstall(
+        exe,
+        tmp_path / "pc",
+        {
+            "database": {"url": "sqlite:///data/cnki.db"},
+            "redis": {"url": REDIS_URL},
+            "cnki": {"base_url": site.base_url},
+        },
+    )
+    pool = SessionStore(redis.Redis.from_url(REDIS_URL), namespace_for(site.base_url))
+    running, cdp = running_chromium(tmp_path / "profile")
+    port = free_port()
+    web = subprocess.Popen(
+        [_wine(), str(install.program), "web", "--port", str(port), "--desk-cdp", str(cdp)],
+        cwd=install.folder,
+        env=install.env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    context = browser.new_context(viewport={"width": 900, "height": 900})
+    try:
+        first = web.stdout.readline().decode(install.encoding, "replace")
+        assert first.startswith("web token (shown only now"), first
+        token = first.rsplit(": ", 1)[1].strip()
+        page = context.new_page()
+        wait_until(
+            lambda: _answers(base), 120, workers=[web], what="the .exe's web page", every=0.5
+        )
+        page.goto(base + "/desk")
+        page.fill("#desk-token", token)
+        page.click("#desk-token-form button")
+        drag(page, look(page))
+        page.wait_for_selector("#desk-status[data-state=passed]", timeout=60_000)
+        (session,) = pool.list()
+        assert session.source == "browser" and "KNS2COOKIE" in session.cookie_names()
+        wait_until(lambda: tabs(cdp) == ["about:blank"], 30, what="the desk's tab closed")
+        assert running.poll() is None  # the person's browser goes on
+    finally:
+        context.close()
+        os.killpg(web.pid, signal.SIGKILL)
+        web.wait(30)
+        os.killpg(running.pid, signal.SIGKILL)
+        running.wait(30)
+        keys = list(pool.client.scan_iter(match=f"{pool.namespace}:*", count=1000))
+        if keys:
+            pool.client.delete(*keys)
+        pool.client.close()
+
+
+def _answers(url: str) -> bool:
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(url + "/api/status", timeout=5).read()
+        return True
+    except OSError:
+        return False

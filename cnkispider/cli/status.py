@@ -27,6 +27,7 @@ def cmd_web(config: Config, args) -> int:
         port=args.port,
         browser=args.browser,
         desk_idle=args.desk_idle,
+        desk_cdp=args.desk_cdp,
     )
 
 
@@ -125,5 +126,15 @@ def add_web(sub) -> None:
         default=None,
         metavar="SECONDS",
         help=_("close the pass desk's browser after this long without anyone at it (default 60)"),
+    )
+    web.add_argument(
+        "--desk-cdp",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help=_(
+            "the pass desk opens a tab in the browser already running with "
+            "--remote-debugging-port=PORT, instead of starting one"
+        ),
     )
     web.set_defaults(func=cmd_web)

@@ -30,6 +30,7 @@ Cookie values never reach a log line or the status.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -181,10 +182,16 @@ class Desk:
         on_pass: Callable[[Paste], str],
         *,
         browser: str | None = None,
+        cdp: int | None = None,
         idle: float = IDLE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.home_url = home_url
+        # a browser already running with remote debugging on this port (`web --desk-cdp`): the
+        # desk opens a tab of its own in it and closes only that tab (a PC whose browser the
+        # program cannot start itself: the .exe under Wine, a locked-down Windows)
+        self.cdp = cdp
+        self._tab: str | None = None
         self.cnki_hosts = cnki_hosts
         self.on_pass = on_pass
         self.program = browser
@@ -214,11 +221,14 @@ class Desk:
     def open(self) -> Desk:
         """Start the browser and open CNKI; the watcher thread runs the rest. LoginError when
         there is no browser or it will not start."""
-        program = find_browser(self.program)
-        self._browser = Browser.start(program, headless=True)
+        if self.cdp is not None:
+            self._browser = Browser.attach(self.cdp)
+        else:
+            self._browser = Browser.start(find_browser(self.program), headless=True)
         try:
             self._link = Link(self._browser.ws_url, self._event)
             tab = self._link.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+            self._tab = tab
             self._session = self._link.call(
                 "Target.attachToTarget", {"targetId": tab, "flatten": True}
             )["sessionId"]
@@ -255,6 +265,11 @@ class Desk:
 
     def _shut(self) -> None:
         if self._link is not None:
+            if self.cdp is not None and self._tab is not None:
+                # a browser the desk did not start goes on: only the desk's tab goes
+                with contextlib.suppress(Exception):
+                    self._link.call("Target.closeTarget", {"targetId": self._tab}, timeout=5)
+                self._tab = None
             self._link.close()
         if self._browser is not None:
             self._browser.close()

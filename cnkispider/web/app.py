@@ -250,6 +250,7 @@ def create_app(
     allowed_hosts: list[str] | None = None,
     desk_browser: str | None = None,
     desk_idle: float | None = None,
+    desk_cdp: int | None = None,
 ):
     """The app over ``config``'s database and Redis. ``engine``: an open engine (default: one
     opened here, which creates the ``audit`` table when missing); ``token``: see guard;
@@ -266,7 +267,7 @@ def create_app(
     web = Web(config, engine, token, sample_seconds=sample_seconds)
     from cnkispider.web.desk import DeskRoom
 
-    room = DeskRoom(web, browser=desk_browser, idle=desk_idle)
+    room = DeskRoom(web, browser=desk_browser, idle=desk_idle, cdp=desk_cdp)
     templates = _templates()
 
     def page(request, template, status=200, /, **context):

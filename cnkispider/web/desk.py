@@ -61,9 +61,12 @@ def pool_line(view: dict) -> str:
 class DeskRoom:
     """The server's one desk (None until someone opens it) and its routes."""
 
-    def __init__(self, web, *, browser: str | None = None, idle: float | None = None):
+    def __init__(
+        self, web, *, browser: str | None = None, idle: float | None = None, cdp: int | None = None
+    ):
         self.web = web
         self.browser = browser
+        self.cdp = cdp
         self.idle = idle
         self.desk = None
         self._lock = threading.Lock()
@@ -119,6 +122,7 @@ class DeskRoom:
                 hosts,
                 self._on_pass,
                 browser=self.browser,
+                cdp=self.cdp,
                 idle=IDLE_SECONDS if self.idle is None else self.idle,
             )
             self.desk = desk

@@ -21,6 +21,7 @@ def serve(
     stream=None,
     browser: str | None = None,
     desk_idle: float | None = None,
+    desk_cdp: int | None = None,
 ) -> int:
     import uvicorn
 
@@ -52,6 +53,7 @@ def serve(
         allowed_hosts=allowed,
         desk_browser=browser,
         desk_idle=desk_idle,
+        desk_cdp=desk_cdp,
     )
     shown = f"[{host}]" if ":" in host else host
     print(
