@@ -208,3 +208,64 @@ def test_the_export_line_measures_how_many_ids_one_request_answers(cnki_site, ba
     line = next(line for line in lines if "export: GetExport, 2 ids" in line)
     assert line.startswith("PASS") and matched in line, line
     assert site.stats()["kinds"]["export"] == 1
+
+
+class _Marked:
+    """A catalogue that brackets every word it is asked for (tests/test_cli_words.py): a word
+    printed without going through gettext shows no bracket."""
+
+    def gettext(self, message):
+        return f"«{message}»"
+
+    def ngettext(self, singular, plural, n):
+        return f"«{singular if n == 1 else plural}»"
+
+
+TYPE_WORDS = ("«patent»", "«paper»", "«achievement»")
+
+
+def _clauses(shown: str) -> list[str]:
+    """The sentences of a bracketed name or evidence, each checked to be one whole «...»."""
+    for word in TYPE_WORDS:  # a document type is a word of the vocabulary: bracketed too
+        shown = shown.replace(word, word.strip("«»"))
+    clauses = shown.split("; «")
+    clauses = [clauses[0]] + ["«" + c for c in clauses[1:]]
+    for clause in clauses:
+        assert clause.startswith("«") and clause.endswith("»"), shown
+        assert "«" not in clause[1:-1] and "»" not in clause[1:-1], shown
+    return [c[1:-1] for c in clauses]
+
+
+@pytest.mark.slow  # over a second alone: the probe's every check against a stand-in
+def test_every_check_line_is_looked_up_in_the_catalogue_and_its_record_stays_english(
+    cnki_site, monkeypatch
+):
+    """Issue 41: a check's name and evidence are read through gettext, whole sentences with
+    the values (days, counts, URLs, keys) as written; PASS/FAIL/UNKNOWN are not words to
+    translate (docs/PROBE.md and scripts grep them); the record (``Check.name``) stays English."""
+    from cnkispider import i18n
+
+    monkeypatch.setattr(i18n, "translation", lambda language: _Marked())
+    checks = []
+    for site in (cnki_site(), cnki_site(human_check=True)):  # every PASS; the pool's UNKNOWN
+        lines: list[str] = []
+        probe = make_probe(site, lines)
+        probe.run()
+        printed = [line for line in lines if line.startswith(("PASS", "FAIL", "UNKNOWN"))]
+        assert printed == [c.line() for c in probe.checks]
+        assert lines[0].startswith("«probing ") and lines[-1].startswith("«"), lines
+        checks += probe.checks
+    names = {c.name for c in checks}
+    assert {"session: warm-up", "search: patent", "session: verified session"} <= names
+    assert {c.verdict for c in checks} == {PASS, "UNKNOWN"}
+    for check in checks:
+        line = check.line()
+        assert line[:8].rstrip() == check.verdict and line[8] == "«", line
+        assert _clauses(check.shown_name) == [check.name], line
+        assert "; ".join(_clauses(check.shown_evidence)) == check.evidence, line
+        assert "«" not in check.line(english=True), check.line(english=True)
+    search = next(c for c in checks if c.name == "search: patent")
+    assert search.shown_name == "«search: «patent»»"
+    assert search.shown_evidence.startswith(f"«{DAY}: "), search.shown_evidence  # a value
+    pool = next(c for c in checks if c.name == "session: verified session")
+    assert "«no ready session in the pool: run `cnkispider session login`" in pool.line()

@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cnkispider import default_settings, i18n
+from cnkispider import default_settings, i18n, vocabulary
 from cnkispider.clock import cnki_today
 from cnkispider.cnki import parsers, references, refusals
 from cnkispider.cnki.export_batch import ExportRow, match_records
 from cnkispider.cnki.export_records import ExportAnswerError, parse_export
 from cnkispider.cnki.protocol import RESOURCES, Protocol, Search
 from cnkispider.exceptions import RefusedPage
-from cnkispider.i18n import _
+from cnkispider.i18n import N_, _
 from cnkispider.probe.answers import Answer, CnkiSession, record
 from cnkispider.probe.answers import client_id as _client_id
 from cnkispider.probe.answers import reason as _reason
@@ -38,16 +38,73 @@ REQUIRED_DETAIL_FIELDS = {
 PASS, FAIL, UNKNOWN = "PASS", "FAIL", "UNKNOWN"
 
 
+class Said:
+    """A sentence of a check's line: written in English and marked for the catalogue where it is
+    written (``Said(N_("search: %(type)s"), type=...)``), with its values (URLs, counts, CNKI's
+    words, reason slugs: shown as they are). The record keeps the English (:meth:`english`: a
+    check's name is its identity, docs/PROBE.md and the tests key on it); the line the operator
+    reads is in their language (:meth:`shown`)."""
+
+    def __init__(self, message: str, **values: Any):
+        self.message, self.values = message, values
+
+    def english(self) -> str:
+        return self.message % {k: _english(v) for k, v in self.values.items()}
+
+    def shown(self) -> str:
+        return _(self.message) % {k: _shown(v) for k, v in self.values.items()}
+
+
+class AsIs(Said):
+    """Words that are not ours (CNKI's, a parser's diagnostic): the same in every language."""
+
+    def __init__(self, text: str):
+        super().__init__("%(text)s", text=text)
+
+    def shown(self) -> str:
+        return self.english()
+
+
+class Type:
+    """A document type (``patent``): its name in the record, its word when shown (专利)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def english(self) -> str:
+        return self.name
+
+    def shown(self) -> str:
+        return vocabulary.word(self.name)
+
+
+def _english(value: Any) -> Any:
+    return value.english() if isinstance(value, (Said, Type)) else value
+
+
+def _shown(value: Any) -> Any:
+    return value.shown() if isinstance(value, (Said, Type)) else value
+
+
 @dataclass
 class Check:
-    """The verdict on one assumption, with the evidence a maintainer needs to act on it."""
+    """The verdict on one assumption, with the evidence a maintainer needs to act on it.
+
+    ``name`` and ``evidence`` are English, as written: the record of the run (a test, a script,
+    docs/PROBE.md key on the name). ``shown_name`` and ``shown_evidence`` are the same words in
+    the reader's language: what :meth:`line` prints."""
 
     name: str
     verdict: str
     evidence: str
+    shown_name: str | None = None
+    shown_evidence: str | None = None
 
-    def line(self) -> str:
-        return f"{self.verdict:<8}{self.name:<36}{self.evidence}"
+    def line(self, english: bool = False) -> str:
+        """The line printed (``english``: as recorded, for a log)."""
+        name = self.name if english or self.shown_name is None else self.shown_name
+        evidence = self.evidence if english or self.shown_evidence is None else self.shown_evidence
+        return f"{self.verdict:<8}{name:<36}{evidence}"
 
 
 class Probe:
@@ -109,8 +166,16 @@ class Probe:
     def record(self, name: str, request, form, answer: Answer, session: str) -> None:
         record(self.index, self.save_dir, name, request, form, answer, session)
 
-    def verdict(self, name: str, verdict: str, evidence: str) -> Check:
-        check = Check(name, verdict, evidence)
+    def verdict(self, name: Said, verdict: str, *evidence: Said) -> Check:
+        """One check's line; ``evidence``: whole sentences (each translated whole), joined by
+        "; "."""
+        check = Check(
+            name.english(),
+            verdict,
+            "; ".join(e.english() for e in evidence),
+            name.shown(),
+            "; ".join(e.shown() for e in evidence),
+        )
         self.checks.append(check)
         self.out(check.line())
         return check
@@ -178,22 +243,37 @@ class Probe:
             # CNKI 2026: a plain session is sent to the person check (PROTOCOL.md point 11)
             self.checked_plain = True
             self.verdict(
-                "session: a plain session is checked",
+                Said(N_("session: a plain session is checked")),
                 PASS,
-                f"GET {self.protocol.home_url}: {reason} "
-                f"({home.location or _snippet(home.body)}); the crawl needs a session a person "
-                "passed (cnkispider session login)",
+                Said(
+                    N_(
+                        "GET %(url)s: %(reason)s (%(answer)s); the crawl needs a session a "
+                        "person passed (cnkispider session login)"
+                    ),
+                    url=self.protocol.home_url,
+                    reason=reason,
+                    answer=home.location or _snippet(home.body),
+                ),
             )
             return None
         if reason:
             if check:
-                self.verdict("session: warm-up", FAIL, f"GET {self.protocol.home_url}: {reason}")
+                self.verdict(
+                    Said(N_("session: warm-up")),
+                    FAIL,
+                    Said(N_("GET %(url)s: %(reason)s"), url=self.protocol.home_url, reason=reason),
+                )
             return None
         if check:
+            cookies = ", ".join(session.cookie_names())
             self.verdict(
-                "session: warm-up",
+                Said(N_("session: warm-up")),
                 PASS,
-                f"HTTP {home.status}, cookies {', '.join(session.cookie_names()) or 'none'}",
+                Said(
+                    N_("HTTP %(status)s, cookies %(cookies)s"), status=home.status, cookies=cookies
+                )
+                if cookies
+                else Said(N_("HTTP %(status)s, cookies none"), status=home.status),
             )
         answer = session.get(
             self.client_id_url, f"{label} client id", referer=self.protocol.home_url
@@ -202,15 +282,23 @@ class Probe:
         if client_id is None:
             if check:
                 self.verdict(
-                    "session: Ecp_ClientId",
+                    Said(N_("session: Ecp_ClientId")),
                     FAIL,
-                    f"GET {self.client_id_url}: HTTP {answer.status} "
-                    f"{answer.error or _snippet(answer.body)}",
+                    Said(
+                        N_("GET %(url)s: HTTP %(status)s %(answer)s"),
+                        url=self.client_id_url,
+                        status=answer.status,
+                        answer=answer.error or _snippet(answer.body),
+                    ),
                 )
             return None
         session.set_cookie("Ecp_ClientId", client_id)
         if check:
-            self.verdict("session: Ecp_ClientId", PASS, f"issued ({len(client_id)} characters)")
+            self.verdict(
+                Said(N_("session: Ecp_ClientId")),
+                PASS,
+                Said(N_("issued (%(n)s characters)"), n=len(client_id)),
+            )
         return session
 
     def open_verified(self, label: str) -> CnkiSession | None:
@@ -218,10 +306,14 @@ class Probe:
         of its requests)."""
         if self.verified is None:
             self.verdict(
-                "session: verified session",
+                Said(N_("session: verified session")),
                 UNKNOWN,
-                "no ready session in the pool: run `cnkispider session login` (or `session add "
-                "--from-curl`), then probe again",
+                Said(
+                    N_(
+                        "no ready session in the pool: run `cnkispider session login` (or "
+                        "`session add --from-curl`), then probe again"
+                    )
+                ),
             )
             return None
         session = CnkiSession(self, label)
@@ -230,10 +322,14 @@ class Probe:
         for cookie in self.verified.cookies:
             session.set_cookie(cookie["name"], cookie["value"])
         self.verdict(
-            "session: verified session",
+            Said(N_("session: verified session")),
             PASS,
-            f"{self.verified.id} ({self.verified.source}), cookies "
-            f"{', '.join(self.verified.cookie_names())}",
+            Said(
+                N_("%(id)s (%(source)s), cookies %(cookies)s"),
+                id=self.verified.id,
+                source=self.verified.source,
+                cookies=", ".join(self.verified.cookie_names()),
+            ),
         )
         return session
 
@@ -241,7 +337,8 @@ class Probe:
         """How long a verified session lasts at the configured pace: page 1 of one search,
         again and again, at ``session_pace`` requests/s, until CNKI checks it again or the
         budget is spent. It spends the person's pass: run it on purpose (``--session-budget``)."""
-        name = "session: a verified session lasts"
+        check = Said(N_("session: a verified session lasts"))
+        name = check.english()
         search = Search.for_day("paper", self.day)
         delay, self.delay = self.delay, max(self.delay, 1.0 / max(self.session_pace, 1e-6))
         started = self.clock()
@@ -256,10 +353,18 @@ class Probe:
                 if reason is not None:
                     minutes = (self.clock() - started) / 60
                     self.verdict(
-                        name,
+                        check,
                         PASS,
-                        f"{served} requests / {minutes:.1f} minutes at {self.session_pace:g} "
-                        f"requests/s, then {reason} (checked again)",
+                        Said(
+                            N_(
+                                "%(served)s requests / %(minutes)s minutes at %(pace)s "
+                                "requests/s, then %(reason)s (checked again)"
+                            ),
+                            served=served,
+                            minutes=f"{minutes:.1f}",
+                            pace=f"{self.session_pace:g}",
+                            reason=reason,
+                        ),
                     )
                     return
                 served += 1
@@ -267,10 +372,17 @@ class Probe:
             self.delay = delay
         minutes = (self.clock() - started) / 60
         self.verdict(
-            name,
+            check,
             PASS,
-            f"at least {served} requests / {minutes:.1f} minutes at {self.session_pace:g} "
-            "requests/s (the budget, not CNKI, ended it)",
+            Said(
+                N_(
+                    "at least %(served)s requests / %(minutes)s minutes at %(pace)s requests/s "
+                    "(the budget, not CNKI, ended it)"
+                ),
+                served=served,
+                minutes=f"{minutes:.1f}",
+                pace=f"{self.session_pace:g}",
+            ),
         )
 
     def search(
@@ -302,18 +414,24 @@ class Probe:
             return None, str(exc)
 
     def check_search(self, session: CnkiSession, doc_type: str) -> None:
-        name = f"search: {doc_type}"
+        check = Said(N_("search: %(type)s"), type=Type(doc_type))
+        name = check.english()
         search = Search.for_day(doc_type, self.day)
         page, why = self.search(session, search, 1, name)
         if page is None:
-            self.verdict(name, FAIL, f"{self.day}: {why}")
+            self.verdict(check, FAIL, Said(N_("%(day)s: %(why)s"), day=self.day, why=why))
             return
         if page.total <= 0:
             self.verdict(
-                name,
+                check,
                 FAIL,
-                f"{self.day} lists 0 documents: a busy day should not; "
-                "the query shape is probably wrong",
+                Said(
+                    N_(
+                        "%(day)s lists 0 documents: a busy day should not; the query shape is "
+                        "probably wrong"
+                    ),
+                    day=self.day,
+                ),
             )
             return
         self.first_pages[doc_type] = page
@@ -321,109 +439,183 @@ class Probe:
             math.ceil(page.total / self.protocol.page_size), self.protocol.max_pages
         )
         keys = sum(1 for r in page.rows if r.dbname and r.filename)
-        evidence = (
-            f"{self.day}: {page.total} listed, {page.page_count} pages "
-            f"(expected {expected_pages}), {len(page.rows)} rows, {keys} with keys"
+        evidence = Said(
+            N_(
+                "%(day)s: %(total)s listed, %(pages)s pages (expected %(expected)s), %(rows)s "
+                "rows, %(keys)s with keys"
+            ),
+            day=self.day,
+            total=page.total,
+            pages=page.page_count,
+            expected=expected_pages,
+            rows=len(page.rows),
+            keys=keys,
         )
         if len(page.rows) > self.protocol.page_size or keys < len(page.rows):
-            self.verdict(name, FAIL, evidence)
+            self.verdict(check, FAIL, evidence)
         elif page.page_count != expected_pages:
-            self.verdict(name, FAIL, evidence + f"; the cap is not {self.protocol.cap} rows")
+            cap = Said(N_("the cap is not %(cap)s rows"), cap=self.protocol.cap)
+            self.verdict(check, FAIL, evidence, cap)
         else:
-            self.verdict(name, PASS, evidence)
+            self.verdict(check, PASS, evidence)
 
     def check_page_two(self, session: CnkiSession) -> None:
-        name = "page turn: page 2"
+        check = Said(N_("page turn: page 2"))
+        name = check.english()
         doc_type = next((t for t, p in self.first_pages.items() if p.page_count >= 2), None)
         if doc_type is None:
-            self.verdict(name, UNKNOWN, "no search of this day has two pages")
+            self.verdict(check, UNKNOWN, Said(N_("no search of this day has two pages")))
             return
         first = self.first_pages[doc_type]
         page, why = self.search(
             session, Search.for_day(doc_type, self.day), 2, name, turn_token=first.turn_token
         )
         if page is None:
-            self.verdict(name, FAIL, f"{doc_type}: {why}")
+            self.verdict(check, FAIL, Said(N_("%(type)s: %(why)s"), type=Type(doc_type), why=why))
             return
         seen = {r.doc_key for r in first.rows}
         new = [r for r in page.rows if r.doc_key not in seen]
         if page.page != 2 or not new:
-            self.verdict(name, FAIL, f"{doc_type}: page {page.page}, {len(new)} rows not on page 1")
+            self.verdict(
+                check,
+                FAIL,
+                Said(
+                    N_("%(type)s: page %(page)s, %(new)s rows not on page 1"),
+                    type=Type(doc_type),
+                    page=page.page,
+                    new=len(new),
+                ),
+            )
+        elif first.turn_token[:12]:
+            self.verdict(
+                check,
+                PASS,
+                Said(
+                    N_("%(type)s: page 2 has %(new)s new rows (turn token %(token)s…)"),
+                    type=Type(doc_type),
+                    new=len(new),
+                    token=first.turn_token[:12],
+                ),
+            )
         else:
             self.verdict(
-                name,
+                check,
                 PASS,
-                f"{doc_type}: page 2 has {len(new)} new rows "
-                f"(turn token {first.turn_token[:12] or 'empty'}…)",
+                Said(
+                    N_("%(type)s: page 2 has %(new)s new rows (turn token empty…)"),
+                    type=Type(doc_type),
+                    new=len(new),
+                ),
             )
 
     def check_query(self, session: CnkiSession) -> None:
         """A query task's search (issue 39, docs/QUERY.md): the day's papers with a professional
         -search expression that names the title of the day's first row narrow to that row; a
         malformed expression is refused, and in which words."""
-        name = "query: professional search"
+        check = Said(N_("query: professional search"))
+        name = check.english()
         first = self.first_pages.get("paper")
         if first is None or not first.rows:
-            self.verdict(name, UNKNOWN, "the day's paper search failed")
+            self.verdict(check, UNKNOWN, Said(N_("the day's paper search failed")))
             return
         row = first.rows[0]
         quote = "'" if "'" not in row.title else '"'
         query = f"TI={quote}{row.title}{quote}"
         page, why = self.search(session, Search.for_day("paper", self.day, query=query), 1, name)
         if page is None:
-            self.verdict(name, FAIL, f"{query}: {why}")
+            self.verdict(check, FAIL, Said(N_("%(query)s: %(why)s"), query=query, why=why))
             return
         found = any(r.doc_key == row.doc_key for r in page.rows)
-        evidence = f"{query}: {page.total} of the day's {first.total} listed"
+        counts = {"query": query, "total": page.total, "all": first.total}
         if not found or not 1 <= page.total < first.total:
-            self.verdict(
-                name, FAIL, evidence + ("" if found else f"; {row.doc_key} not among them")
-            )
+            evidence = [Said(N_("%(query)s: %(total)s of the day's %(all)s listed"), **counts)]
+            if not found:
+                evidence.append(Said(N_("%(key)s not among them"), key=row.doc_key))
+            self.verdict(check, FAIL, *evidence)
         else:
-            self.verdict(name, PASS, evidence + f", {row.doc_key} among them")
-        name = "query: a malformed expression"
+            self.verdict(
+                check,
+                PASS,
+                Said(
+                    N_("%(query)s: %(total)s of the day's %(all)s listed, %(key)s among them"),
+                    key=row.doc_key,
+                    **counts,
+                ),
+            )
+        check = Said(N_("query: a malformed expression"))
+        name = check.english()
         broken = "TI='x' AND"
         page, why = self.search(session, Search.for_day("paper", self.day, query=broken), 1, name)
         if page is None:
-            self.verdict(name, PASS, f"{broken!r} refused: {why}")
+            self.verdict(
+                check, PASS, Said(N_("%(query)s refused: %(why)s"), query=repr(broken), why=why)
+            )
         elif page.total == 0:
             self.verdict(
-                name,
+                check,
                 UNKNOWN,
-                f"{broken!r} answered as a zero: only the crawler's own check stops a bad query",
+                Said(
+                    N_(
+                        "%(query)s answered as a zero: only the crawler's own check stops a bad "
+                        "query"
+                    ),
+                    query=repr(broken),
+                ),
             )
         else:
-            self.verdict(name, FAIL, f"{broken!r} listed {page.total}: the expression was ignored")
+            self.verdict(
+                check,
+                FAIL,
+                Said(
+                    N_("%(query)s listed %(total)s: the expression was ignored"),
+                    query=repr(broken),
+                    total=page.total,
+                ),
+            )
 
     def check_date_narrows(self, session: CnkiSession, doc_type: str) -> None:
-        name = f"date: one day ({doc_type})"
+        check = Said(N_("date: one day (%(type)s)"), type=Type(doc_type))
+        name = check.english()
         day_page = self.first_pages.get(doc_type)
         if day_page is None:
-            self.verdict(name, UNKNOWN, "the day's search failed")
+            self.verdict(check, UNKNOWN, Said(N_("the day's search failed")))
             return
         week = Search(doc_type, self.day - dt.timedelta(days=6), self.day)
         page, why = self.search(session, week, 1, name)
+        counts = {"day": self.day, "day_total": day_page.total}
         if page is None:
-            self.verdict(name, FAIL, f"week search: {why}")
+            self.verdict(check, FAIL, Said(N_("week search: %(why)s"), why=why))
         elif page.total > day_page.total:
-            self.verdict(name, PASS, f"{self.day}: {day_page.total} < week: {page.total}")
+            self.verdict(
+                check,
+                PASS,
+                Said(N_("%(day)s: %(day_total)s < week: %(week)s"), week=page.total, **counts),
+            )
         else:
             self.verdict(
-                name,
+                check,
                 FAIL,
-                f"the date condition does not narrow: {self.day}: "
-                f"{day_page.total}, week: {page.total}",
+                Said(
+                    N_(
+                        "the date condition does not narrow: %(day)s: %(day_total)s, week: %(week)s"
+                    ),
+                    week=page.total,
+                    **counts,
+                ),
             )
 
     def check_categories(self, session: CnkiSession, doc_type: str) -> None:
-        name = f"category: prefix ({doc_type})"
+        check = Said(N_("category: prefix (%(type)s)"), type=Type(doc_type))
+        name = check.english()
         day_page = self.first_pages.get(doc_type)
         candidates = self.categories.get(doc_type) or []
         if day_page is None or not candidates:
             self.verdict(
-                name,
+                check,
                 UNKNOWN,
-                "the day's search failed" if day_page is None else "no category to try",
+                Said(N_("the day's search failed"))
+                if day_page is None
+                else Said(N_("no category to try")),
             )
             return
         # A small category may list nothing on one day: try a few before calling it a failure.
@@ -431,28 +623,38 @@ class Probe:
         for parent, children in candidates[:3]:  # noqa: B007 - the pair found is used below
             page, why = self.search(session, Search.for_day(doc_type, self.day, parent), 1, name)
             if page is None:
-                self.verdict(name, FAIL, f"{parent}: {why}")
+                self.verdict(check, FAIL, Said(N_("%(code)s: %(why)s"), code=parent, why=why))
                 return
             tried.append(f"{parent}: {page.total}")
             if page.total > 0:
                 break
         else:
             self.verdict(
-                name,
+                check,
                 FAIL,
-                f"{'; '.join(tried)} of the day's {day_page.total}: no category lists anything",
+                Said(
+                    N_("%(tried)s of the day's %(all)s: no category lists anything"),
+                    tried="; ".join(tried),
+                    all=day_page.total,
+                ),
             )
             return
+        counts = {"code": parent, "total": page.total, "all": day_page.total}
         if not page.total < day_page.total:
             self.verdict(
-                name,
+                check,
                 FAIL,
-                f"{parent}: {page.total} of the day's {day_page.total}: "
-                "the category condition does not narrow",
+                Said(
+                    N_(
+                        "%(code)s: %(total)s of the day's %(all)s: the category condition does "
+                        "not narrow"
+                    ),
+                    **counts,
+                ),
             )
             return
         if not children:
-            self.verdict(name, PASS, f"{parent}: {page.total} of {day_page.total}")
+            self.verdict(check, PASS, Said(N_("%(code)s: %(total)s of %(all)s"), **counts))
             return
         total = 0
         for code in children:
@@ -460,50 +662,76 @@ class Probe:
                 session, Search.for_day(doc_type, self.day, code), 1, f"{name} {code}"
             )
             if child is None:
-                self.verdict(name, FAIL, f"{code}: {why}")
+                self.verdict(check, FAIL, Said(N_("%(code)s: %(why)s"), code=code, why=why))
                 return
             total += child.total
         # A document may carry several codes, so children may add up to a little more.
-        evidence = (
-            f"{parent}: {page.total} of {day_page.total}; its {len(children)} children: {total}"
-        )
+        counts.update(n=len(children), children=total)
         if page.total <= total <= page.total * 1.5:
-            self.verdict(name, PASS, evidence)
+            self.verdict(
+                check,
+                PASS,
+                Said(
+                    N_("%(code)s: %(total)s of %(all)s; its %(n)s children: %(children)s"), **counts
+                ),
+            )
         else:
-            self.verdict(name, FAIL, evidence + " (children should add up to about the parent)")
+            self.verdict(
+                check,
+                FAIL,
+                Said(
+                    N_(
+                        "%(code)s: %(total)s of %(all)s; its %(n)s children: %(children)s "
+                        "(children should add up to about the parent)"
+                    ),
+                    **counts,
+                ),
+            )
 
     def check_detail(self, session: CnkiSession, doc_type: str) -> None:
-        name = f"detail: {doc_type}"
+        check = Said(N_("detail: %(type)s"), type=Type(doc_type))
+        name = check.english()
         first = self.first_pages.get(doc_type)
         row = next((r for r in (first.rows if first else []) if r.url), None)
         if row is None:
-            self.verdict(name, UNKNOWN, "no list row to follow")
+            self.verdict(check, UNKNOWN, Said(N_("no list row to follow")))
             return
         url = self.protocol.absolute(row.url)
         answer = session.get(url, name, referer=self.protocol.grid_url)
         reason = _reason("detail", answer)
         if reason:
-            self.verdict(name, FAIL, f"{row.doc_key}: {reason}")
+            self.verdict(
+                check, FAIL, Said(N_("%(key)s: %(reason)s"), key=row.doc_key, reason=reason)
+            )
             return
         try:
             fields = parsers.parse_detail(doc_type, answer.body)
         except RefusedPage as exc:
-            self.verdict(name, FAIL, f"{row.doc_key}: {exc}")
+            self.verdict(
+                check, FAIL, Said(N_("%(key)s: %(reason)s"), key=row.doc_key, reason=str(exc))
+            )
             return
         fields.setdefault("title", row.title)
         missing = [f for f in REQUIRED_DETAIL_FIELDS[doc_type] if not fields.get(f)]
         filled = sum(1 for v in fields.values() if v)
         if missing:
-            self.verdict(name, FAIL, f"{row.doc_key}: missing {', '.join(missing)}")
+            self.verdict(
+                check,
+                FAIL,
+                Said(N_("%(key)s: missing %(fields)s"), key=row.doc_key, fields=", ".join(missing)),
+            )
         else:
-            self.verdict(name, PASS, f"{row.doc_key}: {filled} fields filled")
+            self.verdict(
+                check, PASS, Said(N_("%(key)s: %(n)s fields filled"), key=row.doc_key, n=filled)
+            )
         self._detail_link = (doc_type, row, url)
 
     def check_export(self, session: CnkiSession) -> None:
         """CNKI's citation export (PROTOCOL.md point 16; docs/DEPTH.md): one request with two
         export ids of a list page, and how many records come back (the batch size that export
         depth learns per session: 1 of 2 means one id a request)."""
-        name = "export: GetExport, 2 ids"
+        check = Said(N_("export: GetExport, 2 ids"))
+        name = check.english()
         rows = next(
             (
                 [r for r in page.rows if r.export_id][:2]
@@ -513,7 +741,9 @@ class Probe:
             None,
         )
         if rows is None:
-            self.verdict(name, UNKNOWN, "no list page with two export ids (input.cbItem)")
+            self.verdict(
+                check, UNKNOWN, Said(N_("no list page with two export ids (input.cbItem)"))
+            )
             return
         session = self.current or session
         answer = session.post(
@@ -525,26 +755,42 @@ class Probe:
         reason = _reason("export", answer)
         if reason:
             words = refusals.rejection_text(answer.body)
-            self.verdict(name, FAIL, f"{reason}" + (f" ({words})" if words else ""))
+            self.verdict(check, FAIL, AsIs(f"{reason}" + (f" ({words})" if words else "")))
             return
         try:
             records = parse_export(answer.body)
         except ExportAnswerError as exc:
-            self.verdict(name, FAIL, str(exc))
+            self.verdict(check, FAIL, AsIs(str(exc)))
             return
         asked = [ExportRow(r.export_id, r.title, r.authors) for r in rows]
-        pairs, _, strays = match_records(asked, records)
-        evidence = (
-            f"{len(records)} records for 2 ids, {len(pairs)} matched by title"
-            + (f", {len(strays)} matching no row" if strays else "")
-            + (": batches of several ids work" if len(pairs) == 2 else ": one id a request")
-        )
-        self.verdict(name, PASS if pairs and not strays else FAIL, evidence)
+        pairs, _unmatched, strays = match_records(asked, records)
+        counts = {"records": len(records), "matched": len(pairs), "strays": len(strays)}
+        if strays and len(pairs) == 2:
+            message = N_(
+                "%(records)s records for 2 ids, %(matched)s matched by title, %(strays)s "
+                "matching no row: batches of several ids work"
+            )
+        elif strays:
+            message = N_(
+                "%(records)s records for 2 ids, %(matched)s matched by title, %(strays)s "
+                "matching no row: one id a request"
+            )
+        elif len(pairs) == 2:
+            message = N_(
+                "%(records)s records for 2 ids, %(matched)s matched by title: batches of "
+                "several ids work"
+            )
+        else:
+            message = N_(
+                "%(records)s records for 2 ids, %(matched)s matched by title: one id a request"
+            )
+        self.verdict(check, PASS if pairs and not strays else FAIL, Said(message, **counts))
 
     def check_references(self, session: CnkiSession) -> None:
         """One paper's reference list ([crawl] references), asked as the crawler asks it: with
         its detail link's token, in the session that listed it (PROTOCOL.md point 17)."""
-        name = "references: paper"
+        check = Said(N_("references: paper"))
+        name = check.english()
         first = self.first_pages.get("paper")
         row = next(
             (
@@ -555,32 +801,57 @@ class Probe:
             None,
         )
         if row is None:
-            self.verdict(name, UNKNOWN, "no journal or thesis row to ask for")
+            self.verdict(check, UNKNOWN, Said(N_("no journal or thesis row to ask for")))
             return
         detail = self.protocol.absolute(row.url)
         v = references.token_of(detail)
         if not v:
-            self.verdict(name, FAIL, f"{row.doc_key}: its detail link has no v= token")
+            self.verdict(
+                check, FAIL, Said(N_("%(key)s: its detail link has no v= token"), key=row.doc_key)
+            )
             return
         kind = references.reference_type(row.dbname)
         url = references.references_url(self.protocol.base_url, v, kind)
         answer = session.get(url, name, referer=detail)
         reason = _reason("references", answer)
         if reason:
-            self.verdict(name, FAIL, f"{row.doc_key} ({kind}): {reason}: {_snippet(answer.body)}")
+            self.verdict(
+                check,
+                FAIL,
+                Said(
+                    N_("%(key)s (%(kind)s): %(reason)s: %(answer)s"),
+                    key=row.doc_key,
+                    kind=kind,
+                    reason=reason,
+                    answer=_snippet(answer.body),
+                ),
+            )
             return
         try:
             page = references.parse_references(answer.body)
         except RefusedPage as exc:
-            self.verdict(name, FAIL, f"{row.doc_key} ({kind}): {exc}")
+            self.verdict(
+                check,
+                FAIL,
+                Said(N_("%(key)s (%(kind)s): %(reason)s"), key=row.doc_key, kind=kind, reason=exc),
+            )
             return
         shown = page.references[0].title[:30] if page.references else "-"
         self.verdict(
-            name,
+            check,
             PASS,
-            f"{row.doc_key} ({kind}): {len(page.references)} of {page.total} references "
-            f"(first: {shown}); [crawl] references costs {math.ceil(page.total / 10) or 1} "
-            "request(s) for this paper",
+            Said(
+                N_(
+                    "%(key)s (%(kind)s): %(n)s of %(total)s references (first: %(first)s); "
+                    "[crawl] references costs %(cost)s request(s) for this paper"
+                ),
+                key=row.doc_key,
+                kind=kind,
+                n=len(page.references),
+                total=page.total,
+                first=shown,
+                cost=math.ceil(page.total / 10) or 1,
+            ),
         )
 
     def check_foreign_session(self) -> None:
@@ -589,10 +860,11 @@ class Probe:
         Either it works, or CNKI answers with a challenge the crawler recognises (it then
         refreshes the link by a title search); anything else would lose the document.
         """
-        name = "detail: link from another session"
+        check = Said(N_("detail: link from another session"))
+        name = check.english()
         link = getattr(self, "_detail_link", None)
         if link is None:
-            self.verdict(name, UNKNOWN, "no detail page was fetched")
+            self.verdict(check, UNKNOWN, Said(N_("no detail page was fetched")))
             return
         doc_type, row, url = link
         if self.checked_plain:
@@ -601,39 +873,64 @@ class Probe:
             self.sessions.append(other)
             answer = other.get(url, name, referer=self.protocol.grid_url)
             reason = _reason("detail", answer)
+            own = Said(N_("detail: a link opens only in its own session"))
             if reason is not None and (
                 refusals.kind_of(reason) == refusals.CHALLENGE or reason == "http-302"
             ):
                 self.verdict(
-                    "detail: a link opens only in its own session",
+                    own,
                     PASS,
-                    f"{row.doc_key}: opened in its session, {reason} in another; the crawler "
-                    "lists the page again in the round's session",
+                    Said(
+                        N_(
+                            "%(key)s: opened in its session, %(reason)s in another; the crawler "
+                            "lists the page again in the round's session"
+                        ),
+                        key=row.doc_key,
+                        reason=reason,
+                    ),
+                )
+            elif reason is not None:
+                self.verdict(
+                    own, FAIL, Said(N_("%(key)s: %(reason)s"), key=row.doc_key, reason=reason)
                 )
             else:
                 self.verdict(
-                    "detail: a link opens only in its own session",
-                    FAIL if reason is not None else PASS,
-                    f"{row.doc_key}: " + (reason or "it opens in any session"),
+                    own, PASS, Said(N_("%(key)s: it opens in any session"), key=row.doc_key)
                 )
             return
         other = self.open_session("session-2", check=False)
         if other is None:
-            self.verdict(name, UNKNOWN, "a second session could not be opened")
+            self.verdict(check, UNKNOWN, Said(N_("a second session could not be opened")))
             return
         answer = other.get(url, name, referer=self.protocol.grid_url)
         reason = _reason("detail", answer)
         if reason is None:
-            self.verdict(name, PASS, f"{row.doc_key}: the link works in a fresh session")
+            self.verdict(
+                check, PASS, Said(N_("%(key)s: the link works in a fresh session"), key=row.doc_key)
+            )
         elif refusals.kind_of(reason) == refusals.CHALLENGE or reason == "http-302":
             self.verdict(
-                name,
+                check,
                 PASS,
-                f"{row.doc_key}: refused ({reason}); the crawler refreshes "
-                "such links by a title search",
+                Said(
+                    N_(
+                        "%(key)s: refused (%(reason)s); the crawler refreshes such links by a "
+                        "title search"
+                    ),
+                    key=row.doc_key,
+                    reason=reason,
+                ),
             )
         else:
-            self.verdict(name, FAIL, f"{row.doc_key}: {reason}: a replayed link would be lost")
+            self.verdict(
+                check,
+                FAIL,
+                Said(
+                    N_("%(key)s: %(reason)s: a replayed link would be lost"),
+                    key=row.doc_key,
+                    reason=reason,
+                ),
+            )
 
 
 def default_day(today: dt.date | None = None) -> dt.date:

@@ -85,7 +85,9 @@ def sample_census(config, row: dict, tree, days: list[str], *, delay: float) -> 
     else:
         session = probe.current = probe.open_session("plan-sample", check=True)
     if session is None:
-        logger.warning("plan sample: no session: %s", "; ".join(c.line() for c in probe.checks))
+        logger.warning(
+            "plan sample: no session: %s", "; ".join(c.line(english=True) for c in probe.checks)
+        )
         out.not_sampled = dict.fromkeys(days, CHECKED_PLAIN if probe.checked_plain else NO_SESSION)
         out.requests = probe.requests
         return out
