@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import subprocess
 
 import pytest
 import sqlalchemy as sa
@@ -19,6 +20,7 @@ from cnkispider.schema import round_, task
 from tasks.flow import TaskStore
 from tasks.lookback import look_window
 from tests import launcher
+from tests.fixtures.waiting import wait_until
 from tests.test_follow import RUN, TODAY
 
 # -- config.ini ---------------------------------------------------------------------------------
@@ -241,3 +243,80 @@ def test_a_follow_task_refreshes_its_counts_over_the_look_back_when_due(crawl_se
     assert last == again and due - last == dt.timedelta(hours=1)
     text = launcher.run(setup.command("status"), **RUN).stdout
     assert "counts of the look-back read again at" in text, text
+
+
+def _refresh_state(setup) -> tuple:
+    """(the task's counts_at: when its last refresh was claimed, the ~counts task's created_at
+    and phase, its rounds by state); a refresh started afresh has a new claim and a new row."""
+    (counts_at,) = setup.query(sa.select(task.c.counts_at).where(task.c.name == setup.task))[0]
+    found = setup.query(
+        sa.select(task.c.id, task.c.created_at, task.c.phase).where(
+            task.c.name == f"{setup.task}~counts"
+        )
+    )
+    if not found:
+        return counts_at, None, None, {}
+    shadow, created, phase = found[0]
+    rows = setup.query(
+        sa.select(round_.c.state, sa.func.count())
+        .where(round_.c.task_id == shadow)
+        .group_by(round_.c.state)
+    )
+    return counts_at, created, phase, dict(rows)
+
+
+@pytest.mark.slow  # crawls in worker subprocesses
+def test_a_refresh_killed_halfway_is_taken_up_not_skipped_nor_restarted(crawl_setup):
+    """The machine dies during a counts refresh (the worker and its refresh-counts child, both
+    killed): the next `run --until-idle` joins the refresh in flight (the same claim, the same
+    ~counts task), finishes it, and the look-back's counts are CNKI's."""
+    setup = crawl_setup(
+        "paper",
+        "A,B",
+        "sqlite",
+        START.isoformat(),
+        "",
+        site=SITE,
+        task_keys=FOLLOW,
+        crawl={"round_lease_seconds": 5},
+    )
+    setup.run_ok("run", "--until-idle", timeout=240)
+    setup.site.control(count_shift=7, latency="3")  # CNKI's counts grow; slow: a kill lands
+    _an_hour_later(setup)
+    first = _refresh_state(setup)[0]  # the first run's refresh, claimed then
+
+    def halfway() -> bool:  # the second refresh claimed, its crawl under way
+        counts_at, _created, phase, rounds = _refresh_state(setup)
+        return counts_at != first and phase == "crawl" and sum(rounds.values()) >= 1
+
+    worker = setup.spawn("run", "--until-idle")
+    try:
+        wait_until(
+            halfway,
+            240,
+            what="the second refresh's first round claimed",
+            workers=[worker],
+            log=setup.log,
+            every=0.1,
+        )
+    finally:
+        worker.kill()  # the worker, then the refresh it started: a machine gone
+        subprocess.run(["pkill", "-KILL", "-f", f"refresh-counts {setup.task} "], check=False)
+        worker.wait(60)
+    claimed, created, phase, rounds = _refresh_state(setup)
+    assert phase == "crawl", rounds  # killed halfway
+    setup.site.control(latency="0")
+    setup.run_ok("run", "--until-idle", timeout=240)
+    assert "joining the refresh of" in setup.log()
+    after = _refresh_state(setup)
+    # taken up, not started afresh: the same claim, the same ~counts task, now done
+    assert after[:3] == (claimed, created, "done") and set(after[3]) == {"done"}, after
+    truth = {
+        r["filename"]: r
+        for r in setup.site.truth("paper", WINDOW[0].isoformat(), TODAY.isoformat(), ["A", "B"])
+    }
+    counts = _counts(setup)
+    inside = [f for f, c in counts.items() if c[3] >= WINDOW[0].isoformat()]
+    assert inside
+    for name in inside:
+        assert counts[name][:2] == (int(truth[name]["cited"]), int(truth[name]["downloads"]))
