@@ -574,32 +574,17 @@ def test_the_exe_session_login_reads_the_pass_from_a_running_browser_over_devtoo
     import redis
 
     from cnkispider.sessions import SessionStore, namespace_for
-    from tests.test_session_login import (
-        CHROMIUM,
-        answers,
-        free_port,
-        pass_the_check_as_a_person,
-    )
+    from tests.test_desk import running_chromium
+    from tests.test_session_login import answers, pass_the_check_as_a_person
 
     site = cnki_site(human_check=True)
     install = WindowsInstall(
         exe, tmp_path / "pc", {"redis": {"url": REDIS_URL}, "cnki": {"base_url": site.base_url}}
     )
     pool = SessionStore(redis.Redis.from_url(REDIS_URL), namespace_for(site.base_url))
-    port = free_port()
-    profile = tmp_path / "browser-profile"
-    argv = [CHROMIUM, f"--remote-debugging-port={port}", f"--user-data-dir={profile}",
-            "--headless", "--no-first-run", "about:blank"]  # fmt: skip
-    if os.geteuid() == 0:
-        argv.insert(1, "--no-sandbox")
-    browser = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
+    browser, port = running_chromium(tmp_path / "browser-profile")
     login = None
     try:
-        wait_until(
-            lambda: answers(port), 30, workers=[browser], what="chromium answering", every=0.1
-        )
         login = subprocess.Popen(
             [
                 _wine(),
