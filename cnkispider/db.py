@@ -522,6 +522,8 @@ def upgrade(conn, from_version: int) -> None:
             kind = column.type.compile(dialect=conn.dialect)
             quote = conn.dialect.identifier_preparer.quote
             conn.exec_driver_sql(f"ALTER TABLE {quote(table.name)} ADD COLUMN {quote(name)} {kind}")
+        if version in schema.UPGRADE_FILLS:
+            schema.UPGRADE_FILLS[version](conn)
         logger.info("database schema upgraded to version %s", version)
     conn.execute(schema.schema_version.update().values(version=schema.SCHEMA_VERSION))
 

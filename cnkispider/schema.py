@@ -44,7 +44,7 @@ from sqlalchemy.dialects.mysql import MEDIUMTEXT
 
 from cnkispider.items import FIELDS, INTEGER_FIELDS, TIME_FIELDS
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 metadata = MetaData()
 
@@ -93,6 +93,9 @@ task = Table(
     Column("look_at", DateTime),  # when its last look began (NULL: none yet)
     Column("look_due", DateTime),  # when its next look is due (NULL: when the crawl is at today)
     Column("looks", Integer),  # how many looks it has had (the look's number: one per task)
+    # the last look whose end was told ([notify] look:N): told by whichever worker finds its
+    # rounds all closed first, so a look whose worker died is still told, and told once
+    Column("look_told", Integer),
     # [task] refresh_counts_every (tasks/lookback.py): when its last counts refresh over the
     # look-back was claimed (NULL: never), and when the next is due
     Column("counts_at", DateTime),
@@ -449,3 +452,14 @@ UPGRADES[12] = [(error_code, "unreachable")]
 # issue 38, point 4: a follow task's counts refreshed over its look-back every
 # [task] refresh_counts_every, claimed once per task (tasks/lookback.py)
 UPGRADES[13] = [(task, "counts_at"), (task, "counts_due")]
+
+# issue 38: a look's end told once per task, by any worker (tasks/lookback.py claim_look_told)
+UPGRADES[14] = [(task, "look_told")]
+
+#: Values an upgrade step gives the rows that were there before it, by version: the looks a
+#: task had before version 14 were told by the worker that claimed them.
+UPGRADE_FILLS = {
+    14: lambda conn: conn.execute(
+        task.update().where(task.c.look_told.is_(None)).values(look_told=task.c.looks)
+    ),
+}

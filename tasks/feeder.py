@@ -58,7 +58,7 @@ from errors.recorder import ErrorRecorder
 from tasks.categories import round_label
 from tasks.flow import Action, PhaseFacts, TaskStore, new_worker_id, next_action
 from tasks.phase import Phase
-from tasks.rounds import IN_FLIGHT, RoundState
+from tasks.rounds import RoundState
 
 logger = logging.getLogger(__name__)
 
@@ -498,25 +498,24 @@ class RoundFeeder:
         self.follows = await in_thread(self.store.follows, self.task_id)
         if not self.follows:
             return False
-        if self.look is not None:
-            progress = await in_thread(self.store.look_progress, self.task_id, self.look.number)
-            if not any(progress["rounds"].get(s, 0) for s in IN_FLIGHT):
-                look, self.look = self.look, None
-                logger.info(
-                    "task %s: look %s done: %s rows more listed, %s days re-opened",
-                    self.task_name,
-                    look.number,
-                    progress["gained"],
-                    progress["days"],
-                )
-                self.crawler.signals.send_catch_log(
-                    cnki_signals.look_finished,
-                    task=self.task_name,
-                    number=look.number,
-                    gained=progress["gained"],
-                    days=progress["days"],
-                    spider=self.spider,
-                )
+        # the last look's end, told once by whichever worker finds its rounds closed first
+        told = await in_thread(self.store.claim_look_told, self.task_id)
+        if told is not None:
+            logger.info(
+                "task %s: look %s done: %s rows more listed, %s days re-opened",
+                self.task_name,
+                told["number"],
+                told["gained"],
+                told["days"],
+            )
+            self.crawler.signals.send_catch_log(
+                cnki_signals.look_finished,
+                task=self.task_name,
+                number=told["number"],
+                gained=told["gained"],
+                days=told["days"],
+                spider=self.spider,
+            )
         look = await in_thread(
             self.store.claim_look,
             self.task_id,
@@ -528,8 +527,6 @@ class RoundFeeder:
             return False
         self.crawler.stats.inc_value("follow/looks")
         self.crawler.stats.inc_value("follow/rounds-reopened", look.reopened)
-        if look.reopened:
-            self.look = look
         return bool(look.reopened)
 
     async def _refresh_counts(self) -> bool:

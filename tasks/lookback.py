@@ -43,7 +43,7 @@ from cnkispider.clock import cnki_today
 from cnkispider.db import db_now, retried
 from cnkispider.schema import ledger, round_, task
 from tasks.phase import Phase
-from tasks.rounds import RoundState, move
+from tasks.rounds import IN_FLIGHT, RoundState, move
 from tasks.rows import TaskRows, validate_row
 
 logger = logging.getLogger(__name__)
@@ -107,6 +107,34 @@ class Looks(TaskRows):
     def follows(self, task_id: int) -> bool:
         with self.engine.connect() as conn:
             return bool(conn.execute(sa.select(task.c.follow).where(task.c.id == task_id)).scalar())
+
+    @retried("claiming the telling of a look's end")
+    def claim_look_told(self, task_id: int) -> dict | None:
+        """The task's last look, once its rounds are all closed and nobody told it yet:
+        ``{"number", "rounds", "days", "gained"}`` (:meth:`look_progress`) for the one caller
+        that claims it (a compare-and-swap on ``task.look_told``), else None. Any worker asks:
+        a look whose claiming worker died is told by the next, and never twice. A look that
+        re-opened no round is marked told, with nothing to tell (None)."""
+        with self.engine.begin() as conn:
+            looks, told = conn.execute(
+                sa.select(task.c.looks, task.c.look_told).where(task.c.id == task_id)
+            ).one()
+            if not looks or (told or 0) >= looks:
+                return None
+            progress = _look_progress(conn, task_id, looks)
+            if any(progress["rounds"].get(s, 0) for s in IN_FLIGHT):
+                return None  # its rounds are still crawled
+            won = conn.execute(
+                task.update()
+                .where(
+                    task.c.id == task_id,
+                    sa.or_(task.c.look_told.is_(None), task.c.look_told < looks),
+                )
+                .values(look_told=looks)
+            ).rowcount
+        if won != 1 or not progress["rounds"]:
+            return None
+        return {"number": looks, **progress}
 
     @retried("reading the database's clock")
     def database_now(self) -> dt.datetime:
@@ -296,20 +324,25 @@ class Looks(TaskRows):
         """The rounds of look ``number``: by state, how many listed more than before, and the
         listed rows they gained (for the look's notification)."""
         with self.engine.connect() as conn:
-            rows = conn.execute(
-                sa.select(
-                    round_.c.state, round_.c.day, round_.c.listed_before, round_.c.total
-                ).where(round_.c.task_id == task_id, round_.c.look == number)
-            ).all()
-        states: dict[str, int] = {}
-        grown_days: set[str] = set()
-        gained = 0
-        for state, day, before, total in rows:
-            states[state] = states.get(state, 0) + 1
-            if state == RoundState.DONE and total is not None and total != (before or 0):
-                grown_days.add(day)
-                gained += max(0, total - (before or 0))
-        return {"rounds": states, "days": len(grown_days), "gained": gained}
+            return _look_progress(conn, task_id, number)
+
+
+def _look_progress(conn, task_id: int, number: int) -> dict:
+    """:meth:`Looks.look_progress` in the caller's connection."""
+    rows = conn.execute(
+        sa.select(round_.c.state, round_.c.day, round_.c.listed_before, round_.c.total).where(
+            round_.c.task_id == task_id, round_.c.look == number
+        )
+    ).all()
+    states: dict[str, int] = {}
+    grown_days: set[str] = set()
+    gained = 0
+    for state, day, before, total in rows:
+        states[state] = states.get(state, 0) + 1
+        if state == RoundState.DONE and total is not None and total != (before or 0):
+            grown_days.add(day)
+            gained += max(0, total - (before or 0))
+    return {"rounds": states, "days": len(grown_days), "gained": gained}
 
 
 def listed_before(conn, round_id: int) -> int | None:

@@ -21,6 +21,7 @@ from tests import launcher
 from tests.crawl_harness import ROOT, compare, depth_fields
 from tests.fixtures.crawls import IPC
 from tests.fixtures.waiting import wait_until
+from tests.test_notify import Receiver
 
 TODAY = cnki_today()
 LOOK_BACK = 10
@@ -264,12 +265,14 @@ def test_a_worker_killed_during_a_look_neither_skips_nor_repeats_it(crawl_setup)
         task_keys={**FOLLOW, "follow_every": "1h"},
         crawl={"round_lease_seconds": 5},
     )
-    setup.run_ok("run", "--until-idle", timeout=240)
+    hook = Receiver()  # [notify]: one message a look, whoever's worker tells it
+    told = ("-s", f"NOTIFY_WEBHOOKS={hook.url}/hook")
+    setup.run_ok("run", "--until-idle", *told, timeout=240)
     (looks,) = setup.query(sa.select(task.c.looks))[0]
     assert looks == 1  # the first look, at today: the crawl had just counted every day
     setup.site.control(as_of=TODAY.isoformat(), latency="0.3")
     _an_hour_later(setup)
-    worker = setup.spawn("run", "--until-idle")
+    worker = setup.spawn("run", "--until-idle", *told)
     try:
         wait_until(
             lambda: _look_rounds(setup, 2).get("done", 0) >= 2,
@@ -284,8 +287,13 @@ def test_a_worker_killed_during_a_look_neither_skips_nor_repeats_it(crawl_setup)
     left = _look_rounds(setup, 2)
     assert left.get("claimed", 0) + left.get("seeded", 0) > 0, left  # killed during the look
     setup.site.control(latency="0")
-    setup.run_ok("run", "--until-idle", timeout=240)
+    setup.run_ok("run", "--until-idle", *told, timeout=240)
     _caught_up(setup)
+    # look 2's worker died before its end: the next run told it, once
+    hook.close()
+    events = [b["json"]["event"] for b in hook.bodies]
+    assert events.count("look:2") == 1, events
+    assert setup.query(sa.select(task.c.look_told))[0][0] == 2
     assert setup.query(sa.select(task.c.looks))[0][0] == 2
     assert sum(_look_rounds(setup, 2).values()) == days(WINDOW, TODAY)
 
@@ -493,3 +501,66 @@ def test_the_task_commands_follow_today(ini, capsys):
     assert cli(ini, "task", "stop", "w") == 0
     out = capsys.readouterr().out
     assert f"..{TODAY.isoformat()}" in out and "follows today" not in out
+
+
+def test_a_look_s_end_is_told_once_by_whichever_worker_finds_it_closed(db_url):
+    """task.look_told: not while the look's rounds are crawled; then one claim of two wins
+    (two real connections), and a look that re-opened nothing is marked told silently."""
+    engine = open_database(db_url)
+    store = TaskStore(engine)
+    current, _ = store.register("told", "patent", START.isoformat(), "", "G06", follow=True)
+    day = START.isoformat()
+    with engine.begin() as conn:
+        conn.execute(task.update().where(task.c.id == current.id).values(looks=2, look_told=1))
+        for state, before, total in (("done", 3, 5), ("claimed", 4, None)):
+            conn.execute(
+                round_.insert().values(
+                    task_id=current.id,
+                    day=day,
+                    category=f"G06{state}",
+                    state=state,
+                    look=2,
+                    listed_before=before,
+                    total=total,
+                )
+            )
+    assert store.claim_look_told(current.id) is None  # a round of the look is still crawled
+    with engine.begin() as conn:
+        conn.execute(
+            round_.update().where(round_.c.state == "claimed").values(state="done", total=4)
+        )
+    other = TaskStore(open_database(db_url))
+    told = [store.claim_look_told(current.id), other.claim_look_told(current.id)]
+    assert told.count(None) == 1, told
+    (won,) = [t for t in told if t is not None]
+    assert won["number"] == 2 and won["gained"] == 2 and won["days"] == 1
+    with engine.begin() as conn:  # look 3 re-opened no round: told, with nothing to tell
+        conn.execute(task.update().where(task.c.id == current.id).values(looks=3))
+    assert store.claim_look_told(current.id) is None
+    with engine.connect() as conn:
+        assert (
+            conn.execute(sa.select(task.c.look_told).where(task.c.id == current.id)).scalar() == 3
+        )
+    other.engine.dispose()
+    engine.dispose()
+
+
+def test_the_upgrade_to_14_counts_the_looks_before_it_as_told(db_url):
+    """A task that had looks before version 14 told them itself: the upgrade marks them told,
+    so no worker tells an old look again after it."""
+    from cnkispider import schema
+
+    engine = open_database(db_url)
+    current, _ = TaskStore(engine).register("old", "patent", START.isoformat(), "", "G06")
+    with engine.begin() as conn:  # what version 13 left behind
+        conn.execute(task.update().where(task.c.id == current.id).values(looks=4))
+        conn.exec_driver_sql("ALTER TABLE task DROP COLUMN look_told")
+        conn.execute(schema.schema_version.update().values(version=13))
+    engine.dispose()
+    upgraded = open_database(db_url)
+    with upgraded.connect() as conn:
+        assert conn.execute(sa.select(schema.schema_version.c.version)).scalar() == 14
+        told = conn.execute(sa.select(task.c.look_told).where(task.c.id == current.id)).scalar()
+    assert told == 4
+    assert TaskStore(upgraded).claim_look_told(current.id) is None
+    upgraded.dispose()
