@@ -94,7 +94,7 @@ class RoundFeeder:
         self.counts_tried = None  # the counts refresh this worker ran last (its claim's time)
         self.follows = False
         self.started_at = None  # the database's clock when this worker began (follow_every 0)
-        self.look = None  # the look this worker claimed, until its rounds are all closed
+        self.looks_at_start = None  # the task's looks then: follow_every 0 looks once a start
         self.error_attempts = settings.getint("ERRORS_MAX_ATTEMPTS")
         self.breaker = Breaker(
             consecutive=settings.getint("TASKS_HALT_AFTER"),
@@ -216,6 +216,7 @@ class RoundFeeder:
         self.task_id = task.id
         self.task_name = task.name  # the row's (``-a task=NAME`` may have chosen it)
         self.started_at = await in_thread(self.store.database_now)
+        self.looks_at_start = await in_thread(self.store.looks_now, task.id)
         self.follows = task.follow
         await in_thread(self.store.register_worker, self.worker_id, task.id)
         self.heartbeat_loop = twisted_task.LoopingCall(self._heartbeat)
@@ -522,6 +523,8 @@ class RoundFeeder:
             self.look_back_days,
             self.follow_every,
             self.started_at,
+            self.looks_at_start,
+            self.worker_id,
         )
         if look is None:
             return False

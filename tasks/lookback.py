@@ -87,12 +87,19 @@ def look_due(
     now: dt.datetime,
     every: int,
     started: dt.datetime,
+    looks: int = 0,
+    looks_at_start: int | None = None,
 ) -> bool:
-    """Is a look due? Never looked: yes. ``every`` 0: once per worker's start (``started``,
-    the database's clock when it began); else when the time the last look set has come."""
+    """Is a look due? Never looked: yes. ``every`` 0: once per worker's start: no look was
+    claimed since it began (``looks_at_start``: the task's looks then; the database's clock
+    has whole seconds, and a run that ends and one that starts within one second are one
+    instant to it), else a last look before ``started``; else when the time the last look set
+    has come."""
     if look_at is None:
         return True
     if every <= 0:
+        if looks_at_start is not None:
+            return looks == looks_at_start
         return look_at < started
     return look_due_at is None or look_due_at <= now
 
@@ -136,6 +143,12 @@ class Looks(TaskRows):
             return None
         return {"number": looks, **progress}
 
+    @retried("reading a task's looks")
+    def looks_now(self, task_id: int) -> int:
+        """How many looks the task has had (a worker's ``looks_at_start``)."""
+        with self.engine.connect() as conn:
+            return conn.execute(sa.select(task.c.looks).where(task.c.id == task_id)).scalar() or 0
+
     @retried("reading the database's clock")
     def database_now(self) -> dt.datetime:
         """The database's clock (every worker's common time: a look's ``started``)."""
@@ -143,7 +156,13 @@ class Looks(TaskRows):
             return db_now(conn)
 
     def claim_look(
-        self, task_id: int, look_back_days: int, every: int, started: dt.datetime
+        self,
+        task_id: int,
+        look_back_days: int,
+        every: int,
+        started: dt.datetime,
+        looks_at_start: int | None = None,
+        worker_id: str | None = None,
     ) -> Look | None:
         """Claim the task's look if one is due and re-open the look-back's rounds that were
         not counted within ``every`` seconds (``every`` 0: since ``started``). None: the task
@@ -157,7 +176,10 @@ class Looks(TaskRows):
             now = db_now(conn)
             if current.next_round(self.day_census)[0] <= current.limit(now):
                 return None  # the crawl is not at today yet: its rounds come first
-            if not look_due(current.look_at, current.look_due, now, every, started):
+            if not look_due(
+                current.look_at, current.look_due, now, every, started, current.looks,
+                looks_at_start,
+            ):  # fmt: skip
                 return None
             number = current.looks + 1
             won = move(
@@ -174,7 +196,17 @@ class Looks(TaskRows):
             first, last = look_window(
                 current.start_date, current.cur_date, cnki_today(now), look_back_days
             )
-            counted_since = now - dt.timedelta(seconds=every) if every > 0 else started
+            if every > 0:
+                not_counted = round_.c.updated_at < now - dt.timedelta(seconds=every)
+            else:  # not the rounds this worker's run walked (it counts as a look); in the
+                # second it started, what it closed itself (the clock has whole seconds)
+                not_counted = sa.or_(
+                    round_.c.updated_at < started,
+                    sa.and_(
+                        round_.c.updated_at == started,
+                        sa.or_(round_.c.worker.is_(None), round_.c.worker != (worker_id or "")),
+                    ),
+                )
             reopened = move(
                 conn,
                 round_,
@@ -183,7 +215,7 @@ class Looks(TaskRows):
                     round_.c.day >= first.isoformat(),
                     round_.c.day <= last.isoformat(),
                     round_.c.state == RoundState.DONE,
-                    round_.c.updated_at < counted_since,
+                    not_counted,
                 ],
                 now,
                 # before anything else: what it listed, its history once it lists again

@@ -73,6 +73,10 @@ def test_a_look_is_due_when_its_time_has_come_or_at_each_start_with_zero():
     assert look_due(t0, t0 + hour, t0 + hour, 3600, t0)
     assert not look_due(t0, t0, t0, 0, t0)  # 0: once a start
     assert look_due(t0, t0, t0 + hour, 0, t0 + hour)
+    # 0, the database's whole seconds: a run started in the second the last look began (the
+    # previous run's) is due by the looks it saw at its start; not once a look followed them
+    assert look_due(t0, t0, t0, 0, t0, looks=3, looks_at_start=3)
+    assert not look_due(t0, t0, t0, 0, t0, looks=4, looks_at_start=3)
 
 
 def test_follow_on_off_stop_and_extend(db_url):
