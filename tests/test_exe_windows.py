@@ -157,11 +157,11 @@ class WindowsInstall(Install):
         result.stderr = result.stderr.decode(self.encoding, errors="replace")
         return result
 
-    def start(self) -> subprocess.Popen:
-        """Start it with no arguments; its console (a pipe, see the module) goes to
-        :meth:`console`, outside the folder."""
-        process = subprocess.Popen(
-            [_wine(), str(self.program)],
+    def popen(self, *args: str) -> subprocess.Popen:
+        """Start it under Wine in its folder, its console a pipe (stdout and stderr), in a
+        process group of its own (to be signalled whole)."""
+        return subprocess.Popen(
+            [_wine(), str(self.program), *args],
             cwd=self.folder,
             env=self.env(),
             stdin=subprocess.DEVNULL,
@@ -169,6 +169,11 @@ class WindowsInstall(Install):
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+    def start(self) -> subprocess.Popen:
+        """Start it with no arguments; its console (a pipe, see the module) goes to
+        :meth:`console`, outside the folder."""
+        process = self.popen()
         console = self.folder.parent / "console.txt"
 
         def copy() -> None:
@@ -652,15 +657,7 @@ def test_the_exe_opens_the_pass_desk_in_a_running_browser(exe, tmp_path, cnki_si
     pool = SessionStore(redis.Redis.from_url(REDIS_URL), namespace_for(site.base_url))
     running, cdp = running_chromium(tmp_path / "profile")
     port = free_port()
-    web = subprocess.Popen(
-        [_wine(), str(install.program), "web", "--port", str(port), "--desk-cdp", str(cdp)],
-        cwd=install.folder,
-        env=install.env(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    web = install.popen("web", "--port", str(port), "--desk-cdp", str(cdp))
     base = f"http://127.0.0.1:{port}"
     context = browser.new_context(viewport={"width": 900, "height": 900})
     try:

@@ -74,19 +74,7 @@ def test_the_plan_is_within_15_percent_of_what_the_crawl_took(census_crawl, dept
 
 def test_plan_says_when_no_day_was_seen(crawl_setup):
     setup = crawl_setup("patent", "G06", start="2024-03-01", end="2024-03-03", site=YEAR)
-    setup.run_ok(
-        "task",
-        "add",
-        setup.task,
-        "--type",
-        "patent",
-        "--start",
-        "2024-03-01",
-        "--end",
-        "2024-03-03",
-        "--categories",
-        "G06",
-    )
+    add_task(setup, "G06")
     out = setup.run_ok("task", "plan", setup.task).stdout
     assert "3 days to go, none seen yet" in out
 
@@ -127,7 +115,8 @@ def plan_sample(setup, n: int, *more: str) -> tuple[dict, int]:
     return json.loads(out.stdout), setup.site.stats()["kinds"]["grid"] - before
 
 
-def add_task(setup) -> None:
+def add_task(setup, categories: str = IPC) -> None:
+    """The task of ``setup`` in the task table (its days), not crawled yet."""
     setup.run_ok(
         "task",
         "add",
@@ -139,7 +128,7 @@ def add_task(setup) -> None:
         "--end",
         setup.end,
         "--categories",
-        IPC,
+        categories,
     )
 
 
