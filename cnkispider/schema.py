@@ -44,7 +44,7 @@ from sqlalchemy.dialects.mysql import MEDIUMTEXT
 
 from cnkispider.items import FIELDS, INTEGER_FIELDS, TIME_FIELDS
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 
 metadata = MetaData()
 
@@ -130,6 +130,11 @@ round_ = Table(
     # ``total`` listed now); NULL: never re-opened by a look
     Column("listed_before", Integer),
     Column("look", Integer),  # the look (task.looks) that re-opened it last
+    # issue 47: the seeding the round's requests in Redis belong to (a fresh token at each
+    # mark_seeded, written with its seed to {ns}:seedings): a drain, close or unlisted mark
+    # names it, compared in the same statement, so a late writer of an earlier seeding of the
+    # same round (whatever the Redis epoch) changes nothing
+    Column("seeding", String(32)),
     UniqueConstraint("task_id", "day", "category", name="uq_round_task_day_category"),
     Index("ix_round_task_state", "task_id", "state"),
 )
@@ -455,6 +460,10 @@ UPGRADES[13] = [(task, "counts_at"), (task, "counts_due")]
 
 # issue 38: a look's end told once per task, by any worker (tasks/lookback.py claim_look_told)
 UPGRADES[14] = [(task, "look_told")]
+
+# issue 47: every write of a drain bound to the seeding it belongs to (tasks/rounds.py); a round
+# seeded before has none, and its drain is judged by its epoch as before
+UPGRADES[15] = [(round_, "seeding")]
 
 #: Values an upgrade step gives the rows that were there before it, by version: the looks a
 #: task had before version 14 were told by the worker that claimed them.

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import secrets
 import subprocess
 from pathlib import Path
 
@@ -52,7 +53,7 @@ from cnkispider.db import is_transient, open_database
 from cnkispider.exceptions import CnkiSpiderError, SchedulerClosed, TaskRowError
 from cnkispider.halting import Breaker
 from cnkispider.offload import in_thread
-from cnkispider.scheduling.outcome import RoundScheduler
+from cnkispider.scheduling.outcome import ROUND_SEEDING, RoundScheduler
 from errors.middleware import LAST_ERROR_STAT
 from errors.recorder import ErrorRecorder
 from tasks.categories import round_label
@@ -341,13 +342,19 @@ class RoundFeeder:
                 # the task's tree as it is now (its categories file may have been edited): a
                 # new root's children are known when its search has to be split
                 self.context.task = await in_thread(self.store.get, self.task_id)
+                # This seeding's token: written with the seed to Redis and to the round when
+                # it is marked seeded; its drain names it, so only this seeding's handlers may
+                # close the round (a late handler of an earlier one changes nothing).
+                seeding = secrets.token_hex(8)
                 for request in self.spider.round_requests(round_):
+                    if request.meta.get("round_id") == round_.id:
+                        request.meta[ROUND_SEEDING] = seeding
                     self.crawler.engine.crawl(request)
                 # Seeded only once the first request is in Redis: a crash before that leaves
                 # the round claimed, and its lease hands it to another worker.
                 await self._flushed()
                 ours = await in_thread(
-                    self.store.mark_seeded, round_.id, self.worker_id, scheduler.epoch
+                    self.store.mark_seeded, round_.id, self.worker_id, scheduler.epoch, seeding
                 )
             except BaseException:
                 # This worker lives on: a round it failed to seed (the task row edited into
@@ -679,15 +686,17 @@ class RoundFeeder:
 
     # -- completion --------------------------------------------------------------------------
 
-    async def round_drained(self, round_id, spider=None, epoch=None):
+    async def round_drained(self, round_id, spider=None, epoch=None, seeding=None):
         """This worker acknowledged the round's last request: the round is closed if it was
         seeded under the epoch it drained in (else it is replayed); not seeded yet: asked again
         later. Closed means done when its ledger balances, else failed (re-opened while it has
         attempts left: tasks/flow.py ``close_round``). While the task is halted it is failed
-        instead (note ``halted``), and ``task resume`` re-opens it."""
+        instead (note ``halted``), and ``task resume`` re-opens it. Every write names the
+        drain's ``seeding`` (tasks/rounds.py ``close_round``): a handler of an earlier seeding,
+        late through a database outage, changes nothing of the round's later seeding."""
         if self.follows:  # a look's walk: what it did not show is no longer listed
-            await in_thread(self.store.mark_unlisted, round_id)
-        closed = await in_thread(self.store.close_round, round_id, epoch=epoch)
+            await in_thread(self.store.mark_unlisted, round_id, seeding)
+        closed = await in_thread(self.store.close_round, round_id, epoch=epoch, seeding=seeding)
         if closed.moved is None:
             return cnki_signals.DRAIN_LATER
         if closed.moved:
@@ -716,7 +725,7 @@ class RoundFeeder:
                     else f"failed after {closed.attempts} attempts (errorCode reason ledger)",
                 )
         elif await in_thread(self.store.halt_of, self.task_id):
-            if await in_thread(self.store.mark_halted, round_id):
+            if await in_thread(self.store.mark_halted, round_id, seeding):
                 self.crawler.stats.inc_value("rounds/halted")
         self._kick()
 

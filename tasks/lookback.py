@@ -334,21 +334,32 @@ class Looks(TaskRows):
             return stored_keys(conn, round_id, keys)
 
     @retried("marking rows no longer listed")
-    def mark_unlisted(self, round_id: int) -> int:
+    def mark_unlisted(self, round_id: int, seeding: str | None = None) -> int:
         """The round drained: rows its look's walk did not show are no longer listed (since
         now), kept and counted apart by the ledger. Not while the round has list pages in
         errorCode or rows beyond reach: their rows were not shown for another reason (the
-        round does not balance, or counts them beyond, and a later walk starts over)."""
+        round does not balance, or counts them beyond, and a later walk starts over).
+
+        ``seeding``: the drain's (tasks/rounds.py ``close_round``): the rows are marked only
+        while the round is still seeded under it, in the UPDATE's own condition, so the late
+        handler of an earlier seeding marks nothing of a walk the round began since."""
         from cnkispider.ledger import list_facts
 
+        where = [ledger.c.round_id == round_id, ledger.c.unconfirmed.is_not(None)]
+        if seeding is not None:
+            where.append(
+                sa.exists().where(
+                    round_.c.id == round_id,
+                    round_.c.state == RoundState.SEEDED,
+                    round_.c.seeding == seeding,
+                )
+            )
         with self.engine.begin() as conn:
             beyond, failed = list_facts(conn, round_id)
             if beyond or failed:
                 return 0
             return conn.execute(
-                ledger.update()
-                .where(ledger.c.round_id == round_id, ledger.c.unconfirmed.is_not(None))
-                .values(unconfirmed=None, unlisted_since=db_now(conn))
+                ledger.update().where(*where).values(unconfirmed=None, unlisted_since=db_now(conn))
             ).rowcount
 
     @retried("reading a look's progress")

@@ -657,12 +657,17 @@ class Rounds(TaskRows):
                 == 1
             )
 
-    def mark_seeded(self, round_id: int, worker_id: str, epoch: str) -> bool:
+    def mark_seeded(
+        self, round_id: int, worker_id: str, epoch: str, seeding: str | None = None
+    ) -> bool:
         """The round's first request is in Redis: from now on Redis leases guard it. True when
         this worker seeded it; False when the round is no longer its own (its lease lapsed and
         another worker took it over, or the operator re-opened it): the caller seeds no more of
         it. Run again after a lost commit, the move matches nothing: the round is then read to
-        tell this worker's own seeding (seeded by it, under this epoch) from another's move."""
+        tell this worker's own seeding (seeded by it, under this epoch) from another's move.
+
+        ``seeding``: the token its seed carried to Redis (``{ns}:seedings``); the drain is
+        reported with it, and only a writer of this seeding may close the round (:meth:`close_round`)."""
         self._let_go(worker_id, round_id)  # seeded or lost: held claimed no more
         if transition(
             self.engine,
@@ -674,6 +679,7 @@ class Rounds(TaskRows):
             ],
             state=RoundState.SEEDED,
             epoch=epoch,
+            seeding=seeding,
         ):
             return True
         row = self.round_info(round_id)
@@ -682,6 +688,7 @@ class Rounds(TaskRows):
             and row.state == RoundState.SEEDED
             and row.worker == worker_id
             and row.epoch == epoch
+            and row.seeding == seeding
         )
 
     def mark_done(
@@ -690,10 +697,11 @@ class Rounds(TaskRows):
         total: int | None = None,
         note: str | None = None,
         epoch: str | None = None,
+        seeding: str | None = None,
     ) -> bool | None:
         """The round drained: done if its ledger balances; True for exactly the one caller that
         moved it to done (:meth:`close_round` says what happened otherwise)."""
-        closed = self.close_round(round_id, total=total, note=note, epoch=epoch)
+        closed = self.close_round(round_id, total=total, note=note, epoch=epoch, seeding=seeding)
         if closed.moved is None:
             return None
         return closed.moved and closed.state == RoundState.DONE
@@ -705,6 +713,7 @@ class Rounds(TaskRows):
         total: int | None = None,
         note: str | None = None,
         epoch: str | None = None,
+        seeding: str | None = None,
     ) -> Closed:
         """The round drained: ``done`` when its ledger balances (cnkispider/ledger.py), else ``failed``.
 
@@ -728,6 +737,13 @@ class Rounds(TaskRows):
         ``claim`` replays it whole, whatever the new Redis counted (False). A round not marked
         seeded yet (its seeder is between the flush and ``mark_seeded``, or it was taken over
         and is being seeded again) answers ``moved=None``: ask again later.
+
+        ``seeding``: the seeding the drain belongs to (its seed's token, reported by Redis with
+        the drain). Compared in the move's own condition: the late handler of an earlier
+        seeding (its close retried through a database outage while another worker closed that
+        seeding and the round was seeded again, by a look or a retry) changes nothing of the
+        later one (False), whatever the epoch. None: a drain with no seeding recorded (a round
+        seeded before schema 15): the epoch alone decides, as before.
         """
         not_halted = ~sa.exists().where(
             task.c.id == round_.c.task_id, task.c.halt_reason.is_not(None)
@@ -741,6 +757,8 @@ class Rounds(TaskRows):
                 round_.c.epoch == epoch,
                 not_halted,
             ]
+        if seeding is not None:
+            where.append(round_.c.seeding == seeding)
         with self.engine.begin() as conn:
             now = db_now(conn)
             row = conn.execute(sa.select(round_).where(round_.c.id == round_id)).first()
@@ -769,6 +787,8 @@ class Rounds(TaskRows):
                 return Closed(True, RoundState.DONE, verdict, row.attempts)
             else:
                 return Closed(True, *self._failed(conn, row, verdict, now))
+            if seeding is not None and state == RoundState.SEEDED and row.seeding != seeding:
+                return Closed(False)  # an earlier seeding's drain: a later one owns the round
         if epoch is not None and state == RoundState.CLAIMED:
             return Closed(None)
         return Closed(False)
@@ -792,12 +812,17 @@ class Rounds(TaskRows):
         )
         return RoundState.FAILED, verdict, row.attempts
 
-    def mark_halted(self, round_id: int) -> bool:
-        """A round that drained while its task was halted: failed, re-opened by ``resume``."""
+    def mark_halted(self, round_id: int, seeding: str | None = None) -> bool:
+        """A round that drained while its task was halted: failed, re-opened by ``resume``.
+        ``seeding``: the drain's (as in :meth:`close_round`), so an earlier seeding's late
+        handler leaves the round alone."""
+        where = [round_.c.id == round_id, round_.c.state.in_(IN_FLIGHT)]
+        if seeding is not None:
+            where.append(round_.c.seeding == seeding)
         return transition(
             self.engine,
             round_,
-            [round_.c.id == round_id, round_.c.state.in_(IN_FLIGHT)],
+            where,
             state=RoundState.FAILED,
             lease_until=None,
             note=HALTED_NOTE,

@@ -563,7 +563,10 @@ def test_the_upgrade_to_14_counts_the_looks_before_it_as_told(db_url):
     engine.dispose()
     upgraded = open_database(db_url)
     with upgraded.connect() as conn:
-        assert conn.execute(sa.select(schema.schema_version.c.version)).scalar() == 14
+        assert (
+            conn.execute(sa.select(schema.schema_version.c.version)).scalar()
+            == schema.SCHEMA_VERSION
+        )
         told = conn.execute(sa.select(task.c.look_told).where(task.c.id == current.id)).scalar()
     assert told == 4
     assert TaskStore(upgraded).claim_look_told(current.id) is None

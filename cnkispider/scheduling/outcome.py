@@ -53,6 +53,11 @@ BUFFERED, HANDED, ABANDONED = "buffered", "handed", "abandoned"
 #: made from (:class:`LeaseLineage`); the scheduler takes it out before the request is written.
 LEASE_PARENT = "lease_parent"
 
+#: Meta key of a round's seed (tasks/feeder.py): the seeding it starts (``round.seeding``); the
+#: scheduler takes it out and writes it with the request (``{ns}:seedings``), and the round's
+#: drain is reported with it (tasks/rounds.py: only that seeding's handlers may close it).
+ROUND_SEEDING = "round_seeding"
+
 
 @dataclass
 class _Lease:
@@ -170,28 +175,39 @@ class OutcomeTracker:
 class LeaseLineage:
     """Spider middleware: each request a callback yields carries the hand-out of the response's
     request (its ``lease_id`` and ``lease_token``) in meta ``lease_parent``, for the scheduler
-    to send with it (see the module's docstring). Requests an errback yields are not marked
-    (Scrapy runs spider middlewares on callbacks only): they are queued as seeds are."""
+    to send with it (see the module's docstring). Scrapy runs spider middlewares on callbacks
+    only: an errback marks what it yields itself, with :func:`errback_lineage` (the spiders'
+    ``on_error``), so a late holder's refresh, relist or retry is refused as its callbacks' are."""
 
     def process_spider_output(self, response, result, spider=None):
-        parent = _hand_out(response)
+        parent = hand_out(response.request)
         for out in result:
-            yield _mark(out, parent)
+            yield mark(out, parent)
 
     async def process_spider_output_async(self, response, result, spider=None):
-        parent = _hand_out(response)
+        parent = hand_out(response.request)
         async for out in result:
-            yield _mark(out, parent)
+            yield mark(out, parent)
 
 
-def _hand_out(response) -> list[str] | None:
-    meta = response.request.meta
+async def errback_lineage(failure, output):
+    """What an errback yields (``output``, an async iterable), each request marked as the child
+    of the failed request's hand-out, as :class:`LeaseLineage` marks a callback's."""
+    parent = hand_out(failure.request)
+    async for out in output:
+        yield mark(out, parent)
+
+
+def hand_out(request) -> list[str] | None:
+    """``[lease_id, lease_token]`` of the hand-out ``request`` came from; None when it was not
+    leased (no leased scheduler)."""
+    meta = request.meta
     if meta.get("lease_id") is None:
-        return None  # not a leased request (no leased scheduler)
+        return None
     return [meta["lease_id"], meta.get("lease_token")]
 
 
-def _mark(out: object, parent: list[str] | None) -> object:
+def mark(out: object, parent: list[str] | None) -> object:
     if parent is not None and isinstance(out, Request):
         out.meta[LEASE_PARENT] = parent
     return out

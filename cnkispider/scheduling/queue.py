@@ -5,9 +5,9 @@ run twice by two workers, and exactly one worker must learn that a round is fini
 is a lease, not a delete, and every move is one atomic step of :data:`SYNC_LUA`. The keys under
 ``{ns}`` (``SCHEDULER_NAMESPACE``): ``queue``, ``requests``, ``leases``, ``attempts``,
 ``tokens``, ``seq``, ``writers``, ``round:{r}:outstanding``, ``round:{r}:bloom[:i]``, ``bloom``,
-``drained``, ``epoch``, ``unreadable``, ``unreadable:order`` (the table: docs/INTERNALS.md). A
-request's id is its score (``-priority * 2**33 + seq``): priority first, first-in first-out
-within one. One server (or a primary with replicas): the script builds key names, not Cluster.
+``drained``, ``seedings``, ``epoch``, ``unreadable``, ``unreadable:order`` (the table:
+docs/INTERNALS.md). A request's id is its score (``-priority * 2**33 + seq``): priority first,
+first-in first-out within one. One server (or a primary with replicas): the script builds key names, not Cluster.
 
 Life of a request (the invariants; every move is one atomic step of :data:`SYNC_LUA`)::
 
@@ -57,6 +57,9 @@ local P = KEYS[1]
 local Q, R, L, A = P .. ':queue', P .. ':requests', P .. ':leases', P .. ':attempts'
 local SEQ, DRAINED, EPOCH, UNREAD = P .. ':seq', P .. ':drained', P .. ':epoch', P .. ':unreadable'
 local TOKENS, UNREAD_ORDER = P .. ':tokens', P .. ':unreadable:order'
+-- the seeding each round id was last seeded under (flow control's ``round.seeding``): a drain
+-- is reported with it, so the handler of an earlier seeding's drain changes nothing of a later
+local SEEDINGS = P .. ':seedings'
 
 local now = tonumber(ARGV[1])
 if now == 0 then
@@ -143,10 +146,12 @@ local enqueued, dups, refused, filters = 0, 0, 0, {}
 for _ = 1, n_enq do
   local prio, fp, rid = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2]
   local parent, parent_token, data = ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
-  i = i + 6
+  local seeding = ARGV[i + 6]
+  i = i + 7
   if parent ~= '' and (not current or redis.call('HGET', TOKENS, parent) ~= parent_token) then
     refused = refused + 1
   else
+    if seeding ~= '' and rid ~= '' then redis.call('HSET', SEEDINGS, rid, seeding) end
     local dup = false
     if fp ~= '' then
       local B = filters[rid]
@@ -249,9 +254,15 @@ for _ = 1, n_rel do
 end
 
 -- 5. drained rounds whose worker has told flow control (of this epoch only: another epoch's
---    drain of the same round id is not this one)
+--    drain of the same round id is not this one), each as ``rid`` or ``rid\nseeding``: a
+--    confirmation of an earlier seeding's drain leaves a later seeding's drain alone
 for _ = 1, n_conf do
-  if current then redis.call('ZREM', DRAINED, ARGV[i]) end
+  local rid, seeding = ARGV[i], ''
+  local nl = string.find(rid, '\n', 1, true)
+  if nl then rid, seeding = string.sub(rid, 1, nl - 1), string.sub(rid, nl + 1) end
+  if current and (seeding == '' or seeding == (redis.call('HGET', SEEDINGS, rid) or '')) then
+    redis.call('ZREM', DRAINED, rid)
+  end
   i = i + 1
 end
 
@@ -328,8 +339,13 @@ end
 local queued, leased = redis.call('ZCARD', Q), redis.call('ZCARD', L)
 if queued == 0 and leased == 0 and acked > 0 then drop_filter(filter_key('')) end
 local seq = redis.call('GET', SEQ) or '0'
+-- each drained round's seeding, read now (a drain reported again reads it again: a round is
+-- seeded again only once its earlier drain was closed, tasks/rounds.py)
+local seedings = {}
+for n, rid in ipairs(drained) do seedings[n] = redis.call('HGET', SEEDINGS, rid) or '' end
 return {
-  epoch, queued, leased, enqueued, dups, acked, stale, popped, abandoned, drained, refused, seq, mark
+  epoch, queued, leased, enqueued, dups, acked, stale, popped, abandoned, drained, refused, seq, mark,
+  seedings
 }
 """
 )
@@ -346,6 +362,7 @@ class Enqueue:
     fingerprint: bytes | None = None
     round_id: str | None = None
     parent: Held | None = None
+    seeding: str | None = None  # a round's seed: the seeding it starts (``{ns}:seedings``)
 
 
 @dataclass(frozen=True)
@@ -429,6 +446,8 @@ class SyncResult:
     drained: list[str]
     refused: int = 0  # new requests made from a hand-out no longer current
     seq: int = 0  # the namespace's sequence after the call
+    #: drained round id -> the seeding it drained under ('' where none was recorded)
+    seedings: dict[str, str] = field(default_factory=dict)
 
 
 class LeasedQueue:
@@ -523,6 +542,7 @@ class LeasedQueue:
                 parent.lease_id,
                 parent.token,
                 e.data,
+                e.seeding or "",
             ]
         for held in batch.acks:
             args += [held.lease_id, held.token]
@@ -538,6 +558,8 @@ class LeasedQueue:
         self.epoch = epoch.decode()
         self.seq_seen = max(self.seq_seen, seq)
         self.last_call_ms = int(raw[12])
+        drained_ids = [r.decode() for r in drained]
+        seedings = [s.decode() for s in raw[13]] if len(raw) > 13 else []
         return SyncResult(
             epoch=self.epoch,
             queued=queued,
@@ -548,9 +570,10 @@ class LeasedQueue:
             stale=stale,
             popped=_popped(popped),
             abandoned=_popped(abandoned),
-            drained=[r.decode() for r in drained],
+            drained=drained_ids,
             refused=refused,
             seq=seq,
+            seedings=dict(zip(drained_ids, seedings, strict=False)),
         )
 
     def remove(self) -> int:
@@ -609,6 +632,7 @@ TASK_KEYS = (
     "drained",
     "unreadable",
     "unreadable:order",
+    "seedings",
 )
 
 

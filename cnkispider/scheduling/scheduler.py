@@ -56,6 +56,7 @@ from cnkispider.scheduling.outcome import (
     ABANDONED,
     BUFFERED,
     LEASE_PARENT,
+    ROUND_SEEDING,
     OutcomeTracker,
     round_scheduler,
 )
@@ -344,8 +345,20 @@ class LeasedScheduler(BaseScheduler):
         priority = max(
             -defaults.PRIORITY_LIMIT + 1, min(defaults.PRIORITY_LIMIT - 1, request.priority)
         )
+        # a round's seed names the seeding it starts (flow control's round.seeding): the round's
+        # drain is reported with it, so that only this seeding's handlers may close it
+        seeding = request.meta.pop(ROUND_SEEDING, None)
         data = request_to_json(request, self.spider)  # may refuse it: then nothing is recorded
-        self._writes.enqueues.append(Enqueue(data, priority, fingerprint, round_id, parent))
+        self._writes.enqueues.append(
+            Enqueue(
+                data,
+                priority,
+                fingerprint,
+                round_id,
+                parent,
+                None if seeding is None else str(seeding),
+            )
+        )
         self._inc("scheduler/enqueued")
         self._inc("scheduler/enqueued/redis")
         if len(self._writes.enqueues) >= defaults.MAX_OPS_PER_SYNC:
@@ -460,7 +473,7 @@ class LeasedScheduler(BaseScheduler):
             if request is not None:
                 self._abandon(request, popped)
         for round_id in result.drained:
-            self._drained(round_id, result.epoch)
+            self._drained(round_id, result.epoch, result.seedings.get(round_id) or None)
         self._view_queued = result.queued
         self._view_others = max(0, result.leased - len(self.outcomes))
 
@@ -558,20 +571,29 @@ class LeasedScheduler(BaseScheduler):
         if self.outcomes.settle(held.lease_id) is not None:
             self._writes.acks.append(held)
 
-    def _drained(self, round_id: str, epoch: str) -> None:
+    def _drained(self, round_id: str, epoch: str, seeding: str | None = None) -> None:
         value: int | str = int(round_id) if round_id.lstrip("-").isdigit() else round_id
         self._inc("scheduler/rounds_drained")
         # one a round (thousands a run): for whoever debugs the drain, not the operator's log
-        logger.debug("Round %(round)s drained (epoch %(epoch)s)", {"round": value, "epoch": epoch})
+        logger.debug(
+            "Round %(round)s drained (epoch %(epoch)s, seeding %(seeding)s)",
+            {"round": value, "epoch": epoch, "seeding": seeding},
+        )
         self._handlers_running += 1
         d = deferred_from_coro(
             self.crawler.signals.send_catch_log_async(
-                signals.round_drained, round_id=value, epoch=epoch, spider=self.spider
+                signals.round_drained,
+                round_id=value,
+                epoch=epoch,
+                seeding=seeding,
+                spider=self.spider,
             )
         )
-        d.addCallback(self._drain_handled, round_id, epoch)
+        d.addCallback(self._drain_handled, round_id, epoch, seeding)
 
-    def _drain_handled(self, results: list, round_id: str, epoch: str) -> None:
+    def _drain_handled(
+        self, results: list, round_id: str, epoch: str, seeding: str | None = None
+    ) -> None:
         self._handlers_running -= 1
         if epoch != self.epoch:
             # Redis went to a new epoch while the handlers ran: that drain's entry is gone, and
@@ -593,7 +615,8 @@ class LeasedScheduler(BaseScheduler):
                 call_later(delay, self._recheck, round_id, epoch)
             return  # unconfirmed: if this worker dies, another one is told in time
         self._recheck_delay.pop(round_id, None)
-        self._writes.confirms.append(round_id)
+        # with its seeding: a late confirmation leaves a later seeding's drain in Redis
+        self._writes.confirms.append(round_id if seeding is None else f"{round_id}\n{seeding}")
 
     def _recheck(self, round_id: str, epoch: str) -> None:
         if self._closing:

@@ -48,6 +48,7 @@ from cnkispider.drift import watched
 from cnkispider.exceptions import RefusedPage, SessionLost
 from cnkispider.items import FIELDS, ITEM_CLASSES, ROW_FIELDS
 from cnkispider.offload import in_thread
+from cnkispider.scheduling.outcome import errback_lineage
 from cnkispider.spiders.canary import CanaryMixin
 from cnkispider.spiders.carry import carry, verified_session
 from cnkispider.spiders.census import CensusMixin
@@ -571,7 +572,13 @@ class RoundSpider(
     async def on_error(self, failure):
         """A request that failed for good (after its retries): a detail request whose link went
         stale (CNKI's verify page) is refreshed by a title search; any other failure is recorded
-        (``errors.middleware``: a rejection there halts the task)."""
+        (``errors.middleware``: a rejection there halts the task). What it yields is the child
+        of the failed request's lease, as a callback's is: refused once that hand-out is no
+        longer current (its lease ran out and the round went on without it)."""
+        async for out in errback_lineage(failure, self._on_error(failure)):
+            yield out
+
+    async def _on_error(self, failure):
         request = failure.request
         meta = request.meta
         reason = failure_reason(failure.value)
