@@ -13,13 +13,8 @@ before a crawl (:mod:`cnkispider.preflight`), and below the entry points that us
 
 from __future__ import annotations
 
-from scrapy.settings import default_settings as _scrapy_defaults
-
-from cnkispider import default_settings as _defaults
 from cnkispider import settings as _project
 from cnkispider.config import Config
-from cnkispider.exceptions import InputError
-from cnkispider.i18n import _
 
 #: Settings of Scrapy's command line, not of a crawler: `cnkispider run` builds its crawler
 #: without them.
@@ -153,37 +148,3 @@ def crawler_settings(config: Config) -> dict:
             "cnkispider.archive.HtmlArchiveMiddleware": 605,
         }
     return settings
-
-
-#: The words Scrapy's ``getbool`` reads (besides whole numbers: 0 is false, any other true).
-_BOOLEANS = frozenset({"true", "True", "false", "False"})
-
-
-def check_setting(name: str, value: str) -> None:
-    """A ``-s NAME=VALUE`` of the command line, checked as config.ini's values are: a setting
-    whose default (ours, else Scrapy's) is a number or a switch must be one, or this raises one
-    :class:`InputError` naming it. Unchecked, ``-s RATELIMIT_RATE=abc`` reached the crawler,
-    whose middleware failed on ``getfloat`` while it was being built: a traceback instead of a
-    line. The value itself is passed on as typed (Scrapy's getters read the text).
-
-    A whole-number default does not mean a whole number is required (Scrapy reads
-    ``DNS_TIMEOUT``, default 60, with ``getfloat``): any number passes for a number."""
-    default = getattr(_defaults, name, getattr(_scrapy_defaults, name, None))
-    text = value.strip()
-    if isinstance(default, bool):
-        if text not in _BOOLEANS and not _is_number(text, whole=True):
-            raise InputError(
-                _("-s %(name)s=%(value)r: expected true or false") % {"name": name, "value": value}
-            )
-    elif isinstance(default, int | float) and not _is_number(text):
-        raise InputError(
-            _("-s %(name)s=%(value)r: expected a number") % {"name": name, "value": value}
-        )
-
-
-def _is_number(text: str, *, whole: bool = False) -> bool:
-    try:
-        (int if whole else float)(text)
-    except ValueError:
-        return False
-    return True

@@ -636,7 +636,10 @@ def crawl_ini(tmp_path, db_url) -> str:
     ("pair", "expected"),
     [
         ("RATELIMIT_RATE=abc", "error: -s RATELIMIT_RATE='abc': expected a number"),
-        ("CONCURRENT_REQUESTS=many", "error: -s CONCURRENT_REQUESTS='many': expected a number"),
+        (
+            "CONCURRENT_REQUESTS=many",
+            "error: -s CONCURRENT_REQUESTS='many': expected a whole number",
+        ),
         ("PACE_ENABLED=maybe", "error: -s PACE_ENABLED='maybe': expected true or false"),
     ],
 )
@@ -673,7 +676,7 @@ def test_a_crawler_that_cannot_be_built_raises_its_own_error(crawl_ini):
 
 
 def test_good_setting_values_pass_the_check_as_typed():
-    from cnkispider.crawlsettings import check_setting
+    from cnkispider.settingcheck import check_setting
 
     for name, value in (
         ("RATELIMIT_RATE", "2.5"),
@@ -682,7 +685,12 @@ def test_good_setting_values_pass_the_check_as_typed():
         ("PACE_ENABLED", "0"),
         ("DNS_TIMEOUT", "2.5"),  # a whole-number default Scrapy reads with getfloat
         ("LOG_FILE", "x.log"),
-        ("NO_SUCH_SETTING", "anything"),
+        ("LOG_LEVEL", "debug"),
+        ("DOWNLOAD_DELAY", "0"),
+        ("RETRY_PRIORITY_ADJUST", "-1"),  # a priority may be below 0
+        ("DATABASE_URL", "mysql+pymysql://w@127.0.0.1/cnki"),
+        ("REDIS_URL", ""),  # the embedded Redis
+        ("ARCHIVE_DIR", "pages"),  # read by the code, no default
     ):
         check_setting(name, value)
 

@@ -165,9 +165,24 @@ def cmd_run(config: Config, args) -> int:
     return 0 if stats.get("finish_reason") in ("finished", "up_to_date", "shutdown") else 1
 
 
+def process_count(text: str) -> int:
+    """``--processes N``: a whole number of at least 1 (not given: [crawl] processes)."""
+    import argparse
+
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(
+            _("%(value)r: expected a whole number of at least 1") % {"value": text}
+        )
+    return number
+
+
 def run_overrides(args) -> dict:
     """Scrapy settings from `run`'s -s KEY=VALUE, -o FILE and --verbose (as `scrapy crawl` has)."""
-    from cnkispider.crawlsettings import check_setting
+    from cnkispider.settingcheck import check_setting
 
     overrides: dict = {"CNKI_VERBOSE": bool(getattr(args, "verbose", False))}
     for pair in getattr(args, "set", None) or []:
@@ -359,7 +374,7 @@ def add_run(sub) -> None:
         )
         p.add_argument(
             "--processes",
-            type=int,
+            type=process_count,
             default=0,
             help=_("worker processes (default [crawl] processes)"),
         )

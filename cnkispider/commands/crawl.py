@@ -21,9 +21,10 @@ from scrapy.commands.crawl import Command as ScrapyCrawlCommand
 
 from cnkispider import logs
 from cnkispider.config import load_config
-from cnkispider.crawlsettings import check_setting, crawler_settings
+from cnkispider.crawlsettings import crawler_settings
 from cnkispider.exceptions import CnkiSpiderError
 from cnkispider.preflight import preflight
+from cnkispider.settingcheck import check_setting
 
 if TYPE_CHECKING:
     import argparse
@@ -37,10 +38,11 @@ class Command(ScrapyCrawlCommand):
         try:
             config = load_config(os.environ.get("CNKI_CONFIG") or None)
             settings = crawler_settings(config)
+            # Scrapy's -s, checked as `cnkispider run` checks its own, before anything is written
+            for pair in opts.set or []:
+                check_setting(*(part.strip() for part in pair.split("=", 1)))
             # the checks `cnkispider run` makes before Scrapy starts, with its lines and codes
             preflight(config, task_arg=opts.spargs.get("task"))
-            for pair in opts.set or []:  # Scrapy's -s, checked as `cnkispider run` checks its own
-                check_setting(*(part.strip() for part in pair.split("=", 1)))
         except CnkiSpiderError as exc:
             print(f"error: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
