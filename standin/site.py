@@ -371,6 +371,9 @@ class Site:
             "human_check_refusals": {"plain": 0, "checked": 0},
             "human_passes": 0,
             "human_check_failed": 0,  # slider drags that did not pass (verify_check)
+            # slider drags from a browser that names itself headless (a page's script sees the
+            # same words): what CNKI can tell from a person's browser at a glance
+            "headless_checks": 0,
             "foreign_session_details": 0,  # a v= link opened in another passed session
             # every request to CNKI's routes by what it is, whatever the answer (they add up to
             # "requests"): what a benchmark of requests per document divides
@@ -710,6 +713,8 @@ class Site:
             }
             return Response(403, json.dumps(body, ensure_ascii=False).encode(), JSON)
         form = {k: v[0] for k, v in parse_qs(req.body.decode("utf-8", "replace")).items()}
+        if "headless" in req.headers.get("user-agent", "").lower():
+            self.stats["headless_checks"] += 1
         target = self._same_site(form.get("returnUrl", ""))
         location = target or f"{self.base}/kns8s/defaultresult/index"
         if not slid_by_a_person(form):

@@ -227,6 +227,9 @@ def test_a_drag_on_the_desk_passes_and_the_waiting_crawl_goes_on(verified_crawl,
         took = time.monotonic() - started
         (session,) = pool.list()
         assert session.source == "browser" and "KNS2COOKIE" in session.cookie_names()
+        # the desk's browser presents itself as the ordinary browser it is (issue 48.5)
+        assert "Chrome/" in session.user_agent and "Headless" not in session.user_agent
+        assert setup.site.stats()["headless_checks"] == 0
         assert took < PASS_SECONDS, f"{took:.1f} s from the link to the pool"
         assert "Passed: added session" in page.inner_text("#desk-status")
         # the waiting crawl may take the session at once: ready, or already in use
@@ -324,6 +327,30 @@ def test_the_desks_browser_may_fetch_only_cnki():
     assert not desk.allowed("https://cnki.net.evil.example/")
     assert not desk.allowed("file:///etc/passwd")
     assert desk.allowed("data:image/png;base64,AA==")
+
+
+def test_the_desks_browser_reads_as_an_ordinary_browser_to_cnkis_pages(cnki_site):
+    """Issue 48.5: the desk's browser runs without a window, but a page's script (and the
+    request headers) see the ordinary browser it is: no "Headless" in the user agent, no
+    ``navigator.webdriver``; the session it would pass records the same user agent."""
+    site = cnki_site(human_check=True)
+    desk = Desk(site.base_url + "/kns8s/defaultresult/index", ("127.0.0.1",), str).open()
+    try:
+        wait_until(lambda: desk.url.startswith(site.base_url), 30, what="the desk at the site")
+        seen = desk._tab_call(
+            "Runtime.evaluate",
+            {
+                "expression": "JSON.stringify([navigator.userAgent, navigator.appVersion, "
+                "navigator.webdriver])",
+                "returnByValue": True,
+            },
+        )["result"]["value"]
+        agent, app_version, webdriver = json.loads(seen)
+        assert "Chrome/" in agent and "Headless" not in agent + app_version
+        assert webdriver is False
+        assert desk.user_agent == agent
+    finally:
+        desk.close()
 
 
 def running_chromium(profile) -> tuple[subprocess.Popen, int]:

@@ -172,6 +172,37 @@ class Link:
             pass
 
 
+def browser_identity(version: dict) -> tuple[str, dict]:
+    """The user agent and client hints of the desk's browser as the ordinary browser it is
+    (``version``: DevTools' ``Browser.getVersion``): a browser started without a window says
+    ``HeadlessChrome/156...`` in both, which a page's script tells from a person's at a glance,
+    and the session the person passes records that user agent for every request it makes."""
+    agent = version.get("userAgent", "").replace("HeadlessChrome/", "Chrome/")
+    product = version.get("product", "")  # Chrome/156.0.8078.108 (HeadlessChrome/... too)
+    full = product.partition("/")[2] or "0.0.0.0"
+    major = full.split(".")[0]
+    platform = "Windows" if "Windows" in agent else "macOS" if "Mac OS" in agent else "Linux"
+    brands = [
+        {"brand": "Chromium", "version": major},
+        {"brand": "Not_A Brand", "version": "24"},
+    ]
+    if "Edg/" in agent:
+        brands.insert(1, {"brand": "Microsoft Edge", "version": major})
+    metadata = {
+        "brands": brands,
+        "fullVersionList": [
+            {**b, "version": full if b["version"] == major else "24.0.0.0"} for b in brands
+        ],
+        "fullVersion": full,
+        "platform": platform,
+        "platformVersion": "",
+        "architecture": "x86",
+        "model": "",
+        "mobile": False,
+    }
+    return agent, metadata
+
+
 class Desk:
     """One browser on CNKI's check, shown to a person and driven by them (module docstring)."""
 
@@ -203,6 +234,7 @@ class Desk:
         # thread writes what the desk says in it, and the pass's line too
         self.language = i18n.current()
         self.url = ""
+        self.user_agent = ""  # the browser's own, as the desk presents it (browser_identity)
         self.blocked = 0  # requests to other hosts the tab was refused
         self.opened_at = clock()
         self._touched = clock()
@@ -233,6 +265,13 @@ class Desk:
                 "Target.attachToTarget", {"targetId": tab, "flatten": True}
             )["sessionId"]
             call = self._tab_call
+            # the ordinary browser it is: no "Headless" in what CNKI's pages can read, and the
+            # same user agent recorded with the session it passes (CNKI sees one browser)
+            self.user_agent, metadata = browser_identity(self._link.call("Browser.getVersion"))
+            call(
+                "Emulation.setUserAgentOverride",
+                {"userAgent": self.user_agent, "userAgentMetadata": metadata},
+            )
             call("Fetch.enable", {"patterns": [{"urlPattern": "*", "requestStage": "Request"}]})
             call("Page.enable")
             call(
@@ -448,9 +487,10 @@ class Desk:
         if not cookies:
             self.state, self.says = PAGE, _("CNKI's search page, but no CNKI cookie yet")
             return False
-        user_agent = self.call("Browser.getVersion").get("userAgent", "")
         paste = Paste(
-            cookies=cookies, user_agent=user_agent, host=urlsplit(self.home_url).hostname or ""
+            cookies=cookies,
+            user_agent=self.user_agent,
+            host=urlsplit(self.home_url).hostname or "",
         )
         said = self.on_pass(paste)
         self.state, self.says = PASSED, said

@@ -242,7 +242,9 @@ class Browser:
             "--disable-breakpad",
         ]
         if headless:
-            argv.append("--headless")
+            # a person's browser without a window: no navigator.webdriver for a page to read
+            # (the desk also presents the browser's own user agent without "Headless")
+            argv += ["--headless", "--disable-blink-features=AutomationControlled"]
         if sys.platform.startswith("linux") and hasattr(os, "geteuid") and os.geteuid() == 0:
             argv.append("--no-sandbox")  # Chromium refuses to start as root with its sandbox
         argv.append("about:blank")
