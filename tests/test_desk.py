@@ -288,6 +288,39 @@ def test_a_wrong_drag_by_touch_leaves_the_pool_alone_and_the_desk_says_so(
         context.close()
 
 
+def test_a_desk_whose_browser_cannot_start_says_why_keeps_the_token_and_retries(
+    verified_crawl, browser, web_of, tmp_path
+):
+    """Issue 48.5: the desk answered 503 once, then "opening" for ever, and the page dropped
+    the right token and asked for it again as if it were wrong. Now it says why (the browser's
+    own reason), stays failed, keeps the token, shows no broken or stale screen, and offers to
+    open again."""
+    setup, _ = verified_crawl()
+    missing = tmp_path / "no-such-browser"
+    web = web_of(setup, "--browser", str(missing))
+    context = browser.new_context(viewport={"width": 900, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(web.url + "/desk")
+        assert page.locator("#desk-screen").is_hidden()  # no broken image before the token
+        page.fill("#desk-token", web.token)
+        page.click("#desk-token-form button")
+        page.wait_for_selector("#desk-status[data-state=failed]", timeout=30_000)
+        said = page.inner_text("#desk-status")
+        assert "could not start" in said and str(missing) in said, said
+        assert page.locator("#desk-token-form").is_hidden()  # the token was right: kept
+        assert page.evaluate("localStorage.getItem('cnkispider-desk-token')") == web.token
+        assert page.locator("#desk-retry").is_visible()
+        assert page.locator("#desk-screen").is_hidden()
+        state = web.state()
+        assert state["state"] == "failed" and "could not start" in state["says"]
+        page.click("#desk-retry")  # asked again: the same reason, once more, still failed
+        page.wait_for_selector("#desk-status[data-state=failed]", timeout=30_000)
+        assert web.state()["state"] == "failed"
+    finally:
+        context.close()
+
+
 def test_no_token_another_origin_or_another_host_no_desk(verified_crawl, web_of):
     setup, _ = verified_crawl()
     web = web_of(setup)

@@ -109,7 +109,8 @@ class DeskRoom:
         return _("Passed: %(said)s") % {"said": said}
 
     def _open(self):
-        from cnkispider.sessions.desk import IDLE_SECONDS, Desk
+        from cnkispider.sessions.desk import FAILED, IDLE_SECONDS, Desk
+        from cnkispider.sessions.login import LoginError
         from cnkispider.sessions.waysin import cnki_site_of
 
         with self._lock:
@@ -126,7 +127,15 @@ class DeskRoom:
                 idle=IDLE_SECONDS if self.idle is None else self.idle,
             )
             self.desk = desk
-        return desk.open()
+        try:
+            return desk.open()
+        except LoginError as exc:
+            # said once and kept: the page shows why and offers to try again (a new open)
+            desk.state = FAILED
+            desk.says = _(
+                "the desk's browser could not start: %(why)s. Fix that, then try again."
+            ) % {"why": exc}
+            raise
 
     def status(self) -> dict:
         desk = self.desk
@@ -162,8 +171,8 @@ class DeskRoom:
             return refusal
         try:
             await run_in_threadpool(self._open)
-        except LoginError as exc:
-            return JSONResponse({"state": "failed", "says": str(exc)}, status_code=503)
+        except LoginError:
+            return JSONResponse(await run_in_threadpool(self.status), status_code=503)
         return JSONResponse(await run_in_threadpool(self.status))
 
     async def close_route(self, request: Request):

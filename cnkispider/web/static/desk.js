@@ -8,6 +8,7 @@
   var status = document.getElementById("desk-status");
   var pool = document.getElementById("desk-pool");
   var form = document.getElementById("desk-token-form");
+  var retry = document.getElementById("desk-retry");
   var token = "";
   try { token = window.localStorage.getItem(KEY) || ""; } catch (e) { token = ""; }
   var running = false, pending = [], sending = false, pressed = false, pointer = null;
@@ -28,7 +29,12 @@
   function show(s) {
     say(s.says || s.state, s.state);
     if (s.pool) pool.textContent = s.pool;
-    if (s.state === "passed" || s.state === "closed" || s.state === "failed") running = false;
+    if (s.state === "passed" || s.state === "closed" || s.state === "failed") {
+      running = false;
+      // no live-looking frame of a browser that is gone; a way to open it again
+      screen.hidden = true;
+      retry.hidden = s.state === "passed";
+    }
   }
 
   function refused(r) {
@@ -47,7 +53,7 @@
         if (!r.ok) { running = false; return null; }
         return r.json();
       }).then(function (f) {
-        if (f) { after = f.seq; screen.src = "data:image/jpeg;base64," + f.data; }
+        if (f) { after = f.seq; screen.src = "data:image/jpeg;base64," + f.data; screen.hidden = false; }
         next();
       }, function () { window.setTimeout(next, 1000); });
     }
@@ -66,8 +72,10 @@
 
   function open() {
     say(status.getAttribute("data-opening"), "opening");
+    retry.hidden = true;
     post("/desk/open").then(function (r) {
-      if (!r.ok) { refused(r); return null; }
+      if (!r.ok && r.status !== 503) { refused(r); return null; }
+      // 503: the token was right, the server's browser could not start: keep the token
       try { window.localStorage.setItem(KEY, token); } catch (e) { /* private mode */ }
       form.hidden = true;
       return r.json();
@@ -123,6 +131,8 @@
       send({ kind: "key", key: e.key });
     }
   });
+
+  retry.addEventListener("click", function () { open(); });
 
   form.addEventListener("submit", function (e) {
     e.preventDefault();
