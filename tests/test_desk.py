@@ -278,6 +278,8 @@ def test_a_wrong_drag_by_touch_leaves_the_pool_alone_and_the_desk_says_so(
         page.screenshot(path=str(target / "web-desk.png"), full_page=False)
         drag(page, seen, off=40, touch=True)  # beside the gap
         expect(page.locator("#desk-status")).to_contain_text("知网未通过这次拖动", timeout=30_000)
+        # with the site's own words (the stand-in's failed puzzle says 验证失败，请重试)
+        expect(page.locator("#desk-status")).to_contain_text("验证失败", timeout=30_000)
         assert pool.list() == [] and setup.site.stats()["human_check_failed"] == 1
         drag(page, look(page), touch=True)  # a finger onto the gap
         page.wait_for_selector("#desk-status[data-state=passed]", timeout=60_000)

@@ -55,6 +55,12 @@ logger = logging.getLogger(__name__)
 
 #: Seconds without a look or a touch after which the desk closes its browser.
 IDLE_SECONDS = 60.0
+#: A line of the check page that refuses a drag (AJ-Captcha's tip, the stand-in's paragraph).
+REFUSAL_WORDS_JS = r"""(() => {
+  const text = document.body ? document.body.innerText : "";
+  const line = text.split("\n").find((l) => /验证失败|请重试|再试一次/.test(l));
+  return line ? line.trim() : "";
+})()"""
 #: The tab's size in CSS pixels: a phone's, so the check fills a phone's screen unscaled and a
 #: desktop shows it whole.
 WIDTH, HEIGHT = 420, 560
@@ -245,6 +251,8 @@ class Desk:
         self._session: str | None = None
         self._input = threading.Lock()
         self._released_on: str | None = None  # the verify page a drag was released on
+        self._refused_unsaid = False  # a refused drag said before its page showed its words
+        self._stale_words = ""  # the refusal words on the page when the last drag ended
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
 
@@ -418,8 +426,12 @@ class Desk:
         frame = self._frame or {"width": WIDTH, "height": HEIGHT}
         x = min(max(float(event["x"]), 0.0), 1.0) * frame["width"]
         y = min(max(float(event["y"]), 0.0), 1.0) * frame["height"]
+        if what == "down" and VERIFY_MARK in urlsplit(self.url).path:
+            # words already on the page when a drag starts are an earlier drag's refusal
+            self._stale_words = self._refusal_words()
         if what == "up":
             self._released_on = self.url if VERIFY_MARK in urlsplit(self.url).path else None
+            self._refused_unsaid = False
         if kind == "touch":
             kinds = {"down": "touchStart", "move": "touchMove", "up": "touchEnd"}
             points = [] if what == "up" else [{"x": x, "y": y}]
@@ -472,8 +484,25 @@ class Desk:
         self.url = url
         at_check = VERIFY_MARK in urlsplit(url).path
         if at_check:
-            if self._released_on and url != self._released_on:
-                self.says = _("CNKI did not accept that drag: slide the piece onto the gap again")
+            # AJ-Captcha refuses a drag in place (its page says 验证失败, the address stays);
+            # a site may instead show a fresh puzzle at a new address: either is "not accepted"
+            refused = self._released_on is not None or self._refused_unsaid
+            words = self._refusal_words() if refused else ""
+            if words and url == self._released_on and words == self._stale_words:
+                words = ""  # still the earlier drag's refusal: this one is being checked
+            if self._refused_unsaid and words:  # the new puzzle's page has loaded its words
+                self._released_on = self._released_on or url
+            if self._released_on and (url != self._released_on or words):
+                self._refused_unsaid = not words
+                self.says = (
+                    _(
+                        "CNKI did not accept that drag (its page says: %(words)s): slide the "
+                        "piece onto the gap again"
+                    )
+                    % {"words": words}
+                    if words
+                    else _("CNKI did not accept that drag: slide the piece onto the gap again")
+                )
                 self._released_on = None
             elif self.state != CHECK:
                 self.says = _("CNKI's check: slide the piece onto the gap")
@@ -498,6 +527,18 @@ class Desk:
         self._stop.set()
         self._shut()
         return True
+
+    def _refusal_words(self) -> str:
+        """The check page's own words refusing a drag (验证失败, 请重试 ...), "" if none."""
+        try:
+            answer = self._tab_call(
+                "Runtime.evaluate",
+                {"expression": REFUSAL_WORDS_JS, "returnByValue": True},
+                timeout=5.0,
+            )
+        except CdpError:
+            return ""
+        return str(answer.get("result", {}).get("value") or "")[:80]
 
     def call(
         self,
