@@ -17,6 +17,9 @@ The formats' own syntax is left to the libraries that read them: RIS is written 
 BibTeX with bibtexparser (the same two that read the files back in the tests), so this module
 only decides what goes where. EndNote's tagged format and CSL JSON (plain JSON) need none.
 
+Every record carries the way back to CNKI and its language (issue 48.6), from
+:mod:`cnkispider.record_links`.
+
 Names stay whole: a Chinese name has no given/family split that a tool could get right, so RIS
 and EndNote write each name as it stands, BibTeX wraps each in braces (``{张三} and {Wang
 Wu}``), which BibTeX reads as one unsplittable name, and CSL JSON gives each as a ``literal``.
@@ -34,12 +37,17 @@ from bibtexparser.middlewares import AddEnclosingMiddleware
 from bibtexparser.model import Entry, Field
 from bibtexparser.writer import BibtexFormat
 
+from cnkispider.record_links import LANGIDS, LINK_COLUMNS, record_language, record_url
+
 __all__ = [
     "FORMATS",
+    "LINK_COLUMNS",
     "bibtex_record",
     "csl_item",
     "endnote_record",
     "flat_affiliations",
+    "record_language",
+    "record_url",
     "ris_record",
 ]
 
@@ -56,6 +64,14 @@ def _one_line(value) -> str:
     if hasattr(value, "strftime"):
         return value.strftime("%Y-%m-%d %H:%M:%S")
     return _NEWLINES.sub(" ", str(value)).strip()
+
+
+def _day(value) -> str:
+    """The date alone of a stored date or time ("2024-01-01 10:23" -> "2024-01-01")."""
+    if hasattr(value, "strftime"):
+        return value.strftime("%Y-%m-%d")
+    match = _DATE.match(_one_line(value))
+    return match.group(0) if match else _one_line(value)
 
 
 def _list(value) -> list[str]:
@@ -185,7 +201,7 @@ def ris_record(row: dict, doc_type: str) -> str:
             ref["start_page"], ref["end_page"] = _pages(row)
             ref["issn"] = row.get("issn")
         ref["year"] = _year(row)
-        ref["date"] = row.get("date")
+        ref["date"] = _day(row.get("date"))
         ref["doi"] = row.get("doi")
         ref["keywords"] = _list(row.get("keywords"))
         ref["abstract"] = row.get("abstract")
@@ -202,7 +218,7 @@ def ris_record(row: dict, doc_type: str) -> str:
         ref["note"] = row.get("application_no")  # M1: 申请(专利)号
         ref["type_of_work"] = row.get("patent_type")  # M3
         ref["year"] = issued[:4]
-        ref["date"] = issued
+        ref["date"] = _day(issued)
         ref["custom1"] = row.get("application_date")  # C1: the filing date (Zotero)
         ref["start_page"] = row.get("pages")  # SP: the page count, Zotero's pages
         ref["keywords"] = _list(row.get("ipc"))
@@ -218,13 +234,15 @@ def ris_record(row: dict, doc_type: str) -> str:
         ref["authors"] = _list(row.get("completers"))
         ref["publisher"] = row.get("first_unit")
         ref["year"] = _one_line(row.get("date"))[:4]
-        ref["date"] = row.get("date")
+        ref["date"] = _day(row.get("date"))
         ref["keywords"] = _list(row.get("keywords"))
         ref["abstract"] = row.get("summary")
         ref["type_of_work"] = row.get("achievement_type")
     ref["notes"] = notes + _notes(row, doc_type)
     ref["accession_number"] = f"{row['dbname']}/{row['filename']}"
     ref["name_of_database"] = "CNKI"
+    ref["urls"] = [record_url(row)]  # UR
+    ref["language"] = record_language(row)  # LA
     kept = {}
     for key, value in ref.items():
         if isinstance(value, list):
@@ -345,6 +363,10 @@ def bibtex_record(row: dict, doc_type: str) -> str:
         add("keywords", ", ".join(_list(row.get("keywords"))))
         add("abstract", row.get("summary"))
     add("note", "; ".join(_notes(row, doc_type)))
+    add("url", record_url(row))
+    language = record_language(row)
+    add("langid", LANGIDS[language])  # biblatex: hyphenation, and gb7714's Chinese entries
+    add("language", language)  # what Zotero's BibTeX import reads into Language
     library = Library([Entry(entry, bibtex_key(row), fields)])
     text = bibtexparser.write_string(library, unparse_stack=_BIB_STACK, bibtex_format=_BIB_FORMAT)
     return text + "\n"
@@ -409,6 +431,8 @@ def endnote_record(row: dict, doc_type: str) -> str:
         add(("%Z", note))
     add(("%M", f"{row['dbname']}/{row['filename']}"))
     add(("%W", "CNKI"))
+    add(("%U", record_url(row)))
+    add(("%G", record_language(row)))
     lines = [f"{tag} {_one_line(value)}" for tag, value in tags if _one_line(value)]
     return "\n".join(lines) + "\n\n"
 
@@ -500,6 +524,8 @@ def csl_item(row: dict, doc_type: str) -> dict:
         item["keyword"] = ", ".join(_list(row.get("keywords")))
         item["abstract"] = row.get("summary")
     item["source"] = "CNKI"  # the catalogue it came from (Zotero's "Library Catalog")
+    item["URL"] = record_url(row)
+    item["language"] = record_language(row)  # zh-CN: citeproc joins names and dates as Chinese
     kept = {}
     for name, value in item.items():
         if isinstance(value, str) or value is None or hasattr(value, "strftime"):

@@ -106,7 +106,7 @@ def write_documents(
     if fmt == "xlsx":
         from cnkispider.spreadsheet import write_xlsx
 
-        return write_xlsx(binary, names, rows)
+        return write_xlsx(binary, (*names, *citations.LINK_COLUMNS), rows)
     text = io.TextIOWrapper(
         binary, encoding="utf-8-sig" if fmt == "csv" else "utf-8", newline="", write_through=True
     )

@@ -49,10 +49,17 @@ REQUEST_FINGERPRINTER_CLASS = "cnkispider.scheduling.fingerprint.DocKeyFingerpri
 # components
 DOWNLOADER_MIDDLEWARES = {
     **_middlewares.DOWNLOADER_MIDDLEWARES,  # their order and why: cnkispider/middlewares/__init__.py
-    # after the session and proxy middlewares, nothing that waits between it and the wire, and
+    # after the session and proxy middlewares, nothing that waits between it and the wire but
+    # Scrapy's download slot (DOWNLOAD_HANDLERS below looks again at the wire), and
     # after decompression on the way back (see its module for why); it switches itself off
     # (NotConfigured) while both rates are 0 and the pace is off
     "cnkispider.middlewares.ratelimit.RateLimitMiddleware": _ratelimit.ORDER,
+}
+# the rate limit looks once more just before a request goes on the wire: one that waited in
+# Scrapy's download slot while a 429 closed its window is held there (issue 47.8)
+DOWNLOAD_HANDLERS = {
+    "http": "cnkispider.middlewares.wiregate.GatedHTTPHandler",
+    "https": "cnkispider.middlewares.wiregate.GatedHTTPHandler",
 }
 SPIDER_MIDDLEWARES = {
     "errors.middleware.ErrorRecordingMiddleware": 60,

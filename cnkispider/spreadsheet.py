@@ -8,7 +8,9 @@ numbers; dates and times (``date``, the patent dates, ``entry_date``, ``counted_
 ``crawled_at``) are Excel dates when their text is one (a date CNKI wrote otherwise stays text);
 everything else is text. Text is always written as a text cell, never as a formula, so a
 document whose title starts with ``=`` cannot run in Excel (the CSV's guard, by construction);
-URL-looking text stays text too. ``author_affiliations`` is the CSV's flat column.
+URL-looking text stays text too. ``author_affiliations`` is the CSV's flat column. The columns
+``url`` and ``language`` (:data:`cnkispider.record_links.LINK_COLUMNS`), when asked for, are the
+record's CNKI address and language as every citation format gives them.
 
 A sheet holds at most 1,048,575 rows under its header: past that the rows go on in a new sheet
 (``paper``, ``paper 2``, ...). A cell holds at most 32,767 characters: a longer value (a very long
@@ -24,6 +26,7 @@ import xlsxwriter
 
 from cnkispider import citations
 from cnkispider.items import INTEGER_FIELDS
+from cnkispider.record_links import record_language, record_url
 
 #: Columns that hold a count.
 NUMBER_COLUMNS = INTEGER_FIELDS | {"pages"}
@@ -41,6 +44,8 @@ DATE_COLUMNS = frozenset(
 )
 MAX_ROWS = 1_048_576  # Excel's rows per sheet, the header included
 MAX_CELL = 32_767  # Excel's characters per cell
+# the columns made from a row rather than read from it
+_LINKS = {"url": record_url, "language": record_language}
 
 
 def write_xlsx(
@@ -72,7 +77,7 @@ def write_xlsx(
             ws.freeze_panes(1, 0)
             line = 1
         for col, name in enumerate(names):
-            value = row.get(name)
+            value = _LINKS[name](row) if name in _LINKS else row.get(name)
             if value is None or value == "":
                 continue
             if name == "author_affiliations":

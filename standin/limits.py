@@ -20,8 +20,9 @@
   key (an IP) over a sliding second; the request past ``rate`` closes the key's window for
   ``seconds`` and is answered 429, and so is every request inside the window (counted apart:
   ``inside``; of them ``told``: those that came more than ``TOLD_AFTER`` seconds after the
-  window closed, when the client had its 429 and cannot have sent them before it was told). The
-  window is not extended by the requests inside it.
+  window closed, when the client had its 429 and cannot have sent them before it was told;
+  ``after``: each one's seconds after the close, for a test to tell the two apart). The window
+  is not extended by the requests inside it.
   Invariant: a key is in ``_until`` iff its window was closed and not yet seen to open.
 - ``FaultPlan``: which fault (if any) a request gets. The draw is hash(seed, fault, request
   identity, occurrence of that identity) < rate, so one seed and one request sequence give the
@@ -261,6 +262,8 @@ class Throttle:
     #: had its 429 (a request already on the wire when the 429 left cannot be called back): a
     #: loaded machine's answer time, generously.
     TOLD_AFTER = 0.25
+    #: Inside requests whose lateness is kept (a stand-in runs for minutes, not for ever).
+    MAX_AFTER = 100_000
 
     def __init__(self, rate: float, seconds: float):
         self.rate, self.seconds = rate, seconds
@@ -269,6 +272,7 @@ class Throttle:
         self.closed = 0  # windows closed
         self.inside = 0  # requests that came inside a window
         self.told = 0  # of them, after the client had been told
+        self.after: list[float] = []  # each inside request's seconds after its window closed
 
     @property
     def active(self) -> bool:
@@ -282,6 +286,8 @@ class Throttle:
             closed_at, until = window
             if now < until:
                 self.inside += 1
+                if len(self.after) < self.MAX_AFTER:
+                    self.after.append(now - closed_at)
                 if now - closed_at > self.TOLD_AFTER:
                     self.told += 1
                 return until - now

@@ -385,7 +385,12 @@ class Site:
         }
         self.stats["challenged"]["total"] = 0
         self._bans_base = self.limiter.bans
-        self._throttle_base = (self.throttle.closed, self.throttle.inside, self.throttle.told)
+        self._throttle_base = (
+            self.throttle.closed,
+            self.throttle.inside,
+            self.throttle.told,
+            len(self.throttle.after),
+        )
         self._pace_base = (self.session_pace.blocks, self.ip_pace.blocks)
         self._provider_base = dict(self.provider.calls)
 
@@ -407,6 +412,8 @@ class Site:
             "closed": closed,
             "inside": inside,
             "told": told,
+            # "after": each inside request's seconds after its window closed (ms), in order
+            "after": [round(x, 3) for x in self.throttle.after[self._throttle_base[3] :]],
         }
         out["pace_blocks"] = {
             "session": self.session_pace.blocks - self._pace_base[0],

@@ -242,6 +242,7 @@ def test_every_component_scrapy_loads_by_dotted_name_is_a_hidden_import_of_the_s
         "EXTENSIONS",
     ):
         dotted += [path for path, order in settings[key].items() if order is not None]
+    dotted += [path for path in settings["DOWNLOAD_HANDLERS"].values() if path]  # scheme: path
     ours = {path.rsplit(".", 1)[0] for path in dotted if not path.startswith("scrapy.")}
     spiders = {
         f"cnkispider.spiders.{p.stem}" for p in (ROOT / "cnkispider" / "spiders").glob("*.py")

@@ -334,7 +334,9 @@ def test_xlsx_has_typed_columns_and_no_formula(db_url, tmp_path, doc_type):
     sheet = book.worksheets[0]
     rows = list(sheet.iter_rows(values_only=True))
     header = list(rows[0])
-    assert header == list(columns(doc_type)) and count == len(rows) - 1 == len(stored)
+    assert header == [*columns(doc_type), "url", "language"] and count == len(rows) - 1 == len(
+        stored
+    )
     by_key = {(r[0], r[1]): dict(zip(header, r, strict=True)) for r in rows[1:]}
     for row in stored:
         cells = by_key[(row["dbname"], row["filename"])]

@@ -19,12 +19,15 @@ Settings (defaults in :mod:`cnkispider.default_settings`): ``RATELIMIT_ENABLED``
 
 A 429 (or a 503 with ``Retry-After``) closes the windows of its address and verified session
 for every worker; the request goes on marked :data:`WINDOW_META`, for the retry middleware to
-send again (``RATELIMIT_WINDOWS``, ``RATELIMIT_MAX_BACKOFF``, ``RATELIMIT_BACKOFF``).
+send again (``RATELIMIT_WINDOWS``, ``RATELIMIT_MAX_BACKOFF``, ``RATELIMIT_BACKOFF``). A request
+that passed this middleware but waited in Scrapy's download slot is looked at again at the wire
+(:meth:`RateLimitMiddleware.at_wire`, from :mod:`cnkispider.middlewares.wiregate`): if one of its
+windows closed since its slot was granted, it is held there until the window opens.
 
 Stats (``ratelimit/...``): ``requests``, ``delayed``, ``wait_seconds``, ``held``, ``late``,
 ``revoked``, ``pace/clean``, ``pace/challenged``, ``pace/decreased``, ``redis/calls``,
 ``redis/errors``, ``window/429``, ``window/closed``, ``window/held``, ``window/revoked``,
-``window/reset`` (each: docs/INTERNALS.md).
+``window/held_at_wire``, ``window/reset`` (each: docs/INTERNALS.md).
 
 The rest of this module's story: docs/INTERNALS.md#cnkispidermiddlewaresratelimitpy.
 """
@@ -34,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -79,6 +83,10 @@ WINDOW_META = "_window_closed"
 _CLOSE_MARGIN = 1_000_000
 
 
+#: Each crawl's middleware, for the gate at the wire (a crawl gone, its entry goes).
+_BY_CRAWLER: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 class _Waiting(NamedTuple):
     limits: list[Limit]
     waiter: Deferred
@@ -91,6 +99,15 @@ class _Call(NamedTuple):
     limits: list[list[Limit]]
     answers: list[Answer]
     closes: list[Closed]
+
+
+class HandBack(Exception):
+    """Raised at the wire for a request held there while the crawl stops: it goes back to the
+    queue (:meth:`RateLimitMiddleware.process_exception`), unsent."""
+
+    def __init__(self, request: Request):
+        super().__init__("held at the wire while the crawl stops")
+        self.request = request
 
 
 class RateLimitMiddleware:
@@ -171,6 +188,9 @@ class RateLimitMiddleware:
             raise NotConfigured
         middleware = cls(limiter, stats=crawler.stats, late=s.getfloat("RATELIMIT_LATE"))
         middleware.crawler = crawler
+        _BY_CRAWLER[crawler] = (
+            middleware  # for the gate at the wire (cnkispider.middlewares.wiregate)
+        )
         from scrapy import signals
 
         crawler.signals.connect(middleware.spider_closed, signal=signals.spider_closed)
@@ -277,6 +297,30 @@ class RateLimitMiddleware:
         if windows:
             request.meta[_WINDOWS] = (granted, windows)
 
+    @staticmethod
+    def of(crawler: Crawler | None) -> RateLimitMiddleware | None:
+        """The crawl's rate limit middleware, or None when it is off."""
+        return _BY_CRAWLER.get(crawler) if crawler is not None else None
+
+    def closed_since_granted(self, request: Request) -> bool:
+        """Whether one of the request's windows was closed (a 429 this worker had, or one another
+        worker had and Redis told of) after its slot was granted."""
+        reserved = request.meta.get(_WINDOWS)
+        if reserved is None:
+            return False
+        granted, windows = reserved
+        return any(self._closed_at.get(w.key, -1) > granted for w in windows)
+
+    async def at_wire(self, request: Request) -> Request | None:
+        """Called just before the request goes on the wire. A request whose window closed while
+        it waited in Scrapy's download slot (after this middleware let it go) is held here, not
+        sent into the window: its windows and paces are reserved again, which waits until the
+        window opens. None: send it now; a request: the crawl is stopping, hand it back."""
+        if not self.closed_since_granted(request):
+            return None
+        self._inc_stat("window/held_at_wire")
+        return await self.process_request(request)
+
     def process_response(self, request: Request, response: Response, spider: Spider | None = None):
         reserved = request.meta.pop(_META, None)
         closed = self._window(request, response)
@@ -329,6 +373,10 @@ class RateLimitMiddleware:
     ):
         request.meta.pop(_META, None)  # a fault says nothing about the pace
         request.meta.pop(_WINDOWS, None)
+        if isinstance(exception, HandBack):
+            # held at the wire while the crawl was asked to stop: back to the queue in Redis,
+            # as a request held in process_request goes (nothing was sent)
+            return exception.request
 
     # -- the Redis calls: one at a time, each carrying every request and answer waiting ------
 
