@@ -118,15 +118,18 @@ class Notifier:
         if self.stats is not None:
             self.stats.inc_value(f"notify/{key}")
 
-    def send(self, event: str, text: str) -> None:
-        """Queue one message (once per event) to every webhook; returns at once."""
+    def send(self, event: str, text: str, desk_ticket: str | None = None) -> None:
+        """Queue one message (once per event) to every webhook; returns at once. A
+        ``desk_ticket`` (cnkispider/sessions/tickets.py) goes into the desk's link, which then
+        opens the desk without the web page's token."""
         with self._lock:
             if event in self._sent_events:
                 return
             self._sent_events.add(event)
         text = mask_text(text)
         if event == "waiting" and self.public_url:
-            text += _("; pass it here: %(url)s/desk") % {"url": self.public_url}
+            link = f"{self.public_url}/desk" + (f"?ticket={desk_ticket}" if desk_ticket else "")
+            text += _("; pass it here: %(link)s") % {"link": link}
         body = payload(self.format, event, self.task, text)
         for url in self.webhooks:
             thread = threading.Thread(

@@ -211,7 +211,7 @@ def test_a_drag_on_the_desk_passes_and_the_waiting_crawl_goes_on(verified_crawl,
         message = hook.bodies[0]["json"]
         assert message["event"] == "waiting"
         link = message["text"].rsplit("pass it here: ", 1)[1]
-        assert link == web.url + "/desk"
+        assert link.startswith(web.url + "/desk?ticket=")  # a one-time ticket (48.5)
         # the first screen: the pool at a glance, and the banner with the desk's link
         page = context.new_page()
         page.goto(web.url + "/")
@@ -219,10 +219,9 @@ def test_a_drag_on_the_desk_passes_and_the_waiting_crawl_goes_on(verified_crawl,
         assert page.locator("#pool").get_attribute("data-ready") == "0"
 
         started = time.monotonic()
-        page.goto(link)  # action 1: the link
-        page.fill("#desk-token", web.token)  # action 2: the token, once for this browser
-        page.click("#desk-token-form button")
-        drag(page, look(page))  # action 3: the drag
+        page.goto(link)  # action 1: the link; its ticket opens the desk, no token to type
+        assert page.locator("#desk-token-form").is_hidden()
+        drag(page, look(page))  # action 2: the drag
         page.wait_for_selector("#desk-status[data-state=passed]", timeout=60_000)
         took = time.monotonic() - started
         (session,) = pool.list()
@@ -243,10 +242,24 @@ def test_a_drag_on_the_desk_passes_and_the_waiting_crawl_goes_on(verified_crawl,
         page.goto(web.url + "/")
         assert int(page.locator("#pool").get_attribute("data-requests")) > 0
         assert page.locator(".banner-person").count() == 0
-        # a second visit: the browser kept the token, the desk opens without asking
+        # a second visit in this tab: its desk pass opens the desk again without asking
         page.goto(link)
         page.wait_for_selector("#desk-status[data-state=check]", timeout=60_000)
         assert page.locator("#desk-token-form").is_hidden()
+        # the ticket was single-use and good for the desk only: another browser with the same
+        # link is asked for the token, and the pass opens nothing but the desk
+        other = context.browser.new_context().new_page()
+        other.goto(link)
+        other.wait_for_selector("#desk-status[data-state=refused]", timeout=30_000)
+        assert "used already" in other.inner_text("#desk-status")
+        assert other.locator("#desk-token-form").is_visible()
+        desk_pass = page.evaluate("sessionStorage.getItem('cnkispider-desk-pass')")
+        status, _ = web.call("GET", "/desk/state", {"X-CNKI-Desk-Pass": desk_pass})
+        assert status == 200
+        status, _ = web.call(
+            "POST", "/sessions", {"X-CNKI-Desk-Pass": desk_pass, "Origin": web.url}, b""
+        )
+        assert status == 403  # the pass is not the web page's token
     finally:
         context.close()
         hook.close()

@@ -46,6 +46,7 @@ from cnkispider import signals as cnki_signals
 from cnkispider.context import context_of
 from cnkispider.i18n import _
 from cnkispider.offload import in_thread
+from cnkispider.sessions import tickets
 from cnkispider.sessions.pool import WAITING_MESSAGE, SessionStore
 
 if TYPE_CHECKING:
@@ -216,6 +217,7 @@ class VerifiedSessions:
                 "waiting",
                 _("task %(name)s: waiting: %(what)s")
                 % {"name": self.task_name, "what": _(WAITING_MESSAGE)},
+                desk_ticket=await in_thread(self._desk_ticket),
             )
             if self.on_check == "fail":
                 self._stop()
@@ -329,12 +331,27 @@ class VerifiedSessions:
 
     # -- notifications ------------------------------------------------------------------------
 
-    def _notify(self, event: str, text: str) -> None:
+    def _notify(self, event: str, text: str, desk_ticket: str | None = None) -> None:
         from cnkispider.notify import Notifier
 
         notifier = self.crawler.get_extension(Notifier)
         if notifier is not None:
-            notifier.send(event, text)
+            notifier.send(event, text, desk_ticket=desk_ticket)
+
+    def _desk_ticket(self) -> str | None:
+        """A ticket for the waiting message's desk link (sessions/tickets.py), when a message
+        with a link goes out; None if Redis is away (the link then asks for the token).
+        Blocking: run in a thread."""
+        from cnkispider.notify import Notifier
+
+        notifier = self.crawler.get_extension(Notifier)
+        if notifier is None or not notifier.public_url:
+            return None
+        try:
+            return tickets.issue(self.store)
+        except Exception as exc:
+            logger.warning("no desk ticket for the waiting message: %s", exc)
+            return None
 
     # -- sessions this worker saw die ---------------------------------------------------------
 

@@ -24,7 +24,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from cnkispider.i18n import _
+from cnkispider.sessions import tickets
+from cnkispider.sessions.tickets import DeskPasses
 from cnkispider.web import guard
+
+#: The header of a notification's ticket (``/desk/open`` only) and of the desk pass it becomes.
+TICKET_HEADER = "X-CNKI-Desk-Ticket"
+PASS_HEADER = "X-CNKI-Desk-Pass"
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +76,7 @@ class DeskRoom:
         self.idle = idle
         self.desk = None
         self._lock = threading.Lock()
+        self.passes = DeskPasses()  # what a notification's ticket became (sessions/tickets.py)
 
     # -- the guard ------------------------------------------------------------------------------
 
@@ -79,7 +86,9 @@ class DeskRoom:
             if not same:
                 logger.warning("web: refused %s %s: %s", request.method, request.url.path, why)
                 return JSONResponse({"error": f"refused: {why}"}, status_code=403)
-        if not guard.token_ok(self.web.token, request.headers.get(guard.TOKEN_HEADER)):
+        if not guard.token_ok(
+            self.web.token, request.headers.get(guard.TOKEN_HEADER)
+        ) and not self.passes.ok(request.headers.get(PASS_HEADER)):
             logger.warning("web: refused %s %s: no valid token", request.method, request.url.path)
             return JSONResponse(
                 {"error": _("refused: the token is missing or wrong")}, status_code=403
@@ -163,17 +172,35 @@ class DeskRoom:
 
         return desk_page
 
+    def _redeem(self, ticket: str) -> str | None:
+        """A notification's ticket, once: a desk pass for this browser, or None."""
+        store = self.web.pool()
+        if store is None or not tickets.redeem(store, ticket):
+            return None
+        return self.passes.give()
+
     async def open_route(self, request: Request):
         from cnkispider.sessions.login import LoginError
 
-        refusal = self._refusal(request, post=True)
-        if refusal is not None:
-            return refusal
+        given = {}
+        ticket = request.headers.get(TICKET_HEADER)
+        if ticket and guard.same_origin(request.headers)[0]:
+            desk_pass = await run_in_threadpool(self._redeem, ticket)
+            if desk_pass is None:
+                return JSONResponse(
+                    {"error": _("refused: this link was used already or is too old")},
+                    status_code=403,
+                )
+            given = {"desk_pass": desk_pass}
+        else:
+            refusal = self._refusal(request, post=True)
+            if refusal is not None:
+                return refusal
         try:
             await run_in_threadpool(self._open)
         except LoginError:
-            return JSONResponse(await run_in_threadpool(self.status), status_code=503)
-        return JSONResponse(await run_in_threadpool(self.status))
+            return JSONResponse({**await run_in_threadpool(self.status), **given}, status_code=503)
+        return JSONResponse({**await run_in_threadpool(self.status), **given})
 
     async def close_route(self, request: Request):
         refusal = self._refusal(request, post=True)

@@ -3,14 +3,18 @@
 // sent in X-CNKI-Token with every desk request; the server checks it and the origin.
 (function () {
   "use strict";
-  var KEY = "cnkispider-desk-token";
+  var KEY = "cnkispider-desk-token", PASS_KEY = "cnkispider-desk-pass";
   var screen = document.getElementById("desk-screen");
   var status = document.getElementById("desk-status");
   var pool = document.getElementById("desk-pool");
   var form = document.getElementById("desk-token-form");
   var retry = document.getElementById("desk-retry");
-  var token = "";
+  var token = "", deskPass = "";
   try { token = window.localStorage.getItem(KEY) || ""; } catch (e) { token = ""; }
+  try { deskPass = window.sessionStorage.getItem(PASS_KEY) || ""; } catch (e) { deskPass = ""; }
+  // a notification's link: a one-time ticket instead of the token (sessions/tickets.py)
+  var ticket = new URLSearchParams(window.location.search).get("ticket") || "";
+  if (ticket) window.history.replaceState(null, "", window.location.pathname);
   var running = false, pending = [], sending = false, pressed = false, pointer = null;
 
   function say(text, state) {
@@ -19,7 +23,10 @@
   }
 
   function headers() {
-    return { "X-CNKI-Token": token, "Content-Type": "application/json" };
+    var h = { "X-CNKI-Token": token, "Content-Type": "application/json" };
+    if (deskPass) h["X-CNKI-Desk-Pass"] = deskPass;
+    if (ticket && !token && !deskPass) h["X-CNKI-Desk-Ticket"] = ticket;
+    return h;
   }
 
   function post(path, body) {
@@ -39,8 +46,11 @@
 
   function refused(r) {
     // the page's words (desk.html, in the reader's language); the script holds none of its own
-    say(r.status === 403 ? status.getAttribute("data-refused") : status.getAttribute("data-answered").replace("%(status)s", r.status), "refused");
-    try { window.localStorage.removeItem(KEY); } catch (e) { /* private mode */ }
+    var words = r.status !== 403 ? status.getAttribute("data-answered").replace("%(status)s", r.status)
+      : (ticket && !token && !deskPass) ? status.getAttribute("data-ticket") : status.getAttribute("data-refused");
+    say(words, "refused");
+    ticket = ""; deskPass = "";
+    try { window.localStorage.removeItem(KEY); window.sessionStorage.removeItem(PASS_KEY); } catch (e) { /* private mode */ }
     form.hidden = false;
   }
 
@@ -76,11 +86,15 @@
     post("/desk/open").then(function (r) {
       if (!r.ok && r.status !== 503) { refused(r); return null; }
       // 503: the token was right, the server's browser could not start: keep the token
-      try { window.localStorage.setItem(KEY, token); } catch (e) { /* private mode */ }
+      if (token) { try { window.localStorage.setItem(KEY, token); } catch (e) { /* private mode */ } }
       form.hidden = true;
       return r.json();
     }).then(function (s) {
       if (!s) return;
+      if (s.desk_pass) {
+        deskPass = s.desk_pass; ticket = "";
+        try { window.sessionStorage.setItem(PASS_KEY, deskPass); } catch (e) { /* private mode */ }
+      }
       show(s);
       running = s.state !== "passed" && s.state !== "closed" && s.state !== "failed";
       frames();
@@ -140,5 +154,5 @@
     open();
   });
 
-  if (token) open(); else { form.hidden = false; say(status.getAttribute("data-ask"), "token"); }
+  if (token || deskPass || ticket) open(); else { form.hidden = false; say(status.getAttribute("data-ask"), "token"); }
 })();
