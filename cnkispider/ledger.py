@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-from cnkispider.schema import error_code, ledger, ledger_fold
+from cnkispider.schema import error_code, ledger, ledger_fold, round_
 
 PENDING = "pending"
 STORED = "stored"
@@ -119,6 +119,38 @@ def note_error(conn, round_id: int, key: str) -> None:
         .where(ledger.c.round_id == round_id, ledger.c.doc_key == key, ledger.c.outcome == PENDING)
         .values(outcome=ERROR)
     )
+
+
+def stored_in_task(conn, task_id: int, key: str) -> bool:
+    """The document's row is ``stored`` in some round of the task (issue 47.6: a failure of
+    it that comes after, a slow holder's abandoned lease, is no failure of the task)."""
+    rounds = sa.select(round_.c.id).where(round_.c.task_id == task_id)
+    row = conn.execute(
+        sa.select(ledger.c.id)
+        .where(
+            ledger.c.round_id.in_(rounds),
+            ledger.c.doc_key == key[:KEY_WIDTH],
+            ledger.c.outcome == STORED,
+        )
+        .limit(1)
+    ).first()
+    return row is not None
+
+
+def settle_errors(conn, task_ids: Iterable[int], keys: Iterable[str]) -> int:
+    """Documents now stored (any holder, any round): their rows ``error`` in every round of
+    these tasks become ``stored`` (a document listed by two rounds whose detail failed in
+    both; its errorLink row names only the first). Scoped by the tasks' rounds: the ledger's
+    key (round, document) finds each row without a scan."""
+    task_ids, keys = sorted(set(task_ids)), sorted({k[:KEY_WIDTH] for k in keys})
+    if not task_ids or not keys:
+        return 0
+    rounds = sa.select(round_.c.id).where(round_.c.task_id.in_(task_ids))
+    return conn.execute(
+        ledger.update()
+        .where(ledger.c.round_id.in_(rounds), ledger.c.doc_key.in_(keys), ledger.c.outcome == ERROR)
+        .values(outcome=STORED)
+    ).rowcount
 
 
 @dataclass(frozen=True)

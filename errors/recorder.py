@@ -171,8 +171,14 @@ class ErrorRecorder:
         recorded" case, counted up in the same statement."""
         with self.engine.begin() as conn:
             now = db_now(conn)
+            key = ledger.doc_key(dbname, filename)
+            if ledger.stored_in_task(conn, task_id, key):
+                # stored already by another holder (a slow one whose lease ran out, or another
+                # round listing it): nothing of the task is missing, so no errorLink row
+                logger.debug("not recording %s (%s): the task stored it already", key, reason)
+                return
             if round_id is not None:
-                ledger.note_error(conn, round_id, ledger.doc_key(dbname, filename))
+                ledger.note_error(conn, round_id, key)
             first = {
                 "task_id": task_id,
                 "round_id": round_id,
@@ -252,11 +258,25 @@ class ErrorRecorder:
 
     @retried("clearing errorLink rows")
     def resolve_links(self, task_id: int | None, keys: list[tuple[str, str]]) -> int:
-        """Documents now stored: their errorLink rows go (whatever task listed them)."""
+        """Documents now stored: their errorLink rows go (whatever task listed them), and in
+        the same transaction every ledger row ``error`` of those documents in the rounds of
+        those tasks becomes ``stored`` (the row names only the first round that failed it)."""
         if not keys:
             return 0
         with self.engine.begin() as conn:
             condition = sa.tuple_(error_link.c.dbname, error_link.c.filename).in_(keys)
+            open_rows = conn.execute(
+                sa.select(error_link.c.task_id, error_link.c.dbname, error_link.c.filename).where(
+                    condition
+                )
+            ).all()
+            if not open_rows:
+                return 0
+            ledger.settle_errors(
+                conn,
+                [r.task_id for r in open_rows],
+                [ledger.doc_key(r.dbname, r.filename) for r in open_rows],
+            )
             return conn.execute(error_link.delete().where(condition)).rowcount
 
     @retried("clearing an errorCode row")
