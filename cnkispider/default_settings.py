@@ -49,8 +49,11 @@ DATABASE_OUTAGE_SECONDS = 600.0
 DATABASE_BATCH_SIZE = 200  # documents written per transaction at most
 DATABASE_BATCH_SECONDS = 0.2  # seconds a document waits at most for its batch
 # days after which a done round's per-document ledger rows are folded into per-round counts
-# (tasks/retention.py); 0: never, every row is kept
-DATABASE_LEDGER_DAYS = 0
+# (tasks/retention.py); 0: never, every row is kept. Kept above a follow task's look-back
+# (at least TASKS_LOOK_BACK_DAYS + 30): a look walks its window's rounds on their rows.
+DATABASE_LEDGER_DAYS = 180
+# seconds between two folds of a long-running worker (the first when it starts); 0: at start only
+DATABASE_FOLD_EVERY = 6 * 3600
 
 # -- REDIS_* ------------------------------------------------------------------------------------
 

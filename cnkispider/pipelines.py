@@ -36,7 +36,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 from scrapy.exceptions import NotConfigured
-from scrapy.utils.asyncio import call_later
+from scrapy.utils.asyncio import call_later, create_looping_call
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import defer, threads
 
@@ -52,7 +52,7 @@ from cnkispider.storage import (
     row_for,
     upsert_documents,
 )
-from tasks.retention import fold_ledgers
+from tasks.retention import fold
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +78,11 @@ class DocumentPipeline:
         self.drift_documents = 100
         self._drifted: str | None = None  # a drift halt reason found by the last batch
         self.ledger_days = 0  # [database] ledger_days: 0, no folding
+        self.look_back_days = 0  # a follow task's rounds fold only past it (tasks/retention.py)
+        self.fold_every = 0.0  # DATABASE_FOLD_EVERY: seconds between folds; 0, at start only
+        self.folds = 0  # folds started (tests read it)
         self._folding: defer.Deferred | None = None
+        self._fold_timer = None
         self._stop_folding = threading.Event()
 
     @classmethod
@@ -96,6 +100,8 @@ class DocumentPipeline:
         pipeline.drift_documents = crawler.settings.getint("CNKI_DRIFT_DOCUMENTS")
         pipeline.data_dir = crawler.settings.get("CNKI_DATA_DIR") or "."
         pipeline.ledger_days = crawler.settings.getint("DATABASE_LEDGER_DAYS")
+        pipeline.look_back_days = crawler.settings.getint("TASKS_LOOK_BACK_DAYS")
+        pipeline.fold_every = crawler.settings.getfloat("DATABASE_FOLD_EVERY")
         pipeline.crawler = crawler
         return pipeline
 
@@ -107,16 +113,30 @@ class DocumentPipeline:
             # The ledger rows of long-done rounds folded into counts (tasks/retention.py), in
             # the background: the first fold of a large database takes a while, the crawl
             # need not wait for it. Here because the crawl's database settings are this
-            # component's; any worker may do it, and two at once fold each row once.
-            self._folding = threads.deferToThread(
-                fold_ledgers, self.engine, self.ledger_days, stop=self._stop_folding
-            )
-            self._folding.addErrback(
-                lambda f: logger.warning("folding done rounds' ledgers: %s", f.getErrorMessage())
-            )
+            # component's; any worker may do it, and two at once fold each row once. Again
+            # every fold_every: a worker that follows today for months keeps folding.
+            if self.fold_every > 0:
+                self._fold_timer = create_looping_call(self._fold)
+                self._fold_timer.start(self.fold_every, now=True)
+            else:
+                self._fold()
+
+    def _fold(self) -> None:
+        """Start a fold in a thread, unless one is running."""
+        if self._folding is not None and not self._folding.called:
+            return
+        self.folds += 1
+        self._folding = threads.deferToThread(
+            fold, self.engine, self.ledger_days, self.look_back_days, stop=self._stop_folding
+        )
+        self._folding.addErrback(
+            lambda f: logger.warning("folding done rounds' ledgers: %s", f.getErrorMessage())
+        )
 
     async def close_spider(self):
         await self._flush()
+        if self._fold_timer is not None and self._fold_timer.running:
+            self._fold_timer.stop()
         if self._folding is not None:  # it stops after the round it is folding
             self._stop_folding.set()
             await maybe_deferred_to_future(self._folding)

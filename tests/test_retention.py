@@ -15,10 +15,10 @@ from cnkispider.config import load_config
 from cnkispider.crawlsettings import crawler_settings
 from cnkispider.db import db_now, open_database
 from cnkispider.exceptions import ConfigError
-from cnkispider.schema import ledger, ledger_fold, round_, worker
+from cnkispider.schema import fill, ledger, ledger_fold, round_, task, worker
 from errors.recorder import ErrorRecorder
 from tasks.flow import TaskStore
-from tasks.retention import WORKER_DAYS, fold_ledgers
+from tasks.retention import LOOK_MARGIN_DAYS, WORKER_DAYS, fold, fold_ledgers
 from tests.fixtures.commands import cli
 
 # -- worker rows ----------------------------------------------------------------------------------
@@ -136,9 +136,12 @@ def test_a_folded_round_listed_again_counts_its_new_rows_only(db_url):
         )
 
 
-def test_folding_is_off_by_default_and_its_days_are_checked(tmp_path):
+def test_folding_is_on_by_default_and_its_days_are_checked(tmp_path):
+    """Issue 47.7: on by default, at half a year; 0 still keeps every row."""
     path = tmp_path / "config.ini"
     path.write_text("[database]\nurl = sqlite:///x.db\n", encoding="utf-8")
+    assert crawler_settings(load_config(path, environ={}))["DATABASE_LEDGER_DAYS"] == 180
+    path.write_text("[database]\nledger_days = 0\n", encoding="utf-8")
     assert crawler_settings(load_config(path, environ={}))["DATABASE_LEDGER_DAYS"] == 0
     path.write_text("[database]\nledger_days = -1\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"\[database\] ledger_days"):
@@ -164,4 +167,90 @@ def test_a_worker_started_with_ledger_days_folds_the_rounds_done_that_long_ago(c
         counted = conn.execute(sa.select(sa.func.sum(ledger_fold.c.documents))).scalar()
     assert (left, counted) == (0, listed)
     assert json.loads(setup.run_ok("status", "--json").stdout)["tasks"][0]["ledger"] == before
+    engine.dispose()
+
+
+# -- issue 47.7: a year of daily looks keeps the tables bounded ------------------------------------
+
+YEAR, ROWS, FIELDS, LEDGER_DAYS, LOOK_BACK = 230, 3, 4, 180, 60
+
+
+def _a_year_of_rounds(engine, store, name: str, *, follow: bool, days: int = YEAR) -> int:
+    """A task with a round a day for YEAR days, each done on its day with ROWS stored ledger
+    rows and FIELDS fill rows (what a year of daily crawls and looks leaves behind)."""
+    current, _ = store.register(name, "paper", "2024-01-01", "2024-01-01", "A")
+    with engine.begin() as conn:
+        now = db_now(conn)
+        if follow:
+            conn.execute(task.update().where(task.c.id == current.id).values(follow=1))
+        for age in range(days):
+            done = now - dt.timedelta(days=age, hours=1)
+            day = (dt.date(2030, 1, 1) - dt.timedelta(days=age)).isoformat()
+            round_id = conn.execute(
+                round_.insert().values(
+                    task_id=current.id, day=day, category="A", state="done", attempts=1,
+                    total=ROWS, stored=ROWS, in_error=0, dropped=0, beyond=0,
+                    created_at=done, updated_at=done,
+                )
+            ).inserted_primary_key[0]  # fmt: skip
+            conn.execute(
+                ledger.insert(),
+                [{"round_id": round_id, "doc_key": f"CJFQ/{age}-{i}", "outcome": "stored"}
+                 for i in range(ROWS)],
+            )  # fmt: skip
+            conn.execute(
+                fill.insert(),
+                [{"task_id": current.id, "round_id": round_id, "doc_type": "paper",
+                  "field": f"f{k}", "documents": ROWS, "filled": ROWS} for k in range(FIELDS)],
+            )  # fmt: skip
+    return current.id
+
+
+def _count(engine, table, where=None) -> int:
+    query = sa.select(sa.func.count()).select_from(table)
+    with engine.connect() as conn:
+        return conn.execute(query if where is None else query.where(where)).scalar()
+
+
+def test_a_year_of_daily_rounds_keeps_the_tables_bounded(db_url):
+    """The worker's fold (at start and every DATABASE_FOLD_EVERY): the ledger keeps the rows of
+    the rounds done within ledger_days (a follow task's: within its look-back + 30 days at
+    least), the fill table a task's latest 200 rounds; the verdicts' counts are all kept."""
+    from cnkispider.drift import RECENT_ROUNDS
+
+    engine = open_database(db_url)
+    store = TaskStore(engine)
+    plain = _a_year_of_rounds(engine, store, "plain", follow=False)
+    follows = _a_year_of_rounds(engine, store, "follows", follow=True)
+    assert _count(engine, ledger) == 2 * YEAR * ROWS
+    folded, removed = fold(engine, LEDGER_DAYS, LOOK_BACK)
+    kept_rounds = LEDGER_DAYS  # ages 0 .. 179 are younger than 180 days
+    assert folded == 2 * (YEAR - kept_rounds) * ROWS
+    assert _count(engine, ledger) == 2 * kept_rounds * ROWS
+    assert removed == 2 * (YEAR - RECENT_ROUNDS) * FIELDS
+    for task_id in (plain, follows):
+        assert _count(engine, fill, fill.c.task_id == task_id) == RECENT_ROUNDS * FIELDS
+    with engine.connect() as conn:  # every round's counts still there, folded or not
+        assert conn.execute(sa.select(sa.func.sum(ledger_fold.c.documents))).scalar() == folded
+    # a second fold changes nothing: the tables stay at their bound however long it runs
+    assert fold(engine, LEDGER_DAYS, LOOK_BACK) == (0, 0)
+    engine.dispose()
+
+
+def test_a_follow_task_folds_nothing_inside_its_look_back(db_url):
+    """ledger_days shorter than a follow task's look-back: its rounds fold only past the
+    look-back + 30 days (a look walks them on their rows); a task that does not follow folds at
+    ledger_days."""
+    engine = open_database(db_url)
+    store = TaskStore(engine)
+    plain = _a_year_of_rounds(engine, store, "plain", follow=False, days=100)
+    follows = _a_year_of_rounds(engine, store, "follows", follow=True, days=100)
+    fold_ledgers(engine, 7, LOOK_BACK)
+
+    def rows_of(task_id):
+        rounds = sa.select(round_.c.id).where(round_.c.task_id == task_id)
+        return _count(engine, ledger, ledger.c.round_id.in_(rounds))
+
+    assert rows_of(plain) == 7 * ROWS
+    assert rows_of(follows) == (LOOK_BACK + LOOK_MARGIN_DAYS) * ROWS
     engine.dispose()
