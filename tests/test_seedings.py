@@ -290,3 +290,39 @@ async def test_an_errback_request_of_a_lapsed_holder_is_refused(
     assert outstanding(redis_client, redis_namespace, 7) == 0
     assert not redis_client.exists(f"{redis_namespace}:round:7:bloom")
     assert redis_client.zcard(f"{redis_namespace}:queue") == 0
+
+
+@in_loop
+async def test_a_late_drain_of_an_earlier_seeding_leaves_a_halted_task_s_round_alone(
+    make_scheduler, db_url
+):
+    """The task halted while the round's second seeding is walked: the late handler of the
+    first seeding's drain finds the task halted (no close) and would fail the round ``halted``
+    (``mark_halted``); bound to its seeding, it leaves the second seeding's round seeded, whose
+    own drain is the one that fails it for ``task resume``."""
+    store = TaskStore(open_database(db_url), round_lease=60, round_attempts=3)
+    task, _ = store.register("t", "paper", DAY, DAY, "A")
+    worker = Worker(make_scheduler, store)
+    worker.feeder.task_id = task.id  # its handler asks whether this task is halted
+
+    first = store.claim(task.id, W1, worker.scheduler.epoch)
+    worker.seed(first.id, "seeding-1")
+    store.set_total(first.id, 1)
+    store.note_listed(first.id, [A], {})  # never stored: failed, crawled again
+    await worker.drain()
+    await closed(store, first.id, "failed")
+    told = [d for d in worker.drains if d["round_id"] == first.id][0]
+
+    again = store.claim(task.id, W1, worker.scheduler.epoch)
+    assert again.id == first.id
+    worker.seed(again.id, "seeding-2")
+    assert store.halt(task.id, "rejected")
+
+    await worker.late_handler(told)
+    row = store.round_info(again.id)
+    assert (row.state, row.seeding) == ("seeded", "seeding-2")
+
+    await worker.drain()  # the second seeding's own drain, the task still halted
+    await closed(store, again.id, "failed")
+    assert store.round_info(again.id).note == "halted"
+    store.engine.dispose()
