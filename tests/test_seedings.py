@@ -290,3 +290,98 @@ async def test_an_errback_request_of_a_lapsed_holder_is_refused(
     assert outstanding(redis_client, redis_namespace, 7) == 0
     assert not redis_client.exists(f"{redis_namespace}:round:7:bloom")
     assert redis_client.zcard(f"{redis_namespace}:queue") == 0
+
+
+@in_loop
+async def test_a_late_drain_of_an_earlier_seeding_leaves_a_halted_task_s_round_alone(
+    make_scheduler, db_url
+):
+    """The task halted while the round's second seeding is walked: the late handler of the
+    first seeding's drain finds the task halted (no close) and would fail the round ``halted``
+    (``mark_halted``); bound to its seeding, it leaves the second seeding's round seeded, whose
+    own drain is the one that fails it for ``task resume``."""
+    store = TaskStore(open_database(db_url), round_lease=60, round_attempts=3)
+    task, _ = store.register("t", "paper", DAY, DAY, "A")
+    worker = Worker(make_scheduler, store)
+    worker.feeder.task_id = task.id  # its handler asks whether this task is halted
+
+    first = store.claim(task.id, W1, worker.scheduler.epoch)
+    worker.seed(first.id, "seeding-1")
+    store.set_total(first.id, 1)
+    store.note_listed(first.id, [A], {})  # never stored: failed, crawled again
+    await worker.drain()
+    await closed(store, first.id, "failed")
+    told = [d for d in worker.drains if d["round_id"] == first.id][0]
+
+    again = store.claim(task.id, W1, worker.scheduler.epoch)
+    assert again.id == first.id
+    worker.seed(again.id, "seeding-2")
+    assert store.halt(task.id, "rejected")
+
+    await worker.late_handler(told)
+    row = store.round_info(again.id)
+    assert (row.state, row.seeding) == ("seeded", "seeding-2")
+
+    await worker.drain()  # the second seeding's own drain, the task still halted
+    await closed(store, again.id, "failed")
+    assert store.round_info(again.id).note == "halted"
+    store.engine.dispose()
+
+
+@in_loop
+async def test_a_drain_reported_again_to_another_worker_names_the_seeding_it_drained_under(
+    make_scheduler, redis_client, redis_namespace
+):
+    """The first worker's handler hangs (its database away); Redis reports the drain again to
+    another worker once its confirmation is overdue, with the seeding it drained under, and
+    the round's next seeding drains under its own. The first handler's late confirmation then
+    leaves the next seeding's drain for its own worker."""
+    import asyncio
+
+    slow = make_scheduler(**HAND_DRIVEN, SCHEDULER_LEASE_SECONDS=0.5, DATABASE_URL="sqlite://")
+    other = make_scheduler(**HAND_DRIVEN, SCHEDULER_LEASE_SECONDS=0.5, DATABASE_URL="sqlite://")
+    away = asyncio.Event()
+    told: dict[str, list] = {"slow": [], "other": []}
+
+    async def slow_handler(round_id, epoch=None, seeding=None, **kwargs):
+        told["slow"].append(seeding)
+        await away.wait()  # its close retried through a database outage
+
+    async def other_handler(round_id, epoch=None, seeding=None, **kwargs):
+        told["other"].append(seeding)
+        if seeding == "seeding-2":
+            await away.wait()  # the next seeding's close: not confirmed yet
+
+    slow.crawler.signals.connect(slow_handler, signal=signals.round_drained)
+    other.crawler.signals.connect(other_handler, signal=signals.round_drained)
+
+    def seed(scheduler, token: str) -> None:
+        scheduler.enqueue_request(
+            scrapy.Request(f"https://x/list?s={token}", meta={"round_id": 5, ROUND_SEEDING: token})
+        )
+        for request in take_all(scheduler):
+            finish(scheduler, request)
+
+    seed(slow, "seeding-1")
+    await wait_until_async(lambda: slow._kick() or told["slow"], 30, what="the first drain")
+    assert told["slow"] == ["seeding-1"]
+    await wait_until_async(
+        lambda: other._kick() or told["other"], 30, what="the drain reported again", every=0.05
+    )
+    assert told["other"][0] == "seeding-1"
+    await wait_until_async(
+        lambda: other._kick() or "5" not in other.queue.rounds_at_zero(),
+        30,
+        what="the other worker's confirmation",
+        every=0.05,
+    )
+
+    seed(other, "seeding-2")  # the round seeded again: a look, a retry
+    await wait_until_async(
+        lambda: other._kick() or "seeding-2" in told["other"], 30, what="the next drain"
+    )
+    away.set()  # the slow handler's call goes through at last, and it confirms
+    await settle(slow)
+    assert "5" in slow.queue.rounds_at_zero()  # the next seeding's drain is still waiting
+    await settle(other)
+    assert "5" not in other.queue.rounds_at_zero()
