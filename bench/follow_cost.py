@@ -134,10 +134,6 @@ def main(argv=None) -> int:
         f"a daily look over {args.look_back} days, tiers {args.tiers!r}, {args.days}, realistic"
         f" year (scale {args.scale}), CNKI requests a day (median over the days; max in brackets)"
     )
-    for span in spans(tiers, args.look_back):
-        print(
-            f"  days {span[0]}-{span[1]} back: counted every {span[2] or 1} day(s): caught within that"
-        )
     header = f"{'type':8} {'documents/day':>14} {'census':>8} {'re-walk':>8} {'new':>7}"
     header += f" {'list':>14} {'export':>14} {'detail':>16}"
     print(header)
@@ -152,6 +148,11 @@ def main(argv=None) -> int:
         print(
             f"{doc_type:8} {docs:>14,.0f} {cell('census', 8)} {cell('walk', 8)} {cell('new', 7)}"
             f" {cell('list', 14)} {cell('export', 14)} {cell('detail', 16)}"
+        )
+    for first_age, last_age, period in spans(tiers, args.look_back):
+        print(
+            f"days {first_age}-{last_age} back: counted every {period or 1} day(s), so a late"
+            f" document of such a day is caught within {period or 1} day(s) of its entry"
         )
     return 0
 

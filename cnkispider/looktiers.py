@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cnkispider.i18n import _, ngettext
+from cnkispider.i18n import _
 
 #: The default: the last week at every look, the month weekly, the rest of the window monthly.
 DEFAULT_TIERS = "7d:every, 30d:7d, 60d:30d"
@@ -97,18 +97,3 @@ def spans(tiers: tuple[Tier, ...], window: int) -> list[tuple[int, int, int]]:
             out.append((lo, hi - 1, tier.period))
         lo = hi
     return out or [(0, window - 1, 0)]
-
-
-def describe(tiers: tuple[Tier, ...], window: int) -> str:
-    """The tiers in words, for ``status`` and the task page."""
-    words = []
-    for first, last, period in spans(tiers, window):
-        if period == 0:
-            pace = _("at every look")
-        else:
-            pace = ngettext("every %(n)d day", "every %(n)d days", period) % {"n": period}
-        words.append(
-            _("days %(first)d-%(last)d back: %(pace)s")
-            % {"first": first, "last": last, "pace": pace}
-        )
-    return "; ".join(words)

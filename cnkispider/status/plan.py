@@ -245,4 +245,15 @@ def task_plan(
     out["sample_requests"] = requests
     out["task"] = row["name"]
     out["depth"] = row["depth"] or "detail"
+    out["follow"] = None
+    if row.get("follow") and seen:  # issue 46.6: what a day of following costs
+        from cnkispider.looktiers import parse_tiers
+        from cnkispider.status.follow_plan import follow_day
+
+        out["follow"] = follow_day(
+            sum(seen.values()) / len(seen),
+            costs,
+            parse_tiers(config.task.look_tiers),
+            config.task.look_back_days,
+        )
     return out
