@@ -233,6 +233,7 @@ def test_ten_days_of_tiered_looks_cost_at_most_half_of_today_s_rule(crawl_setup)
     tiered = crawl_setup(
         "patent", IPC, "sqlite", START.isoformat(), "", **{**base, "site": today_rule.site}
     )
+    tiered.db_url = f"sqlite:///{tiered.tmp_path / 'tiered.db'}"  # documents of its own
     tiered.task_keys = {"follow": "on"}  # the defaults: 60 days, 6h, the default tiers
     with_tiers = _ten_days(tiered, TIERS)
     print("list requests a look: today's rule", every_day, "tiers", with_tiers)
