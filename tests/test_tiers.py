@@ -182,7 +182,7 @@ def _stored(setup) -> dict[str, str]:
     return {r["filename"]: str(r["date"])[:10] for r in setup.stored()}
 
 
-def _check_day(setup, today: dt.date, tiers: tuple[Tier, ...]) -> None:
+def _check_day(setup, today: dt.date, tiers: tuple[Tier, ...]) -> set[str]:
     """After the run of ``today``: nothing stored CNKI does not list; every document of a day
     of a tier of ``p`` days that CNKI entered ``p`` days ago or earlier is stored (caught
     within its tier's delay; ``p`` 0: entered by today); the days the look counted equal the
@@ -207,16 +207,24 @@ def _check_day(setup, today: dt.date, tiers: tuple[Tier, ...]) -> None:
         assert {f for f, d in stored.items() if d == day} == {
             f for f, r in truth.items() if str(r["date"])[:10] == day
         }, day
+    return counted
 
 
 def _ten_days(setup, tiers: tuple[Tier, ...]) -> list[int]:
     """The first crawl on FIRST, then a look a day for ten days: each look's list requests."""
     _run_on(setup, FIRST)
+    # each day's last count, by the pure rule the cost model (bench/follow_cost.py) applies
+    last = {START + dt.timedelta(days=n): FIRST for n in range((FIRST - START).days + 1)}
     grid = []
     for k in range(1, DAYS + 1):
         day = FIRST + dt.timedelta(days=k)
         grid.append(_run_on(setup, day))
-        _check_day(setup, day, tiers)
+        counted = _check_day(setup, day, tiers)
+        # the look re-opened exactly the days the model's rule says are due
+        expected = {d for d, c in last.items() if due(tiers, (day - d).days, (c - d).days)}
+        assert counted == {d.isoformat() for d in expected}, (day, sorted(counted))
+        last.update(dict.fromkeys(expected, day))
+        last[day] = day  # the run's crawl of its new day
     return grid
 
 
