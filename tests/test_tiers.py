@@ -19,9 +19,10 @@ import sqlalchemy as sa
 from cnkispider.clock import BEIJING, cnki_today
 from cnkispider.config import load_config
 from cnkispider.db import CLOCK_DAYS_ENV, open_database
-from cnkispider.exceptions import ConfigError
+from cnkispider.exceptions import ConfigError, InputError
 from cnkispider.looktiers import DEFAULT_TIERS, Tier, due, parse_tiers, period_of, spans
 from cnkispider.schema import round_, task
+from cnkispider.settingcheck import check_setting
 from cnkispider.status.follow_plan import counted_days, follow_day
 from cnkispider.status.plan import Costs
 from tasks.flow import TaskStore
@@ -66,6 +67,13 @@ def test_look_tiers_in_config_ini(tmp_path):
     with pytest.raises(ConfigError) as raised:
         load_config(path, environ={})
     assert str(path) in str(raised.value) and "[task] look_tiers" in str(raised.value)
+
+
+def test_a_bad_look_tiers_setting_on_the_command_line_is_one_line():
+    check_setting("TASKS_LOOK_TIERS", "3d:every, 14d:5d")
+    check_setting("TASKS_LOOK_TIERS", "off")
+    with pytest.raises(InputError, match=r"-s TASKS_LOOK_TIERS='7d': expected tiers such as"):
+        check_setting("TASKS_LOOK_TIERS", "7d")
 
 
 def test_a_look_reopens_only_the_rounds_their_tier_makes_due(db_url):
