@@ -46,7 +46,7 @@ from cnkispider.schema import ledger, round_, task
 from tasks.phase import Phase
 from tasks.rounds import IN_FLIGHT, RoundState, move
 from tasks.rows import TaskRows, validate_row
-from tasks.tiers import tier_condition
+from tasks.tiers import due_days
 
 logger = logging.getLogger(__name__)
 
@@ -218,9 +218,10 @@ class Looks(TaskRows):
                 round_.c.state == RoundState.DONE,
                 not_counted,
             ]
-            by_tier = tier_condition(tiers, cnki_today(now), look_back_days)
-            if by_tier is not None:
-                where.append(by_tier)
+            if tiers:  # of the window, the days their tier makes due (tasks/tiers.py)
+                where.append(
+                    round_.c.day.in_(due_days(conn, task_id, tiers, cnki_today(now), first, last))
+                )
             reopened = move(
                 conn,
                 round_,

@@ -1,10 +1,12 @@
-"""Which rounds of the look-back a look re-opens, by their day's tier (issue 46).
+"""Which days of the look-back a look counts again, by their tier (issue 46).
 
-The pure rule is :mod:`cnkispider.looktiers` (``[task] look_tiers``); this module turns it into
-the condition of the look's one UPDATE (tasks/lookback.py ``claim_look``), so "due" stays a
-fact of the round rows: a round of a tier of ``period`` days whose last count (``updated_at``:
-the crawl that walked it, or the last look that closed it) was on Beijing day D is due again on
-day D + period. No state of its own.
+The rule is :func:`cnkispider.looktiers.due` (``[task] look_tiers``), the same function the cost
+model (bench/follow_cost.py) applies; this module reads what it needs from the round rows, in
+the look's own transaction (tasks/lookback.py ``claim_look``), so "due" stays a fact of the
+rows: a day of a tier of ``period`` days whose last count (the oldest ``updated_at`` of its done
+rounds: the crawl that walked it, or the last look that closed it) was on Beijing day D is due
+again on day D + period. A day is due whole: its census round and its root rounds together.
+No state of its own.
 """
 
 from __future__ import annotations
@@ -13,28 +15,33 @@ import datetime as dt
 
 import sqlalchemy as sa
 
-from cnkispider.clock import BEIJING
-from cnkispider.looktiers import Tier, spans
+from cnkispider.clock import cnki_today
+from cnkispider.looktiers import Tier, due
 from cnkispider.schema import round_
 
 
-def _beijing_midnight(day: dt.date) -> dt.datetime:
-    """The database's (naive UTC) time at which ``day`` begins in Beijing."""
-    return dt.datetime.combine(day, dt.time()) - BEIJING
-
-
-def tier_condition(tiers: tuple[Tier, ...], today: dt.date, window: int):
-    """The rounds of the last ``window`` days a look on ``today`` counts again by their tier
-    (None: no tiers, every round of the window)."""
-    if not tiers:
-        return None
-    parts = []
-    for first_age, last_age, period in spans(tiers, window):
-        newest = today - dt.timedelta(days=first_age)
-        oldest = today - dt.timedelta(days=last_age)
-        in_span = [round_.c.day >= oldest.isoformat(), round_.c.day <= newest.isoformat()]
-        if period:  # last counted on a Beijing day before today - period + 1
-            counted = _beijing_midnight(today - dt.timedelta(days=period - 1))
-            in_span.append(round_.c.updated_at < counted)
-        parts.append(sa.and_(*in_span))
-    return sa.or_(*parts)
+def due_days(
+    conn, task_id: int, tiers: tuple[Tier, ...], today: dt.date, first: dt.date, last: dt.date
+) -> list[str]:
+    """The days from ``first`` to ``last`` whose done rounds a look on ``today`` counts again
+    by their tier (ISO dates)."""
+    rows = conn.execute(
+        sa.select(round_.c.day, sa.func.min(round_.c.updated_at))
+        .where(
+            round_.c.task_id == task_id,
+            round_.c.day >= first.isoformat(),
+            round_.c.day <= last.isoformat(),
+            round_.c.state == "done",
+        )
+        .group_by(round_.c.day)
+    ).all()
+    out = []
+    for day, counted_at in rows:
+        date = dt.date.fromisoformat(str(day)[:10])
+        if isinstance(counted_at, str):  # SQLite's aggregate gives the text it keeps
+            counted_at = dt.datetime.fromisoformat(counted_at)
+        counted = cnki_today(counted_at) if counted_at is not None else None
+        age = (today - date).days
+        if due(tiers, age, None if counted is None else (counted - date).days):
+            out.append(str(day)[:10])
+    return out
