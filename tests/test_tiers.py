@@ -23,8 +23,7 @@ from cnkispider.exceptions import ConfigError, InputError
 from cnkispider.looktiers import DEFAULT_TIERS, Tier, due, parse_tiers, period_of, spans
 from cnkispider.schema import round_, task
 from cnkispider.settingcheck import check_setting
-from cnkispider.status.follow_plan import counted_days, follow_day
-from cnkispider.status.plan import Costs
+from cnkispider.status.plan import Costs, counted_days, follow_day
 from tasks.flow import TaskStore
 from tests import launcher
 from tests.crawl_harness import ROOT
