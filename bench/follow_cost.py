@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import json
 import math
 import statistics
 import sys
@@ -31,10 +32,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cnkispider.looktiers import DEFAULT_TIERS, due, parse_tiers, spans
 from standin.corpus import Corpus, CorpusOptions, parse_day
 
 CAP = 6000
 PAGE = 50
+WARM_UP = 90  # days of daily looks before the first day measured
+DOC_TYPES = ("patent", "paper")
+DEPTHS = ("list", "export", "detail")
 
 
 def lags_of(corpus: Corpus, doc_type: str, day: int) -> list[int]:
@@ -54,12 +59,19 @@ def listed(lags: list[int], day: int, as_of: int) -> int:
     return bisect.bisect_right(lags, as_of - day) if as_of >= day else 0
 
 
-def look_cost(corpus, doc_type, today: int, look_back: int, lags: dict) -> dict:
+def look_cost(corpus, doc_type, today: int, look_back: int, lags: dict, counted: dict, tiers=()):
+    """One daily look on ``today``: the days its tier makes due (cnkispider/looktiers.py, the
+    rule tasks/tiers.py applies) are counted; a counted day whose listing changed since its last
+    count is walked again. ``counted``: day -> the day it was last counted (updated here)."""
     roots = len(corpus.trees[doc_type].top)
     census = walk = new = pages_with_new = 0
     for day in range(today - look_back + 1, today + 1):
+        last = counted.get(day, day)  # the crawl of a day counts it on its day
+        if day != today and not due(tiers, today - day, last - day):
+            continue
+        counted[day] = today
         now = listed(lags[day], day, today)
-        before = listed(lags[day], day, today - 1)
+        before = listed(lags[day], day, last) if day != today else 0
         split = now > CAP
         census += 1 + (roots if split else 0)
         if now != before:
@@ -78,30 +90,55 @@ def look_cost(corpus, doc_type, today: int, look_back: int, lags: dict) -> dict:
     }
 
 
+def costs(corpus, doc_type, first: int, last: int, look_back: int, tiers) -> list[dict]:
+    """The daily looks' costs from ``first`` to ``last``, after a warm-up of ``WARM_UP`` days
+    of daily looks (each day's last count then is what it would be on a task followed long)."""
+    warm = first - WARM_UP
+    lags = {day: lags_of(corpus, doc_type, day) for day in range(warm - look_back, last + 1)}
+    counted: dict = {}
+    for day in range(warm, first):
+        look_cost(corpus, doc_type, day, look_back, lags, counted, tiers)
+    out = [
+        look_cost(corpus, doc_type, d, look_back, lags, counted, tiers)
+        for d in range(first, last + 1)
+    ]
+    for c, d in zip(out, range(first, last + 1), strict=True):
+        c["documents"] = len(lags[d])
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--look-back", type=int, default=60)
+    parser.add_argument("--tiers", default=DEFAULT_TIERS, help="[task] look_tiers ('off': none)")
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--days", default="2024-06-01:2024-06-30")
+    parser.add_argument("--json", action="store_true", help="the medians as JSON")
     args = parser.parse_args(argv)
+    tiers = parse_tiers(args.tiers)
     first, _, last = args.days.partition(":")
     first, last = parse_day(first), parse_day(last or first)
     corpus = Corpus(CorpusOptions(seed=1, profile="realistic-year", scale=args.scale, late=True))
+    per_type = {t: costs(corpus, t, first, last, args.look_back, tiers) for t in DOC_TYPES}
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    t: {k: round(statistics.median(c[k] for c in per_day)) for k in DEPTHS}
+                    for t, per_day in per_type.items()
+                }
+            )
+        )
+        return 0
     print(
-        f"a daily look over {args.look_back} days, {args.days}, realistic year "
-        f"(scale {args.scale}), CNKI requests a day (median over the days; max in brackets)"
+        f"a daily look over {args.look_back} days, tiers {args.tiers!r}, {args.days}, realistic"
+        f" year (scale {args.scale}), CNKI requests a day (median over the days; max in brackets)"
     )
     header = f"{'type':8} {'documents/day':>14} {'census':>8} {'re-walk':>8} {'new':>7}"
     header += f" {'list':>14} {'export':>14} {'detail':>16}"
     print(header)
-    for doc_type in ("patent", "paper"):
-        lags = {
-            day: lags_of(corpus, doc_type, day) for day in range(first - args.look_back, last + 1)
-        }
-        per_day = [
-            look_cost(corpus, doc_type, d, args.look_back, lags) for d in range(first, last + 1)
-        ]
-        docs = statistics.mean(len(lags[d]) for d in range(first, last + 1))
+    for doc_type, per_day in per_type.items():
+        docs = statistics.mean(c["documents"] for c in per_day)
 
         def cell(key, width, per_day=per_day):
             values = [c[key] for c in per_day]
@@ -111,6 +148,11 @@ def main(argv=None) -> int:
         print(
             f"{doc_type:8} {docs:>14,.0f} {cell('census', 8)} {cell('walk', 8)} {cell('new', 7)}"
             f" {cell('list', 14)} {cell('export', 14)} {cell('detail', 16)}"
+        )
+    for first_age, last_age, period in spans(tiers, args.look_back):
+        print(
+            f"days {first_age}-{last_age} back: counted every {period or 1} day(s), so a late"
+            f" document of such a day is caught within {period or 1} day(s) of its entry"
         )
     return 0
 

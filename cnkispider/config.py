@@ -40,6 +40,7 @@ from cnkispider.durations import parse_span
 from cnkispider.exceptions import ConfigError
 from cnkispider.i18n import _
 from cnkispider.items import DEPTHS, DOC_TYPES, has_counts
+from cnkispider.looktiers import DEFAULT_TIERS, parse_tiers
 from cnkispider.masking import install_log_filter, mask_url
 from cnkispider.vocabulary import word
 
@@ -271,6 +272,12 @@ def _span_or_off(raw) -> int:
     return parse_span(raw) if str(raw).strip() else 0
 
 
+def _look_tiers(raw: str) -> str:
+    """``look_tiers`` as written, once it parses (cnkispider/looktiers.py); empty: off."""
+    parse_tiers(str(raw))
+    return str(raw).strip() or "off"
+
+
 SCHEMA: dict[str, dict[str, tuple[Any, str]]] = {
     "database": {
         "url": (_database_url, _default("DATABASE_URL")),
@@ -306,6 +313,8 @@ SCHEMA: dict[str, dict[str, tuple[Any, str]]] = {
         "look_back_days": (_int(1, 3660), _default("TASKS_LOOK_BACK_DAYS")),
         "follow_every": (parse_span, _default("TASKS_FOLLOW_EVERY")),
         "refresh_counts_every": (_span_or_off, _default("TASKS_REFRESH_COUNTS_EVERY")),
+        # issue 46: how often a look counts a day again, by its age (cnkispider/looktiers.py)
+        "look_tiers": (_look_tiers, _default("TASKS_LOOK_TIERS")),
     },
     "cnki": {
         "base_url": (_http_url, _default("CNKI_BASE_URL")),
@@ -399,6 +408,7 @@ class TaskConfig:
     look_back_days: int = 60
     follow_every: int = 6 * 3600  # seconds
     refresh_counts_every: int = 0  # seconds; 0: off
+    look_tiers: str = DEFAULT_TIERS  # cnkispider/looktiers.py; "off": every day at every look
 
 
 @dataclass(frozen=True)

@@ -214,6 +214,9 @@ TASKS_FOLLOW_EVERY = 6 * 3600
 # and refreshes the counts (cited, downloads) over its look-back every TASKS_REFRESH_COUNTS_EVERY
 # seconds (0: never; a type whose rows carry counts)
 TASKS_REFRESH_COUNTS_EVERY = 0
+# issue 46 (cnkispider/looktiers.py): a look counts a day again by its age: the last 7 days at
+# every look, the month weekly, the rest of the window monthly ("off": every day at every look)
+TASKS_LOOK_TIERS = "7d:every, 30d:7d, 60d:30d"
 # the config file this worker read ("": defaults only), for the counts refresh it starts
 CNKI_CONFIG_FILE = ""
 # `cnkispider run --until-idle`: a follow task's run ends once nothing is due (not a config key)

@@ -26,6 +26,7 @@ from cnkispider import default_settings as _defaults
 from cnkispider import settings as _project
 from cnkispider.exceptions import InputError
 from cnkispider.i18n import _
+from cnkispider.looktiers import parse_tiers
 
 #: Settings the code reads that have no default (None unless given).
 NO_DEFAULT = frozenset({"ARCHIVE_DIR", "TASKS_BASE_DIR", "CNKI_VERBOSE"})
@@ -142,6 +143,15 @@ def check_setting(name: str, value: str) -> None:
         return
     if name in ("DATABASE_URL", "REDIS_URL"):
         _check_url(name, value)
+        return
+    if name == "TASKS_LOOK_TIERS":  # issue 46: the spelling [task] look_tiers takes
+        try:
+            parse_tiers(text)
+        except ValueError as exc:
+            raise InputError(
+                _("-s %(name)s=%(value)r: %(problem)s")
+                % {"name": name, "value": value, "problem": exc}
+            ) from None
         return
     if isinstance(default, bool):
         if text not in _BOOLEANS and not _is_number(text, whole=True):

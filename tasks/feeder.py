@@ -52,6 +52,7 @@ from cnkispider.context import CrawlContext, context_of, open_context
 from cnkispider.db import is_transient, open_database
 from cnkispider.exceptions import CnkiSpiderError, SchedulerClosed, TaskRowError
 from cnkispider.halting import Breaker
+from cnkispider.looktiers import parse_tiers
 from cnkispider.offload import in_thread
 from cnkispider.scheduling.outcome import ROUND_SEEDING, RoundScheduler
 from errors.middleware import LAST_ERROR_STAT
@@ -88,6 +89,8 @@ class RoundFeeder:
         self.follow = settings.getbool("TASKS_FOLLOW")
         self.look_back_days = settings.getint("TASKS_LOOK_BACK_DAYS")
         self.follow_every = settings.getint("TASKS_FOLLOW_EVERY")
+        # [task] look_tiers (checked when config.ini was read; a bad -s value stops here)
+        self.look_tiers = parse_tiers(settings.get("TASKS_LOOK_TIERS") or "off")
         self.until_idle = settings.getbool("TASKS_UNTIL_IDLE")
         # and its counts over the look-back, every TASKS_REFRESH_COUNTS_EVERY (0: never)
         self.refresh_counts_every = settings.getint("TASKS_REFRESH_COUNTS_EVERY")
@@ -532,6 +535,7 @@ class RoundFeeder:
             self.started_at,
             self.looks_at_start,
             self.worker_id,
+            self.look_tiers,
         )
         if look is None:
             return False

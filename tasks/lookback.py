@@ -41,10 +41,12 @@ import sqlalchemy as sa
 from cnkispider import refresh
 from cnkispider.clock import cnki_today
 from cnkispider.db import db_now, retried
+from cnkispider.looktiers import Tier
 from cnkispider.schema import ledger, round_, task
 from tasks.phase import Phase
 from tasks.rounds import IN_FLIGHT, RoundState, move
 from tasks.rows import TaskRows, validate_row
+from tasks.tiers import due_days
 
 logger = logging.getLogger(__name__)
 
@@ -163,12 +165,14 @@ class Looks(TaskRows):
         started: dt.datetime,
         looks_at_start: int | None = None,
         worker_id: str | None = None,
+        tiers: tuple[Tier, ...] = (),
     ) -> Look | None:
         """Claim the task's look if one is due and re-open the look-back's rounds that were
         not counted within ``every`` seconds (``every`` 0: since ``started``). None: the task
         does not follow today, is halted, is not at today yet, no look is due, or another
         worker claimed it first. One transaction: the compare-and-swap on ``look_at`` and the
-        rounds' moves commit together or not at all."""
+        rounds' moves commit together or not at all. ``tiers`` (``[task] look_tiers``): of the
+        look-back's rounds, only those their day's tier makes due (tasks/tiers.py)."""
         with self.engine.begin() as conn:
             current = validate_row(self._row(conn, task_id), self.base_dir)
             if not current.follow or current.halt_reason or current.cur_date is None:
@@ -207,16 +211,21 @@ class Looks(TaskRows):
                         sa.or_(round_.c.worker.is_(None), round_.c.worker != (worker_id or "")),
                     ),
                 )
+            where = [
+                round_.c.task_id == task_id,
+                round_.c.day >= first.isoformat(),
+                round_.c.day <= last.isoformat(),
+                round_.c.state == RoundState.DONE,
+                not_counted,
+            ]
+            if tiers:  # of the window, the days their tier makes due (tasks/tiers.py)
+                where.append(
+                    round_.c.day.in_(due_days(conn, task_id, tiers, cnki_today(now), first, last))
+                )
             reopened = move(
                 conn,
                 round_,
-                [
-                    round_.c.task_id == task_id,
-                    round_.c.day >= first.isoformat(),
-                    round_.c.day <= last.isoformat(),
-                    round_.c.state == RoundState.DONE,
-                    not_counted,
-                ],
+                where,
                 now,
                 # before anything else: what it listed, its history once it lists again
                 listed_before=round_.c.total,

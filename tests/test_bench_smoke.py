@@ -174,7 +174,12 @@ def test_upsert_prints_both_ways_on_both_databases_one_statement_a_batch(mysql_u
 def test_follow_cost_prints_a_row_per_type_with_the_census_a_look_back_day():
     run = bench("follow_cost.py", "--look-back", "5", "--scale", "0.01", "--days", "2024-06-03")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    rows = {line.split()[0]: line.split() for line in run.stdout.splitlines()[2:]}
+    rows = {line.split()[0]: line.split() for line in run.stdout.splitlines()[2:4]}
     assert set(rows) == {"patent", "paper"}
+    # then the tiers' delays (issue 46): the 5 days are all of the first tier, every look
+    assert run.stdout.splitlines()[4:] == [
+        "days 0-4 back: counted every 1 day(s), so a late document of such a day is caught"
+        " within 1 day(s) of its entry"
+    ]
     # papers are published every day: at least one census for each of the 5 look-back days
     assert int(rows["paper"][2].replace(",", "")) >= 5

@@ -30,7 +30,9 @@ AS_OF_A = TODAY - dt.timedelta(days=8)
 WINDOW = TODAY - dt.timedelta(days=LOOK_BACK - 1)
 #: a patent stand-in whose documents arrive late, as of day A; ~40 patents a day when all in
 SITE = {"seed": 5, "scale": 0.005, "late_arrivals": True, "as_of": AS_OF_A.isoformat()}
-FOLLOW = {"follow": "on", "look_back_days": LOOK_BACK, "follow_every": "0"}
+# today's rule (every day of the look-back at every look): these tests move the site's clock a
+# week on, not the database's, so to the tiers (issue 46) the days crawled minutes ago are fresh
+FOLLOW = {"follow": "on", "look_back_days": LOOK_BACK, "follow_every": "0", "look_tiers": "off"}
 RUN = {"cwd": ROOT, "capture_output": True, "text": True, "timeout": 120}
 
 
@@ -348,6 +350,9 @@ def test_status_and_the_web_page_say_it_follows_today_and_when_it_looks_next(cra
         "next_look_due": None,
         "last_counts_refresh": None,
         "next_counts_refresh_due": None,
+        # config.ini's window and tiers (issue 46): look_tiers off, every day at every look
+        "look_back_days": LOOK_BACK,
+        "tiers": [{"days_back": [0, LOOK_BACK - 1], "every_days": 0}],
     }
     while store.claim(current.id, "w") is not None:
         pass
@@ -356,6 +361,7 @@ def test_status_and_the_web_page_say_it_follows_today_and_when_it_looks_next(cra
     engine.dispose()
     text = launcher.run(setup.command("status"), **RUN).stdout
     assert "follows today: look 1 at " in text and "next look due" in text, text
+    assert "looks over 10 days: days 0-9 back at every look" in text, text
     report = json.loads(launcher.run(setup.command("status", "--json"), **RUN).stdout)
     follow = report["tasks"][0]["follow"]
     assert follow["looks"] == 1
@@ -368,6 +374,7 @@ def test_status_and_the_web_page_say_it_follows_today_and_when_it_looks_next(cra
     finally:
         web.stop()
     assert "follows today" in page and "next look due" in page
+    assert "looks over 10 days: days 0-9 back at every look" in page
 
 
 def test_export_since_takes_a_day_or_a_time():

@@ -191,6 +191,8 @@ def _plan(config: Config, store, args) -> int:
     days = ngettext("%(n)d day", "%(n)d days", plan["days"]) % {"n": plan["days"]}
     if args.sample:
         _print_sample(plan)
+    if plan.get("follow"):
+        _print_follow(plan)
     if plan["documents"] is None:
         print(
             _("task %(task)s: %(days)s to go, none seen yet: no census total to plan from")
@@ -247,6 +249,30 @@ def _plan(config: Config, store, args) -> int:
             }
         )
     return 0
+
+
+def _print_follow(plan: dict) -> None:
+    """`task plan` of a task that follows today: at most what a day of following costs."""
+    from cnkispider.i18n import _
+
+    follow = plan["follow"]
+    figures = follow["depths"][plan["depth"]]
+    print(
+        _(
+            "task %(task)s follows today: at most %(requests)d requests a day at depth "
+            "%(depth)s, %(passes)d passes at %(r).0f requests a pass (about %(docs)d new "
+            "documents a day; a daily look counts %(days)s days, each assumed grown)"
+        )
+        % {
+            "task": plan["task"],
+            "requests": figures["requests"],
+            "depth": word(plan["depth"]),
+            "passes": figures["passes"],
+            "r": plan["pass_requests"],
+            "docs": follow["documents_a_day"],
+            "days": follow["days_counted"],
+        }
+    )
 
 
 def _print_sample(plan: dict) -> None:

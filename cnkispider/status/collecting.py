@@ -34,6 +34,7 @@ from cnkispider.db import db_now
 from cnkispider.exceptions import TaskRowError, UnknownName
 from cnkispider.i18n import _
 from cnkispider.items import FIELDS
+from cnkispider.looktiers import parse_tiers, spans
 from cnkispider.pace.store import windows_report
 from cnkispider.redisconn import EMBEDDED_IDLE
 from cnkispider.schema import documents, error_code, error_link, fill, round_, task
@@ -69,11 +70,13 @@ def collect(
     redis_error: str | None = None,
     sessions_namespace: str | None = None,
     key_prefix: str = default_settings.REDIS_KEY_PREFIX,
+    look: tuple[int, str] | None = None,
 ) -> dict:
     """One status report of every task (or of ``task_name``), JSON-able.
 
     ``redis_client`` None means Redis was not reachable (``redis_error`` says why): the report
-    then has no queue counts but everything the database knows.
+    then has no queue counts but everything the database knows. ``look``: config.ini's
+    ``(look_back_days, look_tiers)``, said beside each follow task's looks (issue 46).
     """
     gone_after = dt.timedelta(seconds=GONE_AFTER_BEATS * heartbeat_seconds)
     with engine.connect() as conn:
@@ -98,6 +101,10 @@ def collect(
             _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, workers)
             for row in rows
         ]
+    if look is not None:
+        for entry in tasks:
+            if entry.get("follow"):
+                entry["follow"].update(look_policy(*look))
     redis_info = {
         "url": redis_label,
         "reachable": redis_client is not None,
@@ -286,6 +293,19 @@ def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, w
         if entry["eta_seconds"]:  # nobody is working: the recent rate promises nothing
             entry["eta_seconds"] = entry["eta_at"] = None
     return entry
+
+
+def look_policy(look_back_days: int, look_tiers: str) -> dict:
+    """The window and the tiers of the looks (cnkispider/looktiers.py), JSON-able: each tier
+    the days back it covers and how often they are counted (``every_days`` 0: every look)."""
+    tiers = parse_tiers(look_tiers)
+    return {
+        "look_back_days": look_back_days,
+        "tiers": [
+            {"days_back": [first, last], "every_days": period}
+            for first, last, period in spans(tiers, look_back_days)
+        ],
+    }
 
 
 def _follow(row) -> dict | None:

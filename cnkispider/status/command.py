@@ -65,6 +65,7 @@ def status_command(
             redis_error=error,
             sessions_namespace=namespace_for(config.cnki["base_url"], config.redis_prefix),
             key_prefix=config.redis_prefix,
+            look=(config.task.look_back_days, config.task.look_tiers),
         )
 
     try:

@@ -30,6 +30,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from cnkispider.i18n import _
+from cnkispider.looktiers import Tier, parse_tiers, spans
 
 DEPTHS = ("list", "export", "detail")
 #: Detail requests a document beyond its one page: the pages of a pass's last moments, whose
@@ -150,6 +151,40 @@ def estimate(
     return out
 
 
+# -- following today (issue 46.6) -----------------------------------------------------------
+# A task that follows today with a daily look pays, each day, the crawl of the new day and the
+# days of its look-back its tiers make due (cnkispider/looktiers.py): a census each, and a walk
+# of its list pages when its count grew. Without the lag CNKI shows for this task, the plan
+# assumes every counted day grew: an upper bound (on the stand-in's realistic year the model
+# bench/follow_cost.py, which knows the lags, gives about half of it).
+
+
+def counted_days(tiers: tuple[Tier, ...], window: int) -> float:
+    """Days a daily look counts on average (today's, the crawl's, among them)."""
+    return sum((last - first + 1) / (period or 1) for first, last, period in spans(tiers, window))
+
+
+def follow_day(documents: float, costs: Costs, tiers: tuple[Tier, ...], window: int) -> dict:
+    """``{"documents_a_day", "days_counted", "depths": {depth: {"requests", "passes"}}}``: at
+    most what a day of following costs at ``documents`` a day (daily looks)."""
+    days = counted_days(tiers, window)
+    pages = day_requests(round(documents), "list", costs)
+    walk = days * pages  # every counted day walked whole: the bound
+    new = {
+        "list": 0.0,
+        "export": math.ceil(documents / costs.export_batch),
+        "detail": documents * DETAIL_OVERHEAD,
+    }
+    out = {"documents_a_day": round(documents), "days_counted": round(days, 1), "depths": {}}
+    for depth in DEPTHS:
+        requests = round(walk + new[depth])
+        out["depths"][depth] = {
+            "requests": requests,
+            "passes": math.ceil(requests / costs.pass_requests) if requests else 0,
+        }
+    return out
+
+
 # -- reading the inputs ----------------------------------------------------------------------------
 
 
@@ -245,4 +280,12 @@ def task_plan(
     out["sample_requests"] = requests
     out["task"] = row["name"]
     out["depth"] = row["depth"] or "detail"
+    out["follow"] = None
+    if row.get("follow") and seen:  # issue 46.6: what a day of following costs
+        out["follow"] = follow_day(
+            sum(seen.values()) / len(seen),
+            costs,
+            parse_tiers(config.task.look_tiers),
+            config.task.look_back_days,
+        )
     return out

@@ -139,6 +139,8 @@ def _render_task(t: dict, report: dict) -> list[str]:
         )
     if t.get("follow"):
         lines.append("  " + follow_line(t["follow"]))
+        if t["follow"].get("tiers"):
+            lines.append("  " + tiers_line(t["follow"]))
         if t["follow"].get("last_counts_refresh"):
             lines.append("  " + counts_line(t["follow"]))
     waiting = t.get("waiting")  # WAITING_MESSAGE, a marked word
@@ -255,6 +257,37 @@ def follow_line(follow: dict) -> str:
         last=_clock(follow["last_look"]),
         due=_clock(follow["next_look_due"]),
     )
+
+
+def tiers_line(follow: dict) -> str:
+    """``looks over 60 days: days 0-6 back at every look; days 7-29 back every 7 days; ...``
+    (config.ini's [task] look_back_days and look_tiers, cnkispider/looktiers.py)."""
+    return _("looks over %(n)d days: %(tiers)s") % {
+        "n": follow["look_back_days"],
+        "tiers": tier_words(follow["tiers"]),
+    }
+
+
+def tier_words(tiers: list[dict]) -> str:
+    """The tiers of a report's ``follow.tiers`` in words (status and the task page)."""
+    words = []
+    for tier in tiers:
+        first, last = tier["days_back"]
+        period = tier["every_days"]
+        if period == 0:
+            words.append(
+                _("days %(first)d-%(last)d back at every look") % {"first": first, "last": last}
+            )
+        else:
+            words.append(
+                ngettext(
+                    "days %(first)d-%(last)d back every %(n)d day",
+                    "days %(first)d-%(last)d back every %(n)d days",
+                    period,
+                )
+                % {"first": first, "last": last, "n": period}
+            )
+    return "; ".join(words)
 
 
 def counts_line(follow: dict) -> str:

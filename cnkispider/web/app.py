@@ -43,7 +43,7 @@ from cnkispider import i18n
 from cnkispider.exceptions import CnkiSpiderError
 from cnkispider.i18n import _
 from cnkispider.status.collecting import collect
-from cnkispider.status.rendering import run_command
+from cnkispider.status.rendering import run_command, tiers_line
 from cnkispider.status.round_views import round_detail, round_grid
 from cnkispider.vocabulary import halt_reason, word
 from cnkispider.web import actions, guard, words
@@ -162,6 +162,7 @@ class Web:
             redis_error=self.redis_error,
             sessions_namespace=self.namespace,
             key_prefix=self.config.redis_prefix,
+            look=(self.config.task.look_back_days, self.config.task.look_tiers),
         )
         if task_name is None:
             age = self.history.age()
@@ -226,6 +227,7 @@ def _templates() -> Jinja2Templates:
     env.globals["ngettext"] = i18n.ngettext
     env.globals["word"] = word
     env.globals["state_of"] = state_of
+    env.globals["tiers_line"] = tiers_line  # a follow task's looks, as status says them
     env.globals["rounds_done"] = rounds_done
     env.globals["fields"] = actions.FIELDS
     env.globals["offered"] = actions.offered
