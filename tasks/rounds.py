@@ -22,11 +22,9 @@ A round's life (the invariants; who makes each move: docs/INTERNALS.md#tasksroun
 - A heartbeat renews only the rounds its worker knows it holds (:meth:`Rounds.held_rounds`).
 - done only when the ledger balances (docs/RELIABILITY.md#every-listed-row-accounted-for): the
   total set once per listing, ``beyond`` only what overflow/pager-short/census rows count.
-- Every seeding has its token (``round.seeding``, set by :meth:`Rounds.mark_seeded`, carried
-  with the seed to Redis and back with the drain): the drain's writes (:meth:`Rounds.close_round`,
-  :meth:`Rounds.mark_halted`, ``Looks.mark_unlisted``, the errorCode ``ledger`` row written in
-  the close's transaction) compare it in their own statement, so a late handler of an earlier
-  seeding of the same round changes nothing, whatever the Redis epoch.
+- Every seeding has its token (``round.seeding``, from :meth:`Rounds.mark_seeded` to Redis and
+  back with the drain); every write of the drain compares it in its own statement, so a late
+  handler of an earlier seeding changes nothing, whatever the Redis epoch.
 
 The rest of this module's story: docs/INTERNALS.md#tasksroundspy.
 """

@@ -24,12 +24,8 @@ that passed this middleware but waited in Scrapy's download slot is looked at ag
 (:meth:`RateLimitMiddleware.at_wire`, from :mod:`cnkispider.middlewares.wiregate`): if one of its
 windows closed since its slot was granted, it is held there until the window opens.
 
-Stats (``ratelimit/...``): ``requests``, ``delayed``, ``wait_seconds``, ``held``, ``late``,
-``revoked``, ``pace/clean``, ``pace/challenged``, ``pace/decreased``, ``redis/calls``,
-``redis/errors``, ``window/429``, ``window/closed``, ``window/held``, ``window/revoked``,
-``window/held_at_wire``, ``window/reset`` (each: docs/INTERNALS.md).
-
-The rest of this module's story: docs/INTERNALS.md#cnkispidermiddlewaresratelimitpy.
+Stats (``ratelimit/...``) and the rest of this module's story:
+docs/INTERNALS.md#cnkispidermiddlewaresratelimitpy.
 """
 
 from __future__ import annotations
