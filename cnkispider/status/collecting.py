@@ -29,14 +29,14 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from cnkispider import default_settings, drift
+from cnkispider import default_settings, doclinks, drift
 from cnkispider.db import db_now
 from cnkispider.exceptions import TaskRowError, UnknownName
 from cnkispider.i18n import _
 from cnkispider.items import FIELDS
 from cnkispider.pace.store import windows_report
 from cnkispider.redisconn import EMBEDDED_IDLE
-from cnkispider.schema import documents, error_code, error_link, fill, round_, task
+from cnkispider.schema import error_code, error_link, fill, round_, task
 from cnkispider.status.liveness import GONE_AFTER_BEATS, task_workers
 from cnkispider.status.rates import round_rate
 from cnkispider.status.times import age, iso
@@ -421,10 +421,8 @@ def _unplanned_rounds(conn, current, until: dt.date) -> int:
 
 
 def _documents(conn, row) -> int:
-    table = documents[row.type]
-    return conn.execute(
-        sa.select(sa.func.count()).select_from(table).where(table.c.task_id == row.id)
-    ).scalar()
+    # every document the task found, whichever task stored it first (issue 47)
+    return doclinks.count(conn, row.type, row.id)
 
 
 def _error_summary(groups: list[tuple]) -> dict:
