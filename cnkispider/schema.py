@@ -18,6 +18,8 @@ fill        per round and detail field, the documents the parser filled it on (t
 task_document
             which task found which document: one row per (task, document), however many tasks
             list it (a document row keeps only the task that stored it last)
+task_skip   the days of a task the operator skipped, and by which command (``task move`` forward):
+            a task is finished with them said, never silently (tasks/skips.py)
 reference   a paper's reference list: one row per (citing document, position) ([crawl] references)
 audit       one row per action taken on the web page (cnkispider/web/): who, when, what, result.
 patent, paper, achievement
@@ -312,6 +314,21 @@ task_document = Table(
 )
 
 
+# Issue 47: a day of a task the operator skipped (``task move`` forward past days never
+# crawled), and by which command: the task is finished with it said ("1 day skipped by move").
+# A move back to or before the day makes it due again and deletes its row (tasks/skips.py).
+task_skip = Table(
+    "task_skip",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("task_id", Integer, nullable=False),
+    Column("day", String(10), nullable=False),  # YYYY-MM-DD, as the round's day
+    Column("command", String(40), nullable=False),  # move
+    Column("at", DateTime),  # the database's clock
+    UniqueConstraint("task_id", "day", name="uq_task_skip_day"),
+)
+
+
 # A paper's reference list ([crawl] references, cnkispider/spiders/references.py): one row per
 # entry, keyed on the citing document and the entry's position, so that a replay rewrites the
 # row instead of adding one. The cited document's key is set where CNKI links it.
@@ -497,8 +514,9 @@ UPGRADE_FILLS = {
     ),
 }
 
-# issue 47: a document belongs to every task that found it; the ``task_document`` table is
-# created like any new table (``db.create_schema``), no column to add
+# issue 47: a document belongs to every task that found it (``task_document``), and the days an
+# operator skipped are recorded (``task_skip``); both tables are created like any new table
+# (``db.create_schema``), no column to add
 UPGRADES[16] = []
 
 

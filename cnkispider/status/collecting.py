@@ -44,6 +44,7 @@ from tasks.categories import DAY, round_label
 from tasks.phase import Phase
 from tasks.rounds import IN_FLIGHT, LEDGER_NOTE, RoundState
 from tasks.rows import rounds_between, validate_row
+from tasks.skips import by_command, skipped_days
 
 #: Rounds out of balance listed by name in a task's report (the count says how many in all).
 LEDGER_SHOWN = 20
@@ -254,6 +255,9 @@ def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, w
             entry["eta_at"] = iso(now + dt.timedelta(seconds=seconds))
     entry["current_rounds"] = in_flight.get(row.id, [])
     entry["documents"] = _documents(conn, row) if row.type in FIELDS else None
+    # the days its operator skipped (task move forward): said with "finished" (issue 47)
+    days = skipped_days(conn, row.id)
+    entry["skipped"] = {"days": list(days), "by": by_command(days)}
     entry["errors"] = {
         name: _error_summary(groups.get(row.id, [])) for name, groups in errors.items()
     }
