@@ -68,9 +68,10 @@ def take_known(
     keys: list[tuple[str, str]],
     depth: str,
 ) -> set[tuple[str, str]]:
-    """Of a list page's ``keys``, the documents already stored at ``depth`` or deeper (by any
-    task): in one transaction they are linked to this task and stored in the round's ledger, so
-    that nothing fetches them again. Returns those keys."""
+    """Of a list page's ``keys``, the documents another task already stored at ``depth`` or
+    deeper: in one transaction they are linked to this task and stored in the round's ledger, so
+    that this task does not fetch them again. Returns those keys. A document this task already
+    has is fetched as before: the operator's move back or reopen crawls its rounds again."""
     if not keys:
         return set()
     table = documents[doc_type]
@@ -85,7 +86,7 @@ def take_known(
             (r.dbname, r.filename)
             for r in conn.execute(
                 sa.select(table.c.dbname, table.c.filename).where(
-                    table.c.filename.in_(filenames), depth_ok
+                    table.c.filename.in_(filenames), depth_ok, ~of_task(doc_type, task_id)
                 )
             )
         } & wanted

@@ -89,3 +89,29 @@ def test_an_upgrade_links_the_documents_stored_before(sqlite_url):
             assert conn.execute(sa.select(sa.func.count()).select_from(task_document)).scalar() == 1
     finally:
         engine.dispose()
+
+
+def test_a_row_another_task_stored_deep_enough_is_linked_and_stored_not_fetched(sqlite_url):
+    """doclinks.take_known: of a page's rows, those another task stored at this task's depth or
+    deeper are linked and stored in the round's ledger in one transaction; a document stored
+    shallower, or one this task has already (a move back crawls it again), is fetched."""
+    from cnkispider import ledger
+    from cnkispider.storage import DEPTH_KEY
+
+    engine = open_database(sqlite_url)
+    try:
+        with engine.begin() as conn:
+            rows = [
+                row_for("patent", {"dbname": "SCPD", "filename": name, DEPTH_KEY: depth}, 1, None)
+                for name, depth in (("CN1A", "detail"), ("CN2A", "list"), ("CN3A", "export"))
+            ]
+            upsert_documents(conn, "patent", rows)
+            upsert_documents(conn, "patent", [row_for("patent", {"dbname": "SCPD", "filename": "CN3A", DEPTH_KEY: "export"}, 2, None)])  # fmt: skip
+        keys = [("SCPD", f"CN{n}A") for n in (1, 2, 3, 4)]
+        known = doclinks.take_known(engine, 2, 7, "patent", keys, "export")
+        assert known == {("SCPD", "CN1A")}  # CN2A: only listed; CN3A: task 2's own; CN4A: new
+        with engine.connect() as conn:
+            assert doclinks.count(conn, "patent", 2) == 2
+            assert ledger.count(conn, 7).stored == 1
+    finally:
+        engine.dispose()

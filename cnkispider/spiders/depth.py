@@ -78,9 +78,9 @@ class DepthMixin:
     # -- a page's rows at list or export depth -------------------------------------------
 
     async def without_known(self, kept: list, meta: dict, depth: str) -> list:
-        """The kept rows less the documents already stored at ``depth`` or deeper, by this
-        task or another (issue 47): those are linked to this task and stored in the round's
-        ledger (cnkispider/doclinks.py), never fetched again for it."""
+        """The kept rows less the documents another task already stored at ``depth`` or
+        deeper (issue 47): those are linked to this task and stored in the round's ledger
+        (cnkispider/doclinks.py), not fetched again for it."""
         context = self.context
         round_id = meta.get("round_id")
         if context is None or round_id is None or not kept:
