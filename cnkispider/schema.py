@@ -15,11 +15,8 @@ ledger_fold the ledger rows of long-done rounds, folded into counts per (round, 
 worker      one row per running worker process: host, pid, heartbeat, counters (pages, items,
             errors, challenges) and its last error.
 fill        per round and detail field, the documents the parser filled it on (the drift alarm)
-task_document
-            which task found which document: one row per (task, document), however many tasks
-            list it (a document row keeps only the task that stored it last)
-task_skip   the days of a task the operator skipped, and by which command (``task move`` forward):
-            a task is finished with them said, never silently (tasks/skips.py)
+task_document  which task found which document: a row per (task, document)
+task_skip   the days of a task its operator skipped, by which command (tasks/skips.py)
 reference   a paper's reference list: one row per (citing document, position) ([crawl] references)
 audit       one row per action taken on the web page (cnkispider/web/): who, when, what, result.
 patent, paper, achievement

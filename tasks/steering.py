@@ -8,9 +8,8 @@ The operator steers a task by editing its row, from any MySQL client or the comm
   (``task stop``: end_date becomes the day before the cursor's day).
 - a later end_date (or an empty one): the task goes on from its cursor (``task extend``).
 - changing cur_date / cur_code moves the cursor (``task move``, to one of the task's days and
-  categories); rounds already done are crawled again when the cursor passes them (upserts).
-  Days moved past forward that no round covers are skipped by the operator: recorded
-  (tasks/skips.py) and said when the task is finished; a move back makes them due again.
+  categories); rounds already done are crawled again when the cursor passes them (upserts);
+  days moved past forward without a round are skipped, and said (tasks/skips.py).
 - categories, and the type while no round of the task exists (``task set``).
 - a halt (``task.halt_reason``, set by the circuit breaker, cnkispider/halting.py): nothing is
   claimed until ``task resume`` lifts it and re-opens what failed for it.
