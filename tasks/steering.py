@@ -7,9 +7,8 @@ The operator steers a task by editing its row, from any MySQL client or the comm
 - end_date earlier than cur_date: nothing more is handed out; in-flight rounds finish
   (``task stop``: end_date becomes the day before the cursor's day).
 - a later end_date (or an empty one): the task goes on from its cursor (``task extend``).
-- changing cur_date / cur_code moves the cursor (``task move``, to one of the task's days and
-  categories); rounds already done are crawled again when the cursor passes them (upserts);
-  days moved past forward without a round are skipped, and said (tasks/skips.py).
+- changing cur_date / cur_code moves the cursor (``task move``): done rounds are crawled again
+  when it passes them; days it jumps forward past without a round are skipped (tasks/skips.py).
 - categories, and the type while no round of the task exists (``task set``).
 - a halt (``task.halt_reason``, set by the circuit breaker, cnkispider/halting.py): nothing is
   claimed until ``task resume`` lifts it and re-opens what failed for it.
