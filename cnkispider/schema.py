@@ -15,6 +15,8 @@ ledger_fold the ledger rows of long-done rounds, folded into counts per (round, 
 worker      one row per running worker process: host, pid, heartbeat, counters (pages, items,
             errors, challenges) and its last error.
 fill        per round and detail field, the documents the parser filled it on (the drift alarm)
+task_document  which task found which document: a row per (task, document)
+task_skip   the days of a task its operator skipped, by which command (tasks/skips.py)
 reference   a paper's reference list: one row per (citing document, position) ([crawl] references)
 audit       one row per action taken on the web page (cnkispider/web/): who, when, what, result.
 patent, paper, achievement
@@ -39,12 +41,16 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    exists,
+    inspect,
+    literal,
+    select,
 )
 from sqlalchemy.dialects.mysql import MEDIUMTEXT
 
 from cnkispider.items import FIELDS, INTEGER_FIELDS, TIME_FIELDS
 
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 
 metadata = MetaData()
 
@@ -288,6 +294,38 @@ fill = Table(
 )
 
 
+# Issue 47: a document belongs to every task that found it. One row per (task, document),
+# written in the transaction that stores the document or finds it already stored (the document
+# row's own ``task_id`` is only the task that wrote it last). Export, status and the counts of a
+# task read its documents through here (cnkispider/doclinks.py).
+task_document = Table(
+    "task_document",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("task_id", Integer, nullable=False),
+    Column("doc_type", String(20), nullable=False),
+    Column("dbname", String(20), nullable=False),  # the document's natural key
+    Column("filename", String(64), nullable=False),
+    UniqueConstraint("task_id", "doc_type", "dbname", "filename", name="uq_task_document"),
+    Index("ix_task_document_doc", "doc_type", "dbname", "filename"),
+)
+
+
+# Issue 47: a day of a task the operator skipped (``task move`` forward past days never
+# crawled), and by which command: the task is finished with it said ("1 day skipped by move").
+# A move back to or before the day makes it due again and deletes its row (tasks/skips.py).
+task_skip = Table(
+    "task_skip",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("task_id", Integer, nullable=False),
+    Column("day", String(10), nullable=False),  # YYYY-MM-DD, as the round's day
+    Column("command", String(40), nullable=False),  # move
+    Column("at", DateTime),  # the database's clock
+    UniqueConstraint("task_id", "day", name="uq_task_skip_day"),
+)
+
+
 # A paper's reference list ([crawl] references, cnkispider/spiders/references.py): one row per
 # entry, keyed on the citing document and the entry's position, so that a replay rewrites the
 # row instead of adding one. The cited document's key is set where CNKI links it.
@@ -472,3 +510,32 @@ UPGRADE_FILLS = {
         task.update().where(task.c.look_told.is_(None)).values(look_told=task.c.looks)
     ),
 }
+
+# issue 47: a document belongs to every task that found it (``task_document``), and the days an
+# operator skipped are recorded (``task_skip``); both tables are created like any new table
+# (``db.create_schema``), no column to add
+UPGRADES[16] = []
+
+
+def _link_stored_documents(conn) -> None:
+    """Version 16's fill: every document stored before gets the link row of the task that
+    stored it (idempotent: a link already there is left alone)."""
+    for doc_type, table in documents.items():
+        live = {c["name"] for c in inspect(conn).get_columns(table.name)}
+        if "task_id" not in live:  # a table older than tasks: no task to link to
+            continue
+        linked = select(task_document.c.id).where(
+            task_document.c.task_id == table.c.task_id,
+            task_document.c.doc_type == doc_type,
+            task_document.c.dbname == table.c.dbname,
+            task_document.c.filename == table.c.filename,
+        )
+        rows = select(table.c.task_id, literal(doc_type), table.c.dbname, table.c.filename).where(
+            table.c.task_id.is_not(None), ~exists(linked)
+        )
+        conn.execute(
+            task_document.insert().from_select(["task_id", "doc_type", "dbname", "filename"], rows)
+        )
+
+
+UPGRADE_FILLS[16] = _link_stored_documents

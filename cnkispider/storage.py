@@ -30,6 +30,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, sqlite
 from sqlalchemy.engine import Engine
 
+from cnkispider import doclinks
 from cnkispider.items import (
     COUNT_FIELDS,
     DEFAULT_DEPTH,
@@ -187,7 +188,8 @@ def as_time(value) -> dt.datetime | None:
 
 
 def upsert_documents(conn, doc_type: str, rows: list[dict]) -> None:
-    """Insert or update ``rows`` (dicts of one type's columns) on (dbname, filename)."""
+    """Insert or update ``rows`` (dicts of one type's columns) on (dbname, filename), and link
+    each to its row's task (cnkispider/doclinks.py)."""
     if not rows:
         return
     # Two copies of one document in a batch would make MySQL update twice and SQLite fail the
@@ -199,6 +201,11 @@ def upsert_documents(conn, doc_type: str, rows: list[dict]) -> None:
         by_key[key] = merge_rows(by_key[key], row) if key in by_key else row
     unique = list(by_key.values())
     conn.execute(_upsert(conn.dialect.name, doc_type, tuple(unique[0])), unique)
+    # in the same transaction: the document belongs to its task too, whichever task stored it
+    # first (issue 47; the row's own task_id is only the last writer)
+    for task_id in {row.get("task_id") for row in unique}:
+        keys = [(r["dbname"], r["filename"]) for r in unique if r.get("task_id") == task_id]
+        doclinks.link(conn, task_id, doc_type, keys)
 
 
 @functools.cache
@@ -238,7 +245,8 @@ def iter_documents(
         elif since:  # a day: documents dated that day or later
             query = query.where(table.c.date >= since)
         if task_id is not None:
-            query = query.where(table.c.task_id == task_id)
+            # the task's documents, whichever task stored them first (issue 47)
+            query = query.where(doclinks.of_task(doc_type, task_id))
         with engine.connect() as conn:
             rows = conn.execute(query).mappings().all()
         if not rows:

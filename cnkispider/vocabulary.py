@@ -42,6 +42,7 @@ WORDS = {
     "pending": N_("pending"),
     "in-flight": N_("in flight"),
     "unbalanced": N_("out of balance"),
+    "skipped": N_("skipped"),  # a day its operator skipped (tasks/skips.py)
     # a worker's state (cnkispider.status.liveness)
     "alive": N_("alive"),
     "gone": N_("gone"),

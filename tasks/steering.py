@@ -7,8 +7,8 @@ The operator steers a task by editing its row, from any MySQL client or the comm
 - end_date earlier than cur_date: nothing more is handed out; in-flight rounds finish
   (``task stop``: end_date becomes the day before the cursor's day).
 - a later end_date (or an empty one): the task goes on from its cursor (``task extend``).
-- changing cur_date / cur_code moves the cursor (``task move``, to one of the task's days and
-  categories); rounds already done are crawled again when the cursor passes them (upserts).
+- changing cur_date / cur_code moves the cursor (``task move``): done rounds are crawled again
+  when it passes them; days it jumps forward past without a round are skipped (tasks/skips.py).
 - categories, and the type while no round of the task exists (``task set``).
 - a halt (``task.halt_reason``, set by the circuit breaker, cnkispider/halting.py): nothing is
   claimed until ``task resume`` lifts it and re-opens what failed for it.
@@ -51,6 +51,7 @@ from tasks.phase import Phase
 from tasks.rounds import HALTED_NOTE, NOW, RoundState, move, transition
 from tasks.rows import Task, TaskRows, check_name, read_row, task_days, validate_row
 from tasks.selection import parse_selection
+from tasks.skips import record_move
 
 
 def check_query(query: str | None, doc_type: str) -> str | None:
@@ -358,6 +359,14 @@ class Steering(TaskRows):
         with self._command(key) as (conn, row):
             values = self._move_values(conn, row, cur_date, cur_code)
             edit_task(conn, row.id, **values)
+            # days moved past without a round are skipped by the operator, and said (issue 47)
+            record_move(
+                conn,
+                row.id,
+                dt.date.fromisoformat(str(row.start_date)),
+                dt.date.fromisoformat(values["cur_date"]),
+                values["updated_at"],
+            )
         return self.get(row.id)
 
     def check_move(self, key: int | str, cur_date: str, cur_code: str | None) -> Task:

@@ -422,7 +422,10 @@ def add_export(sub) -> None:
             '"YYYY-MM-DD HH:MM" (UTC), only documents stored or changed since then'
         ),
     )
-    export_parser.add_argument("--task", help=_("only documents stored by this task (name or id)"))
+    export_parser.add_argument(
+        "--task",
+        help=_("only the documents this task found, whichever task stored them (name or id)"),
+    )
     export_parser.add_argument(
         "--out", metavar="PATH", help=_("file to write (default, or -: standard output)")
     )

@@ -341,12 +341,15 @@ class RoundSpider(
             await self._refresh_counts(meta, kept, drops)
         elif depth == "detail":
             kept, drops = self.selected_rows(kept, drops)  # a deepening task's rule
+            kept = await self.without_known(kept, meta, depth)
             requests = [self.detail_request(row, meta) for row in kept]
             await self._note_listed(meta, requests, drops)
             for request in requests:
                 yield request
         else:
             kept, drops = self.selected_rows(kept, drops)  # a deepening task's rule
+            if depth != "list":  # a list row costs nothing more: it is stored again
+                kept = await self.without_known(kept, meta, depth)
             async for out in self.listed_at_depth(depth, kept, drops, meta):
                 yield out
         last = self.last_page(page, meta)

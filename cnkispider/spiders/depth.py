@@ -23,12 +23,14 @@ import json
 
 import scrapy
 
+from cnkispider import doclinks
 from cnkispider.cnki import parsers
 from cnkispider.cnki.export_batch import ALONE_AFTER, ExportBatches, ExportQueue, ExportRow
 from cnkispider.cnki.export_records import ExportAnswerError, parse_export
 from cnkispider.cnki.refusals import REJECTION, kind_of
 from cnkispider.exceptions import HaltedRequest, RefusedPage
 from cnkispider.items import DEFAULT_DEPTH, FIELDS, ITEM_CLASSES
+from cnkispider.offload import in_thread
 from errors.middleware import failure_reason, record_download_failure, record_failure
 from tasks.selection import FIELDS as SELECTION_FIELDS
 from tasks.selection import NOT_SELECTED
@@ -74,6 +76,28 @@ class DepthMixin:
         return chosen, drops + [(row, NOT_SELECTED) for row in skipped]
 
     # -- a page's rows at list or export depth -------------------------------------------
+
+    async def without_known(self, kept: list, meta: dict, depth: str) -> list:
+        """The kept rows less the documents another task already stored at ``depth`` or
+        deeper (issue 47): those are linked to this task and stored in the round's ledger
+        (cnkispider/doclinks.py), not fetched again for it."""
+        context = self.context
+        round_id = meta.get("round_id")
+        if context is None or round_id is None or not kept:
+            return kept
+        known = await in_thread(
+            doclinks.take_known,
+            context.tasks.engine,
+            context.task_id,
+            round_id,
+            self.doc_type,
+            [(row.dbname, row.filename) for row in kept],
+            depth,
+        )
+        if not known:
+            return kept
+        self.crawler.stats.inc_value("rows/known", len(known))
+        return [row for row in kept if (row.dbname, row.filename) not in known]
 
     async def listed_at_depth(self, depth: str, kept: list, drops: list, meta: dict):
         """The kept rows of one list page at ``depth`` (list or export): their items or export

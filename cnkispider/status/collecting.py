@@ -29,7 +29,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from cnkispider import default_settings, drift
+from cnkispider import default_settings, doclinks, drift
 from cnkispider.db import db_now
 from cnkispider.exceptions import TaskRowError, UnknownName
 from cnkispider.i18n import _
@@ -37,7 +37,7 @@ from cnkispider.items import FIELDS
 from cnkispider.looktiers import parse_tiers, spans
 from cnkispider.pace.store import windows_report
 from cnkispider.redisconn import EMBEDDED_IDLE
-from cnkispider.schema import documents, error_code, error_link, fill, round_, task
+from cnkispider.schema import error_code, error_link, fill, round_, task
 from cnkispider.status.liveness import GONE_AFTER_BEATS, task_workers
 from cnkispider.status.rates import round_rate
 from cnkispider.status.times import age, iso
@@ -45,6 +45,7 @@ from tasks.categories import DAY, round_label
 from tasks.phase import Phase
 from tasks.rounds import IN_FLIGHT, LEDGER_NOTE, RoundState
 from tasks.rows import rounds_between, validate_row
+from tasks.skips import by_command, skipped_days
 
 #: Rounds out of balance listed by name in a task's report (the count says how many in all).
 LEDGER_SHOWN = 20
@@ -261,6 +262,9 @@ def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, w
             entry["eta_at"] = iso(now + dt.timedelta(seconds=seconds))
     entry["current_rounds"] = in_flight.get(row.id, [])
     entry["documents"] = _documents(conn, row) if row.type in FIELDS else None
+    # the days its operator skipped (task move forward): said with "finished" (issue 47)
+    days = skipped_days(conn, row.id)
+    entry["skipped"] = {"days": list(days), "by": by_command(days)}
     entry["errors"] = {
         name: _error_summary(groups.get(row.id, [])) for name, groups in errors.items()
     }
@@ -441,10 +445,8 @@ def _unplanned_rounds(conn, current, until: dt.date) -> int:
 
 
 def _documents(conn, row) -> int:
-    table = documents[row.type]
-    return conn.execute(
-        sa.select(sa.func.count()).select_from(table).where(table.c.task_id == row.id)
-    ).scalar()
+    # every document the task found, whichever task stored it first (issue 47)
+    return doclinks.count(conn, row.type, row.id)
 
 
 def _error_summary(groups: list[tuple]) -> dict:

@@ -107,6 +107,31 @@ def eta_words(t: dict) -> str:
     return _("ETA unknown until a round is done")
 
 
+def skipped_words(t: dict) -> str:
+    """The days the operator skipped, by command: "1 day skipped by move (2024-03-01)"."""
+    skipped = t.get("skipped") or {}
+    parts = [
+        ngettext("%(n)d day skipped by %(command)s", "%(n)d days skipped by %(command)s", n)
+        % {"n": n, "command": command}
+        for command, n in sorted(skipped.get("by", {}).items())
+    ]
+    days = skipped.get("days") or []
+    shown = ", ".join(days[:5]) + (", …" if len(days) > 5 else "")
+    return _("%(skipped)s (%(days)s)") % {"skipped": "; ".join(parts), "days": shown}
+
+
+def activity_words(t: dict) -> str:
+    """What the task is doing, in the reader's words; a finished task with days its operator
+    skipped says so ("finished, 1 day skipped by move"): never "finished" alone for a day
+    never crawled."""
+    if t["activity"] == "finished" and (t.get("skipped") or {}).get("days"):
+        return _("%(state)s, %(skipped)s") % {
+            "state": word("finished"),
+            "skipped": skipped_words(t),
+        }
+    return word(t["activity"])
+
+
 def _render_task(t: dict, report: dict) -> list[str]:
     head = _("task %(id)s %(name)r") % {"id": t["id"], "name": t["name"]}
     if not t["ok"]:
@@ -121,8 +146,10 @@ def _render_task(t: dict, report: dict) -> list[str]:
             + _("depth %(depth)s") % {"depth": word(t.get("depth") or "detail")}
             + "  "
             + _("phase %(phase)s") % {"phase": word(t["phase"])}
-            + f"  [{word(t['activity'])}]"
+            + f"  [{activity_words(t)}]"
         ]
+        if t.get("skipped", {}).get("days") and t["activity"] != "finished":
+            lines.append("  " + skipped_words(t))
         if t.get("query"):
             lines.append(f"  {_('query')} {t['query']}")
     if t.get("halted"):

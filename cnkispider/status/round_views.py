@@ -25,15 +25,17 @@ from cnkispider.status.times import iso
 from tasks.categories import DAY
 from tasks.rounds import IN_FLIGHT, LEDGER_NOTE, RoundState
 from tasks.rows import validate_row
+from tasks.skips import skipped_days
 
 #: A task's grid shows a cell per (day x category) up to this many cells; past it, a cell per
 #: (month x category), each opening its month's days (a year x 600 categories: 7,200 cells).
 GRID_CELLS_MAX = 20_000
 #: errorLink rows of a round shown by :func:`round_detail` (the count says how many in all).
 ROUND_LINKS_SHOWN = 20
-#: A grid cell's colour: the round's state in the words of the page. A month's cell takes the
+#: A grid cell's colour: the round's state in the words of the page (``skipped``: a day without
+#: a round that the operator skipped, tasks/skips.py). A month's cell takes the
 #: first of these that one of its rounds has.
-CELL_STATES = ("unbalanced", "failed", "in-flight", "pending", "done")
+CELL_STATES = ("unbalanced", "failed", "in-flight", "pending", "skipped", "done")
 
 
 def cell_state(state: str | None, note: str | None) -> str:
@@ -59,7 +61,8 @@ def round_grid(
 
     ``month`` (``YYYY-MM``) keeps the days of that month only. Columns are the task's root
     categories (with the day census: ``*``, then the roots some day was split by); a cell with
-    no round yet within ``start .. until`` is ``pending``. JSON-able::
+    no round yet within ``start .. until`` is ``pending``, or ``skipped`` on a day its operator
+    skipped (tasks/skips.py). JSON-able::
 
         {"task", "task_id", "unit" ("day" | "month"), "month", "columns": [category],
          "rows": [{"label", "cells": [{"state", "rounds", "documents", "id" (a day's round),
@@ -115,6 +118,11 @@ def round_grid(
             cells = _day_cells(conn, where)
             labels = sorted(set(days) | {k[0] for k in cells})
             planned_days = dict.fromkeys(days, 1)
+        # the days its operator skipped (task move forward): not pending, skipped (issue 47)
+        skipped: dict[str, int] = {}
+        for day in skipped_days(conn, row.id):
+            label = day[:7] if by_month else day
+            skipped[label] = skipped.get(label, 0) + 1
     # the columns: the planned ones, then those that only round rows name (split roots of a
     # census day, categories edited away)
     extra = {category for (_day, category) in cells} - set(planned)
@@ -133,6 +141,10 @@ def round_grid(
                 continue
             cell = cell or {"rounds": 0, "documents": 0, "by_state": {}, "id": None}
             pending = max(due - cell["rounds"], 0)
+            skip = min(pending, skipped.get(label, 0))
+            if skip:
+                cell["by_state"]["skipped"] = cell["by_state"].get("skipped", 0) + skip
+                pending -= skip
             if pending:
                 cell["by_state"]["pending"] = cell["by_state"].get("pending", 0) + pending
             cell["state"] = next(s for s in CELL_STATES if s in cell["by_state"])

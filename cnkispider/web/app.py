@@ -43,7 +43,7 @@ from cnkispider import i18n
 from cnkispider.exceptions import CnkiSpiderError
 from cnkispider.i18n import _
 from cnkispider.status.collecting import collect
-from cnkispider.status.rendering import run_command, tiers_line
+from cnkispider.status.rendering import activity_words, run_command, tiers_line
 from cnkispider.status.round_views import round_detail, round_grid
 from cnkispider.vocabulary import halt_reason, word
 from cnkispider.web import actions, guard, words
@@ -76,7 +76,7 @@ def state_of(t: dict) -> str:
         return _("halted: %(reason)s") % {"reason": halt_reason(t["halted"])}
     if t.get("waiting"):
         return word("waiting for a person")
-    return word(t["activity"])
+    return activity_words(t)  # "finished, 1 day skipped by move" (issue 47)
 
 
 def rounds_done(t: dict) -> str:
@@ -232,7 +232,7 @@ def _templates() -> Jinja2Templates:
     env.globals["fields"] = actions.FIELDS
     env.globals["offered"] = actions.offered
     env.globals["states"] = {
-        s: word(s) for s in ("pending", "in-flight", "done", "failed", "unbalanced")
+        s: word(s) for s in ("pending", "in-flight", "done", "failed", "unbalanced", "skipped")
     }
     env.filters["duration"] = lambda seconds: i18n.duration(seconds)
     env.filters["ago"] = lambda seconds, unknown=None: i18n.ago(seconds, unknown=unknown)
