@@ -20,6 +20,7 @@ A day's requests at ``N`` documents (docs/DEPTH.md, bench/sessions.py):
             cap is split by the roots, each root's last page part-full: + half a page a root
     export  list + ceil(N / export_batch) citation exports
     detail  list + N detail pages x 1.015 (the links that die with a pass, listed again)
+and, over all the days, the start-ups of the sessions their list pages open (plan_startups.py).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from cnkispider.i18n import _
+from cnkispider.status.plan_startups import startup_requests
 
 DEPTHS = ("list", "export", "detail")
 #: Detail requests a document beyond its one page: the pages of a pass's last moments, whose
@@ -47,6 +49,10 @@ class Costs:
     pass_requests: float  # requests a pass answers (measured, or [cnki] pass_requests)
     pace: float  # requests/s a session keeps to ([cnki] session_pace; 0: no cap)
     measured_passes: int = 0  # passes pass_requests was measured on (0: the configured value)
+    # the sessions' start-ups (plan_startups.py); pool_size 0: not counted (the pages alone)
+    turn_limit: int = 14
+    pool_size: int = 0
+    sessions: str = "plain"  # [cnki] sessions: verified opens passes, not plain sessions
 
 
 def day_requests(total: int, depth: str, costs: Costs) -> float:
@@ -140,6 +146,7 @@ def estimate(
     out["documents"] = round(sum(totals.values()))
     for depth in DEPTHS:
         requests = sum(day_requests(round(n), depth, costs) for n in totals.values())
+        requests += _startups(totals, requests, costs)
         passes = math.ceil(requests / costs.pass_requests) if requests else 0
         hours = requests / costs.pace / 3600 if costs.pace > 0 else None
         out["depths"][depth] = {
@@ -148,6 +155,20 @@ def estimate(
             "hours": None if hours is None else round(hours, 2),
         }
     return out
+
+
+def _startups(totals: dict[str, float], requests: float, costs: Costs) -> int:
+    """The start-up requests of the sessions the days' list pages open."""
+    if not costs.pool_size:
+        return 0
+    grids = sum(day_requests(round(n), "list", costs) for n in totals.values())
+    return startup_requests(
+        grids,
+        turn_limit=costs.turn_limit,
+        pool_size=costs.pool_size,
+        mode=costs.sessions,
+        passes=math.ceil(requests / costs.pass_requests) if requests else 0,
+    )
 
 
 # -- reading the inputs ----------------------------------------------------------------------------
@@ -220,6 +241,7 @@ def task_plan(
     ``sample``: how many unseen days to sample (:func:`sample_days`), through ``sampler(row,
     tree, days)``, which asks CNKI and returns ``(totals {day: n}, not sampled {day: why},
     requests sent)``; the plan then has ``sampled``, ``not_sampled`` and ``sample_requests``."""
+    from cnkispider import default_settings
     from tasks.categories import load_tree
 
     row, days, seen = task_days(engine, name, today)
@@ -239,6 +261,9 @@ def task_plan(
         pass_requests=measured or float(config.cnki["pass_requests"]),
         pace=config.cnki["session_pace"],
         measured_passes=passes,
+        turn_limit=config.cnki["turn_limit"],
+        pool_size=default_settings.SESSION_POOL_SIZE,
+        sessions=config.cnki["sessions"],
     )
     out = estimate(days, seen, costs, sampled)
     out["not_sampled"] = dict(sorted(not_sampled.items()))
