@@ -17,6 +17,9 @@ worker      one row per running worker process: host, pid, heartbeat, counters (
 fill        per round and detail field, the documents the parser filled it on (the drift alarm)
 reference   a paper's reference list: one row per (citing document, position) ([crawl] references)
 audit       one row per action taken on the web page (cnkispider/web/): who, when, what, result.
+census_sample
+            the census totals `task plan --sample N` asked CNKI for, by task name and day, kept
+            for the next plan and the run's summary (cnkispider/status/plan_inputs.py).
 patent, paper, achievement
             the documents, one row per natural key (dbname, filename), upserted.
 schema_version
@@ -44,7 +47,7 @@ from sqlalchemy.dialects.mysql import MEDIUMTEXT
 
 from cnkispider.items import FIELDS, INTEGER_FIELDS, TIME_FIELDS
 
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 
 metadata = MetaData()
 
@@ -291,6 +294,17 @@ fill = Table(
 # A paper's reference list ([crawl] references, cnkispider/spiders/references.py): one row per
 # entry, keyed on the citing document and the entry's position, so that a replay rewrites the
 # row instead of adding one. The cited document's key is set where CNKI links it.
+census_sample = Table(
+    "census_sample",
+    metadata,
+    # the task's name, not its id: a task of config.ini is sampled before its first run makes
+    # its row
+    Column("task", String(100), primary_key=True),
+    Column("day", String(10), primary_key=True),  # YYYY-MM-DD
+    Column("total", Integer, nullable=False),  # the day's census total as CNKI said it
+    Column("sampled_at", DateTime),
+)
+
 reference = Table(
     "reference",
     metadata,
@@ -328,6 +342,8 @@ UPGRADES: dict[int, list[tuple[Table, str]]] = {
     # issue 27: the task's depth and each document's (NULL: detail, what every older row was
     # crawled at); the documents' are filled in below, once the document tables exist
     7: [(task, "depth"), (task, "selection"), (worker, "export_batch")],
+    # issue 48.4: census_sample, created like any new table (CREATE TABLE IF NOT EXISTS)
+    16: [],
 }
 
 # Document columns that can outgrow TEXT's 65,535 bytes (about 21,000 Chinese characters in
