@@ -99,3 +99,28 @@ def test_a_kept_sample_plans_the_first_run_and_its_summary_compares(verified_cra
     print(f"kept sample at list depth: planned {planned}, the run sent {sent}")
     assert int(line[1].replace(",", "")) == sent
     assert abs(planned - sent) <= 0.15 * sent, (planned, sent, plan)
+
+
+@pytest.mark.slow  # two crawls in worker subprocesses
+def test_a_moved_cursor_plans_the_days_crawled_again(census_crawl):
+    """A week crawled at list depth, the cursor moved back to its Monday: the plan has the four
+    days crawled again (their census totals seen), and the second run sends within 15% of it."""
+    setup = census_crawl("2024-03-08", end="2024-03-14", categories=IPC, depth="list")
+    setup.cnki = {**CAP}
+    setup.run_ok(timeout=240)
+    done = json.loads(setup.run_ok("task", "plan", setup.task, "--json").stdout)
+    assert done["days"] == 0
+    setup.run_ok("task", "move", setup.task, "2024-03-11")
+    plan = json.loads(setup.run_ok("task", "plan", setup.task, "--json").stdout)
+    assert plan["days"] == 4 and plan["seen_days"] == 4, plan
+    planned = plan["depths"]["list"]["requests"]
+    before = sum(setup.site.stats()["kinds"].values())
+    run = setup.run_ok(timeout=240)
+    sent = sum(setup.site.stats()["kinds"].values()) - before
+    print(f"moved cursor at list depth: planned {planned}, the run sent {sent}")
+    assert abs(planned - sent) <= 0.15 * sent, (planned, sent, plan)
+    assert re.search(
+        rf"plan +{planned:,} requests at list depth for the 4 days left at the start; this "
+        rf"worker sent {sent:,} ",
+        run.stdout,
+    ), run.stdout[-3000:]

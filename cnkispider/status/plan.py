@@ -34,7 +34,12 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from cnkispider.i18n import _
-from cnkispider.status.plan_inputs import config_task, keep_samples, kept_samples
+from cnkispider.status.plan_inputs import (
+    config_task,
+    keep_samples,
+    kept_samples,
+    with_cursor_days,
+)
 from cnkispider.status.plan_startups import startup_requests
 
 DEPTHS = ("list", "export", "detail")
@@ -266,6 +271,7 @@ def task_plan(
 
     row, days, seen = _task_or_config(config, engine, name, today)
     tree = load_tree(row["categories"], row["type"], config.base_dir)
+    days = with_cursor_days(row, days, tree, today)  # a moved cursor's days, crawled again
     kept = kept_samples(engine, row["name"])
     sampled: dict[str, int] = {}
     not_sampled: dict[str, str] = {}

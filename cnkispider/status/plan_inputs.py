@@ -1,5 +1,6 @@
-"""The plan's inputs beyond the task table: config.ini's ``[task]`` before its first run, and the
-census totals ``task plan --sample N`` asked CNKI for, kept in the ``census_sample`` table.
+"""The plan's inputs beyond the task's rounds: config.ini's ``[task]`` before its first run, the
+days a moved cursor hands out again, and the census totals ``task plan --sample N`` asked CNKI
+for, kept in the ``census_sample`` table.
 
 A sample is kept so that the next plan (and the one a run makes at its start, which its summary's
 ``plan`` line compares with what it sent) plans from it without asking CNKI again. Samples are
@@ -14,6 +15,7 @@ import datetime as dt
 import sqlalchemy as sa
 
 from cnkispider.schema import census_sample
+from tasks.categories import DAY
 
 
 def config_task(config, name: str | None, today: dt.date | None = None):
@@ -37,6 +39,22 @@ def config_task(config, name: str | None, today: dt.date | None = None):
     last = dt.date.fromisoformat(task.end_date) if task.end_date else (today or dt.date.today())
     days = [(first + dt.timedelta(n)).isoformat() for n in range((last - first).days + 1)]
     return row, days
+
+
+def with_cursor_days(row: dict, days: list[str], tree, today: dt.date | None = None) -> list[str]:
+    """``days`` and the days from the one the task's cursor hands out next to its end: after
+    ``task move`` back, days whose rounds are done are crawled again (tasks/rows.py
+    next_round: a cursor on a day's census or last root goes on the next day, else on that
+    day)."""
+    cur, code = row.get("cur_date"), row.get("cur_code")
+    if not cur:
+        return days  # nothing handed out yet: every day not done is in ``days``
+    again = dt.date.fromisoformat(cur)
+    if code == DAY or (code is not None and code in tree.roots and tree.next_root(code) is None):
+        again += dt.timedelta(days=1)
+    last = dt.date.fromisoformat(row["end_date"]) if row["end_date"] else (today or dt.date.today())
+    more = {(again + dt.timedelta(n)).isoformat() for n in range((last - again).days + 1)}
+    return sorted(set(days) | more)
 
 
 def kept_samples(engine, task: str) -> dict[str, int]:
