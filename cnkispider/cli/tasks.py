@@ -481,7 +481,9 @@ def add_task(sub) -> None:
         "plan",
         help=_("what the task's remaining days need at each depth: requests, passes, hours"),
     )
-    plan.add_argument("name", help=_("the task's name or id"))
+    plan.add_argument(
+        "name", help=_("the task's name or id (config.ini's task: before its first run too)")
+    )
     plan.add_argument("--json", action="store_true", help=_("as JSON"))
     plan.add_argument(
         "--sample",
@@ -489,8 +491,9 @@ def add_task(sub) -> None:
         default=0,
         metavar="N",
         help=_(
-            "ask CNKI the census total of N of the remaining days no round has seen (N "
-            "requests at the session pace, from a passed session's budget; default 0: none)"
+            "ask CNKI the census total of N of the remaining days no round or sample has seen "
+            "(N requests at the session pace, from a passed session's budget; kept for later "
+            "plans and the run's summary; default 0: none)"
         ),
     )
     plan.add_argument(
