@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from cnkispider.db import open_database
 from cnkispider.schema import census_sample
 from cnkispider.status.plan import Costs, estimate
+from cnkispider.status.plan_inputs import keep_samples, kept_samples, with_cursor_days
 from cnkispider.status.plan_startups import startup_requests
 from tests.fixtures.crawls import CAP, IPC, YEAR
 from tests.test_verified_crawl import add_passed
@@ -40,6 +42,36 @@ def test_the_plan_counts_the_start_ups_at_every_depth():
     assert plan["list"]["requests"] == 7 + 8
     assert plan["export"]["requests"] == 7 + 7 + 8
     assert plan["detail"]["requests"] == round(7 + 140 * 1.015 + 8)
+
+
+def test_a_sample_is_kept_by_task_name_a_day_sampled_again_replaced(db_url):
+    engine = open_database(db_url)
+    try:
+        keep_samples(engine, "t1", {"2024-04-02": 60, "2024-04-06": 1})
+        keep_samples(engine, "t1", {"2024-04-02": 61})
+        keep_samples(engine, "t2", {"2024-04-02": 5})
+        assert kept_samples(engine, "t1") == {"2024-04-02": 61, "2024-04-06": 1}
+        assert kept_samples(engine, "t3") == {} and kept_samples(None, "t1") == {}
+    finally:
+        engine.dispose()
+
+
+def test_the_cursor_s_next_day_and_those_after_it_are_left():
+    from tasks.categories import load_tree
+
+    tree = load_tree("G06,H04", "patent", Path("."))
+    row = {"end_date": "2024-03-14", "cur_date": "2024-03-11", "cur_code": None}
+    days = ["2024-03-08"]  # a day not done before the cursor stays
+    assert with_cursor_days(row, days, tree) == ["2024-03-08"] + [
+        f"2024-03-{d}" for d in range(11, 15)
+    ]
+    # the census of the 11th, or its last root, handed out: the 12th is next
+    for code in ("*", tree.roots[-1]):
+        left = with_cursor_days({**row, "cur_code": code}, [], tree)
+        assert left[0] == "2024-03-12", code
+    assert with_cursor_days({**row, "cur_code": tree.roots[0]}, [], tree)[0] == "2024-03-11"
+    assert with_cursor_days({**row, "cur_date": "2024-03-14", "cur_code": "*"}, [], tree) == []
+    assert with_cursor_days({**row, "cur_date": None}, days, tree) == days
 
 
 def test_config_task_plans_before_its_first_run_and_writes_nothing(crawl_setup):
