@@ -19,6 +19,9 @@ task_document  which task found which document: a row per (task, document)
 task_skip   the days of a task its operator skipped, by which command (tasks/skips.py)
 reference   a paper's reference list: one row per (citing document, position) ([crawl] references)
 audit       one row per action taken on the web page (cnkispider/web/): who, when, what, result.
+census_sample
+            the census totals `task plan --sample N` asked CNKI for, by task name and day, kept
+            for the next plan and the run's summary (cnkispider/status/plan_inputs.py).
 patent, paper, achievement
             the documents, one row per natural key (dbname, filename), upserted.
 schema_version
@@ -329,6 +332,17 @@ task_skip = Table(
 # A paper's reference list ([crawl] references, cnkispider/spiders/references.py): one row per
 # entry, keyed on the citing document and the entry's position, so that a replay rewrites the
 # row instead of adding one. The cited document's key is set where CNKI links it.
+census_sample = Table(
+    "census_sample",
+    metadata,
+    # the task's name, not its id: a task of config.ini is sampled before its first run makes
+    # its row
+    Column("task", String(100), primary_key=True),
+    Column("day", String(10), primary_key=True),  # YYYY-MM-DD
+    Column("total", Integer, nullable=False),  # the day's census total as CNKI said it
+    Column("sampled_at", DateTime),
+)
+
 reference = Table(
     "reference",
     metadata,
@@ -366,6 +380,8 @@ UPGRADES: dict[int, list[tuple[Table, str]]] = {
     # issue 27: the task's depth and each document's (NULL: detail, what every older row was
     # crawled at); the documents' are filled in below, once the document tables exist
     7: [(task, "depth"), (task, "selection"), (worker, "export_batch")],
+    # issue 48.4: census_sample, created like any new table (CREATE TABLE IF NOT EXISTS)
+    16: [],
 }
 
 # Document columns that can outgrow TEXT's 65,535 bytes (about 21,000 Chinese characters in

@@ -53,10 +53,11 @@ def test_the_plan_is_within_15_percent_of_what_the_crawl_took(census_crawl, dept
     before = setup.site.stats()["kinds"]
     run = setup.run_ok(timeout=240)
     after = setup.site.stats()["kinds"]
-    took = sum(after[k] - before[k] for k in COUNTED)
+    kinds = {k: after[k] - before[k] for k in after if after[k] != before[k]}
+    took = sum(kinds.values())  # every request the stand-in saw: the sessions' start-ups too
     planned = plan["depths"][depth]["requests"]
-    print(f"task plan at {depth}: planned {planned} requests, the crawl took {took}")
-    assert abs(planned - took) <= 0.15 * took, (depth, planned, took, plan)
+    print(f"task plan at {depth}: planned {planned} requests, the crawl took {took}: {kinds}")
+    assert abs(planned - took) <= 0.15 * took, (depth, planned, took, kinds, plan)
     # the run's summary: the plan it started from beside what it sent (its sessions' own
     # requests too: warm-ups, client ids), and no day left
     line = re.search(
@@ -66,8 +67,8 @@ def test_the_plan_is_within_15_percent_of_what_the_crawl_took(census_crawl, dept
     )
     assert line is not None, run.stdout[-3000:]
     sent = int(line[1].replace(",", ""))
-    assert took <= sent <= sum(after.values()) - sum(before.values())
-    assert int(line[2]) == round(100 * sent / planned)
+    assert sent == took
+    assert 85 <= int(line[2]) <= 115 and int(line[2]) == round(100 * sent / planned)
     done = json.loads(setup.run_ok("task", "plan", setup.task, "--json").stdout)
     assert done["days"] == 0 and done["depths"][depth]["requests"] == 0
 

@@ -8,7 +8,7 @@ import sys
 
 from cnkispider.cli.common import add_command
 from cnkispider.config import Config
-from cnkispider.exceptions import InputError, TaskRowError
+from cnkispider.exceptions import InputError, StorageError, TaskRowError
 from cnkispider.i18n import _
 from cnkispider.items import DEFAULT_DEPTH, DOC_TYPES, check_depth
 from cnkispider.preflight import add_drift, check_task_input, parse_day, task_store
@@ -28,6 +28,8 @@ def cmd_task(config: Config, args) -> int:
     from tasks.rows import validate_row
     from tasks.steering import check_query
 
+    if args.action == "plan":  # a plan writes nothing but a sample: no database made for it
+        return _plan(config, args)
     store = task_store(config)
     action = args.action
     if action == "add":
@@ -138,8 +140,6 @@ def cmd_task(config: Config, args) -> int:
                     "codes": reopened["error_code"],
                 }
             )
-    elif action == "plan":
-        return _plan(config, store, args)
     elif action == "move":
         if args.code is not None and len(args.code) > 64:
             raise InputError(
@@ -153,11 +153,14 @@ def cmd_task(config: Config, args) -> int:
     return 0
 
 
-def _plan(config: Config, store, args) -> int:
+def _plan(config: Config, args) -> int:
     """`task plan NAME [--sample N] [--delay S] [--json]`: what the task's remaining days need
-    at each depth (``--sample``: from the census totals of N unseen days asked of CNKI too)."""
+    at each depth (``--sample``: from the census totals of N unseen days asked of CNKI too,
+    kept in the database, made for them if missing). config.ini's task plans before its first
+    run."""
     import json
 
+    from cnkispider.db import open_database_readonly
     from cnkispider.i18n import _, ngettext
     from cnkispider.sessions import SessionStore
     from cnkispider.status.plan import task_plan
@@ -181,10 +184,20 @@ def _plan(config: Config, store, args) -> int:
         def sampler(row, tree, days):
             return sample_census(config, row, tree, days, delay=delay).as_tuple()
 
+    if args.sample:
+        engine = task_store(config).engine
+    else:
+        try:
+            engine = open_database_readonly(config.database_url)
+        except StorageError:  # no database yet: config.ini's task plans from nothing seen
+            engine = None
     try:
-        plan = task_plan(config, store.engine, args.name, pool, sample=args.sample, sampler=sampler)
+        plan = task_plan(config, engine, args.name, pool, sample=args.sample, sampler=sampler)
     except LookupError as exc:
         raise InputError(str(exc)) from None
+    finally:
+        if engine is not None:
+            engine.dispose()
     if args.json:
         print(json.dumps(plan, indent=2))
         return 0
@@ -193,10 +206,30 @@ def _plan(config: Config, store, args) -> int:
         _print_sample(plan)
     if plan.get("follow"):
         _print_follow(plan)
+    if plan["kept_samples"]:
+        print(
+            ngettext(
+                "census sample kept from earlier: %(n)d day",
+                "census sample kept from earlier: %(n)d days",
+                len(plan["kept_samples"]),
+            )
+            % {"n": len(plan["kept_samples"])}
+        )
     if plan["documents"] is None:
+        ask = max(1, min(7, plan["days"]))  # a day of each weekday, or every day left
         print(
             _("task %(task)s: %(days)s to go, none seen yet: no census total to plan from")
             % {"task": plan["task"], "days": days}
+        )
+        print(
+            ngettext(
+                "no census yet: `cnkispider task plan %(task)s --sample %(n)d` asks CNKI for "
+                "%(n)d day's count",
+                "no census yet: `cnkispider task plan %(task)s --sample %(n)d` asks CNKI for "
+                "%(n)d days' counts",
+                ask,
+            )
+            % {"task": plan["task"], "n": ask}
         )
         return 0
     if plan["measured_passes"]:
@@ -474,7 +507,9 @@ def add_task(sub) -> None:
         "plan",
         help=_("what the task's remaining days need at each depth: requests, passes, hours"),
     )
-    plan.add_argument("name", help=_("the task's name or id"))
+    plan.add_argument(
+        "name", help=_("the task's name or id (config.ini's task: before its first run too)")
+    )
     plan.add_argument("--json", action="store_true", help=_("as JSON"))
     plan.add_argument(
         "--sample",
@@ -482,8 +517,9 @@ def add_task(sub) -> None:
         default=0,
         metavar="N",
         help=_(
-            "ask CNKI the census total of N of the remaining days no round has seen (N "
-            "requests at the session pace, from a passed session's budget; default 0: none)"
+            "ask CNKI the census total of N of the remaining days no round or sample has seen "
+            "(N requests at the session pace, from a passed session's budget; kept for later "
+            "plans and the run's summary; default 0: none)"
         ),
     )
     plan.add_argument(

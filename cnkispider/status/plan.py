@@ -4,9 +4,10 @@ For each depth (list, export, detail): the CNKI requests the remaining days take
 person makes for them (at the requests a pass answered, measured on the pool's sessions CNKI
 checked again, or ``[cnki] pass_requests`` before any), and the hours they take at
 ``[cnki] session_pace``. :func:`estimate` is pure (day totals and figures in, numbers out);
-:func:`task_plan` reads its inputs: the task's days, the census totals its rounds have seen, the
-pool, and (``task plan --sample N``) the census totals of a few unseen days asked of CNKI by
-the caller's ``sampler`` (cnkispider/probe/sample.py: this layer sends no request).
+:func:`task_plan` reads its inputs: the task's days (config.ini's ``[task]`` before its first
+run), the census totals its rounds have seen, the pool, and (``task plan --sample N``) the census
+totals of a few unseen days asked of CNKI by the caller's ``sampler`` (cnkispider/probe/sample.py:
+this layer sends no request), kept for later plans (plan_inputs.py).
 
 A day's documents: the total its rounds saw (the census's, or its roots' together) or its
 sampled census total, else the mean of the seen and sampled days of the same weekday (CNKI
@@ -20,6 +21,7 @@ A day's requests at ``N`` documents (docs/DEPTH.md, bench/sessions.py):
             cap is split by the roots, each root's last page part-full: + half a page a root
     export  list + ceil(N / export_batch) citation exports
     detail  list + N detail pages x 1.015 (the links that die with a pass, listed again)
+and, over all the days, the start-ups of the sessions their list pages open (plan_startups.py).
 """
 
 from __future__ import annotations
@@ -29,8 +31,17 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
+import sqlalchemy as sa
+
 from cnkispider.i18n import _
 from cnkispider.looktiers import Tier, parse_tiers, spans
+from cnkispider.status.plan_inputs import (
+    config_task,
+    keep_samples,
+    kept_samples,
+    with_cursor_days,
+)
+from cnkispider.status.plan_startups import startup_requests
 
 DEPTHS = ("list", "export", "detail")
 #: Detail requests a document beyond its one page: the pages of a pass's last moments, whose
@@ -48,6 +59,10 @@ class Costs:
     pass_requests: float  # requests a pass answers (measured, or [cnki] pass_requests)
     pace: float  # requests/s a session keeps to ([cnki] session_pace; 0: no cap)
     measured_passes: int = 0  # passes pass_requests was measured on (0: the configured value)
+    # the sessions' start-ups (plan_startups.py); pool_size 0: not counted (the pages alone)
+    turn_limit: int = 14
+    pool_size: int = 0
+    sessions: str = "plain"  # [cnki] sessions: verified opens passes, not plain sessions
 
 
 def day_requests(total: int, depth: str, costs: Costs) -> float:
@@ -141,6 +156,7 @@ def estimate(
     out["documents"] = round(sum(totals.values()))
     for depth in DEPTHS:
         requests = sum(day_requests(round(n), depth, costs) for n in totals.values())
+        requests += _startups(totals, requests, costs)
         passes = math.ceil(requests / costs.pass_requests) if requests else 0
         hours = requests / costs.pace / 3600 if costs.pace > 0 else None
         out["depths"][depth] = {
@@ -185,6 +201,20 @@ def follow_day(documents: float, costs: Costs, tiers: tuple[Tier, ...], window: 
     return out
 
 
+def _startups(totals: dict[str, float], requests: float, costs: Costs) -> int:
+    """The start-up requests of the sessions the days' list pages open."""
+    if not costs.pool_size:
+        return 0
+    grids = sum(day_requests(round(n), "list", costs) for n in totals.values())
+    return startup_requests(
+        grids,
+        turn_limit=costs.turn_limit,
+        pool_size=costs.pool_size,
+        mode=costs.sessions,
+        passes=math.ceil(requests / costs.pass_requests) if requests else 0,
+    )
+
+
 # -- reading the inputs ----------------------------------------------------------------------------
 
 
@@ -201,8 +231,6 @@ def measured_pass_requests(store) -> tuple[float | None, int]:
 
 def task_days(engine, name: str, today: dt.date | None = None) -> tuple[dict, list[str], dict]:
     """(the task row as a dict, its days not yet done, {day: documents} its rounds have seen)."""
-    import sqlalchemy as sa
-
     from cnkispider.schema import round_, task
 
     with engine.connect() as conn:
@@ -239,6 +267,22 @@ def task_days(engine, name: str, today: dt.date | None = None) -> tuple[dict, li
     return dict(row), days, seen
 
 
+def _task_or_config(config, engine, name: str, today: dt.date | None):
+    """:func:`task_days` of ``name``, or config.ini's task before its first run (no row yet,
+    or no database yet: ``engine`` None)."""
+    try:
+        if engine is None:
+            raise LookupError(_("no task %(name)r") % {"name": name})
+        return task_days(engine, name, today)
+    except (LookupError, sa.exc.DBAPIError) as exc:
+        planned = config_task(config, name, today)
+        if planned is None:
+            if isinstance(exc, LookupError):
+                raise
+            raise LookupError(_("no task %(name)r") % {"name": name}) from exc
+        return planned[0], planned[1], {}
+
+
 def task_plan(
     config,
     engine,
@@ -254,17 +298,23 @@ def task_plan(
 
     ``sample``: how many unseen days to sample (:func:`sample_days`), through ``sampler(row,
     tree, days)``, which asks CNKI and returns ``(totals {day: n}, not sampled {day: why},
-    requests sent)``; the plan then has ``sampled``, ``not_sampled`` and ``sample_requests``."""
+    requests sent)``; the plan then has ``sampled``, ``not_sampled`` and ``sample_requests``.
+    The totals are kept (plan_inputs.py): later plans have them as ``kept_samples``.
+    ``engine`` None (no database yet), or no row of ``name``: config.ini's task, if it is it."""
+    from cnkispider import default_settings
     from tasks.categories import load_tree
 
-    row, days, seen = task_days(engine, name, today)
+    row, days, seen = _task_or_config(config, engine, name, today)
     tree = load_tree(row["categories"], row["type"], config.base_dir)
+    days = with_cursor_days(row, days, tree, today)  # a moved cursor's days, crawled again
+    kept = kept_samples(engine, row["name"])
     sampled: dict[str, int] = {}
     not_sampled: dict[str, str] = {}
     requests = 0
-    chosen = sample_days(days, seen, sample)
+    chosen = sample_days(days, {**kept, **seen}, sample)
     if chosen and sampler is not None:
         sampled, not_sampled, requests = sampler(row, tree, chosen)
+        keep_samples(engine, row["name"], sampled)
     measured, passes = measured_pass_requests(store) if store is not None else (None, 0)
     costs = Costs(
         page_size=config.cnki["page_size"],
@@ -274,8 +324,13 @@ def task_plan(
         pass_requests=measured or float(config.cnki["pass_requests"]),
         pace=config.cnki["session_pace"],
         measured_passes=passes,
+        turn_limit=config.cnki["turn_limit"],
+        pool_size=default_settings.SESSION_POOL_SIZE,
+        sessions=config.cnki["sessions"],
     )
-    out = estimate(days, seen, costs, sampled)
+    out = estimate(days, seen, costs, {**kept, **sampled})
+    out["sampled"] = dict(sorted(sampled.items()))  # this plan's; the kept ones apart
+    out["kept_samples"] = {d: n for d, n in sorted(kept.items()) if d not in sampled}
     out["not_sampled"] = dict(sorted(not_sampled.items()))
     out["sample_requests"] = requests
     out["task"] = row["name"]
