@@ -125,16 +125,15 @@ def stored_in_task(conn, task_id: int, key: str) -> bool:
     """The document's row is ``stored`` in some round of the task (issue 47.6: a failure of
     it that comes after, a slow holder's abandoned lease, is no failure of the task)."""
     rounds = sa.select(round_.c.id).where(round_.c.task_id == task_id)
-    row = conn.execute(
-        sa.select(ledger.c.id)
-        .where(
-            ledger.c.round_id.in_(rounds),
-            ledger.c.doc_key == key[:KEY_WIDTH],
-            ledger.c.outcome == STORED,
-        )
-        .limit(1)
-    ).first()
-    return row is not None
+    # A locking read of the document's rows: a store of it not yet committed (its transaction
+    # holds the row it marks stored) is waited for, then read as committed, so a failure
+    # recorded while the slow holder's store commits sees it (MySQL; SQLite serialises writers)
+    rows = conn.execute(
+        sa.select(ledger.c.outcome)
+        .where(ledger.c.round_id.in_(rounds), ledger.c.doc_key == key[:KEY_WIDTH])
+        .with_for_update()
+    ).scalars()
+    return STORED in set(rows)
 
 
 def settle_errors(conn, task_ids: Iterable[int], keys: Iterable[str]) -> int:

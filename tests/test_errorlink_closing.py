@@ -102,3 +102,41 @@ def test_a_failure_in_another_task_is_still_recorded(db_url):
     assert _links(engine) == 1
     assert _outcomes(engine) == {first.id: "stored", theirs.id: "error"}
     engine.dispose()
+
+
+def test_a_failure_recorded_while_the_store_commits_waits_for_it(mysql_url):
+    """MariaDB, the race itself: the slow holder's store holds its transaction open (the row it
+    marks stored locked) while the abandon handler records the failure; the failure waits for
+    the store, then sees the document stored and writes no errorLink row (before: it read the
+    old snapshot and wrote its row after the store's clean-up had run)."""
+    import threading
+
+    from tests.fixtures.waiting import wait_until
+
+    engine, store, task_id, (first, *_) = _task(mysql_url, categories="A")
+    recorder = ErrorRecorder(engine)
+    store.note_listed(first.id, [KEY], {})
+    conn = engine.connect()
+    held = conn.begin()
+    ledger.note_stored(conn, [(first.id, KEY)])  # the store's transaction, not committed yet
+    failing = threading.Thread(target=_fail, args=(recorder, task_id, first.id))
+    failing.start()
+
+    def waiting() -> bool:
+        with engine.connect() as look:
+            return bool(
+                look.exec_driver_sql(
+                    "SELECT COUNT(*) FROM information_schema.innodb_trx "
+                    "WHERE trx_state = 'LOCK WAIT'"
+                ).scalar()
+            )
+
+    wait_until(waiting, 30, what="the failure's transaction waiting on the store's row")
+    held.commit()
+    conn.close()
+    recorder.resolve_links(task_id, [(DBNAME, FILENAME)])  # the pipeline's, after its commit
+    failing.join(30)
+    assert not failing.is_alive()
+    assert _links(engine) == 0
+    assert _outcomes(engine) == {first.id: "stored"}
+    engine.dispose()
