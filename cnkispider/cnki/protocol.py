@@ -507,6 +507,27 @@ class Protocol:
             "Content-Type": "application/x-www-form-urlencoded; charset=UTF-8",
         }
 
+    # -- facet counts (group/result) ----------------------------------------------------
+
+    @property
+    def group_url(self) -> str:
+        """Where a search's facet counts are POSTed (PROTOCOL.md, 2026 point 23)."""
+        from cnkispider.cnki.groups import GROUP_PATH  # groups reads refusals, which reads us
+
+        return self.base_url + GROUP_PATH
+
+    def group_request_args(
+        self, search: Search, group_ids: list[str] | tuple[str, ...]
+    ) -> tuple[str, dict[str, str], dict[str, str]]:
+        """``(url, formdata, headers)`` of the group/result POST counting ``search``'s rows by
+        ``group_ids``: the grid's QueryJson of a new search, in the grid's session, headers and
+        Referer (the result page sends both)."""
+        from cnkispider.cnki.groups import group_form
+
+        headers = dict(self.grid_headers(), Referer=self.referer(search.doc_type))
+        form = group_form(self.query_json(search, new_search=True), group_ids)
+        return self.group_url, form, headers
+
     # -- the citation export ------------------------------------------------------------
 
     @property
