@@ -18,6 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from cnkispider.cnki import refusals
+from cnkispider.cnki.parsers import _as_bytes, _document  # one HTML reader for all pages
+
+# the form and path live beside the grid's (protocol.py builds the request); named here too
+from cnkispider.cnki.protocol import GROUP_PATH, group_form
 from cnkispider.exceptions import RefusedPage
 
 __all__ = [
@@ -32,7 +36,6 @@ __all__ = [
     "parse_groups",
 ]
 
-GROUP_PATH = "/kns8s/group/result"
 SINGLE_GROUP_PATH = "/kns8s/group/singleresult"  # expands one group (not used yet)
 
 # The group ids of the result page's left-hand facets, with their labels (a group of several
@@ -82,31 +85,6 @@ def category_group(doc_type: str, override: str | Mapping[str, str] | None = Non
         ) from None
 
 
-def group_form(query_json: str, group_ids: Sequence[str], aside: str = "") -> dict[str, str]:
-    """The form CNKI's result page POSTs to group/result for the grid's ``query_json``.
-
-    ``group_ids``: each a group id (``CCL``) or a facet of several ids, given joined
-    (``ZYZT|||CYZT``) or as a tuple/list (joined here with ``|||``).
-    """
-    if not str(query_json or "").strip():
-        raise ValueError("query_json: expected the grid's QueryJson, got nothing")
-    ids = []
-    for group in group_ids:
-        gid = "|||".join(group) if isinstance(group, (tuple, list)) else str(group)
-        if not gid.strip() or "," in gid:
-            raise ValueError(f"group_ids: expected group ids such as CCL, got {group!r}")
-        ids.append(gid.strip())
-    if not ids:
-        raise ValueError("group_ids: expected at least one group id")
-    return {
-        "queryJson": query_json,
-        "groupIds": ",".join(ids),
-        "manageId": "",
-        "aside": aside or "",
-        "subject": "",
-    }
-
-
 _COUNT_RE = re.compile(r"^\s*[(（]?\s*([0-9][0-9,]*)\s*[)）]?\s*$")
 
 
@@ -130,8 +108,6 @@ def parse_groups(
     for; one missing from the answer makes it ``unexpected`` (a facet CNKI leaves out is not a
     facet with no rows).
     """
-    from cnkispider.cnki.parsers import _as_bytes, _document  # one HTML reader for all pages
-
     data = _as_bytes(html)
     # The grid's refusals (verify, rejected, soft block, captcha, blank, JavaScript) first; the
     # list's "no-pager" only says it is not a grid, which a group fragment never is.
