@@ -191,6 +191,10 @@ def _plan(config: Config, store, args) -> int:
     days = ngettext("%(n)d day", "%(n)d days", plan["days"]) % {"n": plan["days"]}
     if args.sample:
         _print_sample(plan)
+    if plan.get("entry_lag"):  # a task that follows today: the lag its looks measured
+        from cnkispider.status.rendering import lag_line
+
+        print(lag_line(plan["entry_lag"]))
     if plan["documents"] is None:
         print(
             _("task %(task)s: %(days)s to go, none seen yet: no census total to plan from")

@@ -245,4 +245,9 @@ def task_plan(
     out["sample_requests"] = requests
     out["task"] = row["name"]
     out["depth"] = row["depth"] or "detail"
+    if row.get("follow"):  # issue 46.3: the entry lag its looks measured (tasks/lag.py)
+        from tasks import lag
+
+        with engine.connect() as conn:
+            out["entry_lag"] = lag.measured(conn, row["id"]).to_dict()
     return out
