@@ -32,6 +32,7 @@ The rest of this module's story: docs/INTERNALS.md#cnkispiderledgerpy.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -66,6 +67,10 @@ def _insert_ignoring_existing(conn, rows: list[dict]) -> None:
     if not rows:
         return
     unique = list({(r["round_id"], r["doc_key"]): r for r in rows}.values())
+    # a row's first listing time (issue 46.3), written only by the insert that creates it
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None, microsecond=0)
+    for r in unique:
+        r.setdefault("first_listed", now)
     if conn.dialect.name == "mysql":
         stmt = sa.insert(ledger).prefix_with("IGNORE")
     elif conn.dialect.name == "sqlite":
@@ -75,15 +80,24 @@ def _insert_ignoring_existing(conn, rows: list[dict]) -> None:
     conn.execute(stmt, unique)
 
 
-def note_listed(conn, round_id: int, pending: Iterable[str], drops: dict[str, str]) -> None:
+def note_listed(
+    conn,
+    round_id: int,
+    pending: Iterable[str],
+    drops: dict[str, str],
+    listed_at: dt.datetime | None = None,
+) -> None:
     """A list page of the round: its kept rows ``pending``, its dropped rows ``dropped:<rule>``
-    (``drops``: doc_key -> rule). A row the ledger has already keeps its outcome."""
+    (``drops``: doc_key -> rule). A row the ledger has already keeps its outcome (and its
+    ``first_listed``; ``listed_at``: when, UTC naive, default now)."""
     unfold(conn, round_id)  # listed again: its folded rows are listed and stored anew
+    when = {"first_listed": listed_at} if listed_at is not None else {}
     rows = [
-        {"round_id": round_id, "doc_key": key[:KEY_WIDTH], "outcome": PENDING} for key in pending
+        {"round_id": round_id, "doc_key": key[:KEY_WIDTH], "outcome": PENDING, **when}
+        for key in pending
     ]
     rows += [
-        {"round_id": round_id, "doc_key": key[:KEY_WIDTH], "outcome": dropped(rule)}
+        {"round_id": round_id, "doc_key": key[:KEY_WIDTH], "outcome": dropped(rule), **when}
         for key, rule in drops.items()
     ]
     _insert_ignoring_existing(conn, rows)

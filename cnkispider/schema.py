@@ -53,7 +53,7 @@ from sqlalchemy.dialects.mysql import MEDIUMTEXT
 
 from cnkispider.items import FIELDS, INTEGER_FIELDS, TIME_FIELDS
 
-SCHEMA_VERSION = 16
+SCHEMA_VERSION = 18
 
 metadata = MetaData()
 
@@ -222,6 +222,9 @@ ledger = Table(
     # (they stay, a stored document stays stored; counted apart in the round's ledger)
     Column("unconfirmed", Integer),
     Column("unlisted_since", DateTime),
+    # issue 46.3: when a list page first showed the row (UTC; written once, by the insert that
+    # creates the row): against the round's day, the entry lag a look measures (tasks/lag.py)
+    Column("first_listed", DateTime),
     UniqueConstraint("round_id", "doc_key", name="uq_ledger_round_doc"),
 )
 
@@ -518,6 +521,9 @@ UPGRADES[14] = [(task, "look_told")]
 # issue 47: every write of a drain bound to the seeding it belongs to (tasks/rounds.py); a round
 # seeded before has none, and its drain is judged by its epoch as before
 UPGRADES[15] = [(round_, "seeding")]
+
+# issue 46.3: when each ledger row was first listed (NULL on older rows: no lag measured)
+UPGRADES[18] = [(ledger, "first_listed")]
 
 #: Values an upgrade step gives the rows that were there before it, by version: the looks a
 #: task had before version 14 were told by the worker that claimed them.

@@ -10,6 +10,7 @@ Routes:
   GET  /RCDService/api/UtilityOpenApi/GenerateClientID   {"Success":true,"Data":"<Ecp_ClientId>"}
   POST /kns8s/brief/grid            list fragment (client id, session, QueryJson rules, cap, pace)
   GET  /kcms2/article/abstract?v=   detail page (token checked: signature, age, session)
+  POST /kns8s/group/result          facet counts of the grid's query (standin/groups.py)
   POST /dm8/API/GetExport           citation export of listed rows' ids (standin/export.py)
   GET  /restapi/citation-api/v1/literature/references?v=&type=&start=&size=
                                     a paper's reference list, JSON (standin/references.py):
@@ -50,6 +51,7 @@ from datetime import date
 from email.utils import formatdate
 from urllib.parse import parse_qs, quote, urlsplit
 
+from standin import groups as facets
 from standin import markup
 from standin import references as reference_api
 from standin.corpus import (
@@ -123,6 +125,7 @@ REQUEST_KINDS = (
     "home",
     "other",
     "export",
+    "group",
 )
 PATH_KINDS = {
     "/kns8s/defaultresult/index": "warmup",
@@ -137,6 +140,7 @@ PATH_KINDS = {
     "/kns8s/brief/checkcode": "verify",
     "/": "home",
     EXPORT_PATH: "export",
+    "/kns8s/group/result": "group",
 }
 BROKEN_DATE_DAYS = 7  # date-filter: every search covers the span's first week, whatever its PT
 REASONS = {
@@ -259,7 +263,7 @@ def _items(group: dict) -> list[dict]:
 
 
 CHALLENGE_FORMS = ("soft_block", "verify_redirect", "json_403", "json_200", "vericode_form")
-REJECTIONS = ("no_category", "page_size", "cursor", "logic", "expert")
+REJECTIONS = ("no_category", "page_size", "cursor", "logic", "expert", "group_form")
 REJECTION_BODIES = {
     markup.BAD_EXPERT: "expert",
     markup.BAD_LOGIC: "logic",
@@ -350,7 +354,14 @@ class Site:
             "by_path": {},
             "by_ip": {},
             "faults": dict.fromkeys(ALL_FAULTS, 0),
-            "pages": {"warmup": 0, "list": 0, "no_content": 0, "detail": 0, "references": 0},
+            "pages": {
+                "warmup": 0,
+                "list": 0,
+                "no_content": 0,
+                "detail": 0,
+                "references": 0,
+                "group": 0,
+            },
             "references_malformed": 0,
             "challenged": dict.fromkeys(CHALLENGE_FORMS, 0),
             "challenged_by": {"session": 0, "ip": 0, "turn_limit": 0, "human_check": 0},
@@ -982,6 +993,35 @@ class Site:
             200, markup.list_fragment(search.doc_type, total, page, pages, rows, turn_token)
         )
 
+    def group_result(self, req: Request) -> Response:
+        """Facet counts (standin/groups.py): the grid's checks and search, counted by facet."""
+        if req.method != "POST":
+            return Response(405, b"POST only", "text/plain")
+        if not self.client_ids.valid(self._cookie(req, "Ecp_ClientId")):
+            self.stats["no_client_id_refusals"] += 1
+            return self._json_403(req)
+        if not self.sessions.touch(self._cookie(req, "SID_kns_new"), self.clock()):
+            self.stats["no_session_refusals"] += 1  # touched, not counted as a page turn
+            return self._json_403(req)
+        if "json" in req.headers.get("content-type", ""):
+            return Response(200, markup.NO_DATA_RETRY)  # a form, as the grid wants
+        asked = facets.read_form(req.body)
+        try:
+            search = self._search(facets.grid_form(asked[0]))[0] if asked else None
+        except BadQuery:
+            search = None
+        except LookupError:
+            search = ()  # no documents of this resource: nothing to count
+        if search is None:
+            self.stats["rejections"]["group_form"] += 1
+            return Response(200, facets.BAD_QUERY_JSON)
+        if isinstance(search, bytes) and search in REJECTION_BODIES:
+            self.stats["rejections"][REJECTION_BODIES[search]] += 1
+            return Response(200, search)  # what the grid answers this query
+        self.stats["pages"]["group"] += 1
+        counts = facets.facet_counts(self.corpus, search) if isinstance(search, Search) else []
+        return Response(200, facets.fragment(counts, asked[1]))
+
     def _zero(self) -> Response:
         """A search with no results: CNKI's genuine zero, or (``zero_as_soft_block``) the soft
         block's very bytes, as PROTOCOL.md point 13 leaves possible."""
@@ -1068,6 +1108,9 @@ class Site:
 
     def grid_guarded(self, req: Request) -> Response:
         return self._guarded(req, Site.grid)
+
+    def group_guarded(self, req: Request) -> Response:
+        return self._guarded(req, Site.group_result)
 
     def detail_guarded(self, req: Request) -> Response:
         return self._guarded(req, Site.detail)
@@ -1355,6 +1398,7 @@ class Site:
         "/kns8s/brief/grid": grid_guarded,
         "/kcms2/article/abstract": detail_guarded,
         EXPORT_PATH: export,
+        facets.PATH: group_guarded,
         reference_api.PATH: references_guarded,
         CLIENT_ID_PATH: client_id,
         "/verify/home": verify,

@@ -353,6 +353,15 @@ def test_status_and_the_web_page_say_it_follows_today_and_when_it_looks_next(cra
         # config.ini's window and tiers (issue 46): look_tiers off, every day at every look
         "look_back_days": LOOK_BACK,
         "tiers": [{"days_back": [0, LOOK_BACK - 1], "every_days": 0}],
+        # issue 46.3: nothing listed yet, no lag measured (tests/test_lag.py measures it)
+        "entry_lag": {
+            "documents": 0,
+            "late": 0,
+            "median_days": None,
+            "p90_days": None,
+            "p99_days": None,
+            "window_99_days": None,
+        },
     }
     while store.claim(current.id, "w") is not None:
         pass
@@ -362,6 +371,7 @@ def test_status_and_the_web_page_say_it_follows_today_and_when_it_looks_next(cra
     text = launcher.run(setup.command("status"), **RUN).stdout
     assert "follows today: look 1 at " in text and "next look due" in text, text
     assert "looks over 10 days: days 0-9 back at every look" in text, text
+    assert "entry lag: nothing measured yet" in text, text
     report = json.loads(launcher.run(setup.command("status", "--json"), **RUN).stdout)
     follow = report["tasks"][0]["follow"]
     assert follow["looks"] == 1

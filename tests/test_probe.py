@@ -63,8 +63,13 @@ def test_every_assumption_passes_on_the_stand_in(cnki_site, tmp_path):
         for prefix in ("search", "date: one day", "category: prefix", "detail"):
             key = f"{prefix}: {t}" if prefix in ("search", "detail") else f"{prefix} ({t})"
             assert key in found, key
-    # about 30, plus one export and one reference request, and the two query searches
-    assert probe.requests <= 48
+    # about 30, plus one export and one reference request, the two query searches, and
+    # (issue 46.4) three group/result counts and the update-time try
+    assert probe.requests <= 52
+    for t in ("patent", "paper", "achievement"):  # group/result adds up to the grid's total
+        assert found[f"facet counts: {t}"] == PASS
+    update = next(c for c in probe.checks if c.name == "update time: last week (unconfirmed)")
+    assert "ignored" in update.evidence, update.evidence  # the stand-in has no such control
     index = json.loads((tmp_path / "raw" / "index.json").read_text(encoding="utf-8"))
     assert len(index) == probe.requests
     first = gzip.decompress((tmp_path / "raw" / index[0]["file"]).read_bytes())

@@ -215,6 +215,10 @@ def _plan(config: Config, args) -> int:
             )
             % {"n": len(plan["kept_samples"])}
         )
+    if plan.get("entry_lag"):  # a task that follows today: the lag its looks measured
+        from cnkispider.status.rendering import lag_line
+
+        print(lag_line(plan["entry_lag"]))
     if plan["documents"] is None:
         ask = max(1, min(7, plan["days"]))  # a day of each weekday, or every day left
         print(

@@ -30,6 +30,7 @@ import datetime
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin
@@ -43,6 +44,8 @@ CLIENT_ID_COOKIE = "Ecp_ClientId"
 # CNKI's citation export (PROTOCOL.md, 2026 evidence point 16): form-POSTed export ids, answered
 # with JSON; only the three display modes together are answered (one alone: 暂无数据)
 EXPORT_PATH = "/dm8/API/GetExport"
+# CNKI's facet counts (PROTOCOL.md, 2026 evidence point 23; the parser is in groups.py)
+GROUP_PATH = "/kns8s/group/result"
 EXPORT_MODES = "GBTREFER,elearning,EndNote"
 EXPORT_PLATFORM = "NZKPT"
 
@@ -507,6 +510,23 @@ class Protocol:
             "Content-Type": "application/x-www-form-urlencoded; charset=UTF-8",
         }
 
+    # -- facet counts (group/result) ----------------------------------------------------
+
+    @property
+    def group_url(self) -> str:
+        """Where a search's facet counts are POSTed (PROTOCOL.md, 2026 point 23)."""
+        return self.base_url + GROUP_PATH
+
+    def group_request_args(
+        self, search: Search, group_ids: list[str] | tuple[str, ...]
+    ) -> tuple[str, dict[str, str], dict[str, str]]:
+        """``(url, formdata, headers)`` of the group/result POST counting ``search``'s rows by
+        ``group_ids``: the grid's QueryJson of a new search, in the grid's session, headers and
+        Referer (the result page sends both)."""
+        headers = dict(self.grid_headers(), Referer=self.referer(search.doc_type))
+        form = group_form(self.query_json(search, new_search=True), group_ids)
+        return self.group_url, form, headers
+
     # -- the citation export ------------------------------------------------------------
 
     @property
@@ -557,6 +577,31 @@ class Protocol:
         """How many list pages a search with ``total`` results has, within the cap:
         ``min(ceil(total / page_size), cap_rows // page_size)`` (and ``max_pages``)."""
         return min(math.ceil(max(0, int(total)) / self.page_size), self.max_pages)
+
+
+def group_form(query_json: str, group_ids: Sequence[str], aside: str = "") -> dict[str, str]:
+    """The form CNKI's result page POSTs to group/result for the grid's ``query_json``.
+
+    ``group_ids``: each a group id (``CCL``) or a facet of several ids, given joined
+    (``ZYZT|||CYZT``) or as a tuple/list (joined here with ``|||``).
+    """
+    if not str(query_json or "").strip():
+        raise ValueError("query_json: expected the grid's QueryJson, got nothing")
+    ids = []
+    for group in group_ids:
+        gid = "|||".join(group) if isinstance(group, (tuple, list)) else str(group)
+        if not gid.strip() or "," in gid:
+            raise ValueError(f"group_ids: expected group ids such as CCL, got {group!r}")
+        ids.append(gid.strip())
+    if not ids:
+        raise ValueError("group_ids: expected at least one group id")
+    return {
+        "queryJson": query_json,
+        "groupIds": ",".join(ids),
+        "manageId": "",
+        "aside": aside or "",
+        "subject": "",
+    }
 
 
 def parse_client_id(body: bytes | str) -> str:

@@ -205,6 +205,7 @@ class Probe:
                 self.check_date_narrows(main, doc_type)
             for doc_type in RESOURCES:
                 self.check_categories(main, doc_type)
+            self.more_checks(main)  # facet counts, update time (probe/facets.py)
             for doc_type in RESOURCES:
                 self.check_detail(main, doc_type)
             self.check_export(main)
@@ -232,6 +233,9 @@ class Probe:
             )
         self.out(said % counts)
         return 1 if failed else 0
+
+    def more_checks(self, main: CnkiSession) -> None:
+        """Checks a subclass adds after the category checks (none here)."""
 
     def open_session(self, label: str, check: bool) -> CnkiSession | None:
         """Warm-up page, then the client id; None when the session could not be opened."""

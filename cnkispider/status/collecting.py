@@ -41,6 +41,7 @@ from cnkispider.schema import error_code, error_link, fill, round_, task
 from cnkispider.status.liveness import GONE_AFTER_BEATS, task_workers
 from cnkispider.status.rates import round_rate
 from cnkispider.status.times import age, iso
+from tasks import lag
 from tasks.categories import DAY, round_label
 from tasks.phase import Phase
 from tasks.rounds import IN_FLIGHT, LEDGER_NOTE, RoundState
@@ -224,6 +225,8 @@ def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, w
         # issue 38: a task that follows today, its looks (tasks/lookback.py); None: it does not
         "follow": _follow(row),
     }
+    if entry["follow"] is not None:  # issue 46.3: the entry lag its looks measured so far
+        entry["follow"]["entry_lag"] = lag.measured(conn, row.id).to_dict()
     try:
         current = validate_row(row, base_dir)
     except TaskRowError as exc:

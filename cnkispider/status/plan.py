@@ -343,4 +343,9 @@ def task_plan(
             parse_tiers(config.task.look_tiers),
             config.task.look_back_days,
         )
+    if row.get("follow"):  # issue 46.3: the entry lag its looks measured (tasks/lag.py)
+        from tasks import lag
+
+        with engine.connect() as conn:
+            out["entry_lag"] = lag.measured(conn, row["id"]).to_dict()
     return out
