@@ -6,14 +6,19 @@ number's range."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
 import redis
 
 from tests.fixtures.commands import cli
 from tests.fixtures.services import REDIS_URL
+from tests.test_settingcheck import BAD as SETTINGS_BAD
 
 BAD = [
     (
@@ -100,3 +105,30 @@ def test_no_task_row_from_a_bad_config_ini_on_a_database_in_use(tmp_path, capsys
     with sqlite3.connect(database) as db:
         names = [row[0] for row in db.execute("SELECT name FROM task")]
     assert names == ["other"]
+
+
+# -- the same checks through `scrapy crawl` ---------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRAPY = str(Path(sys.executable).with_name("scrapy"))
+
+
+@pytest.mark.parametrize(("pair", "expected"), SETTINGS_BAD, ids=[p for p, _ in SETTINGS_BAD])
+@pytest.mark.slow  # a command in a subprocess
+def test_scrapy_crawl_refuses_each_bad_setting_in_one_line(tmp_path, pair, expected):
+    """The twelve settings of issue 47 (and the near miss) refused by `scrapy crawl -s` as by
+    `cnkispider run -s`: one line, exit 2, no database file, no Redis key."""
+    path, database, prefix = _ini(tmp_path, "[task]\nstart_date = 2024-01-01\n")
+    scrapy = subprocess.run(
+        [SCRAPY, "crawl", "patent", "-s", pair],
+        cwd=ROOT,
+        env={**os.environ, "CNKI_CONFIG": str(path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert scrapy.returncode == 2, scrapy.stderr[-2000:]
+    lines = scrapy.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(expected), scrapy.stderr[-2000:]
+    assert not database.exists()
+    assert _redis_keys(prefix) == []
