@@ -126,12 +126,15 @@ LOCAL_FAULT = "local_fault"
 EXIT_LOCAL_FAULT = 4
 
 
-def local_fault_line(reason: str) -> str:
-    """The one line of a worker that stopped itself: its reason, and that the task goes on."""
-    return _(
-        "this worker stopped: every request it sent failed here before CNKI answered one (%(reason)s); "
-        "the task is not halted: check this machine's settings and network, then run again"
-    ) % {"reason": slug_of(reason)}
+def local_fault_line(task_name: str, reason: str) -> str:
+    """The one line of a worker that stopped itself: why (CNKI never answered it) and that the
+    task goes on with the workers that reach CNKI."""
+    return (
+        unreachable_line(slug_of(reason) or "")
+        + " "
+        + _("(this worker stopped; task %(name)s is not halted: workers that reach CNKI go on)")
+        % {"name": task_name}
+    )
 
 
 class Breaker:

@@ -518,7 +518,8 @@ def test_an_unreachable_cnki_stops_the_worker_within_a_minute_with_one_line(craw
     assert _log_span(setup.log()) < 60, setup.log()[-3000:]
     lines = _error_lines(result.stderr)
     assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("this worker stopped:") and "CannotResolveHostError" in lines[0]
+    assert lines[0].startswith("CNKI is not reachable from here (DNS): try `cnkispider demo`")
+    assert "(this worker stopped; task" in lines[0] and "is not halted" in lines[0]
     phase, reason, _ = _task_row(setup)
     assert phase == "crawl" and reason is None
     states = {s for (s,) in setup.query(sa.select(error_code.c.state))}

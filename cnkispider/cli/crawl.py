@@ -156,7 +156,7 @@ def cmd_run(config: Config, args) -> int:
     if stats.get("finish_reason") == "local_fault":  # tasks.feeder: this worker's own fault
         from cnkispider.halting import EXIT_LOCAL_FAULT, local_fault_line
 
-        print(local_fault_line(stats.get("local_fault", "")), file=sys.stderr)
+        print(local_fault_line(name, stats.get("local_fault", "")), file=sys.stderr)
         return EXIT_LOCAL_FAULT
     if stats.get("finish_reason") == "needs_person":  # [cnki] on_check = fail
         from cnkispider.halting import EXIT_HALTED
