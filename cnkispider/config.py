@@ -27,6 +27,7 @@ import configparser
 import datetime as dt
 import difflib
 import logging
+import math
 import os
 import re
 import sys
@@ -84,6 +85,8 @@ def _float(lo: float = 0.0):
             value = float(raw.strip())
         except ValueError:
             raise ValueError(_("expected a number, got %(value)r") % {"value": raw}) from None
+        if not math.isfinite(value):  # nan passes every comparison, inf every lower bound
+            raise ValueError(_("expected a finite number, got %(value)r") % {"value": raw})
         if value < lo:
             raise ValueError(
                 _("expected a number >= %(min)s, got %(value)s") % {"min": lo, "value": value}
@@ -579,6 +582,14 @@ def load_config(explicit: str | os.PathLike | None = None, environ=None) -> Conf
         # the .exe's console window is no place to keep a log: beside config.ini instead
         values["crawl"]["log_file"] = FROZEN_LOG_FILE
     task = values["task"]
+    if task["end_date"] and not task["start_date"]:
+        # an empty start is "today": the range would start after it ends, or change each day
+        raise ConfigError(
+            sources[("task", "start_date")],
+            "task",
+            "start_date",
+            _("must be set when %(key)s is") % {"key": "end_date"},
+        )
     if task["start_date"] and task["end_date"] and task["end_date"] < task["start_date"]:
         raise ConfigError(shown, "task", "end_date", _("is before %(key)s") % {"key": "start_date"})
     if task["query"]:

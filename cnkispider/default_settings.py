@@ -233,6 +233,10 @@ TASKS_EXIT_WHEN_IDLE = True
 TASKS_HALT_AFTER = 10
 TASKS_HALT_WINDOW = 50
 TASKS_UNREACHABLE_AFTER = 3
+# a worker whose every list request failed for a local cause (DNS, refused, timeout) before
+# CNKI answered one stops itself and claims nothing more; the task is not halted for the
+# others (off: such a worker halts the task, as before issue 47)
+TASKS_LOCAL_FAULT_STOPS = True
 ERRORS_ENABLED = True
 ERRORS_MAX_ATTEMPTS = 3
 # the markup drift alarm (cnkispider/drift.py): a field filled on most documents before and

@@ -119,6 +119,24 @@ def halt_line(task_name: str, halt_reason: str) -> str:
     ) % {"name": task_name, "reason": vocabulary.halt_reason(halt_reason)}
 
 
+#: The finish reason of a worker that stopped itself for a fault of its own (its settings, its
+#: network: :attr:`Breaker.local`): `cnkispider run` says so in one line and exits non-zero.
+LOCAL_FAULT = "local_fault"
+#: The exit status of such a worker (the task goes on with the others: not EXIT_HALTED).
+EXIT_LOCAL_FAULT = 4
+
+
+def local_fault_line(task_name: str, reason: str) -> str:
+    """The one line of a worker that stopped itself: why (CNKI never answered it) and that the
+    task goes on with the workers that reach CNKI."""
+    return (
+        unreachable_line(slug_of(reason) or "")
+        + " "
+        + _("(this worker stopped; task %(name)s is not halted: workers that reach CNKI go on)")
+        % {"name": task_name}
+    )
+
+
 class Breaker:
     """The circuit breaker of one worker: a window of list-page outcomes, one verdict per event.
 
@@ -148,10 +166,24 @@ class Breaker:
         self.outcomes: deque[tuple[object, str | None]] = deque(maxlen=self.window)
         self.ever_ok = False
         self.tripped: str | None = None
+        #: The verdict is this worker's own fault (every list request failed for a local cause
+        #: before CNKI answered one): the worker stops itself; the task is not halted for others.
+        self.local = False
 
     def ok(self, key: object = None) -> None:
         self.ever_ok = True
         self.outcomes.append((key, None))
+
+    def only_local(self) -> str | None:
+        """Every list outcome of this worker so far failed for a local cause (DNS, refused,
+        timeout) and CNKI never answered one: the reason of the last, else None. Each such
+        outcome already spent its retries, so one is enough for the feeder not to claim a
+        round again (a round's attempts are shared by every worker of the task)."""
+        reasons = [r for _, r in self.outcomes]
+        if self.ever_ok or not reasons or not all(r in UNREACHABLE_REASONS for r in reasons):
+            return None
+        reason = reasons[-1]
+        return f"{reason}: {unreachable_line(reason, stored=True)} (every list request of this worker failed)"
 
     def failed(self, reason: str, detail: str = "", key: object = None) -> str | None:
         """Record a failure; the halt reason if the breaker trips now (once), else None."""
@@ -179,6 +211,7 @@ class Breaker:
             and all(r in UNREACHABLE_REASONS for r in reasons)
         ):
             line = unreachable_line(reason, stored=True)
+            self.local = True
             return f"{reason}: {line} (every list request of the first rounds failed)"
         recent = reasons[-self.consecutive :]
         if len(recent) == self.consecutive and all(r == reason for r in recent):

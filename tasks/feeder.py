@@ -25,6 +25,7 @@ Settings: ``TASKS_ENABLED``, ``TASKS_NAME``, ``TASKS_TYPE``, ``TASKS_START_DATE`
 ``TASKS_ROUND_ATTEMPTS``, ``TASKS_HEARTBEAT``, ``TASKS_ROUNDS_IN_FLIGHT``, ``TASKS_RECRAWL``,
 ``TASKS_EXIT_WHEN_IDLE``, ``TASKS_FOLLOW``, ``TASKS_LOOK_BACK_DAYS``, ``TASKS_FOLLOW_EVERY``,
 ``TASKS_UNTIL_IDLE``, ``TASKS_REFRESH_COUNTS_EVERY``, ``TASKS_HALT_AFTER``, ``TASKS_HALT_WINDOW``, ``TASKS_UNREACHABLE_AFTER``,
+``TASKS_LOCAL_FAULT_STOPS``,
 ``DATABASE_URL``, ``ERRORS_MAX_ATTEMPTS`` (each explained in docs/INTERNALS.md).
 
 The rest of this module's story: docs/INTERNALS.md#tasksfeederpy.
@@ -51,7 +52,7 @@ from cnkispider.cnki.refusals import REJECTION, kind_of
 from cnkispider.context import CrawlContext, context_of, open_context
 from cnkispider.db import is_transient, open_database
 from cnkispider.exceptions import CnkiSpiderError, SchedulerClosed, TaskRowError
-from cnkispider.halting import Breaker
+from cnkispider.halting import LOCAL_FAULT, Breaker
 from cnkispider.looktiers import parse_tiers
 from cnkispider.offload import in_thread
 from cnkispider.scheduling.outcome import ROUND_SEEDING, RoundScheduler
@@ -63,6 +64,9 @@ from tasks.phase import Phase
 from tasks.rounds import RoundState
 
 logger = logging.getLogger(__name__)
+
+#: The stat holding the reason of a worker that stopped itself (cnkispider.halting.LOCAL_FAULT).
+LOCAL_FAULT_STAT = "local_fault"
 
 
 class RoundFeeder:
@@ -105,6 +109,7 @@ class RoundFeeder:
             window=settings.getint("TASKS_HALT_WINDOW"),
             unreachable_after=settings.getint("TASKS_UNREACHABLE_AFTER"),
         )
+        self.local_fault_stops = settings.getbool("TASKS_LOCAL_FAULT_STOPS")
         self.halt_reason: str | None = None
         self._cooldown = None
         #: The session runtime waits for a person to pass a session (signal ``person_waiting``).
@@ -325,6 +330,10 @@ class RoundFeeder:
             return
         if await self._cooling_down() or self.waiting_for_person:
             return
+        local = self.breaker.only_local() if self.local_fault_stops else None
+        if local is not None:  # claim nothing: a round's attempts are every worker's
+            self._stop_self(local)
+            return
         scheduler = self.scheduler
         low_water = self.crawler.settings.getint("CONCURRENT_REQUESTS")
         seeded = 0
@@ -422,8 +431,22 @@ class RoundFeeder:
         verdict = self.breaker.failed(reason, detail, key=request)
         if verdict is None or kind_of(reason) == REJECTION:
             return  # a rejection is halted as it is recorded (errors.middleware), before its ack
+        if self.breaker.local and self.local_fault_stops:
+            self._stop_self(verdict)
+            return
         d = deferred_from_coro(self.halt(verdict))
         d.addErrback(lambda f: logger.error("cannot halt the task: %s", f.getErrorMessage()))
+
+    def _stop_self(self, reason: str) -> None:
+        """Every request of this worker failed for a local cause: stop this worker only. Its
+        requests still in hand are held (``context.halted``, in memory: the retry middleware
+        holds them, their leases bring them back to the other workers); the task row is not
+        halted, so a healthy worker goes on."""
+        if self.context is not None and self.context.halted is None:
+            self.context.halted = reason
+        self.crawler.stats.set_value(LOCAL_FAULT_STAT, reason)
+        logger.error("this worker stops (its own fault, the task is not halted): %s", reason)
+        self._close(LOCAL_FAULT)
 
     def request_unreadable(self, reason, spider=None):
         """A request in Redis was refused by the trust boundary: what it held is not crawled, so

@@ -28,6 +28,7 @@ from tests.fixtures.gate import REJECTION_WORDS, Gate
 from tests.fixtures.waiting import wait_until
 
 HALTED = 3  # cnkispider.halting.EXIT_HALTED, spelled out: the documented contract
+LOCAL_FAULT = 4  # cnkispider.halting.EXIT_LOCAL_FAULT: a worker that stopped itself
 #: A round's first page answered with the soft block, and the canary asked on the same session
 #: (RoundSpider._zero_or_soft_block): two soft blocks before the retries begin.
 CANARY_EPISODE = 2
@@ -505,23 +506,26 @@ def test_k_rounds_failing_for_one_fault_halt_the_task_and_resume_clears_their_ro
 
 
 @pytest.mark.timing  # within a minute of its start: `make test` runs it apart
-def test_an_unreachable_cnki_halts_within_a_minute_with_one_line(crawl_setup):
+def test_an_unreachable_cnki_stops_the_worker_within_a_minute_with_one_line(crawl_setup):
+    """Issue 47.3: CNKI never answered this worker (DNS): that is this worker's own fault as far
+    as it can tell, so it stops itself with one line; the task is not halted for the others."""
     nowhere = SimpleNamespace(base_url="http://nonexistent.invalid")
     setup = _setup(crawl_setup, nowhere, "sqlite", retry_times=5, end="2024-03-01")
     result = setup.run(timeout=300)
-    assert result.returncode == HALTED, (
+    assert result.returncode == LOCAL_FAULT, (
         result.stdout[-2000:] + result.stderr[-2000:] + setup.log()[-3000:]
     )
     assert _log_span(setup.log()) < 60, setup.log()[-3000:]
     lines = _error_lines(result.stderr)
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("CNKI is not reachable from here (DNS): try `cnkispider demo`")
+    assert "(this worker stopped; task" in lines[0] and "is not halted" in lines[0]
     phase, reason, _ = _task_row(setup)
-    assert phase == "crawl" and reason.startswith("CannotResolveHostError: CNKI is not reachable")
+    assert phase == "crawl" and reason is None
     states = {s for (s,) in setup.query(sa.select(error_code.c.state))}
     assert states <= {"open"}  # network errors are never permanent
-    second = setup.run(timeout=60)  # still halted: says so at once
-    assert second.returncode == HALTED and len(_error_lines(second.stderr)) == 1
+    second = setup.run(timeout=60)  # the same fault: the same one line
+    assert second.returncode == LOCAL_FAULT and len(_error_lines(second.stderr)) == 1
 
 
 @pytest.mark.slow  # a crawl in a worker subprocess

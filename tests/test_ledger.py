@@ -331,7 +331,14 @@ def test_an_unreachable_list_never_makes_a_round_done(crawl_setup):
         site=nowhere,
         crawl={"retry_times": 1, "round_attempts": 2, "halt_after": 1000, "halt_window": 100000},
     )
-    result = setup.run("run", "-s", "TASKS_UNREACHABLE_AFTER=100000", timeout=120)
+    result = setup.run(
+        "run",
+        "-s",
+        "TASKS_UNREACHABLE_AFTER=100000",
+        "-s",
+        "TASKS_LOCAL_FAULT_STOPS=false",
+        timeout=120,
+    )
     log = setup.log()
     assert result.returncode == HALTED, result.stderr[-2000:] + log[-3000:]
     rounds = setup.query(sa.select(round_.c.state, round_.c.total, round_.c.attempts))

@@ -153,6 +153,11 @@ def cmd_run(config: Config, args) -> int:
     print_summary(config, stats, name)
     if stats.get("finish_reason") == "halted":
         return report_halt(config, name)
+    if stats.get("finish_reason") == "local_fault":  # tasks.feeder: this worker's own fault
+        from cnkispider.halting import EXIT_LOCAL_FAULT, local_fault_line
+
+        print(local_fault_line(name, stats.get("local_fault", "")), file=sys.stderr)
+        return EXIT_LOCAL_FAULT
     if stats.get("finish_reason") == "needs_person":  # [cnki] on_check = fail
         from cnkispider.halting import EXIT_HALTED
         from cnkispider.sessions.pool import WAITING_MESSAGE
