@@ -39,6 +39,7 @@ from cnkispider.cnki.export_batch import MAX_EXPORT_BATCH
 from cnkispider.durations import parse_span
 from cnkispider.exceptions import ConfigError
 from cnkispider.i18n import _
+from cnkispider.inifile import read_ini
 from cnkispider.items import DEPTHS, DOC_TYPES, has_counts
 from cnkispider.masking import install_log_filter, mask_url
 from cnkispider.vocabulary import word
@@ -505,7 +506,7 @@ def language_hint(argv: list[str], environ=None) -> str | None:
         if path is None:
             return None
         parser = configparser.ConfigParser(interpolation=None, default_section="__none__")
-        parser.read(path, encoding="utf-8-sig")
+        read_ini(parser, path, say=False)
         return parser.get("ui", "language", fallback=None) or None
     except (ConfigError, configparser.Error, OSError, UnicodeDecodeError):
         return None
@@ -520,7 +521,7 @@ def load_config(explicit: str | os.PathLike | None = None, environ=None) -> Conf
     shown = path if path is not None else Path(CONFIG_NAME)
     if path is not None:
         try:
-            parser.read(path, encoding="utf-8-sig")  # utf-8-sig: Notepad on Windows writes a BOM
+            read_ini(parser, path)  # UTF-8 with or without a BOM, else GBK/GB18030 (said)
         except configparser.Error as exc:
             raise ConfigError(path, "-", None, _ini_problem(exc)) from None
 

@@ -22,7 +22,9 @@
     cnkispider admin grant-worker NAME [--apply]   a worker's database account and Redis user
 
 Every error raised on purpose (a CnkiSpiderError: a bad config key or input, an unknown name, an
-unreachable database) is one line and exit status 2; any other keeps its traceback: a bug.
+unreachable database) is one line and exit status 2; any other is one line too (exit status 1)
+saying where its traceback is kept (the command's log; cli/failing.py). A closed standard output
+(`task list | head -1`) ends the command quietly, exit status 141.
 
 Exit status of `run` / `recrawl` (and of the .exe): 0 finished (or up to date, or shut down on
 request); 1 the crawl stopped for another reason; 2 an error before crawling (above); 3 the task
@@ -37,7 +39,7 @@ import logging
 import sys
 
 from cnkispider import i18n
-from cnkispider.cli import admin, crawl, demo, sessions, status, tasks
+from cnkispider.cli import admin, crawl, demo, failing, sessions, status, tasks
 from cnkispider.cli.common import CONFIG_HELP, LOG_FORMAT, CommandParser, command_config
 from cnkispider.cli.demo import frozen_no_demo
 from cnkispider.config import language_hint
@@ -108,3 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(_("interrupted"), file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `cnkispider task list | head -1`
+        return failing.closed_pipe()
+    except Exception as exc:  # any other: one line, the traceback in the log
+        return failing.unexpected(exc)
