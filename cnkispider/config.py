@@ -24,7 +24,6 @@ of the config file, so the .exe and `scrapy crawl` find the same data wherever t
 from __future__ import annotations
 
 import configparser
-import datetime as dt
 import difflib
 import logging
 import os
@@ -36,6 +35,7 @@ from typing import Any
 
 from cnkispider import default_settings
 from cnkispider.cnki.export_batch import MAX_EXPORT_BATCH
+from cnkispider.days import iso_day
 from cnkispider.durations import parse_span
 from cnkispider.exceptions import ConfigError
 from cnkispider.i18n import _
@@ -107,7 +107,7 @@ def _date_or_empty(raw: str) -> str:
     if not raw:
         return ""
     try:
-        return dt.date.fromisoformat(raw).isoformat()
+        return iso_day(raw).isoformat()
     except ValueError:
         raise ValueError(
             _("expected a date as %(form)s (or empty), got %(value)r")

@@ -14,7 +14,7 @@
     cnkispider demo                      the offline demo: the local stand-in site, crawled
     cnkispider status [--task NAME] [--watch [SECONDS]] [--json]   progress, errors, workers, queue
     cnkispider probe [--day DATE] [--delay 3] [--save DIR]   check CNKI's assumptions live (docs/PROBE.md)
-    cnkispider export [--type T] [--format csv|jsonl] [--since DATE] [--task NAME] [--out PATH]
+    cnkispider export [--type T] [--format csv|jsonl|xlsx|ris|bibtex|endnote|csljson] [--since DATE] [--task NAME] [--out PATH]
     cnkispider session login [--browser PATH | --cdp PORT]   pass CNKI's check in a browser, keep it
     cnkispider session add --from-curl FILE|- | --cookie-string "a=1; b=2" | --cookie-file FILE
     cnkispider session list | remove ID | check [ID]
