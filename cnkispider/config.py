@@ -505,7 +505,10 @@ def language_hint(argv: list[str], environ=None) -> str | None:
         path = find_config(explicit)
         if path is None:
             return None
-        parser = configparser.ConfigParser(interpolation=None, default_section="__none__")
+        # not strict: a key given twice is load_config's error to say, in [ui] language
+        parser = configparser.ConfigParser(
+            interpolation=None, default_section="__none__", strict=False
+        )
         read_ini(parser, path, say=False)
         return parser.get("ui", "language", fallback=None) or None
     except (ConfigError, configparser.Error, OSError, UnicodeDecodeError):

@@ -47,3 +47,41 @@ def test_the_run_summary_says_its_finish_reason_in_chinese(tmp_path):
     finally:
         engine.dispose()
     assert "up_to_date" not in text and "已是最新" in text
+
+
+@pytest.fixture
+def chinese_locale(monkeypatch):
+    for name in ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "CNKI_UI_LANGUAGE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LANG", "zh_CN.UTF-8")
+    yield
+    i18n.activate("en")
+
+
+def _refusal(capsys, ini) -> str:
+    from cnkispider.cli import main
+
+    assert main(["--config", str(ini), "task", "list"]) == 2
+    return capsys.readouterr().err
+
+
+def test_a_language_we_have_no_words_for_is_refused_in_the_locale_s(
+    tmp_path, chinese_locale, capsys
+):
+    ini = tmp_path / "config.ini"
+    ini.write_text("[ui]\nlanguage = fr\n", encoding="utf-8")
+    err = _refusal(capsys, ini)
+    assert "错误" in err and "'fr'" in err and "expected" not in err
+
+
+def test_a_key_given_twice_is_said_in_ui_language(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    for name in ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "CNKI_UI_LANGUAGE"):
+        monkeypatch.delenv(name, raising=False)
+    ini = tmp_path / "config.ini"
+    ini.write_text("[ui]\nlanguage = zh_CN\n[task]\ntype = paper\ntype = patent\n", "utf-8")
+    try:
+        err = _refusal(capsys, ini)
+    finally:
+        i18n.activate("en")
+    assert "出现两次" in err and "appears twice" not in err
