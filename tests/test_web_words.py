@@ -534,3 +534,29 @@ def test_the_compiled_catalogue_is_the_one_translated():
         elif compiled.gettext(m.id) != m.string:
             stale.append(m.id)
     assert not stale, f"{len(stale)} words not compiled (make catalogue): {stale[:5]}"
+
+
+def test_the_page_s_refusals_and_not_found_are_chinese(served):
+    """Issue 48.3: a POST from another origin, or with neither Origin nor Referer, and a page
+    that does not exist, are answered in the reader's language (not Starlette's "Not Found")."""
+    server = served["server"]
+    task = served["setup"].task
+    path = f"/tasks/{task}/stop"
+    headers = {
+        "Accept-Language": "zh-CN,zh;q=0.9",
+        "Content-Type": "application/x-www-form-urlencoded",
+    }
+    answers = []
+    for origin in ({"Origin": "http://evil.example"}, {}):
+        request = urllib.request.Request(
+            server.url + path, data=b"token=x", headers={**headers, **origin}, method="POST"
+        )
+        try:
+            urllib.request.urlopen(request, timeout=30)
+        except urllib.error.HTTPError as exc:
+            answers.append((exc.code, exc.read().decode("utf-8")))
+    answers.append(_fetch(server, "/no/such/page"))
+    assert [status for status, _body in answers] == [403, 403, 404]
+    for _status, body in answers:
+        assert english_words(body, [task, "evil.example", "Origin", "Referer"]) == set(), body
+    assert "Not Found" not in answers[2][1]
