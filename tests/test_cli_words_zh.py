@@ -85,3 +85,38 @@ def test_a_key_given_twice_is_said_in_ui_language(tmp_path, monkeypatch, capsys)
     finally:
         i18n.activate("en")
     assert "出现两次" in err and "appears twice" not in err
+
+
+@pytest.mark.slow  # scrapy in a subprocess
+@pytest.mark.parametrize("task", ["t1", "nosuch"])
+def test_scrapy_crawl_of_another_type_s_task_or_none_is_one_chinese_line(tmp_path, task):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from cnkispider.cli import main
+
+    ini = tmp_path / "config.ini"
+    ini.write_text(
+        f"[database]\nurl = sqlite:///{tmp_path / 'db.sqlite'}\n"
+        "[redis]\nurl = redis://127.0.0.1:6379/0\n[ui]\nlanguage = zh_CN\n",
+        encoding="utf-8",
+    )
+    try:
+        assert main(["--config", str(ini), "task", "add", "t1", "--type", "paper",
+                     "--start", "2024-01-01", "--end", "2024-01-02"]) == 0  # fmt: skip
+    finally:
+        i18n.activate("en")
+    scrapy = subprocess.run(
+        [str(Path(sys.executable).with_name("scrapy")), "crawl", "patent", "-a", f"task={task}"],
+        cwd=ROOT,
+        env={**os.environ, "CNKI_CONFIG": str(ini)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert scrapy.returncode == 2, scrapy.stderr[-2000:]
+    lines = scrapy.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("错误："), scrapy.stderr[-2000:]
+    assert task in lines[0]
