@@ -120,3 +120,21 @@ def test_scrapy_crawl_of_another_type_s_task_or_none_is_one_chinese_line(tmp_pat
     lines = scrapy.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("错误："), scrapy.stderr[-2000:]
     assert task in lines[0]
+
+
+def test_a_cookie_file_that_cannot_be_read_is_said_in_chinese(tmp_path, capsys):
+    from cnkispider.cli import main
+
+    ini = tmp_path / "config.ini"
+    ini.write_text(
+        f"[database]\nurl = sqlite:///{tmp_path / 'db.sqlite'}\n[redis]\nurl =\n"
+        f"[crawl]\ndata_dir = {tmp_path / 'data'}\n[ui]\nlanguage = zh_CN\n",
+        encoding="utf-8",
+    )
+    missing = tmp_path / "cookies.txt"
+    try:
+        code = main(["--config", str(ini), "session", "add", "--cookie-file", str(missing)])
+    finally:
+        i18n.activate("en")
+    err = capsys.readouterr().err
+    assert code == 2 and "无法读取 cookie 文件" in err and "cannot read" not in err, err
