@@ -21,10 +21,8 @@
     cnkispider web [--host 127.0.0.1] [--port 8700]   the operator's page (cnkispider/web/)
     cnkispider admin grant-worker NAME [--apply]   a worker's database account and Redis user
 
-Every error raised on purpose (a CnkiSpiderError: a bad config key or input, an unknown name, an
-unreachable database) is one line and exit status 2; any other is one line too (exit status 1)
-saying where its traceback is kept (the command's log; cli/failing.py). A closed standard output
-(`task list | head -1`) ends the command quietly, exit status 141.
+An error raised on purpose (a CnkiSpiderError) is one line, exit status 2; any other is one line
+too, exit 1, naming the log that keeps its traceback; a closed output exits 141 (cli/failing.py).
 
 Exit status of `run` / `recrawl` (and of the .exe): 0 finished (or up to date, or shut down on
 request); 1 the crawl stopped for another reason; 2 an error before crawling (above); 3 the task
