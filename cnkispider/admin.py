@@ -129,7 +129,6 @@ def apply(grant: WorkerGrant, engine, redis_client) -> None:
 
 def grant_worker(config, args) -> int:
     """The command: print the grants and a worker's config.ini lines; with ``--apply``, run them."""
-    import sys
 
     from sqlalchemy.engine import make_url
 
@@ -138,9 +137,15 @@ def grant_worker(config, args) -> int:
 
     url = make_url(config.database_url)
     if url.get_backend_name() == "sqlite":
-        print(
-            "note: the database is SQLite (one machine, no accounts): only the Redis user applies",
-            file=sys.stderr,
+        # a SQLite file has no accounts to grant and no worker on another machine reaches it:
+        # refused, rather than print a URL no driver reads and statements for another database
+        raise InputError(
+            _(
+                "admin grant-worker: the database is SQLite (%(file)s), which has no accounts "
+                "and serves this machine only; workers on other machines need MySQL/MariaDB "
+                "([database] url = mysql+pymysql://..., docs/WORKERS.md)"
+            )
+            % {"file": url.database or "-"}
         )
     grant = WorkerGrant(
         name=args.name,
@@ -151,13 +156,15 @@ def grant_worker(config, args) -> int:
         add_tasks=args.add_tasks,
         require_tls=args.require_tls,
     )
-    print("-- MySQL/MariaDB, as the administrator (for example: mysql -u root -p)")
+    print(_("-- MySQL/MariaDB, as the administrator (for example: mysql -u root -p)"))
     for statement in grant.sql():
         print(f"{statement};")
-    print("\n# Redis, as the administrator (redis-cli; add it to the ACL file or run ACL SAVE)")
+    print()
+    print(_("# Redis, as the administrator (redis-cli; add it to the ACL file or run ACL SAVE)"))
     print(grant.acl_line())
     worker_db = url.set(username=grant.name, password=grant.password)
-    print("\n# the worker's config.ini (its TLS keys as in docs/WORKERS.md)")
+    print()
+    print(_("# the worker's config.ini (its TLS keys as in docs/WORKERS.md)"))
     print(f"[database]\nurl = {worker_db.render_as_string(hide_password=False)}")
     print(f"[redis]\nurl = {_worker_redis_url(config.redis_url, grant)}")
     if not args.apply:
@@ -169,7 +176,11 @@ def grant_worker(config, args) -> int:
     finally:
         engine.dispose()
         client.close()
-    print(f"\napplied: database account {grant.account} and Redis user {grant.name}")
+    print()
+    print(
+        _("applied: database account %(account)s and Redis user %(user)s")
+        % {"account": grant.account, "user": grant.name}
+    )
     return 0
 
 
@@ -177,7 +188,7 @@ def _worker_redis_url(admin_url: str, grant: WorkerGrant) -> str:
     from urllib.parse import urlsplit, urlunsplit
 
     if not admin_url:
-        return "(the embedded Redis has no users: give the shared Redis's URL)"
+        return _("(the embedded Redis has no users: give the shared Redis's URL)")
     parts = urlsplit(admin_url)
     host = parts.hostname or ""
     if ":" in host:

@@ -24,7 +24,6 @@ of the config file, so the .exe and `scrapy crawl` find the same data wherever t
 from __future__ import annotations
 
 import configparser
-import datetime as dt
 import difflib
 import logging
 import math
@@ -37,9 +36,11 @@ from typing import Any
 
 from cnkispider import default_settings
 from cnkispider.cnki.export_batch import MAX_EXPORT_BATCH
+from cnkispider.days import iso_day
 from cnkispider.durations import parse_span
 from cnkispider.exceptions import ConfigError
 from cnkispider.i18n import _
+from cnkispider.inifile import read_ini
 from cnkispider.items import DEPTHS, DOC_TYPES, has_counts
 from cnkispider.looktiers import DEFAULT_TIERS, parse_tiers
 from cnkispider.masking import install_log_filter, mask_url
@@ -110,7 +111,7 @@ def _date_or_empty(raw: str) -> str:
     if not raw:
         return ""
     try:
-        return dt.date.fromisoformat(raw).isoformat()
+        return iso_day(raw).isoformat()
     except ValueError:
         raise ValueError(
             _("expected a date as %(form)s (or empty), got %(value)r")
@@ -517,8 +518,11 @@ def language_hint(argv: list[str], environ=None) -> str | None:
         path = find_config(explicit)
         if path is None:
             return None
-        parser = configparser.ConfigParser(interpolation=None, default_section="__none__")
-        parser.read(path, encoding="utf-8-sig")
+        # not strict: a key given twice is load_config's error to say, in [ui] language
+        parser = configparser.ConfigParser(
+            interpolation=None, default_section="__none__", strict=False
+        )
+        read_ini(parser, path, say=False)
         return parser.get("ui", "language", fallback=None) or None
     except (ConfigError, configparser.Error, OSError, UnicodeDecodeError):
         return None
@@ -533,7 +537,7 @@ def load_config(explicit: str | os.PathLike | None = None, environ=None) -> Conf
     shown = path if path is not None else Path(CONFIG_NAME)
     if path is not None:
         try:
-            parser.read(path, encoding="utf-8-sig")  # utf-8-sig: Notepad on Windows writes a BOM
+            read_ini(parser, path)  # UTF-8 with or without a BOM, else GBK/GB18030 (said)
         except configparser.Error as exc:
             raise ConfigError(path, "-", None, _ini_problem(exc)) from None
 

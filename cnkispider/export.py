@@ -249,9 +249,11 @@ def since_value(text: str) -> str:
     what a task that follows today brought in; docs/FOLLOW.md), normalized; else InputError."""
     import datetime as dt
 
+    from cnkispider.days import iso_day
+
     text = text.strip()
     try:
-        return dt.date.fromisoformat(text).isoformat()
+        return iso_day(text).isoformat()
     except ValueError:
         pass
     try:

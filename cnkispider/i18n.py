@@ -68,9 +68,16 @@ def translation(language: str | None) -> gettext.NullTranslations:
 
 
 def activate(language: str | None) -> None:
-    """Make ``language`` the command line's language for the rest of the process (None or
-    empty: the locale's, :func:`from_environment`)."""
-    _process[0] = normalize(language) if language else from_environment()
+    """Make ``language`` the command line's language for the rest of the process (None, empty
+    or a language we have no words for: the locale's, :func:`from_environment`)."""
+    _process[0] = normalize(language) if is_known(language) else from_environment()
+
+
+def is_known(language: str | None) -> bool:
+    """``language`` names one of :data:`LANGUAGES` (``fr`` does not: config.ini's check says
+    so, in the locale's language rather than in English)."""
+    tag = (language or "").strip().lower()
+    return tag.startswith(("zh", "en"))
 
 
 def current() -> str:

@@ -14,12 +14,12 @@ from its task's row. The entry points call it: the
 from __future__ import annotations
 
 import logging
-import re
 import sys
 from typing import TYPE_CHECKING
 
 from cnkispider.clock import cnki_today
 from cnkispider.config import Config
+from cnkispider.days import ISO_DAY, iso_day
 from cnkispider.exceptions import ConfigError, InputError, UnknownName
 from cnkispider.i18n import N_, _
 
@@ -44,6 +44,8 @@ def task_store(config: Config) -> TaskStore:
 
 
 DATE_FORM = N_("YYYY-MM-DD, e.g. 2024-01-31")
+#: what parse_day's callers call the day they pass (translated where said)
+DAY_WORDS = (N_("start date"), N_("end date"), N_("date"), N_("day"))
 
 
 def parse_day(value: str | None, what: str) -> str | None:
@@ -52,16 +54,14 @@ def parse_day(value: str | None, what: str) -> str | None:
     Every date an operator types (task add/extend/resume/move, export --since, probe --day)
     goes through here, so "yesterday" and "2024-02-30" get the same message everywhere.
     """
-    import datetime as dt
-
     if value is None or not str(value).strip():
         return None
     text = str(value).strip()
     try:
-        return dt.date.fromisoformat(text).isoformat()
+        return iso_day(text).isoformat()
     except ValueError:
         pass
-    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):  # the right shape, an impossible day (2024-02-30)
+    if ISO_DAY.fullmatch(text):  # the right shape, an impossible day (2024-02-30)
         raise InputError(
             _("%(what)s %(text)r is not a real day (month or day out of range); expected %(form)s")
             % {"what": _(what), "text": text, "form": _(DATE_FORM)}

@@ -71,6 +71,13 @@ WORDS = {
     "date": N_("date"),
     "code": N_("category"),
     "session": N_("add a session"),
+    # a run's finish reason (tasks.feeder's closes, Scrapy's own), in the run's summary
+    "up_to_date": N_("up to date"),
+    "task_error": N_("the task cannot be crawled (see the error above)"),
+    "database_error": N_("the database failed (see the error above)"),
+    "needs_person": N_("waiting for a person to pass CNKI's check"),
+    "shutdown": N_("shut down on request"),
+    "cancelled": N_("cancelled"),
 }
 
 

@@ -201,7 +201,8 @@ MAX_CODE_LENGTH = 64  # the task table's cur_code column is String(64)
 # a finer code of G.
 CODE_SHAPES = {
     "ipc": re.compile(r"[A-H](\d\d([A-Z](\d{1,4}(/\d{1,6})?)?)?)?"),
-    "clc": re.compile(r"[A-Z][A-Z]?(\d+(\.\d+)*)?(-\d+)?"),
+    # two letters only in class T (工业技术: TB..TV); ZZ9 or XX is a typo, not a finer Z or X
+    "clc": re.compile(r"(T[BDEFGHJKLMNPQSUV]|[A-Z])(\d+(\.\d+)*)?(-\d+)?"),
 }
 _SEPARATORS = (";", "，", "；", "、", "|", " ")
 

@@ -383,7 +383,7 @@ def test_ctrl_c_stops_the_exe_gracefully_and_a_second_start_resumes_to_the_truth
     assert process.returncode == 0 and "Traceback" not in output, (
         output[-3000:] + install.log()[-3000:]
     )
-    assert "finish reason   shutdown" in output and "unclean" not in install.log()
+    assert "finish reason   shut down on request" in output and "unclean" not in install.log()
     assert 20 <= len(install.stored()) < len(expected)
 
     result = install.run()

@@ -534,3 +534,74 @@ def test_the_compiled_catalogue_is_the_one_translated():
         elif compiled.gettext(m.id) != m.string:
             stale.append(m.id)
     assert not stale, f"{len(stale)} words not compiled (make catalogue): {stale[:5]}"
+
+
+def test_the_page_s_refusals_and_not_found_are_chinese(served):
+    """Issue 48.3: a POST from another origin, or with neither Origin nor Referer, and a page
+    that does not exist, are answered in the reader's language (not Starlette's "Not Found")."""
+    server = served["server"]
+    task = served["setup"].task
+    path = f"/tasks/{task}/stop"
+    headers = {
+        "Accept-Language": "zh-CN,zh;q=0.9",
+        "Content-Type": "application/x-www-form-urlencoded",
+    }
+    answers = []
+    for origin in ({"Origin": "http://evil.example"}, {}):
+        request = urllib.request.Request(
+            server.url + path, data=b"token=x", headers={**headers, **origin}, method="POST"
+        )
+        try:
+            urllib.request.urlopen(request, timeout=30)
+        except urllib.error.HTTPError as exc:
+            answers.append((exc.code, exc.read().decode("utf-8")))
+    answers.append(_fetch(server, "/no/such/page"))
+    assert [status for status, _body in answers] == [403, 403, 404]
+    for _status, body in answers:
+        assert english_words(body, [task, "evil.example", "Origin", "Referer"]) == set(), body
+    assert "Not Found" not in answers[2][1]
+
+
+def test_the_home_page_s_redis_line_is_one_chinese_sentence_when_the_embedded_redis_idles(
+    tmp_path,
+):
+    """Issue 48.3: `Redis 未运行 (not running (it runs while a worker of this machine does))`:
+    the embedded Redis that is not running is said once, in the reader's language."""
+    import socket
+    import threading
+
+    import uvicorn
+
+    from cnkispider.config import load_config
+    from cnkispider.web import create_app
+    from cnkispider.web.serve import UVICORN_OPTIONS
+
+    ini = tmp_path / "config.ini"
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    ini.write_text(
+        f"[database]\nurl = {url}\n[redis]\nurl =\n[crawl]\ndata_dir = {tmp_path / 'data'}\n",
+        "utf-8",
+    )
+    engine = open_database(url)
+    app = create_app(load_config(ini, environ={}), engine=engine, token="t", sample_seconds=60)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", **UVICORN_OPTIONS)
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started, 60)
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/", headers={"Accept-Language": "zh-CN,zh;q=0.9"}
+        )
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            page = answer.read().decode("utf-8")
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        engine.dispose()
+    assert "Redis 未运行（本机有工作进程运行时它才运行）" in page
+    assert "not running" not in page

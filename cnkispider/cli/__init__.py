@@ -14,15 +14,15 @@
     cnkispider demo                      the offline demo: the local stand-in site, crawled
     cnkispider status [--task NAME] [--watch [SECONDS]] [--json]   progress, errors, workers, queue
     cnkispider probe [--day DATE] [--delay 3] [--save DIR]   check CNKI's assumptions live (docs/PROBE.md)
-    cnkispider export [--type T] [--format csv|jsonl] [--since DATE] [--task NAME] [--out PATH]
+    cnkispider export [--type T] [--format csv|jsonl|xlsx|ris|bibtex|endnote|csljson] [--since DATE] [--task NAME] [--out PATH]
     cnkispider session login [--browser PATH | --cdp PORT]   pass CNKI's check in a browser, keep it
     cnkispider session add --from-curl FILE|- | --cookie-string "a=1; b=2" | --cookie-file FILE
     cnkispider session list | remove ID | check [ID]
     cnkispider web [--host 127.0.0.1] [--port 8700]   the operator's page (cnkispider/web/)
     cnkispider admin grant-worker NAME [--apply]   a worker's database account and Redis user
 
-Every error raised on purpose (a CnkiSpiderError: a bad config key or input, an unknown name, an
-unreachable database) is one line and exit status 2; any other keeps its traceback: a bug.
+An error raised on purpose (a CnkiSpiderError) is one line, exit status 2; any other is one line
+too, exit 1, naming the log that keeps its traceback; a closed output exits 141 (cli/failing.py).
 
 Exit status of `run` / `recrawl` (and of the .exe): 0 finished (or up to date, or shut down on
 request); 1 the crawl stopped for another reason; 2 an error before crawling (above); 3 the task
@@ -37,7 +37,7 @@ import logging
 import sys
 
 from cnkispider import i18n
-from cnkispider.cli import admin, crawl, demo, sessions, status, tasks
+from cnkispider.cli import admin, crawl, demo, failing, sessions, status, tasks
 from cnkispider.cli.common import CONFIG_HELP, LOG_FORMAT, CommandParser, command_config
 from cnkispider.cli.demo import frozen_no_demo
 from cnkispider.config import language_hint
@@ -108,3 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(_("interrupted"), file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `cnkispider task list | head -1`
+        return failing.closed_pipe()
+    except Exception as exc:  # any other: one line, the traceback in the log
+        return failing.unexpected(exc)

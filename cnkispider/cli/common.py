@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+from pathlib import Path
 
 from cnkispider import i18n
+from cnkispider.cli import failing
 from cnkispider.config import Config, load_config
+from cnkispider.exceptions import ConfigError
 from cnkispider.i18n import N_, _
 
 #: translated where used (:class:`CommandParser`, cli.build_parser): at parser-build time
@@ -40,6 +43,7 @@ def command_config(args, *, short: bool) -> Config:
     config = load_config(args.config)
     if config.raw["ui"]["language"]:  # else the locale's, chosen at start (cli.main)
         i18n.activate(config.raw["ui"]["language"])
+    failing.log_path.append(check_log_file(config))
     if short:
         log_to_file(config)
     if getattr(args, "processes", None) == 0:
@@ -68,6 +72,28 @@ def crawl_options(p) -> None:
         metavar="FILE",
         help=_("also write the items to FILE (.jsonl, .csv, .json; UTF-8), as in scrapy crawl"),
     )
+
+
+def check_log_file(config: Config) -> Path:
+    """The command's log file; a ``[crawl] log_file`` that cannot be written (a read-only
+    folder, a file where a folder should be) is refused now, in one line, before Scrapy or the
+    logging module would fail on it with a traceback."""
+    if not config.crawl["log_file"]:
+        return config.data_dir / "cnkispider.log"
+    path = config.resolve(config.crawl["log_file"])
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            config.path or "config.ini",
+            "crawl",
+            "log_file",
+            _("%(path)s cannot be written (%(cause)s): choose a folder you can write to")
+            % {"path": path, "cause": exc.strerror or exc},
+        ) from None
+    return path
 
 
 def log_to_file(config: Config) -> None:

@@ -405,7 +405,12 @@ def add_run(sub) -> None:
 def add_export(sub) -> None:
     """`export`."""
     export_parser = add_command(
-        sub, "export", help=_("stored documents as CSV (opens in Excel) or JSON lines")
+        sub,
+        "export",
+        help=_(
+            "stored documents as CSV, JSON lines, Excel, or for reference managers RIS, BibTeX, "
+            "EndNote, CSL JSON"
+        ),
     )
     export_parser.add_argument(
         "--type", choices=DOC_TYPES, help=_("document type (default: [task] type)")

@@ -306,6 +306,30 @@ def write(node: Node, nested: bool = False) -> str:
     return f"({text})" if nested else text
 
 
+#: a Chinese input method's quotes, always read as the ASCII ones
+_QUOTES = {"‘": "'", "’": "'", "“": '"', "”": '"'}
+#: full-width operators and parentheses, read as ASCII outside a quoted value (inside one they
+#: are the searched text)
+_OPERATORS = {"＝": "=", "％": "%", "（": "(", "）": ")", "＋": "+", "－": "-", "＊": "*"}
+
+
+def fold_full_width(expression: str) -> str:
+    """``expression`` with a Chinese keyboard's quotes and operators in ASCII: ``SU=‘碳中和’``
+    is ``SU='碳中和'`` (not a search for the quotes themselves)."""
+    out, quote = [], None
+    for char in expression:
+        char = _QUOTES.get(char, char)
+        if quote is None:
+            char = _OPERATORS.get(char, char)
+            if char in "'\"":
+                quote = char
+        elif char == quote:
+            quote = None
+        out.append(char)
+    return "".join(out)
+
+
 def normalize(expression: str, doc_type: str) -> str:
-    """``expression`` checked and written in its one spelling (what the task row keeps)."""
-    return write(parse(expression, doc_type))
+    """``expression`` checked and written in its one spelling (what the task row keeps): the
+    one function every reader of a task's query uses (config.ini, task add/set, a task row)."""
+    return write(parse(fold_full_width(expression), doc_type))

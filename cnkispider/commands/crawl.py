@@ -19,15 +19,28 @@ from typing import TYPE_CHECKING
 
 from scrapy.commands.crawl import Command as ScrapyCrawlCommand
 
-from cnkispider import logs
-from cnkispider.config import load_config
+from cnkispider import i18n, logs
+from cnkispider.config import language_hint, load_config
 from cnkispider.crawlsettings import crawler_settings
-from cnkispider.exceptions import CnkiSpiderError
+from cnkispider.exceptions import CnkiSpiderError, InputError
+from cnkispider.i18n import _
+from cnkispider.items import DOC_TYPES
 from cnkispider.preflight import preflight
 from cnkispider.settingcheck import check_setting
+from cnkispider.vocabulary import word
 
 if TYPE_CHECKING:
     import argparse
+
+
+def check_spider_type(spider: str | None, task) -> None:
+    """``scrapy crawl patent -a task=T`` of a task of another type: refused (the spider would
+    find no round of its type to crawl, log an error and exit 0)."""
+    if task is not None and spider in DOC_TYPES and task.type != spider:
+        raise InputError(
+            _("task %(task)r is a %(type)s task: crawl it with `scrapy crawl %(code)s`")
+            % {"task": task.name, "type": word(task.type), "code": task.type}
+        )
 
 
 class Command(ScrapyCrawlCommand):
@@ -35,6 +48,9 @@ class Command(ScrapyCrawlCommand):
         super().process_options(args, opts)  # -s, -o, -a (opts.spargs), logging options
         assert self.settings is not None
         verbose = logs.verbose_from_env()
+        explicit = os.environ.get("CNKI_CONFIG")
+        # the refusals below in [ui] language
+        i18n.activate(language_hint(["--config", explicit] if explicit else []))
         try:
             config = load_config(os.environ.get("CNKI_CONFIG") or None)
             settings = crawler_settings(config)
@@ -42,12 +58,10 @@ class Command(ScrapyCrawlCommand):
             for pair in opts.set or []:
                 check_setting(*(part.strip() for part in pair.split("=", 1)))
             # the checks `cnkispider run` makes before Scrapy starts, with its lines and codes
-            preflight(config, task_arg=opts.spargs.get("task"))
-        except CnkiSpiderError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            raise SystemExit(2) from None
-        except (LookupError, ValueError) as exc:  # a bad [task], -a task=NOSUCH
-            print(f"error: {exc}", file=sys.stderr)
+            named = preflight(config, task_arg=opts.spargs.get("task"))
+            check_spider_type(args[0] if args else None, named)
+        except (CnkiSpiderError, LookupError, ValueError) as exc:  # a bad [task], -a task=NOSUCH
+            print(_("error: %(problem)s") % {"problem": exc}, file=sys.stderr)
             raise SystemExit(2) from None
         verbose = not logs.is_quiet(verbose, settings.get("LOG_FILE"))
         settings.update(logs.quiet_settings(verbose))

@@ -151,9 +151,14 @@ def from_cookie_file(
     try:
         text = path.read_text(encoding="utf-8-sig")
     except OSError as exc:
-        raise PasteError(f"cannot read the cookie file {path}: {exc.strerror or exc}") from None
+        raise PasteError(
+            _("cannot read the cookie file %(path)s: %(cause)s")
+            % {"path": path, "cause": exc.strerror or exc}
+        ) from None
     except UnicodeDecodeError:
-        raise PasteError(f"{path} is not a text file (expected a Netscape cookies.txt)") from None
+        raise PasteError(
+            _("%(path)s is not a text file (expected a Netscape cookies.txt)") % {"path": path}
+        ) from None
     now = time.time() if now is None else now
     cookies: list[Cookie] = []
     lines = rows = expired = 0

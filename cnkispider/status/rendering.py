@@ -528,7 +528,8 @@ def render_summary(t: dict, stats: dict) -> str:
         + _("cnkispider summary: task %(name)r (%(type)s), phase %(phase)s")
         % {"name": t["name"], "type": word(t["type"]), "phase": word(t["phase"])}
         + " ==",
-        _pad(_("finish reason"), 16) + _(stats.get("finish_reason") or FORCED_STOP),
+        _pad(_("finish reason"), 16)
+        + (word(stats["finish_reason"]) if stats.get("finish_reason") else _(FORCED_STOP)),
         *([_pad(_("halted"), 16) + halt_reason(t["halted"])] if t.get("halted") else []),
         _pad(_("rounds"), 16)
         + rounds

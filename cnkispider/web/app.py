@@ -500,7 +500,8 @@ def create_app(
         given = request.headers.get(guard.TOKEN_HEADER) or form.get(guard.TOKEN_FIELD)
         if not same:
             logger.warning("web: refused a POST to %s: %s", request.url.path, why)
-            return None, problem(request, 403, _("refused: %(why)s") % {"why": why})
+            said = guard.same_origin(request.headers, said=True)[1]
+            return None, problem(request, 403, _("refused: %(why)s") % {"why": said})
         if not guard.token_ok(web.token, given if isinstance(given, str) else None):
             logger.warning("web: refused a POST to %s: no valid token", request.url.path)
             return None, problem(request, 403, _("refused: the token is missing or wrong"))
@@ -539,7 +540,17 @@ def create_app(
     middleware = [Middleware(_Headers), Middleware(_Language)]
     if allowed_hosts:
         middleware.insert(0, Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts))
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
+
+    async def not_found(request: Request, exc):
+        # Starlette's own answer is an English "Not Found": the page's, in the reader's language
+        return problem(request, 404, _("no such page: %(path)s") % {"path": request.url.path})
+
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        middleware=middleware,
+        exception_handlers={404: not_found},
+    )
     app.state.web = web
     return app
 

@@ -22,6 +22,8 @@ import secrets
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from cnkispider.i18n import N_, _
+
 TOKEN_FILE = "web-token"
 TOKEN_HEADER = "X-CNKI-Token"
 TOKEN_FIELD = "token"
@@ -49,18 +51,26 @@ def token_ok(expected: str, given: str | None) -> bool:
     return bool(expected) and bool(given) and hmac.compare_digest(expected, given)
 
 
-def same_origin(headers) -> tuple[bool, str]:
-    """(whether the request comes from this page's own origin, why not)."""
+def same_origin(headers, *, said: bool = False) -> tuple[bool, str]:
+    """(whether the request comes from this page's own origin, why not): in English for the log,
+    or in the reader's language (``said``) for the answer."""
+    say = _ if said else (lambda text: text)
     host = (headers.get("host") or "").lower()
     if not host:
-        return False, "no Host header"
+        return False, say(N_("no Host header"))
     source = headers.get("origin")
     what = "Origin"
     if not source or source == "null":
         source, what = headers.get("referer"), "Referer"
     if not source:
-        return False, "neither Origin nor Referer: cannot tell where the request comes from"
+        return False, say(
+            N_("neither Origin nor Referer: cannot tell where the request comes from")
+        )
     parts = urlsplit(source)
     if parts.scheme not in ("http", "https") or (parts.netloc or "").lower() != host:
-        return False, f"{what} {parts.netloc or source!r} is not this page's host {host!r}"
+        return False, say(N_("%(what)s %(seen)r is not this page's host %(host)r")) % {
+            "what": what,
+            "seen": parts.netloc or source,
+            "host": host,
+        }
     return True, ""

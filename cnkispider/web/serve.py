@@ -28,11 +28,15 @@ def serve(
     from cnkispider.db import open_database
     from cnkispider.web.app import create_app
     from cnkispider.web.guard import load_or_make_token
+    from cnkispider.web.listening import bind
 
     stream = stream or sys.stdout
     web = config.raw.get("web", {})
     host = host or web.get("host") or "127.0.0.1"
-    port = port or web.get("port") or 8700
+    port = port if port is not None else (web.get("port") or 8700)
+    # bound first: a port out of range or taken is refused before a token file is written
+    # or an address printed
+    sock = bind(host, port)
     token, kept, made = load_or_make_token(web.get("token", ""), config.data_dir)
     if made:
         print(
@@ -71,8 +75,10 @@ def serve(
             file=stream,
             flush=True,
         )
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", **UVICORN_OPTIONS))
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning", **UVICORN_OPTIONS)
+        server.run(sockets=[sock])
     finally:
+        sock.close()
         engine.dispose()
     return 0
