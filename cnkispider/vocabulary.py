@@ -15,6 +15,11 @@ import re
 from cnkispider.i18n import N_, _
 
 WORDS = {
+    # where a session in the pool came from (cnkispider/sessions/waysin.py added_line)
+    "browser": N_("a browser"),
+    "curl": N_("a request copied as cURL"),
+    "cookie-string": N_("a cookie string"),
+    "cookie-file": N_("a cookie file"),
     # a task's type (cnkispider.items.DOC_TYPES)
     "patent": N_("patent"),
     "paper": N_("paper"),

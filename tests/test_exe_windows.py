@@ -539,7 +539,7 @@ def test_the_exe_adds_a_session_copied_as_curl_and_crawls_with_it_on_a_site_that
         added = install.run("session", "add", "--from-curl", windows_path(request), timeout=180)
         assert added.returncode == 0, install.explain(added)
         line = added.stdout.strip().splitlines()[-1]
-        assert line.startswith("added session s-") and "(curl): " in line, line
+        assert line.startswith("added session s-") and "(a request copied as cURL): " in line, line
         assert "user agent Edg/141" in line and "KNS2COOKIE" in line
         session_id = line.split()[2]
         stored = pool.get(session_id)
@@ -611,7 +611,7 @@ def test_the_exe_session_login_reads_the_pass_from_a_running_browser_over_devtoo
         out, err = (b.decode(install.encoding, "replace") for b in login.communicate(timeout=120))
         assert login.returncode == 0, out + err
         added = out.strip().splitlines()[-1]
-        assert added.startswith("added session s-") and "(browser): " in added, out + err
+        assert added.startswith("added session s-") and "(a browser): " in added, out + err
         stored = pool.get(added.split()[2])
         assert stored.source == "browser" and stored.state == "ready"
         assert {"KNS2COOKIE", "SID_kns_new"} <= {c["name"] for c in stored.cookies}

@@ -195,7 +195,7 @@ def test_session_login_in_a_real_chromium_takes_the_cookies_of_the_pass_httponly
     assert login.returncode == 0, (out, err)
     assert "returnUrl=" in verify_url  # the person was sent to the check, and passed it there
     added = out.splitlines()[-1]
-    assert added.startswith("added session s-") and "(browser): " in added, out
+    assert added.startswith("added session s-") and "(a browser): " in added, out
     session_id = added.split()[2]
     assert "KNS2COOKIE" in added and "SID_kns_new" in added
     assert not answers(port), "the browser it started is still running"

@@ -128,7 +128,7 @@ def test_with_a_passed_session_the_crawl_equals_the_truth_without_a_pause(verifi
     added = setup.run("session", "add", "--from-curl", str(paste), timeout=60)
     assert added.returncode == 0, added.stdout + added.stderr
     line = added.stdout.strip().splitlines()[-1]
-    assert line.startswith("added session s-") and "(curl): " in line, line
+    assert line.startswith("added session s-") and "(a request copied as cURL): " in line, line
     session = pool.get(line.split()[2])
     assert {c["name"]: c["value"] for c in session.cookies} == cookies
     before = site.stats()["human_check_refusals"]  # the person's own first page

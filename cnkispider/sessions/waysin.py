@@ -84,21 +84,22 @@ def cnki_site_of(base_url: str) -> tuple[str, tuple[str, ...]]:
 
 def added_line(session, paste, source: str) -> str:
     """The line of a new session: its cookies' names (never a value) and the browser's name."""
+    from cnkispider.vocabulary import word
+
     browser = re.findall(r"(Edg|Firefox|HeadlessChrome|Chrome)/(\d+)", paste.user_agent)
-    return (
-        _("added session %(id)s (%(source)s): %(n)s cookies of %(host)s (%(names)s)")
-        % {
-            "id": session.id,
-            "source": source,
-            "n": len(paste.cookies),
-            "host": paste.host or "?",
-            "names": ", ".join(paste.names),
+    line = _("added session %(id)s (%(source)s): %(n)s cookies of %(host)s (%(names)s)") % {
+        "id": session.id,
+        "source": word(source),
+        "n": len(paste.cookies),
+        "host": paste.host or "?",
+        "names": ", ".join(paste.names),
+    }
+    if browser:  # whole sentences: the reader's language punctuates them (，；)
+        line = _("%(line)s, user agent %(browser)s") % {
+            "line": line,
+            "browser": "/".join(browser[-1]),
         }
-        + (
-            ", " + _("user agent %(browser)s") % {"browser": "/".join(browser[-1])}
-            if browser
-            else ""
-        )
-        + "; "
-        + _("try it: %(command)s") % {"command": f"`cnkispider session check {session.id}`"}
-    )
+    return _("%(line)s; try it: %(command)s") % {
+        "line": line,
+        "command": f"`cnkispider session check {session.id}`",
+    }

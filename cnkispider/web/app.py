@@ -47,6 +47,7 @@ from cnkispider.status.rendering import activity_words, run_command, tiers_line
 from cnkispider.status.round_views import round_detail, round_grid
 from cnkispider.vocabulary import halt_reason, word
 from cnkispider.web import actions, guard, words
+from cnkispider.web.desk import pool_line
 from cnkispider.web.history import History
 from cnkispider.web.metrics import metrics_text
 from tasks.categories import round_label
@@ -226,6 +227,8 @@ def _templates() -> Jinja2Templates:
     env.globals["_"] = i18n._
     env.globals["ngettext"] = i18n.ngettext
     env.globals["word"] = word
+    env.globals["halt_reason"] = halt_reason  # a stored reason or error, in the reader's words
+    env.globals["pool_line"] = pool_line  # the pool in the desk's own words
     env.globals["state_of"] = state_of
     env.globals["tiers_line"] = tiers_line  # a follow task's looks, as status says them
     env.globals["rounds_done"] = rounds_done

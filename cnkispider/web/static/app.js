@@ -60,8 +60,18 @@
       el.appendChild(empty);
       return;
     }
+    // the time axis in the page's language (uPlot's own is English: "Time", "Nov 29")
+    var lang = document.documentElement.lang || undefined;
+    function when(v, full) {
+      if (v == null) return "-";
+      return new Date(v * 1000).toLocaleString(lang, full
+        ? { month: "numeric", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit" }
+        : { month: "numeric", day: "numeric", hour: "2-digit", minute: "2-digit" });
+    }
+    var time = { label: el.dataset.time || "", value: function (u, v) { return when(v, true); } };
     var opts = { title: title, width: Math.min(el.clientWidth || 900, 1200), height: 220,
-                 series: [{}].concat(series), axes: [{}, {}] };
+                 series: [time].concat(series),
+                 axes: [{ values: function (u, splits) { return splits.map(function (v) { return when(v, false); }); } }, {}] };
     new window.uPlot(opts, data, el);
   }
 
