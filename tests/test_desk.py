@@ -300,7 +300,9 @@ def test_a_wrong_drag_by_touch_leaves_the_pool_alone_and_the_desk_says_so(
         passed = page.locator("#desk-status").inner_text()
         assert passed.startswith("已通过") and "did not" not in passed, passed
         # its source in words, punctuated as Chinese is (48.3: "(browser)", ", ", "; ")
-        assert "（浏览器）" in passed and "，浏览器 Chrome/" in passed and "；试用" in passed, passed
+        assert "（浏览器）" in passed and "，浏览器 Chrome/" in passed and "；试用" in passed, (
+            passed
+        )
         assert "(browser)" not in passed and "; " not in passed, passed
     finally:
         context.close()
