@@ -10,18 +10,14 @@ errorCode   rounds that failed at the list stage, replayed by the recrawl phase.
 errorLink   detail links that failed, replayed by the recrawl phase.
 ledger      every row a round listed, by its document key, with its outcome (cnkispider/ledger.py):
             a round is done only when its rows are accounted for.
-ledger_fold the ledger rows of long-done rounds, folded into counts per (round, outcome)
-            ([database] ledger_days; off by default).
-worker      one row per running worker process: host, pid, heartbeat, counters (pages, items,
-            errors, challenges) and its last error.
+ledger_fold the ledger rows of long-done rounds, folded into counts ([database] ledger_days)
+worker      one row per running worker process: host, pid, heartbeat, counters, last error
 fill        per round and detail field, the documents the parser filled it on (the drift alarm)
 task_document  which task found which document: a row per (task, document)
 task_skip   the days of a task its operator skipped, by which command (tasks/skips.py)
 reference   a paper's reference list: one row per (citing document, position) ([crawl] references)
 audit       one row per action taken on the web page (cnkispider/web/): who, when, what, result.
-census_sample
-            the census totals `task plan --sample N` asked CNKI for, by task name and day, kept
-            for the next plan and the run's summary (cnkispider/status/plan_inputs.py).
+census_sample  the census totals `task plan --sample N` asked CNKI for, by task and day
 patent, paper, achievement
             the documents, one row per natural key (dbname, filename), upserted.
 schema_version

@@ -35,7 +35,7 @@ from sqlalchemy.dialects import mysql, sqlite
 from sqlalchemy.engine import Engine
 
 from cnkispider import default_settings, ledger
-from cnkispider.cnki.protocol import DOCUMENT_KINDS
+from cnkispider.cnki.protocol import DOCUMENT_KINDS, REFERENCES
 from cnkispider.db import db_now, retried
 from cnkispider.halting import is_network
 from cnkispider.schema import error_code, error_link
@@ -159,6 +159,7 @@ class ErrorRecorder:
         category: str = "",
         listing: dict | None = None,
         detail: str = "",
+        settled_by_store: bool = True,
     ) -> None:
         """A detail-stage failure; the same document failing again counts up its row. The
         document's row in its round's ledger says ``error`` from the same transaction.
@@ -172,7 +173,8 @@ class ErrorRecorder:
         with self.engine.begin() as conn:
             now = db_now(conn)
             key = ledger.doc_key(dbname, filename)
-            if ledger.stored_in_task(conn, task_id, key):
+            # (a reference list is not settled by its document: it has a failure of its own)
+            if settled_by_store and ledger.stored_in_task(conn, task_id, key):
                 # stored already by another holder (a slow one whose lease ran out, or another
                 # round listing it): nothing of the task is missing, so no errorLink row
                 logger.debug("not recording %s (%s): the task stored it already", key, reason)
@@ -239,6 +241,7 @@ class ErrorRecorder:
                 category=search.get("category") or "",
                 listing=listing,
                 detail=detail,
+                settled_by_store=meta.get("cnki_kind") != REFERENCES,
             )
         else:
             self.record_code(

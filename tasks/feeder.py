@@ -1,11 +1,9 @@
 """RoundFeeder: the Scrapy extension that runs flow control inside a worker.
 
-It registers the task (if new) and the worker, claims rounds as the shared queue drains and
-seeds them into Redis, heart-beats (renewing round leases, ``task.status``), closes a round when
-the scheduler says its last request was acknowledged (done when its ledger balances, else failed
-and claimed again while it has attempts left: ``TaskStore.close_round``, cnkispider/ledger.py),
-moves the task to its recrawl phase and then to done, exactly once across the cluster, and only
-then lets the spider close.
+It registers the task and the worker, claims rounds as the shared queue drains and seeds them
+into Redis, heart-beats, closes a round when its last request is acknowledged (done when its
+ledger balances, else failed: ``TaskStore.close_round``), moves the task to its recrawl phase and
+then to done, exactly once across the cluster, and only then lets the spider close.
 
 Phases of a task (``task.phase``)::
 
@@ -24,9 +22,9 @@ Settings: ``TASKS_ENABLED``, ``TASKS_NAME``, ``TASKS_TYPE``, ``TASKS_START_DATE`
 ``TASKS_END_DATE``, ``TASKS_CATEGORIES``, ``TASKS_BASE_DIR``, ``TASKS_ROUND_LEASE``,
 ``TASKS_ROUND_ATTEMPTS``, ``TASKS_HEARTBEAT``, ``TASKS_ROUNDS_IN_FLIGHT``, ``TASKS_RECRAWL``,
 ``TASKS_EXIT_WHEN_IDLE``, ``TASKS_FOLLOW``, ``TASKS_LOOK_BACK_DAYS``, ``TASKS_FOLLOW_EVERY``,
-``TASKS_UNTIL_IDLE``, ``TASKS_REFRESH_COUNTS_EVERY``, ``TASKS_HALT_AFTER``, ``TASKS_HALT_WINDOW``, ``TASKS_UNREACHABLE_AFTER``,
-``TASKS_LOCAL_FAULT_STOPS``,
-``DATABASE_URL``, ``ERRORS_MAX_ATTEMPTS`` (each explained in docs/INTERNALS.md).
+``TASKS_UNTIL_IDLE``, ``TASKS_REFRESH_COUNTS_EVERY``, ``TASKS_HALT_AFTER``, ``TASKS_HALT_WINDOW``,
+``TASKS_UNREACHABLE_AFTER``, ``TASKS_LOCAL_FAULT_STOPS``, ``DATABASE_URL``,
+``ERRORS_MAX_ATTEMPTS`` (each explained in docs/INTERNALS.md).
 
 The rest of this module's story: docs/INTERNALS.md#tasksfeederpy.
 """
