@@ -372,14 +372,12 @@ def test_redis_unreachable_from_every_worker_for_60_s(cluster, lab):
     c = cluster(crawl={"concurrent_requests": 4}, days="2024-01-02")
     for _ in range(2):
         c.start()
-    # the crawl under way with both workers running, rounds in flight (a worker still opening
-    # its scheduler when Redis goes away stops: see the report of issue 29). Not "both seeded":
-    # a worker seeds only while the shared queue runs low, and on this one day the first worker
-    # could seed every round before the second opened (then the task finished, nothing in flight)
+    # both crawl (a worker still opening its scheduler when Redis goes away stops: see the
+    # report of issue 29), and rounds are in flight
     c.wait(
         "the crawl to be under way",
         lambda: (
-            any(re.search(r"round \d+ (seeded|done)", c.log(k)) for k in range(2)) and c.in_flight()
+            all(re.search(r"round \d+ (seeded|done)", c.log(k)) for k in range(2)) and c.in_flight()
         ),
     )
     lab.block(lab.redis_address)
