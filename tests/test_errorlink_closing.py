@@ -119,10 +119,20 @@ def test_a_failure_recorded_while_the_store_commits_waits_for_it(mysql_url):
     conn = engine.connect()
     held = conn.begin()
     ledger.note_stored(conn, [(first.id, KEY)])  # the store's transaction, not committed yet
-    failing = threading.Thread(target=_fail, args=(recorder, task_id, first.id))
+    raised: list[BaseException] = []
+
+    def fail() -> None:
+        try:
+            _fail(recorder, task_id, first.id)
+        except BaseException as exc:  # told below, not lost in the thread
+            raised.append(exc)
+
+    failing = threading.Thread(target=fail)
     failing.start()
 
     def waiting() -> bool:
+        # the failure must not have gone by without waiting (its error, if any, told)
+        assert failing.is_alive(), f"the failure was recorded without waiting: {raised}"
         with engine.connect() as look:
             return bool(
                 look.exec_driver_sql(
@@ -131,12 +141,14 @@ def test_a_failure_recorded_while_the_store_commits_waits_for_it(mysql_url):
                 ).scalar()
             )
 
-    wait_until(waiting, 30, what="the failure's transaction waiting on the store's row")
+    # (well under innodb_lock_wait_timeout, 50 s, yet long for a loaded machine's first connect)
+    wait_until(waiting, 45, what="the failure's transaction waiting on the store's row")
     held.commit()
     conn.close()
     recorder.resolve_links(task_id, [(DBNAME, FILENAME)])  # the pipeline's, after its commit
     failing.join(30)
     assert not failing.is_alive()
+    assert not raised, raised
     assert _links(engine) == 0
     assert _outcomes(engine) == {first.id: "stored"}
     engine.dispose()
