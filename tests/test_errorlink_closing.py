@@ -132,7 +132,16 @@ def test_a_failure_recorded_while_the_store_commits_waits_for_it(mysql_url):
 
     def waiting() -> bool:
         # the failure must not have gone by without waiting (its error, if any, told)
-        assert failing.is_alive(), f"the failure was recorded without waiting: {raised}"
+        if not failing.is_alive():  # what the database looked like, to tell why
+            with engine.connect() as look:
+                trx = look.exec_driver_sql(
+                    "SELECT trx_state, trx_rows_locked FROM information_schema.innodb_trx"
+                ).all()
+            raise AssertionError(
+                f"the failure was recorded without waiting: raised {raised}, "
+                f"errorLink rows {_links(engine)}, ledger {_outcomes(engine)}, "
+                f"transactions {trx}, the store's still open: {held.is_active}"
+            )
         with engine.connect() as look:
             return bool(
                 look.exec_driver_sql(
