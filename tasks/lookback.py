@@ -13,9 +13,9 @@ so each is claimed, seeded and closed on its ledger like any round, by any worke
          '--page 1 lists another total: its pages are walked; rows the ledger holds stored
             cost no detail nor export request--> done when its ledger balances again
 
-A look costs one list request a day (a day's census; a split day, its parts) when nothing
-changed, plus the new documents. A re-opened round keeps its history (``listed_before``, and
-``total`` now) and its ledger rows (a stored row stays stored).
+A look costs one request a day (its census; a split day, one group/result: tasks/parts.py)
+when nothing changed, plus the new documents. A re-opened round keeps its history
+(``listed_before``, and ``total`` now) and its ledger rows (a stored row stays stored).
 
 Invariants:
 
