@@ -11,13 +11,18 @@ today with a daily look (``follow_every = 1d``) over ``--look-back`` days (60). 
   lists more than the cap (a split census: its parts);
 - a day whose listing grew since yesterday's look: its list pages walked again (the first is
   the census already counted; a split day's parts each from their first page);
+- with facets (``--facets on``, the default: ``[task] facet_counts``, issue 46.2), a day split
+  at its last count is recounted by one group/result request instead of its census and its
+  parts' first pages, and only its parts whose count changed are walked, each from its first
+  page (a part: the documents of one top-level category);
 - its new documents at the task's depth: detail, a detail page each; export, an export request
   per list page holding new rows (a page's new rows go in one request); list, nothing more.
 
 "documents/day" is the mean a day of the year has when all are in. Runs in seconds; no crawl,
 no network.
 
-    python bench/follow_cost.py [--look-back 60] [--scale 1.0] [--days 2024-06-01:2024-06-30]
+    python bench/follow_cost.py [--look-back 60] [--tiers ...] [--facets on|off] [--json]
+                                [--scale 1.0] [--days 2024-06-01:2024-06-30]
 """
 
 from __future__ import annotations
@@ -54,15 +59,28 @@ def lags_of(corpus: Corpus, doc_type: str, day: int) -> list[int]:
     return out
 
 
+def part_lags(corpus: Corpus, doc_type: str, day: int) -> list[list[int]]:
+    """The entry lags of ``day``'s documents by part (top-level category), each sorted."""
+    tree, lag = corpus.trees[doc_type], corpus.entry_lag
+    parts: dict[str, list[int]] = {}
+    for li, n in enumerate(corpus.counts(doc_type, day)):
+        into = parts.setdefault(tree.top_of(tree.leaves[li]), [])
+        into.extend(lag(doc_type, day, li, i) for i in range(n))
+    return [sorted(v) for v in parts.values()]
+
+
 def listed(lags: list[int], day: int, as_of: int) -> int:
     """Documents of ``day`` listed as of ``as_of`` (entered by then)."""
     return bisect.bisect_right(lags, as_of - day) if as_of >= day else 0
 
 
-def look_cost(corpus, doc_type, today: int, look_back: int, lags: dict, counted: dict, tiers=()):
+def look_cost(
+    corpus, doc_type, today: int, look_back: int, lags: dict, counted: dict, tiers=(), facets=False
+):
     """One daily look on ``today``: the days its tier makes due (cnkispider/looktiers.py, the
     rule tasks/tiers.py applies) are counted; a counted day whose listing changed since its last
-    count is walked again. ``counted``: day -> the day it was last counted (updated here)."""
+    count is walked again (``facets``: a split day by one group/result, and only its parts
+    that changed). ``counted``: day -> the day it was last counted (updated here)."""
     roots = len(corpus.trees[doc_type].top)
     census = walk = new = pages_with_new = 0
     for day in range(today - look_back + 1, today + 1):
@@ -72,6 +90,16 @@ def look_cost(corpus, doc_type, today: int, look_back: int, lags: dict, counted:
         counted[day] = today
         now = listed(lags[day], day, today)
         before = listed(lags[day], day, last) if day != today else 0
+        if facets and before > CAP:  # split at its last count: one recount, the grown parts
+            census += 1
+            for part in part_lags(corpus, doc_type, day):
+                part_now, part_before = listed(part, day, today), listed(part, day, last)
+                if part_now != part_before:
+                    walk += max(1, math.ceil(part_now / PAGE))
+            gained = max(0, now - before)
+            new += gained
+            pages_with_new += min(math.ceil(now / PAGE), gained)
+            continue
         split = now > CAP
         census += 1 + (roots if split else 0)
         if now != before:
@@ -90,16 +118,18 @@ def look_cost(corpus, doc_type, today: int, look_back: int, lags: dict, counted:
     }
 
 
-def costs(corpus, doc_type, first: int, last: int, look_back: int, tiers) -> list[dict]:
+def costs(
+    corpus, doc_type, first: int, last: int, look_back: int, tiers, facets=False
+) -> list[dict]:
     """The daily looks' costs from ``first`` to ``last``, after a warm-up of ``WARM_UP`` days
     of daily looks (each day's last count then is what it would be on a task followed long)."""
     warm = first - WARM_UP
     lags = {day: lags_of(corpus, doc_type, day) for day in range(warm - look_back, last + 1)}
     counted: dict = {}
     for day in range(warm, first):
-        look_cost(corpus, doc_type, day, look_back, lags, counted, tiers)
+        look_cost(corpus, doc_type, day, look_back, lags, counted, tiers, facets)
     out = [
-        look_cost(corpus, doc_type, d, look_back, lags, counted, tiers)
+        look_cost(corpus, doc_type, d, look_back, lags, counted, tiers, facets)
         for d in range(first, last + 1)
     ]
     for c, d in zip(out, range(first, last + 1), strict=True):
@@ -111,6 +141,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--look-back", type=int, default=60)
     parser.add_argument("--tiers", default=DEFAULT_TIERS, help="[task] look_tiers ('off': none)")
+    parser.add_argument("--facets", choices=("on", "off"), default="on", help="[task] facet_counts")
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--days", default="2024-06-01:2024-06-30")
     parser.add_argument("--json", action="store_true", help="the medians as JSON")
@@ -119,7 +150,8 @@ def main(argv=None) -> int:
     first, _, last = args.days.partition(":")
     first, last = parse_day(first), parse_day(last or first)
     corpus = Corpus(CorpusOptions(seed=1, profile="realistic-year", scale=args.scale, late=True))
-    per_type = {t: costs(corpus, t, first, last, args.look_back, tiers) for t in DOC_TYPES}
+    facets = args.facets == "on"
+    per_type = {t: costs(corpus, t, first, last, args.look_back, tiers, facets) for t in DOC_TYPES}
     if args.json:
         print(
             json.dumps(
@@ -131,7 +163,8 @@ def main(argv=None) -> int:
         )
         return 0
     print(
-        f"a daily look over {args.look_back} days, tiers {args.tiers!r}, {args.days}, realistic"
+        f"a daily look over {args.look_back} days, tiers {args.tiers!r}, facets {args.facets},"
+        f" {args.days}, realistic"
         f" year (scale {args.scale}), CNKI requests a day (median over the days; max in brackets)"
     )
     header = f"{'type':8} {'documents/day':>14} {'census':>8} {'re-walk':>8} {'new':>7}"

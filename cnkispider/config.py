@@ -319,6 +319,8 @@ SCHEMA: dict[str, dict[str, tuple[Any, str]]] = {
         "refresh_counts_every": (_span_or_off, _default("TASKS_REFRESH_COUNTS_EVERY")),
         # issue 46: how often a look counts a day again, by its age (cnkispider/looktiers.py)
         "look_tiers": (_look_tiers, _default("TASKS_LOOK_TIERS")),
+        # issue 46.2: a look recounts a split day's parts with one group/result (docs/FOLLOW.md)
+        "facet_counts": (_bool, _default("TASKS_FACET_COUNTS")),
     },
     "cnki": {
         "base_url": (_http_url, _default("CNKI_BASE_URL")),
@@ -413,6 +415,7 @@ class TaskConfig:
     follow_every: int = 6 * 3600  # seconds
     refresh_counts_every: int = 0  # seconds; 0: off
     look_tiers: str = DEFAULT_TIERS  # cnkispider/looktiers.py; "off": every day at every look
+    facet_counts: bool = True  # a look's parts recounted by one group/result a day
 
 
 @dataclass(frozen=True)

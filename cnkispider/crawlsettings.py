@@ -87,6 +87,7 @@ def crawler_settings(config: Config) -> dict:
         "TASKS_FOLLOW_EVERY": task.follow_every,
         "TASKS_REFRESH_COUNTS_EVERY": task.refresh_counts_every,
         "TASKS_LOOK_TIERS": task.look_tiers,
+        "TASKS_FACET_COUNTS": task.facet_counts,
         # the file a worker's counts refresh (a child `refresh-counts`) reads, as this one did
         "CNKI_CONFIG_FILE": str(config.path) if config.path else "",
         "TASKS_BASE_DIR": str(config.base_dir),

@@ -217,6 +217,9 @@ TASKS_REFRESH_COUNTS_EVERY = 0
 # issue 46 (cnkispider/looktiers.py): a look counts a day again by its age: the last 7 days at
 # every look, the month weekly, the rest of the window monthly ("off": every day at every look)
 TASKS_LOOK_TIERS = "7d:every, 30d:7d, 60d:30d"
+# issue 46.2 (docs/FOLLOW.md): a look recounts the parts of a day split by its categories with one
+# group/result request, and walks only the parts whose count changed (False: each part's page 1)
+TASKS_FACET_COUNTS = True
 # the config file this worker read ("": defaults only), for the counts refresh it starts
 CNKI_CONFIG_FILE = ""
 # `cnkispider run --until-idle`: a follow task's run ends once nothing is due (not a config key)

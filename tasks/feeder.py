@@ -22,6 +22,7 @@ Settings: ``TASKS_ENABLED``, ``TASKS_NAME``, ``TASKS_TYPE``, ``TASKS_START_DATE`
 ``TASKS_END_DATE``, ``TASKS_CATEGORIES``, ``TASKS_BASE_DIR``, ``TASKS_ROUND_LEASE``,
 ``TASKS_ROUND_ATTEMPTS``, ``TASKS_HEARTBEAT``, ``TASKS_ROUNDS_IN_FLIGHT``, ``TASKS_RECRAWL``,
 ``TASKS_EXIT_WHEN_IDLE``, ``TASKS_FOLLOW``, ``TASKS_LOOK_BACK_DAYS``, ``TASKS_FOLLOW_EVERY``,
+``TASKS_LOOK_TIERS``, ``TASKS_FACET_COUNTS`` (tasks/parts.py),
 ``TASKS_UNTIL_IDLE``, ``TASKS_REFRESH_COUNTS_EVERY``, ``TASKS_HALT_AFTER``, ``TASKS_HALT_WINDOW``,
 ``TASKS_UNREACHABLE_AFTER``, ``TASKS_LOCAL_FAULT_STOPS``, ``DATABASE_URL``,
 ``ERRORS_MAX_ATTEMPTS`` (each explained in docs/INTERNALS.md).
@@ -51,13 +52,15 @@ from cnkispider.context import CrawlContext, context_of, open_context
 from cnkispider.db import is_transient, open_database
 from cnkispider.exceptions import CnkiSpiderError, SchedulerClosed, TaskRowError
 from cnkispider.halting import LOCAL_FAULT, Breaker
+from cnkispider.i18n import _
 from cnkispider.looktiers import parse_tiers
 from cnkispider.offload import in_thread
 from cnkispider.scheduling.outcome import ROUND_SEEDING, RoundScheduler
 from errors.middleware import LAST_ERROR_STAT
 from errors.recorder import ErrorRecorder
-from tasks.categories import round_label
+from tasks.categories import DAY, round_label
 from tasks.flow import Action, PhaseFacts, TaskStore, new_worker_id, next_action
+from tasks.parts import facet_codes
 from tasks.phase import Phase
 from tasks.rounds import RoundState
 
@@ -93,6 +96,8 @@ class RoundFeeder:
         self.follow_every = settings.getint("TASKS_FOLLOW_EVERY")
         # [task] look_tiers (checked when config.ini was read; a bad -s value stops here)
         self.look_tiers = parse_tiers(settings.get("TASKS_LOOK_TIERS") or "off")
+        # [task] facet_counts: a split day's parts recounted by one group/result (tasks/parts.py)
+        self.facet_counts = settings.getbool("TASKS_FACET_COUNTS")
         self.until_idle = settings.getbool("TASKS_UNTIL_IDLE")
         # and its counts over the look-back, every TASKS_REFRESH_COUNTS_EVERY (0: never)
         self.refresh_counts_every = settings.getint("TASKS_REFRESH_COUNTS_EVERY")
@@ -356,6 +361,8 @@ class RoundFeeder:
                 # it is marked seeded; its drain names it, so only this seeding's handlers may
                 # close the round (a late handler of an earlier one changes nothing).
                 seeding = secrets.token_hex(8)
+                if round_.category == DAY:  # a look's census holds its day's parts
+                    round_ = await self._with_parts(round_)
                 for request in self.spider.round_requests(round_):
                     if request.meta.get("round_id") == round_.id:
                         request.meta[ROUND_SEEDING] = seeding
@@ -491,7 +498,7 @@ class RoundFeeder:
         A task that follows today looks back first, when its look is due (tasks/lookback.py)."""
         if await self._look_back() or await self._refresh_counts():
             return
-        for _ in range(3):
+        for _attempt in range(3):
             facts = await self._phase_facts()
             action = next_action(facts)
             if action is Action.START_RECRAWL:
@@ -557,12 +564,33 @@ class RoundFeeder:
             self.looks_at_start,
             self.worker_id,
             self.look_tiers,
+            self.facet_counts,
         )
         if look is None:
             return False
         self.crawler.stats.inc_value("follow/looks")
         self.crawler.stats.inc_value("follow/rounds-reopened", look.reopened)
         return bool(look.reopened)
+
+    async def _with_parts(self, round_):
+        """A look's census round with the parts it holds (tasks/parts.py), to be recounted by
+        one group/result; parts the facet cannot count, or ``facet_counts`` off: every part is
+        re-opened now, walked from its first page as before (the census seeds its page 1)."""
+        parts = await in_thread(self.store.look_parts, round_.id)
+        if not parts:
+            return round_
+        if self.facet_counts and any(p.code in facet_codes(self.spider.doc_type) for p in parts):
+            return dataclasses.replace(round_, parts=tuple(parts))
+        if self.facet_counts:
+            self.crawler.stats.inc_value("facets/fallback/codes")
+            logger.info(
+                _("round %s (%s): the facet counts none of its %s parts: each part's first page"),
+                round_.id,
+                round_.day,
+                len(parts),
+            )
+        await in_thread(self.store.recount_parts, round_.id, None)
+        return round_
 
     async def _refresh_counts(self) -> bool:
         """Refresh the counts over the look-back when due (True: it ran a refresh; the phase

@@ -13,6 +13,8 @@ for the invariants):
     tasks/workers.py   worker rows and heartbeats (``Workers``)
     tasks/lookback.py  a task that follows today: its looks re-open the look-back's rounds
                        (``Looks``)
+    tasks/parts.py     a look's parts: a split day's rounds recounted by one facet request
+                       (``Parts``)
 
 errorCode rows are written by errors/recorder.py (``TaskStore.errors``), in the transaction of
 the round move they belong to. The other names here (``Task``, ``Action``, ``PhaseFacts``,
@@ -30,6 +32,7 @@ from sqlalchemy.engine import Engine
 from cnkispider import default_settings
 from errors.recorder import ErrorRecorder
 from tasks.lookback import Looks
+from tasks.parts import Parts
 from tasks.phase import Action, PhaseFacts, next_action
 from tasks.rounds import Rounds
 from tasks.rows import Task
@@ -39,7 +42,7 @@ from tasks.workers import Workers, new_worker_id
 __all__ = ["Action", "PhaseFacts", "Task", "TaskStore", "new_worker_id", "next_action"]
 
 
-class TaskStore(Steering, Rounds, Workers, Looks):
+class TaskStore(Steering, Rounds, Workers, Looks, Parts):
     """Tasks, rounds and worker heartbeats in the database (SQLite or MySQL/MariaDB)."""
 
     def __init__(

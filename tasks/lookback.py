@@ -13,9 +13,9 @@ so each is claimed, seeded and closed on its ledger like any round, by any worke
          '--page 1 lists another total: its pages are walked; rows the ledger holds stored
             cost no detail nor export request--> done when its ledger balances again
 
-A look costs one list request a day (a day's census; a split day, its parts) when nothing
-changed, plus the new documents. A re-opened round keeps its history (``listed_before``, and
-``total`` now) and its ledger rows (a stored row stays stored).
+A look costs one request a day (its census; a split day, one group/result: tasks/parts.py)
+when nothing changed, plus the new documents. A re-opened round keeps its history
+(``listed_before``, and ``total`` now) and its ledger rows (a stored row stays stored).
 
 Invariants:
 
@@ -43,6 +43,7 @@ from cnkispider.clock import cnki_today
 from cnkispider.db import db_now, retried
 from cnkispider.looktiers import Tier
 from cnkispider.schema import ledger, round_, task
+from tasks.categories import DAY
 from tasks.phase import Phase
 from tasks.rounds import IN_FLIGHT, RoundState, move
 from tasks.rows import TaskRows, validate_row
@@ -166,13 +167,16 @@ class Looks(TaskRows):
         looks_at_start: int | None = None,
         worker_id: str | None = None,
         tiers: tuple[Tier, ...] = (),
+        facets: bool = False,
     ) -> Look | None:
         """Claim the task's look if one is due and re-open the look-back's rounds that were
         not counted within ``every`` seconds (``every`` 0: since ``started``). None: the task
         does not follow today, is halted, is not at today yet, no look is due, or another
         worker claimed it first. One transaction: the compare-and-swap on ``look_at`` and the
         rounds' moves commit together or not at all. ``tiers`` (``[task] look_tiers``): of the
-        look-back's rounds, only those their day's tier makes due (tasks/tiers.py)."""
+        look-back's rounds, only those their day's tier makes due (tasks/tiers.py). ``facets``
+        (``[task] facet_counts``): a day's census round is re-opened without its parts, which
+        its recount decides (tasks/parts.py)."""
         with self.engine.begin() as conn:
             current = validate_row(self._row(conn, task_id), self.base_dir)
             if not current.follow or current.halt_reason or current.cur_date is None:
@@ -222,11 +226,7 @@ class Looks(TaskRows):
                 where.append(
                     round_.c.day.in_(due_days(conn, task_id, tiers, cnki_today(now), first, last))
                 )
-            reopened = move(
-                conn,
-                round_,
-                where,
-                now,
+            values = dict(
                 # before anything else: what it listed, its history once it lists again
                 listed_before=round_.c.total,
                 look=number,
@@ -236,6 +236,19 @@ class Looks(TaskRows):
                 lease_until=now - dt.timedelta(seconds=1),
                 attempts=0,
             )
+            if facets:  # a day's census alone: its parts wait for its recount (tasks/parts.py)
+                reopened = move(conn, round_, [*where, round_.c.category == DAY], now, **values)
+                held = conn.execute(
+                    sa.select(round_.c.day).where(
+                        round_.c.task_id == task_id,
+                        round_.c.look == number,
+                        round_.c.category == DAY,
+                    )
+                ).scalars()
+                rest = [*where, round_.c.category != DAY, round_.c.day.not_in(list(held))]
+                reopened += move(conn, round_, rest, now, **values)
+            else:
+                reopened = move(conn, round_, where, now, **values)
         logger.info(
             "task %s: look %s counts %s..%s again: %s rounds re-opened",
             current.name,

@@ -132,6 +132,8 @@ class Round:
     category: str
     attempts: int
     state: str = RoundState.CLAIMED
+    #: a look's census round: the parts it recounts by one group/result (tasks/parts.py)
+    parts: tuple = ()
 
 
 class Rounds(TaskRows):

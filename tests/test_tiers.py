@@ -124,14 +124,19 @@ def _bench(*args: str) -> dict:
     return json.loads(run.stdout)
 
 
-@pytest.mark.slow  # the realistic year's lags, twice (about 15 s)
+@pytest.mark.slow  # the realistic year's lags, three times (about 25 s)
 def test_the_cost_model_meets_the_figures_and_gives_today_s_rule_with_tiers_off():
     default = _bench()
     assert default["patent"]["list"] <= 2000 and default["paper"]["list"] <= 900, default
     assert set(default["patent"]) == {"list", "export", "detail"}
-    # today's rule (every day at every look): the figures issue 38 measured
-    off = _bench("--tiers", "off")
+    # today's rule (every day at every look, each part's first page): issue 38's figures
+    off = _bench("--tiers", "off", "--facets", "off")
     assert off["patent"]["list"] == 10050 and off["paper"]["list"] == 4378, off
+    # a split day recounted by one group/result (issue 46.2): never more than without
+    no_facets = _bench("--facets", "off")
+    for doc_type in ("patent", "paper"):
+        assert default[doc_type]["list"] <= no_facets[doc_type]["list"], (default, no_facets)
+    assert default["patent"]["list"] < no_facets["patent"]["list"], (default, no_facets)
 
 
 def test_what_a_day_of_following_costs_at_most():

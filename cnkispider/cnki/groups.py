@@ -26,6 +26,7 @@ from cnkispider.exceptions import RefusedPage
 
 __all__ = [
     "CATEGORY_GROUPS",
+    "FACET_PARTS",
     "GROUP_PATH",
     "GROUP_TITLES",
     "SINGLE_GROUP_PATH",
@@ -37,6 +38,9 @@ __all__ = [
 ]
 
 SINGLE_GROUP_PATH = "/kns8s/group/singleresult"  # expands one group (not used yet)
+#: meta of a look's group/result request: the parts it recounts (cnkispider/spiders/facets.py);
+#: its answer is a fragment, not a grid (the refusal middlewares let it through to the parser)
+FACET_PARTS = "facet_parts"
 
 # The group ids of the result page's left-hand facets, with their labels (a group of several
 # ids is one facet: its ids are joined with ||| in the form).

@@ -34,6 +34,8 @@ The defaults of the settings they read are in :mod:`cnkispider.default_settings`
 #   700 Cookies       Scrapy's, unchanged: reads meta cookiejar set by Session; stores the
 #                     cookies of every response (a refused one only touches a retiring session).
 #   750 HttpProxy     Scrapy's, unchanged: strips the credentials out of meta["proxy"].
+from cnkispider.cnki.groups import FACET_PARTS
+
 DOWNLOADER_MIDDLEWARES = {
     "scrapy.downloadermiddlewares.useragent.UserAgentMiddleware": None,
     "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
@@ -76,4 +78,7 @@ def refusal_of(classify, request, response) -> str | None:
     if 300 <= response.status < 400:
         raw = response.headers.get("Location")
         location = raw.decode("latin-1") if raw else None
-    return classify(kind, response.status, response.url, response.body, location=location)
+    reason = classify(kind, response.status, response.url, response.body, location=location)
+    if reason == "no-pager" and request.meta.get(FACET_PARTS) is not None:
+        return None  # a group/result fragment is no grid: cnki/groups.py tells an odd one
+    return reason

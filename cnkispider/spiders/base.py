@@ -41,6 +41,7 @@ from twisted.internet import defer
 
 from cnkispider import ledger, refresh
 from cnkispider.cnki import parsers
+from cnkispider.cnki.groups import FACET_PARTS
 from cnkispider.cnki.protocol import Search, protocol_from_settings
 from cnkispider.cnki.refusals import ZERO_CHECK
 from cnkispider.context import CrawlContext, context_of
@@ -53,6 +54,7 @@ from cnkispider.spiders.canary import CanaryMixin
 from cnkispider.spiders.carry import carry, verified_session
 from cnkispider.spiders.census import CensusMixin
 from cnkispider.spiders.depth import DepthMixin
+from cnkispider.spiders.facets import FacetsMixin
 from cnkispider.spiders.references import ReferencesMixin
 from cnkispider.spiders.stale_links import STALE_LINK, StaleLinksMixin
 from errors.middleware import failure_reason, record_download_failure, record_failure
@@ -78,7 +80,13 @@ _LOGGED_ROUNDS = 1000
 
 
 class RoundSpider(
-    CanaryMixin, CensusMixin, StaleLinksMixin, DepthMixin, ReferencesMixin, scrapy.Spider
+    CanaryMixin,
+    CensusMixin,
+    FacetsMixin,
+    StaleLinksMixin,
+    DepthMixin,
+    ReferencesMixin,
+    scrapy.Spider,
 ):
     doc_type: str = ""
     custom_settings: dict = {}
@@ -92,6 +100,7 @@ class RoundSpider(
         *CanaryMixin.canary_callbacks,
         *StaleLinksMixin.stale_link_callbacks,
         *ReferencesMixin.references_callbacks,
+        *FacetsMixin.facets_callbacks,
     )
     #: ``cnkispider refresh-counts`` (setting CNKI_COUNTS_ONLY): list pages only, counts updated
     counts_only = False
@@ -180,6 +189,8 @@ class RoundSpider(
             whole = context is None or self.covers_tree()
             roots = () if whole else tuple(context.tree.roots)
             search = self.day_search(round_.day, None, any_of=roots)
+            if getattr(round_, "parts", ()):  # a look's split day: one recount of its parts
+                return [self.facet_request(round_, search)]
             return [
                 self.search_request(search, 1, round_id=round_.id, round_root=True, census=True)
             ]
@@ -287,6 +298,7 @@ class RoundSpider(
                     and page.total > self.protocol.cap
                     and search.any_of
                     and not self.covers_tree()
+                    and not await self._census_walked_before(meta)
                 ):
                     # The census over the task's categories lists more than one search can
                     # walk: the day's root rounds become due (a whole tree splits inside).
@@ -371,6 +383,15 @@ class RoundSpider(
             )
         if number < last:
             yield self.search_request(search, number + 1, turn_token=page.turn_token, **carry(meta))
+
+    async def _census_walked_before(self, meta: dict) -> bool:
+        """A look's census whose day it walked itself before (it listed rows): grown over the
+        cap, it is split inside its own round (its ledger holds the day's rows), not handed to
+        root rounds, which would leave its ledger's rows unlisted."""
+        context = self.context
+        if context is None or not context.task.follow:
+            return False
+        return bool(await in_thread(context.tasks.listed_before, meta["round_id"]))
 
     async def _counted_unchanged(self, meta: dict, total: int) -> bool:
         """A round a look re-opened (tasks/lookback.py) lists what it listed before: its ledger
@@ -587,6 +608,9 @@ class RoundSpider(
         reason = failure_reason(failure.value)
         if meta.get("cnki_kind") == "export":
             await self.export_failed(failure)
+            return
+        if meta.get(FACET_PARTS) is not None:
+            await self.facets_failed(failure)
             return
         if isinstance(failure.value, SessionLost) and meta.get("cnki_kind") == "detail":
             # its verified session cannot open it: list its page again (once for all its dead

@@ -1,0 +1,128 @@
+"""A look's facet recount: one ``group/result`` request recounts every part of a split day.
+
+A look re-opens the census round of a day split by its categories without its parts
+(tasks/parts.py). Its seed is not the census's page 1 but CNKI's ``group/result`` for the
+same search, counted by the facet of the task's categories (``cnki/groups.py``
+``category_group``); :meth:`FacetsMixin.parse_facets` hands the counts to
+``TaskStore.recount_parts``: a part whose count equals its total stays done with no list
+request, the others are re-opened and walked from their first page. Then the census closes as
+it did (``categories``, total 0: the day is still its parts').
+
+Anything odd falls back to each part's first page, still correct, and is said (INFO line, stat
+``facets/fallback/<reason>``): group/result refused (its retries spent), an answer the parser
+does not understand (``unexpected``), a facet naming codes the task's categories are not.
+Never a count read from an answer that is not one: a part the facet leaves out counts 0 only
+when its code is one the facet counts. A rejection of group/result does not halt the task
+(the grid's own search is not refused by it): it is not recorded in errorCode either.
+"""
+
+from __future__ import annotations
+
+import scrapy
+
+from cnkispider.cnki.groups import FACET_PARTS, category_group, counts_of, parse_groups
+from cnkispider.cnki.protocol import Search
+from cnkispider.exceptions import HaltedRequest, RefusedPage
+from cnkispider.i18n import _
+from cnkispider.offload import in_thread
+from errors.middleware import failure_reason
+from tasks.parts import facet_codes
+from tasks.rounds import CATEGORIES_NOTE
+
+#: round.note of a look's census whose parts a facet recount decided
+FACETS_NOTE = f"{CATEGORIES_NOTE}: counted by group/result"
+
+
+class FacetsMixin:
+    """The facet recount of a :class:`cnkispider.spiders.base.RoundSpider` (needs
+    ``crawler``, ``context``, ``protocol``, ``doc_type``, ``logger`` and ``on_error``)."""
+
+    facets_callbacks = ("parse_facets",)
+
+    def facet_request(self, round_, search: Search) -> scrapy.FormRequest:
+        """The group/result POST recounting the parts ``round_.parts`` of a look's census."""
+        group = category_group(self.doc_type)
+        url, form, headers = self.protocol.group_request_args(search, [group])
+        return scrapy.FormRequest(
+            url,
+            formdata=form,
+            headers=headers,
+            meta={
+                "cnki_kind": "list",  # the grid's session, its refusals (cnki/refusals.py)
+                "doc_type": self.doc_type,
+                "task_id": self._task_id(),
+                "round_id": round_.id,
+                "search": search.to_dict(),
+                "page": 1,
+                FACET_PARTS: [[p.round_id, p.code, p.total] for p in round_.parts],
+                "facet_group": group,
+            },
+            callback=self.parse_facets,
+            errback=self.on_error,
+            dont_filter=True,
+        )
+
+    async def parse_facets(self, response):
+        """The day's facet counts: each part decided (tasks/parts.py ``recount_parts``)."""
+        meta = response.meta
+        group = meta["facet_group"]
+        counted = facet_codes(self.doc_type)
+        try:
+            counts = counts_of(parse_groups(response.body, [group]), group)
+            strange = sorted(code for code in counts if code not in counted)
+            if strange:
+                raise RefusedPage(
+                    "unexpected",
+                    f"group/result {group}: codes {', '.join(strange[:5])} are not categories",
+                )
+        except RefusedPage as exc:
+            await self.facets_fell_back(meta, exc.reason, str(exc))
+            return
+        same, walked = await in_thread(
+            self.context.tasks.recount_parts, meta["round_id"], counts, counted
+        )
+        stats = self.crawler.stats
+        stats.inc_value("facets/recounts")
+        stats.inc_value("facets/parts-unchanged", same)
+        stats.inc_value("facets/parts-walked", walked)
+        self.logger.info(
+            _("round %s (%s): group/result counted its %s parts: %s unchanged, %s walked again"),
+            meta["round_id"],
+            meta["search"].get("day_start"),
+            same + walked,
+            same,
+            walked,
+        )
+        await self._census_by_parts(meta)
+        return
+        yield  # pragma: no cover - makes this an async generator
+
+    async def facets_failed(self, failure) -> None:
+        """The group/result request failed for good: each part's first page instead."""
+        if isinstance(failure.value, HaltedRequest):
+            return  # held for after `task resume`: the census is seeded again then
+        reason = failure_reason(failure.value)
+        await self.facets_fell_back(failure.request.meta, reason, str(failure.value))
+
+    async def facets_fell_back(self, meta: dict, reason: str, detail: str) -> None:
+        """Every part re-opened (today's walk), the refusal said and counted."""
+        self.crawler.stats.inc_value(f"facets/fallback/{reason}")
+        _same, walked = await in_thread(self.context.tasks.recount_parts, meta["round_id"], None)
+        self.logger.info(
+            _(
+                "round %s (%s): group/result refused or odd (%s): its %s parts walked from their "
+                "first pages"
+            ),  # fmt: skip
+            meta["round_id"],
+            meta["search"].get("day_start"),
+            reason,
+            walked,
+        )
+        self.logger.debug("group/result of round %s: %s", meta["round_id"], detail)
+        await self._census_by_parts(meta)
+
+    async def _census_by_parts(self, meta: dict) -> None:
+        """The census closes as a split day's does: total 0, the day its parts'."""
+        tasks = self.context.tasks
+        await in_thread(tasks.set_note, meta["round_id"], FACETS_NOTE)
+        await in_thread(tasks.set_total, meta["round_id"], 0)

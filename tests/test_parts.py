@@ -1,0 +1,293 @@
+"""Walk only what grew (issue 46.2): a look recounts a split day's parts with one group/result.
+
+The pieces on the round rows (which rounds a look re-opens with ``facets``, how a recount
+decides each part), then real looks on the stand-in with late arrivals: a look equals the truth
+with facets on and off, sends one group/result per split day and no list request for a part
+whose count did not change (the site's own /_stats, against the count the truth predicts), and
+falls back to each part's first page when group/result is refused or answered oddly."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections import Counter
+
+import pytest
+import sqlalchemy as sa
+
+from cnkispider.clock import cnki_today
+from cnkispider.db import open_database
+from cnkispider.schema import round_
+from tasks.categories import DAY
+from tasks.flow import TaskStore
+from tasks.parts import facet_codes
+from tasks.rounds import CATEGORIES_NOTE
+from tests.crawl_harness import compare, depth_fields
+from tests.fixtures.gate import REJECTION_PAGE, Gate
+
+TODAY = cnki_today()
+
+# -- the pieces -------------------------------------------------------------------------------
+
+
+def _split_day(engine, task_id: int, day: str, totals: dict[str, int]) -> dict[str, int]:
+    """The rows of a day split by its categories, done: its census (total 0) and its parts."""
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(days=1)
+    ids = {}
+    with engine.begin() as conn:
+        for code, total in {DAY: 0, **totals}.items():
+            ids[code] = conn.execute(
+                round_.insert().values(
+                    task_id=task_id,
+                    day=day,
+                    category=code,
+                    state="done",
+                    total=total,
+                    note=f"{CATEGORIES_NOTE}: census 99" if code == DAY else None,
+                    attempts=1,
+                    created_at=now,
+                    updated_at=now,
+                )
+            ).inserted_primary_key[0]
+    return ids
+
+
+def _rows(engine, ids: dict[str, int]) -> dict[str, tuple]:
+    with engine.connect() as conn:
+        got = conn.execute(
+            sa.select(round_.c.id, round_.c.state, round_.c.look, round_.c.listed_before).where(
+                round_.c.id.in_(list(ids.values()))
+            )
+        ).all()
+    by_id = {r.id: (r.state, r.look, r.listed_before) for r in got}
+    return {code: by_id[rid] for code, rid in ids.items()}
+
+
+def test_a_look_with_facets_holds_a_split_day_s_parts_for_their_recount(db_url):
+    """With facets a look re-opens a split day's census alone (its parts stay done, held);
+    the recount leaves a part whose count equals its total done, counted by the look, and
+    re-opens the others (a changed count, a code the facet does not count, one it leaves out
+    though the part listed rows); without counts every part is re-opened. Without facets
+    the look re-opens every round of the day, as before."""
+    engine = open_database(db_url)
+    store = TaskStore(engine, day_census=True)
+    start = TODAY - dt.timedelta(days=1)
+    current, _ = store.register("parts", "patent", start.isoformat(), "", "G,H,A,B06", follow=True)
+    day = start.isoformat()
+    with engine.begin() as conn:  # the cursor at today: the crawl is done
+        conn.execute(
+            sa.text("UPDATE task SET cur_date = :d, cur_code = '*' WHERE id = :i"),
+            {"d": TODAY.isoformat(), "i": current.id},
+        )
+    ids = _split_day(engine, current.id, day, {"G": 7, "H": 5, "A": 3, "B06": 2})
+    look = store.claim_look(current.id, 5, 60, store.database_now(), facets=True)
+    assert look is not None and look.reopened == 1
+    rows = _rows(engine, ids)
+    assert rows[DAY] == ("claimed", look.number, 0)
+    assert all(rows[c][0] == "done" and rows[c][1] is None for c in ("G", "H", "A", "B06"))
+    parts = {p.code: p.total for p in store.look_parts(ids[DAY])}
+    assert parts == {"G": 7, "H": 5, "A": 3, "B06": 2}
+    assert "B06" not in facet_codes("patent") and {"G", "H", "A"} <= facet_codes("patent")
+    # G unchanged; H grew; A left out by the facet though it listed 3; B06 not a facet value
+    same, other = store.recount_parts(ids[DAY], {"G": 7, "H": 6, "B06": 2}, facet_codes("patent"))
+    assert (same, other) == (1, 3)
+    rows = _rows(engine, ids)
+    assert rows["G"] == ("done", look.number, 7)
+    assert {rows[c] for c in ("H", "A", "B06")} == {("claimed", look.number, 5)} | {
+        ("claimed", look.number, 3),
+        ("claimed", look.number, 2),
+    }
+    assert [p.code for p in store.look_parts(ids[DAY])] == ["G"]  # still held
+    # no counts (refused, odd): every part still held is re-opened
+    assert store.recount_parts(ids[DAY], None) == (0, 1)
+    assert _rows(engine, ids)["G"] == ("claimed", look.number, 7)
+
+    # facets off: a look re-opens the day whole
+    day2 = TODAY.isoformat()
+    ids2 = _split_day(engine, current.id, day2, {"G": 4, "H": 1})
+    with engine.begin() as conn:  # the first look's rounds done; the next look due
+        conn.execute(round_.update().where(round_.c.day == day).values(state="done"))
+        conn.execute(sa.text("UPDATE task SET look_at = NULL WHERE id = :i"), {"i": current.id})
+    look2 = store.claim_look(current.id, 5, 60, store.database_now(), facets=False)
+    assert look2 is not None
+    assert {r[0] for r in _rows(engine, ids2).values()} == {"claimed"}
+    engine.dispose()
+
+
+def test_facet_counts_in_config_ini(tmp_path):
+    from cnkispider.config import load_config
+    from cnkispider.exceptions import ConfigError
+
+    path = tmp_path / "config.ini"
+    path.write_text("[task]\nname = t\ntype = patent\n", encoding="utf-8")
+    assert load_config(path, environ={}).task.facet_counts is True
+    path.write_text("[task]\nname = t\ntype = patent\nfacet_counts = off\n", encoding="utf-8")
+    assert load_config(path, environ={}).task.facet_counts is False
+    path.write_text("[task]\nname = t\ntype = patent\nfacet_counts = sometimes\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as raised:
+        load_config(path, environ={})
+    assert str(path) in str(raised.value) and "[task] facet_counts" in str(raised.value)
+
+
+# -- looks on the stand-in --------------------------------------------------------------------
+
+START = TODAY - dt.timedelta(days=14)
+AS_OF = TODAY - dt.timedelta(days=4)
+#: the task's categories: not the whole IPC tree, so a day's census searches them OR'd and a
+#: day over the cap is split into a round per category (its parts)
+CATS = ["A", "B", "C", "D", "F", "G", "H"]
+#: ~20 patents a day of those categories when all are in, entered late
+SITE = {"seed": 5, "scale": 0.005, "late_arrivals": True, "as_of": AS_OF.isoformat()}
+FOLLOW = {"follow": "on", "look_back_days": 15, "follow_every": "0", "look_tiers": "off"}
+PAGE = 10
+
+
+def _parts(site, as_of: dt.date) -> dict[str, Counter]:
+    """The truth as of ``as_of``: each day's documents by category (a patent's codes stay
+    under one top-level class on the stand-in)."""
+    site.control(as_of=as_of.isoformat())
+    rows = site.truth("patent", START.isoformat(), TODAY.isoformat(), CATS)
+    per: dict[str, Counter] = {}
+    for r in rows:
+        per.setdefault(str(r["date"])[:10], Counter())[r["main_ipc"][0]] += 1
+    return per
+
+
+def _plan(site) -> tuple[int, dict, dict]:
+    """The cap (pages of 10) that keeps every part within it as of today, and the parts as of
+    the first crawl and as of the look."""
+    before, after = _parts(site, AS_OF), _parts(site, TODAY)
+    biggest = max(n for day in after.values() for n in day.values())
+    cap = PAGE * max(2, math.ceil(biggest / PAGE))
+    return cap, before, after
+
+
+def _expected(cap: int, before: dict, after: dict, facets: bool) -> dict[str, int]:
+    """What the look sends, by the truth: a day split at the first crawl costs one group/result
+    and a first page per part whose count changed (facets), or its census and every part (no
+    facets); any other day its census, and its parts when it grew over the cap since."""
+    days = [(START + dt.timedelta(days=n)).isoformat() for n in range((TODAY - START).days + 1)]
+    group = first = unchanged = 0
+    for day in days:
+        was, now = before.get(day, Counter()), after.get(day, Counter())
+        if sum(was.values()) > cap:
+            changed = sum(1 for c in CATS if was[c] != now[c])
+            unchanged += len(CATS) - changed
+            if facets:
+                group, first = group + 1, first + changed
+            else:
+                first += 1 + len(CATS)
+        else:
+            first += 1 + (len(CATS) if sum(now.values()) > cap else 0)
+    return {"group": group, "first": first, "unchanged": unchanged}
+
+
+def _setup(crawl_setup, site, cap: int, facets: str, name: str):
+    setup = crawl_setup(
+        "patent",
+        ",".join(CATS),
+        "sqlite",
+        START.isoformat(),
+        "",
+        site=site,
+        day_census="on",
+        depth="list",
+        cnki={"page_size": PAGE, "max_pages": cap // PAGE},
+        task_keys={**FOLLOW, "facet_counts": facets},
+    )
+    setup.db_url = f"sqlite:///{setup.tmp_path / f'{name}.db'}"
+    return setup
+
+
+def _look(setup, site) -> dict:
+    """The first crawl as of AS_OF, then a look as of today: the look's requests by kind."""
+    site.control(as_of=AS_OF.isoformat())
+    setup.run_ok("run", "--until-idle", timeout=240)
+    site.control(as_of=TODAY.isoformat(), reset_stats=True)
+    setup.run_ok("run", "--until-idle", timeout=240)
+    stats = site.stats()
+    truth = {
+        r["filename"]: r
+        for r in setup.site.truth("patent", START.isoformat(), TODAY.isoformat(), CATS)
+    }
+    stored = setup.stored()
+    assert compare(stored, list(truth.values()), "patent", depth_fields("list", "patent")) == {
+        "missing": [],
+        "extra": [],
+        "differing": {},
+    }
+    states = {r.state for r in setup.query(sa.select(round_.c.state))}
+    assert states == {"done"}, setup.state()
+    return {"group": stats["kinds"]["group"], "first": stats["searches"]["first"]}
+
+
+@pytest.mark.slow  # four crawls in worker subprocesses
+def test_a_look_walks_only_the_parts_that_grew_and_equals_the_truth(crawl_setup, cnki_site):
+    """The same follow task crawled as of day A then looked at as of today, facets on and
+    off: both end equal to the truth; with facets the look sends one group/result per day
+    split at the first crawl and a first page only for its parts whose count changed (none
+    for an unchanged part); without, the census and every part, as before."""
+    site = cnki_site(**SITE)
+    cap, before, after = _plan(site)
+    on, off = (_expected(cap, before, after, f) for f in (True, False))
+    assert on["group"] >= 2 and on["unchanged"] >= 3, (cap, on)  # the test means something
+    with_facets = _look(_setup(crawl_setup, site, cap, "on", "on"), site)
+    assert with_facets == {"group": on["group"], "first": on["first"]}, (cap, on)
+    without = _look(_setup(crawl_setup, site, cap, "off", "off"), site)
+    assert without == {"group": 0, "first": off["first"]}, (cap, off)
+    assert with_facets["first"] + with_facets["group"] < without["first"]
+
+
+class RefusingGate(Gate):
+    """The stand-in behind a gate whose group/result answers ``group_answer`` (CNKI's
+    rejection, or a fragment with no facet); every other request passes."""
+
+    def __init__(self, site, group_answer: bytes):
+        super().__init__(site)
+        self.group_answer = group_answer
+        self.group_posts = 0
+        gate = self
+        passing = self.server.RequestHandlerClass
+
+        class Handler(passing):
+            def do_POST(self):
+                if self.path.startswith("/kns8s/group/result"):
+                    self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                    with gate.lock:
+                        gate.group_posts += 1
+                    html = [("Content-Type", "text/html; charset=utf-8")]
+                    self._send(200, html, gate.group_answer)
+                    return
+                super().do_POST()
+
+        self.server.RequestHandlerClass = Handler
+
+
+@pytest.mark.slow  # two crawls in worker subprocesses
+@pytest.mark.parametrize(
+    "answer,reason",
+    [(REJECTION_PAGE, "rejected"), (b'<div class="resultlist"></div>', "")],
+    ids=["refused", "odd"],
+)
+def test_a_refused_or_odd_group_result_falls_back_to_each_part(
+    crawl_setup, cnki_site, answer, reason
+):
+    """group/result refused (CNKI's rejection: it never halts the task) or answered oddly (no
+    facet in it): the look walks every part from its first page, ends equal to the truth, and
+    says so (an INFO line, a stat), never reading the answer as zero rows."""
+    site = cnki_site(**SITE)
+    cap, before, after = _plan(site)
+    on, off = (_expected(cap, before, after, f) for f in (True, False))
+    gate = RefusingGate(site, answer)
+    try:
+        setup = _setup(crawl_setup, gate, cap, "on", "gate")
+        got = _look(setup, site)
+    finally:
+        gate.close()
+    # each split day asked (a refusal at once, an odd answer after its retries), then walked
+    # the old way: every part from its first page, the census's page 1 not sent
+    assert gate.group_posts >= on["group"] >= 2, (gate.group_posts, on)
+    assert got == {"group": 0, "first": off["first"] - on["group"]}, (cap, off, got)
+    log = setup.log()
+    assert "group/result refused or odd (" + reason in log, log[-3000:]
+    assert "'facets/fallback/" + reason in log, log[-3000:]
