@@ -317,6 +317,23 @@ def test_each_default_is_written_once():
     assert found == []
 
 
+def test_the_order_of_the_components_is_one_table_whatever_config_ini_switches_on(tmp_path):
+    """config.ini switches components on and off, never moves one: every order a crawl gets is
+    the table of cnkispider/settings.py, with the archive and the proxies off or on."""
+    from cnkispider import settings as project
+    from cnkispider.crawlsettings import crawler_settings
+
+    tables = ("DOWNLOADER_MIDDLEWARES", "SPIDER_MIDDLEWARES", "ITEM_PIPELINES", "EXTENSIONS")
+    switched_on = (
+        "[crawl]\narchive_html = true\n[proxy]\nenabled = true\nstatic = http://127.0.0.1:1\n"
+    )
+    for text in ("", switched_on):
+        settings = crawler_settings(load_config(write(tmp_path, text), environ={}))
+        assert {name: settings[name] for name in tables} == {
+            name: getattr(project, name) for name in tables
+        }
+
+
 def test_redis_prefix_is_one_key_with_a_checked_value(tmp_path):
     """[redis] prefix (default cnki:) reaches every key name of a crawl; a prefix the worker
     ACL pattern could not hold names the file, the section and the key."""
