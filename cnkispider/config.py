@@ -41,7 +41,7 @@ from cnkispider.durations import parse_span
 from cnkispider.exceptions import ConfigError
 from cnkispider.i18n import _
 from cnkispider.inifile import read_ini
-from cnkispider.items import DEPTHS, DOC_TYPES, has_counts
+from cnkispider.items import DEFAULT_DEPTH, DEPTHS, DOC_TYPES, has_counts
 from cnkispider.looktiers import DEFAULT_TIERS, parse_tiers
 from cnkispider.masking import install_log_filter, mask_url
 from cnkispider.vocabulary import word
@@ -406,7 +406,7 @@ class TaskConfig:
     end_date: str
     categories: str
     day_census: bool = True
-    depth: str = "detail"
+    depth: str = DEFAULT_DEPTH
     query: str = ""
     follow: bool = False
     look_back_days: int = 60

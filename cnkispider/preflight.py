@@ -22,6 +22,7 @@ from cnkispider.config import Config
 from cnkispider.days import ISO_DAY, iso_day
 from cnkispider.exceptions import ConfigError, InputError, UnknownName
 from cnkispider.i18n import N_, _
+from cnkispider.items import DEFAULT_DEPTH
 
 # The database, Redis and flow control are imported where they are used, as the command line
 # always did: `cnkispider --help` (and the .exe's start) need none of them.
@@ -286,7 +287,7 @@ def add_drift(args, row) -> list[str]:
     if end and end != row_end:
         out.append(f"cnkispider task extend {name} {end}")
     depth = getattr(args, "depth", None)
-    if depth and depth.strip().lower() != (row.depth or "detail"):
+    if depth and depth.strip().lower() != (row.depth or DEFAULT_DEPTH):
         out.append(f"cnkispider task set {name} --depth {depth}")
     query = getattr(args, "query", None)
     if query and query.strip() and query_spelling(query, row.type) != row.query:
