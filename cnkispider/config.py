@@ -596,15 +596,14 @@ def load_config(explicit: str | os.PathLike | None = None, environ=None) -> Conf
         )
     if task["start_date"] and task["end_date"] and task["end_date"] < task["start_date"]:
         raise ConfigError(shown, "task", "end_date", _("is before %(key)s") % {"key": "start_date"})
-    if task["query"]:
-        # a query is read for its task's type (a patent's fields are not a paper's): checked
-        # here, with both known, and kept in its one spelling
-        from cnkispider.cnki.query import QueryError, normalize
+    # a query is read for its task's type (a patent's fields are not a paper's): checked here,
+    # with both known, and kept in its one spelling
+    from cnkispider.cnki.query import QueryError, task_query
 
-        try:
-            task["query"] = normalize(task["query"], task["type"])
-        except QueryError as exc:
-            raise ConfigError(sources[("task", "query")], "task", "query", str(exc)) from None
+    try:
+        task["query"] = task_query(task["query"], task["type"]) or ""
+    except QueryError as exc:
+        raise ConfigError(sources[("task", "query")], "task", "query", str(exc)) from None
     if task["follow"] and task["end_date"]:
         raise ConfigError(
             shown,

@@ -262,12 +262,13 @@ def _check_services(config: Config) -> None:
         client.close()
 
 
-def query_spelling(query: str, doc_type: str) -> str | None:
-    """The one spelling of ``query`` (its own text when it does not parse: it differs)."""
-    from cnkispider.cnki.query import QueryError, normalize
+def query_spelling(query: str | None, doc_type: str) -> str | None:
+    """The one spelling of ``query``, None for none given (its own text when it does not
+    parse: it differs)."""
+    from cnkispider.cnki.query import QueryError, task_query
 
     try:
-        return normalize(query, doc_type)
+        return task_query(query, doc_type)
     except QueryError:
         return query
 
@@ -289,8 +290,8 @@ def add_drift(args, row) -> list[str]:
     depth = getattr(args, "depth", None)
     if depth and depth.strip().lower() != (row.depth or DEFAULT_DEPTH):
         out.append(f"cnkispider task set {name} --depth {depth}")
-    query = getattr(args, "query", None)
-    if query and query.strip() and query_spelling(query, row.type) != row.query:
+    query = query_spelling(getattr(args, "query", None), row.type)
+    if query is not None and query != row.query:
         out.append(
             f"cnkispider task add {name}-2 --like {name} --query ... (a task's query is fixed once crawled)"
         )
