@@ -17,7 +17,7 @@ def write(tmp_path, text, name="config.ini"):
 def test_defaults_apply_without_a_file(tmp_path, monkeypatch):
     """No config.ini in the working folder nor beside the program (the repository's own is
     hidden: it would be found beside cnkispider/): every key takes its schema default."""
-    import cnkispider.config as config_module
+    import cnkispider.config.reader as config_module  # find_config looks beside the program
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(config_module, "executable_dir", lambda: tmp_path / "program")
@@ -260,7 +260,7 @@ def test_workers_open_no_remote_shell_and_take_the_outage_time_from_config(tmp_p
 def test_config_ini_defaults_are_the_settings_defaults(tmp_path, monkeypatch):
     """Without a file, every setting config.ini maps onto holds its default from
     default_settings (the few derived from others or made absolute excepted)."""
-    import cnkispider.config as config_module
+    import cnkispider.config.reader as config_module  # find_config looks beside the program
     from cnkispider import default_settings
     from cnkispider.crawlsettings import crawler_settings
 
