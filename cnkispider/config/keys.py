@@ -124,36 +124,38 @@ def _language(raw: str) -> str:
     )
 
 
-def _database_url(raw: str) -> str:
-    value = raw.strip()
-    if not value.startswith(("sqlite://", "mysql+pymysql://", "mysql://", "mariadb+pymysql://")):
-        raise ValueError(
-            _("expected a database URL such as %(sqlite)s or %(mysql)s, got %(value)r")
-            % {
-                "sqlite": "sqlite:///data/cnki.db",
-                "mysql": "mysql+pymysql://user:password@host:3306/cnki",
-                "value": mask_url(value),
-            }
-        )
-    return value
+def _url_of(schemes: tuple[str, ...], expected, empty: bool = False):
+    """A URL of one of ``schemes`` (or nothing, where ``empty``); else ``expected(shown)`` is
+    the problem, ``shown`` the value without its password."""
+
+    def parse(raw: str) -> str:
+        value = raw.strip()
+        if (value or not empty) and not value.startswith(schemes):
+            raise ValueError(expected(mask_url(value)))
+        return value
+
+    return parse
 
 
-def _redis_url(raw: str) -> str:
-    value = raw.strip()
-    if value and not value.startswith(("redis://", "rediss://", "unix://")):
-        raise ValueError(
-            _(
-                "expected empty (embedded Redis) or %(redis)s, %(rediss)s or %(unix)s URL, "
-                "got %(value)r"
-            )
-            % {
-                "redis": "redis://",
-                "rediss": "rediss://",
-                "unix": "unix://",
-                "value": mask_url(value),
-            }
-        )
-    return value
+_database_url = _url_of(
+    ("sqlite://", "mysql+pymysql://", "mysql://", "mariadb+pymysql://"),
+    lambda shown: (
+        _("expected a database URL such as %(sqlite)s or %(mysql)s, got %(value)r")
+        % {
+            "sqlite": "sqlite:///data/cnki.db",
+            "mysql": "mysql+pymysql://user:password@host:3306/cnki",
+            "value": shown,
+        }
+    ),
+)
+_redis_url = _url_of(
+    ("redis://", "rediss://", "unix://"),
+    lambda shown: (
+        _("expected empty (embedded Redis) or %(redis)s, %(rediss)s or %(unix)s URL, got %(value)r")
+        % {"redis": "redis://", "rediss": "rediss://", "unix": "unix://", "value": shown}
+    ),
+    empty=True,
+)
 
 
 def _key_prefix(raw: str) -> str:

@@ -66,16 +66,19 @@ class TlsFiles:
             )
         return files
 
+    def _refused(self, section: str, files: dict[str, str], problem: str) -> ConfigError:
+        """TLS files given where the URL cannot take them: the error names the first one."""
+        key = next(iter(files))
+        return ConfigError(self.sources[(section, key)], section, key, problem)
+
     def database_url(self, url: str) -> str:
         files = self._files("database")
         if not files:
             return url
         if url.startswith("sqlite"):
-            key = next(iter(files))
-            raise ConfigError(
-                self.sources[("database", key)],
+            raise self._refused(
                 "database",
-                key,
+                files,
                 _("TLS is for a MySQL/MariaDB server; the %(setting)s is SQLite (a file)")
                 % {"setting": "[database] url"},
             )
@@ -91,11 +94,9 @@ class TlsFiles:
         if not files:
             return url
         if not url.startswith("rediss://"):
-            key = next(iter(files))
-            raise ConfigError(
-                self.sources[("redis", key)],
+            raise self._refused(
                 "redis",
-                key,
+                files,
                 _("TLS needs a %(scheme)s URL in %(setting)s (%(plain)s is plain text)")
                 % {"scheme": "rediss://", "setting": "[redis] url", "plain": "redis://"},
             )

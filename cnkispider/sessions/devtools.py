@@ -203,8 +203,8 @@ class Cdp:
         method: str,
         params: dict | None = None,
         *,
-        session: str | None = None,
         timeout: float = 30.0,
+        session: str | None = None,
     ) -> dict:
         slot: list = [threading.Event(), None]
         closed = _("the browser's DevTools socket closed during %(method)s: %(error)s")
