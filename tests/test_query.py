@@ -187,6 +187,20 @@ def test_task_add_refuses_a_malformed_query_and_writes_nothing(ini, capsys):
     assert "query SU='碳中和' AND AF='清华大学'" in capsys.readouterr().out
 
 
+def test_task_add_again_compares_the_query_in_its_one_spelling(ini, capsys):
+    """The same query in another spelling (or none given) is the same task; another query is
+    said with the command that would make it, and changes nothing."""
+    args = ("task", "add", "q", "--type", "paper", "--start", "2024-01-01")
+    assert cli(ini, *args, "--query", "SU='碳中和'") == 0
+    for same in (("--query", "su＝‘碳中和’"), ("--query", "  "), ()):
+        assert cli(ini, *args, *same) == 0, same
+        assert "exists: " in capsys.readouterr().out
+    assert cli(ini, *args, "--query", "SU='碳达峰'") == 2
+    assert "task add q-2 --like q --query ..." in _one_error_line(capsys.readouterr().err)
+    assert cli(ini, "task", "show", "q") == 0
+    assert "query SU='碳中和'" in capsys.readouterr().out
+
+
 def test_task_set_query_only_before_the_first_round(ini, capsys):
     from cnkispider.db import open_database
 
