@@ -37,6 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cnkispider.items import DEPTHS
 from cnkispider.looktiers import DEFAULT_TIERS, due, parse_tiers, spans
 from standin.corpus import Corpus, CorpusOptions, parse_day
 
@@ -44,7 +45,6 @@ CAP = 6000
 PAGE = 50
 WARM_UP = 90  # days of daily looks before the first day measured
 DOC_TYPES = ("patent", "paper")
-DEPTHS = ("list", "export", "detail")
 
 
 def lags_of(corpus: Corpus, doc_type: str, day: int) -> list[int]:

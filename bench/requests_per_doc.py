@@ -71,6 +71,7 @@ if str(ROOT) not in sys.path:
 import pymysql  # noqa: E402
 
 from bench.compare_schedulers import BenchRedis, exit_on_sigterm, machine  # noqa: E402
+from cnkispider.items import DEFAULT_DEPTH, DEPTHS  # noqa: E402
 from standin.client import start_site  # noqa: E402
 from tests.crawl_harness import CrawlSetup, compare, depth_fields  # noqa: E402
 
@@ -256,7 +257,7 @@ def run_crawl(code: Code, doc_type: str, args, site, redis_server, truth: list[d
         # the crawler is told the site's cap, as it is told CNKI's 6000 (config.ini's default)
         cnki={"cap_rows": args.cap_rows},
         crawl={"concurrent_requests": 16, "log_level": "info"},
-        depth=None if args.depth == "detail" else args.depth,
+        depth=None if args.depth == DEFAULT_DEPTH else args.depth,
         search_query=args.query or None,
     )
     setup.code = code
@@ -365,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", default=None, metavar="FILE", help="also write the rows here")
     parser.add_argument("--query", default="", metavar="EXPR", help="a query task's expression")
-    parser.add_argument("--depth", default="detail", choices=("list", "export", "detail"))
+    parser.add_argument("--depth", default=DEFAULT_DEPTH, choices=DEPTHS)
     parser.add_argument(
         "--categories",
         default=None,

@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.compare_schedulers import BenchRedis, exit_on_sigterm, machine  # noqa: E402
+from cnkispider.items import DEFAULT_DEPTH, DEPTHS  # noqa: E402
 from cnkispider.sessions import SessionStore, namespace_for  # noqa: E402
 from standin.client import start_site  # noqa: E402
 from tests.crawl_harness import CrawlSetup, compare, depth_fields  # noqa: E402
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--type", default="patent", choices=("patent", "paper", "achievement"))
-    parser.add_argument("--depth", default="detail", choices=("detail", "export", "list"))
+    parser.add_argument("--depth", default=DEFAULT_DEPTH, choices=DEPTHS)
     parser.add_argument(
         "--export-batch", type=int, default=0, help="the stand-in's hidden GetExport limit"
     )

@@ -6,9 +6,10 @@ onto Scrapy settings, for both ways of starting a crawl: `cnkispider run` (the f
 crawl command, :mod:`cnkispider.commands.crawl`), so both behave the same. The defaults of every
 setting live in :mod:`cnkispider.default_settings`, installed by the add-on in ``ADDONS``.
 
-It starts from :mod:`cnkispider.settings`, which names the crawl's components (the middlewares'
-order comes from their package), so this module sits above the crawl layer, with the checks
-before a crawl (:mod:`cnkispider.preflight`), and below the entry points that use both.
+It starts from :mod:`cnkispider.settings`, which names the crawl's components in their order
+(one table; config.ini's keys switch them on and off, never move them), so this module sits
+above the crawl layer, with the checks before a crawl (:mod:`cnkispider.preflight`), and below
+the entry points that use both.
 """
 
 from __future__ import annotations
@@ -143,10 +144,6 @@ def crawler_settings(config: Config) -> dict:
             }
         }
     if crawl["archive_html"]:
+        # switches on the archive middleware (its place: cnkispider/settings.py)
         settings["ARCHIVE_DIR"] = str(data_dir / "archive")
-        # below the retry middleware (610): it sees only pages that passed the refusal check
-        settings["DOWNLOADER_MIDDLEWARES"] = {
-            **settings["DOWNLOADER_MIDDLEWARES"],
-            "cnkispider.archive.HtmlArchiveMiddleware": 605,
-        }
     return settings

@@ -199,7 +199,8 @@ TASKS_TYPE = "patent"
 TASKS_START_DATE = ""  # empty: today
 TASKS_END_DATE = ""  # empty: open-ended, crawled up to today
 TASKS_CATEGORIES = "builtin"
-# list | export | detail (docs/DEPTH.md): what a task fetches beyond its list rows
+# list | export | detail (cnkispider.items.DEPTHS, docs/DEPTH.md): what a task fetches beyond its
+# list rows; cnkispider.items.DEFAULT_DEPTH is this
 TASKS_DEPTH = "detail"
 # the task's professional-search expression (docs/QUERY.md); "" = every document of the category
 TASKS_QUERY = ""

@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         code = 2
     else:
-        if frozen:  # frozen, the log always goes to a file (config.py), so the console is free
+        if frozen:  # frozen, the log always goes to a file (config.ini), so the console is free
             _console_progress()
         code = cli_main(argv or ["run"])
     if double_clicked and sys.platform == "win32" and frozen and _console_window_of_its_own():

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import scrapy
 
+from cnkispider import default_settings
 from cnkispider.exceptions import InputError
 from cnkispider.i18n import _
 
@@ -130,7 +131,7 @@ def has_counts(doc_type: str) -> bool:
 # (its ``depth`` column; NULL: stored before depths, at detail); a deeper pass later fills what
 # a shallower one could not, never the reverse (cnkispider/storage.py).
 DEPTHS = ("list", "export", "detail")  # shallowest first: the rank is the index
-DEFAULT_DEPTH = "detail"
+DEFAULT_DEPTH = default_settings.TASKS_DEPTH  # detail: written once, as the setting's default
 
 
 def check_depth(value, name: str = "depth") -> str:

@@ -66,7 +66,7 @@ def post(url: str, body: dict, timeout: float) -> None:
     )
     with urllib.request.urlopen(
         request, timeout=timeout
-    ) as response:  # http(s) only: config.py checks
+    ) as response:  # http(s) only: config/keys.py checks
         response.read(4096)
 
 

@@ -44,7 +44,7 @@ from cnkispider import db, drift, ledger
 from cnkispider import signals as cnki_signals
 from cnkispider.context import context_of
 from cnkispider.db import db_now, is_transient, open_database, retrying
-from cnkispider.items import doc_type_of
+from cnkispider.items import DEFAULT_DEPTH, doc_type_of
 from cnkispider.storage import (
     DEPTH_KEY,
     DocumentRejected,
@@ -306,7 +306,7 @@ class DocumentPipeline:
             settles = values.get(LEDGER_KEY)
             # only documents read from their detail pages: a list- or export-depth document
             # lacks the detail fields by design, not because CNKI changed its markup
-            if settles is not None and values.get(DEPTH_KEY, "detail") == "detail":
+            if settles is not None and (values.get(DEPTH_KEY) or DEFAULT_DEPTH) == "detail":
                 by_round.setdefault((doc_type, settles[0]), []).append(values)
         if not by_round:
             return None

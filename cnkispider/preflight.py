@@ -22,6 +22,7 @@ from cnkispider.config import Config
 from cnkispider.days import ISO_DAY, iso_day
 from cnkispider.exceptions import ConfigError, InputError, UnknownName
 from cnkispider.i18n import N_, _
+from cnkispider.items import DEFAULT_DEPTH
 
 # The database, Redis and flow control are imported where they are used, as the command line
 # always did: `cnkispider --help` (and the .exe's start) need none of them.
@@ -261,12 +262,13 @@ def _check_services(config: Config) -> None:
         client.close()
 
 
-def query_spelling(query: str, doc_type: str) -> str | None:
-    """The one spelling of ``query`` (its own text when it does not parse: it differs)."""
-    from cnkispider.cnki.query import QueryError, normalize
+def query_spelling(query: str | None, doc_type: str) -> str | None:
+    """The one spelling of ``query``, None for none given (its own text when it does not
+    parse: it differs)."""
+    from cnkispider.cnki.query import QueryError, task_query
 
     try:
-        return normalize(query, doc_type)
+        return task_query(query, doc_type)
     except QueryError:
         return query
 
@@ -286,10 +288,10 @@ def add_drift(args, row) -> list[str]:
     if end and end != row_end:
         out.append(f"cnkispider task extend {name} {end}")
     depth = getattr(args, "depth", None)
-    if depth and depth.strip().lower() != (row.depth or "detail"):
+    if depth and depth.strip().lower() != (row.depth or DEFAULT_DEPTH):
         out.append(f"cnkispider task set {name} --depth {depth}")
-    query = getattr(args, "query", None)
-    if query and query.strip() and query_spelling(query, row.type) != row.query:
+    query = query_spelling(getattr(args, "query", None), row.type)
+    if query is not None and query != row.query:
         out.append(
             f"cnkispider task add {name}-2 --like {name} --query ... (a task's query is fixed once crawled)"
         )

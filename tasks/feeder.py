@@ -53,6 +53,7 @@ from cnkispider.db import is_transient, open_database
 from cnkispider.exceptions import CnkiSpiderError, SchedulerClosed, TaskRowError
 from cnkispider.halting import LOCAL_FAULT, Breaker
 from cnkispider.i18n import _
+from cnkispider.items import DEFAULT_DEPTH
 from cnkispider.looktiers import parse_tiers
 from cnkispider.offload import in_thread
 from cnkispider.scheduling.outcome import ROUND_SEEDING, RoundScheduler
@@ -79,7 +80,7 @@ class RoundFeeder:
         self.start_date = settings.get("TASKS_START_DATE")
         self.end_date = settings.get("TASKS_END_DATE")
         self.categories = settings.get("TASKS_CATEGORIES")
-        self.depth = settings.get("TASKS_DEPTH") or "detail"
+        self.depth = settings.get("TASKS_DEPTH") or DEFAULT_DEPTH
         self.query = settings.get("TASKS_QUERY") or None
         base_dir = settings.get("TASKS_BASE_DIR")
         self.base_dir = Path(base_dir) if base_dir else None

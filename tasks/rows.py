@@ -23,8 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from cnkispider.clock import cnki_today
-from cnkispider.cnki.query import QueryError
-from cnkispider.cnki.query import normalize as normalize_query
+from cnkispider.cnki.query import QueryError, task_query
 
 # Run again while the database is away: only for reads, and for moves that are one conditional
 # UPDATE (run again after its commit was lost, it matches nothing and says False: another
@@ -176,7 +175,7 @@ def validate_row(row, base_dir: Path | None = None) -> Task:
         raise TaskRowError(tid, _("selection: %(problem)s") % {"problem": exc}) from None
     raw_query = getattr(row, "query", None)  # NULL (and a database before v9): no query
     try:
-        query = normalize_query(raw_query, row.type) if raw_query else None
+        query = task_query(raw_query, row.type)
     except QueryError as exc:  # a hand-edited row: reported and skipped, as any bad column
         raise TaskRowError(tid, _("query: %(problem)s") % {"problem": exc}) from None
     return Task(

@@ -57,12 +57,10 @@ from tasks.skips import record_move
 def check_query(query: str | None, doc_type: str) -> str | None:
     """A task's expression in its one spelling (None for none), or InputError saying where it
     fails (cnkispider/cnki/query.py)."""
-    from cnkispider.cnki.query import QueryError, normalize
+    from cnkispider.cnki.query import QueryError, task_query
 
-    if query is None or not query.strip():
-        return None
     try:
-        return normalize(query, doc_type)
+        return task_query(query, doc_type)
     except QueryError as exc:
         raise InputError(
             _("%(option)s: %(problem)s") % {"option": "--query", "problem": exc}

@@ -17,7 +17,7 @@ def write(tmp_path, text, name="config.ini"):
 def test_defaults_apply_without_a_file(tmp_path, monkeypatch):
     """No config.ini in the working folder nor beside the program (the repository's own is
     hidden: it would be found beside cnkispider/): every key takes its schema default."""
-    import cnkispider.config as config_module
+    import cnkispider.config.reader as config_module  # find_config looks beside the program
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(config_module, "executable_dir", lambda: tmp_path / "program")
@@ -260,7 +260,7 @@ def test_workers_open_no_remote_shell_and_take_the_outage_time_from_config(tmp_p
 def test_config_ini_defaults_are_the_settings_defaults(tmp_path, monkeypatch):
     """Without a file, every setting config.ini maps onto holds its default from
     default_settings (the few derived from others or made absolute excepted)."""
-    import cnkispider.config as config_module
+    import cnkispider.config.reader as config_module  # find_config looks beside the program
     from cnkispider import default_settings
     from cnkispider.crawlsettings import crawler_settings
 
@@ -315,6 +315,23 @@ def test_each_default_is_written_once():
                 for _ in re.finditer(r"^DEFAULTS\b", text, re.M)
             ]
     assert found == []
+
+
+def test_the_order_of_the_components_is_one_table_whatever_config_ini_switches_on(tmp_path):
+    """config.ini switches components on and off, never moves one: every order a crawl gets is
+    the table of cnkispider/settings.py, with the archive and the proxies off or on."""
+    from cnkispider import settings as project
+    from cnkispider.crawlsettings import crawler_settings
+
+    tables = ("DOWNLOADER_MIDDLEWARES", "SPIDER_MIDDLEWARES", "ITEM_PIPELINES", "EXTENSIONS")
+    switched_on = (
+        "[crawl]\narchive_html = true\n[proxy]\nenabled = true\nstatic = http://127.0.0.1:1\n"
+    )
+    for text in ("", switched_on):
+        settings = crawler_settings(load_config(write(tmp_path, text), environ={}))
+        assert {name: settings[name] for name in tables} == {
+            name: getattr(project, name) for name in tables
+        }
 
 
 def test_redis_prefix_is_one_key_with_a_checked_value(tmp_path):

@@ -87,3 +87,27 @@ def test_config_ini_takes_a_depth_and_an_export_batch(tmp_path):
 def test_the_shipped_config_says_detail_and_50():
     config = load_config("config.ini")
     assert config.task.depth == "detail" and config.cnki["export_batch"] == 50
+
+
+def test_the_depths_and_the_default_depth_are_written_once():
+    """cnkispider.items holds the depths and default_settings the default (``TASKS_DEPTH``); no
+    other module writes the list again or falls back to a depth of its own."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    second_home = re.compile(
+        r"""\(\s*["'](?:list|export|detail)["'],\s*["'](?:list|export|detail)["'],"""  # a list
+        r"""|or\s+["']detail["']"""  # a fallback
+        r"""|(?:depth\w*(?:\s*:\s*str)?\s*|default)=\s*["']detail["']"""  # a default
+        r"""|get\(\s*DEPTH_KEY\s*,"""  # a fallback of a stored value
+    )
+    found = []
+    for folder in ("cnkispider", "tasks", "errors", "proxy", "bench"):
+        for path in (root / folder).rglob("*.py"):
+            if path == root / "cnkispider" / "items.py":
+                continue  # the one home
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if second_home.search(line):
+                    found.append(f"{path.relative_to(root)}:{number}: {line.strip()}")
+    assert found == []

@@ -424,7 +424,7 @@ def running_chromium(profile) -> tuple[subprocess.Popen, int]:
 
 
 def tabs(port: int) -> list[str]:
-    from cnkispider.sessions.login import cdp_http
+    from cnkispider.sessions.devtools import cdp_http
 
     return [t["url"] for t in cdp_http(port, "/json/list") if t.get("type") == "page"]
 

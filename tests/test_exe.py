@@ -251,6 +251,16 @@ def test_every_component_scrapy_loads_by_dotted_name_is_a_hidden_import_of_the_s
     assert sorted((ours | spiders) - set(listed)) == []
 
 
+def test_the_spec_names_the_components_without_their_order():
+    """Their order has one home, cnkispider/settings.py: a number beside a component here would
+    be a second one, free to drift (it once said 760 where the crawl ran 630)."""
+    import re
+
+    text = (ROOT / "build_exe.spec").read_text(encoding="utf-8")
+    kinds = r"(?:DOWNLOADER_MIDDLEWARES|SPIDER_MIDDLEWARES|ITEM_PIPELINES|EXTENSIONS)"
+    assert re.findall(rf"{kinds}: \w+ \d+", text) == []
+
+
 def test_every_module_of_the_command_line_is_a_hidden_import_of_the_spec():
     """A new module of cnkispider/cli/ (or of the probe) without its line in build_exe.spec fails here."""
     spec = ast.parse((ROOT / "build_exe.spec").read_text(encoding="utf-8"))

@@ -25,8 +25,8 @@ from scrapy.utils.test import get_crawler
 from cnkispider.addon import ADDONS
 from cnkispider.cnki.protocol import CLIENT_ID_PATH, HOME_PATH, Protocol
 from cnkispider.exceptions import GaveUp
-from cnkispider.middlewares import DOWNLOADER_MIDDLEWARES
 from cnkispider.middlewares.useragent import UserAgentMiddleware
+from cnkispider.settings import DOWNLOADER_MIDDLEWARES
 
 GRID = "/kns8s/brief/grid"
 LIST_PAGE = (
@@ -189,6 +189,7 @@ def crawl(site: Site, requests, **settings):
     base = {
         "ADDONS": ADDONS,
         "DOWNLOADER_MIDDLEWARES": DOWNLOADER_MIDDLEWARES,
+        "RATELIMIT_ENABLED": False,  # the shared limit has tests of its own (test_ratelimit.py)
         "CNKI_BASE_URL": site.base_url,
         "CNKI_CLIENT_ID_URL": site.base_url + CLIENT_ID_PATH,
         "RETRY_BACKOFF_BASE": 0,

@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from cnkispider.cnki.protocol import Protocol, Search
-from cnkispider.cnki.query import QueryError, normalize, parse
+from cnkispider.cnki.query import QueryError, normalize, parse, task_query
 from cnkispider.schema import round_
 from tests.crawl_harness import EXPORT_DEPTH_FIELDS, LIST_DEPTH_FIELDS, compare
 from tests.fixtures.commands import cli
@@ -81,6 +81,26 @@ def test_a_malformed_expression_says_where_it_fails(expression, where, what):
 
 
 # -- what is sent -----------------------------------------------------------------------------
+
+
+def test_a_task_s_query_is_read_by_one_function_everywhere():
+    """None for none (nothing or blanks), else the one spelling; and no reader of a task's query
+    (config.ini, task add/set, a task row, `task add`'s drift) spells it by another way."""
+    import re
+    from pathlib import Path
+
+    assert task_query(None, "paper") is None and task_query(" \t", "paper") is None
+    assert task_query("su＝‘碳中和’", "paper") == normalize("SU='碳中和'", "paper") == "SU='碳中和'"
+    with pytest.raises(QueryError):
+        task_query("SU=", "paper")
+    root = Path(__file__).resolve().parents[1]
+    spellers = [
+        str(path.relative_to(root))
+        for folder in ("cnkispider", "tasks")
+        for path in (root / folder).rglob("*.py")
+        if re.search(r"cnki\.query import [^\n]*\bnormalize\b", path.read_text(encoding="utf-8"))
+    ]
+    assert spellers == []
 
 
 def test_the_query_is_sent_as_the_expert_search_with_the_day_and_category():
@@ -165,6 +185,20 @@ def test_task_add_refuses_a_malformed_query_and_writes_nothing(ini, capsys):
     assert "query SU='碳中和' AND AF='清华大学'" in capsys.readouterr().out
     assert cli(ini, "task", "show", "q") == 0
     assert "query SU='碳中和' AND AF='清华大学'" in capsys.readouterr().out
+
+
+def test_task_add_again_compares_the_query_in_its_one_spelling(ini, capsys):
+    """The same query in another spelling (or none given) is the same task; another query is
+    said with the command that would make it, and changes nothing."""
+    args = ("task", "add", "q", "--type", "paper", "--start", "2024-01-01")
+    assert cli(ini, *args, "--query", "SU='碳中和'") == 0
+    for same in (("--query", "su＝‘碳中和’"), ("--query", "  "), ()):
+        assert cli(ini, *args, *same) == 0, same
+        assert "exists: " in capsys.readouterr().out
+    assert cli(ini, *args, "--query", "SU='碳达峰'") == 2
+    assert "task add q-2 --like q --query ..." in _one_error_line(capsys.readouterr().err)
+    assert cli(ini, "task", "show", "q") == 0
+    assert "query SU='碳中和'" in capsys.readouterr().out
 
 
 def test_task_set_query_only_before_the_first_round(ini, capsys):

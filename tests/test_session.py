@@ -17,7 +17,7 @@ from scrapy.utils.test import get_crawler
 from cnkispider.addon import ADDONS
 from cnkispider.cnki.protocol import CLIENT_ID_PATH, GRID_PATH, HOME_PATH, Protocol, Search
 from cnkispider.cnki.session import SessionPool
-from cnkispider.middlewares import DOWNLOADER_MIDDLEWARES
+from cnkispider.settings import DOWNLOADER_MIDDLEWARES
 
 CNKI_TURN_LIMIT = 15  # CNKI stops a session after this many page turns
 
@@ -263,6 +263,7 @@ def crawl_grid(site: CnkiLike, pages: int = 1, **settings):
     base = {
         "ADDONS": ADDONS,
         "DOWNLOADER_MIDDLEWARES": DOWNLOADER_MIDDLEWARES,
+        "RATELIMIT_ENABLED": False,  # the shared limit has tests of its own (test_ratelimit.py)
         "CNKI_BASE_URL": site.base_url,
         "CNKI_CLIENT_ID_URL": site.client_id_url,
         "RETRY_BACKOFF_BASE": 0,

@@ -27,7 +27,7 @@ import redis
 
 from cnkispider.schema import error_code, error_link
 from cnkispider.sessions import SessionStore, namespace_for
-from cnkispider.sessions.login import Cdp, cdp_http
+from cnkispider.sessions.devtools import Cdp, cdp_http
 from tests.crawl_harness import REDIS_URL, ROOT, CrawlSetup, compare, count_rows
 from tests.fixtures.crawls import FAST_CNKI, FAST_SITE  # the loosened pace of a verified crawl
 from tests.fixtures.waiting import wait_until
@@ -340,7 +340,7 @@ def test_a_login_ended_by_sigterm_while_it_waits_closes_its_browser(ini):
 
 
 def test_on_windows_it_looks_for_edge_first_where_every_pc_has_it():
-    from cnkispider.sessions.login import browser_candidates
+    from cnkispider.sessions.devtools import browser_candidates
 
     found = browser_candidates(
         "win32",

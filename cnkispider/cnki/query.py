@@ -330,6 +330,14 @@ def fold_full_width(expression: str) -> str:
 
 
 def normalize(expression: str, doc_type: str) -> str:
-    """``expression`` checked and written in its one spelling (what the task row keeps): the
-    one function every reader of a task's query uses (config.ini, task add/set, a task row)."""
+    """``expression`` checked and written in its one spelling (what the task row keeps)."""
     return write(parse(fold_full_width(expression), doc_type))
+
+
+def task_query(expression: str | None, doc_type: str) -> str | None:
+    """A task's query as every reader of one takes it (config.ini, `task add/set`, a task row,
+    the drift of `task add` from its row): None for none (nothing, or blanks), else its one
+    spelling; :class:`QueryError` where it fails, for the reader to say in its own terms."""
+    if expression is None or not expression.strip():
+        return None
+    return normalize(expression, doc_type)

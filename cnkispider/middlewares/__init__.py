@@ -9,43 +9,12 @@
   another proxy, with backoff; then :class:`~cnkispider.exceptions.GaveUp` (``RETRY_*``). A
   rejection is never retried; challenges that persist pause the task (a shared cool-down).
 
-The defaults of the settings they read are in :mod:`cnkispider.default_settings`;
-``DOWNLOADER_MIDDLEWARES`` below is their order (``cnkispider.settings`` installs it).
+The defaults of the settings they read are in :mod:`cnkispider.default_settings`; their
+order, and why each sits where it does, is the one table of the crawl's components in
+:mod:`cnkispider.settings` (``DOWNLOADER_MIDDLEWARES``).
 """
 
-# Order of the downloader middlewares. process_request runs in ascending order, process_response
-# and process_exception in descending order (the highest number sees the response first).
-#
-#   480 Session       assigns the session (meta cnki_session + cookiejar) and warms it up; first,
-#                     because UA, proxy and cookies are all chosen per session.
-#   500 UserAgent     ours replaces Scrapy's (500 -> None): one UA per session, not one per crawl.
-#   510 Referer       the search page of the document type, as a browser sends it.
-#   600 Redirect      Scrapy's, unchanged.
-#   610 CnkiRetry     replaces Scrapy's RetryMiddleware (550 -> None). Above Redirect, so that it
-#                     sees CNKI's "302 -> /verify" before RedirectMiddleware follows it (followed,
-#                     the verify page would look like a page of its own); other redirects pass on
-#                     to RedirectMiddleware.
-#   620 Proxy         above CnkiRetry, so that on the way back it releases or evicts the proxy
-#                     before CnkiRetry turns the response into a retry (a middleware that returns
-#                     a request stops the chain); on the way out it sets meta["proxy"] before
-#                     HttpProxyMiddleware (750) moves the credentials into a header.
-#   640 HttpCompression  moved up from 590, so that the body is decompressed before Proxy and
-#                     CnkiRetry read it to classify the page.
-#   700 Cookies       Scrapy's, unchanged: reads meta cookiejar set by Session; stores the
-#                     cookies of every response (a refused one only touches a retiring session).
-#   750 HttpProxy     Scrapy's, unchanged: strips the credentials out of meta["proxy"].
 from cnkispider.cnki.groups import FACET_PARTS
-
-DOWNLOADER_MIDDLEWARES = {
-    "scrapy.downloadermiddlewares.useragent.UserAgentMiddleware": None,
-    "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
-    "scrapy.downloadermiddlewares.httpcompression.HttpCompressionMiddleware": 640,
-    "cnkispider.middlewares.session.SessionMiddleware": 480,
-    "cnkispider.middlewares.useragent.UserAgentMiddleware": 500,
-    "cnkispider.middlewares.referer.RefererMiddleware": 510,
-    "cnkispider.middlewares.retry.CnkiRetryMiddleware": 610,
-    "cnkispider.middlewares.proxy.ProxyMiddleware": 620,
-}
 
 
 class Recent(dict):

@@ -7,8 +7,8 @@ schedule into a burst. A request sleeps its wait on the event loop and goes, unl
 than ``RATELIMIT_LATE`` seconds late: then it reserves again (a late reactor once let requests
 leave together and got two crawlers banned by a site whose limit they kept on paper). Requests
 and answers are batched into one script call at a time, off the reactor; without Redis a
-request waits, it never goes without its reservation. It sits at ``ORDER`` = 630, after the
-session (480) and proxy (620) middlewares, so both are known when it reserves.
+request waits, it never goes without its reservation. It sits after the session and proxy
+middlewares (their order: :mod:`cnkispider.settings`), so both are known when it reserves.
 
 Settings (defaults in :mod:`cnkispider.default_settings`): ``RATELIMIT_ENABLED``,
 ``RATELIMIT_RATE``, ``RATELIMIT_PROXY_RATE``, ``RATELIMIT_BURST``, ``RATELIMIT_LATE``,
@@ -57,9 +57,6 @@ if TYPE_CHECKING:
     from scrapy.http import Response
 
 logger = logging.getLogger(__name__)
-
-#: Position in DOWNLOADER_MIDDLEWARES (see the module docstring for why).
-ORDER = 630
 
 #: Seconds between looks, while a request waits out a closed window, at whether to stop.
 WINDOW_STEP = 1.0

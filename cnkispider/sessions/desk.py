@@ -1,10 +1,10 @@
 """The pass desk: a person passes CNKI's slider from any browser, through a browser of the
 server's own (``cnkispider web``'s page ``/desk``; the page is cnkispider/web/).
 
-What it does, beside ``session login`` (cnkispider/sessions/login.py, whose browser finding,
-browser start and cookie reading it uses):
+What it does, beside ``session login`` (cnkispider/sessions/login.py, whose page and cookie
+reading it uses; the browser and its DevTools client are cnkispider/sessions/devtools.py's):
 
-1. start a headless Chrome, Edge or Chromium (:func:`~cnkispider.sessions.login.find_browser`,
+1. start a headless Chrome, Edge or Chromium (:func:`~cnkispider.sessions.devtools.find_browser`,
    or the web page's ``--browser PATH``) with a profile of its own, one tab of a phone's size;
 2. keep that tab on CNKI: every request it makes passes ``Fetch.requestPaused``, and one to a
    host that is not CNKI's (:func:`~cnkispider.sessions.paste.host_matches` the configured
@@ -23,15 +23,15 @@ browser start and cookie reading it uses):
 States: opening -> check (at CNKI's check) | page (elsewhere on CNKI) -> passed | closed | failed.
 Only :class:`Desk`'s own threads move them; the web page reads :meth:`Desk.status`.
 
-The DevTools protocol runs over one websocket with a reader thread (:class:`Link`): the events
-(frames, paused requests) must be answered while the person's input waits on its replies.
+The DevTools client's reader thread (:class:`~cnkispider.sessions.devtools.Cdp`) hands the
+events (frames, paused requests) to the desk, which answers them while the person's input waits
+on its replies.
 Cookie values never reach a log line or the status.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import threading
 import time
@@ -40,15 +40,8 @@ from urllib.parse import urlsplit
 
 from cnkispider import i18n
 from cnkispider.i18n import _
-from cnkispider.sessions.login import (
-    VERIFY_MARK,
-    Browser,
-    CdpError,
-    LoginError,
-    _page_state,
-    find_browser,
-    read_cookies,
-)
+from cnkispider.sessions.devtools import Browser, Cdp, CdpError, LoginError, find_browser
+from cnkispider.sessions.login import VERIFY_MARK, page_state, read_cookies
 from cnkispider.sessions.paste import Paste, host_matches
 
 logger = logging.getLogger(__name__)
@@ -85,97 +78,6 @@ OPENING, CHECK, PAGE, PASSED, CLOSED, FAILED = (
     "closed",
     "failed",
 )
-
-
-class Link:
-    """A DevTools-protocol client with a reader thread: ``call`` waits for its reply, ``send``
-    does not (for answering events from the reader itself); ``on_event(method, params,
-    session)`` gets every event, on the reader thread."""
-
-    def __init__(self, ws_url: str, on_event: Callable[[str, dict, str | None], None]):
-        import websocket
-
-        try:
-            self._ws = websocket.create_connection(ws_url, timeout=30, suppress_origin=True)
-        except (OSError, websocket.WebSocketException) as exc:
-            raise CdpError(f"cannot open the browser's DevTools socket: {exc}") from None
-        self._ws.settimeout(None)
-        self._on_event = on_event
-        self._lock = threading.Lock()
-        self._next = 0
-        self._waiting: dict[int, list] = {}  # id -> [Event, reply]
-        self.closed = False
-        self._reader = threading.Thread(target=self._read, name="desk-cdp", daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        while not self.closed:
-            try:
-                message = json.loads(self._ws.recv())
-            except Exception:  # the browser went away, or close(): wake every caller
-                break
-            if "id" in message:
-                slot = self._waiting.pop(message["id"], None)
-                if slot is not None:
-                    slot[1] = message
-                    slot[0].set()
-                continue
-            try:
-                self._on_event(
-                    message.get("method", ""), message.get("params", {}), message.get("sessionId")
-                )
-            except Exception:  # one bad event must not stop the desk
-                logger.warning("desk: handling %s failed", message.get("method"), exc_info=True)
-        self.closed = True
-        for slot in list(self._waiting.values()):
-            slot[0].set()
-
-    def _send(self, method: str, params: dict | None, session: str | None, slot=None) -> int:
-        with self._lock:  # the id, its slot and the send in one step: replies find their caller
-            self._next += 1
-            message = {"id": self._next, "method": method, "params": params or {}}
-            if session:
-                message["sessionId"] = session
-            if slot is not None:
-                self._waiting[self._next] = slot
-            self._ws.send(json.dumps(message))
-            return self._next
-
-    def send(self, method: str, params: dict | None = None, *, session: str | None = None) -> None:
-        try:
-            self._send(method, params, session)
-        except Exception:  # the browser is closing: nothing to answer any more
-            pass
-
-    def call(
-        self,
-        method: str,
-        params: dict | None = None,
-        *,
-        session: str | None = None,
-        timeout: float = 30.0,
-    ) -> dict:
-        slot: list = [threading.Event(), None]
-        try:
-            sent = self._send(method, params, session, slot)
-        except Exception as exc:
-            raise CdpError(f"the browser's DevTools socket closed during {method}: {exc}") from None
-        if not slot[0].wait(timeout):
-            self._waiting.pop(sent, None)
-            raise CdpError(f"the browser did not answer {method} in {timeout:.0f} s")
-        reply = slot[1]
-        if reply is None:
-            raise CdpError(f"the browser's DevTools socket closed during {method}")
-        if "error" in reply:
-            raise CdpError(f"{method}: {reply['error'].get('message', reply['error'])}")
-        return reply.get("result", {})
-
-    def close(self) -> None:
-        self.closed = True
-        try:
-            self._ws.close()
-        except Exception:  # already closed by the browser
-            pass
 
 
 def browser_identity(version: dict) -> tuple[str, dict]:
@@ -247,7 +149,7 @@ class Desk:
         self._frame: dict | None = None
         self._frames = threading.Condition()
         self._browser: Browser | None = None
-        self._link: Link | None = None
+        self._link: Cdp | None = None
         self._session: str | None = None
         self._input = threading.Lock()
         self._released_on: str | None = None  # the verify page a drag was released on
@@ -266,7 +168,7 @@ class Desk:
         else:
             self._browser = Browser.start(find_browser(self.program), headless=True)
         try:
-            self._link = Link(self._browser.ws_url, self._event)
+            self._link = Cdp(self._browser.ws_url, self._event, name="desk")
             tab = self._link.call("Target.createTarget", {"url": "about:blank"})["targetId"]
             self._tab = tab
             self._session = self._link.call(
@@ -476,7 +378,7 @@ class Desk:
     def _look(self) -> bool:
         """One look at the tab; True once the pass is taken (the desk then closes)."""
         try:
-            url, ready = _page_state(self, self._session)
+            url, ready = page_state(self._link, self._session)
         except CdpError:
             if self._link is None or self._link.closed:
                 raise
@@ -512,7 +414,7 @@ class Desk:
             if self.state == OPENING or self.state == CHECK:
                 self.state, self.says = PAGE, _("CNKI's page is loading")
             return False
-        cookies = read_cookies(self, self.cnki_hosts, self._session)
+        cookies = read_cookies(self._link, self.cnki_hosts, self._session)
         if not cookies:
             self.state, self.says = PAGE, _("CNKI's search page, but no CNKI cookie yet")
             return False
@@ -539,19 +441,6 @@ class Desk:
         except CdpError:
             return ""
         return str(answer.get("result", {}).get("value") or "")[:80]
-
-    def call(
-        self,
-        method: str,
-        params: dict | None = None,
-        *,
-        session: str | None = None,
-        timeout: float = 30.0,
-    ) -> dict:
-        """``Cdp.call``'s shape, for login.py's readers (the page's state, the cookies)."""
-        if self._link is None:
-            raise CdpError(_("the desk is closed"), closed=True)
-        return self._link.call(method, params, session=session, timeout=timeout)
 
     def status(self) -> dict:
         return {

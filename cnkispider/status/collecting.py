@@ -33,7 +33,7 @@ from cnkispider import default_settings, doclinks, drift
 from cnkispider.db import db_now
 from cnkispider.exceptions import TaskRowError, UnknownName
 from cnkispider.i18n import _
-from cnkispider.items import FIELDS
+from cnkispider.items import DEFAULT_DEPTH, FIELDS
 from cnkispider.looktiers import parse_tiers, spans
 from cnkispider.pace.store import windows_report
 from cnkispider.redisconn import EMBEDDED_IDLE
@@ -212,7 +212,7 @@ def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, w
         "start_date": row.start_date,
         "end_date": row.end_date or None,
         "until": None,
-        "depth": getattr(row, "depth", None) or "detail",  # NULL (or before v7): detail
+        "depth": getattr(row, "depth", None) or DEFAULT_DEPTH,  # NULL (or before v7): detail
         # the task's professional-search expression (issue 39); None: a category task
         "query": getattr(row, "query", None) or None,
         "phase": row.phase,

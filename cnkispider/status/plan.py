@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from cnkispider.i18n import _
+from cnkispider.items import DEFAULT_DEPTH, DEPTHS
 from cnkispider.looktiers import Tier, parse_tiers, spans
 from cnkispider.status.plan_inputs import (
     config_task,
@@ -43,7 +44,6 @@ from cnkispider.status.plan_inputs import (
 )
 from cnkispider.status.plan_startups import startup_requests
 
-DEPTHS = ("list", "export", "detail")
 #: Detail requests a document beyond its one page: the pages of a pass's last moments, whose
 #: links die with it, are listed and fetched again (bench/sessions.py: 1.035 requests a document
 #: at detail, 1.02 of them the floor).
@@ -334,7 +334,7 @@ def task_plan(
     out["not_sampled"] = dict(sorted(not_sampled.items()))
     out["sample_requests"] = requests
     out["task"] = row["name"]
-    out["depth"] = row["depth"] or "detail"
+    out["depth"] = row["depth"] or DEFAULT_DEPTH
     out["follow"] = None
     if row.get("follow") and seen:  # issue 46.6: what a day of following costs
         out["follow"] = follow_day(

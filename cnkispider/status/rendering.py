@@ -12,6 +12,7 @@ import unicodedata
 
 from cnkispider import i18n
 from cnkispider.i18n import N_, _, ngettext
+from cnkispider.items import DEFAULT_DEPTH
 from cnkispider.vocabulary import halt_reason, word
 from tasks.categories import round_label
 
@@ -143,7 +144,7 @@ def _render_task(t: dict, report: dict) -> list[str]:
         end = t["end_date"] or _("(today: %(day)s)") % {"day": t["until"]}
         lines = [
             f"{head}  {word(t['type'])}  {t['start_date']} .. {end}  "
-            + _("depth %(depth)s") % {"depth": word(t.get("depth") or "detail")}
+            + _("depth %(depth)s") % {"depth": word(t.get("depth") or DEFAULT_DEPTH)}
             + "  "
             + _("phase %(phase)s") % {"phase": word(t["phase"])}
             + f"  [{activity_words(t)}]"
