@@ -6,6 +6,7 @@ Pure: no database, no Redis, no clock; every age and time is in the report alrea
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 import unicodedata
@@ -112,12 +113,33 @@ def skipped_words(t: dict) -> str:
     skipped = t.get("skipped") or {}
     parts = [
         ngettext("%(n)d day skipped by %(command)s", "%(n)d days skipped by %(command)s", n)
-        % {"n": n, "command": command}
+        % {"n": n, "command": word(command)}
         for command, n in sorted(skipped.get("by", {}).items())
     ]
     days = skipped.get("days") or []
     shown = ", ".join(days[:5]) + (", …" if len(days) > 5 else "")
     return _("%(skipped)s (%(days)s)") % {"skipped": "; ".join(parts), "days": shown}
+
+
+def skipped_days_line(t: dict) -> str | None:
+    """Every day of the task skipped and why, for the run's closing lines ("skipped days
+    2024-03-01 (by move), 2024-02-30 (not a date)"): a day a hand-edited ``task_skip`` row holds
+    that is no date is said so, never dropped. None when no day is skipped."""
+    skipped = t.get("skipped") or {}
+    days = skipped.get("days") or []
+    if not days:
+        return None
+    commands = skipped.get("command") or {}
+    said = []
+    for day in days:
+        try:
+            dt.date.fromisoformat(day)
+        except (TypeError, ValueError):
+            why = _("not a date")
+        else:
+            why = _("by %(command)s") % {"command": word(commands.get(day) or "move")}
+        said.append(_("%(day)s (%(why)s)") % {"day": day, "why": why})
+    return _pad(_("skipped days"), 16) + _(", ").join(said)
 
 
 def activity_words(t: dict) -> str:
@@ -552,6 +574,7 @@ def render_summary(t: dict, stats: dict) -> str:
         *_per_verified_session(stats, items),
         *_too_many(stats),
         *_plan_beside_taken(stats),
+        *filter(None, [skipped_days_line(t)]),
     ]
     for name in ("errorCode", "errorLink"):
         e = t["errors"][name]
