@@ -150,3 +150,71 @@ def word(name: str | None, unknown: str = "-") -> str:
         return unknown
     marked = WORDS.get(name)
     return _(marked) if marked is not None else name
+
+
+#: A document's field (cnkispider.items.FIELDS) as the reader reads it: the label CNKI's page
+#: gives it in Chinese (摘要, 公开号), an English label in English (docs/FIELDS.md names each).
+FIELD_LABELS = {
+    "dbname": N_("CNKI database code"),
+    "filename": N_("CNKI file name"),
+    "title": N_("title"),
+    "source": N_("source"),
+    "date": N_("date"),
+    "database": N_("CNKI database"),
+    "patent_type": N_("patent type"),
+    "application_no": N_("application number"),
+    "application_date": N_("application date"),
+    "publication_no": N_("publication number"),
+    "publication_date": N_("publication date"),
+    "grant_no": N_("grant number"),
+    "grant_date": N_("grant date"),
+    "applicant": N_("applicant"),
+    "address": N_("address"),
+    "co_applicants": N_("co-applicants"),
+    "inventors": N_("inventors"),
+    "ipc": N_("IPC class"),
+    "main_ipc": N_("main IPC class"),
+    "province_code": N_("province code"),
+    "agency": N_("patent agency"),
+    "agent": N_("patent agent"),
+    "pages": N_("number of pages"),
+    "abstract": N_("abstract"),
+    "claim": N_("main claim"),
+    "export_id": N_("export id"),
+    "authors": N_("authors"),
+    "institutions": N_("institutions"),
+    "keywords": N_("keywords"),
+    "fund": N_("fund"),
+    "doi": N_("DOI"),
+    "clc": N_("CLC class"),
+    "album": N_("album"),
+    "topic": N_("topic"),
+    "year": N_("year"),
+    "volume": N_("volume"),
+    "issue": N_("issue"),
+    "page_range": N_("page range"),
+    "issn": N_("ISSN"),
+    "author_affiliations": N_("author affiliations"),
+    "supervisor": N_("supervisor"),
+    "degree": N_("degree"),
+    "cited": N_("times cited"),
+    "downloads": N_("downloads"),
+    "counted_at": N_("counted at"),
+    "online_first": N_("online first"),
+    "completers": N_("completers"),
+    "first_unit": N_("first unit"),
+    "subject_code": N_("subject code"),
+    "summary": N_("achievement summary"),
+    "achievement_type": N_("achievement type"),
+    "entry_date": N_("entry date"),
+    "level": N_("level"),
+    "period": N_("research period"),
+    "evaluation": N_("evaluation"),
+}
+
+
+def field_label(name: str) -> str:
+    """Field ``name`` by its label in the reader's language (a field this table does not know:
+    its name, as :func:`word` does)."""
+    marked = FIELD_LABELS.get(name)
+    return _(marked) if marked is not None else name
