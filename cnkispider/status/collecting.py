@@ -267,7 +267,7 @@ def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, w
     entry["documents"] = _documents(conn, row) if row.type in FIELDS else None
     # the days its operator skipped (task move forward): said with "finished" (issue 47)
     days = skipped_days(conn, row.id)
-    entry["skipped"] = {"days": list(days), "by": by_command(days), "command": days}
+    entry["skipped"] = {"days": list(days), "by": by_command(days)}
     entry["errors"] = {
         name: _error_summary(groups.get(row.id, [])) for name, groups in errors.items()
     }
