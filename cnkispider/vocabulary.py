@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from cnkispider.i18n import N_, _
+from cnkispider.i18n import N_, _, mark
 
 WORDS = {
     # where a session in the pool came from (cnkispider/sessions/waysin.py added_line)
@@ -218,3 +218,43 @@ def field_label(name: str) -> str:
     its name, as :func:`word` does)."""
     marked = FIELD_LABELS.get(name)
     return _(marked) if marked is not None else name
+
+
+#: The parts of a round's ledger note as the closing writes it (cnkispider/ledger.py
+#: ``Verdict.words``: "ledger: listed 51, stored 0, dropped other-database 51"), stored in
+#: English in the round row; each part said in the reader's words.
+LEDGER_PARTS = [
+    (re.compile(r"the list never answered \(listed unknown\)"), N_("the list never answered")),
+    (re.compile(r"listed (?P<n>\d+)"), N_("listed %(n)s")),
+    (re.compile(r"stored (?P<n>\d+)"), N_("stored %(n)s")),
+    (re.compile(r"in errorLink (?P<n>\d+)"), N_("in errorLink %(n)s")),
+    (re.compile(r"dropped (?P<rule>\S+) (?P<n>\d+)"), N_("dropped %(rule)s %(n)s")),
+    (re.compile(r"beyond (?P<n>\d+)"), N_("beyond reach %(n)s")),
+    (re.compile(r"no longer listed (?P<n>\d+)"), N_("no longer listed %(n)s")),
+    (re.compile(r"pending (?P<n>\d+)"), N_("pending %(n)s")),
+    (re.compile(r"unaccounted (?P<n>\d+)"), N_("unaccounted for %(n)s")),
+    (
+        re.compile(r"list pages failed (?P<n>\d+)(?: \((?P<why>[^)]*)\))?"),
+        N_("list pages failed %(n)s%(why)s"),
+    ),
+]
+
+
+def ledger_note(note: str | None) -> str:
+    """A round's note in the reader's words: a ledger's ("ledger: listed 51, stored 0") part
+    by part, anything else (an older wording, a hand-edited row) as it is."""
+    if not note or not note.startswith("ledger: "):
+        return note or ""
+    said = []
+    for part in re.split(r", (?![^(]*\))", note[len("ledger: ") :]):
+        for pattern, sentence in LEDGER_PARTS:
+            found = pattern.fullmatch(part)
+            if found is not None:
+                values = {k: v or "" for k, v in found.groupdict().items()}
+                if "why" in values and values["why"]:
+                    values["why"] = _(" (%(why)s)") % {"why": values["why"]}
+                said.append(_(sentence) % values)
+                break
+        else:
+            said.append(part)
+    return _("ledger: %(parts)s") % {"parts": mark("list").join(said)}

@@ -13,7 +13,7 @@ import unicodedata
 
 from cnkispider import i18n
 from cnkispider.i18n import N_, _, ngettext
-from cnkispider.vocabulary import halt_reason, word
+from cnkispider.vocabulary import halt_reason, ledger_note, word
 from tasks.categories import round_label
 
 BAR_WIDTH = 30
@@ -81,8 +81,8 @@ def rounds_line(t: dict) -> str:
         "total": i18n.number(r["total"]),
     }
     if r["failed"]:
-        text += ", " + _("%(n)s failed") % {"n": i18n.number(r["failed"])}
-    return text + ", " + _("%(n)s in flight") % {"n": i18n.number(r["in_flight"])}
+        text += i18n.mark("clause") + _("%(n)s failed") % {"n": i18n.number(r["failed"])}
+    return text + i18n.mark("clause") + _("%(n)s in flight") % {"n": i18n.number(r["in_flight"])}
 
 
 def eta_words(t: dict) -> str:
@@ -139,7 +139,7 @@ def skipped_days_line(t: dict) -> str | None:
         else:
             why = _("by %(command)s") % {"command": word(commands.get(day) or "move")}
         said.append(_("%(day)s (%(why)s)") % {"day": day, "why": why})
-    return _pad(_("skipped days"), 16) + _(", ").join(said)
+    return _pad(_("skipped days"), 16) + i18n.mark("list").join(said)
 
 
 def activity_words(t: dict) -> str:
@@ -460,7 +460,7 @@ def ledger_lines(ledger: dict) -> list[str]:
                     "id": r["id"],
                     "day": r["day"],
                     "category": word(round_label(r["category"])),
-                    "note": r["note"],
+                    "note": ledger_note(r["note"]),
                 }
             )
     return lines
@@ -555,12 +555,16 @@ def render_summary(t: dict, stats: dict) -> str:
         *([_pad(_("halted"), 16) + halt_reason(t["halted"])] if t.get("halted") else []),
         _pad(_("rounds"), 16)
         + rounds
-        + "; "
+        + i18n.mark("semicolon")
         + _("%(n)s completed by this worker") % {"n": n(done_here)},
         _pad(_("documents"), 16)
         + _("%(documents)s stored for this task (%(items)s this run)")
         % {"documents": n(t["documents"]), "items": n(items)},
-        _pad(_("time"), 16) + f"{i18n.duration(elapsed)} ({n(elapsed, 1)} s)",
+        _pad(_("time"), 16)
+        + i18n.duration(elapsed)
+        + i18n.mark("open")
+        + f"{n(elapsed, 1)} s"
+        + i18n.mark("close"),
         _pad(_("rate"), 16)
         + _(
             "%(pages)s pages/s, %(items)s items/min (this worker); %(rounds)s (the task's, "
@@ -578,11 +582,13 @@ def render_summary(t: dict, stats: dict) -> str:
     ]
     for name in ("errorCode", "errorLink"):
         e = t["errors"][name]
-        states = ", ".join(f"{word(k)} {n(v)}" for k, v in sorted(e["by_state"].items()))
+        states = i18n.mark("list").join(
+            f"{word(k)} {n(v)}" for k, v in sorted(e["by_state"].items())
+        )
         lines.append(
             _pad(name, 16)
             + _("%(n)s rows") % {"n": n(e["total"])}
-            + (f" ({states})" if states else "")
+            + (i18n.mark("open") + states + i18n.mark("close") if states else "")
         )
         for reason, count in sorted(e["by_reason"].items(), key=lambda kv: (-kv[1], kv[0])):
             lines.append(f"  {reason:<28} {n(count)}")
