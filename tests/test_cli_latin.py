@@ -277,3 +277,20 @@ def test_status_in_every_state_is_chinese(chinese, capsys, tmp_path):
         if words:
             left[" ".join(args)] = (sorted(words), said)
     assert left == {}, "\n".join(f"{p}: {' '.join(w)}\n{said}" for p, (w, said) in left.items())
+
+
+@pytest.mark.slow  # a crawl in a worker subprocess
+def test_a_real_run_s_closing_lines_are_chinese(census_crawl, monkeypatch):
+    """`run` on the stand-in, in zh_CN ([ui] language by its environment variable), of a task
+    moved past its first day: its closing lines are Chinese, the skipped day listed among them."""
+    monkeypatch.setenv("CNKI_UI_LANGUAGE", "zh_CN")
+    setup = census_crawl("2024-03-01", categories="G,H", end="2024-03-03")
+    setup.write()
+    add = ["task", "add", setup.task, "--type", "patent", "--categories", "G,H"]
+    setup.run_ok(*add, "--start", "2024-03-01", "--end", "2024-03-03")
+    setup.run_ok("task", "move", setup.task, "2024-03-02")
+    run = setup.run_ok("run", "--task", setup.task)
+    summary = run.stdout[run.stdout.index("== cnkispider") :]
+    assert "跳过的日期      2024-03-01（因移动跳过）" in summary, summary
+    data = [setup.task, "G", "H", "G,H", "2024-03-01"]
+    assert _left(summary, data, setup.tmp_path) == set(), summary
