@@ -291,6 +291,6 @@ def test_a_real_run_s_closing_lines_are_chinese(census_crawl, monkeypatch):
     setup.run_ok("task", "move", setup.task, "2024-03-02")
     run = setup.run_ok("run", "--task", setup.task)
     summary = run.stdout[run.stdout.index("== cnkispider") :]
-    assert "跳过的日期      2024-03-01（因移动跳过）" in summary, summary
+    assert "跳过的日期      2024-03-01（由 move 命令跳过）" in summary, summary
     data = [setup.task, "G", "H", "G,H", "2024-03-01"]
     assert _left(summary, data, setup.tmp_path) == set(), summary

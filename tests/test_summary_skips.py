@@ -58,8 +58,8 @@ def test_the_run_summary_lists_the_skipped_days_and_why(skipped):
 def test_the_run_summary_lists_the_skipped_days_in_chinese(skipped):
     text = _summary(*skipped, "zh_CN")
     line = next(li for li in text.splitlines() if li.startswith("跳过的日期"))
-    assert "2024-01-02（因移动跳过）、2024-02-30（不是日期）" in line, text
-    assert "move" not in line and "not a date" not in line
+    assert "2024-01-02（由 move 命令跳过）、2024-02-30（不是日期）" in line, text
+    assert "not a date" not in line and "by move" not in line
 
 
 def test_no_skipped_day_no_line(db_url):

@@ -113,7 +113,7 @@ def skipped_words(t: dict) -> str:
     skipped = t.get("skipped") or {}
     parts = [
         ngettext("%(n)d day skipped by %(command)s", "%(n)d days skipped by %(command)s", n)
-        % {"n": n, "command": word(command)}
+        % {"n": n, "command": command}
         for command, n in sorted(skipped.get("by", {}).items())
     ]
     days = skipped.get("days") or []
@@ -137,7 +137,7 @@ def skipped_days_line(t: dict) -> str | None:
         except (TypeError, ValueError):
             why = _("not a date")
         else:
-            why = _("by %(command)s") % {"command": word(commands.get(day) or "move")}
+            why = _("by %(command)s") % {"command": commands.get(day) or "move"}
         said.append(_("%(day)s (%(why)s)") % {"day": day, "why": why})
     return _pad(_("skipped days"), 16) + i18n.mark("list").join(said)
 
