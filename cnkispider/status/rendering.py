@@ -117,8 +117,11 @@ def skipped_words(t: dict) -> str:
         for command, n in sorted(skipped.get("by", {}).items())
     ]
     days = skipped.get("days") or []
-    shown = ", ".join(days[:5]) + (", …" if len(days) > 5 else "")
-    return _("%(skipped)s (%(days)s)") % {"skipped": "; ".join(parts), "days": shown}
+    shown = i18n.mark("list").join(days[:5]) + (i18n.mark("list") + "…" if len(days) > 5 else "")
+    return _("%(skipped)s (%(days)s)") % {
+        "skipped": i18n.mark("semicolon").join(parts),
+        "days": shown,
+    }
 
 
 def skipped_days_line(t: dict) -> str | None:
@@ -210,12 +213,17 @@ def _render_task(t: dict, report: dict) -> list[str]:
             f"{rounds_line(t)}"
         )
         lines.append(
-            _label(_("rate")) + f"{_per_hour(t['rate']['rounds_per_hour'])}; {eta_words(t)}"
+            _label(_("rate"))
+            + _per_hour(t["rate"]["rounds_per_hour"])
+            + i18n.mark("semicolon")
+            + eta_words(t)
         )
     else:
-        states = ", ".join(f"{word(k)} {i18n.number(v)}" for k, v in sorted(r["by_state"].items()))
+        states = i18n.mark("list").join(
+            f"{word(k)} {i18n.number(v)}" for k, v in sorted(r["by_state"].items())
+        )
         lines.append(_label(_("rounds")) + (states or _("none")))
-    current = ", ".join(
+    current = i18n.mark("list").join(
         f"{c['day']} {word(round_label(c['category']))}" for c in t["current_rounds"][:6]
     )
     if len(t["current_rounds"]) > 6:
@@ -229,8 +237,10 @@ def _render_task(t: dict, report: dict) -> list[str]:
         if not e["total"]:
             lines.append(_label(name) + "0")
             continue
-        states = ", ".join(f"{word(k)} {i18n.number(v)}" for k, v in sorted(e["by_state"].items()))
-        reasons = ", ".join(
+        states = i18n.mark("list").join(
+            f"{word(k)} {i18n.number(v)}" for k, v in sorted(e["by_state"].items())
+        )
+        reasons = i18n.mark("list").join(
             f"{k} {i18n.number(v)}"
             for k, v in sorted(e["by_reason"].items(), key=lambda kv: (-kv[1], kv[0]))[:5]
         )
@@ -257,7 +267,8 @@ def _render_task(t: dict, report: dict) -> list[str]:
         + _("%(alive)s alive, %(gone)s gone, %(stopped)s stopped")
         % {"alive": c["alive"], "gone": c["gone"], "stopped": c["stopped"]}
         + (
-            "; " + _("%(pages)s pages/min together") % {"pages": i18n.number(pages)}
+            i18n.mark("semicolon")
+            + _("%(pages)s pages/min together") % {"pages": i18n.number(pages)}
             if c["alive"]
             else ""
         )
@@ -338,7 +349,7 @@ def tier_words(tiers: list[dict]) -> str:
                 )
                 % {"first": first, "last": last, "n": period}
             )
-    return "; ".join(words)
+    return i18n.mark("semicolon").join(words)
 
 
 def lag_line(entry_lag: dict) -> str:
