@@ -222,17 +222,20 @@ def field_label(name: str) -> str:
 
 #: The parts of a round's ledger note as the closing writes it (cnkispider/ledger.py
 #: ``Verdict.words``: "ledger: listed 51, stored 0, dropped other-database 51"), stored in
-#: English in the round row; each part said in the reader's words.
+#: English in the round row; each part said in the reader's words (in English: the note itself).
 LEDGER_PARTS = [
-    (re.compile(r"the list never answered \(listed unknown\)"), N_("the list never answered")),
+    (
+        re.compile(r"the list never answered \(listed unknown\)"),
+        N_("the list never answered (listed unknown)"),
+    ),
     (re.compile(r"listed (?P<n>\d+)"), N_("listed %(n)s")),
     (re.compile(r"stored (?P<n>\d+)"), N_("stored %(n)s")),
     (re.compile(r"in errorLink (?P<n>\d+)"), N_("in errorLink %(n)s")),
     (re.compile(r"dropped (?P<rule>\S+) (?P<n>\d+)"), N_("dropped %(rule)s %(n)s")),
-    (re.compile(r"beyond (?P<n>\d+)"), N_("beyond reach %(n)s")),
+    (re.compile(r"beyond (?P<n>\d+)"), N_("beyond %(n)s")),
     (re.compile(r"no longer listed (?P<n>\d+)"), N_("no longer listed %(n)s")),
     (re.compile(r"pending (?P<n>\d+)"), N_("pending %(n)s")),
-    (re.compile(r"unaccounted (?P<n>\d+)"), N_("unaccounted for %(n)s")),
+    (re.compile(r"unaccounted (?P<n>\d+)"), N_("unaccounted %(n)s")),
     (
         re.compile(r"list pages failed (?P<n>\d+)(?: \((?P<why>[^)]*)\))?"),
         N_("list pages failed %(n)s%(why)s"),
