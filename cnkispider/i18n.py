@@ -109,6 +109,20 @@ def N_(message: str) -> str:
     return message
 
 
+# -- punctuation between the parts of a line: not words, the language's marks -------------------
+
+_MARKS = {
+    "zh_CN": {"list": "、", "clause": "，", "semicolon": "；", "open": "（", "close": "）"},
+    "en": {"list": ", ", "clause": ", ", "semicolon": "; ", "open": " (", "close": ")"},
+}
+
+
+def mark(kind: str) -> str:
+    """The mark of ``kind`` in the reader's language: "list" (a, b: 甲、乙), "clause" (，),
+    "semicolon" (；), "open" and "close" (a bracket: （）)."""
+    return _MARKS.get(current(), _MARKS["en"])[kind]
+
+
 # -- numbers, durations, "ago": Babel's CLDR data for the same language -------------------------
 
 #: A unit is used up to twice its size before the next one ("83 min", not "1 hr", for 5,000 s;

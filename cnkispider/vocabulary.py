@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from cnkispider.i18n import N_, _
+from cnkispider.i18n import N_, _, mark
 
 WORDS = {
     # where a session in the pool came from (cnkispider/sessions/waysin.py added_line)
@@ -150,3 +150,114 @@ def word(name: str | None, unknown: str = "-") -> str:
         return unknown
     marked = WORDS.get(name)
     return _(marked) if marked is not None else name
+
+
+#: A document's field (cnkispider.items.FIELDS) as the reader reads it: the label CNKI's page
+#: gives it in Chinese (摘要, 公开号), an English label in English (docs/FIELDS.md names each).
+FIELD_LABELS = {
+    "dbname": N_("CNKI database code"),
+    "filename": N_("CNKI file name"),
+    "title": N_("title"),
+    "source": N_("source"),
+    "date": N_("date"),
+    "database": N_("CNKI database"),
+    "patent_type": N_("patent type"),
+    "application_no": N_("application number"),
+    "application_date": N_("application date"),
+    "publication_no": N_("publication number"),
+    "publication_date": N_("publication date"),
+    "grant_no": N_("grant number"),
+    "grant_date": N_("grant date"),
+    "applicant": N_("applicant"),
+    "address": N_("address"),
+    "co_applicants": N_("co-applicants"),
+    "inventors": N_("inventors"),
+    "ipc": N_("IPC class"),
+    "main_ipc": N_("main IPC class"),
+    "province_code": N_("province code"),
+    "agency": N_("patent agency"),
+    "agent": N_("patent agent"),
+    "pages": N_("number of pages"),
+    "abstract": N_("abstract"),
+    "claim": N_("main claim"),
+    "export_id": N_("export id"),
+    "authors": N_("authors"),
+    "institutions": N_("institutions"),
+    "keywords": N_("keywords"),
+    "fund": N_("fund"),
+    "doi": N_("DOI"),
+    "clc": N_("CLC class"),
+    "album": N_("album"),
+    "topic": N_("topic"),
+    "year": N_("year"),
+    "volume": N_("volume"),
+    "issue": N_("issue"),
+    "page_range": N_("page range"),
+    "issn": N_("ISSN"),
+    "author_affiliations": N_("author affiliations"),
+    "supervisor": N_("supervisor"),
+    "degree": N_("degree"),
+    "cited": N_("times cited"),
+    "downloads": N_("downloads"),
+    "counted_at": N_("counted at"),
+    "online_first": N_("online first"),
+    "completers": N_("completers"),
+    "first_unit": N_("first unit"),
+    "subject_code": N_("subject code"),
+    "summary": N_("achievement summary"),
+    "achievement_type": N_("achievement type"),
+    "entry_date": N_("entry date"),
+    "level": N_("level"),
+    "period": N_("research period"),
+    "evaluation": N_("evaluation"),
+}
+
+
+def field_label(name: str) -> str:
+    """Field ``name`` by its label in the reader's language (a field this table does not know:
+    its name, as :func:`word` does)."""
+    marked = FIELD_LABELS.get(name)
+    return _(marked) if marked is not None else name
+
+
+#: The parts of a round's ledger note as the closing writes it (cnkispider/ledger.py
+#: ``Verdict.words``: "ledger: listed 51, stored 0, dropped other-database 51"), stored in
+#: English in the round row; each part said in the reader's words (in English: the note itself).
+LEDGER_PARTS = [
+    (
+        re.compile(r"the list never answered \(listed unknown\)"),
+        N_("the list never answered (listed unknown)"),
+    ),
+    (re.compile(r"listed (?P<n>\d+)"), N_("listed %(n)s")),
+    (re.compile(r"stored (?P<n>\d+)"), N_("stored %(n)s")),
+    (re.compile(r"in errorLink (?P<n>\d+)"), N_("in errorLink %(n)s")),
+    (re.compile(r"dropped (?P<rule>\S+) (?P<n>\d+)"), N_("dropped %(rule)s %(n)s")),
+    (re.compile(r"beyond (?P<n>\d+)"), N_("beyond %(n)s")),
+    (re.compile(r"no longer listed (?P<n>\d+)"), N_("no longer listed %(n)s")),
+    (re.compile(r"pending (?P<n>\d+)"), N_("pending %(n)s")),
+    (re.compile(r"unaccounted (?P<n>\d+)"), N_("unaccounted %(n)s")),
+    (
+        re.compile(r"list pages failed (?P<n>\d+)(?: \((?P<why>[^)]*)\))?"),
+        N_("list pages failed %(n)s%(why)s"),
+    ),
+]
+
+
+def ledger_note(note: str | None) -> str:
+    """A round's note in the reader's words: a ledger's ("ledger: listed 51, stored 0") part
+    by part, anything else (an older wording, a hand-edited row) as it is."""
+    if not note or not note.startswith("ledger: "):
+        return note or ""
+    said = []
+    for part in re.split(r", (?![^(]*\))", note[len("ledger: ") :]):
+        for pattern, sentence in LEDGER_PARTS:
+            found = pattern.fullmatch(part)
+            if found is not None:
+                values = {k: v or "" for k, v in found.groupdict().items()}
+                if "why" in values and values["why"]:
+                    values["why"] = _(" (%(why)s)") % {"why": values["why"]}
+                said.append(_(sentence) % values)
+                break
+        else:
+            said.append(part)
+    return _("ledger: %(parts)s") % {"parts": mark("list").join(said)}

@@ -32,10 +32,10 @@ from cnkispider.cnki.query import QueryError, task_query
 # round's listed total is set, not added (``Rounds.set_total``).
 from cnkispider.db import retried
 from cnkispider.exceptions import InputError, TaskRowError, UnknownName
-from cnkispider.i18n import _
+from cnkispider.i18n import _, moment
 from cnkispider.items import DEFAULT_DEPTH, DOC_TYPES, check_depth
 from cnkispider.schema import task
-from cnkispider.vocabulary import word
+from cnkispider.vocabulary import halt_reason, word
 from tasks.categories import (
     DAY,
     CategoryError,
@@ -299,7 +299,7 @@ def describe(t: Task) -> str:
     """One line of a task for the operator: type, days, cursor, categories, phase, heartbeat, halt."""
     end = t.end_date.isoformat() if t.end_date else _("(today)")
     cur = f"{t.cur_date or '-'} {word(round_label(t.cur_code))}"
-    status = t.status.strftime("%Y-%m-%d %H:%M:%S") if t.status else _("never")
+    status = moment(t.status) if t.status else _("never")  # the locale's form, in UTC
     return (
         _(
             "task %(id)s %(name)r: %(type)s %(start)s..%(end)s, cursor %(cursor)s, "
@@ -327,4 +327,4 @@ def describe(t: Task) -> str:
 def _halt_words(reason: str) -> str:
     if reason.split(":", 1)[0].strip() == "paused":  # cnkispider.halting.PAUSE_REASON
         return ", " + word("paused")
-    return ", " + _("halted: %(reason)s") % {"reason": reason}
+    return ", " + _("halted: %(reason)s") % {"reason": halt_reason(reason)}

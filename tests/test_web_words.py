@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from cnkispider.db import open_database
 from tasks.flow import TaskStore
 from tests.crawl_harness import ROOT, CrawlSetup
+from tests.fixtures.latin import latin_words
 from tests.fixtures.waiting import wait_until
 from tests.test_web import WebServer
 
@@ -184,31 +185,8 @@ def test_pause_and_resume_from_the_page_keep_the_task_s_dates(served, browser):
 
 # -- a Chinese page has no English word but names and codes --------------------------------------
 
-#: The English a Chinese page may show: names and codes, not words to translate. Kept short:
-#: each is a name of a thing (a program, a product, a table the operator queries by that name)
-#: or a code the operator types or reads back as it is.
-CODES = {
-    "cnkispider",  # the program, and every command shown in <code> (skipped anyway)
-    "CNKI",  # the site's name
-    "Redis",  # a product's name
-    "errorCode",  # the two error tables, named as in SQL (the operator queries them by name)
-    "errorLink",
-    "ETA",  # read as a code in Chinese interfaces too (预计剩余 is the label beside it)
-    "UTC",  # a time zone's code
-    "YYYY-MM-DD",  # the date form the field asks for
-    "YYYY-MM",
-    "cURL",  # DevTools' menu item "Copy as cURL" names the format; curl, the program
-    "curl",
-    "Cookie",  # the HTTP header, by its name (so in Chinese browsers' DevTools too)
-    "DevTools",  # the browser's tool, by its name
-    "JavaScript",  # a language's name
-    "F12",  # a key
-    "English",  # the language switch's other language, in its own words
-    "api",  # the links /api/status and /metrics: paths
-    "status",
-    "metrics",
-    "sqlite",  # the database URL (data)
-}
+# The allow-list (names, codes, units) is tests/fixtures/latin.py's, shared with the command
+# line's test (tests/test_cli_latin.py): one home.
 
 
 class _Text(html.parser.HTMLParser):
@@ -242,18 +220,10 @@ class _Text(html.parser.HTMLParser):
 
 def english_words(page: str, data: list[str]) -> set[str]:
     """The English words left on ``page`` once ``data`` (what the database holds: names, hosts,
-    reasons) and :data:`CODES` are set aside."""
+    reasons) and the shared allow-list (tests/fixtures/latin.py) are set aside."""
     parser = _Text()
     parser.feed(page)
-    text = " ".join(parser.parts)
-    for value in sorted(data, key=len, reverse=True):
-        text = text.replace(value, " ")
-    text = re.sub(r"\bs-[0-9a-f]{6,}\b", " ", text)  # a session's id (made when it is added)
-    text = re.sub(r"`[^`]*`", " ", text)  # a command, as the operator types it
-    # addresses and paths (a path starts with / or ends in a file's extension: "rounds/h" stays)
-    text = re.sub(r"https?://\S+|(?<![\w/])/[\w/.-]+|\b[\w.-]+/[\w/.-]*\.[a-z]+\b", " ", text)
-    words = set(re.findall(r"[A-Za-z][\w'-]*[A-Za-z0-9]|[A-Za-z]", text))
-    return {w for w in words if w not in CODES}
+    return latin_words(" ".join(parser.parts), data)
 
 
 def _fetch(server, path, *, data=None, headers=None):
@@ -276,7 +246,7 @@ def test_a_chinese_page_has_no_english_word_in_any_state(served):
     action's form, preview, result and refusal, the errors, the sessions form), asked in
     Chinese, shows no English word but names and codes."""
     from cnkispider.halting import Breaker
-    from cnkispider.schema import error_code, error_link, worker
+    from cnkispider.schema import error_code, error_link, fill, worker
     from cnkispider.sessions.pool import SessionStore, namespace_for
     from cnkispider.web.actions import TASK_ACTIONS
     from tasks.phase import Phase
@@ -330,6 +300,15 @@ def test_a_chinese_page_has_no_english_word_in_any_state(served):
                 state="open",
             )
         )
+        # the field table: each field by its label (摘要, 公开号), never its column's name
+        conn.execute(
+            fill.insert(),
+            [
+                {"task_id": ids["run"], "round_id": done.id, "doc_type": "patent",
+                 "field": field, "documents": 4, "filled": 3}
+                for field in ("abstract", "publication_no", "application_date", "ipc", "claim")
+            ],
+        )  # fmt: skip
         conn.execute(
             error_link.insert().values(
                 task_id=ids["run"],
@@ -358,8 +337,6 @@ def test_a_chinese_page_has_no_english_word_in_any_state(served):
     client.close()
     with engine.connect() as conn:
         rounds = [r for (r,) in conn.execute(sa.text("SELECT id FROM round"))]
-        # a round's note is the database's text (the ledger's numbers, as the closing wrote them)
-        notes = [n for (n,) in conn.execute(sa.text("SELECT note FROM round")) if n]
 
     pages = ["/", "/fragment/tasks", "/sessions", "/desk", "/tasks/nothere", "/rounds/999999"]
     for name in [*names.values(), served["setup"].task]:
@@ -425,7 +402,6 @@ def test_a_chinese_page_has_no_english_word_in_any_state(served):
         worker_id,
         "pc:1:x",
         "pc-7",
-        *notes,
         *earlier,
         "timeout: TimeoutError",  # the worker's last error: the failure's code and its class
         "TimeoutError",
@@ -605,3 +581,32 @@ def test_the_home_page_s_redis_line_is_one_chinese_sentence_when_the_embedded_re
         engine.dispose()
     assert "Redis 未运行（本机有工作进程运行时它才运行）" in page
     assert "not running" not in page
+
+
+def test_the_field_table_shows_each_field_by_its_label(served):
+    """The task page's field table names a field as CNKI's page labels it (摘要, 公开号) in
+    Chinese, by an English label in English: never the column's name (abstract, publication_no)."""
+    from cnkispider.schema import fill
+
+    server, store, engine = served["server"], served["store"], served["engine"]
+    name = f"fill{uuid.uuid4().hex[:6]}"
+    current, _created = store.register(name, "patent", "2024-01-01", "2024-01-02", "G06")
+    r = store.claim(current.id, "pc:1:x")
+    with engine.begin() as conn:
+        conn.execute(
+            fill.insert(),
+            [
+                {"task_id": current.id, "round_id": r.id, "doc_type": "patent", "field": field,
+                 "documents": 4, "filled": 3}
+                for field in ("abstract", "publication_no", "main_ipc")
+            ],
+        )  # fmt: skip
+
+    def cells(language):
+        page, _headers = _get(server, f"/tasks/{name}", language)
+        table = page[page.index('<table class="fill">') :]
+        table = table[: table.index("</table>")]
+        return re.findall(r"<tr[^>]*><td>([^<]*)</td><td>75%</td>", table)
+
+    assert sorted(cells("zh-CN,zh;q=0.9")) == sorted(["摘要", "公开号", "主分类号"])
+    assert sorted(cells("en")) == sorted(["abstract", "publication number", "main IPC class"])

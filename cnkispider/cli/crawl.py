@@ -8,6 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from cnkispider import i18n
 from cnkispider.cli.common import add_command, crawl_options
 from cnkispider.clock import cnki_today
 from cnkispider.config import Config
@@ -319,12 +320,12 @@ def cmd_refresh_counts(config: Config, args) -> int:
     requests = stats.get("downloader/request_count", 0)
     values = {
         "name": row.name,
-        "rows": f"{updated:,}",
+        "rows": i18n.number(updated),
         "start": start,
         "end": end,
-        "unstored": f"{stats.get('counts/not-stored', 0):,}",
-        "requests": f"{requests:,}",
-        "per": f"{requests / updated:.3f}" if updated else "",
+        "unstored": i18n.number(stats.get("counts/not-stored", 0)),
+        "requests": i18n.number(requests),
+        "per": i18n.number(requests / updated, 3) if updated else "",
     }
     if updated:
         line = _(

@@ -27,7 +27,7 @@ from cnkispider.config.task import TaskConfig, check_task
 from cnkispider.config.urls import TlsFiles, absolute_sqlite
 from cnkispider.exceptions import ConfigError
 from cnkispider.i18n import _
-from cnkispider.inifile import read_ini
+from cnkispider.inifile import read_ini, ui_language
 from cnkispider.masking import install_log_filter
 
 CONFIG_NAME = "config.ini"
@@ -93,7 +93,7 @@ def _ini_problem(exc: configparser.Error) -> str:
             _("line %(line)s: %(text)s") % {"line": n, "text": text.replace(chr(92) + "n", "")}
             for n, text in exc.errors[:5]
         )
-        return _("not %(form)s: %(lines)s") % {"form": "key = value", "lines": lines}
+        return _("not %(form)s: %(lines)s") % {"form": _("key = value"), "lines": lines}
     # configparser's own words (English) for what it found
     return _("not a valid ini file: %(problem)s") % {"problem": exc.message}
 
@@ -137,13 +137,9 @@ def language_hint(argv: list[str], environ=None) -> str | None:
         path = find_config(explicit)
         if path is None:
             return None
-        # not strict: a key given twice is load_config's error to say, in [ui] language
-        parser = configparser.ConfigParser(
-            interpolation=None, default_section="__none__", strict=False
-        )
-        read_ini(parser, path, say=False)
-        return parser.get("ui", "language", fallback=None) or None
-    except (ConfigError, configparser.Error, OSError, UnicodeDecodeError):
+        # read leniently: a file configparser refuses is load_config's error to say, in it
+        return ui_language(path)
+    except OSError:
         return None
 
 

@@ -15,6 +15,7 @@ from cnkispider.sessions.pool import namespace_for
 from cnkispider.status.collecting import collect
 from cnkispider.status.rendering import render, render_summary, to_json
 from cnkispider.status.watching import watch
+from tasks.skips import skipped_days
 
 REDIS_RETRY_SECONDS = 30
 
@@ -32,7 +33,12 @@ def run_summary(
     database, so it covers every worker of the task, not only this one.
     """
     report = collect(engine, None, heartbeat_seconds=heartbeat_seconds, task_name=task_name)
-    return render_summary(report["tasks"][0], stats)
+    entry = report["tasks"][0]
+    if entry.get("skipped", {}).get("days"):
+        # which command skipped each day, for the closing lines (status --json says how many)
+        with engine.connect() as conn:
+            entry["skipped"] = {**entry["skipped"], "command": skipped_days(conn, entry["id"])}
+    return render_summary(entry, stats)
 
 
 def status_command(

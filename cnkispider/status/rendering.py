@@ -6,6 +6,7 @@ Pure: no database, no Redis, no clock; every age and time is in the report alrea
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 import unicodedata
@@ -13,7 +14,7 @@ import unicodedata
 from cnkispider import i18n
 from cnkispider.i18n import N_, _, ngettext
 from cnkispider.items import DEFAULT_DEPTH
-from cnkispider.vocabulary import halt_reason, word
+from cnkispider.vocabulary import halt_reason, ledger_note, word
 from tasks.categories import round_label
 
 BAR_WIDTH = 30
@@ -81,8 +82,8 @@ def rounds_line(t: dict) -> str:
         "total": i18n.number(r["total"]),
     }
     if r["failed"]:
-        text += ", " + _("%(n)s failed") % {"n": i18n.number(r["failed"])}
-    return text + ", " + _("%(n)s in flight") % {"n": i18n.number(r["in_flight"])}
+        text += i18n.mark("clause") + _("%(n)s failed") % {"n": i18n.number(r["failed"])}
+    return text + i18n.mark("clause") + _("%(n)s in flight") % {"n": i18n.number(r["in_flight"])}
 
 
 def eta_words(t: dict) -> str:
@@ -117,8 +118,32 @@ def skipped_words(t: dict) -> str:
         for command, n in sorted(skipped.get("by", {}).items())
     ]
     days = skipped.get("days") or []
-    shown = ", ".join(days[:5]) + (", …" if len(days) > 5 else "")
-    return _("%(skipped)s (%(days)s)") % {"skipped": "; ".join(parts), "days": shown}
+    shown = i18n.mark("list").join(days[:5]) + (i18n.mark("list") + "…" if len(days) > 5 else "")
+    return _("%(skipped)s (%(days)s)") % {
+        "skipped": i18n.mark("semicolon").join(parts),
+        "days": shown,
+    }
+
+
+def skipped_days_line(t: dict) -> str | None:
+    """Every day of the task skipped and why, for the run's closing lines ("skipped days
+    2024-03-01 (by move), 2024-02-30 (not a date)"): a day a hand-edited ``task_skip`` row holds
+    that is no date is said so, never dropped. None when no day is skipped."""
+    skipped = t.get("skipped") or {}
+    days = skipped.get("days") or []
+    if not days:
+        return None
+    commands = skipped.get("command") or {}
+    said = []
+    for day in days:
+        try:
+            dt.date.fromisoformat(day)
+        except (TypeError, ValueError):
+            why = _("not a date")
+        else:
+            why = _("by %(command)s") % {"command": commands.get(day) or "move"}
+        said.append(_("%(day)s (%(why)s)") % {"day": day, "why": why})
+    return _pad(_("skipped days"), 16) + i18n.mark("list").join(said)
 
 
 def activity_words(t: dict) -> str:
@@ -189,12 +214,17 @@ def _render_task(t: dict, report: dict) -> list[str]:
             f"{rounds_line(t)}"
         )
         lines.append(
-            _label(_("rate")) + f"{_per_hour(t['rate']['rounds_per_hour'])}; {eta_words(t)}"
+            _label(_("rate"))
+            + _per_hour(t["rate"]["rounds_per_hour"])
+            + i18n.mark("semicolon")
+            + eta_words(t)
         )
     else:
-        states = ", ".join(f"{word(k)} {i18n.number(v)}" for k, v in sorted(r["by_state"].items()))
+        states = i18n.mark("list").join(
+            f"{word(k)} {i18n.number(v)}" for k, v in sorted(r["by_state"].items())
+        )
         lines.append(_label(_("rounds")) + (states or _("none")))
-    current = ", ".join(
+    current = i18n.mark("list").join(
         f"{c['day']} {word(round_label(c['category']))}" for c in t["current_rounds"][:6]
     )
     if len(t["current_rounds"]) > 6:
@@ -208,8 +238,10 @@ def _render_task(t: dict, report: dict) -> list[str]:
         if not e["total"]:
             lines.append(_label(name) + "0")
             continue
-        states = ", ".join(f"{word(k)} {i18n.number(v)}" for k, v in sorted(e["by_state"].items()))
-        reasons = ", ".join(
+        states = i18n.mark("list").join(
+            f"{word(k)} {i18n.number(v)}" for k, v in sorted(e["by_state"].items())
+        )
+        reasons = i18n.mark("list").join(
             f"{k} {i18n.number(v)}"
             for k, v in sorted(e["by_reason"].items(), key=lambda kv: (-kv[1], kv[0]))[:5]
         )
@@ -236,7 +268,8 @@ def _render_task(t: dict, report: dict) -> list[str]:
         + _("%(alive)s alive, %(gone)s gone, %(stopped)s stopped")
         % {"alive": c["alive"], "gone": c["gone"], "stopped": c["stopped"]}
         + (
-            "; " + _("%(pages)s pages/min together") % {"pages": i18n.number(pages)}
+            i18n.mark("semicolon")
+            + _("%(pages)s pages/min together") % {"pages": i18n.number(pages)}
             if c["alive"]
             else ""
         )
@@ -317,7 +350,7 @@ def tier_words(tiers: list[dict]) -> str:
                 )
                 % {"first": first, "last": last, "n": period}
             )
-    return "; ".join(words)
+    return i18n.mark("semicolon").join(words)
 
 
 def lag_line(entry_lag: dict) -> str:
@@ -439,7 +472,7 @@ def ledger_lines(ledger: dict) -> list[str]:
                     "id": r["id"],
                     "day": r["day"],
                     "category": word(round_label(r["category"])),
-                    "note": r["note"],
+                    "note": ledger_note(r["note"]),
                 }
             )
     return lines
@@ -534,12 +567,16 @@ def render_summary(t: dict, stats: dict) -> str:
         *([_pad(_("halted"), 16) + halt_reason(t["halted"])] if t.get("halted") else []),
         _pad(_("rounds"), 16)
         + rounds
-        + "; "
+        + i18n.mark("semicolon")
         + _("%(n)s completed by this worker") % {"n": n(done_here)},
         _pad(_("documents"), 16)
         + _("%(documents)s stored for this task (%(items)s this run)")
         % {"documents": n(t["documents"]), "items": n(items)},
-        _pad(_("time"), 16) + f"{i18n.duration(elapsed)} ({n(elapsed, 1)} s)",
+        _pad(_("time"), 16)
+        + i18n.duration(elapsed)
+        + i18n.mark("open")
+        + f"{n(elapsed, 1)} s"
+        + i18n.mark("close"),
         _pad(_("rate"), 16)
         + _(
             "%(pages)s pages/s, %(items)s items/min (this worker); %(rounds)s (the task's, "
@@ -553,14 +590,17 @@ def render_summary(t: dict, stats: dict) -> str:
         *_per_verified_session(stats, items),
         *_too_many(stats),
         *_plan_beside_taken(stats),
+        *filter(None, [skipped_days_line(t)]),
     ]
     for name in ("errorCode", "errorLink"):
         e = t["errors"][name]
-        states = ", ".join(f"{word(k)} {n(v)}" for k, v in sorted(e["by_state"].items()))
+        states = i18n.mark("list").join(
+            f"{word(k)} {n(v)}" for k, v in sorted(e["by_state"].items())
+        )
         lines.append(
             _pad(name, 16)
             + _("%(n)s rows") % {"n": n(e["total"])}
-            + (f" ({states})" if states else "")
+            + (i18n.mark("open") + states + i18n.mark("close") if states else "")
         )
         for reason, count in sorted(e["by_reason"].items(), key=lambda kv: (-kv[1], kv[0])):
             lines.append(f"  {reason:<28} {n(count)}")

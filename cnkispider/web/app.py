@@ -45,7 +45,7 @@ from cnkispider.i18n import _
 from cnkispider.status.collecting import collect
 from cnkispider.status.rendering import activity_words, run_command, tiers_line
 from cnkispider.status.round_views import round_detail, round_grid
-from cnkispider.vocabulary import halt_reason, word
+from cnkispider.vocabulary import field_label, halt_reason, ledger_note, word
 from cnkispider.web import actions, guard, words
 from cnkispider.web.desk import pool_line
 from cnkispider.web.history import History
@@ -227,6 +227,8 @@ def _templates() -> Jinja2Templates:
     env.globals["_"] = i18n._
     env.globals["ngettext"] = i18n.ngettext
     env.globals["word"] = word
+    env.globals["field_label"] = field_label  # a document field by its label
+    env.globals["ledger_note"] = ledger_note  # a round's stored note, in the reader's words
     env.globals["halt_reason"] = halt_reason  # a stored reason or error, in the reader's words
     env.globals["pool_line"] = pool_line  # the pool in the desk's own words
     env.globals["state_of"] = state_of
