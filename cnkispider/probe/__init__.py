@@ -15,8 +15,9 @@ Exit status: 0 when nothing failed, 1 when something did, 2 for a configuration 
 
 The probe is deliberately plain and sequential (urllib, one cookie jar per CNKI session): it
 must run where the crawl cannot yet, and ~30 requests need no engine. Here: the probe built
-from config.ini; checks.py: the checks in order; facets.py: group/result and the update-time
-control; answers.py: the requests and their record.
+from config.ini; checks.py: the checks in order; sessions.py, searches.py, records.py: the checks
+by what they check; facets.py: group/result and the update-time control; verdicts.py: a check's
+words; answers.py: the requests and their record.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from __future__ import annotations
 import logging
 
 from cnkispider.cnki.protocol import RESOURCES, protocol_from_settings
-from cnkispider.probe.checks import CLIENT_ID_URL, FAIL, PASS, UNKNOWN, Check, default_day
+from cnkispider.probe.checks import CLIENT_ID_URL, default_day
 from cnkispider.probe.facets import Probe  # every check, the facet ones too
+from cnkispider.probe.verdicts import FAIL, PASS, UNKNOWN, Check
 
 __all__ = [
     "FAIL",

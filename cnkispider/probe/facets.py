@@ -20,7 +20,7 @@ from cnkispider.i18n import N_
 from cnkispider.probe import checks
 from cnkispider.probe.answers import CnkiSession
 from cnkispider.probe.answers import reason as _reason
-from cnkispider.probe.checks import FAIL, PASS, UNKNOWN, Said, Type
+from cnkispider.probe.verdicts import FAIL, PASS, UNKNOWN, Said, Type
 
 #: The update-time candidate tried: a ControlGroup item of the last week on an entry-time field.
 #: UNCONFIRMED (no public client sends one): a probe run on CNKI says what it does.
