@@ -4,7 +4,7 @@ No machine of ours reaches kns.cnki.net, so what the crawler believes about the 
 second-hand (``shared/cnki/PROTOCOL.md``). A user who can reach CNKI runs ``cnkispider probe``
 once before a long crawl: about 30 requests, at most one every ``--delay`` seconds (3 by default),
 each answer judged by the crawler's own code (:mod:`cnkispider.cnki.protocol`,
-:mod:`cnkispider.cnki.parsers`, :mod:`cnkispider.cnki.refusals`), so a FAIL here is a FAIL of
+:mod:`cnkispider.cnki.listgrid`, :mod:`cnkispider.cnki.detailpage`, :mod:`cnkispider.cnki.refusals`), so a FAIL here is a FAIL of
 the crawler, not of a second implementation. Every raw answer can be saved (``--save DIR``,
 gzip, with an ``index.json`` of the requests) to become a test fixture; docs/PROBE.md says how
 to turn a FAIL into a fix.

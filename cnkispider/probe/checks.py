@@ -16,7 +16,7 @@ from typing import Any
 
 from cnkispider import default_settings, i18n
 from cnkispider.clock import cnki_today
-from cnkispider.cnki import parsers
+from cnkispider.cnki import listgrid
 from cnkispider.cnki.protocol import RESOURCES, Protocol
 from cnkispider.i18n import _
 from cnkispider.probe.answers import Answer, CnkiSession, record
@@ -64,7 +64,7 @@ class Probe(SessionChecks, SearchChecks, RecordChecks):
         self.requests = 0
         self.index: list[dict[str, Any]] = []
         self.checks: list[Check] = []
-        self.first_pages: dict[str, parsers.ListPage] = {}
+        self.first_pages: dict[str, listgrid.ListPage] = {}
         self.sessions: list[CnkiSession] = []
         self.current: CnkiSession | None = None
         self.turns_per_session = turns_per_session

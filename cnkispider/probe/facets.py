@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 
-from cnkispider.cnki import groups, parsers, refusals
+from cnkispider.cnki import groups, listgrid, refusals
 from cnkispider.cnki.protocol import RESOURCES, Search
 from cnkispider.exceptions import RefusedPage
 from cnkispider.i18n import N_
@@ -106,7 +106,7 @@ class Probe(checks.Probe):
             self.verdict(check, PASS, Said(N_("not accepted: %(why)s"), why=words))
             return
         try:
-            total = parsers.parse_list(answer.body).total
+            total = listgrid.parse_list(answer.body).total
         except RefusedPage as exc:
             self.verdict(check, PASS, Said(N_("not accepted: %(why)s"), why=str(exc)))
             return

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from cnkispider.cnki import parsers, references, refusals
+from cnkispider.cnki import detailpage, references, refusals
 from cnkispider.cnki.export_batch import ExportRow, match_records
 from cnkispider.cnki.export_records import ExportAnswerError, parse_export
 from cnkispider.exceptions import RefusedPage
@@ -45,7 +45,7 @@ class RecordChecks:
             )
             return
         try:
-            fields = parsers.parse_detail(doc_type, answer.body)
+            fields = detailpage.parse_detail(doc_type, answer.body)
         except RefusedPage as exc:
             self.verdict(
                 check, FAIL, Said(N_("%(key)s: %(reason)s"), key=row.doc_key, reason=str(exc))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 
-from cnkispider.cnki import parsers, refusals
+from cnkispider.cnki import listgrid, refusals
 from cnkispider.cnki.protocol import Search
 from cnkispider.exceptions import RefusedPage
 from cnkispider.i18n import N_
@@ -27,7 +27,7 @@ class SearchChecks:
         page: int,
         name: str,
         turn_token: str | None = None,
-    ) -> tuple[parsers.ListPage | None, str]:
+    ) -> tuple[listgrid.ListPage | None, str]:
         session = self.current or session
         verified = getattr(session, "verified", False)
         if not verified and session.grid_posts >= self.turns_per_session and page == 1:
@@ -44,7 +44,7 @@ class SearchChecks:
             words = refusals.rejection_text(answer.body)
             return None, f"{reason}" + (f" ({words})" if words else "")
         try:
-            return parsers.parse_list(answer.body), ""
+            return listgrid.parse_list(answer.body), ""
         except RefusedPage as exc:
             return None, str(exc)
 
