@@ -20,7 +20,8 @@ from cnkispider import schema
 from cnkispider.exceptions import StorageError
 from cnkispider.i18n import _
 
-logger = logging.getLogger(__name__)
+# the database's log, as before this module left cnkispider/db.py (the log lines keep their name)
+logger = logging.getLogger("cnkispider.db")
 
 
 SCHEMA_LOCK_SECONDS = 120  # creating the tables takes a second or two; an upgrade longer
