@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, sqlite
 
-from cnkispider.cnki.parsers import DETAIL_FIELDS
+from cnkispider.cnki.detailpage import DETAIL_FIELDS
 from cnkispider.schema import fill
 
 #: Rounds read back for the verdict and for the fill rates: the task's latest ones.

@@ -362,7 +362,7 @@ reference = Table(
 )
 
 
-#: What each schema version adds to the one before, for :func:`cnkispider.db.upgrade`: version ->
+#: What each schema version adds to the one before, for :func:`cnkispider.migrate.upgrade`: version ->
 #: (table, column) pairs to add when missing. Columns only; each step is idempotent, so a
 #: database upgraded half-way (two workers starting at once) is finished by the next start.
 UPGRADES: dict[int, list[tuple[Table, str]]] = {
@@ -448,7 +448,7 @@ def _new_document_columns() -> list[tuple[Table, str]]:
 
 
 # The document fields schema 5 had; any other field of cnkispider.items is a column that
-# ``db.upgrade`` adds to an older database.
+# ``migrate.upgrade`` adds to an older database.
 _SCHEMA5_FIELDS = {
     "patent": frozenset(
         "dbname filename title source date database patent_type application_no "
@@ -470,7 +470,7 @@ UPGRADES[7] += [(table, "depth") for table in documents.values()]
 
 
 def _add_reference_table() -> list[tuple[Table, str]]:
-    """The step that adds the ``reference`` table: no column to add, because ``db.create_schema``
+    """The step that adds the ``reference`` table: no column to add, because ``migrate.create_schema``
     creates every missing table (CREATE TABLE IF NOT EXISTS) before it upgrades."""
     return []
 
@@ -480,7 +480,7 @@ UPGRADES[8] = _add_reference_table()
 
 def _add_ledger_fold_table() -> list[tuple[Table, str]]:
     """Issue 43: the ``ledger_fold`` table, created like any new table (CREATE TABLE IF NOT
-    EXISTS, ``db.create_schema``); no column to add."""
+    EXISTS, ``migrate.create_schema``); no column to add."""
     return []
 
 
@@ -531,7 +531,7 @@ UPGRADE_FILLS = {
 
 # issue 47: a document belongs to every task that found it (``task_document``), and the days an
 # operator skipped are recorded (``task_skip``); both tables are created like any new table
-# (``db.create_schema``), no column to add
+# (``migrate.create_schema``), no column to add
 UPGRADES[16] = []
 
 

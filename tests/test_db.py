@@ -198,7 +198,7 @@ def test_retrying_does_not_retry_an_error_of_the_data():
 
 
 def test_an_older_database_gets_its_narrow_columns_widened(mysql_url):
-    from cnkispider.db import widen_columns
+    from cnkispider.migrate import widen_columns
 
     engine = open_database(mysql_url)
     with engine.begin() as conn:  # as cnkispider created them before

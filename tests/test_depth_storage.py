@@ -1,6 +1,6 @@
 """Depths in storage: each document records the depth it was stored at, a deeper pass fills
 what a shallower one could not, never the reverse (a list-depth pass never blanks an abstract),
-on SQLite and the real MariaDB; an older database gets the depth columns by db.upgrade."""
+on SQLite and the real MariaDB; an older database gets the depth columns by migrate.upgrade."""
 
 from __future__ import annotations
 

@@ -7,15 +7,14 @@ import re
 
 import pytest
 
-from cnkispider.cnki.parsers import (
+from cnkispider.cnki.detailpage import (
     DETAIL_FIELDS,
-    ListRow,
     normalize_label,
     parse_detail,
-    parse_list,
     parse_paper,
     parse_patent,
 )
+from cnkispider.cnki.listgrid import ListRow, parse_list
 from cnkispider.exceptions import RefusedPage
 from cnkispider.items import FIELDS, LIST_FIELDS
 from tests.fixtures.pages import all_cases, load, real_page

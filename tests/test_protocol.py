@@ -12,7 +12,7 @@ from scrapy.http import HtmlResponse, Request
 from scrapy.utils.test import get_crawler
 
 from cnkispider import default_settings
-from cnkispider.cnki.parsers import parse_list
+from cnkispider.cnki.listgrid import parse_list
 from cnkispider.cnki.protocol import (
     CROSSDB_ALL,
     RESOURCES,

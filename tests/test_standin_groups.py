@@ -8,7 +8,7 @@ from urllib.parse import urlencode, urlsplit
 import pytest
 
 from cnkispider.cnki.groups import counts_of, parse_groups
-from cnkispider.cnki.parsers import parse_list
+from cnkispider.cnki.listgrid import parse_list
 from cnkispider.cnki.protocol import Protocol, Search
 from cnkispider.exceptions import RefusedPage
 

@@ -702,7 +702,8 @@ def test_the_task_page_and_the_task_table_show_the_depth(crawled):
 def test_the_banner_of_a_task_without_a_worker_starts_a_worker_of_that_task(sqlite_url):
     """Issue 41: the banner's command crawls the task it stands on, not config.ini's."""
     from cnkispider.status import collect
-    from cnkispider.web.app import _templates, banners
+    from cnkispider.web.app import _templates
+    from cnkispider.web.summaries import banners
 
     engine = open_database(sqlite_url)
     with engine.begin() as conn:

@@ -1,7 +1,7 @@
 """CNKI's facet counts: one ``group/result`` POST tells how a query's rows split over a facet.
 
 Pure (no network, no Scrapy engine), like :mod:`cnkispider.cnki.protocol` and
-:mod:`cnkispider.cnki.parsers`: the form a browser's result page sends, the parser of the HTML
+:mod:`cnkispider.cnki.listgrid`: the form a browser's result page sends, the parser of the HTML
 fragment it gets back, and which facet a document type's categories are counted by
 (PROTOCOL.md, 2026 evidence point 23). :meth:`cnkispider.cnki.protocol.Protocol.group_request_args`
 builds the request for a round's search in the grid's session and headers.
@@ -18,7 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from cnkispider.cnki import refusals
-from cnkispider.cnki.parsers import _as_bytes, _document  # one HTML reader for all pages
+from cnkispider.cnki.markup import as_bytes as _as_bytes  # one HTML reader for all pages
+from cnkispider.cnki.markup import document as _document
 
 # the form and path live beside the grid's (protocol.py builds the request); named here too
 from cnkispider.cnki.protocol import GROUP_PATH, group_form

@@ -4,7 +4,7 @@ Everything here is pure (no network, no Scrapy engine): the spider builds its re
 these values, the session/Referer middlewares read the URLs from here, and the stand-in site
 speaks the same protocol (docs/CONTRACTS.md, shared/cnki/PROTOCOL.md, whose "2026 evidence"
 section this module follows). When CNKI changes its interface again, this module and
-:mod:`cnkispider.cnki.parsers` are what changes.
+:mod:`cnkispider.cnki.listgrid` and :mod:`~cnkispider.cnki.detailpage` are what changes.
 
 Settings read by :func:`protocol_from_settings` (defaults in :mod:`cnkispider.default_settings`):
 

@@ -4,7 +4,7 @@ No machine of ours reaches kns.cnki.net, so what the crawler believes about the 
 second-hand (``shared/cnki/PROTOCOL.md``). A user who can reach CNKI runs ``cnkispider probe``
 once before a long crawl: about 30 requests, at most one every ``--delay`` seconds (3 by default),
 each answer judged by the crawler's own code (:mod:`cnkispider.cnki.protocol`,
-:mod:`cnkispider.cnki.parsers`, :mod:`cnkispider.cnki.refusals`), so a FAIL here is a FAIL of
+:mod:`cnkispider.cnki.listgrid`, :mod:`cnkispider.cnki.detailpage`, :mod:`cnkispider.cnki.refusals`), so a FAIL here is a FAIL of
 the crawler, not of a second implementation. Every raw answer can be saved (``--save DIR``,
 gzip, with an ``index.json`` of the requests) to become a test fixture; docs/PROBE.md says how
 to turn a FAIL into a fix.
@@ -15,8 +15,9 @@ Exit status: 0 when nothing failed, 1 when something did, 2 for a configuration 
 
 The probe is deliberately plain and sequential (urllib, one cookie jar per CNKI session): it
 must run where the crawl cannot yet, and ~30 requests need no engine. Here: the probe built
-from config.ini; checks.py: the checks in order; facets.py: group/result and the update-time
-control; answers.py: the requests and their record.
+from config.ini; checks.py: the checks in order; sessions.py, searches.py, records.py: the checks
+by what they check; facets.py: group/result and the update-time control; verdicts.py: a check's
+words; answers.py: the requests and their record.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from __future__ import annotations
 import logging
 
 from cnkispider.cnki.protocol import RESOURCES, protocol_from_settings
-from cnkispider.probe.checks import CLIENT_ID_URL, FAIL, PASS, UNKNOWN, Check, default_day
+from cnkispider.probe.checks import CLIENT_ID_URL, default_day
 from cnkispider.probe.facets import Probe  # every check, the facet ones too
+from cnkispider.probe.verdicts import FAIL, PASS, UNKNOWN, Check
 
 __all__ = [
     "FAIL",

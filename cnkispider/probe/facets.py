@@ -13,14 +13,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 
-from cnkispider.cnki import groups, parsers, refusals
+from cnkispider.cnki import groups, listgrid, refusals
 from cnkispider.cnki.protocol import RESOURCES, Search
 from cnkispider.exceptions import RefusedPage
 from cnkispider.i18n import N_
 from cnkispider.probe import checks
 from cnkispider.probe.answers import CnkiSession
 from cnkispider.probe.answers import reason as _reason
-from cnkispider.probe.checks import FAIL, PASS, UNKNOWN, Said, Type
+from cnkispider.probe.verdicts import FAIL, PASS, UNKNOWN, Said, Type
 
 #: The update-time candidate tried: a ControlGroup item of the last week on an entry-time field.
 #: UNCONFIRMED (no public client sends one): a probe run on CNKI says what it does.
@@ -106,7 +106,7 @@ class Probe(checks.Probe):
             self.verdict(check, PASS, Said(N_("not accepted: %(why)s"), why=words))
             return
         try:
-            total = parsers.parse_list(answer.body).total
+            total = listgrid.parse_list(answer.body).total
         except RefusedPage as exc:
             self.verdict(check, PASS, Said(N_("not accepted: %(why)s"), why=str(exc)))
             return

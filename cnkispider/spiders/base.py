@@ -1,7 +1,7 @@
 """The round-driven spider all three document types share.
 
 A spider only decides what to request next and hands pages to the pure parsers in
-``cnkispider.cnki.parsers``. Where rounds come from (claims, leases, the recrawl phase) is flow
+``cnkispider.cnki`` (listgrid, detailpage). Where rounds come from (claims, leases, the recrawl phase) is flow
 control's business (``tasks.feeder``), and so is the task it crawls for, which the spider reads
 from the crawl context (``cnkispider.context``, ``self.context``); CNKI sessions, proxies and
 retries are the downloader middlewares'; writing failures down (errorCode, errorLink) and halting
@@ -40,7 +40,7 @@ import scrapy
 from twisted.internet import defer
 
 from cnkispider import ledger, refresh
-from cnkispider.cnki import parsers
+from cnkispider.cnki import detailpage, listgrid
 from cnkispider.cnki.groups import FACET_PARTS
 from cnkispider.cnki.protocol import Search, protocol_from_settings
 from cnkispider.cnki.refusals import ZERO_CHECK
@@ -202,7 +202,7 @@ class RoundSpider(
         context = self.context
         return context is not None and covers(context.tree, self.doc_type)
 
-    def row_listing(self, row: parsers.ListRow) -> dict:
+    def row_listing(self, row: listgrid.ListRow) -> dict:
         """What a list row says of its document (carried to its detail request, or stored as
         it is at list depth)."""
         listing = {name: getattr(row, name) for name in ROW_FIELDS[self.doc_type]}
@@ -213,7 +213,7 @@ class RoundSpider(
         return listing
 
     def detail_request(
-        self, row: parsers.ListRow, meta: dict, refreshed: bool = False
+        self, row: listgrid.ListRow, meta: dict, refreshed: bool = False
     ) -> scrapy.Request:
         if not (row.dbname.strip() and row.filename.strip()) or "/" in row.dbname:
             # The dupefilter and the fingerprint key on doc_key: an empty (or ambiguous) one
@@ -260,7 +260,7 @@ class RoundSpider(
                 yield out
             return
         search = Search.from_dict(meta["search"])
-        page = parsers.parse_list(response.body, self.doc_type)
+        page = listgrid.parse_list(response.body, self.doc_type)
         async for out in self._listed(page, search, meta):
             yield out
         if meta.get("error_code_id") and meta["page"] == (meta.get("replay_page") or meta["page"]):
@@ -562,7 +562,7 @@ class RoundSpider(
 
     async def parse_detail(self, response):
         meta = response.meta
-        parse = getattr(parsers, f"parse_{self.doc_type}")
+        parse = getattr(detailpage, f"parse_{self.doc_type}")
         fields = parse(response.body)
         dbname, filename = meta["doc_key"].split("/", 1)
         values = {

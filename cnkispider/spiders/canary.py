@@ -23,7 +23,7 @@ from scrapy.utils.asyncio import call_later
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import defer
 
-from cnkispider.cnki import parsers
+from cnkispider.cnki import listgrid
 from cnkispider.cnki.protocol import Search
 from cnkispider.cnki.refusals import SOFT_BLOCK, ZERO_CHECK, body_reason
 from cnkispider.exceptions import HaltedRequest, RefusedPage
@@ -126,7 +126,7 @@ class CanaryMixin:
         lists = False
         try:
             if body_reason("list", response.body) != SOFT_BLOCK:
-                lists = parsers.parse_list(response.body, self.doc_type).total > 0
+                lists = listgrid.parse_list(response.body, self.doc_type).total > 0
         except RefusedPage as exc:
             # Never recorded as a page of its own: a replay of the canary's search would crawl
             # the whole day into the round. The round's own page is retried instead.

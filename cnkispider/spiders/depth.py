@@ -24,7 +24,7 @@ import json
 import scrapy
 
 from cnkispider import doclinks
-from cnkispider.cnki import parsers
+from cnkispider.cnki import listgrid
 from cnkispider.cnki.export_batch import ALONE_AFTER, ExportBatches, ExportQueue, ExportRow
 from cnkispider.cnki.export_records import ExportAnswerError, parse_export
 from cnkispider.cnki.refusals import REJECTION, kind_of
@@ -121,7 +121,7 @@ class DepthMixin:
         for request in self._export_requests(rows, meta):
             yield request
 
-    def row_item(self, row: parsers.ListRow, meta: dict, depth: str = "list") -> scrapy.Item:
+    def row_item(self, row: listgrid.ListRow, meta: dict, depth: str = "list") -> scrapy.Item:
         """A document from its list row alone."""
         values = {**self.row_listing(row), "dbname": row.dbname, "filename": row.filename}
         people = PEOPLE_FIELD[self.doc_type]
@@ -144,7 +144,7 @@ class DepthMixin:
         item._cnki_depth = depth
         return item
 
-    def _export_row(self, row: parsers.ListRow) -> dict:
+    def _export_row(self, row: listgrid.ListRow) -> dict:
         return {
             "export_id": row.export_id,
             "title": row.title,

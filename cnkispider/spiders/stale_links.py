@@ -22,7 +22,7 @@ import json
 
 import scrapy
 
-from cnkispider.cnki import parsers
+from cnkispider.cnki import listgrid
 from cnkispider.cnki.protocol import Search
 from cnkispider.offload import in_thread
 from cnkispider.spiders.carry import carry
@@ -67,7 +67,7 @@ class StaleLinksMixin:
         """
         meta = response.meta
         search = Search.from_dict(meta["search"])
-        page = parsers.parse_list(response.body, self.doc_type)
+        page = listgrid.parse_list(response.body, self.doc_type)
         dbname, filename = meta["refresh_for"].split("/", 1)
         for row in self.kept_rows(page.rows, meta):
             if (row.dbname, row.filename) == (dbname, filename):
@@ -124,7 +124,7 @@ class StaleLinksMixin:
                 yield out
             return
         meta = response.meta
-        page = parsers.parse_list(response.body, self.doc_type)
+        page = listgrid.parse_list(response.body, self.doc_type)
         from cnkispider.sessions.runtime import VerifiedSessions
 
         runtime = VerifiedSessions.of(self.crawler)

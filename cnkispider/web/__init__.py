@@ -5,6 +5,8 @@ One room per concern:
   app       the Starlette app (:func:`create_app`, from the Config): pages, ``/api/status``,
             ``/metrics``, the action routes; every number comes from
             :mod:`cnkispider.status` (the report, the views of rounds), no query lives here
+  summaries a task's state, rounds done and the banners, in the page's words
+  wrappers  around every answer: the reader's language, the security headers
   actions   the ONLY place that steers: resume, stop, extend, move, recrawl, add a session;
             each is a plan (what it will do, in words) and then the deed, recorded in ``audit``
   guard     the token (``[web] token``, or made once and kept in ``data_dir/web-token``) and

@@ -43,87 +43,21 @@ from cnkispider import i18n
 from cnkispider.exceptions import CnkiSpiderError
 from cnkispider.i18n import _
 from cnkispider.status.collecting import collect
-from cnkispider.status.rendering import activity_words, run_command, tiers_line
+from cnkispider.status.rendering import tiers_line
 from cnkispider.status.round_views import round_detail, round_grid
 from cnkispider.vocabulary import field_label, halt_reason, ledger_note, word
 from cnkispider.web import actions, guard, words
 from cnkispider.web.desk import pool_line
 from cnkispider.web.history import History
 from cnkispider.web.metrics import metrics_text
+from cnkispider.web.summaries import banners, rounds_done, state_of
+from cnkispider.web.wrappers import Language, SecurityHeaders
 from tasks.categories import round_label
-from tasks.phase import Phase
 
 logger = logging.getLogger(__name__)
 
 REDIS_RETRY_SECONDS = 30
 SAMPLE_SECONDS = 10.0
-HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
-        "img-src 'self' data:; frame-ancestors 'none'; form-action 'self'"
-    ),
-    "X-Content-Type-Options": "nosniff",
-    "X-Frame-Options": "DENY",
-    "Referrer-Policy": "same-origin",
-    "Cache-Control": "no-store",
-}
-
-
-def state_of(t: dict) -> str:
-    """A task's state in the reader's words (a halt's reason is the breaker's own text)."""
-    if t["halted"]:
-        if t["halted"].startswith("paused"):
-            return word("paused")
-        return _("halted: %(reason)s") % {"reason": halt_reason(t["halted"])}
-    if t.get("waiting"):
-        return word("waiting for a person")
-    return activity_words(t)  # "finished, 1 day skipped by move" (issue 47)
-
-
-def rounds_done(t: dict) -> str:
-    """The task's rounds done, of how many, and its failed ones apart: a failed round stored
-    nothing and is never counted as done ("0 of 7 done, 6 failed", never "6 of 7 finished")."""
-    r = t["rounds"]
-    if r["total"] is None:
-        text = i18n.number(r["done"])
-    else:
-        text = _("%(done)s of %(total)s (%(percent)s)") % {
-            "done": i18n.number(r["done"]),
-            "total": i18n.number(r["total"]),
-            "percent": i18n.percent(t["progress"] or 0),
-        }
-    if r["failed"]:
-        text += ", " + _("%(n)s failed") % {"n": i18n.number(r["failed"])}
-    return text
-
-
-def banners(report: dict) -> list[dict]:
-    """What needs a person: a halt, CNKI's check, a task with work and no live worker."""
-    out = []
-    for t in report["tasks"]:
-        if t["halted"]:
-            out.append({"task": t["name"], "kind": "halted", "text": state_of(t)})
-        if t.get("waiting"):
-            out.append(
-                {
-                    "task": t["name"],
-                    "kind": "person",
-                    "text": _("CNKI wants a person to pass its check"),
-                }
-            )
-        has_work = (
-            t["phase"] != Phase.DONE and (t["rounds"]["remaining"] or 0) + t["rounds"]["in_flight"]
-        )
-        if t["activity"] == "no live worker" and has_work and not t["halted"]:
-            out.append(
-                {
-                    "task": t["name"],
-                    "kind": "idle",
-                    "text": _("has work but no live worker"),
-                    "command": run_command(t["name"]),  # this task's worker, not config.ini's
-                }
-            )
-    return out
 
 
 class Web:
@@ -221,7 +155,7 @@ class Web:
 
 def _templates() -> Jinja2Templates:
     # One environment for every request: `_` and the filters read the request's language
-    # (i18n.using, set by _Language for the whole request), so nothing is installed per request
+    # (i18n.using, set by wrappers.Language for the whole request), so nothing is installed per request
     # and two requests in two languages at once never see each other's words.
     env = Environment(loader=PackageLoader("cnkispider.web", "templates"), autoescape=True)
     env.globals["_"] = i18n._
@@ -542,7 +476,7 @@ def create_app(
         Route("/tasks/{name}/{action}", action_post, methods=["POST"]),
         Mount("/static", StaticFiles(packages=[("cnkispider.web", "static")]), name="static"),
     ]
-    middleware = [Middleware(_Headers), Middleware(_Language)]
+    middleware = [Middleware(SecurityHeaders), Middleware(Language)]
     if allowed_hosts:
         middleware.insert(0, Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts))
 
@@ -558,43 +492,6 @@ def create_app(
     )
     app.state.web = web
     return app
-
-
-class _Language:
-    """The request's language (cnkispider.web.words) made the one every word of its answer is
-    looked up in, from the page's labels to the sentences of the actions and the errors."""
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        with i18n.using(words.page_language(Request(scope))):
-            await self.app(scope, receive, send)
-
-
-class _Headers:
-    """Security headers on every answer (a pure ASGI middleware: no buffering)."""
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-
-        async def sending(message):
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers", []))
-                present = {k.lower() for k, _value in headers}
-                for key, value in HEADERS.items():
-                    if key.lower().encode() not in present:
-                        headers.append((key.lower().encode(), value.encode()))
-                message = dict(message, headers=headers)
-            await send(message)
-
-        await self.app(scope, receive, sending)
 
 
 def _who(request: Request) -> str:
