@@ -78,6 +78,7 @@ from standin.limits import (
     TokenSigner,
 )
 from standin.query import ExpertError, compile_expert
+from standin.wire import HTML, JSON, REASONS, TEXT, Request, Response
 
 CROSSDB_CLASS = "WD0FTY92"
 # single-database resources (Resource, or Classid when Resource is absent): type and databases
@@ -143,21 +144,6 @@ PATH_KINDS = {
     "/kns8s/group/result": "group",
 }
 BROKEN_DATE_DAYS = 7  # date-filter: every search covers the span's first week, whatever its PT
-REASONS = {
-    200: "OK",
-    302: "Found",
-    400: "Bad Request",
-    403: "Forbidden",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    407: "Proxy Authentication Required",
-    500: "Internal Server Error",
-    502: "Bad Gateway",
-    503: "Service Unavailable",
-}
-HTML = "text/html; charset=utf-8"
-JSON = "application/json; charset=utf-8"
-TEXT = "text/plain; charset=utf-8"
 MAX_RANGE_DAYS = 3660
 
 
@@ -216,23 +202,6 @@ class SiteOptions:
         unknown = set(self.breaks) - set(BREAKS)
         if unknown:
             raise ValueError(f"unknown break {sorted(unknown)[0]!r} (known: {', '.join(BREAKS)})")
-
-
-class Request:
-    __slots__ = ("method", "target", "path", "query", "headers", "body", "ip", "proxy")
-
-    def __init__(self, method, target, headers, body, ip, proxy=None):
-        self.method, self.target, self.headers, self.body = method, target, headers, body
-        self.path, _, self.query = target.partition("?")
-        self.ip, self.proxy = ip, proxy
-
-
-class Response:
-    __slots__ = ("status", "body", "ctype", "headers", "delay", "action")
-
-    def __init__(self, status=200, body=b"", ctype=HTML, headers=(), delay=0.0, action=None):
-        self.status, self.body, self.ctype, self.headers = status, body, ctype, list(headers)
-        self.delay, self.action = delay, action  # action: None, "reset" or "close"
 
 
 def parse_latency(value) -> tuple[float, float]:
