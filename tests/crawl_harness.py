@@ -18,7 +18,7 @@ from cnkispider.db import open_database
 from cnkispider.items import FIELDS
 from cnkispider.schema import round_
 from cnkispider.storage import fetch_all
-from standin.corpus import UNTRUE_FIELDS
+from standin.catalogue import UNTRUE_FIELDS
 from tests import launcher
 
 ROOT = Path(__file__).resolve().parents[1]

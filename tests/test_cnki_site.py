@@ -21,8 +21,8 @@ import lxml.cssselect
 import lxml.html
 import pytest
 
+from standin.catalogue import FIELDS
 from standin.client import FULL_KUAKU, REPO, grid_form, start_site
-from standin.corpus import FIELDS
 from tests import launcher
 
 REAL_LIST = REPO.parent / "shared" / "cnki" / "pages" / "kns8s_list_crossdb_p1.html"

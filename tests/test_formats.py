@@ -18,7 +18,8 @@ import rispy
 from cnkispider.db import open_database
 from cnkispider.export import columns, export
 from cnkispider.storage import fetch_all, row_for, upsert_documents
-from standin.corpus import Corpus, CorpusOptions
+from standin.catalogue import CorpusOptions
+from standin.corpus import Corpus
 from tests import launcher
 
 CATEGORIES = {"paper": ["TP3", "F0"], "patent": ["G06"], "achievement": ["TP3"]}

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from datetime import date, timedelta
 
-from standin.corpus import Corpus, CorpusOptions, parse_day
+from standin.catalogue import CorpusOptions, parse_day
+from standin.corpus import Corpus
 
 
 def late_corpus(as_of: str = "", **options) -> Corpus:

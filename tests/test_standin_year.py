@@ -12,8 +12,9 @@ from datetime import date
 
 import pytest
 
+from standin.catalogue import CorpusOptions, parse_day
 from standin.client import REPO
-from standin.corpus import Corpus, CorpusOptions, parse_day
+from standin.corpus import Corpus
 from tests import launcher
 
 YEAR = [parse_day("2024-01-01") + k for k in range(366)]
