@@ -23,7 +23,7 @@ import pytest
 
 from standin.catalogue import FIELDS
 from standin.client import FULL_KUAKU, REPO, grid_form, start_site
-from tests import launcher
+from tests.fixtures import launcher
 
 REAL_LIST = REPO.parent / "shared" / "cnki" / "pages" / "kns8s_list_crossdb_p1.html"
 DAY = "2024-03-05"

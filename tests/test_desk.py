@@ -24,7 +24,7 @@ import urllib.request
 import pytest
 
 from cnkispider.sessions.desk import Desk
-from tests.crawl_harness import ROOT
+from tests.fixtures.crawl_harness import ROOT
 from tests.fixtures.waiting import wait_until
 from tests.test_notify import Receiver
 from tests.test_verified_crawl import assert_equal_to_truth

@@ -35,11 +35,11 @@ from cnkispider.db import open_database
 from cnkispider.exceptions import StorageError
 from cnkispider.schema import documents, error_code, error_link, task
 from cnkispider.storage import fetch_all
-from tests import launcher
-from tests.crawl_harness import REDIS_URL, ROOT, compare
+from tests.fixtures import launcher
 from tests.fixtures.build_once import build_key, build_once
+from tests.fixtures.crawl_harness import REDIS_URL, ROOT, compare
 from tests.fixtures.waiting import wait_until
-from tests.worker_accounts import grant
+from tests.fixtures.worker_accounts import grant
 
 EXE_NAME = "cnkispider.exe" if sys.platform == "win32" else "cnkispider"
 LOG_NAME = "cnkispider.log"  # [crawl] log_file of the executable when config.ini leaves it empty

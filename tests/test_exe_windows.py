@@ -36,8 +36,8 @@ import sqlalchemy as sa
 
 from cnkispider.schema import documents, error_code, error_link, task
 from tests import test_exe
-from tests.crawl_harness import REDIS_URL, ROOT, compare
 from tests.fixtures.build_once import build_key, build_once
+from tests.fixtures.crawl_harness import REDIS_URL, ROOT, compare
 from tests.fixtures.waiting import wait_until
 from tests.test_exe import (
     LOG_NAME,

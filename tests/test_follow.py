@@ -17,8 +17,8 @@ from cnkispider.exceptions import InputError
 from cnkispider.schema import documents, round_, task
 from tasks.flow import TaskStore
 from tasks.lookback import look_due, look_window
-from tests import launcher
-from tests.crawl_harness import ROOT, compare, depth_fields
+from tests.fixtures import launcher
+from tests.fixtures.crawl_harness import ROOT, compare, depth_fields
 from tests.fixtures.crawls import IPC
 from tests.fixtures.waiting import wait_until
 from tests.test_notify import Receiver

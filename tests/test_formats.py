@@ -20,7 +20,7 @@ from cnkispider.export import columns, export
 from cnkispider.storage import fetch_all, row_for, upsert_documents
 from standin.catalogue import CorpusOptions
 from standin.corpus import Corpus
-from tests import launcher
+from tests.fixtures import launcher
 
 CATEGORIES = {"paper": ["TP3", "F0"], "patent": ["G06"], "achievement": ["TP3"]}
 

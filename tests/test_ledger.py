@@ -2,7 +2,7 @@
 that fail instead of passing for done, and a task that never finishes on failures alone.
 
 The pure parts and the store run against real SQLite and MariaDB; the crawls against the
-stand-in, with real workers, Redis and databases (tests/crawl_harness.py).
+stand-in, with real workers, Redis and databases (tests/fixtures/crawl_harness.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from cnkispider.schema import error_code, error_link, ledger, round_, task
 from errors.recorder import ErrorRecorder
 from tasks.flow import TaskStore
 from tasks.phase import Action, next_action
-from tests.crawl_harness import compare
+from tests.fixtures.crawl_harness import compare
 
 HALTED = 3  # cnkispider.halting.EXIT_HALTED
 

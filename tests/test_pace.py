@@ -13,7 +13,7 @@ import redis
 from cnkispider import default_settings
 from cnkispider.pace.script import HORIZON
 from cnkispider.pace.store import PaceRule
-from tests.crawl_harness import compare
+from tests.fixtures.crawl_harness import compare
 from tests.fixtures.pace_model import Pace
 
 

@@ -12,8 +12,8 @@ import sqlalchemy as sa
 from cnkispider.cnki.protocol import Protocol, Search
 from cnkispider.cnki.query import QueryError, normalize, parse
 from cnkispider.schema import round_
-from tests.crawl_harness import EXPORT_DEPTH_FIELDS, LIST_DEPTH_FIELDS, compare
 from tests.fixtures.commands import cli
+from tests.fixtures.crawl_harness import EXPORT_DEPTH_FIELDS, LIST_DEPTH_FIELDS, compare
 from tests.fixtures.crawls import CAP, IPC, YEAR
 
 # The realistic year at scale 0.002 (surge rows 300, cap 250): on Tue 5 March 267 of the 307

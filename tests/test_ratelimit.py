@@ -25,7 +25,7 @@ from cnkispider.crawlsettings import crawler_settings
 from cnkispider.middlewares.ratelimit import ORDER, RateLimitMiddleware
 from cnkispider.offload import ThreadIO
 from cnkispider.pace.store import Answer, PaceRule, SharedRateLimit
-from tests.crawl_harness import compare
+from tests.fixtures.crawl_harness import compare
 from tests.fixtures.pace_model import Pace
 from tests.fixtures.tiny_site import TinySite, read_lines
 from tests.test_pace import Clock

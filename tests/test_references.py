@@ -17,7 +17,7 @@ from cnkispider.db import open_database
 from cnkispider.exceptions import RefusedPage
 from cnkispider.reference_rows import ENTRY_COLUMNS, fetch_references
 from cnkispider.schema import error_code, error_link, round_
-from tests.crawl_harness import compare
+from tests.fixtures.crawl_harness import compare
 
 SITE = {"seed": 11}
 DAY = "2024-01-01"

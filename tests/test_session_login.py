@@ -28,7 +28,7 @@ import redis
 from cnkispider.schema import error_code, error_link
 from cnkispider.sessions import SessionStore, namespace_for
 from cnkispider.sessions.login import Cdp, cdp_http
-from tests.crawl_harness import REDIS_URL, ROOT, CrawlSetup, compare, count_rows
+from tests.fixtures.crawl_harness import REDIS_URL, ROOT, CrawlSetup, compare, count_rows
 from tests.fixtures.crawls import FAST_CNKI, FAST_SITE  # the loosened pace of a verified crawl
 from tests.fixtures.waiting import wait_until
 

@@ -34,8 +34,8 @@ from cnkispider.progress import ProgressLog
 from cnkispider.schema import documents, error_code, error_link, round_, task, worker
 from cnkispider.status import collect, render, run_summary, watch
 from standin.client import start_site
-from tests import launcher
-from tests.crawl_harness import CrawlSetup
+from tests.fixtures import launcher
+from tests.fixtures.crawl_harness import CrawlSetup
 from tests.fixtures.services import MYSQL_HOST, MYSQL_PORT, REDIS_URL, _mysql_admin
 from tests.fixtures.waiting import wait_until
 

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from cnkispider.schema import error_code, error_link, round_
 from cnkispider.sessions import NEEDS_PERSON, SessionStore
-from tests.crawl_harness import CrawlSetup, compare, count_rows
+from tests.fixtures.crawl_harness import CrawlSetup, compare, count_rows
 from tests.test_notify import Receiver
 
 pytestmark = pytest.mark.slow  # every test crawls the stand-in in a worker subprocess

@@ -29,7 +29,7 @@ from cnkispider.schema import audit, documents, error_link, round_, task, worker
 from cnkispider.status.round_views import GRID_CELLS_MAX, round_grid
 from cnkispider.web import guard
 from standin.client import start_site
-from tests.crawl_harness import ROOT, CrawlSetup
+from tests.fixtures.crawl_harness import ROOT, CrawlSetup
 from tests.fixtures.services import MYSQL_HOST, MYSQL_PORT, _mysql_admin
 from tests.fixtures.waiting import wait_until
 
@@ -426,7 +426,7 @@ def test_a_pasted_copy_as_curl_joins_the_pool_after_its_preview(crawled, page):
 def redis_client():
     import redis
 
-    from tests.crawl_harness import REDIS_URL
+    from tests.fixtures.crawl_harness import REDIS_URL
 
     return redis.Redis.from_url(REDIS_URL)
 

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 
 from cnkispider.db import open_database
 from tasks.flow import TaskStore
-from tests.crawl_harness import ROOT, CrawlSetup
+from tests.fixtures.crawl_harness import ROOT, CrawlSetup
 from tests.fixtures.waiting import wait_until
 from tests.test_web import WebServer
 

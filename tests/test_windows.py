@@ -19,7 +19,7 @@ from cnkispider.pace.store import Closed, SharedRateLimit
 from cnkispider.schema import error_code, error_link
 from proxy.pool import COOL_STRIKES, ProxyPool
 from standin.limits import Throttle
-from tests.crawl_harness import compare
+from tests.fixtures.crawl_harness import compare
 from tests.test_pace import Clock
 
 
