@@ -209,7 +209,7 @@ def test_one_pass_handed_over_by_curl_crawls_each_depth_equal_to_the_truth(
     """On a stand-in that checks for a person: one pass, added by `session add --from-curl`,
     and the crawl at list or export depth equals the truth on its fields, never checked."""
     from tests.fixtures.crawl_harness import depth_fields
-    from tests.test_verified_crawl import CHROME_UA
+    from tests.fixtures.verified import CHROME_UA
 
     setup, _ = verified_crawl("paper", "TP3,F0", site={"export_batch": 10}, depth=depth)
     site = setup.site

@@ -42,8 +42,8 @@ from cnkispider.schema import documents, error_code, error_link, round_
 from tests.fixtures.crawl_harness import ROOT, CrawlSetup, compare
 from tests.fixtures.fault_services import OwnMariaDB, OwnRedis, missing_binaries
 from tests.fixtures.long_titles import long_title
+from tests.fixtures.providers import BadProvider
 from tests.fixtures.waiting import wait_until
-from tests.test_proxy_pool import BadProvider
 
 pytestmark = pytest.mark.slow
 

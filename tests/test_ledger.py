@@ -606,7 +606,7 @@ def test_the_stand_in_s_zeros_as_the_soft_block_cost_one_canary_a_day(crawl_setu
 def test_a_page_on_which_every_row_is_dropped_is_unexpected_and_names_them():
     from cnkispider.exceptions import RefusedPage
     from cnkispider.spiders.paper import PaperSpider
-    from tests.test_protocol import grid, journal_row, list_response, run_parse_list, spider_of
+    from tests.fixtures.protocol import grid, journal_row, list_response, run_parse_list, spider_of
 
     spider = spider_of(PaperSpider)
     rows = "".join(journal_row(i, db, f"F{i}") for i, db in enumerate(["CPFD", "CCND2020"], 1))

@@ -333,7 +333,8 @@ def test_a_query_task_that_follows_today_catches_the_query_s_late_arrivals(crawl
     """Issue 39 point 4: crawled as of a week ago, then again today, a query task that follows
     today holds exactly what its query finds in the look-back as of today, nothing outside it,
     and the second run counts each look-back day with one search (the day's, with the query)."""
-    from tests.test_follow import AS_OF_A, FOLLOW, IPC, SITE, START, TODAY, WINDOW, days
+    from tests.fixtures.crawls import IPC
+    from tests.fixtures.follow import AS_OF_A, FOLLOW, SITE, START, TODAY, WINDOW, days
 
     query = "TI%'方法'"
     setup = crawl_setup(

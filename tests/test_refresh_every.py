@@ -20,8 +20,8 @@ from cnkispider.schema import round_, task
 from tasks.flow import TaskStore
 from tasks.lookback import look_window
 from tests.fixtures import launcher
+from tests.fixtures.follow import RUN, TODAY
 from tests.fixtures.waiting import wait_until
-from tests.test_follow import RUN, TODAY
 
 # -- config.ini ---------------------------------------------------------------------------------
 
