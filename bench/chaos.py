@@ -55,7 +55,7 @@ import sqlalchemy as sa  # noqa: E402
 from bench.compare_schedulers import BenchRedis  # noqa: E402
 from cnkispider.schema import round_  # noqa: E402
 from standin.client import start_site  # noqa: E402
-from tests.crawl_harness import CrawlSetup, compare  # noqa: E402
+from tests.fixtures.crawl_harness import CrawlSetup, compare  # noqa: E402
 
 LEASE = 4  # seconds: request leases and round leases, short so that the run stays short
 LATENCY = "0.02-0.05"  # the site's answers, seconds

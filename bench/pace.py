@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.compare_schedulers import BenchRedis, exit_on_sigterm, machine  # noqa: E402
 from standin.client import start_site  # noqa: E402
-from tests.crawl_harness import CrawlSetup, compare  # noqa: E402
+from tests.fixtures.crawl_harness import CrawlSetup, compare  # noqa: E402
 
 
 class SiteCounter(threading.Thread):

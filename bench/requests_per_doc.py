@@ -73,7 +73,7 @@ import pymysql  # noqa: E402
 from bench.compare_schedulers import BenchRedis, exit_on_sigterm, machine  # noqa: E402
 from cnkispider.items import DEFAULT_DEPTH, DEPTHS  # noqa: E402
 from standin.client import start_site  # noqa: E402
-from tests.crawl_harness import CrawlSetup, compare, depth_fields  # noqa: E402
+from tests.fixtures.crawl_harness import CrawlSetup, compare, depth_fields  # noqa: E402
 
 MYSQL = {"host": "127.0.0.1", "port": 3306, "user": "root", "password": ""}
 PAGE_SIZE = 50

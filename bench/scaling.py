@@ -52,7 +52,7 @@ import pymysql  # noqa: E402
 
 from bench.compare_schedulers import BenchRedis, exit_on_sigterm, machine  # noqa: E402
 from standin.client import start_site  # noqa: E402
-from tests.crawl_harness import CrawlSetup, compare  # noqa: E402
+from tests.fixtures.crawl_harness import CrawlSetup, compare  # noqa: E402
 
 MYSQL = {"host": "127.0.0.1", "port": 3306, "user": "root", "password": ""}
 

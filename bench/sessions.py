@@ -25,7 +25,7 @@ close to 1.02, the truth.
 ``--depth`` (issue 27) crawls the task at that depth (``[task] depth``); ``--export-batch N`` is
 the stand-in's hidden GetExport limit (ids answered per request; 0: all), never told to the
 crawler. At list and export depth the database is compared with the truth on the fields of that
-depth (tests/crawl_harness.py ``depth_fields``), and GetExport requests count as CNKI requests.
+depth (tests/fixtures/crawl_harness.py ``depth_fields``), and GetExport requests count as CNKI requests.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from bench.compare_schedulers import BenchRedis, exit_on_sigterm, machine  # noq
 from cnkispider.items import DEFAULT_DEPTH, DEPTHS  # noqa: E402
 from cnkispider.sessions import SessionStore, namespace_for  # noqa: E402
 from standin.client import start_site  # noqa: E402
-from tests.crawl_harness import CrawlSetup, compare, depth_fields  # noqa: E402
+from tests.fixtures.crawl_harness import CrawlSetup, compare, depth_fields  # noqa: E402
 
 CRAWL_PATHS = (
     "/kns8s/brief/grid",

@@ -4,7 +4,7 @@
                          [--jar-grace SECONDS] [--mysql mysql+pymysql://root@127.0.0.1:3306]
                          [--json FILE]
 
-What it does: starts a Redis of its own (tests/fault_services.py) and the CNKI stand-in with
+What it does: starts a Redis of its own (tests/fixtures/fault_services.py) and the CNKI stand-in with
 ``--fault-rate`` of its responses faulty (spread over verify redirects, captchas, blank and
 JavaScript pages, 500/503 and connection resets: each retired CNKI session, each retry, each
 refreshed detail link is exercised), and runs one ``cnkispider run`` worker on a patent task
@@ -41,8 +41,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from standin.client import start_site  # noqa: E402
-from tests.crawl_harness import CrawlSetup  # noqa: E402
-from tests.fault_services import OwnRedis  # noqa: E402
+from tests.fixtures.crawl_harness import CrawlSetup  # noqa: E402
+from tests.fixtures.fault_services import OwnRedis  # noqa: E402
 
 # Relative weights of the fault kinds; scaled so that they add up to --fault-rate.
 FAULT_MIX = {

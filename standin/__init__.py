@@ -6,12 +6,18 @@ is why it is a package of its own beside ``cnkispider/`` and not part of ``tests
 CNKI in 2026 (docs/CONTRACTS.md, the 2026 contract, points 1-9), and it never imports the
 crawler's code, so that it stays an independent judge. Modules:
 
-  corpus    the deterministic corpus (counts, documents, orders, ground truth) from a seed
+  corpus    the deterministic corpus from a seed: counts, documents by filename, ground truth,
+            made of searching (what a search finds, in list order), arrivals (the site's
+            today: late entries, withdrawn ones) and generation (a document's fields)
+  catalogue what the corpus is made of: types and fields, databases, category trees, options
   vocab     the word lists titles, people and institutions are drawn from
   markup    CNKI's list fragment and the hand-made detail pages, rendered once per document
   limits    sessions, client ids, detail tokens, the pace guard, the per-IP rate limit, the
             fault plan, the proxy provider
-  site      routes and CNKI's rules (resources, cap, pace, token checks), control endpoints
+  site      the site's state and its dispatch, made of gate (sessions, the person's check,
+            challenges, the guards before a page), grid (list pages, group/result), detail
+            (detail page, reference list), export (GetExport) and control (the test endpoints)
+  options   the site's options and break_ modes;  wire  a request, a response
   server    the asyncio HTTP/1.1 server and the proxy ports
   client    start a site in a subprocess, and a browser-like http.client of the protocol
             (the ``cnki_site`` pytest fixture over it is tests/fixtures/standin.py)

@@ -42,9 +42,11 @@ import json
 import sys
 from datetime import date
 
-from standin.corpus import DOC_TYPES, PROFILES, Corpus, CorpusOptions
+from standin.catalogue import DOC_TYPES, CorpusOptions
+from standin.corpus import PROFILES, Corpus
 from standin.limits import ALL_FAULTS
-from standin.site import BREAKS, Site, SiteOptions, parse_latency
+from standin.options import BREAKS, SiteOptions, parse_latency
+from standin.site import Site
 
 
 def _pair(text: str, what: str) -> tuple[str, str]:

@@ -253,7 +253,7 @@ def start_site(
 ) -> SiteHandle:
     """Start ``python -m standin --port 0`` with the options; ``cpu`` pins it to one core.
     ``popen``: the class that starts it (the suite's forks it from a preloaded parent:
-    tests/launcher.py)."""
+    tests/fixtures/launcher.py)."""
     options.setdefault("port", 0)
     argv = [sys.executable, "-m", "standin", *site_argv(**options)]
     env = dict(os.environ)

@@ -36,11 +36,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
 
-if TYPE_CHECKING:  # the site imports this module; the type is only named here
-    from standin.site import Request, Response, Site
+from standin.wire import JSON, Request, Response
 
 EXPORT_PATH = "/dm8/API/GetExport"
 MODES = ("GBTREFER", "ELEARNING", "ENDNOTE")
@@ -49,7 +47,6 @@ ELEARNING_KEY = "知网研学（原E-Study）"
 ENDNOTE_KEY = "EndNote"
 NO_DATA = {"code": 0, "msg": "暂无数据", "data": None}
 CONTROLS = ("export_batch", "export_missing")
-JSON = "application/json; charset=utf-8"
 
 
 def _dump(body) -> bytes:
@@ -142,7 +139,10 @@ def gbt_citation(doc) -> str:
 
 
 class ExportDesk:
-    """The export ids the site's list pages showed, and the hidden export rules."""
+    """The export ids the site's list pages showed, and the hidden export rules.
+
+    ``site`` in the route's methods is the :class:`standin.site.Site` that holds this desk: the
+    desk uses its sessions, guards and corpus as handed in, and never imports the site."""
 
     def __init__(self, batch: int = 0):
         self.batch = int(batch)  # ids answered per request (0: all)
@@ -169,23 +169,19 @@ class ExportDesk:
     # -- the route ------------------------------------------------------------------------
 
     @staticmethod
-    def stats(site: Site) -> dict:
+    def stats(site) -> dict:
         return site.stats.setdefault(
             "export",
             {"requests": 0, "answered": 0, "records": 0, "left_out": 0, "refused": 0},
         )
 
-    def refuse(self, site: Site, req: Request, cause: str) -> Response:
-        from standin.site import Response
-
+    def refuse(self, site, req: Request, cause: str) -> Response:
         referer = req.headers.get("referer") or f"{site.base}/kns8s/defaultresult/index"
         self.stats(site)["refused"] += 1
         site._challenge("json_403", cause)
         return Response(403, _dump({"message": site._verify_url(referer, puzzle=True)}), JSON)
 
-    def handle(self, site: Site, req: Request) -> Response:
-        from standin.site import Response
-
+    def handle(self, site, req: Request) -> Response:
         if req.method != "POST":
             return Response(405, b"POST only", "text/plain")
         stats = self.stats(site)
@@ -196,9 +192,7 @@ class ExportDesk:
         resp.delay = delay + resp.delay
         return resp
 
-    def _answer(self, site: Site, req: Request) -> Response:
-        from standin.site import Response
-
+    def _answer(self, site, req: Request) -> Response:
         now = site.clock()
         sid = site._cookie(req, "SID_kns_new")
         if site.human.on:

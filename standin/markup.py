@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from html import escape
 
-from standin.corpus import FOREIGN_DATABASES, Document, dbname_family
+from standin.catalogue import FOREIGN_DATABASES, Document, dbname_family
 
 RESOURCES = {"patent": "PATENT", "paper": "JOURNAL", "achievement": "ACHIEVEMENTS"}
 DBCODES = {

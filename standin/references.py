@@ -6,7 +6,7 @@ hash(seed, dbname, filename): a quarter have none, half 1-10 entries, a quarter 
 is tested); about 60% of the entries link the cited document (its dbname/filename).
 
 The request is checked as strictly as CNKI checks a detail page, by the site (session, token,
-pace: standin/site.py); here, what is wrong with the request itself: a missing ``v``, an unknown
+pace: standin/gate.py and standin/detail.py); here, what is wrong with the request itself: a missing ``v``, an unknown
 ``type``, ``start`` < 1 or ``size`` outside 1..50 is refused with HTTP 400 and CNKI's
 parameter-check words (参数校验;字段【size】校验失败, as the grid says for pageSize: PROTOCOL.md
 point 8). A known type that is not the paper's family answers an empty list.

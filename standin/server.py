@@ -23,7 +23,8 @@ import socket
 import struct
 import sys
 
-from standin.site import REASONS, Request, Response, Site
+from standin.site import Site
+from standin.wire import REASONS, Request, Response
 
 MAX_HEAD = 64 * 1024
 

@@ -20,7 +20,7 @@ pytest_plugins = [
     "tests.fixtures.scheduling",  # the scheduler driven by hand on the real Redis
     "tests.fixtures.crawls",  # crawls of the stand-in in a worker subprocess
     "tests.fixtures.commands",  # the command line in-process on the test's database
-    "tests.tls_services",  # private MariaDB and Redis that speak TLS only
+    "tests.fixtures.tls_services",  # private MariaDB and Redis that speak TLS only
     "tests.fixtures.browser",  # Debian's Chromium through Playwright
 ]
 
@@ -100,7 +100,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _cpu() -> float:
     """This process's CPU and its ended children's, those forked by its zygote too."""
-    from tests import launcher
+    from tests.fixtures import launcher
 
     t = os.times()
     return t.user + t.system + t.children_user + t.children_system + launcher.children_cpu()

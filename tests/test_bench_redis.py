@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from bench import compare_schedulers
-from tests.fault_services import OwnRedis
+from tests.fixtures.fault_services import OwnRedis
 
 
 def test_a_port_taken_before_our_server_binds_it_is_left_for_another(monkeypatch):
@@ -28,7 +28,7 @@ def test_a_port_taken_before_our_server_binds_it_is_left_for_another(monkeypatch
         # a restart that finds its port taken says so, rather than use a neighbour's server
         server.process.kill()
         server.process.wait()
-        monkeypatch.setattr("tests.fault_services.free_port", lambda: server.port)
+        monkeypatch.setattr("tests.fixtures.fault_services.free_port", lambda: server.port)
         taker = OwnRedis()
         try:
             with pytest.raises(RuntimeError, match=f"port {server.port} was taken"):

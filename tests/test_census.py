@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from cnkispider.schema import error_code, ledger, round_
 from tasks.categories import covers, load_tree
 from tasks.flow import TaskStore
-from tests.crawl_harness import compare
+from tests.fixtures.crawl_harness import compare
 from tests.fixtures.crawls import IPC, YEAR
 
 # at scale 0.002 (surge rows 300): Sat 2 March has no patent, Fri 1 March 72, Tue 5 March 307

@@ -12,8 +12,8 @@ import sqlalchemy as sa
 
 from cnkispider.cnki.protocol import Protocol, Search
 from cnkispider.schema import round_
-from tests.crawl_harness import compare
-from tests.test_cnki_site import DAY, crawl_round
+from tests.fixtures.crawl_harness import compare
+from tests.fixtures.site_rounds import DAY, crawl_round
 
 WITHIN, OVER = "2024-03-01", "2024-03-05"  # whole tree 72 and 307 patents at this scale
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from cnkispider.cli import main
-from tests import launcher
-from tests.crawl_harness import ROOT
+from tests.fixtures import launcher
 from tests.fixtures.commands import cli
+from tests.fixtures.crawl_harness import ROOT
 
 
 def test_task_commands_steer_the_task_table(ini, capsys):
@@ -473,7 +473,7 @@ def test_config_names_the_file_even_beside_a_broken_config_ini(tmp_path, crawl_s
     """Issue 15's first defect: `cnkispider.settings` loaded ./config.ini when it was imported,
     so `cnkispider --config good.ini run` from a folder whose config.ini has a typo stopped with
     exit 2 naming the stray file. Only Scrapy's own command line reads config.ini that way now."""
-    from tests.crawl_harness import compare
+    from tests.fixtures.crawl_harness import compare
 
     setup = crawl_setup("patent", "G06", "sqlite", end="2024-01-01", site={"seed": 3, "scale": 0.2})
     setup.write()
@@ -602,7 +602,7 @@ def test_run_task_crawls_the_task_named_and_not_the_one_of_config_ini(crawl_setu
     import sqlalchemy as sa
 
     from cnkispider.schema import round_, task
-    from tests.crawl_harness import compare
+    from tests.fixtures.crawl_harness import compare
 
     setup = crawl_setup("patent", "G06,H04", "sqlite", start="2024-01-01", end="2024-01-01")
     named = setup.task + "-b"  # under the setup's Redis keys (cnki:<task>*), dropped after

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from cnkispider.cli import main
-from tests import launcher
-from tests.crawl_harness import ROOT
+from tests.fixtures import launcher
+from tests.fixtures.crawl_harness import ROOT
 
 
 def _ini(tmp_path: Path, extra: str = "", encoding: str = "utf-8") -> Path:

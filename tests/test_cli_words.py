@@ -10,8 +10,8 @@ import tomllib
 import pytest
 
 from cnkispider.cli import build_parser, main
-from tests import launcher
-from tests.crawl_harness import ROOT
+from tests.fixtures import launcher
+from tests.fixtures.crawl_harness import ROOT
 
 
 def test_version_is_the_project_s(capsys):
@@ -328,7 +328,7 @@ def test_errors_of_the_database_redis_export_and_refresh_counts_are_looked_up(
     """The one line of an error (database, Redis, export, refresh-counts) goes through gettext,
     the values in it (a URL, a name, the library's own words) as they were written."""
     from cnkispider import i18n
-    from tests.fault_services import free_port
+    from tests.fixtures.fault_services import free_port
 
     def ini(name: str, database: str, redis_url: str = "", extra: str = ""):
         path = tmp_path / name

@@ -9,7 +9,7 @@ import pytest
 
 from cnkispider import i18n
 from cnkispider.vocabulary import WORDS, word
-from tests.crawl_harness import ROOT
+from tests.fixtures.crawl_harness import ROOT
 
 LATIN_WORD = re.compile(r"[A-Za-z]{2,}")
 

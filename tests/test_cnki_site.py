@@ -6,7 +6,6 @@ real page's selectors, never with the crawler's code, so that the site is an ind
 
 from __future__ import annotations
 
-import functools
 import http.client
 import json
 import re
@@ -15,18 +14,18 @@ import subprocess
 import sys
 import threading
 import time
-from urllib.parse import parse_qs, quote, urlsplit
+from urllib.parse import parse_qs, quote
 
 import lxml.cssselect
 import lxml.html
 import pytest
 
+from standin.catalogue import FIELDS
 from standin.client import FULL_KUAKU, REPO, grid_form, start_site
-from standin.corpus import FIELDS
-from tests import launcher
+from tests.fixtures import launcher
+from tests.fixtures.site_rounds import DAY, crawl_round, parse_list, select
 
 REAL_LIST = REPO.parent / "shared" / "cnki" / "pages" / "kns8s_list_crossdb_p1.html"
-DAY = "2024-03-05"
 CAPTCHA_TITLE = "<title>安全验证</title>".encode()
 # CNKI's 2026 answers, byte for byte
 SOFT_BLOCK = (
@@ -49,82 +48,6 @@ GENUINE_ZERO = (
 
 
 # -- reference parsers (the real page's selectors; deliberately independent of cnkispider) -----
-
-
-@functools.cache
-def _compiled(css: str) -> lxml.cssselect.CSSSelector:
-    return lxml.cssselect.CSSSelector(css, translator="html")
-
-
-def select(element, css: str) -> list:
-    """``element.cssselect(css)``, its selector compiled once: lxml compiles it at every call, and
-    that was three quarters of the CPU of the tests that parse whole rounds of list pages."""
-    return _compiled(css)(element)
-
-
-def _link_key(href: str) -> tuple[str | None, str | None]:
-    query = {k.lower(): v[0] for k, v in parse_qs(urlsplit(href).query).items()}
-    return query.get("dbname"), query.get("filename")
-
-
-def parse_list(body: bytes) -> dict:
-    doc = lxml.html.fromstring(body.decode("utf-8"))  # the charset is in the Content-Type header
-    if select(doc, "#briefBox p.no-content"):
-        p = select(doc, "p.no-content")[0]
-        return {
-            "total": 0,
-            "pages": 0,
-            "rows": [],
-            "no_content": p.text_content(),
-            "value": p.get("value"),
-        }
-    nxt = select(doc, "a#PageNext")
-    rows = []
-    for tr in select(doc, "table.result-table-list tbody tr"):
-        link = select(tr, "td.name a.fz14")[0]
-        collect = select(tr, "td.operat a.icon-collect")
-        if collect:
-            key = collect[0].get("data-dbname"), collect[0].get("data-filename")
-        else:  # CNKI's rows without icon-collect carry the key in the link's own query
-            key = _link_key(link.get("href"))
-        row = {
-            "seq": int(select(tr, "td.seq")[0].text_content().strip()),
-            "dbname": key[0],
-            "filename": key[1],
-            "collect": bool(collect),
-            "title": link.text_content().strip(),
-            "href": link.get("href"),
-            "database": select(tr, "td.data")[0].text_content().strip(),
-            "export_id": select(tr, "td.seq input.cbItem")[0].get("value"),
-        }
-        for cls, name in (("quote", "cited"), ("download", "downloads")):
-            cells = select(tr, f"td.{cls}")
-            if cells:  # 被引 left empty means nobody cited it
-                row[name] = cells[0].text_content().strip() or "0"
-        if not select(tr, "td.inventor"):
-            row["online_first"] = "1" if select(tr, "td.name b.marktip") else "0"
-        dates = [td.text_content().strip() for td in select(tr, "td.date")]
-        if select(tr, "td.inventor"):  # patent markup: 申请日, then 公开日
-            row["people"] = [a.text_content() for a in select(tr, "td.inventor a")]
-            row["source"] = select(tr, "td.applicant")[0].text_content().strip()
-            row["application_date"], row["date"] = dates
-        else:
-            row["people"] = [a.text_content() for a in select(tr, "td.author a.KnowledgeNetLink")]
-            row["source"] = select(tr, "td.source")[0].text_content().strip()
-            (row["date"],) = dates
-        rows.append(row)
-    return {
-        "total": int(
-            select(doc, "span.pagerTitleCell em")[0].text_content().strip().replace(",", "")
-        ),
-        "total_hidden": int(select(doc, "#totalCnt")[0].get("value")),
-        "pages": int(select(doc, "span.countPageMark")[0].get("data-pagenum")),
-        "mark": select(doc, "span.countPageMark")[0].text_content().strip(),
-        "current": int(select(doc, "#curPageHid")[0].get("value")),
-        "next": int(nxt[0].get("data-curpage")) if nxt else None,
-        "turn": select(doc, "#hidTurnPage")[0].get("value"),
-        "rows": rows,
-    }
 
 
 def parse_journal_style(body: bytes) -> list[dict]:
@@ -256,43 +179,6 @@ def parse_detail(doc_type: str, body: bytes) -> tuple[dict, list[str]]:
     else:
         out["summary"] = full
     return out, raw_labels
-
-
-def crawl_round(
-    client,
-    doc_type,
-    day,
-    code=None,
-    size=50,
-    sort_field="",
-    sort_type="desc",
-    turn_limit=15,
-    **query,
-):
-    """Every row of a round's list pages, renewing the session before its turn limit; ``query``
-    goes to the QueryJson (kuaku, resource, operator, facet)."""
-    first, rows, turn, page, pages = None, [], "", 1, 1
-    while page <= pages:
-        if (page - 1) % (turn_limit + 1) == 0:
-            client.warmup()
-        status, _, body = client.grid(
-            doc_type,
-            day,
-            code=code,
-            page=page,
-            size=size,
-            sort_field=sort_field,
-            sort_type=sort_type,
-            turnpage=turn,
-            **query,
-        )
-        assert status == 200, page
-        parsed = parse_list(body)
-        first = first or parsed
-        pages, turn = parsed["pages"], parsed.get("turn", "")
-        rows += parsed["rows"]
-        page += 1
-    return first, rows
 
 
 def is_verify(status, headers) -> bool:

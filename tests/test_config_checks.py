@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.fixtures.bad_settings import BAD as SETTINGS_BAD
 from tests.fixtures.commands import cli
 from tests.fixtures.services import REDIS_URL
-from tests.test_settingcheck import BAD as SETTINGS_BAD
 
 BAD = [
     (

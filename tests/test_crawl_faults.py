@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from cnkispider.schema import error_code, error_link
-from tests.crawl_harness import compare
+from tests.fixtures.crawl_harness import compare
 
 pytestmark = pytest.mark.slow  # every test crawls the stand-in in a worker subprocess
 

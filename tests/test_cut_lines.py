@@ -1,6 +1,6 @@
 """Workers on cut and bad lines (issue 29): each worker in a network namespace of its own, the
 servers (a private MariaDB, Redis and the CNKI stand-in) on service addresses of this machine
-(tests/netlab.py), every worker holding only a worker's rights (admin grant-worker).
+(tests/fixtures/netlab.py), every worker holding only a worker's rights (admin grant-worker).
 
 - one worker's line cut for 30 s mid-round, shorter than its leases (60 s): its leases stay
   with it, it goes on by itself when the line returns;
@@ -9,7 +9,7 @@ servers (a private MariaDB, Redis and the CNKI stand-in) on service addresses of
   cut and every round in flight is finished by the other workers (a round it emptied but had
   not told the database of: within two leases);
 - one worker on a line with 150 ms delay each way (300 ms round trip) and 5% of packets lost
-  each way (user-space, packet level: this kernel has no netem, see tests/netlab.py);
+  each way (user-space, packet level: this kernel has no netem, see tests/fixtures/netlab.py);
 - Redis unreachable from every worker for 60 s.
 
 Each time: the task equals the truth, every round is done and balances, each round is reported
@@ -27,9 +27,9 @@ import redis
 import sqlalchemy as sa
 
 from cnkispider.schema import documents, ledger, round_
-from tests.crawl_harness import ROOT, CrawlSetup, compare
-from tests.netlab import Lab, LabMariaDB, LabRedis, netns_available
-from tests.worker_accounts import grant
+from tests.fixtures.crawl_harness import ROOT, CrawlSetup, compare
+from tests.fixtures.netlab import Lab, LabMariaDB, LabRedis, netns_available
+from tests.fixtures.worker_accounts import grant
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from cnkispider.schema import error_code, error_link, round_
 from cnkispider.schema import task as task_table
-from tests.crawl_harness import EXPORT_DEPTH_FIELDS, LIST_DEPTH_FIELDS, count_rows
+from tests.fixtures.crawl_harness import EXPORT_DEPTH_FIELDS, LIST_DEPTH_FIELDS, count_rows
 
 LIST_FIELDS, EXPORT_FIELDS = LIST_DEPTH_FIELDS, EXPORT_DEPTH_FIELDS
 
@@ -208,8 +208,8 @@ def test_one_pass_handed_over_by_curl_crawls_each_depth_equal_to_the_truth(
 ):
     """On a stand-in that checks for a person: one pass, added by `session add --from-curl`,
     and the crawl at list or export depth equals the truth on its fields, never checked."""
-    from tests.crawl_harness import depth_fields
-    from tests.test_verified_crawl import CHROME_UA
+    from tests.fixtures.crawl_harness import depth_fields
+    from tests.fixtures.verified import CHROME_UA
 
     setup, _ = verified_crawl("paper", "TP3,F0", site={"export_batch": 10}, depth=depth)
     site = setup.site
@@ -224,7 +224,7 @@ def test_one_pass_handed_over_by_curl_crawls_each_depth_equal_to_the_truth(
     assert added.returncode == 0, added.stdout + added.stderr
     before = site.stats()["human_check_refusals"]
     setup.run_ok()
-    from tests.crawl_harness import compare
+    from tests.fixtures.crawl_harness import compare
 
     diff = compare(setup.stored(), setup.truth(), "paper", depth_fields(depth, "paper"))
     assert diff == {"missing": [], "extra": [], "differing": {}}

@@ -24,47 +24,24 @@ import urllib.request
 import pytest
 
 from cnkispider.sessions.desk import Desk
-from tests.crawl_harness import ROOT
+from tests.fixtures.chromium import drag, look, running_chromium, tabs
+from tests.fixtures.crawl_harness import ROOT
+from tests.fixtures.receiver import Receiver
+from tests.fixtures.verified import assert_equal_to_truth
 from tests.fixtures.waiting import wait_until
-from tests.test_notify import Receiver
-from tests.test_verified_crawl import assert_equal_to_truth
-from tests.test_web import _free_port
+from tests.fixtures.webserver import free_local_port
 
 pytestmark = pytest.mark.slow  # two real Chromiums, `cnkispider web` and a crawl
 
 #: The person's target (issue 40): from opening the link to a session in the pool.
 PASS_SECONDS = 15.0
 
-#: In the desk's page, the streamed frame's handle, piece and gap (their bounding boxes in the
-#: frame's pixels): the stand-in draws the handle #39f, the piece #fc3, the gap #234
-#: (standin/markup.py).
-FIND = """() => {
-  const img = document.getElementById('desk-screen');
-  if (!img.naturalWidth) return null;
-  const c = document.createElement('canvas');
-  c.width = img.naturalWidth; c.height = img.naturalHeight;
-  const g = c.getContext('2d'); g.drawImage(img, 0, 0);
-  const d = g.getImageData(0, 0, c.width, c.height).data;
-  const near = (i, R, G, B) => Math.abs(d[i] - R) < 28 && Math.abs(d[i+1] - G) < 28 && Math.abs(d[i+2] - B) < 28;
-  function box(R, G, B, top, bottom) {
-    let x0 = 1e9, y0 = 1e9, x1 = -1, y1 = -1;
-    for (let y = top; y < bottom; y++) for (let x = 0; x < c.width; x++) {
-      if (near((y * c.width + x) * 4, R, G, B)) { x0 = Math.min(x0, x); y0 = Math.min(y0, y); x1 = Math.max(x1, x); y1 = Math.max(y1, y); }
-    }
-    return x1 < 0 || x1 - x0 < 20 ? null : {x0, y0, x1, y1};
-  }
-  // the yellow piece is the one thing of its colour; the gap is the dark square in its band
-  const handle = box(0x33, 0x99, 0xff, 0, c.height), piece = box(0xff, 0xcc, 0x33, 0, c.height);
-  const gap = piece && box(0x22, 0x33, 0x44, piece.y0 + 8, piece.y1 - 8);
-  return handle && gap ? {w: c.width, handle, piece, gap} : null;
-}"""
-
 
 class Web:
     """`cnkispider web` in a subprocess, bound to 127.0.0.1, with its printed token."""
 
     def __init__(self, setup, *extra: str):
-        self.port = _free_port()
+        self.port = free_local_port()
         self.url = f"http://127.0.0.1:{self.port}"
         setup.write()
         self.process = subprocess.Popen(
@@ -145,48 +122,6 @@ def open_desk(page, web) -> None:
     page.goto(web.url + "/desk")
     page.fill("#desk-token", web.token)
     page.click("#desk-token-form button")
-
-
-def look(page) -> dict:
-    """Wait until the screen shows the slider; where its handle and gap are."""
-    found = {}
-
-    def seen():
-        found.update(page.evaluate(FIND) or {})
-        return bool(found)
-
-    wait_until(seen, 60, what="the desk's screen shows CNKI's slider")
-    return found
-
-
-def drag(page, seen: dict, off: int = 0, *, touch: bool = False) -> None:
-    """Drag the handle, as shown on the desk's screen, until the piece is ``off`` px from the
-    gap (in the server's browser's pixels)."""
-    box = page.locator("#desk-screen").bounding_box()
-    scale = box["width"] / seen["w"]
-    handle, gap = seen["handle"], seen["gap"]
-    x0 = box["x"] + (handle["x0"] + handle["x1"]) / 2 * scale
-    y = box["y"] + (handle["y0"] + handle["y1"]) / 2 * scale
-    x1 = x0 + (gap["x0"] - seen["piece"]["x0"] + off) * scale
-    steps = [x0 + (x1 - x0) * i / 15 for i in range(16)]
-    if not touch:
-        page.mouse.move(x0, y)
-        page.mouse.down()
-        for x in steps[1:]:
-            page.mouse.move(x, y)
-            page.wait_for_timeout(30)
-        page.mouse.up()
-        return
-    cdp = page.context.new_cdp_session(page)
-    touch_at = lambda kind, x: cdp.send(  # noqa: E731
-        "Input.dispatchTouchEvent",
-        {"type": kind, "touchPoints": [] if kind == "touchEnd" else [{"x": x, "y": y}]},
-    )
-    touch_at("touchStart", x0)
-    for x in steps[1:]:
-        touch_at("touchMove", x)
-        page.wait_for_timeout(30)
-    touch_at("touchEnd", x1)
 
 
 def test_a_drag_on_the_desk_passes_and_the_waiting_crawl_goes_on(verified_crawl, browser, web_of):
@@ -404,29 +339,6 @@ def test_the_desks_browser_reads_as_an_ordinary_browser_to_cnkis_pages(cnki_site
         assert desk.user_agent == agent
     finally:
         desk.close()
-
-
-def running_chromium(profile) -> tuple[subprocess.Popen, int]:
-    """A browser already running with remote debugging (the person's, or one the .exe cannot
-    start itself): Debian's Chromium, headless, on a free port."""
-    from tests.test_session_login import CHROMIUM, answers, free_port
-
-    port = free_port()
-    argv = [CHROMIUM, f"--remote-debugging-port={port}", f"--user-data-dir={profile}",
-            "--headless", "--no-first-run", "about:blank"]  # fmt: skip
-    if os.geteuid() == 0:
-        argv.insert(1, "--no-sandbox")
-    process = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    wait_until(lambda: answers(port), 30, workers=[process], what="chromium answering", every=0.1)
-    return process, port
-
-
-def tabs(port: int) -> list[str]:
-    from cnkispider.sessions.devtools import cdp_http
-
-    return [t["url"] for t in cdp_http(port, "/json/list") if t.get("type") == "page"]
 
 
 def test_the_desk_in_a_running_browser_passes_and_closes_only_its_tab(

@@ -17,9 +17,8 @@ from cnkispider.cnki.protocol import Search
 from cnkispider.exceptions import GaveUp
 from cnkispider.scheduling.queue import remove_namespace
 from cnkispider.spiders.paper import PaperSpider
-from tests.fixtures.scheduling import HAND_DRIVEN, in_loop
+from tests.fixtures.scheduling import HAND_DRIVEN, finish, in_loop, take_all
 from tests.fixtures.waiting import wait_until_async
-from tests.test_scheduling_loss import finish, take_all
 
 ROUND = 9
 SEARCH = Search.for_day("paper", "2024-01-01", "A").to_dict()

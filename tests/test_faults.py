@@ -1,6 +1,6 @@
 """The fault suite (issue 13): services broken on purpose during real crawls of the stand-in.
 
-Every test here runs against a MariaDB and a Redis of this module's own (tests/fault_services.py:
+Every test here runs against a MariaDB and a Redis of this module's own (tests/fixtures/fault_services.py:
 ``mariadbd --no-defaults`` in a temporary datadir on a free port, ``redis-server`` on another),
 never the shared 3306/6379, so that stopping them harms nobody. Both are reached with a password
 given as ``?password=`` in the URL, the form that used to leak: every crawl here also checks that
@@ -39,11 +39,11 @@ import sqlalchemy as sa
 
 from cnkispider.cli import main
 from cnkispider.schema import documents, error_code, error_link, round_
-from tests.crawl_harness import ROOT, CrawlSetup, compare
-from tests.fault_services import OwnMariaDB, OwnRedis, missing_binaries
+from tests.fixtures.crawl_harness import ROOT, CrawlSetup, compare
+from tests.fixtures.fault_services import OwnMariaDB, OwnRedis, missing_binaries
 from tests.fixtures.long_titles import long_title
+from tests.fixtures.providers import BadProvider
 from tests.fixtures.waiting import wait_until
-from tests.test_proxy_pool import BadProvider
 
 pytestmark = pytest.mark.slow
 

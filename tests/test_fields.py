@@ -17,7 +17,7 @@ from cnkispider import default_settings, schema
 from cnkispider.db import open_database
 from cnkispider.items import FIELDS
 from cnkispider.storage import fetch_all, row_for, upsert_documents
-from tests.crawl_harness import compare
+from tests.fixtures.crawl_harness import compare
 
 SITE = {"seed": 11}
 DAY = "2024-01-01"

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from tests.crawl_harness import ROOT, CrawlSetup
+from tests.fixtures.crawl_harness import ROOT, CrawlSetup
 
 pytestmark = pytest.mark.slow  # every test crawls the stand-in in a worker subprocess
 

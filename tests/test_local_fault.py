@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from cnkispider.schema import task
-from tests.crawl_harness import compare
+from tests.fixtures.crawl_harness import compare
 
 LOCAL_FAULT = 4  # cnkispider.halting.EXIT_LOCAL_FAULT, spelled out: the documented contract
 

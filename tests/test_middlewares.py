@@ -8,143 +8,26 @@ Scrapy's reactorless mode when none is installed), each in its own ``asyncio.run
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import itertools
 import logging
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlsplit
 
 import pytest
 import scrapy
-from scrapy.utils.reactor import is_reactor_installed
 from scrapy.utils.test import get_crawler
 
 from cnkispider.addon import ADDONS
-from cnkispider.cnki.protocol import CLIENT_ID_PATH, HOME_PATH, Protocol
+from cnkispider.cnki.protocol import HOME_PATH, Protocol
 from cnkispider.exceptions import GaveUp
 from cnkispider.middlewares.useragent import UserAgentMiddleware
-from cnkispider.settings import DOWNLOADER_MIDDLEWARES
-
-GRID = "/kns8s/brief/grid"
-LIST_PAGE = (
-    '<div id="briefBox"><div class="pagerTitleCell">共找到 <em>1</em> 条结果</div>'
-    '<input id="totalCnt" type="hidden" value="1"/><span class="countPageMark" data-pagenum="1">1/1'
-    '</span><table class="result-table-list"><tbody><tr><td class="seq">1</td></tr></tbody></table>'
-    "</div>"
-).encode()
-HOME_PAGE = (
-    "<html><head><title>检索-中国知网</title></head><body>" + "高级检索 " * 40 + "</body></html>"
-).encode()
-
+from tests.fixtures.middleware_site import (
+    GRID,
+    Site,
+    crawl,
+)
 
 # -- the local site --------------------------------------------------------------------------------
-
-
-class Site:
-    """Routes by path; every hit is recorded with the address it came through (``via``)."""
-
-    def __init__(self, proxies: int = 0, proxy_auth: str = ""):
-        self.hits: list[dict] = []
-        self.lock = threading.Lock()
-        self.proxy_auth = proxy_auth
-        self.routes = {HOME_PATH: self.home, CLIENT_ID_PATH: self.client_id, GRID: self.ok}
-        self._sid = itertools.count(1)
-        self.servers = [self._serve(is_proxy=False)]
-        self.proxy_servers = [self._serve(is_proxy=True) for _ in range(proxies)]
-        self.base_url = f"http://127.0.0.1:{self.servers[0].server_port}"
-
-    def _serve(self, is_proxy: bool) -> ThreadingHTTPServer:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        server.daemon_threads = True
-        server.site, server.is_proxy = self, is_proxy
-        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-        return server
-
-    def proxies(self) -> list[str]:
-        auth = f"{self.proxy_auth}@" if self.proxy_auth else ""
-        return [f"{auth}127.0.0.1:{s.server_port}" for s in self.proxy_servers]
-
-    def close(self):
-        for server in self.servers + self.proxy_servers:
-            server.shutdown()
-            server.server_close()
-
-    def on(self, path: str) -> list[dict]:
-        return [h for h in self.hits if h["path"] == path]
-
-    # routes: hit -> (status, headers, body)
-    def home(self, hit):
-        sid = f"sid{next(self._sid)}"
-        hit["set_sid"] = sid
-        return 200, {"Set-Cookie": f"SID={sid}; Path=/"}, HOME_PAGE
-
-    def client_id(self, hit):
-        return (
-            200,
-            {"Content-Type": "application/json"},
-            b'{"Success":true,"Data":"cid%d"}' % len(self.hits),
-        )
-
-    def ok(self, hit):
-        return 200, {}, LIST_PAGE
-
-    def verify(self, hit):
-        return 302, {"Location": "/verify/home?captchaType=blockPuzzle"}, b""
-
-    def unavailable(self, hit):
-        return 503, {}, b"busy"
-
-
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def do_GET(self):
-        self._answer()
-
-    do_POST = do_GET
-
-    def _answer(self):
-        site, server = self.server.site, self.server
-        length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(length)
-        via = None
-        path = urlsplit(self.path).path
-        if server.is_proxy:
-            via = server.server_port
-            expected = (
-                site.proxy_auth and "Basic " + base64.b64encode(site.proxy_auth.encode()).decode()
-            )
-            if expected and self.headers.get("Proxy-Authorization") != expected:
-                return self._send(407, {"Proxy-Authenticate": 'Basic realm="p"'}, b"auth")
-        cookie = self.headers.get("Cookie") or ""
-        hit = {
-            "path": path,
-            "via": via,
-            "sid": dict(c.strip().split("=", 1) for c in cookie.split(";") if "=" in c).get("SID"),
-            "ua": self.headers.get("User-Agent"),
-            "referer": self.headers.get("Referer"),
-            "time": time.monotonic(),
-        }
-        with site.lock:
-            site.hits.append(hit)
-            route = site.routes.get(path, lambda hit: (404, {}, b"not here"))
-            status, headers, body = route(hit)
-        self._send(status, headers, body)
-
-    def _send(self, status, headers, body):
-        self.send_response(status)
-        for name, value in {"Content-Type": "text/html; charset=utf-8", **headers}.items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
 
 
 @pytest.fixture
@@ -161,46 +44,6 @@ def site():
 
 
 # -- running a crawl -----------------------------------------------------------------------------
-
-
-class RecordingSpider(scrapy.Spider):
-    """Crawls the requests it is given; keeps responses and errback failures."""
-
-    name = "recording"
-
-    def __init__(self, requests=(), **kw):
-        super().__init__(**kw)
-        self.to_crawl = list(requests)
-        self.responses, self.failures = [], []
-
-    async def start(self):
-        for request in self.to_crawl:
-            yield request.replace(callback=self.parse, errback=self.failed)
-
-    def parse(self, response):
-        self.responses.append((time.monotonic(), response))
-
-    def failed(self, failure):
-        self.failures.append((time.monotonic(), failure.value))
-
-
-def crawl(site: Site, requests, **settings):
-    assert not is_reactor_installed(), "these tests run crawls without a Twisted reactor"
-    base = {
-        "ADDONS": ADDONS,
-        "DOWNLOADER_MIDDLEWARES": DOWNLOADER_MIDDLEWARES,
-        "RATELIMIT_ENABLED": False,  # the shared limit has tests of its own (test_ratelimit.py)
-        "CNKI_BASE_URL": site.base_url,
-        "CNKI_CLIENT_ID_URL": site.base_url + CLIENT_ID_PATH,
-        "RETRY_BACKOFF_BASE": 0,
-        "DOWNLOAD_TIMEOUT": 5,
-        "LOG_LEVEL": "DEBUG",
-    }
-    if site.proxy_servers:
-        base.update(PROXY_ENABLED=True, PROXY_STATIC=site.proxies(), PROXY_FETCH_INTERVAL=0)
-    crawler = get_crawler(RecordingSpider, {**base, **settings})
-    asyncio.run(crawler.crawl_async(requests=requests))
-    return crawler
 
 
 def grid(doc_type="patent", **meta):

@@ -2,54 +2,14 @@
 
 from __future__ import annotations
 
-import http.server
-import json
 import logging
-import threading
 import time
 
 import pytest
 
 from cnkispider.config import ConfigError, load_config
 from cnkispider.notify import Notifier
-
-
-class Receiver:
-    """A real http.server on a free port that keeps every POST body (and can be told to fail)."""
-
-    def __init__(self, status: int = 200, delay: float = 0.0):
-        self.bodies: list[dict] = []
-        self.status = status
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length)
-                if delay:
-                    time.sleep(delay)
-                outer.bodies.append(
-                    {
-                        "path": self.path,
-                        "type": self.headers["Content-Type"],
-                        "json": json.loads(raw),
-                    }
-                )
-                self.send_response(outer.status)
-                self.end_headers()
-                self.wfile.write(b'{"errcode":0}')
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+from tests.fixtures.receiver import Receiver
 
 
 @pytest.fixture

@@ -13,16 +13,9 @@ import redis
 from cnkispider import default_settings
 from cnkispider.pace.script import HORIZON
 from cnkispider.pace.store import PaceRule
-from tests.crawl_harness import compare
+from tests.fixtures.clock import Clock
+from tests.fixtures.crawl_harness import compare
 from tests.fixtures.pace_model import Pace
-
-
-class Clock:
-    def __init__(self, now: float = 1000.0):
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def paced(rule: PaceRule | None = None, max_rate: float = 0.0) -> tuple[Pace, Clock]:

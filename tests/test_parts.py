@@ -22,7 +22,7 @@ from tasks.categories import DAY
 from tasks.flow import TaskStore
 from tasks.parts import facet_codes
 from tasks.rounds import CATEGORIES_NOTE
-from tests.crawl_harness import compare, depth_fields
+from tests.fixtures.crawl_harness import compare, depth_fields
 from tests.fixtures.gate import REJECTION_PAGE, Gate
 
 TODAY = cnki_today()

@@ -17,7 +17,7 @@ from cnkispider.status.plan import Costs, estimate
 from cnkispider.status.plan_inputs import keep_samples, kept_samples, with_cursor_days
 from cnkispider.status.plan_startups import startup_requests
 from tests.fixtures.crawls import CAP, IPC, YEAR
-from tests.test_verified_crawl import add_passed
+from tests.fixtures.verified import add_passed
 
 
 def test_a_plain_session_opens_with_two_requests_and_renews_after_its_turns():

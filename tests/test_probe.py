@@ -13,7 +13,7 @@ import pytest
 from cnkispider.cnki.protocol import protocol_from_settings
 from cnkispider.probe import FAIL, PASS, Probe, category_samples, default_day
 from tasks.categories import load_tree
-from tests import launcher
+from tests.fixtures import launcher
 
 DAY = dt.date(2024, 1, 10)
 CLIENT_ID_PATH = "/RCDService/api/UtilityOpenApi/GenerateClientID"

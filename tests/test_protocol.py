@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import json
 import re
 
 import pytest
-from scrapy.http import HtmlResponse, Request
-from scrapy.utils.test import get_crawler
 
 from cnkispider import default_settings
 from cnkispider.cnki.listgrid import parse_list
@@ -25,8 +22,14 @@ from cnkispider.exceptions import RefusedPage
 from cnkispider.spiders.paper import PaperSpider
 from cnkispider.spiders.patent import PatentSpider
 from tests.fixtures.pages import real_page_path
-
-BASE = "http://127.0.0.1:8731"
+from tests.fixtures.protocol import (
+    BASE,
+    grid,
+    journal_row,
+    list_response,
+    run_parse_list,
+    spider_of,
+)
 
 
 @pytest.fixture
@@ -557,47 +560,6 @@ def test_a_client_id_answer_without_a_plain_id_is_refused(body):
 
 
 # -- the spider speaks the protocol (parse_list without an engine) ----------------------------------
-
-
-def spider_of(cls, **settings):
-    crawler = get_crawler(cls, {"CNKI_BASE_URL": BASE, **settings})
-    spider = cls.from_crawler(crawler)
-    crawler.spider = spider
-    return spider
-
-
-def list_response(body: str, doc_type: str, page: int = 1) -> HtmlResponse:
-    search = Search.for_day(doc_type, "2024-03-01", "TP3").to_dict()
-    request = Request(
-        BASE + "/kns8s/brief/grid", meta={"search": search, "page": page, "round_id": 7}
-    )
-    return HtmlResponse(request.url, body=body.encode(), encoding="utf-8", request=request)
-
-
-async def _collect(agen):
-    return [out async for out in agen]
-
-
-def run_parse_list(spider, response) -> list:
-    return asyncio.run(_collect(spider.parse_list(response)))
-
-
-def journal_row(seq: int, dbname: str, filename: str) -> str:
-    return (
-        f'<tr><td class="seq">{seq}</td><td class="name"><a class="fz14" href="/kcms2/article/abstract?v={seq}">'
-        f'T{seq}</a></td><td class="author"><a class="KnowledgeNetLink">A</a></td><td class="source">S</td>'
-        f'<td class="date">2024-03-01</td><td class="data">期刊</td><td class="operat">'
-        f'<a class="icon-collect" data-dbname="{dbname}" data-filename="{filename}"></a></td></tr>'
-    )
-
-
-def grid(rows: str, total: int, pages: int) -> str:
-    return (
-        f'<div id="briefBox"><span class="pagerTitleCell">共找到<em>{total}</em>条结果</span>'
-        f'<span class="countPageMark" data-pagenum="{pages}">1/{pages}</span>'
-        f'<table class="result-table-list"><tbody>{rows}</tbody></table>'
-        '<input id="hidTurnPage" type="hidden" value="tok"></div>'
-    )
 
 
 def test_the_spider_drops_rows_of_other_databases_and_counts_them():

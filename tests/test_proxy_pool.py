@@ -17,6 +17,7 @@ from cnkispider.exceptions import ConfigError, GaveUp
 from cnkispider.middlewares.proxy import ProxyMiddleware
 from proxy import BanPolicy, ProviderClient, ProviderError, Proxy, ProxyPool, mask, proxy_key
 from proxy.provider import parse_json, parse_lines
+from tests.fixtures.providers import BadProvider
 
 # the crawler's defaults (the pool itself has none: cnkispider/default_settings.py is their home)
 POOL = {
@@ -399,68 +400,6 @@ def test_a_static_list_with_a_non_address_is_a_config_error_naming_it():
 
 
 # -- a provider that drips or floods (a tiny HTTP server of the test's own) ---------------------
-
-
-class BadProvider:
-    """A local HTTP server answering every request in one of the ways a provider can misbehave:
-    ``drip`` (a byte of a proxy list every ``every`` seconds), ``drip-headers`` (even the status
-    line), ``flood`` (``size`` bytes of proxy lines, no Content-Length), ``huge`` (announces
-    ``size`` bytes), ``ok``."""
-
-    def __init__(self, mode: str, every: float = 0.5, size: int = 100 << 20):
-        import socket
-        import threading
-
-        self.mode, self.every, self.size = mode, every, size
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}/get?key=s3cret&num=5"
-        self.stop = threading.Event()
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self):
-        import threading
-
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
-
-    def _answer(self, conn):
-
-        try:
-            conn.recv(65536)
-            body = b"1.2.3.4:8080\r\n"
-            if self.mode == "ok":
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-            elif self.mode in ("drip", "drip-headers"):
-                head = b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n"
-                if self.mode == "drip":
-                    conn.sendall(head)
-                    head = b""
-                for byte in head + body * 10000:
-                    if self.stop.wait(self.every):
-                        break
-                    conn.sendall(bytes([byte]))
-            elif self.mode == "huge":
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % self.size)
-                conn.sendall(body * 1000)
-            elif self.mode == "flood":
-                conn.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
-                block = body * (1 << 16 // len(body) + 1)
-                sent = 0
-                while sent < self.size and not self.stop.is_set():
-                    conn.sendall(block)
-                    sent += len(block)
-        except OSError:
-            pass
-        finally:
-            conn.close()
-
-    def close(self):
-        self.stop.set()
-        self.server.close()
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ import sqlalchemy as sa
 from cnkispider.cnki.protocol import Protocol, Search
 from cnkispider.cnki.query import QueryError, normalize, parse, task_query
 from cnkispider.schema import round_
-from tests.crawl_harness import EXPORT_DEPTH_FIELDS, LIST_DEPTH_FIELDS, compare
 from tests.fixtures.commands import cli
+from tests.fixtures.crawl_harness import EXPORT_DEPTH_FIELDS, LIST_DEPTH_FIELDS, compare
 from tests.fixtures.crawls import CAP, IPC, YEAR
 
 # The realistic year at scale 0.002 (surge rows 300, cap 250): on Tue 5 March 267 of the 307
@@ -367,7 +367,8 @@ def test_a_query_task_that_follows_today_catches_the_query_s_late_arrivals(crawl
     """Issue 39 point 4: crawled as of a week ago, then again today, a query task that follows
     today holds exactly what its query finds in the look-back as of today, nothing outside it,
     and the second run counts each look-back day with one search (the day's, with the query)."""
-    from tests.test_follow import AS_OF_A, FOLLOW, IPC, SITE, START, TODAY, WINDOW, days
+    from tests.fixtures.crawls import IPC
+    from tests.fixtures.follow import AS_OF_A, FOLLOW, SITE, START, TODAY, WINDOW, days
 
     query = "TI%'方法'"
     setup = crawl_setup(

@@ -25,10 +25,11 @@ from cnkispider.crawlsettings import crawler_settings
 from cnkispider.middlewares.ratelimit import RateLimitMiddleware
 from cnkispider.offload import ThreadIO
 from cnkispider.pace.store import Answer, PaceRule, SharedRateLimit
-from tests.crawl_harness import compare
+from tests.fixtures.clock import Clock
+from tests.fixtures.crawl_harness import compare
 from tests.fixtures.pace_model import Pace
+from tests.fixtures.pace_store import stored
 from tests.fixtures.tiny_site import TinySite, read_lines
-from tests.test_pace import Clock
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -138,14 +139,6 @@ def replay(one: SharedRateLimit, request: Request, events: str) -> None:
         reply = one.call([one.limits(request)])
         paces = tuple(limit for limit in one.limits(request) if limit.pace)
         one.call([], [Answer(event == "c", reply.now, paces, reply.rates[0])])
-
-
-def stored(redis_url: str, key: str) -> dict[str, float]:
-    client = redis.Redis.from_url(redis_url)
-    try:
-        return {k.decode(): float(v) for k, v in client.hgetall(key).items()}
-    finally:
-        client.close()
 
 
 def test_the_shared_pace_follows_the_aimd_rule(limiter, redis_url):

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.crawl_harness import CrawlSetup
-from tests.fault_services import free_port
+from tests.fixtures.crawl_harness import CrawlSetup
+from tests.fixtures.fault_services import free_port
 
 pytestmark = pytest.mark.slow  # workers in subprocesses
 

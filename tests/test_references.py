@@ -17,7 +17,7 @@ from cnkispider.db import open_database
 from cnkispider.exceptions import RefusedPage
 from cnkispider.reference_rows import ENTRY_COLUMNS, fetch_references
 from cnkispider.schema import error_code, error_link, round_
-from tests.crawl_harness import compare
+from tests.fixtures.crawl_harness import compare
 
 SITE = {"seed": 11}
 DAY = "2024-01-01"
@@ -140,7 +140,7 @@ def test_in_a_session_a_person_passed_the_references_go_in_that_session(verified
     """On a site that checks for a person, each reference page goes in the verified session that
     listed its paper (a v= token opens nowhere else): CNKI never checks the crawler, and the
     table equals the truth."""
-    from tests.test_verified_crawl import add_passed
+    from tests.fixtures.verified import add_passed
 
     setup, pool = verified_crawl("paper", "TP3,F0", site=SITE, crawl={"references": "on"})
     session, _ = add_passed(setup.site, pool)
@@ -198,8 +198,8 @@ def test_a_reference_request_is_a_session_request_retried_in_a_fresh_session():
     """The downloader middlewares treat kind ``references`` as ``detail``: it goes in a warmed
     CNKI session, with its detail page as Referer; CNKI's -403 JSON is a challenge, retried in a
     fresh session, and the JSON list that follows is a usable answer."""
-    from tests.test_middlewares import Site
-    from tests.test_middlewares import crawl as crawl_with_middlewares
+    from tests.fixtures.middleware_site import Site
+    from tests.fixtures.middleware_site import crawl as crawl_with_middlewares
 
     s = Site()
     try:

@@ -19,9 +19,9 @@ from cnkispider.exceptions import ConfigError
 from cnkispider.schema import round_, task
 from tasks.flow import TaskStore
 from tasks.lookback import look_window
-from tests import launcher
+from tests.fixtures import launcher
+from tests.fixtures.follow import RUN, TODAY
 from tests.fixtures.waiting import wait_until
-from tests.test_follow import RUN, TODAY
 
 # -- config.ini ---------------------------------------------------------------------------------
 

@@ -30,10 +30,9 @@ from errors.recorder import ErrorRecorder
 from tasks.feeder import RoundFeeder, idle_in_redis
 from tasks.flow import TaskStore
 from tests.fixtures.commands import cli, ini  # noqa: F401 - the fixture
-from tests.fixtures.scheduling import HAND_DRIVEN, in_loop
+from tests.fixtures.scheduling import HAND_DRIVEN, finish, in_loop, settle, take_all
+from tests.fixtures.spiders import drain_outputs, patent_list_response, spider_on
 from tests.fixtures.waiting import wait_until, wait_until_async
-from tests.test_scheduling_loss import finish, settle, take_all
-from tests.test_spider_errors import _drain, _list_response, spider_on
 
 W1, W2 = "host:1:aaaaaa", "host:2:bbbbbb"
 DAY = "2024-01-01"
@@ -195,9 +194,9 @@ def test_case3_a_root_first_page_handled_twice_sets_the_total_once(db_url):
     tasks = spider.context.tasks
     round_ = tasks.claim(spider.context.task_id, W1)
     [request] = spider.round_requests(round_)
-    response = _list_response(request)
+    response = patent_list_response(request)
     for _ in range(2):
-        out = _drain(spider.parse_list(response))
+        out = drain_outputs(spider.parse_list(response))
         assert out  # its rows' detail requests and its next page
     assert tasks.round_info(round_.id).total == 1234
     verdict = tasks.close_round(round_.id).verdict

@@ -18,7 +18,7 @@ from cnkispider.db import open_database
 from cnkispider.scheduling.scheduler import LeasedScheduler
 from tasks.feeder import RoundFeeder
 from tasks.flow import TaskStore
-from tests.fixtures.scheduling import HAND_DRIVEN, in_loop
+from tests.fixtures.scheduling import HAND_DRIVEN, finish, in_loop, settle, take_all
 from tests.fixtures.waiting import wait_until_async
 
 W1, W2 = "host:1:aaaaaa", "host:2:bbbbbb"
@@ -38,33 +38,6 @@ def make(make_scheduler):
         return scheduler
 
     return make
-
-
-def take_all(scheduler: LeasedScheduler) -> list[scrapy.Request]:
-    scheduler._kick()
-    got = []
-    while (request := scheduler.next_request()) is not None:
-        scheduler.engine_inprogress.add(request)
-        got.append(request)
-        scheduler._kick()
-    return got
-
-
-def finish(scheduler: LeasedScheduler, *requests: scrapy.Request) -> None:
-    for request in requests:
-        scheduler.engine_inprogress.discard(request)
-    scheduler._kick()
-
-
-async def settle(scheduler: LeasedScheduler) -> None:
-    """Kick the scheduler until its handlers have finished (their database calls run in a
-    thread) and its writes are out. Before, it gave up silently after 0.8 s."""
-
-    def settled() -> bool:
-        scheduler._kick()
-        return not scheduler._handlers_running and not scheduler._writes.ops()
-
-    await wait_until_async(settled, 60, what="the scheduler's handlers and writes", every=0.02)
 
 
 def detail(doc: str, round_id: int) -> scrapy.Request:

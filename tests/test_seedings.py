@@ -29,9 +29,8 @@ from cnkispider.schema import error_code, round_
 from cnkispider.schema import ledger as ledger_rows
 from tasks.feeder import RoundFeeder
 from tasks.flow import TaskStore
-from tests.fixtures.scheduling import HAND_DRIVEN, in_loop
+from tests.fixtures.scheduling import HAND_DRIVEN, finish, in_loop, settle, take_all
 from tests.fixtures.waiting import wait_until_async
-from tests.test_scheduling_loss import finish, settle, take_all
 
 W1 = "host:1:aaaaaa"
 DAY = "2024-01-01"

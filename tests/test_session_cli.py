@@ -29,8 +29,8 @@ from cnkispider.sessions.paste import (
     split_cmd,
 )
 from cnkispider.sessions.waysin import CHECKED, PASSED, check
-from tests import launcher
-from tests.crawl_harness import REDIS_URL, ROOT
+from tests.fixtures import launcher
+from tests.fixtures.crawl_harness import REDIS_URL, ROOT
 
 CURL = Path(__file__).parent / "fixtures" / "curl"
 MARKER = "--- paste ---\n"

@@ -11,7 +11,6 @@ with that session alone then equals the stand-in's truth.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -27,30 +26,22 @@ import redis
 
 from cnkispider.schema import error_code, error_link
 from cnkispider.sessions import SessionStore, namespace_for
-from cnkispider.sessions.devtools import Cdp, cdp_http
-from tests.crawl_harness import REDIS_URL, ROOT, CrawlSetup, compare, count_rows
+from cnkispider.sessions.devtools import cdp_http
+from tests.fixtures.chromium import (
+    CHROMIUM,
+    answers,
+    find_verify_tab,
+    free_port,
+    pass_the_check_as_a_person,
+)
+from tests.fixtures.crawl_harness import REDIS_URL, ROOT, CrawlSetup, compare, count_rows
 from tests.fixtures.crawls import FAST_CNKI, FAST_SITE  # the loosened pace of a verified crawl
 from tests.fixtures.waiting import wait_until
 
 pytestmark = pytest.mark.slow  # a real Chromium and the session commands in subprocesses
 
 SAME = {"missing": [], "extra": [], "differing": {}}
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 HOME_PATH = "/kns8s/defaultresult/index"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def answers(port: int) -> bool:
-    try:
-        cdp_http(port, "/json/version", timeout=1)
-        return True
-    except OSError:
-        return False
 
 
 @pytest.fixture
@@ -97,59 +88,6 @@ def stop(process: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.communicate()
-
-
-def find_verify_tab(port: int, deadline: float) -> dict:
-    while True:
-        assert time.monotonic() < deadline, "no tab ever showed CNKI's verify page"
-        try:
-            targets = cdp_http(port, "/json/list", timeout=2)
-        except OSError:
-            targets = []
-        for t in targets:
-            if t.get("type") == "page" and "/verify/" in t.get("url", ""):
-                return t
-        time.sleep(0.2)
-
-
-def pass_the_check_as_a_person(port: int, timeout: float = 30.0) -> str:
-    """Find the tab showing CNKI's verify page in the browser on ``port`` and drag its slider's
-    piece onto the gap with the mouse. Returns the verify page's address."""
-    assert os.path.exists(CHROMIUM), "Debian's chromium is missing (.ci/run installs it)"
-    deadline = time.monotonic() + timeout
-    page = find_verify_tab(port, deadline)
-    tab = Cdp(page["webSocketDebuggerUrl"])
-    try:
-        box = None
-        while box is None:
-            assert time.monotonic() < deadline, "the verify page never showed its slider"
-            found = tab.call(
-                "Runtime.evaluate",
-                {
-                    "expression": "(() => { const b = document.querySelector('#standin-slider');"
-                    " const g = document.querySelector('#standin-gap');"
-                    " if (!b || !g) return null; const r = b.getBoundingClientRect();"
-                    " return JSON.stringify({x: r.x + r.width / 2, y: r.y + r.height / 2,"
-                    " gap: Number(g.dataset.x)}); })()",
-                    "returnByValue": True,
-                },
-            )
-            value = found.get("result", {}).get("value")
-            box = json.loads(value) if value else None
-            if box is None:
-                time.sleep(0.2)
-        x, y = box["x"], box["y"]
-        tab.call("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x, "y": y})
-        press = {"x": x, "y": y, "button": "left", "clickCount": 1}
-        tab.call("Input.dispatchMouseEvent", dict(press, type="mousePressed"))
-        for step in range(1, 11):  # a hand's drag: in steps, over a person's time
-            time.sleep(0.03)
-            where = {"x": x + box["gap"] * step / 10, "y": y, "button": "left", "buttons": 1}
-            tab.call("Input.dispatchMouseEvent", dict(where, type="mouseMoved"))
-        tab.call("Input.dispatchMouseEvent", dict(press, x=x + box["gap"], type="mouseReleased"))
-    finally:
-        tab.close()
-    return page["url"]
 
 
 def test_session_login_in_a_real_chromium_takes_the_cookies_of_the_pass_httponly_too(

@@ -10,47 +10,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.fixtures.bad_settings import BAD
 from tests.fixtures.commands import cli
 from tests.fixtures.services import REDIS_URL
-
-BAD = [
-    ("SCHEDULER_LEASE_SECONDS=-5", "error: -s SCHEDULER_LEASE_SECONDS='-5': expected 0 or more"),
-    (
-        "SCHEDULER_MAX_ATTEMPTS=0",
-        "error: -s SCHEDULER_MAX_ATTEMPTS='0': expected a whole number of at least 1",
-    ),
-    ("SCHEDULER_BATCH_SIZE=inf", "error: -s SCHEDULER_BATCH_SIZE='inf': expected a whole number"),
-    (
-        "LOG_LEVEL=LOUD",
-        "error: -s LOG_LEVEL='LOUD': expected one of CRITICAL, ERROR, WARNING, INFO, DEBUG",
-    ),
-    ("CONCURRENT_REQUESTS=1e9", "error: -s CONCURRENT_REQUESTS='1e9': expected a whole number"),
-    ("CONCURRENT_REQUESTS=2.5", "error: -s CONCURRENT_REQUESTS='2.5': expected a whole number"),
-    (
-        "DATABASE_URL=nope://x",
-        "error: -s DATABASE_URL='nope://x': expected sqlite:///PATH or mysql+pymysql://USER@HOST/DB",
-    ),
-    (
-        "REDIS_URL=notaurl",
-        "error: -s REDIS_URL='notaurl': expected redis://HOST:PORT/DB (or rediss://, unix://)",
-    ),
-    (
-        "CONCURRENT_REQUESTS=-3",
-        "error: -s CONCURRENT_REQUESTS='-3': expected a whole number of at least 1",
-    ),
-    ("NO_SUCH_SETTING=1", "error: -s NO_SUCH_SETTING: no such setting"),
-    ("DOWNLOAD_DELAY=-1", "error: -s DOWNLOAD_DELAY='-1': expected 0 or more"),
-    ("DOWNLOAD_TIMEOUT=nan", "error: -s DOWNLOAD_TIMEOUT='nan': expected a finite number"),
-    (
-        "CONCURENT_REQUESTS=4",
-        "error: -s CONCURENT_REQUESTS: no such setting; did you mean CONCURRENT_REQUESTS?",
-    ),
-    ("SCHEDULER_LEASE_SECONDS=0", "error: -s SCHEDULER_LEASE_SECONDS='0': expected more than 0"),
-    (
-        "CONCURRENT_REQUESTS=100000",
-        "error: -s CONCURRENT_REQUESTS='100000': expected at most 1000",
-    ),
-]
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import json
 
 from cnkispider.cnki.protocol import Search
 from cnkispider.scheduling.serialize import ReadPolicy, request_from_json, request_to_json
-from tests.test_spider_errors import _drain, _list_response, spider_on
+from tests.fixtures.spiders import drain_outputs, patent_list_response, spider_on
 
 SEARCH = {
     "doc_type": "patent",
@@ -46,7 +46,7 @@ def test_each_kind_of_list_request_names_its_own_callback_through_redis(db_url):
         "refresh": spider.parse_refresh,
     }
     # a title search's next page is the title search's too (the fixture is page 2 of 25)
-    out = _drain(made["refresh"].callback(_list_response(made["refresh"])))
+    out = drain_outputs(made["refresh"].callback(patent_list_response(made["refresh"])))
     assert [(r.callback, r.meta["page"], r.meta["refresh_for"]) for r in out] == [
         (spider.parse_refresh, 2, "SCPD/CN999")
     ]
@@ -57,7 +57,7 @@ def test_a_title_search_an_older_worker_queued_for_parse_list_is_still_walked(db
     refresh = spider.refresh_request({**STALE, "search": SEARCH}, "http://127.0.0.1:9/x")
     older = through_redis(spider, refresh, callback="parse_list")
     assert older.callback == spider.parse_list
-    out = _drain(older.callback(_list_response(older)))
+    out = drain_outputs(older.callback(patent_list_response(older)))
     assert [(r.callback, r.meta["page"], r.meta["refresh_for"]) for r in out] == [
         (spider.parse_refresh, 2, "SCPD/CN999")
     ]
@@ -68,5 +68,5 @@ def test_a_canary_an_older_worker_queued_for_parse_list_still_answers(db_url):
     spider, _ = spider_on(db_url)
     canary = spider.canary_request({"search": SEARCH, "page": 1}, "2024-01-30")
     older = through_redis(spider, canary, callback="parse_list")
-    assert _drain(older.callback(_list_response(older))) == []
+    assert drain_outputs(older.callback(patent_list_response(older))) == []
     assert spider.crawler.stats.get_value("list/true-zero") == 1

@@ -7,40 +7,11 @@ import asyncio
 
 import scrapy
 import sqlalchemy as sa
-from scrapy.utils.test import get_crawler
 
-from cnkispider.addon import ADDONS
 from cnkispider.cnki.protocol import Search
-from cnkispider.context import CrawlContext, open_context
-from cnkispider.db import open_database
 from cnkispider.schema import error_code, error_link
-from cnkispider.spiders.patent import PatentSpider
 from errors.middleware import ErrorRecordingMiddleware
-from errors.recorder import ErrorRecorder
-from tasks.feeder import RoundFeeder
-from tasks.flow import TaskStore
-
-
-def spider_on(db_url):
-    """A patent spider whose crawl context is open on task "t" (what flow control does when the
-    spider opens), without starting the crawl."""
-    crawler = get_crawler(
-        PatentSpider,
-        {
-            "ADDONS": ADDONS,
-            "CNKI_BASE_URL": "http://127.0.0.1:9",
-            "DATABASE_URL": db_url,
-            "EXTENSIONS": {RoundFeeder: 500},
-        },
-    )
-    spider = PatentSpider.from_crawler(crawler)
-    crawler.spider = spider
-    engine = open_database(db_url)
-    tasks = TaskStore(engine)
-    task, _ = tasks.register("t", "patent", "2024-01-01", "2024-01-31", "G06")
-    context = CrawlContext(task=task, tasks=tasks, error_recorder=ErrorRecorder(engine))
-    open_context(crawler, context)
-    return spider, engine
+from tests.fixtures.spiders import drain_outputs, patent_list_response, spider_on
 
 
 def abandoned(spider, request):
@@ -158,21 +129,6 @@ def _failure(error, request):
     return failure
 
 
-def _drain(agen):
-    async def run():
-        return [out async for out in agen]
-
-    return asyncio.run(run())
-
-
-def _list_response(request, case="list_patent_rows"):
-    from scrapy.http import HtmlResponse
-
-    from tests.fixtures.pages import load
-
-    return HtmlResponse(request.url, body=load(case).body, encoding="utf-8", request=request)
-
-
 def _code_rows(engine):
     with engine.connect() as conn:
         return conn.execute(
@@ -197,10 +153,12 @@ def test_a_replayed_page_that_fails_after_it_parsed_once_keeps_an_error_row(db_u
     errors.record_code(1, 5, "2024-01-30", "B23", search, 2, "http-500")
     row = errors.claim_codes(1, "w:1:x")[0]
     request = spider.replay_code(row)
-    out = _drain(spider.parse_list(_list_response(request)))
+    out = drain_outputs(spider.parse_list(patent_list_response(request)))
     assert len([r for r in out if r.meta.get("cnki_kind") == "detail"]) == 2
     assert _code_rows(engine) == []  # mended: the page parsed
-    _drain(spider.on_error(_failure(GaveUp("http-500", 3), request)))  # the same request, back
+    drain_outputs(
+        spider.on_error(_failure(GaveUp("http-500", 3), request))
+    )  # the same request, back
     assert [(r.page, r.state) for r in _code_rows(engine)] == [(2, "open")]
 
 
@@ -218,7 +176,7 @@ def test_a_replayed_page_is_resolved_only_after_its_requests_are_handed_out(db_u
     seen = []
 
     async def run():
-        async for out in spider.parse_list(_list_response(request)):
+        async for out in spider.parse_list(patent_list_response(request)):
             seen.append((out.meta.get("cnki_kind"), len(_code_rows(engine))))
 
     asyncio.run(run())
@@ -250,7 +208,7 @@ def test_a_stale_link_is_refreshed_from_later_pages_of_its_title_search(db_url):
         2,
         **{k: first.meta[k] for k in ("refresh_for", "listing", "stale_url", "round_id")},
     )
-    out = _drain(spider.parse_list(_list_response(second)))
+    out = drain_outputs(spider.parse_list(patent_list_response(second)))
     assert [(r.meta["cnki_kind"], r.meta["page"], r.meta["refresh_for"]) for r in out] == [
         ("list", 3, "SCPD/CN999")
     ]
@@ -258,7 +216,7 @@ def test_a_stale_link_is_refreshed_from_later_pages_of_its_title_search(db_url):
         assert conn.execute(sa.select(sa.func.count()).select_from(error_link)).scalar() == 0
     # a document on the page walked is refreshed from it
     second.meta["refresh_for"] = "SCPD/CN117884321A"
-    out = _drain(spider.parse_list(_list_response(second)))
+    out = drain_outputs(spider.parse_list(patent_list_response(second)))
     assert [(r.meta["cnki_kind"], r.meta["doc_key"], r.meta["refreshed"]) for r in out] == [
         ("detail", "SCPD/CN117884321A", True)
     ]
@@ -268,7 +226,7 @@ def test_a_stale_link_is_refreshed_from_later_pages_of_its_title_search(db_url):
         25,
         **{k: first.meta[k] for k in ("refresh_for", "listing", "stale_url", "round_id")},
     )
-    assert _drain(spider.parse_list(_list_response(last))) == []
+    assert drain_outputs(spider.parse_list(patent_list_response(last))) == []
     with engine.connect() as conn:
         row = conn.execute(
             sa.select(error_link.c.filename, error_link.c.reason, error_link.c.detail)
@@ -331,7 +289,7 @@ def test_a_failure_that_cannot_be_recorded_holds_its_request_and_stops_the_worke
     )
     lease = _leased(engine, request)
     with caplog.at_level(logging.CRITICAL):
-        _drain(spider.on_error(_failure(GaveUp("http-500", 3), request)))  # raises nothing
+        drain_outputs(spider.on_error(_failure(GaveUp("http-500", 3), request)))  # raises nothing
     assert lease.holds == 1  # never released: not acked
     assert engine.scheduler.outcomes.finished(()) == []
     assert engine.closed == ["database_error"]
@@ -373,7 +331,7 @@ def test_a_callback_exception_is_recorded_by_the_middleware_with_its_traceback(d
         raise ValueError("a page no parser understands")
     except ValueError as exc:
         error = exc
-    assert _drain(middleware.process_spider_exception(response, error)) == []
+    assert drain_outputs(middleware.process_spider_exception(response, error)) == []
     with engine.connect() as conn:
         row = conn.execute(sa.select(error_code)).one()
     assert (row.task_id, row.day, row.page, row.reason) == (

@@ -12,9 +12,10 @@ from datetime import date
 
 import pytest
 
+from standin.catalogue import CorpusOptions, parse_day
 from standin.client import REPO
-from standin.corpus import Corpus, CorpusOptions, parse_day
-from tests import launcher
+from standin.corpus import Corpus
+from tests.fixtures import launcher
 
 YEAR = [parse_day("2024-01-01") + k for k in range(366)]
 TUESDAY, FRIDAY = 1, 4

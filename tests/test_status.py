@@ -34,11 +34,13 @@ from cnkispider.progress import ProgressLog
 from cnkispider.schema import documents, error_code, error_link, round_, task, worker
 from cnkispider.status import collect, render, run_summary, watch
 from standin.client import start_site
-from tests import launcher
-from tests.crawl_harness import CrawlSetup
+from tests.fixtures import launcher, status_rows
+from tests.fixtures.crawl_harness import CrawlSetup
 from tests.fixtures.services import MYSQL_HOST, MYSQL_PORT, REDIS_URL, _mysql_admin
+from tests.fixtures.status_rows import NOW, add_round, add_task, add_worker
 from tests.fixtures.waiting import wait_until
 
+engine = status_rows.engine  # the fixture: a SQLite database of the project's schema
 ROOT = Path(__file__).resolve().parents[1]
 
 # -- a crawl with two workers, watched --------------------------------------------------------------
@@ -300,63 +302,6 @@ def test_a_worker_row_names_the_round_it_seeded_last(watched_crawl):
 
 
 # -- status from tables built by hand -----------------------------------------------------------------
-
-NOW = dt.datetime(2024, 3, 1, 12, 0, 0)
-
-
-@pytest.fixture
-def engine(sqlite_url):
-    engine = open_database(sqlite_url)
-    yield engine
-    engine.dispose()
-
-
-def add_task(conn, name="t", **values) -> int:
-    row = {
-        "name": name,
-        "type": "patent",
-        "start_date": "2024-01-01",
-        "end_date": "2024-01-05",
-        "cur_date": "2024-01-01",
-        "categories": "G06,H04",
-        "phase": "crawl",
-        **values,
-    }
-    return conn.execute(task.insert().values(**row)).inserted_primary_key[0]
-
-
-def add_round(
-    conn, task_id, day, category, state, updated_at, worker_id=None, took=dt.timedelta(minutes=10)
-):
-    """A round that ran for ``took`` (10 min) up to ``updated_at``."""
-    conn.execute(
-        round_.insert().values(
-            task_id=task_id,
-            day=day,
-            category=category,
-            state=state,
-            worker=worker_id,
-            created_at=updated_at - took,
-            updated_at=updated_at,
-        )
-    )
-
-
-def add_worker(conn, task_id, pid, last_seen, state="running", pages=600, started_minutes=10):
-    conn.execute(
-        worker.insert().values(
-            id=f"pc:{pid}:x",
-            task_id=task_id,
-            host="pc",
-            pid=pid,
-            state=state,
-            pages=pages,
-            items=pages // 2,
-            errors=1,
-            started_at=last_seen - dt.timedelta(minutes=started_minutes),
-            last_seen=last_seen,
-        )
-    )
 
 
 def test_eta_comes_from_the_rounds_finished_lately(engine):

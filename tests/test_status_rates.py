@@ -11,7 +11,7 @@ from cnkispider.status.collecting import collect
 from cnkispider.status.rates import round_rate_eta
 from cnkispider.status.rendering import render, render_summary
 from cnkispider.web.metrics import metrics_text
-from tests.test_status import NOW, add_round, add_task, add_worker, engine  # noqa: F401
+from tests.fixtures.status_rows import NOW, add_round, add_task, add_worker, engine  # noqa: F401
 
 
 def test_rounds_in_flight_past_their_mean_are_not_done_in_0_s():

@@ -11,8 +11,8 @@ import sqlalchemy as sa
 from cnkispider.db import open_database
 from cnkispider.schema import documents, round_
 from tasks.flow import TaskStore
-from tests.crawl_harness import compare
 from tests.fixtures.commands import cli
+from tests.fixtures.crawl_harness import compare
 
 
 @pytest.mark.parametrize("census", ["on", "off"])
@@ -172,7 +172,7 @@ def test_docs_steering_covers_every_task_action_and_the_readme_links_it():
     import argparse
 
     from cnkispider.cli import build_parser
-    from tests.crawl_harness import ROOT
+    from tests.fixtures.crawl_harness import ROOT
 
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

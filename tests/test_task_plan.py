@@ -13,7 +13,7 @@ import pytest
 
 from cnkispider.status.plan import Costs, day_totals, estimate, sample_days
 from tests.fixtures.crawls import CAP, IPC, YEAR
-from tests.test_verified_crawl import add_passed
+from tests.fixtures.verified import add_passed
 
 #: the stand-in's requests that the plan counts (warm-ups, client ids and checks are a pass's own)
 COUNTED = ("grid", "export", "detail")

@@ -25,8 +25,8 @@ from cnkispider.schema import round_, task
 from cnkispider.settingcheck import check_setting
 from cnkispider.status.plan import Costs, counted_days, follow_day
 from tasks.flow import TaskStore
-from tests import launcher
-from tests.crawl_harness import ROOT
+from tests.fixtures import launcher
+from tests.fixtures.crawl_harness import ROOT
 from tests.fixtures.crawls import IPC
 
 TODAY = cnki_today()

@@ -16,8 +16,8 @@ from cnkispider.config import load_config
 from cnkispider.db import make_engine
 from cnkispider.exceptions import ConfigError
 from cnkispider.schema import round_
-from tests.crawl_harness import CrawlSetup, compare
-from tests.worker_accounts import grant
+from tests.fixtures.crawl_harness import CrawlSetup, compare
+from tests.fixtures.worker_accounts import grant
 
 
 @dataclasses.dataclass

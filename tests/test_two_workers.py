@@ -8,7 +8,7 @@ import re
 import sqlalchemy as sa
 
 from cnkispider.schema import round_
-from tests.crawl_harness import compare
+from tests.fixtures.crawl_harness import compare
 
 
 def test_two_workers_split_rounds_and_one_reports_each_completion(crawl_setup):

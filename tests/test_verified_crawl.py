@@ -3,64 +3,24 @@ by every worker through the pool in Redis; waiting for a person as a state, not 
 
 from __future__ import annotations
 
-import json
-import subprocess
 import time
-from urllib.parse import urlsplit
 
 import pytest
 import sqlalchemy as sa
 
 from cnkispider.schema import error_code, error_link, round_
-from cnkispider.sessions import NEEDS_PERSON, SessionStore
-from tests.crawl_harness import CrawlSetup, compare, count_rows
-from tests.test_notify import Receiver
+from cnkispider.sessions import NEEDS_PERSON
+from tests.fixtures.crawl_harness import CrawlSetup, count_rows
+from tests.fixtures.receiver import Receiver
+from tests.fixtures.verified import CHROME_UA, add_passed, assert_equal_to_truth, status_json
 
 pytestmark = pytest.mark.slow  # every test crawls the stand-in in a worker subprocess
-
-CHROME_UA = (
-    "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
-    "Chrome/141.0.0.0 Safari/537.36"
-)
-
-
-def add_passed(site, pool: SessionStore):
-    """A person passes the stand-in's check (its test-only control); the session joins the pool."""
-    cookies = site.pass_check()
-    host = urlsplit(site.base_url).hostname
-    session = pool.add(
-        [{"name": k, "value": v, "domain": host, "path": "/"} for k, v in cookies.items()],
-        source="standin",
-    )
-    return session, cookies
-
-
-def status_json(setup: CrawlSetup, *, started: bool = True) -> dict:
-    out = subprocess.run(
-        setup.command("status", "--json"), capture_output=True, text=True, timeout=60
-    )
-    if not started and "no database" in out.stderr:
-        return {"tasks": []}  # the worker has not created it yet
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
 
 
 def rounds_done(setup: CrawlSetup) -> int:
     return setup.query(
         sa.select(sa.func.count()).select_from(round_).where(round_.c.state == "done")
     )[0][0]
-
-
-def assert_equal_to_truth(setup: CrawlSetup) -> None:
-    truth = setup.truth()
-    assert truth
-    assert compare(setup.stored(), truth, setup.doc_type) == {
-        "missing": [],
-        "extra": [],
-        "differing": {},
-    }
-    assert count_rows(setup, error_code) == 0
-    assert count_rows(setup, error_link) == 0
 
 
 def test_a_run_without_a_session_waits_then_goes_on_when_a_person_passes(verified_crawl):

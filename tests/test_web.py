@@ -12,10 +12,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import socket
 import subprocess
 import threading
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -29,76 +27,16 @@ from cnkispider.schema import audit, documents, error_link, round_, task, worker
 from cnkispider.status.round_views import GRID_CELLS_MAX, round_grid
 from cnkispider.web import guard
 from standin.client import start_site
-from tests.crawl_harness import ROOT, CrawlSetup
+from tests.fixtures.crawl_harness import ROOT, CrawlSetup
 from tests.fixtures.services import MYSQL_HOST, MYSQL_PORT, _mysql_admin
 from tests.fixtures.waiting import wait_until
+from tests.fixtures.webserver import WebServer, free_local_port
 
 SCRIPT_TITLE = '<script>window.__xss = 1</script><img src=x onerror="window.__xss = 2">'
 HALT_REASON = "http-500: CNKI answered <script>window.__xss = 3</script> five times"
 LAST_ERROR = "parse-error: ValueError: <script>window.__xss = 4</script> in the pager"
 #: The page's colour classes by the round's state (cnkispider/status/round_views.py cell_state).
 COLOUR = {"claimed": "in-flight", "seeded": "in-flight", "done": "done", "failed": "failed"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class WebServer:
-    """`cnkispider web` in a subprocess; ``token`` is the one it printed at its first start."""
-
-    def __init__(self, setup: CrawlSetup):
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.process = subprocess.Popen(
-            setup.command("web", "--port", str(self.port)),
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        self.lines: list[str] = []
-        self.token = None
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            line = self.process.stdout.readline()
-            if not line:
-                break
-            self.lines.append(line)
-            if line.startswith("web token (shown only now"):
-                self.token = line.rsplit(": ", 1)[1].strip()
-            if line.startswith("cnkispider web: http://"):
-                break
-        threading.Thread(target=lambda: self.lines.extend(self.process.stdout), daemon=True).start()
-        assert self.token, "".join(self.lines)
-        while time.monotonic() < deadline:  # uvicorn binds just after the line
-            try:
-                urllib.request.urlopen(self.url + "/api/status", timeout=5).read()
-                return
-            except OSError:
-                time.sleep(0.1)
-        raise AssertionError("the web page never answered: " + "".join(self.lines))
-
-    def get(self, path: str) -> str:
-        return urllib.request.urlopen(self.url + path, timeout=30).read().decode("utf-8")
-
-    def post(self, path: str, fields: dict, headers: dict) -> int:
-        data = "&".join(f"{k}={urllib.request.quote(v)}" for k, v in fields.items()).encode()
-        request = urllib.request.Request(self.url + path, data=data, headers=headers)
-        try:
-            return urllib.request.urlopen(request, timeout=30).status
-        except urllib.error.HTTPError as exc:
-            return exc.code
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
 
 
 @pytest.fixture(scope="module")
@@ -426,7 +364,7 @@ def test_a_pasted_copy_as_curl_joins_the_pool_after_its_preview(crawled, page):
 def redis_client():
     import redis
 
-    from tests.crawl_harness import REDIS_URL
+    from tests.fixtures.crawl_harness import REDIS_URL
 
     return redis.Redis.from_url(REDIS_URL)
 
@@ -660,7 +598,7 @@ def test_the_throughput_and_error_charts_draw_the_page_s_samples(
     app = create_app(load_config(ini, environ={}), engine=engine, token="t", sample_seconds=0.2)
     server = uvicorn.Server(
         uvicorn.Config(
-            app, host="127.0.0.1", port=_free_port(), log_level="warning", **UVICORN_OPTIONS
+            app, host="127.0.0.1", port=free_local_port(), log_level="warning", **UVICORN_OPTIONS
         )
     )
     thread = threading.Thread(target=server.run, daemon=True)

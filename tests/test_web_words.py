@@ -21,10 +21,10 @@ import sqlalchemy as sa
 
 from cnkispider.db import open_database
 from tasks.flow import TaskStore
-from tests.crawl_harness import ROOT, CrawlSetup
+from tests.fixtures.crawl_harness import ROOT, CrawlSetup
 from tests.fixtures.latin import latin_words
 from tests.fixtures.waiting import wait_until
-from tests.test_web import WebServer
+from tests.fixtures.webserver import WebServer
 
 # every test reads the page of a `cnkispider web` started for the module (16 s of set-up at a load
 # of 20): over a second alone

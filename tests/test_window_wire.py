@@ -21,7 +21,7 @@ from scrapy.utils.test import get_crawler
 from cnkispider.middlewares.ratelimit import RateLimitMiddleware
 from cnkispider.offload import ThreadIO
 from cnkispider.pace.store import SharedRateLimit
-from tests.test_windows import assert_equal_to_the_truth_without_errors, cnki
+from tests.fixtures.windows import assert_equal_to_the_truth_without_errors, cnki
 
 #: A stand-in that closes an address's window past 4 requests in a second, for 2 s.
 SITE = {"seed": 7, "scale": 0.2, "latency": "0.005", "throttle": 4, "throttle_seconds": 2}

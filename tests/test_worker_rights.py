@@ -13,8 +13,8 @@ import redis
 import sqlalchemy as sa
 
 from cnkispider.schema import round_
-from tests.crawl_harness import CrawlSetup, compare
-from tests.worker_accounts import grant
+from tests.fixtures.crawl_harness import CrawlSetup, compare
+from tests.fixtures.worker_accounts import grant
 
 pytestmark = pytest.mark.slow  # every test runs the command line or a worker in a subprocess
 
