@@ -17,33 +17,31 @@ the spider for others to find, and nobody probes the spider for them::
 without flow control (``TASKS_ENABLED`` off, no ``DATABASE_URL``).
 
 This module sits in the base layer (see ``[tool.importlinter]`` in pyproject.toml) so that its
-readers need not import flow control, which sits above errors/ and below the crawl layer: the
-types of its fields (``tasks.flow``, ``errors.recorder``) are named for type checkers only.
+readers need not import flow control, which sits above errors/ and below the crawl layer. So it
+imports nothing above it, not even for type checkers: its fields' types (``tasks.flow``,
+``errors.recorder``, ``tasks.categories``) are named in their comments, typed ``Any``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
-    from errors.recorder import ErrorRecorder
-    from tasks.categories import CategoryTree
-    from tasks.flow import Task, TaskStore
-
 
 @dataclass
 class CrawlContext:
     #: The task row. Flow control reads it again before each claim, so that a categories file
-    #: edited while the worker runs is seen when a search of the claimed round has to split.
-    task: Task
-    #: The task table, its rounds and workers (``tasks.flow``).
-    tasks: TaskStore
-    #: errorCode and errorLink (``errors.recorder``).
-    error_recorder: ErrorRecorder
+    #: edited while the worker runs is seen when a search of the claimed round has to split
+    #: (a ``tasks.flow.Task``).
+    task: Any
+    #: The task table, its rounds and workers (a ``tasks.flow.TaskStore``).
+    tasks: Any
+    #: errorCode and errorLink (an ``errors.recorder.ErrorRecorder``).
+    error_recorder: Any
     #: The task's halt reason once this worker knows it: the retry middleware then holds what
     #: it would retry (``RoundFeeder.halt`` sets it before the halt is written, so that no retry
     #: slips in meanwhile).
@@ -61,7 +59,7 @@ class CrawlContext:
         return self.task.type
 
     @property
-    def tree(self) -> CategoryTree:
+    def tree(self) -> Any:  # a tasks.categories.CategoryTree
         return self.task.tree
 
 
