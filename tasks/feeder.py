@@ -63,7 +63,7 @@ from tasks.categories import DAY, round_label
 from tasks.flow import Action, PhaseFacts, TaskStore, new_worker_id, next_action
 from tasks.parts import facet_codes
 from tasks.phase import Phase
-from tasks.rounds import RoundState
+from tasks.roundstate import RoundState
 
 logger = logging.getLogger(__name__)
 
@@ -746,7 +746,7 @@ class RoundFeeder:
         later. Closed means done when its ledger balances, else failed (re-opened while it has
         attempts left: tasks/flow.py ``close_round``). While the task is halted it is failed
         instead (note ``halted``), and ``task resume`` re-opens it. Every write names the
-        drain's ``seeding`` (tasks/rounds.py ``close_round``): a handler of an earlier seeding,
+        drain's ``seeding`` (tasks/closing.py ``close_round``): a handler of an earlier seeding,
         late through a database outage, changes nothing of the round's later seeding."""
         if self.follows:  # a look's walk: what it did not show is no longer listed
             await in_thread(self.store.mark_unlisted, round_id, seeding)
@@ -788,7 +788,7 @@ def idle_in_redis(queue, round_ids: list[int]) -> set[int]:
     """Of these rounds (seeded under the queue's epoch), those Redis holds nothing of: no
     request queued or leased (their outstanding count), no drain waiting to be closed. Read in
     that order: the ack that drains a round adds its drain in the same step, and the drain goes
-    only once the round is closed in the database (tasks/rounds.py ``Rounds._stuck``). Blocking
+    only once the round is closed in the database (tasks/claims.py ``ClaimRounds._stuck``). Blocking
     (the claim's thread); ``queue``: the scheduler's :class:`~cnkispider.scheduling.queue.LeasedQueue`,
     None while it is not open (nothing can be told)."""
     if queue is None:

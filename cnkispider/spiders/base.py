@@ -59,7 +59,7 @@ from cnkispider.spiders.references import ReferencesMixin
 from cnkispider.spiders.stale_links import STALE_LINK, StaleLinksMixin
 from errors.middleware import failure_reason, record_download_failure, record_failure
 from tasks.categories import DAY, covers
-from tasks.rounds import CATEGORIES_NOTE
+from tasks.roundstate import CATEGORIES_NOTE
 
 #: A list row's 数据库 that names a thesis's degree.
 THESIS_DEGREES = {"博士": "博士", "硕士": "硕士"}
