@@ -42,8 +42,9 @@ from twisted.internet import defer
 from cnkispider import ledger, refresh
 from cnkispider.cnki import detailpage, listgrid
 from cnkispider.cnki.groups import FACET_PARTS
-from cnkispider.cnki.protocol import Search, protocol_from_settings
+from cnkispider.cnki.protocol import protocol_from_settings
 from cnkispider.cnki.refusals import ZERO_CHECK
+from cnkispider.cnki.search import Search
 from cnkispider.context import CrawlContext, context_of
 from cnkispider.drift import watched
 from cnkispider.exceptions import RefusedPage, SessionLost

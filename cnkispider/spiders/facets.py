@@ -21,7 +21,7 @@ from __future__ import annotations
 import scrapy
 
 from cnkispider.cnki.groups import FACET_PARTS, category_group, counts_of, parse_groups
-from cnkispider.cnki.protocol import Search
+from cnkispider.cnki.search import Search
 from cnkispider.exceptions import HaltedRequest, RefusedPage
 from cnkispider.i18n import _
 from cnkispider.offload import in_thread
