@@ -40,7 +40,7 @@ WORDS = {
     "halted": N_("halted"),
     "no live worker": N_("no live worker"),
     "waiting for a person": N_("waiting for a person"),
-    # a round's state (tasks.rounds.RoundState) and a grid cell's (status.round_views)
+    # a round's state (tasks.roundstate.RoundState) and a grid cell's (status.round_views)
     "claimed": N_("claimed"),
     "seeded": N_("seeded"),
     "failed": N_("failed"),

@@ -25,17 +25,15 @@ Settings: ``TASKS_ENABLED``, ``TASKS_NAME``, ``TASKS_TYPE``, ``TASKS_START_DATE`
 ``TASKS_LOOK_TIERS``, ``TASKS_FACET_COUNTS`` (tasks/parts.py),
 ``TASKS_UNTIL_IDLE``, ``TASKS_REFRESH_COUNTS_EVERY``, ``TASKS_HALT_AFTER``, ``TASKS_HALT_WINDOW``,
 ``TASKS_UNREACHABLE_AFTER``, ``TASKS_LOCAL_FAULT_STOPS``, ``DATABASE_URL``,
-``ERRORS_MAX_ATTEMPTS`` (each explained in docs/INTERNALS.md).
+``ERRORS_MAX_ATTEMPTS`` (each explained in docs/INTERNALS.md#tasksfeederpy, the rest of its story).
 
-The rest of this module's story: docs/INTERNALS.md#tasksfeederpy.
+Pieces: tasks/feeder_halts.py, tasks/feeder_looks.py (looks), tasks/feeder_phase.py (no round due).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import secrets
-import subprocess
 from pathlib import Path
 
 from scrapy import signals
@@ -44,15 +42,12 @@ from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from twisted.internet import task as twisted_task
 from twisted.internet import threads
 
-from cnkispider import refresh
 from cnkispider import signals as cnki_signals
 from cnkispider.clock import cnki_today
-from cnkispider.cnki.refusals import REJECTION, kind_of
 from cnkispider.context import CrawlContext, context_of, open_context
 from cnkispider.db import is_transient, open_database
 from cnkispider.exceptions import CnkiSpiderError, SchedulerClosed, TaskRowError
-from cnkispider.halting import LOCAL_FAULT, Breaker
-from cnkispider.i18n import _
+from cnkispider.halting import Breaker
 from cnkispider.items import DEFAULT_DEPTH
 from cnkispider.looktiers import parse_tiers
 from cnkispider.offload import in_thread
@@ -60,18 +55,16 @@ from cnkispider.scheduling.outcome import ROUND_SEEDING, RoundScheduler
 from errors.middleware import LAST_ERROR_STAT
 from errors.recorder import ErrorRecorder
 from tasks.categories import DAY, round_label
-from tasks.flow import Action, PhaseFacts, TaskStore, new_worker_id, next_action
-from tasks.parts import facet_codes
-from tasks.phase import Phase
-from tasks.rounds import RoundState
+from tasks.feeder_halts import FeederHalts
+from tasks.feeder_looks import FeederLooks
+from tasks.feeder_phase import FeederPhase
+from tasks.flow import TaskStore, new_worker_id
+from tasks.roundstate import RoundState
 
 logger = logging.getLogger(__name__)
 
-#: The stat holding the reason of a worker that stopped itself (cnkispider.halting.LOCAL_FAULT).
-LOCAL_FAULT_STAT = "local_fault"
 
-
-class RoundFeeder:
+class RoundFeeder(FeederHalts, FeederLooks, FeederPhase):
     def __init__(self, crawler, settings):
         self.crawler = crawler
         self.database_url = settings.get("DATABASE_URL")
@@ -425,292 +418,6 @@ class RoundFeeder:
         one is there again."""
         self.waiting_for_person = waiting
 
-    # -- halting ---------------------------------------------------------------------------
-
-    def response_received(self, response, request, spider=None):
-        """A list page came back (refused pages never get here: they became retries)."""
-        if request.meta.get("cnki_kind") == "list":
-            self.breaker.ok(request)
-
-    def list_failed(self, reason, detail="", request=None, spider=None):
-        """The spider recorded a list-stage failure: count it; halt when the breaker trips."""
-        verdict = self.breaker.failed(reason, detail, key=request)
-        if verdict is None or kind_of(reason) == REJECTION:
-            return  # a rejection is halted as it is recorded (errors.middleware), before its ack
-        if self.breaker.local and self.local_fault_stops:
-            self._stop_self(verdict)
-            return
-        d = deferred_from_coro(self.halt(verdict))
-        d.addErrback(lambda f: logger.error("cannot halt the task: %s", f.getErrorMessage()))
-
-    def _stop_self(self, reason: str) -> None:
-        """Every request of this worker failed for a local cause: stop this worker only. Its
-        requests still in hand are held (``context.halted``, in memory: the retry middleware
-        holds them, their leases bring them back to the other workers); the task row is not
-        halted, so a healthy worker goes on."""
-        if self.context is not None and self.context.halted is None:
-            self.context.halted = reason
-        self.crawler.stats.set_value(LOCAL_FAULT_STAT, reason)
-        logger.error("this worker stops (its own fault, the task is not halted): %s", reason)
-        self._close(LOCAL_FAULT)
-
-    def request_unreadable(self, reason, spider=None):
-        """A request in Redis was refused by the trust boundary: what it held is not crawled, so
-        the task halts with the reason (``task resume`` after fixing the cause)."""
-        if self.task_id is None or self.halt_reason is not None:
-            return
-        d = deferred_from_coro(self.halt(f"unreadable: {reason}"))
-        d.addErrback(lambda f: logger.error("cannot halt the task: %s", f.getErrorMessage()))
-
-    async def halt(self, reason: str) -> bool:
-        """Halt the task (once across the cluster: the first reason stays) and stop this worker
-        (signal ``task_halted``). The retry middleware stops retrying at once, before the halt
-        is written. False if no task is open."""
-        context = self.context
-        if context is None:
-            return False
-        context.halted = context.halted or reason
-        if await in_thread(context.tasks.halt, context.task_id, reason):
-            logger.error("task %s halted: %s", context.task.name, reason)
-        self.crawler.signals.send_catch_log(
-            cnki_signals.task_halted, task_id=context.task_id, reason=reason, spider=self.spider
-        )
-        return True
-
-    async def halt_requested(self, reason, spider=None) -> bool:
-        """errors.middleware recorded a rejection: halt the task at once (see :meth:`halt`)."""
-        return await self.halt(reason)
-
-    def task_halted(self, task_id, reason, spider=None):
-        if task_id == self.task_id:
-            self._halted(reason)
-
-    def _halted(self, reason: str) -> None:
-        if self.halt_reason is None:
-            self.halt_reason = reason
-            if self.context.halted is None:
-                self.context.halted = reason  # the retry middleware stops retrying
-            logger.info("task %s is halted: this worker stops", self.task_id)
-        self._close("halted")
-
-    async def _maybe_finish(self):
-        """No round was due: ask the phase rules (tasks.flow.next_action) what to do, and do it.
-        A move of the phase is followed by another look (crawl -> recrawl may replay at once).
-        A task that follows today looks back first, when its look is due (tasks/lookback.py)."""
-        if await self._look_back() or await self._refresh_counts():
-            return
-        for _attempt in range(3):
-            facts = await self._phase_facts()
-            action = next_action(facts)
-            if action is Action.START_RECRAWL:
-                if await in_thread(self.store.start_recrawl, self.task_id):
-                    logger.info(
-                        "task %s: every round is done; crawl phase finished", self.task_name
-                    )
-                continue
-            if action is Action.SKIP_RECRAWL:
-                await in_thread(self.store.set_phase, self.task_id, Phase.DONE, Phase.RECRAWL)
-                continue
-            if action is Action.UP_TO_DATE:
-                logger.info("task %s is up to date (no round due until tomorrow)", self.task_name)
-                self._close("up_to_date")
-            elif action is Action.REPLAY:
-                await self._replay_errors()
-            elif action is Action.FINISH:
-                if await in_thread(self.store.set_phase, self.task_id, Phase.DONE, Phase.RECRAWL):
-                    counts = await in_thread(self.error_recorder.outstanding, self.task_id)
-                    logger.info(
-                        "task %s finished; permanent failures left: %s",
-                        self.task_name,
-                        counts or "none",
-                    )
-            elif action is Action.HALT:
-                await self.halt(await in_thread(self.store.all_failed_reason, self.task_id))
-            elif action is Action.CLOSE:
-                await in_thread(self._remove_keys)
-                self._close("finished")
-            return
-
-    async def _look_back(self) -> bool:
-        """Claim the task's look when one is due (True: it re-opened rounds, feed them). The
-        look this worker claimed is told once its rounds are all closed (signal
-        ``look_finished``: the notifier's one message a look)."""
-        self.follows = await in_thread(self.store.follows, self.task_id)
-        if not self.follows:
-            return False
-        # the last look's end, told once by whichever worker finds its rounds closed first
-        told = await in_thread(self.store.claim_look_told, self.task_id)
-        if told is not None:
-            logger.info(
-                "task %s: look %s done: %s rows more listed, %s days re-opened",
-                self.task_name,
-                told["number"],
-                told["gained"],
-                told["days"],
-            )
-            self.crawler.signals.send_catch_log(
-                cnki_signals.look_finished,
-                task=self.task_name,
-                number=told["number"],
-                gained=told["gained"],
-                days=told["days"],
-                spider=self.spider,
-            )
-        look = await in_thread(
-            self.store.claim_look,
-            self.task_id,
-            self.look_back_days,
-            self.follow_every,
-            self.started_at,
-            self.looks_at_start,
-            self.worker_id,
-            self.look_tiers,
-            self.facet_counts,
-        )
-        if look is None:
-            return False
-        self.crawler.stats.inc_value("follow/looks")
-        self.crawler.stats.inc_value("follow/rounds-reopened", look.reopened)
-        return bool(look.reopened)
-
-    async def _with_parts(self, round_):
-        """A look's census round with the parts it holds (tasks/parts.py), to be recounted by
-        one group/result; parts the facet cannot count, or ``facet_counts`` off: every part is
-        re-opened now, walked from its first page as before (the census seeds its page 1)."""
-        parts = await in_thread(self.store.look_parts, round_.id)
-        if not parts:
-            return round_
-        if self.facet_counts and any(p.code in facet_codes(self.spider.doc_type) for p in parts):
-            return dataclasses.replace(round_, parts=tuple(parts))
-        if self.facet_counts:
-            self.crawler.stats.inc_value("facets/fallback/codes")
-            logger.info(
-                _("round %s (%s): the facet counts none of its %s parts: each part's first page"),
-                round_.id,
-                round_.day,
-                len(parts),
-            )
-        await in_thread(self.store.recount_parts, round_.id, None)
-        return round_
-
-    async def _refresh_counts(self) -> bool:
-        """Refresh the counts over the look-back when due (True: it ran a refresh; the phase
-        is asked again at the next idle). The crawl of ``NAME~counts`` is a process of its own
-        (``refresh-counts --claimed``, cnkispider/refresh.py), which this worker waits for: a
-        `run --until-idle` exits only once it is done. A refresh in flight is joined, once per
-        claim by a worker (one that ends unfinished is taken up by the next run)."""
-        if not self.follows or self.refresh_counts_every <= 0:
-            return False
-        claimed = await in_thread(
-            self.store.claim_counts,
-            self.task_id,
-            self.look_back_days,
-            self.refresh_counts_every,
-        )
-        if claimed is None or claimed.claimed_at == self.counts_tried:
-            return False
-        self.counts_tried = claimed.claimed_at
-        command = refresh.command(
-            self.config_file, self.task_name, claimed.first_day, claimed.last_day
-        )
-        logger.info(
-            "task %s: %s counts of %s..%s: %s",
-            self.task_name,
-            "refreshing" if claimed.claimed_now else "joining the refresh of",
-            claimed.first_day,
-            claimed.last_day,
-            claimed.task_name,
-        )
-        self.crawler.stats.inc_value("follow/counts-refreshes")
-        code = await in_thread(lambda: subprocess.run(command, check=False).returncode)
-        if code != 0:
-            logger.warning(
-                "task %s: the counts refresh %s ended with exit status %s; the next run goes on "
-                "with it",
-                self.task_name,
-                claimed.task_name,
-                code,
-            )
-        return True
-
-    async def _phase_facts(self) -> PhaseFacts:
-        """The facts next_action needs for the task's phase: the database's, then the queue's
-        and the error tables' where the phase looks at them."""
-        facts = await in_thread(self.store.phase_facts, self.task_id)
-        # a task that follows today runs on and looks when due, unless `run --until-idle`
-        exit_when_idle = self.exit_when_idle and (self.until_idle or not self.follows)
-        changes: dict = {"recrawl": self.recrawl, "exit_when_idle": exit_when_idle}
-        crawl_done_for_now = facts.phase == Phase.CRAWL and facts.exhausted and facts.open_ended
-        if facts.phase in (Phase.RECRAWL, Phase.DONE) or crawl_done_for_now:
-            changes["queue_idle"] = await self._idle_everywhere()
-        if facts.phase == Phase.RECRAWL and self.recrawl and changes["queue_idle"]:
-            changes["errors_pending"] = bool(
-                await in_thread(self.error_recorder.pending, self.task_id)
-            )
-        return dataclasses.replace(facts, **changes)
-
-    async def _replay_errors(self) -> bool:
-        """Seed a batch of error rows (errorCode first, then errorLink); True if any."""
-        table, build = "error_code", self.spider.replay_code
-        rows = await in_thread(self.error_recorder.claim_codes, self.task_id, self.worker_id, 10)
-        if not rows:
-            table, build = "error_link", self.spider.replay_link
-            rows = await in_thread(
-                self.error_recorder.claim_links, self.task_id, self.worker_id, 100
-            )
-        requests = await self._replays(table, rows, build)
-        for request in requests:
-            self.crawler.engine.crawl(request)
-        if requests:
-            # which rows: a row whose replay ends neither stored nor failed again waits out its
-            # claim lease (ErrorRecorder.lease) before it is claimed again
-            ids = [row["id"] for row in rows]
-            logger.debug("task %s: replaying %s rows %s", self.task_name, table, ids)
-            self.crawler.stats.inc_value("recrawl/requests", len(requests))
-            await self._flushed()
-        return bool(requests)
-
-    async def _replays(self, table: str, rows: list, build) -> list:
-        """The replay request of each claimed row. A row none can be built from becomes
-        permanent with the reason (one line each); the others replay. Left claimed, it would
-        be claimed again every lease, for ever, and its task would never finish."""
-        requests = []
-        for row in rows:
-            try:
-                requests.append(build(row))
-            except Exception as exc:
-                why = f"{type(exc).__name__}: {exc}"
-                await in_thread(self.error_recorder.unreplayable, table, row["id"], why)
-                self.crawler.stats.inc_value(f"recrawl/unreplayable/{table}")
-                logger.error(
-                    "%s row %s cannot be replayed (made permanent): %s", table, row["id"], why
-                )
-        return requests
-
-    async def _idle_everywhere(self) -> bool:
-        """Nothing queued or leased in Redis for this task, by any worker, nor unfinished here.
-
-        Redis's side is read at one moment: queued, leased, and drained rounds not confirmed
-        (an ack that drains a round leaves it there until the round is closed in the database).
-        Asked after that read, ``unfinished_here`` covers what it may miss: a write not sent, or
-        an enqueue in flight or landed since (``enqueue_calls``). A poll or an ack in flight
-        does not count (the read shows what it carries): on a slow line one is in flight most
-        of the time, and counting it kept a finished worker from exiting for minutes."""
-        scheduler = self.scheduler
-        if not isinstance(scheduler, RoundScheduler):
-            return False
-        enqueue_calls = scheduler.enqueue_calls
-        left = await in_thread(self._sizes, True)
-        idle = (
-            left is not None
-            and not any(left.values())
-            and not scheduler.unfinished_here()
-            and scheduler.enqueue_calls == enqueue_calls
-        )
-        if not idle:
-            logger.debug("task %s: the queue is not idle (%s)", self.task_name, left)
-        return idle
-
     def _sizes(self, work_left: bool = False) -> dict[str, int] | None:
         """The shared queue's sizes (``work_left``: and its drained rounds not confirmed); None
         once the scheduler has closed (a feed or a phase check still running while the worker
@@ -746,7 +453,7 @@ class RoundFeeder:
         later. Closed means done when its ledger balances, else failed (re-opened while it has
         attempts left: tasks/flow.py ``close_round``). While the task is halted it is failed
         instead (note ``halted``), and ``task resume`` re-opens it. Every write names the
-        drain's ``seeding`` (tasks/rounds.py ``close_round``): a handler of an earlier seeding,
+        drain's ``seeding`` (tasks/closing.py ``close_round``): a handler of an earlier seeding,
         late through a database outage, changes nothing of the round's later seeding."""
         if self.follows:  # a look's walk: what it did not show is no longer listed
             await in_thread(self.store.mark_unlisted, round_id, seeding)
@@ -788,7 +495,7 @@ def idle_in_redis(queue, round_ids: list[int]) -> set[int]:
     """Of these rounds (seeded under the queue's epoch), those Redis holds nothing of: no
     request queued or leased (their outstanding count), no drain waiting to be closed. Read in
     that order: the ack that drains a round adds its drain in the same step, and the drain goes
-    only once the round is closed in the database (tasks/rounds.py ``Rounds._stuck``). Blocking
+    only once the round is closed in the database (tasks/claims.py ``ClaimRounds._stuck``). Blocking
     (the claim's thread); ``queue``: the scheduler's :class:`~cnkispider.scheduling.queue.LeasedQueue`,
     None while it is not open (nothing can be told)."""
     if queue is None:

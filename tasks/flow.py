@@ -6,8 +6,10 @@ for the invariants):
     tasks/rows.py      the task row: :class:`~tasks.rows.Task`, checking a hand-edited row
                        (``validate_row``), CNKI's calendar, reading rows (``TaskRows``)
     tasks/phase.py     a task's phase: ``next_action(PhaseFacts) -> Action``, pure
-    tasks/rounds.py    claims, the cursor, rounds and every move of their state (``move``,
-                       ``transition``), the counts the phase rules read (``Rounds``)
+    tasks/rounds.py    the rounds and the counts the phase rules read (``Rounds``), composed
+                       of tasks/claims.py (claims, the cursor, take-overs) and tasks/closing.py
+                       (seeded, done, failed, halted); their states and every move of them
+                       (``move``, ``transition``): tasks/roundstate.py
     tasks/steering.py  what an operator does to a task row: add, set, stop, extend, move the
                        cursor, halt, resume (``Steering``)
     tasks/workers.py   worker rows and heartbeats (``Workers``)
@@ -67,7 +69,7 @@ class TaskStore(Steering, Rounds, Workers, Looks, Parts):
         # that moves the round; its methods used here do not depend on its settings
         self.errors = errors or ErrorRecorder(engine)
         # worker id -> the rounds its claims handed it, not yet seeded or handed back: what
-        # its heartbeat renews (tasks/rounds.py ``renew_leases``), and how a claim tells its
+        # its heartbeat renews (tasks/roundstate.py ``renew_leases``), and how a claim tells its
         # own earlier claim whose reply was lost from a round it holds
         self.held: dict[str, set[int]] = {}
         self._reported: set[tuple[int, str]] = set()

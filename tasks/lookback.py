@@ -4,7 +4,7 @@ CNKI enters a document days to months after its own date (PROTOCOL.md point 21),
 whose rounds balanced is not finished for good. A task that follows today (``task.follow``)
 has no end date (today in Beijing, moving with it) and, once its cursor is at today, a
 **look** every ``[task] follow_every``: the done rounds of its last ``look_back_days`` days are
-re-opened through the rounds' own state machine (tasks/rounds.py :func:`~tasks.rounds.move`),
+re-opened through the rounds' own state machine (tasks/roundstate.py :func:`~tasks.roundstate.move`),
 so each is claimed, seeded and closed on its ledger like any round, by any worker:
 
     done --a look (this module)--> claimed, lease lapsed, ``listed_before`` = its total
@@ -45,7 +45,7 @@ from cnkispider.looktiers import Tier
 from cnkispider.schema import ledger, round_, task
 from tasks.categories import DAY
 from tasks.phase import Phase
-from tasks.rounds import IN_FLIGHT, RoundState, move
+from tasks.roundstate import IN_FLIGHT, RoundState, move
 from tasks.rows import TaskRows, validate_row
 from tasks.tiers import due_days
 
@@ -362,7 +362,7 @@ class Looks(TaskRows):
         errorCode or rows beyond reach: their rows were not shown for another reason (the
         round does not balance, or counts them beyond, and a later walk starts over).
 
-        ``seeding``: the drain's (tasks/rounds.py ``close_round``): the rows are marked only
+        ``seeding``: the drain's (tasks/closing.py ``close_round``): the rows are marked only
         while the round is still seeded under it, in the UPDATE's own condition, so the late
         handler of an earlier seeding marks nothing of a walk the round began since."""
         from cnkispider.ledger import list_facts

@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from cnkispider.db import db_now, retried
 from cnkispider.schema import round_
 from tasks.categories import DAY, load_tree
-from tasks.rounds import IN_FLIGHT, RoundState, move
+from tasks.roundstate import IN_FLIGHT, RoundState, move
 from tasks.rows import TaskRows
 
 

@@ -37,7 +37,7 @@ from cnkispider.db import db_now, retrying
 from cnkispider.drift import RECENT_ROUNDS
 from cnkispider.schema import fill, round_, task
 from cnkispider.schema import ledger as ledger_table
-from tasks.rounds import RoundState
+from tasks.roundstate import RoundState
 
 logger = logging.getLogger(__name__)
 

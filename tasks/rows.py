@@ -28,7 +28,7 @@ from cnkispider.cnki.query import QueryError, task_query
 # Run again while the database is away: only for reads, and for moves that are one conditional
 # UPDATE (run again after its commit was lost, it matches nothing and says False: another
 # caller's move, which is what the callers already expect). Claims are run again too: a claim
-# recognises the round its lost commit claimed (tasks/rounds.py ``Rounds._own_claim``), and a
+# recognises the round its lost commit claimed (tasks/claims.py ``ClaimRounds._own_claim``), and a
 # round's listed total is set, not added (``Rounds.set_total``).
 from cnkispider.db import retried
 from cnkispider.exceptions import InputError, TaskRowError, UnknownName

@@ -25,8 +25,8 @@ skip), then the write. A check that fails raises and rolls back: a failed comman
 
 An edit (:func:`edit_task`) is not a move: it is unconditional, the operator's word is the last,
 and no worker races for it. Halting and resuming are moves of the task's state, and resuming
-moves rounds too, so they go through tasks/rounds.py's :func:`~tasks.rounds.move` /
-:func:`~tasks.rounds.transition` like every other move; the errorCode rows they touch are the
+moves rounds too, so they go through tasks/roundstate.py's :func:`~tasks.roundstate.move` /
+:func:`~tasks.roundstate.transition` like every other move; the errorCode rows they touch are the
 error recorder's to write (errors/recorder.py).
 """
 
@@ -48,7 +48,7 @@ from cnkispider.vocabulary import halt_reason, word
 from errors.recorder import ErrorRecorder
 from tasks.categories import check_spec, load_tree
 from tasks.phase import Phase
-from tasks.rounds import HALTED_NOTE, NOW, RoundState, move, transition
+from tasks.roundstate import HALTED_NOTE, NOW, RoundState, move, transition
 from tasks.rows import Task, TaskRows, check_name, read_row, task_days, validate_row
 from tasks.selection import parse_selection
 from tasks.skips import record_move

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from cnkispider.db import db_now, retried
 from cnkispider.schema import task, worker
 from tasks.retention import WORKER_DAYS
-from tasks.rounds import renew_leases
+from tasks.roundstate import renew_leases
 from tasks.rows import TaskRows
 
 

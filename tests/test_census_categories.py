@@ -10,7 +10,8 @@ import math
 import pytest
 import sqlalchemy as sa
 
-from cnkispider.cnki.protocol import Protocol, Search
+from cnkispider.cnki.protocol import Protocol
+from cnkispider.cnki.search import Search
 from cnkispider.schema import round_
 from tests.fixtures.crawl_harness import compare
 from tests.fixtures.site_rounds import DAY, crawl_round

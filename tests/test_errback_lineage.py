@@ -13,7 +13,7 @@ import scrapy
 from twisted.python.failure import Failure
 
 from cnkispider import signals
-from cnkispider.cnki.protocol import Search
+from cnkispider.cnki.search import Search
 from cnkispider.exceptions import GaveUp
 from cnkispider.scheduling.queue import remove_namespace
 from cnkispider.spiders.paper import PaperSpider

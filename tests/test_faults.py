@@ -471,7 +471,7 @@ def test_an_unreplayable_error_row_becomes_permanent_and_the_others_replay(
 ):
     """Before: the claimed batch of 10 stayed claimed, re-claimed every 300 s for ever, and the
     task never finished. Now that row is permanent with its reason; the others replay."""
-    from cnkispider.cnki.protocol import Search
+    from cnkispider.cnki.search import Search
     from cnkispider.db import open_database
     from errors.recorder import ErrorRecorder
     from tasks.flow import TaskStore

@@ -19,7 +19,8 @@ from cnkispider.cnki.groups import (
     group_form,
     parse_groups,
 )
-from cnkispider.cnki.protocol import Protocol, Search
+from cnkispider.cnki.protocol import Protocol
+from cnkispider.cnki.search import Search
 from cnkispider.exceptions import RefusedPage
 from tests.fixtures.pages import load
 

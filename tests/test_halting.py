@@ -565,7 +565,7 @@ def test_requests_refused_by_the_trust_boundary_halt_the_task(crawl_setup, gate)
 
 def _every_halt_reason_written() -> list[str]:
     """The reasons the crawler writes into task.halt_reason, made by the code that writes them."""
-    from tasks.rounds import LEDGER_NOTE
+    from tasks.roundstate import LEDGER_NOTE
 
     rejected = Breaker().failed("rejected", "查询对象结构错误")
     bare = Breaker().failed("rejected")

@@ -21,7 +21,7 @@ from cnkispider.schema import round_
 from tasks.categories import DAY
 from tasks.flow import TaskStore
 from tasks.parts import facet_codes
-from tasks.rounds import CATEGORIES_NOTE
+from tasks.roundstate import CATEGORIES_NOTE
 from tests.fixtures.crawl_harness import compare, depth_fields
 from tests.fixtures.gate import REJECTION_PAGE, Gate
 

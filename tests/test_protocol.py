@@ -10,14 +10,8 @@ import pytest
 
 from cnkispider import default_settings
 from cnkispider.cnki.listgrid import parse_list
-from cnkispider.cnki.protocol import (
-    CROSSDB_ALL,
-    RESOURCES,
-    Protocol,
-    Search,
-    parse_client_id,
-    protocol_from_settings,
-)
+from cnkispider.cnki.protocol import Protocol, parse_client_id, protocol_from_settings
+from cnkispider.cnki.search import CROSSDB_ALL, RESOURCES, Search
 from cnkispider.exceptions import RefusedPage
 from cnkispider.spiders.paper import PaperSpider
 from cnkispider.spiders.patent import PatentSpider

@@ -9,8 +9,9 @@ import json
 import pytest
 import sqlalchemy as sa
 
-from cnkispider.cnki.protocol import Protocol, Search
+from cnkispider.cnki.protocol import Protocol
 from cnkispider.cnki.query import QueryError, normalize, parse, task_query
+from cnkispider.cnki.search import Search
 from cnkispider.schema import round_
 from tests.fixtures.commands import cli
 from tests.fixtures.crawl_harness import EXPORT_DEPTH_FIELDS, LIST_DEPTH_FIELDS, compare

@@ -15,7 +15,8 @@ import scrapy
 from scrapy.utils.test import get_crawler
 
 from cnkispider.addon import ADDONS
-from cnkispider.cnki.protocol import CLIENT_ID_PATH, GRID_PATH, HOME_PATH, Protocol, Search
+from cnkispider.cnki.protocol import CLIENT_ID_PATH, GRID_PATH, HOME_PATH, Protocol
+from cnkispider.cnki.search import Search
 from cnkispider.cnki.session import SessionPool
 from cnkispider.settings import DOWNLOADER_MIDDLEWARES
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from cnkispider.cnki.protocol import Search
+from cnkispider.cnki.search import Search
 from cnkispider.scheduling.serialize import ReadPolicy, request_from_json, request_to_json
 from tests.fixtures.spiders import drain_outputs, patent_list_response, spider_on
 

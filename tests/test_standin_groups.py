@@ -9,7 +9,8 @@ import pytest
 
 from cnkispider.cnki.groups import counts_of, parse_groups
 from cnkispider.cnki.listgrid import parse_list
-from cnkispider.cnki.protocol import Protocol, Search
+from cnkispider.cnki.protocol import Protocol
+from cnkispider.cnki.search import Search
 from cnkispider.exceptions import RefusedPage
 
 DAY = "2024-05-06"

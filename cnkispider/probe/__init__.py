@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import logging
 
-from cnkispider.cnki.protocol import RESOURCES, protocol_from_settings
+from cnkispider.cnki.protocol import protocol_from_settings
+from cnkispider.cnki.search import RESOURCES
 from cnkispider.probe.checks import CLIENT_ID_URL, default_day
 from cnkispider.probe.facets import Probe  # every check, the facet ones too
 from cnkispider.probe.verdicts import FAIL, PASS, UNKNOWN, Check

@@ -17,7 +17,8 @@ from typing import Any
 from cnkispider import default_settings, i18n
 from cnkispider.clock import cnki_today
 from cnkispider.cnki import listgrid
-from cnkispider.cnki.protocol import RESOURCES, Protocol
+from cnkispider.cnki.protocol import Protocol
+from cnkispider.cnki.search import RESOURCES
 from cnkispider.i18n import _
 from cnkispider.probe.answers import Answer, CnkiSession, record
 from cnkispider.probe.answers import user_agent as _user_agent

@@ -14,7 +14,7 @@ import datetime as dt
 import json
 
 from cnkispider.cnki import groups, listgrid, refusals
-from cnkispider.cnki.protocol import RESOURCES, Search
+from cnkispider.cnki.search import RESOURCES, Search
 from cnkispider.exceptions import RefusedPage
 from cnkispider.i18n import N_
 from cnkispider.probe import checks

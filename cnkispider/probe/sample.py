@@ -22,7 +22,7 @@ import logging
 from dataclasses import dataclass, field
 
 from cnkispider.cnki import refusals
-from cnkispider.cnki.protocol import Search
+from cnkispider.cnki.search import Search
 from cnkispider.probe import probe_from_config
 
 logger = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ import datetime as dt
 import math
 
 from cnkispider.cnki import listgrid, refusals
-from cnkispider.cnki.protocol import Search
+from cnkispider.cnki.search import Search
 from cnkispider.exceptions import RefusedPage
 from cnkispider.i18n import N_
 from cnkispider.probe.answers import CnkiSession

@@ -6,7 +6,7 @@ detail link opens in another session. A mixin of :class:`cnkispider.probe.checks
 from __future__ import annotations
 
 from cnkispider.cnki import refusals
-from cnkispider.cnki.protocol import Search
+from cnkispider.cnki.search import Search
 from cnkispider.i18n import N_
 from cnkispider.probe.answers import CnkiSession
 from cnkispider.probe.answers import client_id as _client_id

@@ -26,62 +26,53 @@ goes into the round's ledger before its detail request is handed out
 
 A kept row becomes, by the task's depth (``cnkispider/spiders/depth.py``), a detail request
 (detail), a document from the row alone (list), or its place in a citation export batch (export).
-
-The rest of this module's story: docs/INTERNALS.md#cnkispiderspidersbasepy.
+The listed rows in the round's ledger: ``cnkispider/spiders/listed.py``; failures and replays:
+``cnkispider/spiders/failures.py``. The rest: docs/INTERNALS.md#cnkispiderspidersbasepy.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 from collections import OrderedDict
 
 import scrapy
 from twisted.internet import defer
 
-from cnkispider import ledger, refresh
 from cnkispider.cnki import detailpage, listgrid
-from cnkispider.cnki.groups import FACET_PARTS
-from cnkispider.cnki.protocol import Search, protocol_from_settings
+from cnkispider.cnki.protocol import protocol_from_settings
 from cnkispider.cnki.refusals import ZERO_CHECK
+from cnkispider.cnki.search import Search
 from cnkispider.context import CrawlContext, context_of
 from cnkispider.drift import watched
-from cnkispider.exceptions import RefusedPage, SessionLost
+from cnkispider.exceptions import RefusedPage
 from cnkispider.items import FIELDS, ITEM_CLASSES, ROW_FIELDS
 from cnkispider.offload import in_thread
-from cnkispider.scheduling.outcome import errback_lineage
 from cnkispider.spiders.canary import CanaryMixin
 from cnkispider.spiders.carry import carry, verified_session
 from cnkispider.spiders.census import CensusMixin
 from cnkispider.spiders.depth import DepthMixin
 from cnkispider.spiders.facets import FacetsMixin
+from cnkispider.spiders.failures import FailuresMixin
+from cnkispider.spiders.listed import ListedRowsMixin, counted_now
 from cnkispider.spiders.references import ReferencesMixin
-from cnkispider.spiders.stale_links import STALE_LINK, StaleLinksMixin
-from errors.middleware import failure_reason, record_download_failure, record_failure
+from cnkispider.spiders.stale_links import StaleLinksMixin
+from errors.middleware import record_failure
 from tasks.categories import DAY, covers
-from tasks.rounds import CATEGORIES_NOTE
+from tasks.roundstate import CATEGORIES_NOTE
 
 #: A list row's 数据库 that names a thesis's degree.
 THESIS_DEGREES = {"博士": "博士", "硕士": "硕士"}
 
 
-def counted_now() -> str:
-    """The time a list row's counts were read, as ``counted_at`` carries it (UTC, seconds)."""
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
 # Detail requests get few retries: a verify page on a detail link is most often a stale token,
 # which no retry cures; a title search for a fresh link does.
 DETAIL_RETRIES = 2
-#: The rule a row of another database is dropped by (a 总库 search lists every family).
-OTHER_DATABASE = "other-database"
-#: Rounds whose drops this worker has logged (INFO once per round), the most recent ones.
-_LOGGED_ROUNDS = 1000
 
 
 class RoundSpider(
     CanaryMixin,
     CensusMixin,
+    ListedRowsMixin,
+    FailuresMixin,
     FacetsMixin,
     StaleLinksMixin,
     DepthMixin,
@@ -384,113 +375,6 @@ class RoundSpider(
         if number < last:
             yield self.search_request(search, number + 1, turn_token=page.turn_token, **carry(meta))
 
-    async def _census_walked_before(self, meta: dict) -> bool:
-        """A look's census whose day it walked itself before (it listed rows): grown over the
-        cap, it is split inside its own round (its ledger holds the day's rows), not handed to
-        root rounds, which would leave its ledger's rows unlisted."""
-        context = self.context
-        if context is None or not context.task.follow:
-            return False
-        return bool(await in_thread(context.tasks.listed_before, meta["round_id"]))
-
-    async def _counted_unchanged(self, meta: dict, total: int) -> bool:
-        """A round a look re-opened (tasks/lookback.py) lists what it listed before: its ledger
-        stands as it was, nothing more is asked (True). Else, if it is a look's round, its
-        pages are walked with ``look`` in meta, so rows it has stored are not fetched again."""
-        context = self.context
-        if context is None or self.counts_only or not context.task.follow:
-            return False
-        before = await in_thread(context.tasks.listed_before, meta["round_id"])
-        if before is None:
-            return False
-        if before == total:
-            self.crawler.stats.inc_value("follow/rounds-unchanged")
-            return True
-        self.crawler.stats.inc_value("follow/rounds-changed")
-        self.logger.info(
-            "round %s: listed %d, %d before: walked again for what CNKI added",
-            meta["round_id"],
-            total,
-            before,
-        )
-        meta["look"] = True
-        await in_thread(context.tasks.begin_walk, meta["round_id"])
-        return False
-
-    def kept_rows(self, rows, meta: dict) -> list:
-        """The rows of this spider's databases (see :meth:`sorted_rows`)."""
-        return self.sorted_rows(rows, meta)[0]
-
-    def sorted_rows(self, rows, meta: dict) -> tuple[list, list]:
-        """The rows of this spider's databases, and the others with the rule that drops them.
-        A 总库 search lists whatever its KuaKuCode names (and CNKI may add more): rows are kept
-        by their own dbname's family (``Protocol.keeps``), and every dropped one is counted
-        (``rows/dropped/other-database/<dbname>``) and goes into the round's ledger."""
-        kept, drops = [], []
-        for row in rows:
-            if self.protocol.keeps(self.doc_type, row.dbname):
-                kept.append(row)
-                continue
-            drops.append((row, OTHER_DATABASE))
-            self.crawler.stats.inc_value(f"rows/dropped/{OTHER_DATABASE}/{row.dbname}")
-            self.logger.debug(
-                "dropped a %s row of another database: %s/%s %r (round %s, page %s)",
-                self.doc_type,
-                row.dbname,
-                row.filename,
-                row.title[:40],
-                meta.get("round_id"),
-                meta.get("page"),
-            )
-        return kept, drops
-
-    async def _refresh_counts(self, meta: dict, kept: list, drops: list) -> None:
-        """Counts-only mode (cnkispider/refresh.py): the page's rows update the stored
-        documents' cited, downloads and counted_at, and settle the round's ledger."""
-        context = self.context
-        if context is None:
-            return
-        rows = [(r.dbname, r.filename, r.cited, r.downloads) for r in kept]
-        dropped = {ledger.doc_key(row.dbname, row.filename): rule for row, rule in drops}
-        when = dt.datetime.fromisoformat(counted_now())
-        updated, missing = await in_thread(
-            refresh.update_counts,
-            context.tasks.engine,
-            self.doc_type,
-            meta.get("round_id"),
-            rows,
-            when,
-            dropped,
-        )
-        self.crawler.stats.inc_value("counts/updated", updated)
-        self.crawler.stats.inc_value("counts/not-stored", missing)
-
-    async def _note_listed(
-        self, meta: dict, requests: list, drops: list, keys: list[str] | None = None
-    ) -> None:
-        """Write the page's rows into its round's ledger (one batch, off the reactor) before
-        any of its detail requests is handed out: a row is in the ledger before anything can
-        store it or record its failure."""
-        round_id = meta.get("round_id")
-        context = self.context
-        if round_id is None or context is None:
-            return  # a title search's page, or a crawl without flow control: no round to account
-        pending = keys if keys is not None else [r.meta["doc_key"] for r in requests]
-        dropped = {ledger.doc_key(row.dbname, row.filename): rule for row, rule in drops}
-        await in_thread(context.tasks.note_listed, round_id, pending, dropped)
-        if drops and round_id not in self._drops_logged:
-            self._drops_logged[round_id] = None
-            while len(self._drops_logged) > _LOGGED_ROUNDS:
-                self._drops_logged.popitem(last=False)
-            self.logger.info(
-                "round %s: dropping rows (%s), counted in its ledger",
-                round_id,
-                # other-database: by dbname; not-selected (a deepening task's rule): by rule
-                ", ".join(
-                    sorted({row.dbname if rule == OTHER_DATABASE else rule for row, rule in drops})
-                ),
-            )
-
     def last_page(self, page, meta: dict) -> int:
         """The last page to walk: what the pager shows, but never past what the total and the
         cap allow (a broken pager may claim a million pages)."""
@@ -590,71 +474,3 @@ class RoundSpider(
         follow = self.first_references(response, values["dbname"], values["filename"])
         if follow is not None:
             yield follow
-
-    # -- failures ------------------------------------------------------------------------
-
-    async def on_error(self, failure):
-        """A request that failed for good (after its retries): a detail request whose link went
-        stale (CNKI's verify page) is refreshed by a title search; any other failure is recorded
-        (``errors.middleware``: a rejection there halts the task). What it yields is the child
-        of the failed request's lease, as a callback's is: refused once that hand-out is no
-        longer current (its lease ran out and the round went on without it)."""
-        async for out in errback_lineage(failure, self._on_error(failure)):
-            yield out
-
-    async def _on_error(self, failure):
-        request = failure.request
-        meta = request.meta
-        reason = failure_reason(failure.value)
-        if meta.get("cnki_kind") == "export":
-            await self.export_failed(failure)
-            return
-        if meta.get(FACET_PARTS) is not None:
-            await self.facets_failed(failure)
-            return
-        if isinstance(failure.value, SessionLost) and meta.get("cnki_kind") == "detail":
-            # its verified session cannot open it: list its page again (once for all its dead
-            # links) in the round's session
-            relist = await self.relist_request(meta)
-            if relist is not None:
-                self.crawler.stats.inc_value("sessions/relisted")
-                yield relist
-            return
-        if meta.get("canary_for"):
-            for out in self.canary_failed(failure, reason):
-                yield out
-            return
-        if meta.get("cnki_kind") == "detail" and not meta.get("refreshed") and reason in STALE_LINK:
-            self.crawler.stats.inc_value(f"errors/detail/{reason}")
-            yield self.refresh_request(meta, request.url)
-            return
-        await record_download_failure(self.crawler, failure)
-
-    # -- the recrawl phase: the same requests, another input source ------------------------
-
-    def replay_code(self, row) -> scrapy.Request:
-        search = (
-            Search.from_dict(json.loads(row["search"]))
-            if row["search"]
-            else self.day_search(row["day"], row["category"] or None)
-        )
-        page = row["page"] or 1
-        meta = {"error_code_id": row["id"], "replay_page": page}
-        if row.get("round_id") is not None:
-            meta["round_id"] = row["round_id"]  # its rows go into their round's ledger
-        if search.sort_field:
-            meta["sort_cut"] = True
-        return self.search_request(search, page, **meta)
-
-    def replay_link(self, row) -> scrapy.Request:
-        listing = json.loads(row["listing"] or "{}")
-        listing.setdefault("title", row["title"] or "")
-        search = Search.for_day(self.doc_type, row["day"], row["category"] or None).to_dict()
-        meta = {
-            "doc_key": f"{row['dbname']}/{row['filename']}",
-            "listing": listing,
-            "search": search,
-            "round_id": row.get("round_id"),  # stored, its round's ledger row says so
-        }
-        # Days later the old link is surely stale: go straight to a title search for a fresh one.
-        return self.refresh_request(meta, row["url"])

@@ -24,8 +24,8 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import defer
 
 from cnkispider.cnki import listgrid
-from cnkispider.cnki.protocol import Search
 from cnkispider.cnki.refusals import SOFT_BLOCK, ZERO_CHECK, body_reason
+from cnkispider.cnki.search import Search
 from cnkispider.exceptions import HaltedRequest, RefusedPage
 from cnkispider.offload import in_thread
 

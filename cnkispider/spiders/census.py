@@ -11,7 +11,7 @@ passed over.
 
 from __future__ import annotations
 
-from cnkispider.cnki.protocol import Search
+from cnkispider.cnki.search import Search
 from errors.middleware import record_failure
 
 

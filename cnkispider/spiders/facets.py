@@ -21,13 +21,13 @@ from __future__ import annotations
 import scrapy
 
 from cnkispider.cnki.groups import FACET_PARTS, category_group, counts_of, parse_groups
-from cnkispider.cnki.protocol import Search
+from cnkispider.cnki.search import Search
 from cnkispider.exceptions import HaltedRequest, RefusedPage
 from cnkispider.i18n import _
 from cnkispider.offload import in_thread
 from errors.middleware import failure_reason
 from tasks.parts import facet_codes
-from tasks.rounds import CATEGORIES_NOTE
+from tasks.roundstate import CATEGORIES_NOTE
 
 #: round.note of a look's census whose parts a facet recount decided
 FACETS_NOTE = f"{CATEGORIES_NOTE}: counted by group/result"

@@ -23,7 +23,7 @@ import json
 import scrapy
 
 from cnkispider.cnki import listgrid
-from cnkispider.cnki.protocol import Search
+from cnkispider.cnki.search import Search
 from cnkispider.offload import in_thread
 from cnkispider.spiders.carry import carry
 from errors.middleware import record_failure

@@ -44,7 +44,7 @@ from cnkispider.status.times import age, iso
 from tasks import lag
 from tasks.categories import DAY, round_label
 from tasks.phase import Phase
-from tasks.rounds import IN_FLIGHT, LEDGER_NOTE, RoundState
+from tasks.roundstate import IN_FLIGHT, LEDGER_NOTE, RoundState
 from tasks.rows import rounds_between, validate_row
 from tasks.skips import by_command, skipped_days
 

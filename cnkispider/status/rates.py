@@ -14,7 +14,7 @@ import math
 import sqlalchemy as sa
 
 from cnkispider.schema import ledger, round_
-from tasks.rounds import IN_FLIGHT, RoundState
+from tasks.roundstate import IN_FLIGHT, RoundState
 
 RATE_WINDOW = dt.timedelta(hours=6)
 RATE_ROUNDS = 50

@@ -23,7 +23,7 @@ from cnkispider.schema import error_code, error_link, round_, task, worker
 from cnkispider.status.liveness import GONE_AFTER_BEATS, liveness, worker_report
 from cnkispider.status.times import iso
 from tasks.categories import DAY
-from tasks.rounds import IN_FLIGHT, LEDGER_NOTE, RoundState
+from tasks.roundstate import IN_FLIGHT, LEDGER_NOTE, RoundState
 from tasks.rows import validate_row
 from tasks.skips import skipped_days
 
