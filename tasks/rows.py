@@ -32,7 +32,7 @@ from cnkispider.cnki.query import QueryError, task_query
 # round's listed total is set, not added (``Rounds.set_total``).
 from cnkispider.db import retried
 from cnkispider.exceptions import InputError, TaskRowError, UnknownName
-from cnkispider.i18n import _, moment
+from cnkispider.i18n import _, mark, moment
 from cnkispider.items import DEFAULT_DEPTH, DOC_TYPES, check_depth
 from cnkispider.schema import task
 from cnkispider.vocabulary import halt_reason, word
@@ -317,14 +317,18 @@ def describe(t: Task) -> str:
             "phase": word(t.phase),
             "seen": status,
         }
-        + (", " + _("selects %(rule)s") % {"rule": t.selection.text} if t.selection else "")
-        + (", " + _("query %(query)s") % {"query": t.query} if t.query else "")
-        + (", " + _("follows today") if t.follow else "")
+        + (
+            mark("clause") + _("selects %(rule)s") % {"rule": t.selection.text}
+            if t.selection
+            else ""
+        )
+        + (mark("clause") + _("query %(query)s") % {"query": t.query} if t.query else "")
+        + (mark("clause") + _("follows today") if t.follow else "")
         + (_halt_words(t.halt_reason) if t.halt_reason else "")
     )
 
 
 def _halt_words(reason: str) -> str:
     if reason.split(":", 1)[0].strip() == "paused":  # cnkispider.halting.PAUSE_REASON
-        return ", " + word("paused")
-    return ", " + _("halted: %(reason)s") % {"reason": halt_reason(reason)}
+        return mark("clause") + word("paused")
+    return mark("clause") + _("halted: %(reason)s") % {"reason": halt_reason(reason)}
