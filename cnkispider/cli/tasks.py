@@ -216,7 +216,7 @@ def _plan(config: Config, args) -> int:
             % {"n": len(plan["kept_samples"])}
         )
     if plan.get("entry_lag"):  # a task that follows today: the lag its looks measured
-        from cnkispider.status.rendering import lag_line
+        from cnkispider.status.following import lag_line
 
         print(lag_line(plan["entry_lag"]))
     if plan["documents"] is None:

@@ -14,6 +14,8 @@ import unicodedata
 from cnkispider import i18n
 from cnkispider.i18n import N_, _, ngettext
 from cnkispider.items import DEFAULT_DEPTH
+from cnkispider.status.following import clock as _clock
+from cnkispider.status.following import counts_line, follow_line, lag_line, tiers_line
 from cnkispider.vocabulary import halt_reason, ledger_note, word
 from tasks.categories import round_label
 
@@ -311,77 +313,6 @@ def _render_task(t: dict, report: dict) -> list[str]:
     return lines
 
 
-def follow_line(follow: dict) -> str:
-    """``follows today: look 3 at 08:00 UTC, next look due 14:00 UTC`` (docs/FOLLOW.md)."""
-    if not follow["looks"]:
-        return _("follows today: the first look when the crawl reaches today")
-    return _("follows today: look {n} at {last} UTC, next look due {due} UTC").format(
-        n=follow["looks"],
-        last=_clock(follow["last_look"]),
-        due=_clock(follow["next_look_due"]),
-    )
-
-
-def tiers_line(follow: dict) -> str:
-    """``looks over 60 days: days 0-6 back at every look; days 7-29 back every 7 days; ...``
-    (config.ini's [task] look_back_days and look_tiers, cnkispider/looktiers.py)."""
-    return _("looks over %(n)d days: %(tiers)s") % {
-        "n": follow["look_back_days"],
-        "tiers": tier_words(follow["tiers"]),
-    }
-
-
-def tier_words(tiers: list[dict]) -> str:
-    """The tiers of a report's ``follow.tiers`` in words (status and the task page)."""
-    words = []
-    for tier in tiers:
-        first, last = tier["days_back"]
-        period = tier["every_days"]
-        if period == 0:
-            words.append(
-                _("days %(first)d-%(last)d back at every look") % {"first": first, "last": last}
-            )
-        else:
-            words.append(
-                ngettext(
-                    "days %(first)d-%(last)d back every %(n)d day",
-                    "days %(first)d-%(last)d back every %(n)d days",
-                    period,
-                )
-                % {"first": first, "last": last, "n": period}
-            )
-    return i18n.mark("semicolon").join(words)
-
-
-def lag_line(entry_lag: dict) -> str:
-    """``entry lag of 812 documents: median 2 days, p90 9, p99 41; a look-back of 42 days would
-    have caught 99%`` (issue 46.3, tasks/lag.py)."""
-    if not entry_lag.get("documents"):
-        return _("entry lag: nothing measured yet")
-    return ngettext(
-        "entry lag of %(n)d document: median %(median)d days, p90 %(p90)d, p99 %(p99)d; a "
-        "look-back of %(window)d days would have caught 99%%",
-        "entry lag of %(n)d documents: median %(median)d days, p90 %(p90)d, p99 %(p99)d; a "
-        "look-back of %(window)d days would have caught 99%%",
-        entry_lag["documents"],
-    ) % {
-        "n": entry_lag["documents"],
-        "median": entry_lag["median_days"],
-        "p90": entry_lag["p90_days"],
-        "p99": entry_lag["p99_days"],
-        "window": entry_lag["window_99_days"],
-    }
-
-
-def counts_line(follow: dict) -> str:
-    """``counts of the look-back read again at 08:00 UTC, next due 14:00 UTC`` ([task]
-    refresh_counts_every, docs/FOLLOW.md)."""
-    return _("counts of the look-back read again at %(last)s UTC, next due %(due)s UTC") % {
-        "last": _clock(follow["last_counts_refresh"]),
-        "due": _clock(follow["next_counts_refresh_due"]),
-    }
-
-
 def _rate(w: dict) -> float | None:
     recent = w.get("recent_pages_per_minute")
     return recent if recent is not None else w["pages_per_minute"]
@@ -391,11 +322,6 @@ def _bar(fraction: float) -> str:
     # ASCII: a Chinese Windows console (GBK) or a log file shows it as well as a terminal does.
     filled = int(round(max(0.0, min(fraction, 1.0)) * BAR_WIDTH))
     return "[" + "#" * filled + "." * (BAR_WIDTH - filled) + "]"
-
-
-def _clock(iso: str | None) -> str:
-    """A moment of the report (UTC) as the locale writes it (cnkispider.i18n.moment)."""
-    return i18n.moment(iso)
 
 
 def _per_verified_session(stats: dict, items: int) -> list[str]:

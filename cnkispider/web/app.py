@@ -43,7 +43,7 @@ from cnkispider import i18n
 from cnkispider.exceptions import CnkiSpiderError
 from cnkispider.i18n import _
 from cnkispider.status.collecting import collect
-from cnkispider.status.rendering import tiers_line
+from cnkispider.status.following import tiers_line
 from cnkispider.status.round_views import round_detail, round_grid
 from cnkispider.vocabulary import field_label, halt_reason, ledger_note, word
 from cnkispider.web import actions, guard, words
