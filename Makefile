@@ -65,7 +65,7 @@ lint: setup
 # committed beside them (a clean clone and the .exe read those; nothing compiles at run time).
 # Idempotent: run twice, the second changes nothing (the .pot, which carries the extraction's
 # date, is not committed; no line numbers in the .po, so a merge conflicts only where a word did).
-LOCALE := cnkispider/locale
+LOCALE := cnkispider/words/locale
 catalogue: setup
 	mkdir -p build
 	$(BIN)/pybabel -q extract --no-location --sort-output -F babel.cfg -k N_ \

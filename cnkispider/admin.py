@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from cnkispider import schema
 from cnkispider.exceptions import InputError
-from cnkispider.i18n import _
 from cnkispider.rights import KEY_PREFIX
+from cnkispider.words.i18n import _
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$")
 _PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")

@@ -29,9 +29,9 @@ from sqlalchemy.engine import Engine, make_url
 
 from cnkispider import default_settings, masking
 from cnkispider.exceptions import CnkiSpiderError, StorageError
-from cnkispider.i18n import _
 from cnkispider.migrate import check_schema_version, create_schema
 from cnkispider.mysqlconn import connect as _pymysql_connect
+from cnkispider.words.i18n import _
 
 logger = logging.getLogger(__name__)
 

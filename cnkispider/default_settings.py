@@ -188,7 +188,7 @@ WEB_TOKEN = ""
 # pass desk there; empty: no link in the message
 WEB_PUBLIC_URL = ""
 
-# -- the operator's language ([ui]; cnkispider/i18n.py, docs/TRANSLATING.md) ----------------------
+# -- the operator's language ([ui]; cnkispider/words/i18n.py, docs/TRANSLATING.md) ----------------------
 UI_LANGUAGE = ""  # zh_CN | en; empty: the locale's (LANG=zh_CN.UTF-8 gives Chinese), else English
 
 # -- TASKS_*, ERRORS_*: flow control (tasks/, errors/, cnkispider/halting.py) -------------------

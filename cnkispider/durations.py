@@ -1,7 +1,7 @@
 """How long something took or will take, as the operator reads it: the status page, the web
 page, the progress log and the session list all say it through :func:`duration`.
 
-Babel writes it for the reader's language (cnkispider.i18n.duration: "83 min", "83分钟"), so
+Babel writes it for the reader's language (cnkispider.words.i18n.duration: "83 min", "83分钟"), so
 every view says the same; ``style`` is kept for the callers that name one: ``compact`` is the
 narrow form of a tight column ("83m"), every other style the short form.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from cnkispider import i18n
-from cnkispider.i18n import _
+from cnkispider.words import i18n
+from cnkispider.words.i18n import _
 
 Style = Literal["status", "web", "log", "compact"]
 

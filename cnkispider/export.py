@@ -33,13 +33,14 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from cnkispider import citations, i18n
+from cnkispider import citations
 from cnkispider.exceptions import InputError, UnknownName
-from cnkispider.i18n import _
 from cnkispider.items import FIELDS, INTEGER_FIELDS
 from cnkispider.schema import task
 from cnkispider.storage import iter_documents
-from cnkispider.vocabulary import word
+from cnkispider.words import i18n
+from cnkispider.words.i18n import _
+from cnkispider.words.vocabulary import word
 
 FORMATS = ("csv", "jsonl", "ris", "bibtex", "endnote", "csljson", "xlsx")
 # counts: JSON numbers (see the module docstring); the integer columns (cited, downloads, the

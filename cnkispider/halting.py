@@ -22,9 +22,10 @@ from __future__ import annotations
 
 from collections import Counter, deque
 
-from cnkispider import default_settings, vocabulary
+from cnkispider import default_settings
 from cnkispider.cnki.refusals import CHALLENGE, REJECTION, kind_of
-from cnkispider.i18n import _
+from cnkispider.words import vocabulary
+from cnkispider.words.i18n import _
 
 #: ``cnkispider run`` (and the .exe) exit with this status when the task is halted.
 EXIT_HALTED = 3

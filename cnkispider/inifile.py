@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from cnkispider.exceptions import ConfigError
-from cnkispider.i18n import _
+from cnkispider.words.i18n import _
 
 #: tried in this order; GB18030 is a superset of GBK (and of GB2312), so it reads both
 ENCODINGS = ("utf-8-sig", "gb18030")

@@ -17,7 +17,7 @@ import scrapy
 
 from cnkispider import default_settings
 from cnkispider.exceptions import InputError
-from cnkispider.i18n import _
+from cnkispider.words.i18n import _
 
 # Fields that every type shares. ``source``, ``date`` and ``database`` are the list row's
 # 来源 / 日期 / 数据库 cells; ``title`` comes from the detail page's ``.wx-tit h1``.

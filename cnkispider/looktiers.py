@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cnkispider.i18n import _
+from cnkispider.words.i18n import _
 
 #: The default: the last week at every look, the month weekly, the rest of the window monthly.
 DEFAULT_TIERS = "7d:every, 30d:7d, 60d:30d"

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Engine
 
 from cnkispider import schema
 from cnkispider.exceptions import StorageError
-from cnkispider.i18n import _
+from cnkispider.words.i18n import _
 
 # the database's log, as before this module left cnkispider/db.py (the log lines keep their name)
 logger = logging.getLogger("cnkispider.db")

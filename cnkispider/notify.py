@@ -35,9 +35,9 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
 from cnkispider import signals as cnki_signals
-from cnkispider.i18n import _, ngettext
 from cnkispider.masking import mask_text, mask_url
-from cnkispider.vocabulary import halt_reason
+from cnkispider.words.i18n import _, ngettext
+from cnkispider.words.vocabulary import halt_reason
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

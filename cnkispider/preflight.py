@@ -21,8 +21,8 @@ from cnkispider.clock import cnki_today
 from cnkispider.config import Config
 from cnkispider.days import ISO_DAY, iso_day
 from cnkispider.exceptions import ConfigError, InputError, UnknownName
-from cnkispider.i18n import N_, _
 from cnkispider.items import DEFAULT_DEPTH
+from cnkispider.words.i18n import N_, _
 
 # The database, Redis and flow control are imported where they are used, as the command line
 # always did: `cnkispider --help` (and the .exe's start) need none of them.

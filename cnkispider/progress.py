@@ -30,7 +30,7 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.asyncio import create_looping_call
 
-from cnkispider import i18n
+from cnkispider.words import i18n
 from tasks.feeder import RoundFeeder
 from tasks.phase import Phase
 

@@ -35,7 +35,7 @@ import redis
 
 from cnkispider import masking
 from cnkispider.exceptions import RedisUnavailable
-from cnkispider.i18n import N_, _
+from cnkispider.words.i18n import N_, _
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ import secrets
 
 from cnkispider import default_settings
 from cnkispider.exceptions import CnkiSpiderError
-from cnkispider.i18n import N_, _
+from cnkispider.words.i18n import N_, _
 
 #: MySQL/MariaDB error codes that say "this account may not", not "this statement is wrong".
 DENIED_MYSQL_ERRORS = frozenset(

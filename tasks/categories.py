@@ -25,8 +25,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from cnkispider.exceptions import InputError
-from cnkispider.i18n import _
-from cnkispider.vocabulary import word
+from cnkispider.words.i18n import _
+from cnkispider.words.vocabulary import word
 
 logger = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ import subprocess
 
 from cnkispider import refresh
 from cnkispider import signals as cnki_signals
-from cnkispider.i18n import _
 from cnkispider.offload import in_thread
+from cnkispider.words.i18n import _
 from tasks.parts import facet_codes
 
 # logs as the feeder did before its split (issue 49.2): operators know "tasks.feeder"

@@ -32,10 +32,10 @@ from cnkispider.cnki.query import QueryError, task_query
 # round's listed total is set, not added (``Rounds.set_total``).
 from cnkispider.db import retried
 from cnkispider.exceptions import InputError, TaskRowError, UnknownName
-from cnkispider.i18n import _, mark, moment
 from cnkispider.items import DEFAULT_DEPTH, DOC_TYPES, check_depth
 from cnkispider.schema import task
-from cnkispider.vocabulary import halt_reason, word
+from cnkispider.words.i18n import _, mark, moment
+from cnkispider.words.vocabulary import halt_reason, word
 from tasks.categories import (
     DAY,
     CategoryError,

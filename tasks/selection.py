@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cnkispider.exceptions import InputError
-from cnkispider.i18n import _
+from cnkispider.words.i18n import _
 
 NOT_SELECTED = "not-selected"
 #: What a condition may look at: the list row's fields (a deepening task decides before it asks

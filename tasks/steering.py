@@ -41,10 +41,10 @@ import sqlalchemy as sa
 from cnkispider.clock import cnki_today
 from cnkispider.db import db_now
 from cnkispider.exceptions import InputError, TaskRowError
-from cnkispider.i18n import _
 from cnkispider.items import DEFAULT_DEPTH, DOC_TYPES, check_depth
 from cnkispider.schema import round_, task
-from cnkispider.vocabulary import halt_reason, word
+from cnkispider.words.i18n import _
+from cnkispider.words.vocabulary import halt_reason, word
 from errors.recorder import ErrorRecorder
 from tasks.categories import check_spec, load_tree
 from tasks.phase import Phase

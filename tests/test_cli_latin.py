@@ -12,10 +12,10 @@ import uuid
 import pytest
 import redis
 
-from cnkispider import i18n
 from cnkispider.cli import build_parser, main
 from cnkispider.config import SCHEMA
 from cnkispider.items import DEPTHS
+from cnkispider.words import i18n
 from tests.fixtures.latin import ADDRESS, latin_words
 
 REDIS_URL = "redis://127.0.0.1:6379/0"

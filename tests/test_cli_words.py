@@ -101,7 +101,7 @@ def test_headless_says_it_cannot_pass_a_real_check():
 @pytest.fixture
 def english_after():
     """The process's language back to English after a test that changed it."""
-    from cnkispider import i18n
+    from cnkispider.words import i18n
 
     yield
     i18n.activate("en")
@@ -163,7 +163,7 @@ class _Marked:
 def test_export_session_and_demo_lines_are_looked_up_in_the_catalogue(
     tmp_path, monkeypatch, capsys, english_after
 ):
-    from cnkispider import i18n
+    from cnkispider.words import i18n
 
     ini = _ini(tmp_path, "[task]\ntype = patent\n")
     assert main(["--config", str(ini), "init-db"]) == 0
@@ -219,7 +219,7 @@ def test_the_export_line_is_chinese_for_a_chinese_operator(tmp_path, capsys, eng
 def test_task_help_is_looked_up_in_the_catalogue_argparse_s_own_words_too(
     monkeypatch, capsys, english_after
 ):
-    from cnkispider import i18n
+    from cnkispider.words import i18n
 
     monkeypatch.setattr(i18n, "translation", lambda language: _Marked())
     monkeypatch.setenv("COLUMNS", "100")
@@ -274,9 +274,9 @@ def test_a_bad_task_row_and_refused_task_commands_are_looked_up_in_the_catalogue
     stay as written."""
     import sqlalchemy as sa
 
-    from cnkispider import i18n
     from cnkispider.db import open_database
     from cnkispider.schema import task
+    from cnkispider.words import i18n
 
     ini = _ini(tmp_path)
     assert main(["--config", str(ini), "init-db"]) == 0
@@ -327,7 +327,7 @@ def test_errors_of_the_database_redis_export_and_refresh_counts_are_looked_up(
 ):
     """The one line of an error (database, Redis, export, refresh-counts) goes through gettext,
     the values in it (a URL, a name, the library's own words) as they were written."""
-    from cnkispider import i18n
+    from cnkispider.words import i18n
     from tests.fixtures.fault_services import free_port
 
     def ini(name: str, database: str, redis_url: str = "", extra: str = ""):
@@ -377,7 +377,7 @@ def test_category_and_selection_problems_are_looked_up_in_the_catalogue(
 ):
     """A task's categories and its --where rule are typed by the operator: what is wrong with
     them is a sentence of the catalogue, the codes and the rule as typed."""
-    from cnkispider import i18n
+    from cnkispider.words import i18n
 
     ini = _ini(tmp_path)
     assert main(["--config", str(ini), "init-db"]) == 0

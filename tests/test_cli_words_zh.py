@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from cnkispider import i18n
-from cnkispider.vocabulary import WORDS, word
+from cnkispider.words import i18n
+from cnkispider.words.vocabulary import WORDS, word
 from tests.fixtures.crawl_harness import ROOT
 
 LATIN_WORD = re.compile(r"[A-Za-z]{2,}")

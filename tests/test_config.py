@@ -381,7 +381,7 @@ def test_a_config_error_is_in_the_language_of_the_moment_it_is_raised(
     """Every problem of config.ini goes through the catalogue when it is found (the locale's
     language: [ui] language is read from the very file being checked), while the file, the
     section and the key stay as they are written."""
-    from cnkispider import i18n
+    from cnkispider.words import i18n
 
     path = write(tmp_path, text)
     monkeypatch.setattr(i18n, "translation", lambda language: _Bracketed())

@@ -310,7 +310,7 @@ def test_the_task_page_shows_the_fill_rates(sqlite_url, redis_url, tmp_path):
         engine.dispose()
     assert "Fields filled" in html
     assert re.search(r"<td>keywords</td><td>100%</td>", html)
-    # the field by its label (cnkispider/vocabulary.py FIELD_LABELS)
+    # the field by its label (cnkispider/words/vocabulary.py FIELD_LABELS)
     assert re.search(r'<tr class="empty"><td>page range</td><td>0%</td>', html)
     [entry] = [t for t in report["tasks"] if t["name"] == "t"]
     assert entry["fill"] == {"keywords": 1.0, "page_range": 0.0}

@@ -594,8 +594,8 @@ def test_every_halt_reason_is_stored_in_english_and_shown_in_the_reader_s_langua
     """Issue 41: a halted task's reason read "DNSLookupError: CNKI is not reachable from here"
     on the Chinese page. The stored reason stays the English the logs and SQL read; each is
     shown in Chinese through the catalogue (its values, CNKI's words and codes, kept)."""
-    from cnkispider import i18n
-    from cnkispider.vocabulary import halt_reason
+    from cnkispider.words import i18n
+    from cnkispider.words.vocabulary import halt_reason
 
     reasons = _every_halt_reason_written()
     assert all(reasons), reasons

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from cnkispider import i18n
 from cnkispider.inifile import ui_language
+from cnkispider.words import i18n
 
 LATIN_WORD = re.compile(r"[A-Za-z]{2,}")
 

@@ -112,7 +112,7 @@ def test_the_cycle_finder_finds_a_cycle():
 def _layers() -> list[list[str]]:
     """The layers contract of pyproject.toml, highest first, each a list of its modules."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    [contract] = [c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers"]
+    [contract] = [c for c in config["tool"]["importlinter"]["contracts"] if c["id"] == "layers"]
     return [
         [m.strip() for m in layer.replace("|", ":").split(":") if m.strip()]
         for layer in contract["layers"]
@@ -126,14 +126,21 @@ def _layer_of(module: str, layers: list[list[str]]) -> int | None:
     return None
 
 
+def _imports_anything(path) -> bool:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return any(isinstance(node, ast.Import | ast.ImportFrom) for node in ast.walk(tree))
+
+
 def test_every_product_module_has_its_layer():
     """A new module must be placed in the contract, or lint-imports would not check it."""
     layers = _layers()
     unplaced = [
         name
         for name, path in _modules().items()
-        # (an empty package __init__, such as the root packages', holds no import to check)
-        if _layer_of(name, layers) is None and (path.name != "__init__.py" or path.stat().st_size)
+        # (a package __init__ that imports nothing, such as the root packages' or a folder's
+        # docstring, holds no import to check)
+        if _layer_of(name, layers) is None
+        and (path.name != "__init__.py" or _imports_anything(path))
     ]
     assert unplaced == []
 

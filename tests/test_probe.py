@@ -248,7 +248,7 @@ def test_every_check_line_is_looked_up_in_the_catalogue_and_its_record_stays_eng
     """Issue 41: a check's name and evidence are read through gettext, whole sentences with
     the values (days, counts, URLs, keys) as written; PASS/FAIL/UNKNOWN are not words to
     translate (docs/PROBE.md and scripts grep them); the record (``Check.name``) stays English."""
-    from cnkispider import i18n
+    from cnkispider.words import i18n
 
     monkeypatch.setattr(i18n, "translation", lambda language: _Marked())
     checks = []

@@ -9,10 +9,10 @@ import datetime as dt
 import pytest
 import sqlalchemy as sa
 
-from cnkispider import i18n
 from cnkispider.db import open_database
 from cnkispider.schema import task, task_skip
 from cnkispider.status import run_summary
+from cnkispider.words import i18n
 from tasks.flow import TaskStore
 
 NOW = dt.datetime(2024, 3, 1, 12, 0)

@@ -36,14 +36,14 @@ import argparse
 import logging
 import sys
 
-from cnkispider import i18n
 from cnkispider.cli import admin, crawl, demo, failing, sessions, status, tasks
 from cnkispider.cli.common import CONFIG_HELP, LOG_FORMAT, CommandParser, command_config
 from cnkispider.cli.demo import frozen_no_demo
 from cnkispider.config import language_hint
 from cnkispider.exceptions import CnkiSpiderError
-from cnkispider.i18n import _
 from cnkispider.version import __version__
+from cnkispider.words import i18n
+from cnkispider.words.i18n import _
 
 __all__ = ["build_parser", "main"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from cnkispider.cli.common import add_command
 from cnkispider.config import Config
-from cnkispider.i18n import _
+from cnkispider.words.i18n import _
 
 
 def cmd_admin(config: Config, args) -> int:

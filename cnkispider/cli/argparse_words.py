@@ -16,7 +16,7 @@ ones argparse says cannot happen.
 
 from __future__ import annotations
 
-from cnkispider.i18n import N_
+from cnkispider.words.i18n import N_
 
 WORDS = (
     # the help

@@ -13,11 +13,11 @@ import argparse
 import logging
 from pathlib import Path
 
-from cnkispider import i18n
 from cnkispider.cli import failing
 from cnkispider.config import Config, load_config
 from cnkispider.exceptions import ConfigError
-from cnkispider.i18n import N_, _
+from cnkispider.words import i18n
+from cnkispider.words.i18n import N_, _
 
 #: translated where used (:class:`CommandParser`, cli.build_parser): at parser-build time
 CONFIG_HELP = N_("config.ini to use (default: ./config.ini, then beside the program)")

@@ -8,15 +8,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from cnkispider import i18n
 from cnkispider.cli.common import add_command, crawl_options
 from cnkispider.clock import cnki_today
 from cnkispider.config import Config
 from cnkispider.exceptions import CnkiSpiderError, InputError, UnknownName
-from cnkispider.i18n import _
 from cnkispider.items import DOC_TYPES
 from cnkispider.preflight import parse_day, preflight, task_store
-from cnkispider.vocabulary import word
+from cnkispider.words import i18n
+from cnkispider.words.i18n import _
+from cnkispider.words.vocabulary import word
 from tasks.phase import Phase
 
 

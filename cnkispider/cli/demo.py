@@ -10,7 +10,7 @@ from pathlib import Path
 from cnkispider.cli.common import add_command
 from cnkispider.cli.crawl import crawl, print_summary
 from cnkispider.config import Config
-from cnkispider.i18n import N_, _
+from cnkispider.words.i18n import N_, _
 
 #: Said by the .exe (cnkispider/cli/__init__.py) and by `demo` frozen: translated where shown
 #: (:func:`frozen_no_demo`).

@@ -11,7 +11,7 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from cnkispider.i18n import _
+from cnkispider.words.i18n import _
 
 #: where the command's log is, once config.ini has said (cli.common.command_config)
 log_path: list[Path] = []

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import sys
 
-from cnkispider import i18n
 from cnkispider.cli.common import add_command
 from cnkispider.config import Config
 from cnkispider.durations import duration
 from cnkispider.exceptions import InputError, UnknownName
-from cnkispider.i18n import _
 from cnkispider.sessions.waysin import added_line, cnki_site_of
-from cnkispider.vocabulary import word
+from cnkispider.words import i18n
+from cnkispider.words.i18n import _
+from cnkispider.words.vocabulary import word
 
 
 def _sessions(config: Config):

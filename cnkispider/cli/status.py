@@ -7,8 +7,8 @@ from pathlib import Path
 
 from cnkispider.cli.common import add_command
 from cnkispider.config import Config
-from cnkispider.i18n import _
 from cnkispider.preflight import parse_day
+from cnkispider.words.i18n import _
 
 
 def cmd_status(config: Config, args) -> int:

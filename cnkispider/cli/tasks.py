@@ -9,10 +9,10 @@ import sys
 from cnkispider.cli.common import add_command
 from cnkispider.config import Config
 from cnkispider.exceptions import InputError, StorageError, TaskRowError
-from cnkispider.i18n import _
 from cnkispider.items import DEFAULT_DEPTH, DOC_TYPES, check_depth
 from cnkispider.preflight import add_drift, check_task_input, parse_day, task_store
-from cnkispider.vocabulary import halt_reason, word
+from cnkispider.words.i18n import _
+from cnkispider.words.vocabulary import halt_reason, word
 from tasks.rows import check_name, describe
 
 
@@ -161,9 +161,9 @@ def _plan(config: Config, args) -> int:
     import json
 
     from cnkispider.db import open_database_readonly
-    from cnkispider.i18n import _, ngettext
     from cnkispider.sessions import SessionStore
     from cnkispider.status.plan import task_plan
+    from cnkispider.words.i18n import _, ngettext
 
     if args.sample < 0:
         raise InputError(_("--sample: expected 0 or more days, got %(n)d") % {"n": args.sample})
@@ -290,7 +290,7 @@ def _plan(config: Config, args) -> int:
 
 def _print_follow(plan: dict) -> None:
     """`task plan` of a task that follows today: at most what a day of following costs."""
-    from cnkispider.i18n import _
+    from cnkispider.words.i18n import _
 
     follow = plan["follow"]
     figures = follow["depths"][plan["depth"]]
@@ -316,8 +316,8 @@ def _print_sample(plan: dict) -> None:
     """The sample's lines of `task plan --sample`: what it cost, and each day it could not
     sample, with why (a check or a refusal is not a zero)."""
     from cnkispider.cnki import refusals
-    from cnkispider.i18n import ngettext
     from cnkispider.probe.sample import CHECKED_PLAIN, NO_SESSION, SESSION_STATE, STOPPED
+    from cnkispider.words.i18n import ngettext
 
     sampled, missed = plan["sampled"], plan["not_sampled"]
     asked = len(sampled) + len(missed)
@@ -370,7 +370,7 @@ def _print_sample(plan: dict) -> None:
 def cmd_task_reopen(store, args) -> int:
     """`task reopen NAME DAY [--category CODE]`: that day's rounds (or one) crawled again from
     their first page, in flight or not (tasks/steering.py ``reopen_rounds``)."""
-    from cnkispider.i18n import ngettext
+    from cnkispider.words.i18n import ngettext
 
     if args.category is not None and len(args.category) > 64:
         raise InputError(

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from cnkispider.i18n import N_, _
+from cnkispider.words.i18n import N_, _
 
 #: Field codes every type is searched by, with CNKI's label.
 COMMON_FIELDS = {

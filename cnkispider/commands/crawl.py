@@ -19,15 +19,16 @@ from typing import TYPE_CHECKING
 
 from scrapy.commands.crawl import Command as ScrapyCrawlCommand
 
-from cnkispider import i18n, logs
+from cnkispider import logs
 from cnkispider.config import language_hint, load_config
 from cnkispider.crawlsettings import crawler_settings
 from cnkispider.exceptions import CnkiSpiderError, InputError
-from cnkispider.i18n import _
 from cnkispider.items import DOC_TYPES
 from cnkispider.preflight import preflight
 from cnkispider.settingcheck import check_setting
-from cnkispider.vocabulary import word
+from cnkispider.words import i18n
+from cnkispider.words.i18n import _
+from cnkispider.words.vocabulary import word
 
 if TYPE_CHECKING:
     import argparse

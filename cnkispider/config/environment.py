@@ -15,7 +15,7 @@ from pathlib import Path
 
 from cnkispider.config.keys import SCHEMA
 from cnkispider.exceptions import ConfigError
-from cnkispider.i18n import _
+from cnkispider.words.i18n import _
 
 logger = logging.getLogger(__package__)  # "cnkispider.config": the reader's, as the log shows it
 

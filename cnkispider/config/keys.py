@@ -18,10 +18,10 @@ from cnkispider import default_settings
 from cnkispider.cnki.export_batch import MAX_EXPORT_BATCH
 from cnkispider.days import iso_day
 from cnkispider.durations import parse_span
-from cnkispider.i18n import _
 from cnkispider.items import DEPTHS, DOC_TYPES
 from cnkispider.looktiers import parse_tiers
 from cnkispider.masking import mask_url
+from cnkispider.words.i18n import _
 
 # -- the values ----------------------------------------------------------------------------------
 

@@ -26,9 +26,9 @@ from cnkispider.config.keys import SCHEMA
 from cnkispider.config.task import TaskConfig, check_task
 from cnkispider.config.urls import TlsFiles, absolute_sqlite
 from cnkispider.exceptions import ConfigError
-from cnkispider.i18n import _
 from cnkispider.inifile import read_ini, ui_language
 from cnkispider.masking import install_log_filter
+from cnkispider.words.i18n import _
 
 CONFIG_NAME = "config.ini"
 FROZEN_LOG_FILE = "cnkispider.log"  # [crawl] log_file of the .exe when empty

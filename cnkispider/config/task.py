@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from cnkispider.exceptions import ConfigError
-from cnkispider.i18n import _
 from cnkispider.items import DEFAULT_DEPTH, has_counts
 from cnkispider.looktiers import DEFAULT_TIERS
-from cnkispider.vocabulary import word
+from cnkispider.words.i18n import _
+from cnkispider.words.vocabulary import word
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cnkispider.exceptions import ConfigError
-from cnkispider.i18n import _
+from cnkispider.words.i18n import _
 
 
 def absolute_sqlite(url: str, base_dir: Path) -> str:

@@ -45,8 +45,8 @@ from twisted.internet.defer import Deferred
 from cnkispider import default_settings
 from cnkispider.cnki.refusals import classify, window_of
 from cnkispider.exceptions import ConfigError, GaveUp
-from cnkispider.i18n import _
 from cnkispider.middlewares import Recent, refusal_of
+from cnkispider.words.i18n import _
 from proxy.policy import BanPolicy
 from proxy.pool import Proxy, ProxyPool
 from proxy.provider import ProviderClient, mask, proxy_key

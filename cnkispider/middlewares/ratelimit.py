@@ -46,10 +46,10 @@ from twisted.internet.defer import Deferred
 from cnkispider import default_settings, redisconn
 from cnkispider.cnki import refusals
 from cnkispider.cnki.protocol import DOCUMENT_KINDS
-from cnkispider.i18n import _
 from cnkispider.middlewares import Recent, refusal_of
 from cnkispider.offload import RedisCalls
 from cnkispider.pace.store import Answer, Closed, Limit, PaceRule, Reply, SharedRateLimit
+from cnkispider.words.i18n import _
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider

@@ -14,18 +14,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cnkispider import default_settings, i18n
+from cnkispider import default_settings
 from cnkispider.clock import cnki_today
 from cnkispider.cnki import listgrid
 from cnkispider.cnki.protocol import Protocol
 from cnkispider.cnki.search import RESOURCES
-from cnkispider.i18n import _
 from cnkispider.probe.answers import Answer, CnkiSession, record
 from cnkispider.probe.answers import user_agent as _user_agent
 from cnkispider.probe.records import RecordChecks
 from cnkispider.probe.searches import SearchChecks
 from cnkispider.probe.sessions import SessionChecks
 from cnkispider.probe.verdicts import FAIL, UNKNOWN, Check, Said
+from cnkispider.words import i18n
+from cnkispider.words.i18n import _
 
 CLIENT_ID_URL = default_settings.CNKI_CLIENT_ID_URL
 

@@ -16,11 +16,11 @@ import json
 from cnkispider.cnki import groups, listgrid, refusals
 from cnkispider.cnki.search import RESOURCES, Search
 from cnkispider.exceptions import RefusedPage
-from cnkispider.i18n import N_
 from cnkispider.probe import checks
 from cnkispider.probe.answers import CnkiSession
 from cnkispider.probe.answers import reason as _reason
 from cnkispider.probe.verdicts import FAIL, PASS, UNKNOWN, Said, Type
+from cnkispider.words.i18n import N_
 
 #: The update-time candidate tried: a ControlGroup item of the last week on an entry-time field.
 #: UNCONFIRMED (no public client sends one): a probe run on CNKI says what it does.

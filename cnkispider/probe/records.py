@@ -11,11 +11,11 @@ from cnkispider.cnki import detailpage, references, refusals
 from cnkispider.cnki.export_batch import ExportRow, match_records
 from cnkispider.cnki.export_records import ExportAnswerError, parse_export
 from cnkispider.exceptions import RefusedPage
-from cnkispider.i18n import N_
 from cnkispider.probe.answers import CnkiSession
 from cnkispider.probe.answers import reason as _reason
 from cnkispider.probe.answers import snippet as _snippet
 from cnkispider.probe.verdicts import FAIL, PASS, UNKNOWN, AsIs, Said, Type
+from cnkispider.words.i18n import N_
 
 # Fields a detail page of each type must yield for the crawler to be worth running.
 REQUIRED_DETAIL_FIELDS = {

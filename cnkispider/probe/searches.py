@@ -11,10 +11,10 @@ import math
 from cnkispider.cnki import listgrid, refusals
 from cnkispider.cnki.search import Search
 from cnkispider.exceptions import RefusedPage
-from cnkispider.i18n import N_
 from cnkispider.probe.answers import CnkiSession
 from cnkispider.probe.answers import reason as _reason
 from cnkispider.probe.verdicts import FAIL, PASS, UNKNOWN, Said, Type
+from cnkispider.words.i18n import N_
 
 
 class SearchChecks:

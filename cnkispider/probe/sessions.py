@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from cnkispider.cnki import refusals
 from cnkispider.cnki.search import Search
-from cnkispider.i18n import N_
 from cnkispider.probe.answers import CnkiSession
 from cnkispider.probe.answers import client_id as _client_id
 from cnkispider.probe.answers import reason as _reason
 from cnkispider.probe.answers import snippet as _snippet
 from cnkispider.probe.verdicts import FAIL, PASS, UNKNOWN, Said
+from cnkispider.words.i18n import N_
 
 
 class SessionChecks:

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from cnkispider import vocabulary
-from cnkispider.i18n import _
+from cnkispider.words import vocabulary
+from cnkispider.words.i18n import _
 
 PASS, FAIL, UNKNOWN = "PASS", "FAIL", "UNKNOWN"
 

@@ -39,9 +39,9 @@ from typing import TYPE_CHECKING
 
 from cnkispider import default_settings
 from cnkispider.exceptions import RedisUnavailable
-from cnkispider.i18n import _
 from cnkispider.scheduling import defaults
 from cnkispider.scheduling.syncscript import SYNC_LUA
+from cnkispider.words.i18n import _
 
 if TYPE_CHECKING:
     import redis

@@ -49,7 +49,6 @@ from twisted.python.failure import Failure
 from cnkispider import default_settings, engineslot, redisconn, signals
 from cnkispider.exceptions import SchedulerClosed
 from cnkispider.halting import Cooldown
-from cnkispider.i18n import ngettext
 from cnkispider.offload import InlineIO, RedisCalls, ThreadIO
 from cnkispider.scheduling import defaults
 from cnkispider.scheduling.dupefilter import BloomDupeFilter
@@ -63,6 +62,7 @@ from cnkispider.scheduling.outcome import (
 from cnkispider.scheduling.queue import Burial, Enqueue, Held, LeasedQueue, SyncBatch, SyncResult
 from cnkispider.scheduling.reports import DrainsAndAbandons
 from cnkispider.scheduling.serialize import ReadPolicy, request_from_json, request_to_json
+from cnkispider.words.i18n import ngettext
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider

@@ -38,11 +38,11 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from cnkispider import i18n
-from cnkispider.i18n import _
 from cnkispider.sessions.devtools import Browser, Cdp, CdpError, LoginError, find_browser
 from cnkispider.sessions.login import VERIFY_MARK, page_state, read_cookies
 from cnkispider.sessions.paste import Paste, host_matches
+from cnkispider.words import i18n
+from cnkispider.words.i18n import _
 
 logger = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cnkispider.exceptions import CnkiSpiderError
-from cnkispider.i18n import N_, _
+from cnkispider.words.i18n import N_, _
 
 logger = logging.getLogger(__name__)
 

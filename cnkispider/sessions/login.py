@@ -35,8 +35,6 @@ import sys
 import time
 from urllib.parse import urlsplit
 
-from cnkispider import i18n
-from cnkispider.i18n import N_, _
 from cnkispider.sessions.devtools import (
     ELSEWHERE,
     Browser,
@@ -46,6 +44,8 @@ from cnkispider.sessions.devtools import (
     find_browser,
 )
 from cnkispider.sessions.paste import Paste, host_matches
+from cnkispider.words import i18n
+from cnkispider.words.i18n import N_, _
 
 logger = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from cnkispider.exceptions import InputError
-from cnkispider.i18n import _
+from cnkispider.words.i18n import _
 
 Cookie = dict  # {"name": str, "value": str, "domain": str, "path": str}  (the pool's Cookie)
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from cnkispider import default_settings
 from cnkispider.exceptions import InputError
-from cnkispider.i18n import N_, _
+from cnkispider.words.i18n import N_, _
 
 if TYPE_CHECKING:
     import redis

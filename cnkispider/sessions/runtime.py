@@ -44,10 +44,10 @@ from scrapy.utils.defer import deferred_from_coro
 from cnkispider import engineslot
 from cnkispider import signals as cnki_signals
 from cnkispider.context import context_of
-from cnkispider.i18n import _
 from cnkispider.offload import in_thread
 from cnkispider.sessions import tickets
 from cnkispider.sessions.pool import WAITING_MESSAGE, SessionStore
+from cnkispider.words.i18n import _
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

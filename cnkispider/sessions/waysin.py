@@ -12,8 +12,8 @@ import urllib.request
 from urllib.parse import urlsplit
 
 from cnkispider.cnki import plainhttp
-from cnkispider.i18n import N_, _
 from cnkispider.sessions.paste import Cookie, cnki_hosts_of
+from cnkispider.words.i18n import N_, _
 
 PASSED, CHECKED, UNCLEAR = "passed", "checked", "unclear"
 VERIFY_PATH = "/verify/"  # where CNKI sends a session it checks (PROTOCOL.md 2026 evidence 3)
@@ -84,7 +84,7 @@ def cnki_site_of(base_url: str) -> tuple[str, tuple[str, ...]]:
 
 def added_line(session, paste, source: str) -> str:
     """The line of a new session: its cookies' names (never a value) and the browser's name."""
-    from cnkispider.vocabulary import word
+    from cnkispider.words.vocabulary import word
 
     browser = re.findall(r"(Edg|Firefox|HeadlessChrome|Chrome)/(\d+)", paste.user_agent)
     line = _("added session %(id)s (%(source)s): %(n)s cookies of %(host)s (%(names)s)") % {

@@ -32,7 +32,6 @@ from sqlalchemy.engine import Engine
 from cnkispider import default_settings, doclinks, drift
 from cnkispider.db import db_now
 from cnkispider.exceptions import TaskRowError, UnknownName
-from cnkispider.i18n import _
 from cnkispider.items import DEFAULT_DEPTH, FIELDS
 from cnkispider.looktiers import parse_tiers, spans
 from cnkispider.pace.store import windows_report
@@ -41,6 +40,7 @@ from cnkispider.schema import error_code, error_link, fill, round_, task
 from cnkispider.status.liveness import GONE_AFTER_BEATS, task_workers
 from cnkispider.status.rates import round_rate
 from cnkispider.status.times import age, iso
+from cnkispider.words.i18n import _
 from tasks import lag
 from tasks.categories import DAY, round_label
 from tasks.phase import Phase

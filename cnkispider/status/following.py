@@ -5,12 +5,12 @@ its tiers, the entry lag measured, the refresh of its counts (docs/FOLLOW.md). P
 
 from __future__ import annotations
 
-from cnkispider import i18n
-from cnkispider.i18n import _, ngettext
+from cnkispider.words import i18n
+from cnkispider.words.i18n import _, ngettext
 
 
 def clock(iso: str | None) -> str:
-    """A moment of the report (UTC) as the locale writes it (cnkispider.i18n.moment)."""
+    """A moment of the report (UTC) as the locale writes it (cnkispider.words.i18n.moment)."""
     return i18n.moment(iso)
 
 

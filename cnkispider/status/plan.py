@@ -33,7 +33,6 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from cnkispider.i18n import _
 from cnkispider.items import DEFAULT_DEPTH, DEPTHS
 from cnkispider.looktiers import Tier, parse_tiers, spans
 from cnkispider.status.plan_inputs import (
@@ -43,6 +42,7 @@ from cnkispider.status.plan_inputs import (
     with_cursor_days,
 )
 from cnkispider.status.plan_startups import startup_requests
+from cnkispider.words.i18n import _
 
 #: Detail requests a document beyond its one page: the pages of a pass's last moments, whose
 #: links die with it, are listed and fetched again (bench/sessions.py: 1.035 requests a document

@@ -11,12 +11,12 @@ import json
 import re
 import unicodedata
 
-from cnkispider import i18n
-from cnkispider.i18n import N_, _, ngettext
 from cnkispider.items import DEFAULT_DEPTH
 from cnkispider.status.following import clock as _clock
 from cnkispider.status.following import counts_line, follow_line, lag_line, tiers_line
-from cnkispider.vocabulary import halt_reason, ledger_note, word
+from cnkispider.words import i18n
+from cnkispider.words.i18n import N_, _, ngettext
+from cnkispider.words.vocabulary import halt_reason, ledger_note, word
 from tasks.categories import round_label
 
 BAR_WIDTH = 30

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 
 from cnkispider.db import db_now
-from cnkispider.i18n import _
 from cnkispider.schema import audit
-from cnkispider.vocabulary import halt_reason, word
+from cnkispider.words.i18n import _
+from cnkispider.words.vocabulary import halt_reason, word
 from tasks.phase import Phase
 
 TASK_ACTIONS = ("pause", "resume", "stop", "extend", "move", "recrawl")

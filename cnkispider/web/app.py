@@ -39,19 +39,19 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from cnkispider import i18n
 from cnkispider.exceptions import CnkiSpiderError
-from cnkispider.i18n import _
 from cnkispider.status.collecting import collect
 from cnkispider.status.following import tiers_line
 from cnkispider.status.round_views import round_detail, round_grid
-from cnkispider.vocabulary import field_label, halt_reason, ledger_note, word
 from cnkispider.web import actions, guard, words
 from cnkispider.web.desk import pool_line
 from cnkispider.web.history import History
 from cnkispider.web.metrics import metrics_text
 from cnkispider.web.summaries import banners, rounds_done, state_of
 from cnkispider.web.wrappers import Language, SecurityHeaders
+from cnkispider.words import i18n
+from cnkispider.words.i18n import _
+from cnkispider.words.vocabulary import field_label, halt_reason, ledger_note, word
 from tasks.categories import round_label
 
 logger = logging.getLogger(__name__)

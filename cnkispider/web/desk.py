@@ -23,10 +23,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from cnkispider.i18n import _
 from cnkispider.sessions import tickets
 from cnkispider.sessions.tickets import DeskPasses
 from cnkispider.web import guard
+from cnkispider.words.i18n import _
 
 #: The header of a notification's ticket (``/desk/open`` only) and of the desk pass it becomes.
 TICKET_HEADER = "X-CNKI-Desk-Ticket"

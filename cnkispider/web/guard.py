@@ -22,7 +22,7 @@ import secrets
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from cnkispider.i18n import N_, _
+from cnkispider.words.i18n import N_, _
 
 TOKEN_FILE = "web-token"
 TOKEN_HEADER = "X-CNKI-Token"

@@ -7,7 +7,7 @@ import errno
 import socket
 
 from cnkispider.exceptions import InputError
-from cnkispider.i18n import _
+from cnkispider.words.i18n import _
 
 
 def check_port(port: int) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from cnkispider.i18n import _
+from cnkispider.words.i18n import _
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 

@@ -6,10 +6,10 @@ the pages put :func:`banners` on top.
 
 from __future__ import annotations
 
-from cnkispider import i18n
-from cnkispider.i18n import _
 from cnkispider.status.rendering import activity_words, run_command
-from cnkispider.vocabulary import halt_reason, word
+from cnkispider.words import i18n
+from cnkispider.words.i18n import _
+from cnkispider.words.vocabulary import halt_reason, word
 from tasks.phase import Phase
 
 

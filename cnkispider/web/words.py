@@ -1,10 +1,10 @@
 """The web page's language: Chinese or English (its words: the ``cnkispider`` gettext catalogue,
-cnkispider/i18n.py).
+cnkispider/words/i18n.py).
 
 The language is the one the page was asked in (``?lang=zh`` or ``?lang=en``, kept in a cookie
 for the next pages: the switch in the header), else the browser's first choice
 (``Accept-Language``: a ``zh`` tag gives Chinese), else English. Every word of the page goes
-through the catalogue, the internal names through cnkispider/vocabulary.py; what comes from the
+through the catalogue, the internal names through cnkispider/words/vocabulary.py; what comes from the
 database or CNKI (names, reasons, notes, titles) is shown as it is.
 """
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
-from cnkispider import i18n
 from cnkispider.web import words
+from cnkispider.words import i18n
 
 HEADERS = {
     "Content-Security-Policy": (

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from cnkispider.i18n import N_, _, mark
+from cnkispider.words.i18n import N_, _, mark
 
 WORDS = {
     # where a session in the pool came from (cnkispider/sessions/waysin.py added_line)
