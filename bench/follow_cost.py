@@ -37,8 +37,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cnkispider.config.looktiers import DEFAULT_TIERS, due, parse_tiers, spans
 from cnkispider.items import DEPTHS
-from cnkispider.looktiers import DEFAULT_TIERS, due, parse_tiers, spans
 from standin.corpus import Corpus, CorpusOptions, parse_day
 
 CAP = 6000
@@ -77,7 +77,7 @@ def listed(lags: list[int], day: int, as_of: int) -> int:
 def look_cost(
     corpus, doc_type, today: int, look_back: int, lags: dict, counted: dict, tiers=(), facets=False
 ):
-    """One daily look on ``today``: the days its tier makes due (cnkispider/looktiers.py, the
+    """One daily look on ``today``: the days its tier makes due (cnkispider/config/looktiers.py, the
     rule tasks/tiers.py applies) are counted; a counted day whose listing changed since its last
     count is walked again (``facets``: a split day by one group/result, and only its parts
     that changed). ``counted``: day -> the day it was last counted (updated here)."""

@@ -27,7 +27,8 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 
-from cnkispider import default_settings, masking
+from cnkispider import default_settings
+from cnkispider.config import masking
 from cnkispider.exceptions import CnkiSpiderError, StorageError
 from cnkispider.migrate import check_schema_version, create_schema
 from cnkispider.mysqlconn import connect as _pymysql_connect
@@ -207,7 +208,7 @@ def _ride_out_outages(engine: Engine, shown: str) -> None:
 
 def mask_url(url) -> str:
     """The URL as safe to print: its password, in the authority or the query, replaced by ***
-    (:func:`cnkispider.masking.mask_url`; a SQLAlchemy URL object is rendered first)."""
+    (:func:`cnkispider.config.masking.mask_url`; a SQLAlchemy URL object is rendered first)."""
     if not isinstance(url, str):
         url = url.render_as_string(hide_password=False)
     return masking.mask_url(url)

@@ -215,7 +215,7 @@ TASKS_FOLLOW_EVERY = 6 * 3600
 # and refreshes the counts (cited, downloads) over its look-back every TASKS_REFRESH_COUNTS_EVERY
 # seconds (0: never; a type whose rows carry counts)
 TASKS_REFRESH_COUNTS_EVERY = 0
-# issue 46 (cnkispider/looktiers.py): a look counts a day again by its age: the last 7 days at
+# issue 46 (cnkispider/config/looktiers.py): a look counts a day again by its age: the last 7 days at
 # every look, the month weekly, the rest of the window monthly ("off": every day at every look)
 TASKS_LOOK_TIERS = "7d:every, 30d:7d, 60d:30d"
 # issue 46.2 (docs/FOLLOW.md): a look recounts the parts of a day split by its categories with one

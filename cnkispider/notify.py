@@ -35,7 +35,7 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
 from cnkispider import signals as cnki_signals
-from cnkispider.masking import mask_text, mask_url
+from cnkispider.config.masking import mask_text, mask_url
 from cnkispider.words.i18n import _, ngettext
 from cnkispider.words.vocabulary import halt_reason
 

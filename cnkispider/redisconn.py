@@ -33,7 +33,7 @@ from pathlib import Path
 
 import redis
 
-from cnkispider import masking
+from cnkispider.config import masking
 from cnkispider.exceptions import RedisUnavailable
 from cnkispider.words.i18n import N_, _
 
@@ -63,7 +63,7 @@ _EVICTING_HELP = (
 
 def mask_url(url: str) -> str:
     """``url`` with its password (in the authority or a ``password=`` parameter) replaced by ``***``
-    (the one masking helper: :func:`cnkispider.masking.mask_url`)."""
+    (the one masking helper: :func:`cnkispider.config.masking.mask_url`)."""
     return masking.mask_url(url)
 
 

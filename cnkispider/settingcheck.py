@@ -24,8 +24,8 @@ from scrapy.settings import default_settings as _scrapy_defaults
 
 from cnkispider import default_settings as _defaults
 from cnkispider import settings as _project
+from cnkispider.config.looktiers import parse_tiers
 from cnkispider.exceptions import InputError
-from cnkispider.looktiers import parse_tiers
 from cnkispider.words.i18n import _
 
 #: Settings the code reads that have no default (None unless given).

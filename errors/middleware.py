@@ -38,9 +38,9 @@ from scrapy.utils.defer import deferred_from_coro
 
 from cnkispider import signals as cnki_signals
 from cnkispider.cnki.refusals import REJECTION, kind_of, rejection_text
+from cnkispider.config.masking import mask_text
 from cnkispider.context import context_of
 from cnkispider.exceptions import CnkiSpiderError, GaveUp, HaltedRequest, RefusedPage
-from cnkispider.masking import mask_text
 from cnkispider.offload import in_thread
 from cnkispider.scheduling.outcome import hold  # lease bookkeeping: below errors/ (the layers)
 

@@ -44,12 +44,12 @@ from twisted.internet import threads
 
 from cnkispider import signals as cnki_signals
 from cnkispider.clock import cnki_today
+from cnkispider.config.looktiers import parse_tiers
 from cnkispider.context import CrawlContext, context_of, open_context
 from cnkispider.db import is_transient, open_database
 from cnkispider.exceptions import CnkiSpiderError, SchedulerClosed, TaskRowError
 from cnkispider.halting import Breaker
 from cnkispider.items import DEFAULT_DEPTH
-from cnkispider.looktiers import parse_tiers
 from cnkispider.offload import in_thread
 from cnkispider.scheduling.outcome import ROUND_SEEDING, RoundScheduler
 from errors.middleware import LAST_ERROR_STAT
@@ -510,7 +510,7 @@ def idle_in_redis(queue, round_ids: list[int]) -> set[int]:
 def one_line(error: BaseException) -> str:
     """``Type: first line of the message`` (a database error's own message, not SQLAlchemy's
     wrapping of the statement and its parameters), masked."""
-    from cnkispider.masking import mask_text
+    from cnkispider.config.masking import mask_text
 
     cause = getattr(error, "orig", None) or error
     text = str(cause).strip().splitlines()[0] if str(cause).strip() else ""

@@ -40,8 +40,8 @@ import sqlalchemy as sa
 
 from cnkispider import refresh
 from cnkispider.clock import cnki_today
+from cnkispider.config.looktiers import Tier
 from cnkispider.db import db_now, retried
-from cnkispider.looktiers import Tier
 from cnkispider.schema import ledger, round_, task
 from tasks.categories import DAY
 from tasks.phase import Phase

@@ -1,6 +1,6 @@
 """Which days of the look-back a look counts again, by their tier (issue 46).
 
-The rule is :func:`cnkispider.looktiers.due` (``[task] look_tiers``), the same function the cost
+The rule is :func:`cnkispider.config.looktiers.due` (``[task] look_tiers``), the same function the cost
 model (bench/follow_cost.py) applies; this module reads what it needs from the round rows, in
 the look's own transaction (tasks/lookback.py ``claim_look``), so "due" stays a fact of the
 rows: a day of a tier of ``period`` days whose last count (the oldest ``updated_at`` of its done
@@ -16,7 +16,7 @@ import datetime as dt
 import sqlalchemy as sa
 
 from cnkispider.clock import cnki_today
-from cnkispider.looktiers import Tier, due
+from cnkispider.config.looktiers import Tier, due
 from cnkispider.schema import round_
 
 

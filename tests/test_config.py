@@ -192,7 +192,7 @@ def test_a_config_error_never_repeats_a_password(tmp_path, section, value, shown
     ],
 )
 def test_the_one_masking_helper(url, masked):
-    from cnkispider.masking import mask_url
+    from cnkispider.config.masking import mask_url
 
     assert mask_url(url) == masked
 
@@ -202,7 +202,7 @@ def test_scrapys_settings_log_line_is_masked(caplog):
     import logging
     import pprint
 
-    from cnkispider.masking import install_log_filter
+    from cnkispider.config.masking import install_log_filter
 
     install_log_filter()
     settings = {

@@ -10,8 +10,8 @@ import json
 import pytest
 import sqlalchemy as sa
 
+from cnkispider.config.durations import parse_span
 from cnkispider.db import open_database
-from cnkispider.durations import parse_span
 from cnkispider.exceptions import InputError
 from cnkispider.schema import documents, round_, task
 from tasks.flow import TaskStore

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from cnkispider.inifile import ui_language
+from cnkispider.config.inifile import ui_language
 from cnkispider.words import i18n
 
 LATIN_WORD = re.compile(r"[A-Za-z]{2,}")

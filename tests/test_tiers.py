@@ -18,9 +18,9 @@ import sqlalchemy as sa
 
 from cnkispider.clock import BEIJING, cnki_today
 from cnkispider.config import load_config
+from cnkispider.config.looktiers import DEFAULT_TIERS, Tier, due, parse_tiers, period_of, spans
 from cnkispider.db import CLOCK_DAYS_ENV, open_database
 from cnkispider.exceptions import ConfigError, InputError
-from cnkispider.looktiers import DEFAULT_TIERS, Tier, due, parse_tiers, period_of, spans
 from cnkispider.schema import round_, task
 from cnkispider.settingcheck import check_setting
 from cnkispider.status.plan import Costs, counted_days, follow_day

@@ -8,7 +8,7 @@ import sys
 
 from cnkispider.cli.common import add_command
 from cnkispider.config import Config
-from cnkispider.durations import duration
+from cnkispider.config.durations import duration
 from cnkispider.exceptions import InputError, UnknownName
 from cnkispider.sessions.waysin import added_line, cnki_site_of
 from cnkispider.words import i18n

@@ -5,7 +5,7 @@ A key that maps onto a Scrapy setting (in :func:`cnkispider.crawlsettings.crawle
 takes that setting's default, from :mod:`cnkispider.default_settings`; the rest are config.ini's
 own. A parser takes the raw text and returns the value, or raises ValueError saying what was
 expected (the reader, :mod:`cnkispider.config.reader`, names the file, section and key). A value
-shown in an error never shows a password: URLs go through :func:`cnkispider.masking.mask_url`.
+shown in an error never shows a password: URLs go through :func:`cnkispider.config.masking.mask_url`.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from typing import Any
 
 from cnkispider import default_settings
 from cnkispider.cnki.export_batch import MAX_EXPORT_BATCH
+from cnkispider.config.durations import parse_span
+from cnkispider.config.looktiers import parse_tiers
+from cnkispider.config.masking import mask_url
 from cnkispider.days import iso_day
-from cnkispider.durations import parse_span
 from cnkispider.items import DEPTHS, DOC_TYPES
-from cnkispider.looktiers import parse_tiers
-from cnkispider.masking import mask_url
 from cnkispider.words.i18n import _
 
 # -- the values ----------------------------------------------------------------------------------
@@ -233,7 +233,7 @@ def _span_or_off(raw) -> int:
 
 
 def _look_tiers(raw: str) -> str:
-    """``look_tiers`` as written, once it parses (cnkispider/looktiers.py); empty: off."""
+    """``look_tiers`` as written, once it parses (cnkispider/config/looktiers.py); empty: off."""
     parse_tiers(str(raw))
     return str(raw).strip() or "off"
 
@@ -288,7 +288,7 @@ SCHEMA: dict[str, dict[str, tuple[Any, str]]] = {
         "look_back_days": (_int(1, 3660), _default("TASKS_LOOK_BACK_DAYS")),
         "follow_every": (parse_span, _default("TASKS_FOLLOW_EVERY")),
         "refresh_counts_every": (_span_or_off, _default("TASKS_REFRESH_COUNTS_EVERY")),
-        # issue 46: how often a look counts a day again, by its age (cnkispider/looktiers.py)
+        # issue 46: how often a look counts a day again, by its age (cnkispider/config/looktiers.py)
         "look_tiers": (_look_tiers, _default("TASKS_LOOK_TIERS")),
         # issue 46.2: a look recounts a split day's parts with one group/result (docs/FOLLOW.md)
         "facet_counts": (_bool, _default("TASKS_FACET_COUNTS")),

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from cnkispider.config.environment import ENV_PREFIX, check_environment
+from cnkispider.config.inifile import read_ini, ui_language
 from cnkispider.config.keys import SCHEMA
+from cnkispider.config.masking import install_log_filter
 from cnkispider.config.task import TaskConfig, check_task
 from cnkispider.config.urls import TlsFiles, absolute_sqlite
 from cnkispider.exceptions import ConfigError
-from cnkispider.inifile import read_ini, ui_language
-from cnkispider.masking import install_log_filter
 from cnkispider.words.i18n import _
 
 CONFIG_NAME = "config.ini"

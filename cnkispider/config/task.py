@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cnkispider.config.looktiers import DEFAULT_TIERS
 from cnkispider.exceptions import ConfigError
 from cnkispider.items import DEFAULT_DEPTH, has_counts
-from cnkispider.looktiers import DEFAULT_TIERS
 from cnkispider.words.i18n import _
 from cnkispider.words.vocabulary import word
 
@@ -29,7 +29,9 @@ class TaskConfig:
     look_back_days: int = 60
     follow_every: int = 6 * 3600  # seconds
     refresh_counts_every: int = 0  # seconds; 0: off
-    look_tiers: str = DEFAULT_TIERS  # cnkispider/looktiers.py; "off": every day at every look
+    look_tiers: str = (
+        DEFAULT_TIERS  # cnkispider/config/looktiers.py; "off": every day at every look
+    )
     facet_counts: bool = True  # a look's parts recounted by one group/result a day
 
 

@@ -30,10 +30,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from cnkispider import default_settings, doclinks, drift
+from cnkispider.config.looktiers import parse_tiers, spans
 from cnkispider.db import db_now
 from cnkispider.exceptions import TaskRowError, UnknownName
 from cnkispider.items import DEFAULT_DEPTH, FIELDS
-from cnkispider.looktiers import parse_tiers, spans
 from cnkispider.pace.store import windows_report
 from cnkispider.redisconn import EMBEDDED_IDLE
 from cnkispider.schema import error_code, error_link, fill, round_, task
@@ -303,7 +303,7 @@ def _task_report(conn, row, now, base_dir, rounds_by_state, errors, in_flight, w
 
 
 def look_policy(look_back_days: int, look_tiers: str) -> dict:
-    """The window and the tiers of the looks (cnkispider/looktiers.py), JSON-able: each tier
+    """The window and the tiers of the looks (cnkispider/config/looktiers.py), JSON-able: each tier
     the days back it covers and how often they are counted (``every_days`` 0: every look)."""
     tiers = parse_tiers(look_tiers)
     return {

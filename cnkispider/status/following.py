@@ -27,7 +27,7 @@ def follow_line(follow: dict) -> str:
 
 def tiers_line(follow: dict) -> str:
     """``looks over 60 days: days 0-6 back at every look; days 7-29 back every 7 days; ...``
-    (config.ini's [task] look_back_days and look_tiers, cnkispider/looktiers.py)."""
+    (config.ini's [task] look_back_days and look_tiers, cnkispider/config/looktiers.py)."""
     return _("looks over %(n)d days: %(tiers)s") % {
         "n": follow["look_back_days"],
         "tiers": tier_words(follow["tiers"]),

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
+from cnkispider.config.looktiers import Tier, parse_tiers, spans
 from cnkispider.items import DEFAULT_DEPTH, DEPTHS
-from cnkispider.looktiers import Tier, parse_tiers, spans
 from cnkispider.status.plan_inputs import (
     config_task,
     keep_samples,
@@ -169,7 +169,7 @@ def estimate(
 
 # -- following today (issue 46.6) -----------------------------------------------------------
 # A task that follows today with a daily look pays, each day, the crawl of the new day and the
-# days of its look-back its tiers make due (cnkispider/looktiers.py): a census each, and a walk
+# days of its look-back its tiers make due (cnkispider/config/looktiers.py): a census each, and a walk
 # of its list pages when its count grew. Without the lag CNKI shows for this task, the plan
 # assumes every counted day grew: an upper bound (on the stand-in's realistic year the model
 # bench/follow_cost.py, which knows the lags, gives about half of it).
