@@ -53,7 +53,7 @@ import redis  # noqa: E402
 import sqlalchemy as sa  # noqa: E402
 
 from bench.compare_schedulers import BenchRedis  # noqa: E402
-from cnkispider.schema import round_  # noqa: E402
+from cnkispider.store.schema import round_  # noqa: E402
 from standin.client import start_site  # noqa: E402
 from tests.fixtures.crawl_harness import CrawlSetup, compare  # noqa: E402
 

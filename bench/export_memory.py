@@ -35,11 +35,11 @@ sys.path.insert(0, str(ROOT))
 
 import sqlalchemy as sa  # noqa: E402
 
-from cnkispider.db import open_database  # noqa: E402
 from cnkispider.export import columns, export  # noqa: E402
 from cnkispider.items import FIELDS  # noqa: E402
-from cnkispider.schema import documents  # noqa: E402
-from cnkispider.storage import chunked, row_for, upsert_documents  # noqa: E402
+from cnkispider.store.db import open_database  # noqa: E402
+from cnkispider.store.schema import documents  # noqa: E402
+from cnkispider.store.storage import chunked, row_for, upsert_documents  # noqa: E402
 
 WORDS = (
     "一种 基于 深度学习 的 图像 识别 方法 装置 系统 及其 应用 数据 处理 模型 训练 神经网络 特征 提取 "

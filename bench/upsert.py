@@ -32,10 +32,10 @@ sys.path.insert(0, str(ROOT))
 
 import sqlalchemy as sa  # noqa: E402
 
-from cnkispider import storage  # noqa: E402
-from cnkispider.db import open_database  # noqa: E402
 from cnkispider.items import FIELDS, INTEGER_FIELDS, TIME_FIELDS  # noqa: E402
-from cnkispider.schema import documents  # noqa: E402
+from cnkispider.store import storage  # noqa: E402
+from cnkispider.store.db import open_database  # noqa: E402
+from cnkispider.store.schema import documents  # noqa: E402
 
 NOW = dt.datetime(2026, 11, 26, 12, 0, 0)
 

@@ -45,8 +45,8 @@ sys.path.insert(0, str(ROOT))
 import sqlalchemy as sa  # noqa: E402
 
 from cnkispider.config import load_config  # noqa: E402
-from cnkispider.db import open_database  # noqa: E402
-from cnkispider.schema import round_, task  # noqa: E402
+from cnkispider.store.db import open_database  # noqa: E402
+from cnkispider.store.schema import round_, task  # noqa: E402
 
 FIRST = dt.date(2023, 1, 1)
 

@@ -18,7 +18,7 @@ BibTeX with bibtexparser (the same two that read the files back in the tests), s
 only decides what goes where. EndNote's tagged format and CSL JSON (plain JSON) need none.
 
 Every record carries the way back to CNKI and its language (issue 48.6), from
-:mod:`cnkispider.record_links`.
+:mod:`cnkispider.store.record_links`.
 
 Names stay whole: a Chinese name has no given/family split that a tool could get right, so RIS
 and EndNote write each name as it stands, BibTeX wraps each in braces (``{张三} and {Wang
@@ -37,7 +37,7 @@ from bibtexparser.middlewares import AddEnclosingMiddleware
 from bibtexparser.model import Entry, Field
 from bibtexparser.writer import BibtexFormat
 
-from cnkispider.record_links import LANGIDS, LINK_COLUMNS, record_language, record_url
+from cnkispider.store.record_links import LANGIDS, LINK_COLUMNS, record_language, record_url
 
 __all__ = [
     "FORMATS",

@@ -40,7 +40,7 @@ CNKI_CATEGORY_OPERATOR = "SUFFIX"
 CNKI_EXPORT_BATCH = 50
 CNKI_DATA_DIR = "data"  # the embedded Redis, the archive (relative to config.ini's folder)
 
-# -- DATABASE_*: storage (cnkispider/pipelines.py, cnkispider/db.py) ----------------------------
+# -- DATABASE_*: storage (cnkispider/pipelines.py, cnkispider/store/db.py) ----------------------------
 
 DATABASE_URL = "sqlite:///data/cnki.db"
 # seconds a worker waits out an unreachable database (with backoff, a log line per attempt)
@@ -227,7 +227,7 @@ CNKI_CONFIG_FILE = ""
 TASKS_UNTIL_IDLE = False
 TASKS_ROUND_LEASE = 300  # seconds a claimed round stays with a silent worker
 # times a round whose ledger does not balance is crawled before it stays failed
-# (cnkispider/ledger.py)
+# (cnkispider/store/ledger.py)
 TASKS_ROUND_ATTEMPTS = 3
 TASKS_HEARTBEAT = 15  # seconds between a worker's heartbeats (renewing its rounds' leases)
 TASKS_ROUNDS_IN_FLIGHT = 4

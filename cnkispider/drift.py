@@ -28,7 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, sqlite
 
 from cnkispider.cnki.detailpage import DETAIL_FIELDS
-from cnkispider.schema import fill
+from cnkispider.store.schema import fill
 
 #: Rounds read back for the verdict and for the fill rates: the task's latest ones.
 RECENT_ROUNDS = 200

@@ -1,6 +1,6 @@
 """Export stored documents as CSV or JSON lines, streamed: memory does not grow with the table.
 
-Rows come from :func:`cnkispider.storage.iter_documents`, which reads one batch at a time by
+Rows come from :func:`cnkispider.store.storage.iter_documents`, which reads one batch at a time by
 keyset pagination (``WHERE id > last ORDER BY id LIMIT batch``), and each batch is written out
 before the next is read. A million documents export in the memory of one batch.
 
@@ -36,8 +36,8 @@ from sqlalchemy.engine import Engine
 from cnkispider import citations
 from cnkispider.exceptions import InputError, UnknownName
 from cnkispider.items import FIELDS, INTEGER_FIELDS
-from cnkispider.schema import task
-from cnkispider.storage import iter_documents
+from cnkispider.store.schema import task
+from cnkispider.store.storage import iter_documents
 from cnkispider.words import i18n
 from cnkispider.words.i18n import _
 from cnkispider.words.vocabulary import word
@@ -281,7 +281,7 @@ def export_command(
     """``cnkispider export --type T --format csv|jsonl|ris|bibtex|endnote|csljson|xlsx [--since DATE]
     [--task NAME] [--out PATH] [--raw-cells]``."""
 
-    from cnkispider.db import open_database_readonly
+    from cnkispider.store.db import open_database_readonly
 
     if since:
         since = since_value(since)

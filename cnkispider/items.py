@@ -42,7 +42,7 @@ ROW_FIELDS = {
     "paper": ("source", "date", "database", "cited", "downloads", "export_id", "online_first"),
     "achievement": ("source", "date", "database", "cited", "downloads", "export_id"),
 }
-# Stored as numbers or times, not text (cnkispider/storage.py converts the item's strings).
+# Stored as numbers or times, not text (cnkispider/store/storage.py converts the item's strings).
 INTEGER_FIELDS = frozenset({"cited", "downloads", "online_first"})
 TIME_FIELDS = frozenset({"counted_at"})
 
@@ -129,7 +129,7 @@ def has_counts(doc_type: str) -> bool:
 # ``export`` adds CNKI's citation export (GetExport, many rows a request), ``detail`` fetches
 # every detail page (today's crawl). Each stored document records the depth it was stored at
 # (its ``depth`` column; NULL: stored before depths, at detail); a deeper pass later fills what
-# a shallower one could not, never the reverse (cnkispider/storage.py).
+# a shallower one could not, never the reverse (cnkispider/store/storage.py).
 DEPTHS = ("list", "export", "detail")  # shallowest first: the rank is the index
 DEFAULT_DEPTH = default_settings.TASKS_DEPTH  # detail: written once, as the setting's default
 

@@ -16,7 +16,7 @@ The exceptions, each on purpose:
   (asyncio's executor under Scrapy's asyncio reactor): the document pipeline's batch writes and
   its ``open_database`` (``cnkispider.pipelines``) and flow control's heartbeat
   (``tasks.feeder``). During a database outage the writes and the heartbeat wait it out
-  (``cnkispider.db.retrying``, up to ``DATABASE_OUTAGE_SECONDS``); in Twisted's pool they do not
+  (``cnkispider.store.db.retrying``, up to ``DATABASE_OUTAGE_SECONDS``); in Twisted's pool they do not
   share asyncio's executor with flow control's claims and moves, which go through
   :func:`in_thread`.
 - ``proxy.provider`` calls the proxy provider with Scrapy's

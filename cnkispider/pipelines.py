@@ -10,18 +10,18 @@ middleware, ``cnkispider.archive.HtmlArchiveMiddleware``.
 
 Failures, and what each item's outcome is:
 
-- the database is away (a transient error, cnkispider.db.is_transient): the batch is written
+- the database is away (a transient error, cnkispider.store.db.is_transient): the batch is written
   again with backoff for up to DATABASE_OUTAGE_SECONDS, one log line per attempt
-  (cnkispider.db.retrying); past that, the items fail and their requests are held (item_error);
+  (cnkispider.store.db.retrying); past that, the items fail and their requests are held (item_error);
 - a document whose key cannot be stored fails alone, before anything is written
-  (:class:`~cnkispider.storage.DocumentRejected`);
+  (:class:`~cnkispider.store.storage.DocumentRejected`);
 - a value the database refuses (too long for its column) fails the statement, so the batch is
   written again row by row: the other documents are stored, only that one fails
   (DocumentRejected, with the database's reason), and item_error records it in errorLink.
 
 An item of a round carries ``_cnki_ledger``; the upsert's transaction marks that ledger row
 ``stored``. Settings: ``DATABASE_URL``, ``DATABASE_BATCH_SIZE`` (200), ``DATABASE_BATCH_SECONDS``
-(0.2), ``DATABASE_OUTAGE_SECONDS`` (600, the process's policy: :data:`cnkispider.db.OUTAGE`),
+(0.2), ``DATABASE_OUTAGE_SECONDS`` (600, the process's policy: :data:`cnkispider.store.db.OUTAGE`),
 ``DATABASE_LEDGER_DAYS`` (0: off; else the ledgers of rounds done that long ago are folded, in
 the background, when the crawl opens: tasks/retention.py).
 
@@ -40,12 +40,13 @@ from scrapy.utils.asyncio import call_later, create_looping_call
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import defer, threads
 
-from cnkispider import db, drift, ledger
+from cnkispider import drift
 from cnkispider import signals as cnki_signals
 from cnkispider.context import context_of
-from cnkispider.db import db_now, is_transient, open_database, retrying
 from cnkispider.items import DEFAULT_DEPTH, doc_type_of
-from cnkispider.storage import (
+from cnkispider.store import db, ledger
+from cnkispider.store.db import db_now, is_transient, open_database, retrying
+from cnkispider.store.storage import (
     DEPTH_KEY,
     DocumentRejected,
     key_problem,

@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 def task_store(config: Config) -> TaskStore:
     """The task table of ``config``'s database (created with its tables if missing)."""
-    from cnkispider.db import open_database
+    from cnkispider.store.db import open_database
     from tasks.flow import TaskStore
 
     engine = open_database(config.database_url)
@@ -201,8 +201,8 @@ def preflight(config: Config, task_arg: str | None = None) -> Task | None:
     try:
         row = store.get(t.name)
     except LookupError:
-        from cnkispider import schema
-        from cnkispider.rights import check_database
+        from cnkispider.store import schema
+        from cnkispider.store.rights import check_database
 
         # the worker adds it: its account needs INSERT on the task table (docs/WORKERS.md)
         check_database(store.engine, [schema.task], adding_task=True)
@@ -224,8 +224,8 @@ def _check_named(config: Config, name: str) -> None:
     """`run --task NAME` of a task the table does not hold: refused, with no database file or
     embedded Redis folder created for it (a database that does not exist holds no task). A
     table that cannot be read yet is left to the service checks that follow."""
-    from cnkispider.db import open_database_readonly
     from cnkispider.exceptions import StorageError
+    from cnkispider.store.db import open_database_readonly
     from tasks.rows import read_row
 
     try:
@@ -245,10 +245,10 @@ def _check_named(config: Config, name: str) -> None:
 
 def _check_services(config: Config) -> None:
     """Fail before Scrapy starts, with one clear line, if the database or Redis is unusable."""
-    from cnkispider import schema
-    from cnkispider.db import open_database
-    from cnkispider.redisconn import connect
-    from cnkispider.rights import check_database, check_redis, redis_account
+    from cnkispider.store import schema
+    from cnkispider.store.db import open_database
+    from cnkispider.store.redisconn import connect
+    from cnkispider.store.rights import check_database, check_redis, redis_account
 
     engine = open_database(config.database_url)
     try:

@@ -19,12 +19,11 @@ import sys
 
 import sqlalchemy as sa
 
-from cnkispider import ledger
-
 # (defined in cnkispider.items: config.ini's check of refresh_counts_every needs it there)
 from cnkispider.items import has_counts  # noqa: F401
-from cnkispider.schema import documents, error_code, ledger_fold, round_, task
-from cnkispider.schema import ledger as ledger_table
+from cnkispider.store import ledger
+from cnkispider.store.schema import documents, error_code, ledger_fold, round_, task
+from cnkispider.store.schema import ledger as ledger_table
 
 #: The ledger rule of a listed row whose document is not stored.
 NOT_STORED = "not-stored"

@@ -9,7 +9,7 @@ numbers; dates and times (``date``, the patent dates, ``entry_date``, ``counted_
 everything else is text. Text is always written as a text cell, never as a formula, so a
 document whose title starts with ``=`` cannot run in Excel (the CSV's guard, by construction);
 URL-looking text stays text too. ``author_affiliations`` is the CSV's flat column. The columns
-``url`` and ``language`` (:data:`cnkispider.record_links.LINK_COLUMNS`), when asked for, are the
+``url`` and ``language`` (:data:`cnkispider.store.record_links.LINK_COLUMNS`), when asked for, are the
 record's CNKI address and language as every citation format gives them.
 
 A sheet holds at most 1,048,575 rows under its header: past that the rows go on in a new sheet
@@ -26,7 +26,7 @@ import xlsxwriter
 
 from cnkispider import citations
 from cnkispider.items import INTEGER_FIELDS
-from cnkispider.record_links import record_language, record_url
+from cnkispider.store.record_links import record_language, record_url
 
 #: Columns that hold a count.
 NUMBER_COLUMNS = INTEGER_FIELDS | {"pages"}

@@ -239,7 +239,7 @@ async def record_or_hold(
             crawler, meta, url, reason, detail, stage=stage, request=request, words=words
         )
     except Exception as exc:
-        from cnkispider.db import first_line
+        from cnkispider.store.db import first_line
 
         cause = first_line(exc)
         crawler.stats.inc_value("errors/unrecorded")

@@ -34,11 +34,12 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, sqlite
 from sqlalchemy.engine import Engine
 
-from cnkispider import default_settings, ledger
+from cnkispider import default_settings
 from cnkispider.cnki.protocol import DOCUMENT_KINDS, REFERENCES
-from cnkispider.db import db_now, retried
 from cnkispider.halting import is_network
-from cnkispider.schema import error_code, error_link
+from cnkispider.store import ledger
+from cnkispider.store.db import db_now, retried
+from cnkispider.store.schema import error_code, error_link
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ class ErrorRecorder:
     """The errorCode and errorLink rows of one database.
 
     Each method marked ``@retried`` (run again while the database is away,
-    :func:`cnkispider.db.retried`) is one transaction, rolled back whole when a statement is cut
+    :func:`cnkispider.store.db.retried`) is one transaction, rolled back whole when a statement is cut
     off, so running it again is safe. The one imprecision: a commit whose answer was lost and
     then run again counts an attempt twice (``record_link``) or adds a second row for the same
     page (``record_code``); both err toward replaying more, never toward losing a failure.
@@ -86,7 +87,7 @@ class ErrorRecorder:
         ``permanent``: no replay can mend it (an overflow beyond every cut); kept, never replayed.
         A network failure is never permanent, whatever its attempts. ``unreachable``: how many
         listed rows the fact puts beyond reach (overflow, pager-short, census), the count the
-        round's ledger takes as ``beyond`` (cnkispider/ledger.py; one fact counts once, however
+        round's ledger takes as ``beyond`` (cnkispider/store/ledger.py; one fact counts once, however
         many rows it has).
 
         errorCode has no unique key, so unlike errorLink's its insert cannot collide: two

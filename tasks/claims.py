@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-from cnkispider.db import db_now, retried, retrying
 from cnkispider.exceptions import TaskRowError
-from cnkispider.schema import round_, task
+from cnkispider.store.db import db_now, retried, retrying
+from cnkispider.store.schema import round_, task
 from errors.recorder import ErrorRecorder
 from tasks.categories import DAY, round_label
 from tasks.phase import Phase

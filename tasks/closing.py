@@ -10,9 +10,9 @@ import datetime as dt
 
 import sqlalchemy as sa
 
-from cnkispider import ledger
-from cnkispider.db import db_now, retried, retrying
-from cnkispider.schema import round_, task
+from cnkispider.store import ledger
+from cnkispider.store.db import db_now, retried, retrying
+from cnkispider.store.schema import round_, task
 from errors.recorder import ErrorRecorder
 from tasks.categories import DAY
 from tasks.roundstate import (
@@ -95,7 +95,7 @@ class CloseRounds(TaskRows):
         epoch: str | None = None,
         seeding: str | None = None,
     ) -> Closed:
-        """The round drained: ``done`` when its ledger balances (cnkispider/ledger.py), else ``failed``.
+        """The round drained: ``done`` when its ledger balances (cnkispider/store/ledger.py), else ``failed``.
 
         One transaction: the ledger is counted and the round moved by one conditional UPDATE,
         so of the callers draining it exactly one moves it (``moved``; the others get False).
@@ -209,7 +209,7 @@ class CloseRounds(TaskRows):
         )
 
     def note_listed(self, round_id: int, pending: list[str], drops: dict[str, str]) -> None:
-        """A list page's rows into the round's ledger (cnkispider/ledger.py; idempotent, so run
+        """A list page's rows into the round's ledger (cnkispider/store/ledger.py; idempotent, so run
         again while the database is away)."""
 
         def write():

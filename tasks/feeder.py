@@ -46,12 +46,12 @@ from cnkispider import signals as cnki_signals
 from cnkispider.clock import cnki_today
 from cnkispider.config.looktiers import parse_tiers
 from cnkispider.context import CrawlContext, context_of, open_context
-from cnkispider.db import is_transient, open_database
 from cnkispider.exceptions import CnkiSpiderError, SchedulerClosed, TaskRowError
 from cnkispider.halting import Breaker
 from cnkispider.items import DEFAULT_DEPTH
 from cnkispider.offload import in_thread
 from cnkispider.scheduling.outcome import ROUND_SEEDING, RoundScheduler
+from cnkispider.store.db import is_transient, open_database
 from errors.middleware import LAST_ERROR_STAT
 from errors.recorder import ErrorRecorder
 from tasks.categories import DAY, round_label
@@ -304,7 +304,9 @@ class RoundFeeder(FeederHalts, FeederLooks, FeederPhase):
             )
             return
         line = one_line(error)
-        if line in self._feed_errors or is_transient(error):  # an outage: cnkispider.db says more
+        if line in self._feed_errors or is_transient(
+            error
+        ):  # an outage: cnkispider.store.db says more
             logger.error("flow control: %s", line)
             return
         self._feed_errors.add(line)

@@ -1,7 +1,7 @@
 """The entry lag, measured (issue 46.3): how many days after its own date CNKI listed a document.
 
 Read from the ledger: each row's ``first_listed`` (written once, when a list page first showed
-it, cnkispider/ledger.py) against its round's day, on CNKI's calendar. A row first seen by a later
+it, cnkispider/store/ledger.py) against its round's day, on CNKI's calendar. A row first seen by a later
 walk of its round (a look) was entered late: its lag is the day it was listed minus the round's
 day, an upper bound by at most the time between two looks. A row seen by the round's first walk
 counts only when that walk was on the round's day or the next (a task that follows today): a day
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from cnkispider.clock import cnki_today
-from cnkispider.schema import ledger, round_
+from cnkispider.store.schema import ledger, round_
 
 #: rows listed within this long of a round's first listed row belong to its first walk
 FIRST_WALK = dt.timedelta(hours=1)

@@ -41,8 +41,8 @@ import sqlalchemy as sa
 from cnkispider import refresh
 from cnkispider.clock import cnki_today
 from cnkispider.config.looktiers import Tier
-from cnkispider.db import db_now, retried
-from cnkispider.schema import ledger, round_, task
+from cnkispider.store.db import db_now, retried
+from cnkispider.store.schema import ledger, round_, task
 from tasks.categories import DAY
 from tasks.phase import Phase
 from tasks.roundstate import IN_FLIGHT, RoundState, move
@@ -365,7 +365,7 @@ class Looks(TaskRows):
         ``seeding``: the drain's (tasks/closing.py ``close_round``): the rows are marked only
         while the round is still seeded under it, in the UPDATE's own condition, so the late
         handler of an earlier seeding marks nothing of a walk the round began since."""
-        from cnkispider.ledger import list_facts
+        from cnkispider.store.ledger import list_facts
 
         where = [ledger.c.round_id == round_id, ledger.c.unconfirmed.is_not(None)]
         if seeding is not None:

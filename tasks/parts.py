@@ -28,8 +28,8 @@ from functools import lru_cache
 
 import sqlalchemy as sa
 
-from cnkispider.db import db_now, retried
-from cnkispider.schema import round_
+from cnkispider.store.db import db_now, retried
+from cnkispider.store.schema import round_
 from tasks.categories import DAY, load_tree
 from tasks.roundstate import IN_FLIGHT, RoundState, move
 from tasks.rows import TaskRows

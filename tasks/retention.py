@@ -8,7 +8,7 @@ Without it the database only grows: a ``worker`` row per process start, and a ``
   web page show, and a worker that has not beaten for a week is long gone;
 - with ``[database] ledger_days`` (``DATABASE_LEDGER_DAYS``, 180 by default; 0 keeps
   everything), the ledger rows of rounds done more than that many days ago are folded into
-  per-round counts (:func:`fold_ledgers`, by :func:`cnkispider.ledger.fold_round`): the round's
+  per-round counts (:func:`fold_ledgers`, by :func:`cnkispider.store.ledger.fold_round`): the round's
   verdict and the sums of ``cnkispider status`` read the same numbers afterwards. Never inside
   a follow task's look-back (:func:`fold_window`): a look walks those rounds on their rows;
 - the ``fill`` rows (a row per round and watched field) of all but a task's latest
@@ -19,7 +19,7 @@ Without it the database only grows: a ``worker`` row per process start, and a ``
 
 Folding runs round by round, each round in its own short transaction holding the round's row,
 so a worker folding and a worker re-opening that round take turns (the re-open then finds its
-counts and the new crawl lists them anew: cnkispider/ledger.py), and two workers folding at once
+counts and the new crawl lists them anew: cnkispider/store/ledger.py), and two workers folding at once
 fold each row once.
 """
 
@@ -32,11 +32,11 @@ import threading
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from cnkispider import ledger
-from cnkispider.db import db_now, retrying
 from cnkispider.drift import RECENT_ROUNDS
-from cnkispider.schema import fill, round_, task
-from cnkispider.schema import ledger as ledger_table
+from cnkispider.store import ledger
+from cnkispider.store.db import db_now, retrying
+from cnkispider.store.schema import fill, round_, task
+from cnkispider.store.schema import ledger as ledger_table
 from tasks.roundstate import RoundState
 
 logger = logging.getLogger(__name__)

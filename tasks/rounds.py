@@ -35,8 +35,8 @@ import datetime as dt
 
 import sqlalchemy as sa
 
-from cnkispider.db import db_now, retried
-from cnkispider.schema import round_, task
+from cnkispider.store.db import db_now, retried
+from cnkispider.store.schema import round_, task
 from errors.recorder import ErrorRecorder
 from tasks.claims import ClaimRounds
 from tasks.closing import CloseRounds

@@ -13,9 +13,9 @@ from enum import StrEnum
 
 from sqlalchemy.engine import Engine
 
-from cnkispider import ledger
-from cnkispider.db import db_now, retried
-from cnkispider.schema import round_
+from cnkispider.store import ledger
+from cnkispider.store.db import db_now, retried
+from cnkispider.store.schema import round_
 
 
 class RoundState(StrEnum):

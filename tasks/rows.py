@@ -24,16 +24,16 @@ from sqlalchemy.engine import Engine
 
 from cnkispider.clock import cnki_today
 from cnkispider.cnki.query import QueryError, task_query
+from cnkispider.exceptions import InputError, TaskRowError, UnknownName
+from cnkispider.items import DEFAULT_DEPTH, DOC_TYPES, check_depth
 
 # Run again while the database is away: only for reads, and for moves that are one conditional
 # UPDATE (run again after its commit was lost, it matches nothing and says False: another
 # caller's move, which is what the callers already expect). Claims are run again too: a claim
 # recognises the round its lost commit claimed (tasks/claims.py ``ClaimRounds._own_claim``), and a
 # round's listed total is set, not added (``Rounds.set_total``).
-from cnkispider.db import retried
-from cnkispider.exceptions import InputError, TaskRowError, UnknownName
-from cnkispider.items import DEFAULT_DEPTH, DOC_TYPES, check_depth
-from cnkispider.schema import task
+from cnkispider.store.db import retried
+from cnkispider.store.schema import task
 from cnkispider.words.i18n import _, mark, moment
 from cnkispider.words.vocabulary import halt_reason, word
 from tasks.categories import (

@@ -14,7 +14,7 @@ import datetime as dt
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, sqlite
 
-from cnkispider.schema import round_, task_skip
+from cnkispider.store.schema import round_, task_skip
 
 MOVE = "move"
 

@@ -39,10 +39,10 @@ from types import SimpleNamespace
 import sqlalchemy as sa
 
 from cnkispider.clock import cnki_today
-from cnkispider.db import db_now
 from cnkispider.exceptions import InputError, TaskRowError
 from cnkispider.items import DEFAULT_DEPTH, DOC_TYPES, check_depth
-from cnkispider.schema import round_, task
+from cnkispider.store.db import db_now
+from cnkispider.store.schema import round_, task
 from cnkispider.words.i18n import _
 from cnkispider.words.vocabulary import halt_reason, word
 from errors.recorder import ErrorRecorder

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from cnkispider.clock import cnki_today
 from cnkispider.config.looktiers import Tier, due
-from cnkispider.schema import round_
+from cnkispider.store.schema import round_
 
 
 def due_days(

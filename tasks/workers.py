@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-from cnkispider.db import db_now, retried
-from cnkispider.schema import task, worker
+from cnkispider.store.db import db_now, retried
+from cnkispider.store.schema import task, worker
 from tasks.retention import WORKER_DAYS
 from tasks.roundstate import renew_leases
 from tasks.rows import TaskRows

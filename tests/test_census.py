@@ -9,7 +9,7 @@ import math
 import pytest
 import sqlalchemy as sa
 
-from cnkispider.schema import error_code, ledger, round_
+from cnkispider.store.schema import error_code, ledger, round_
 from tasks.categories import covers, load_tree
 from tasks.flow import TaskStore
 from tests.fixtures.crawl_harness import compare
@@ -45,7 +45,7 @@ def _equal_to_truth(setup) -> None:
 
 
 def test_the_cursor_walks_days_and_a_root_cursor_goes_on_through_the_day(sqlite_url):
-    from cnkispider.db import open_database
+    from cnkispider.store.db import open_database
 
     engine = open_database(sqlite_url)
     store = TaskStore(engine, day_census=True)
@@ -181,8 +181,8 @@ def test_a_task_that_does_not_cover_the_tree_crawls_the_day_s_roots_after_its_ce
 
 
 def _status(setup) -> dict:
-    from cnkispider.db import open_database
     from cnkispider.status.collecting import collect
+    from cnkispider.store.db import open_database
 
     engine = open_database(setup.db_url)
     try:

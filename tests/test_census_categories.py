@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from cnkispider.cnki.protocol import Protocol
 from cnkispider.cnki.search import Search
-from cnkispider.schema import round_
+from cnkispider.store.schema import round_
 from tests.fixtures.crawl_harness import compare
 from tests.fixtures.site_rounds import DAY, crawl_round
 

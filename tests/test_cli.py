@@ -51,8 +51,8 @@ def test_task_commands_steer_the_task_table(ini, capsys):
 
 def test_task_list_flags_a_bad_row_instead_of_hiding_it(ini, capsys):
 
-    from cnkispider.db import open_database
-    from cnkispider.schema import task
+    from cnkispider.store.db import open_database
+    from cnkispider.store.schema import task
 
     cli(ini, "task", "add", "bad", "--type", "patent", "--start", "2024-01-01")
     engine = open_database(open(ini).read().split("= ", 1)[1].strip())
@@ -109,7 +109,7 @@ def test_bad_config_or_unreachable_service_exits_2_with_one_line_and_no_tracebac
 
 def test_task_show_names_a_halt_and_resume_clears_it_keeping_the_end_date(ini, capsys):
     from cnkispider.config import load_config
-    from cnkispider.db import open_database
+    from cnkispider.store.db import open_database
     from tasks.flow import TaskStore
 
     assert (
@@ -251,8 +251,8 @@ def test_every_date_gets_the_same_one_line_message(ini, capsys, args, expected):
 
 def test_task_set_changes_categories_and_the_type_only_while_nothing_is_crawled(ini, capsys):
     from cnkispider.config import load_config
-    from cnkispider.db import open_database
-    from cnkispider.schema import round_
+    from cnkispider.store.db import open_database
+    from cnkispider.store.schema import round_
 
     assert (
         cli(
@@ -601,7 +601,7 @@ def test_run_task_crawls_the_task_named_and_not_the_one_of_config_ini(crawl_setu
     rounds are crawled whole; config.ini's task is never added."""
     import sqlalchemy as sa
 
-    from cnkispider.schema import round_, task
+    from cnkispider.store.schema import round_, task
     from tests.fixtures.crawl_harness import compare
 
     setup = crawl_setup("patent", "G06,H04", "sqlite", start="2024-01-01", end="2024-01-01")

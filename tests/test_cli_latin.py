@@ -179,9 +179,9 @@ def test_config_ini_s_refusals_are_chinese(text, tmp_path, monkeypatch, capsys):
 def test_the_run_s_closing_lines_are_chinese(chinese, capsys, tmp_path):
     """The summary `run` prints (its rounds, documents, errors, rates, the plan it compares
     with and the days skipped), from the database the run wrote."""
-    from cnkispider.db import open_database
-    from cnkispider.schema import error_code, task, task_skip
     from cnkispider.status import run_summary
+    from cnkispider.store.db import open_database
+    from cnkispider.store.schema import error_code, task, task_skip
 
     main(["--config", str(chinese), "task", "add", "t1", "--type", "patent", "--start",
           "2024-01-01", "--end", "2024-01-03", "--categories", "G06,H04"])  # fmt: skip
@@ -221,9 +221,9 @@ def test_status_in_every_state_is_chinese(chinese, capsys, tmp_path):
     with its last error and rows in both error tables."""
     import datetime as dt
 
-    from cnkispider.db import open_database
     from cnkispider.halting import Breaker
-    from cnkispider.schema import error_code, error_link, task, worker
+    from cnkispider.store.db import open_database
+    from cnkispider.store.schema import error_code, error_link, task, worker
     from tasks.flow import TaskStore
     from tasks.phase import Phase
 

@@ -274,8 +274,8 @@ def test_a_bad_task_row_and_refused_task_commands_are_looked_up_in_the_catalogue
     stay as written."""
     import sqlalchemy as sa
 
-    from cnkispider.db import open_database
-    from cnkispider.schema import task
+    from cnkispider.store.db import open_database
+    from cnkispider.store.schema import task
     from cnkispider.words import i18n
 
     ini = _ini(tmp_path)

@@ -32,8 +32,8 @@ def test_every_finish_reason_has_a_chinese_word(reason):
 
 
 def test_the_run_summary_says_its_finish_reason_in_chinese(tmp_path):
-    from cnkispider.db import open_database
     from cnkispider.status import run_summary
+    from cnkispider.store.db import open_database
     from tasks.flow import TaskStore
 
     engine = open_database(f"sqlite:///{tmp_path / 'db.sqlite'}")

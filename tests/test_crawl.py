@@ -12,7 +12,7 @@ import re
 import pytest
 import sqlalchemy as sa
 
-from cnkispider.schema import error_code, error_link, round_
+from cnkispider.store.schema import error_code, error_link, round_
 from tests.fixtures.crawl_harness import compare
 
 pytestmark = pytest.mark.slow  # every test crawls the stand-in in a worker subprocess
@@ -215,7 +215,7 @@ def test_an_open_ended_task_crawls_to_today_then_says_it_is_up_to_date(setup_cra
     import datetime as dt
 
     from cnkispider.clock import BEIJING
-    from cnkispider.schema import task as task_table
+    from cnkispider.store.schema import task as task_table
 
     today = (dt.datetime.now(dt.UTC) + BEIJING).date()
     start = (today - dt.timedelta(days=2)).isoformat()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from cnkispider.schema import error_code, error_link
+from cnkispider.store.schema import error_code, error_link
 from tests.fixtures.crawl_harness import compare
 
 pytestmark = pytest.mark.slow  # every test crawls the stand-in in a worker subprocess

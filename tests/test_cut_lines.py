@@ -26,7 +26,7 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from cnkispider.schema import documents, ledger, round_
+from cnkispider.store.schema import documents, ledger, round_
 from tests.fixtures.crawl_harness import ROOT, CrawlSetup, compare
 from tests.fixtures.netlab import Lab, LabMariaDB, LabRedis, netns_available
 from tests.fixtures.worker_accounts import grant

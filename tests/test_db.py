@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from cnkispider import schema
 from cnkispider.addon import ADDONS
-from cnkispider.db import mask_url, open_database
 from cnkispider.exceptions import StorageError
+from cnkispider.store import schema
+from cnkispider.store.db import mask_url, open_database
 
 
 def test_schema_is_created_once_and_reopening_is_harmless(db_url):
@@ -84,7 +84,7 @@ def test_many_workers_creating_the_schema_at_once_all_succeed(db_url):
 
 
 def test_a_password_in_the_query_string_is_moved_where_sqlalchemy_hides_it():
-    from cnkispider.db import make_engine
+    from cnkispider.store.db import make_engine
 
     engine = make_engine("mysql+pymysql://u@h:3306/d?password=s3cret&charset=utf8mb4")
     assert engine.url.password == "s3cret" and "password" not in engine.url.query
@@ -125,7 +125,7 @@ def _operational(code: int, text: str = "x"):
     ],
 )
 def test_transient_errors_are_told_from_errors_of_the_statement(error, transient):
-    from cnkispider.db import is_transient
+    from cnkispider.store.db import is_transient
 
     assert is_transient(error) is transient
 
@@ -144,7 +144,7 @@ class FakeTime:
 
 
 def test_retrying_backs_off_logs_each_attempt_and_says_when_the_database_is_back(caplog):
-    from cnkispider.db import OutagePolicy, retrying
+    from cnkispider.store.db import OutagePolicy, retrying
 
     fake = FakeTime()
     policy = OutagePolicy(seconds=60, sleep=fake.sleep, clock=fake.clock)
@@ -165,7 +165,7 @@ def test_retrying_backs_off_logs_each_attempt_and_says_when_the_database_is_back
 
 
 def test_retrying_gives_up_after_the_outage_time_with_the_original_error(caplog):
-    from cnkispider.db import OutagePolicy, retrying
+    from cnkispider.store.db import OutagePolicy, retrying
 
     fake = FakeTime()
     policy = OutagePolicy(seconds=30, sleep=fake.sleep, clock=fake.clock)
@@ -180,7 +180,7 @@ def test_retrying_gives_up_after_the_outage_time_with_the_original_error(caplog)
 
 
 def test_retrying_does_not_retry_an_error_of_the_data():
-    from cnkispider.db import OutagePolicy, retrying
+    from cnkispider.store.db import OutagePolicy, retrying
 
     fake = FakeTime()
     calls = []
@@ -198,7 +198,7 @@ def test_retrying_does_not_retry_an_error_of_the_data():
 
 
 def test_an_older_database_gets_its_narrow_columns_widened(mysql_url):
-    from cnkispider.migrate import widen_columns
+    from cnkispider.store.migrate import widen_columns
 
     engine = open_database(mysql_url)
     with engine.begin() as conn:  # as cnkispider created them before
@@ -259,7 +259,7 @@ def _pipeline(engine):
 
 @pytest.mark.slow  # over a second alone: MariaDB's refusals, one by one
 def test_a_value_too_long_for_its_column_fails_only_its_document(mysql_url, caplog):
-    from cnkispider.storage import DocumentRejected, fetch_all
+    from cnkispider.store.storage import DocumentRejected, fetch_all
 
     engine = open_database(mysql_url)
     batch = [("patent", _patent(i), None) for i in range(6)]
@@ -316,7 +316,7 @@ def test_a_stored_document_clears_its_error_link_row_through_the_crawl_context(m
     ],
 )
 def test_keys_are_checked_before_any_write(values, problem):
-    from cnkispider.storage import key_problem
+    from cnkispider.store.storage import key_problem
 
     found = key_problem("patent", values)
     assert found is None if problem is None else problem in found
@@ -329,7 +329,7 @@ def test_a_pooled_connection_lost_in_an_outage_is_one_warning_line_not_a_traceba
 
     import pymysql
 
-    from cnkispider.db import make_engine
+    from cnkispider.store.db import make_engine
 
     engine = make_engine("mysql+pymysql://root@127.0.0.1:3306/test")
     pool_logger = logging.getLogger(f"sqlalchemy.pool.impl.{type(engine.pool).__name__}")
@@ -356,7 +356,7 @@ def test_a_database_connection_is_probed_so_a_dead_line_fails_instead_of_waiting
     when a minute passes unanswered (tests/test_cut_lines.py cuts real lines)."""
     import socket
 
-    from cnkispider.db import make_engine
+    from cnkispider.store.db import make_engine
 
     engine = make_engine("mysql+pymysql://root@127.0.0.1:3306/test")
     try:

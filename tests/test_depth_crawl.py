@@ -11,8 +11,8 @@ import random
 import pytest
 import sqlalchemy as sa
 
-from cnkispider.schema import error_code, error_link, round_
-from cnkispider.schema import task as task_table
+from cnkispider.store.schema import error_code, error_link, round_
+from cnkispider.store.schema import task as task_table
 from tests.fixtures.crawl_harness import EXPORT_DEPTH_FIELDS, LIST_DEPTH_FIELDS, count_rows
 
 LIST_FIELDS, EXPORT_FIELDS = LIST_DEPTH_FIELDS, EXPORT_DEPTH_FIELDS

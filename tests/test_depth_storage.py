@@ -9,10 +9,10 @@ import datetime as dt
 import pytest
 import sqlalchemy as sa
 
-from cnkispider import schema
-from cnkispider.db import open_database
 from cnkispider.items import check_depth, depth_rank
-from cnkispider.storage import DEPTH_KEY, fetch_all, row_for, upsert_documents
+from cnkispider.store import schema
+from cnkispider.store.db import open_database
+from cnkispider.store.storage import DEPTH_KEY, fetch_all, row_for, upsert_documents
 
 NOW = dt.datetime(2026, 11, 26, 10, 0, 0)
 

@@ -10,9 +10,9 @@ import pytest
 import sqlalchemy as sa
 
 from cnkispider.config import load_config
-from cnkispider.db import open_database
 from cnkispider.exceptions import ConfigError
-from cnkispider.schema import task
+from cnkispider.store.db import open_database
+from cnkispider.store.schema import task
 from tests.fixtures.commands import cli
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from cnkispider import ledger
-from cnkispider.db import open_database
-from cnkispider.schema import error_link
-from cnkispider.schema import ledger as ledger_rows
+from cnkispider.store import ledger
+from cnkispider.store.db import open_database
+from cnkispider.store.schema import error_link
+from cnkispider.store.schema import ledger as ledger_rows
 from errors.recorder import ErrorRecorder
 from tasks.flow import TaskStore
 

@@ -8,8 +8,8 @@ import threading
 
 import sqlalchemy as sa
 
-from cnkispider.db import open_database
-from cnkispider.schema import error_code, error_link
+from cnkispider.store.db import open_database
+from cnkispider.store.schema import error_code, error_link
 from errors.recorder import ErrorRecorder, stage_of
 
 SEARCH = {

@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from cnkispider.schema import documents, error_code, error_link, task
+from cnkispider.store.schema import documents, error_code, error_link, task
 from tests.fixtures import exe as exe_support
 from tests.fixtures.build_once import build_key, build_once
 from tests.fixtures.crawl_harness import REDIS_URL, ROOT, compare

@@ -14,11 +14,11 @@ import pytest
 import sqlalchemy as sa
 
 from cnkispider.cli import main
-from cnkispider.db import open_database
 from cnkispider.export import columns, write_documents
 from cnkispider.items import FIELDS
-from cnkispider.schema import task
-from cnkispider.storage import row_for, upsert_documents
+from cnkispider.store.db import open_database
+from cnkispider.store.schema import task
+from cnkispider.store.storage import row_for, upsert_documents
 
 CRAWLED = dt.datetime(2024, 5, 6, 7, 8, 9)
 # Values a CSV writer can get wrong: separators, quotes, every kind of line break, a leading

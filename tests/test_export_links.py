@@ -23,8 +23,8 @@ def _stored(url: str, doc_type: str) -> list[dict]:
     """The stand-in's day stored, the first row's date with a time of day (as a 网络首发 list
     row shows it) and one row's title in English (a foreign-language paper)."""
     rows = stored_truth(url, doc_type)
-    from cnkispider.db import open_database
-    from cnkispider.storage import upsert_documents
+    from cnkispider.store.db import open_database
+    from cnkispider.store.storage import upsert_documents
 
     rows[1]["date"] = f"{rows[1]['date'][:10]} 10:23:45"
     rows[2]["title"] = "Deep learning for aluminium alloys"

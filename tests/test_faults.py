@@ -38,7 +38,7 @@ import pytest
 import sqlalchemy as sa
 
 from cnkispider.cli import main
-from cnkispider.schema import documents, error_code, error_link, round_
+from cnkispider.store.schema import documents, error_code, error_link, round_
 from tests.fixtures.crawl_harness import ROOT, CrawlSetup, compare
 from tests.fixtures.fault_services import OwnMariaDB, OwnRedis, missing_binaries
 from tests.fixtures.long_titles import long_title
@@ -472,7 +472,7 @@ def test_an_unreplayable_error_row_becomes_permanent_and_the_others_replay(
     """Before: the claimed batch of 10 stayed claimed, re-claimed every 300 s for ever, and the
     task never finished. Now that row is permanent with its reason; the others replay."""
     from cnkispider.cnki.search import Search
-    from cnkispider.db import open_database
+    from cnkispider.store.db import open_database
     from errors.recorder import ErrorRecorder
     from tasks.flow import TaskStore
 

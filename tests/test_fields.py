@@ -13,10 +13,11 @@ import re
 import pytest
 import sqlalchemy as sa
 
-from cnkispider import default_settings, schema
-from cnkispider.db import open_database
+from cnkispider import default_settings
 from cnkispider.items import FIELDS
-from cnkispider.storage import fetch_all, row_for, upsert_documents
+from cnkispider.store import schema
+from cnkispider.store.db import open_database
+from cnkispider.store.storage import fetch_all, row_for, upsert_documents
 from tests.fixtures.crawl_harness import compare
 
 SITE = {"seed": 11}

@@ -17,8 +17,8 @@ import pytest
 import sqlalchemy as sa
 
 from cnkispider.clock import BEIJING
-from cnkispider.db import open_database
-from cnkispider.schema import round_, task, worker
+from cnkispider.store.db import open_database
+from cnkispider.store.schema import round_, task, worker
 from tasks.flow import TaskStore
 from tests.fixtures.waiting import wait_until
 
@@ -100,7 +100,7 @@ def test_two_processes_claim_1000_rounds_each_exactly_once(db_url):
 HOLDER = textwrap.dedent(
     """
     import sys, time
-    from cnkispider.db import open_database
+    from cnkispider.store.db import open_database
     from tasks.flow import TaskStore
     store = TaskStore(open_database(sys.argv[1]), round_lease=5)
     claimed = store.claim(int(sys.argv[2]), "holder:1:x")

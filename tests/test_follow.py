@@ -11,9 +11,9 @@ import pytest
 import sqlalchemy as sa
 
 from cnkispider.config.durations import parse_span
-from cnkispider.db import open_database
 from cnkispider.exceptions import InputError
-from cnkispider.schema import documents, round_, task
+from cnkispider.store.db import open_database
+from cnkispider.store.schema import documents, round_, task
 from tasks.flow import TaskStore
 from tasks.lookback import look_due, look_window
 from tests.fixtures import launcher
@@ -448,7 +448,7 @@ def test_a_document_no_longer_listed_stays_stored_and_the_ledger_counts_it(crawl
     """CNKI takes three documents of a look-back day back: the look walks that day again, the
     round balances with them counted as no longer listed (since when), and they stay stored;
     listed again later, they are listed again in the ledger."""
-    from cnkispider.schema import ledger
+    from cnkispider.store.schema import ledger
 
     setup = crawl_setup(
         "patent",
@@ -554,7 +554,7 @@ def test_a_look_s_end_is_told_once_by_whichever_worker_finds_it_closed(db_url):
 def test_the_upgrade_to_14_counts_the_looks_before_it_as_told(db_url):
     """A task that had looks before version 14 told them itself: the upgrade marks them told,
     so no worker tells an old look again after it."""
-    from cnkispider import schema
+    from cnkispider.store import schema
 
     engine = open_database(db_url)
     current, _ = TaskStore(engine).register("old", "patent", START.isoformat(), "", "G06")

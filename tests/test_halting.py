@@ -17,10 +17,10 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from cnkispider import schema
-from cnkispider.db import open_database
 from cnkispider.halting import Breaker, ChallengeWatch, Cooldown, halt_line
-from cnkispider.schema import error_code, round_, task
+from cnkispider.store import schema
+from cnkispider.store.db import open_database
+from cnkispider.store.schema import error_code, round_, task
 from errors.recorder import ErrorRecorder
 from tasks.flow import TaskStore
 from tests.fixtures.crawl_harness import ROOT, CrawlSetup, compare

@@ -7,10 +7,10 @@ import datetime as dt
 
 import sqlalchemy as sa
 
-from cnkispider import ledger as ledgers
-from cnkispider.db import open_database
-from cnkispider.schema import ledger, round_
 from cnkispider.status.following import lag_line
+from cnkispider.store import ledger as ledgers
+from cnkispider.store.db import open_database
+from cnkispider.store.schema import ledger, round_
 from standin.catalogue import CorpusOptions, parse_day
 from standin.corpus import Corpus
 from tasks import lag

@@ -15,11 +15,11 @@ from types import SimpleNamespace
 import pytest
 import sqlalchemy as sa
 
-from cnkispider import ledger as ledgers
-from cnkispider import schema
 from cnkispider.cnki.protocol import Protocol
-from cnkispider.db import open_database
-from cnkispider.schema import error_code, error_link, ledger, round_, task
+from cnkispider.store import ledger as ledgers
+from cnkispider.store import schema
+from cnkispider.store.db import open_database
+from cnkispider.store.schema import error_code, error_link, ledger, round_, task
 from errors.recorder import ErrorRecorder
 from tasks.flow import TaskStore
 from tasks.phase import Action, next_action

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from cnkispider.schema import task
+from cnkispider.store.schema import task
 from tests.fixtures.crawl_harness import compare
 
 LOCAL_FAULT = 4  # cnkispider.halting.EXIT_LOCAL_FAULT, spelled out: the documented contract

@@ -17,8 +17,8 @@ import pytest
 import redis
 
 from cnkispider.pace.store import Answer, Limit, SharedRateLimit
-from cnkispider.rights import redis_denial
 from cnkispider.sessions import SessionStore
+from cnkispider.store.rights import redis_denial
 
 COOKIES = [{"name": "SID_kns_new", "value": "v", "domain": "kns.cnki.net", "path": "/"}]
 

@@ -16,8 +16,8 @@ import pytest
 import sqlalchemy as sa
 
 from cnkispider.clock import cnki_today
-from cnkispider.db import open_database
-from cnkispider.schema import round_
+from cnkispider.store.db import open_database
+from cnkispider.store.schema import round_
 from tasks.categories import DAY
 from tasks.flow import TaskStore
 from tasks.parts import facet_codes

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from cnkispider.db import open_database
-from cnkispider.schema import census_sample
 from cnkispider.status.plan import Costs, estimate
 from cnkispider.status.plan_inputs import keep_samples, kept_samples, with_cursor_days
 from cnkispider.status.plan_startups import startup_requests
+from cnkispider.store.db import open_database
+from cnkispider.store.schema import census_sample
 from tests.fixtures.crawls import CAP, IPC, YEAR
 from tests.fixtures.verified import add_passed
 

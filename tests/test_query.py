@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from cnkispider.cnki.protocol import Protocol
 from cnkispider.cnki.query import QueryError, normalize, parse, task_query
 from cnkispider.cnki.search import Search
-from cnkispider.schema import round_
+from cnkispider.store.schema import round_
 from tests.fixtures.commands import cli
 from tests.fixtures.crawl_harness import EXPORT_DEPTH_FIELDS, LIST_DEPTH_FIELDS, compare
 from tests.fixtures.crawls import CAP, IPC, YEAR
@@ -203,7 +203,7 @@ def test_task_add_again_compares_the_query_in_its_one_spelling(ini, capsys):
 
 
 def test_task_set_query_only_before_the_first_round(ini, capsys):
-    from cnkispider.db import open_database
+    from cnkispider.store.db import open_database
 
     assert cli(ini, "task", "add", "q", "--type", "patent", "--start", "2024-01-01") == 0
     assert cli(ini, "task", "set", "q", "--query", "SQR='华为'") == 0
@@ -233,8 +233,8 @@ def ini_url(ini: str) -> str:
 
 
 def test_a_hand_edited_bad_query_is_a_bad_row_reported_and_skipped(ini, capsys):
-    from cnkispider.db import open_database
-    from cnkispider.schema import task
+    from cnkispider.store.db import open_database
+    from cnkispider.store.schema import task
 
     assert cli(ini, "task", "add", "q", "--type", "patent", "--start", "2024-01-01") == 0
     engine = open_database(ini_url(ini))
@@ -334,9 +334,9 @@ def test_a_query_task_stores_exactly_what_the_query_finds_at_each_depth(crawl_se
 def test_status_shows_the_query_in_text_and_json(sqlite_url):
     """`status` (text and --json) carries the task's query (issue 39 point 5; the web page's
     test is tests/test_web.py's, on its crawl)."""
-    from cnkispider.db import open_database
-    from cnkispider.schema import task
     from cnkispider.status import collect, render
+    from cnkispider.store.db import open_database
+    from cnkispider.store.schema import task
 
     engine = open_database(sqlite_url)
     try:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from cnkispider import redisconn
 from cnkispider.exceptions import RedisUnavailable
+from cnkispider.store import redisconn
 
 
 def free_port() -> int:

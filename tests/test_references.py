@@ -10,13 +10,13 @@ import pytest
 import scrapy
 import sqlalchemy as sa
 
-from cnkispider import schema
 from cnkispider.cnki import references
 from cnkispider.cnki.refusals import classify
-from cnkispider.db import open_database
 from cnkispider.exceptions import RefusedPage
-from cnkispider.reference_rows import ENTRY_COLUMNS, fetch_references
-from cnkispider.schema import error_code, error_link, round_
+from cnkispider.store import schema
+from cnkispider.store.db import open_database
+from cnkispider.store.reference_rows import ENTRY_COLUMNS, fetch_references
+from cnkispider.store.schema import error_code, error_link, round_
 from tests.fixtures.crawl_harness import compare
 
 SITE = {"seed": 11}

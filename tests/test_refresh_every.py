@@ -14,9 +14,9 @@ import pytest
 import sqlalchemy as sa
 
 from cnkispider.config import load_config
-from cnkispider.db import open_database
 from cnkispider.exceptions import ConfigError
-from cnkispider.schema import round_, task
+from cnkispider.store.db import open_database
+from cnkispider.store.schema import round_, task
 from tasks.flow import TaskStore
 from tasks.lookback import look_window
 from tests.fixtures import launcher

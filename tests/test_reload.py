@@ -12,7 +12,7 @@ import subprocess
 import sqlalchemy as sa
 
 from cnkispider.reload import ROOT, changed, snapshot, watched_paths, worker_command
-from cnkispider.schema import documents, round_
+from cnkispider.store.schema import documents, round_
 from tests.fixtures.crawl_harness import compare, count_rows
 from tests.fixtures.waiting import wait_until
 

@@ -1,6 +1,6 @@
 """Retention (issue 43, case 10, the database part): worker rows pruned after a week, and the
 ledger rows of long-done rounds folded into per-round counts that read the same numbers
-(tasks/retention.py, cnkispider/ledger.py), on SQLite and the real MariaDB."""
+(tasks/retention.py, cnkispider/store/ledger.py), on SQLite and the real MariaDB."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import json
 import pytest
 import sqlalchemy as sa
 
-from cnkispider import ledger as ledgers
 from cnkispider.config import load_config
 from cnkispider.crawlsettings import crawler_settings
-from cnkispider.db import db_now, open_database
 from cnkispider.exceptions import ConfigError
-from cnkispider.schema import fill, ledger, ledger_fold, round_, task, worker
+from cnkispider.store import ledger as ledgers
+from cnkispider.store.db import db_now, open_database
+from cnkispider.store.schema import fill, ledger, ledger_fold, round_, task, worker
 from errors.recorder import ErrorRecorder
 from tasks.flow import TaskStore
 from tasks.retention import LOOK_MARGIN_DAYS, WORKER_DAYS, fold, fold_ledgers

@@ -23,9 +23,10 @@ import pytest
 import scrapy
 import sqlalchemy as sa
 
-from cnkispider import ledger, signals
-from cnkispider.db import db_now, open_database
-from cnkispider.schema import round_
+from cnkispider import signals
+from cnkispider.store import ledger
+from cnkispider.store.db import db_now, open_database
+from cnkispider.store.schema import round_
 from errors.recorder import ErrorRecorder
 from tasks.feeder import RoundFeeder, idle_in_redis
 from tasks.flow import TaskStore

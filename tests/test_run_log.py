@@ -9,7 +9,7 @@ import re
 import pytest
 import sqlalchemy as sa
 
-from cnkispider.schema import round_
+from cnkispider.store.schema import round_
 
 
 @pytest.mark.slow  # a crawl in a worker subprocess

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from cnkispider import redisconn
+from cnkispider.store import redisconn
 from tests.fixtures.tiny_site import TinySite, read_lines
 from tests.fixtures.waiting import wait_until
 

@@ -13,9 +13,10 @@ import pytest
 import redis
 import scrapy
 
-from cnkispider import ledger, signals
-from cnkispider.db import open_database
+from cnkispider import signals
 from cnkispider.scheduling.scheduler import LeasedScheduler
+from cnkispider.store import ledger
+from cnkispider.store.db import open_database
 from tasks.feeder import RoundFeeder
 from tasks.flow import TaskStore
 from tests.fixtures.scheduling import HAND_DRIVEN, finish, in_loop, settle, take_all

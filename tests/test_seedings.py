@@ -20,13 +20,14 @@ import scrapy
 import sqlalchemy as sa
 from twisted.python.failure import Failure
 
-from cnkispider import ledger, signals
+from cnkispider import signals
 from cnkispider.clock import cnki_today
-from cnkispider.db import open_database
 from cnkispider.exceptions import GaveUp
 from cnkispider.scheduling.outcome import ROUND_SEEDING, errback_lineage
-from cnkispider.schema import error_code, round_
-from cnkispider.schema import ledger as ledger_rows
+from cnkispider.store import ledger
+from cnkispider.store.db import open_database
+from cnkispider.store.schema import error_code, round_
+from cnkispider.store.schema import ledger as ledger_rows
 from tasks.feeder import RoundFeeder
 from tasks.flow import TaskStore
 from tests.fixtures.scheduling import HAND_DRIVEN, finish, in_loop, settle, take_all

@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from cnkispider.schema import error_code, error_link
 from cnkispider.sessions import SessionStore, namespace_for
 from cnkispider.sessions.devtools import cdp_http
+from cnkispider.store.schema import error_code, error_link
 from tests.fixtures.chromium import (
     CHROMIUM,
     answers,

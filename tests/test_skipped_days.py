@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from cnkispider.db import open_database
 from cnkispider.status.round_views import round_grid
+from cnkispider.store.db import open_database
 from tasks.flow import TaskStore
 from tests.fixtures.commands import cli
 

@@ -9,7 +9,7 @@ import scrapy
 import sqlalchemy as sa
 
 from cnkispider.cnki.search import Search
-from cnkispider.schema import error_code, error_link
+from cnkispider.store.schema import error_code, error_link
 from errors.middleware import ErrorRecordingMiddleware
 from tests.fixtures.spiders import drain_outputs, patent_list_response, spider_on
 

@@ -29,10 +29,10 @@ from scrapy.utils.test import get_crawler
 
 from cnkispider.addon import ADDONS
 from cnkispider.cli import main
-from cnkispider.db import open_database
 from cnkispider.progress import ProgressLog
-from cnkispider.schema import documents, error_code, error_link, round_, task, worker
 from cnkispider.status import collect, render, run_summary, watch
+from cnkispider.store.db import open_database
+from cnkispider.store.schema import documents, error_code, error_link, round_, task, worker
 from standin.client import start_site
 from tests.fixtures import launcher, status_rows
 from tests.fixtures.crawl_harness import CrawlSetup
@@ -745,7 +745,7 @@ def test_the_old_eta_said_22_s_with_81_s_left():
 
 
 def test_status_on_an_embedded_redis_that_is_not_running_says_queue_unknown(engine, tmp_path):
-    from cnkispider.redisconn import EMBEDDED_IDLE, connect_if_running
+    from cnkispider.store.redisconn import EMBEDDED_IDLE, connect_if_running
 
     client, label, error = connect_if_running("", tmp_path)
     assert client is None and error == EMBEDDED_IDLE

@@ -110,7 +110,7 @@ def test_the_eta_holds_to_the_demo_s_real_end_from_half_way():
 
 def test_status_s_eta_counts_the_documents_the_running_round_has_left(engine):  # noqa: F811
     """The same, read from the database: rounds, their listed totals, the ledger's rows."""
-    from cnkispider.schema import ledger, round_
+    from cnkispider.store.schema import ledger, round_
 
     t = 100.0
     with engine.begin() as conn:

@@ -8,8 +8,8 @@ import re
 import pytest
 import sqlalchemy as sa
 
-from cnkispider.db import open_database
-from cnkispider.schema import documents, round_
+from cnkispider.store.db import open_database
+from cnkispider.store.schema import documents, round_
 from tasks.flow import TaskStore
 from tests.fixtures.commands import cli
 from tests.fixtures.crawl_harness import compare
@@ -45,7 +45,7 @@ def test_a_move_brings_back_every_deleted_document(census_crawl, census, categor
 
 def _store(ini):
     from cnkispider.config import load_config
-    from cnkispider.db import open_database
+    from cnkispider.store.db import open_database
     from tasks.flow import TaskStore
 
     config = load_config(ini)
@@ -94,7 +94,7 @@ def test_a_finished_task_offers_extend_and_move_not_pause_or_resume(ini, capsys)
     _add(ini)
     store = _store(ini)
     with store.engine.begin() as conn:
-        from cnkispider.schema import task
+        from cnkispider.store.schema import task
 
         conn.execute(task.update().values(phase="done"))
     for action in ("pause", "resume"):
@@ -118,7 +118,7 @@ def test_an_end_date_edited_before_the_cursor_stops_the_task_and_a_pause_keeps_i
         "2024-01-02",
         "2024-01-03",
     ]
-    from cnkispider.schema import task
+    from cnkispider.store.schema import task
 
     with store.engine.begin() as conn:
         conn.execute(task.update().values(end_date="2024-01-02"))
@@ -193,7 +193,7 @@ def test_a_move_to_a_day_and_category_re_opens_what_follows_it_with_the_census(s
     """Census on, a task of some categories whose days split by category: `task move NAME DAY
     G06` crawls again that day's categories after G06, then every later day with its
     category rounds; what comes before the cursor stays done."""
-    from cnkispider.schema import task
+    from cnkispider.store.schema import task
 
     engine = open_database(sqlite_url)
     store = TaskStore(engine, day_census=True)
@@ -235,7 +235,7 @@ def test_a_move_to_a_day_and_category_re_opens_what_follows_it_with_the_census(s
 
 def _row(ini) -> dict:
     """The task row of 'p' as it is in the database, every column."""
-    from cnkispider.schema import task
+    from cnkispider.store.schema import task
 
     store = _store(ini)
     with store.engine.connect() as conn:
@@ -303,7 +303,7 @@ def test_a_move_takes_any_day_of_the_task_and_an_open_end_ends_today(ini, capsys
 def test_a_move_repairs_a_cursor_edited_by_hand_into_a_bad_row(ini, capsys):
     """A MySQL client set a category the task does not have: workers skip the row, and `task
     move` (the row's only bad column is the one it writes) makes it good again."""
-    from cnkispider.schema import task
+    from cnkispider.store.schema import task
 
     _add(ini)
     store = _store(ini)
@@ -349,7 +349,7 @@ def test_the_page_s_preview_of_a_move_refuses_what_task_move_refuses(ini, date, 
     """The web page previewed "will move the cursor ... to 2019-01-01" for a day `task move`
     refuses; its plan now runs the command's checks, writing nothing, and says why."""
     from cnkispider.config import load_config
-    from cnkispider.db import open_database
+    from cnkispider.store.db import open_database
     from cnkispider.web import actions
 
     _add(ini)

@@ -9,9 +9,9 @@ import datetime as dt
 import pytest
 import sqlalchemy as sa
 
-from cnkispider.db import open_database
-from cnkispider.schema import task, task_skip
 from cnkispider.status import run_summary
+from cnkispider.store.db import open_database
+from cnkispider.store.schema import task, task_skip
 from cnkispider.words import i18n
 from tasks.flow import TaskStore
 

@@ -10,10 +10,10 @@ import json
 import pytest
 import sqlalchemy as sa
 
-from cnkispider import doclinks
-from cnkispider.db import open_database
-from cnkispider.schema import documents, task, task_document
-from cnkispider.storage import row_for, upsert_documents
+from cnkispider.store import doclinks
+from cnkispider.store.db import open_database
+from cnkispider.store.schema import documents, task, task_document
+from cnkispider.store.storage import row_for, upsert_documents
 from tests.fixtures.crawls import CAP, YEAR
 
 DAY = "2024-03-01"  # a Friday of the realistic year at scale 0.002: 72 patents
@@ -81,7 +81,7 @@ def test_an_upgrade_links_the_documents_stored_before(sqlite_url):
             upsert_documents(conn, "patent", [row_for("patent", values, 1, None)])
             conn.execute(task_document.delete())  # as a version-15 database holds it
             conn.execute(documents["patent"].insert().values(dbname="SCPD", filename="CN2"))
-            from cnkispider import schema
+            from cnkispider.store import schema
 
             schema.UPGRADE_FILLS[16](conn)
             schema.UPGRADE_FILLS[16](conn)  # idempotent: two workers upgrading at once
@@ -95,8 +95,8 @@ def test_a_row_another_task_stored_deep_enough_is_linked_and_stored_not_fetched(
     """doclinks.take_known: of a page's rows, those another task stored at this task's depth or
     deeper are linked and stored in the round's ledger in one transaction; a document stored
     shallower, or one this task has already (a move back crawls it again), is fetched."""
-    from cnkispider import ledger
-    from cnkispider.storage import DEPTH_KEY
+    from cnkispider.store import ledger
+    from cnkispider.store.storage import DEPTH_KEY
 
     engine = open_database(sqlite_url)
     try:

@@ -19,11 +19,11 @@ import sqlalchemy as sa
 from cnkispider.clock import BEIJING, cnki_today
 from cnkispider.config import load_config
 from cnkispider.config.looktiers import DEFAULT_TIERS, Tier, due, parse_tiers, period_of, spans
-from cnkispider.db import CLOCK_DAYS_ENV, open_database
 from cnkispider.exceptions import ConfigError, InputError
-from cnkispider.schema import round_, task
 from cnkispider.settingcheck import check_setting
 from cnkispider.status.plan import Costs, counted_days, follow_day
+from cnkispider.store.db import CLOCK_DAYS_ENV, open_database
+from cnkispider.store.schema import round_, task
 from tasks.flow import TaskStore
 from tests.fixtures import launcher
 from tests.fixtures.crawl_harness import ROOT

@@ -13,9 +13,9 @@ import sqlalchemy as sa
 from redis.connection import parse_url
 
 from cnkispider.config import load_config
-from cnkispider.db import make_engine
 from cnkispider.exceptions import ConfigError
-from cnkispider.schema import round_
+from cnkispider.store.db import make_engine
+from cnkispider.store.schema import round_
 from tests.fixtures.crawl_harness import CrawlSetup, compare
 from tests.fixtures.worker_accounts import grant
 
@@ -91,7 +91,7 @@ def test_worker_crawls_over_tls_with_row_rights_only(tmp_path, tls_servers, cnki
         engine.dispose()
         assert cipher, "the worker's database connection is not encrypted"
         # The crawler's engines: with no TLS option (the administrator's URL) pymysql's
-        # preferred mode still encrypts, through one context per process (cnkispider/db.py);
+        # preferred mode still encrypts, through one context per process (cnkispider/store/db.py);
         # with TLS options (the worker's) each connection reads its files anew.
         for url, shared in ((admin_db, True), (config.database_url, False)):
             engine = make_engine(url)

@@ -7,7 +7,7 @@ import re
 
 import sqlalchemy as sa
 
-from cnkispider.schema import round_
+from cnkispider.store.schema import round_
 from tests.fixtures.crawl_harness import compare
 
 

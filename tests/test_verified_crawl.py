@@ -8,8 +8,8 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from cnkispider.schema import error_code, error_link, round_
 from cnkispider.sessions import NEEDS_PERSON
+from cnkispider.store.schema import error_code, error_link, round_
 from tests.fixtures.crawl_harness import CrawlSetup, count_rows
 from tests.fixtures.receiver import Receiver
 from tests.fixtures.verified import CHROME_UA, add_passed, assert_equal_to_truth, status_json

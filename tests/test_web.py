@@ -22,9 +22,9 @@ import pytest
 import sqlalchemy as sa
 
 from cnkispider.config import load_config
-from cnkispider.db import open_database
-from cnkispider.schema import audit, documents, error_link, round_, task, worker
 from cnkispider.status.round_views import GRID_CELLS_MAX, round_grid
+from cnkispider.store.db import open_database
+from cnkispider.store.schema import audit, documents, error_link, round_, task, worker
 from cnkispider.web import guard
 from standin.client import start_site
 from tests.fixtures.crawl_harness import ROOT, CrawlSetup
@@ -373,7 +373,7 @@ def redis_client():
 
 
 def test_a_version_3_database_gets_the_audit_table(db_url):
-    from cnkispider import schema
+    from cnkispider.store import schema
 
     engine = open_database(db_url)
     with engine.begin() as conn:  # what a version-3 cnkispider left behind
@@ -419,7 +419,7 @@ def test_the_chart_gives_challenges_per_minute_from_the_summed_count_between_sam
 
 
 def test_a_version_4_database_gets_the_workers_challenges_and_last_error(db_url):
-    from cnkispider import schema
+    from cnkispider.store import schema
 
     engine = open_database(db_url)
     with engine.begin() as conn:  # what a version-4 cnkispider left behind

@@ -19,7 +19,7 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from cnkispider.db import open_database
+from cnkispider.store.db import open_database
 from tasks.flow import TaskStore
 from tests.fixtures.crawl_harness import ROOT, CrawlSetup
 from tests.fixtures.latin import latin_words
@@ -246,8 +246,8 @@ def test_a_chinese_page_has_no_english_word_in_any_state(served):
     action's form, preview, result and refusal, the errors, the sessions form), asked in
     Chinese, shows no English word but names and codes."""
     from cnkispider.halting import Breaker
-    from cnkispider.schema import error_code, error_link, fill, worker
     from cnkispider.sessions.pool import SessionStore, namespace_for
+    from cnkispider.store.schema import error_code, error_link, fill, worker
     from cnkispider.web.actions import TASK_ACTIONS
     from tasks.phase import Phase
 
@@ -586,7 +586,7 @@ def test_the_home_page_s_redis_line_is_one_chinese_sentence_when_the_embedded_re
 def test_the_field_table_shows_each_field_by_its_label(served):
     """The task page's field table names a field as CNKI's page labels it (摘要, 公开号) in
     Chinese, by an English label in English: never the column's name (abstract, publication_no)."""
-    from cnkispider.schema import fill
+    from cnkispider.store.schema import fill
 
     server, store, engine = served["server"], served["store"], served["engine"]
     name = f"fill{uuid.uuid4().hex[:6]}"

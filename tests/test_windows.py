@@ -268,9 +268,9 @@ def test_status_json_metrics_and_the_web_page_show_a_closed_window_and_the_429s(
 ):
     from jinja2 import Environment, PackageLoader
 
-    from cnkispider.db import open_database
     from cnkispider.status.collecting import collect
     from cnkispider.status.rendering import render
+    from cnkispider.store.db import open_database
     from cnkispider.web.metrics import metrics_text
 
     one = limiter(prefix=f"{redis_namespace}:ratelimit")

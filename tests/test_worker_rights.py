@@ -12,7 +12,7 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from cnkispider.schema import round_
+from cnkispider.store.schema import round_
 from tests.fixtures.crawl_harness import CrawlSetup, compare
 from tests.fixtures.worker_accounts import grant
 

@@ -1,5 +1,5 @@
 """`cnkispider admin grant-worker`: a worker's database account and Redis user with row
-rights only (cnkispider/admin.py; docs/WORKERS.md)."""
+rights only (cnkispider/store/admin.py; docs/WORKERS.md)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from cnkispider.words.i18n import _
 
 def cmd_admin(config: Config, args) -> int:
     """`admin grant-worker`: print (or with --apply run) a worker's grants (docs/WORKERS.md)."""
-    from cnkispider.admin import grant_worker
+    from cnkispider.store.admin import grant_worker
 
     return grant_worker(config, args)
 

@@ -100,8 +100,8 @@ def crawl(
 def _plan_now(config: Config, name: str) -> dict | None:
     """`task plan`'s figures for task ``name`` now (None: no such task yet, or nothing to plan
     from). A hint for the summary: a failure to make it never stops the run."""
-    from cnkispider.db import open_database_readonly
     from cnkispider.status.plan import task_plan
+    from cnkispider.store.db import open_database_readonly
 
     try:
         engine = open_database_readonly(config.database_url)
@@ -119,8 +119,8 @@ def _plan_now(config: Config, name: str) -> dict | None:
 def print_summary(config: Config, stats: dict, name: str | None = None) -> None:
     """Rounds, documents, errors by reason, time and rate, from the database and this run's
     stats, of task ``name`` (default: config.ini's)."""
-    from cnkispider.db import open_database_readonly
     from cnkispider.status import run_summary
+    from cnkispider.store.db import open_database_readonly
 
     engine = open_database_readonly(config.database_url)
     try:
@@ -275,8 +275,8 @@ def cmd_refresh_counts(config: Config, args) -> int:
     import sqlalchemy as sa
 
     from cnkispider import refresh
-    from cnkispider.db import open_database
-    from cnkispider.schema import task as task_table
+    from cnkispider.store.db import open_database
+    from cnkispider.store.schema import task as task_table
 
     first, last = parse_day(args.from_day, "--from"), parse_day(args.to_day, "--to")
     engine = open_database(config.database_url)

@@ -17,7 +17,7 @@ from tasks.rows import check_name, describe
 
 
 def cmd_init_db(config: Config, args) -> int:
-    from cnkispider.db import mask_url
+    from cnkispider.store.db import mask_url
 
     task_store(config)
     print(_("database ready: %(url)s") % {"url": mask_url(config.database_url)})
@@ -160,9 +160,9 @@ def _plan(config: Config, args) -> int:
     run."""
     import json
 
-    from cnkispider.db import open_database_readonly
     from cnkispider.sessions import SessionStore
     from cnkispider.status.plan import task_plan
+    from cnkispider.store.db import open_database_readonly
     from cnkispider.words.i18n import _, ngettext
 
     if args.sample < 0:

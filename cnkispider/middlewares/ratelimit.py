@@ -43,12 +43,13 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.reactor import is_reactor_installed
 from twisted.internet.defer import Deferred
 
-from cnkispider import default_settings, redisconn
+from cnkispider import default_settings
 from cnkispider.cnki import refusals
 from cnkispider.cnki.protocol import DOCUMENT_KINDS
 from cnkispider.middlewares import Recent, refusal_of
 from cnkispider.offload import RedisCalls
 from cnkispider.pace.store import Answer, Closed, Limit, PaceRule, Reply, SharedRateLimit
+from cnkispider.store import redisconn
 from cnkispider.words.i18n import _
 
 if TYPE_CHECKING:

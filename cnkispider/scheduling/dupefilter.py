@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.dupefilters import BaseDupeFilter
 
-from cnkispider import default_settings, redisconn
+from cnkispider import default_settings
 from cnkispider.scheduling import defaults
+from cnkispider.store import redisconn
 
 if TYPE_CHECKING:
     import redis

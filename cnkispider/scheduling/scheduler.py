@@ -46,7 +46,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from cnkispider import default_settings, engineslot, redisconn, signals
+from cnkispider import default_settings, engineslot, signals
 from cnkispider.exceptions import SchedulerClosed
 from cnkispider.halting import Cooldown
 from cnkispider.offload import InlineIO, RedisCalls, ThreadIO
@@ -62,6 +62,7 @@ from cnkispider.scheduling.outcome import (
 from cnkispider.scheduling.queue import Burial, Enqueue, Held, LeasedQueue, SyncBatch, SyncResult
 from cnkispider.scheduling.reports import DrainsAndAbandons
 from cnkispider.scheduling.serialize import ReadPolicy, request_from_json, request_to_json
+from cnkispider.store import redisconn
 from cnkispider.words.i18n import ngettext
 
 if TYPE_CHECKING:

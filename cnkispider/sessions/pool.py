@@ -234,8 +234,8 @@ class SessionStore:
 
     @classmethod
     def from_config(cls, config, **kwargs) -> SessionStore:
-        """The pool of ``config``'s Redis (through :func:`cnkispider.redisconn.connect`)."""
-        from cnkispider import redisconn
+        """The pool of ``config``'s Redis (through :func:`cnkispider.store.redisconn.connect`)."""
+        from cnkispider.store import redisconn
 
         client = redisconn.connect(config.redis_url, config.data_dir)
         kwargs.setdefault("namespace", namespace_for(config.cnki["base_url"], config.redis_prefix))
@@ -244,7 +244,7 @@ class SessionStore:
     @classmethod
     def from_settings(cls, settings, client=None) -> SessionStore:
         """The pool a crawler uses (``SESSIONS_*`` settings, the crawler's Redis)."""
-        from cnkispider import redisconn
+        from cnkispider.store import redisconn
 
         if client is None:
             client = redisconn.connect(settings.get("REDIS_URL"), settings.get("CNKI_DATA_DIR"))

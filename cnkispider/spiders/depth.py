@@ -23,7 +23,6 @@ import json
 
 import scrapy
 
-from cnkispider import doclinks
 from cnkispider.cnki import listgrid
 from cnkispider.cnki.export_batch import ALONE_AFTER, ExportBatches, ExportQueue, ExportRow
 from cnkispider.cnki.export_records import ExportAnswerError, parse_export
@@ -31,6 +30,7 @@ from cnkispider.cnki.refusals import REJECTION, kind_of
 from cnkispider.exceptions import HaltedRequest, RefusedPage
 from cnkispider.items import DEFAULT_DEPTH, FIELDS, ITEM_CLASSES
 from cnkispider.offload import in_thread
+from cnkispider.store import doclinks
 from errors.middleware import failure_reason, record_download_failure, record_failure
 from tasks.selection import FIELDS as SELECTION_FIELDS
 from tasks.selection import NOT_SELECTED
@@ -80,7 +80,7 @@ class DepthMixin:
     async def without_known(self, kept: list, meta: dict, depth: str) -> list:
         """The kept rows less the documents another task already stored at ``depth`` or
         deeper (issue 47): those are linked to this task and stored in the round's ledger
-        (cnkispider/doclinks.py), not fetched again for it."""
+        (cnkispider/store/doclinks.py), not fetched again for it."""
         context = self.context
         round_id = meta.get("round_id")
         if context is None or round_id is None or not kept:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from cnkispider import ledger, refresh
+from cnkispider import refresh
 from cnkispider.offload import in_thread
+from cnkispider.store import ledger
 
 
 def counted_now() -> str:

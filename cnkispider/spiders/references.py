@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import scrapy
 
-from cnkispider import reference_rows
 from cnkispider.cnki import references
 from cnkispider.cnki.protocol import REFERENCES
 from cnkispider.cnki.refusals import body_reason
-from cnkispider.db import db_now, retrying
 from cnkispider.exceptions import HaltedRequest, RefusedPage
 from cnkispider.offload import in_thread
+from cnkispider.store import reference_rows
+from cnkispider.store.db import db_now, retrying
 from errors.middleware import failure_reason, record_failure
 
 #: the errorLink reason prefix of a reference list that failed

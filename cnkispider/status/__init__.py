@@ -12,8 +12,8 @@ One room per concern:
   watching    ``--watch``: redraw the report in place, with each worker's recent rate
   command     ``cnkispider status`` and :func:`run_summary`: open, collect, render
 
-The database and Redis are opened by their factories (:func:`cnkispider.db.open_database_readonly`,
-:func:`cnkispider.redisconn.connect_if_running`); nothing here writes.
+The database and Redis are opened by their factories (:func:`cnkispider.store.db.open_database_readonly`,
+:func:`cnkispider.store.redisconn.connect_if_running`); nothing here writes.
 """
 
 from cnkispider.status.collecting import collect

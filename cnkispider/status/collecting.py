@@ -29,17 +29,18 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from cnkispider import default_settings, doclinks, drift
+from cnkispider import default_settings, drift
 from cnkispider.config.looktiers import parse_tiers, spans
-from cnkispider.db import db_now
 from cnkispider.exceptions import TaskRowError, UnknownName
 from cnkispider.items import DEFAULT_DEPTH, FIELDS
 from cnkispider.pace.store import windows_report
-from cnkispider.redisconn import EMBEDDED_IDLE
-from cnkispider.schema import error_code, error_link, fill, round_, task
 from cnkispider.status.liveness import GONE_AFTER_BEATS, task_workers
 from cnkispider.status.rates import round_rate
 from cnkispider.status.times import age, iso
+from cnkispider.store import doclinks
+from cnkispider.store.db import db_now
+from cnkispider.store.redisconn import EMBEDDED_IDLE
+from cnkispider.store.schema import error_code, error_link, fill, round_, task
 from cnkispider.words.i18n import _
 from tasks import lag
 from tasks.categories import DAY, round_label

@@ -9,12 +9,12 @@ import time
 from sqlalchemy.engine import Engine
 
 from cnkispider import default_settings
-from cnkispider.db import open_database_readonly
-from cnkispider.redisconn import connect_if_running
 from cnkispider.sessions.pool import namespace_for
 from cnkispider.status.collecting import collect
 from cnkispider.status.rendering import render, render_summary, to_json
 from cnkispider.status.watching import watch
+from cnkispider.store.db import open_database_readonly
+from cnkispider.store.redisconn import connect_if_running
 from tasks.skips import skipped_days
 
 REDIS_RETRY_SECONDS = 30

@@ -10,8 +10,8 @@ import datetime as dt
 
 import sqlalchemy as sa
 
-from cnkispider.schema import worker
 from cnkispider.status.times import age, iso
+from cnkispider.store.schema import worker
 
 GONE_AFTER_BEATS = 3
 # Workers that went silent or stopped long ago are counted but no longer listed: a crawl that

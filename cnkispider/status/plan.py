@@ -231,7 +231,7 @@ def measured_pass_requests(store) -> tuple[float | None, int]:
 
 def task_days(engine, name: str, today: dt.date | None = None) -> tuple[dict, list[str], dict]:
     """(the task row as a dict, its days not yet done, {day: documents} its rounds have seen)."""
-    from cnkispider.schema import round_, task
+    from cnkispider.store.schema import round_, task
 
     with engine.connect() as conn:
         row = conn.execute(sa.select(task).where(task.c.name == name)).mappings().first()

@@ -14,7 +14,7 @@ import datetime as dt
 
 import sqlalchemy as sa
 
-from cnkispider.schema import census_sample
+from cnkispider.store.schema import census_sample
 from tasks.categories import DAY
 
 

@@ -13,7 +13,7 @@ import math
 
 import sqlalchemy as sa
 
-from cnkispider.schema import ledger, round_
+from cnkispider.store.schema import ledger, round_
 from tasks.roundstate import IN_FLIGHT, RoundState
 
 RATE_WINDOW = dt.timedelta(hours=6)

@@ -16,11 +16,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from cnkispider import default_settings
-from cnkispider.db import db_now
 from cnkispider.exceptions import TaskRowError, UnknownName
-from cnkispider.schema import error_code, error_link, round_, task, worker
 from cnkispider.status.liveness import GONE_AFTER_BEATS, liveness, worker_report
 from cnkispider.status.times import iso
+from cnkispider.store.db import db_now
+from cnkispider.store.schema import error_code, error_link, round_, task, worker
 from cnkispider.words.i18n import _
 from tasks.categories import DAY
 from tasks.roundstate import IN_FLIGHT, LEDGER_NOTE, RoundState

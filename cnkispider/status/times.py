@@ -1,7 +1,7 @@
 """The report's times: ISO 8601 UTC text and ages in seconds, on the database's clock.
 
 Every time the status compares (heartbeats, round completions) was stamped with the database's
-clock (:func:`cnkispider.db.db_now`), so the ``now`` it is compared with is the database's clock
+clock (:func:`cnkispider.store.db.db_now`), so the ``now`` it is compared with is the database's clock
 too, never this machine's: a PC whose clock is off still sees the right ages.
 """
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-from cnkispider.db import db_now
-from cnkispider.schema import audit
+from cnkispider.store.db import db_now
+from cnkispider.store.schema import audit
 from cnkispider.words.i18n import _
 from cnkispider.words.vocabulary import halt_reason, word
 from tasks.phase import Phase

@@ -64,8 +64,8 @@ class Web:
     """The app's state: the configuration, the database, Redis (when it runs), the token."""
 
     def __init__(self, config, engine, token: str, *, sample_seconds: float = SAMPLE_SECONDS):
-        from cnkispider.redisconn import connect_if_running
         from cnkispider.sessions.pool import namespace_for
+        from cnkispider.store.redisconn import connect_if_running
 
         self.config = config
         self.engine = engine
@@ -202,7 +202,7 @@ def create_app(
 
     from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-    from cnkispider.db import open_database
+    from cnkispider.store.db import open_database
 
     engine = engine or open_database(config.database_url)
     web = Web(config, engine, token, sample_seconds=sample_seconds)

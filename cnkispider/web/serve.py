@@ -25,7 +25,7 @@ def serve(
 ) -> int:
     import uvicorn
 
-    from cnkispider.db import open_database
+    from cnkispider.store.db import open_database
     from cnkispider.web.app import create_app
     from cnkispider.web.guard import load_or_make_token
     from cnkispider.web.listening import bind

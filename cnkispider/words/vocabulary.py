@@ -220,7 +220,7 @@ def field_label(name: str) -> str:
     return _(marked) if marked is not None else name
 
 
-#: The parts of a round's ledger note as the closing writes it (cnkispider/ledger.py
+#: The parts of a round's ledger note as the closing writes it (cnkispider/store/ledger.py
 #: ``Verdict.words``: "ledger: listed 51, stored 0, dropped other-database 51"), stored in
 #: English in the round row; each part said in the reader's words (in English: the note itself).
 LEDGER_PARTS = [

@@ -27,7 +27,7 @@ Invariants, held by the statements themselves (any number of workers, at-least-o
 :func:`balance` is the one rule that reads a round's counts; ``tasks.rounds.Rounds.close_round``
 applies it when the round drains.
 
-The rest of this module's story: docs/INTERNALS.md#cnkispiderledgerpy.
+The rest of this module's story: docs/INTERNALS.md#cnkispiderstoreledgerpy.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-from cnkispider.schema import error_code, ledger, ledger_fold, round_
+from cnkispider.store.schema import error_code, ledger, ledger_fold, round_
 
 PENDING = "pending"
 STORED = "stored"

@@ -2,7 +2,7 @@
 
 One page of a reference list (10 entries) is one batch: a replay, a recrawl or a page fetched
 twice rewrites its rows, never adds any (MySQL ``ON DUPLICATE KEY UPDATE``, SQLite ``ON
-CONFLICT DO UPDATE``, as :mod:`cnkispider.storage` does for documents).
+CONFLICT DO UPDATE``, as :mod:`cnkispider.store.storage` does for documents).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, sqlite
 from sqlalchemy.engine import Engine
 
-from cnkispider.schema import reference
+from cnkispider.store.schema import reference
 
 #: the columns of one row, besides the citing key, task and time
 ENTRY_COLUMNS = (

@@ -37,7 +37,7 @@ from cnkispider.config import masking
 from cnkispider.exceptions import RedisUnavailable
 from cnkispider.words.i18n import N_, _
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("cnkispider.redisconn")  # its name before the move: log lines keep it
 
 #: Client options for every connection; a URL's own query parameters override them.
 CLIENT_OPTIONS = {

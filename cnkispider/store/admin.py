@@ -21,9 +21,9 @@ import re
 import secrets
 from dataclasses import dataclass
 
-from cnkispider import schema
 from cnkispider.exceptions import InputError
-from cnkispider.rights import KEY_PREFIX
+from cnkispider.store import schema
+from cnkispider.store.rights import KEY_PREFIX
 from cnkispider.words.i18n import _
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$")
@@ -132,8 +132,8 @@ def grant_worker(config, args) -> int:
 
     from sqlalchemy.engine import make_url
 
-    from cnkispider.db import open_database
-    from cnkispider.redisconn import connect
+    from cnkispider.store.db import open_database
+    from cnkispider.store.redisconn import connect
 
     url = make_url(config.database_url)
     if url.get_backend_name() == "sqlite":

@@ -3,7 +3,7 @@
 ``open_database(url)`` returns a ready SQLAlchemy engine for MySQL/MariaDB (pymysql) or
 SQLite: it creates the MySQL database itself when it does not exist yet (so a home PC with
 only config.ini can join), creates the tables with ``CREATE TABLE IF NOT EXISTS`` and checks
-the schema version (both in :mod:`cnkispider.migrate`). A database that cannot be reached
+the schema version (both in :mod:`cnkispider.store.migrate`). A database that cannot be reached
 raises :class:`StorageError` with the URL, its password masked: one clear line, never a
 traceback. ``open_database_readonly(url)``
 is the same for the tools that only read (status, export): it creates nothing.
@@ -30,11 +30,11 @@ from sqlalchemy.engine import Engine, make_url
 from cnkispider import default_settings
 from cnkispider.config import masking
 from cnkispider.exceptions import CnkiSpiderError, StorageError
-from cnkispider.migrate import check_schema_version, create_schema
-from cnkispider.mysqlconn import connect as _pymysql_connect
+from cnkispider.store.migrate import check_schema_version, create_schema
+from cnkispider.store.mysqlconn import connect as _pymysql_connect
 from cnkispider.words.i18n import _
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("cnkispider.db")  # its name before the move: log lines keep it
 
 
 # -- riding out an outage ----------------------------------------------------------------------
@@ -364,7 +364,7 @@ def open_database(url: str, *, create: bool = True) -> Engine:
     except sa.exc.SQLAlchemyError as exc:
         engine.dispose()
         reason = getattr(exc, "orig", None) or exc
-        from cnkispider.rights import ASK_ADMIN, RightsError, database_denial
+        from cnkispider.store.rights import ASK_ADMIN, RightsError, database_denial
 
         if database_denial(exc) is not None:  # e.g. no right to create the database
             raise RightsError(

@@ -8,7 +8,7 @@ task        the operator's steering wheel: one row per task. The seed's columns 
 round       one (day x category) search of a task and where it stands (see tasks/rounds.py).
 errorCode   rounds that failed at the list stage, replayed by the recrawl phase.
 errorLink   detail links that failed, replayed by the recrawl phase.
-ledger      every row a round listed, by its document key, with its outcome (cnkispider/ledger.py):
+ledger      every row a round listed, by its document key, with its outcome (cnkispider/store/ledger.py):
             a round is done only when its rows are accounted for.
 ledger_fold the ledger rows of long-done rounds, folded into counts ([database] ledger_days)
 worker      one row per running worker process: host, pid, heartbeat, counters, last error
@@ -120,7 +120,7 @@ round_ = Table(
     Column("attempts", Integer, nullable=False, default=1),
     Column("epoch", String(40)),  # the Redis epoch the round was seeded under
     Column("total", Integer),  # documents CNKI listed for the round (its root search's total)
-    # The round's ledger when it drained (cnkispider/ledger.py): listed (= total) = stored +
+    # The round's ledger when it drained (cnkispider/store/ledger.py): listed (= total) = stored +
     # in_error + dropped + beyond for a done round; a failed round keeps the numbers that did not
     # balance.
     Column("stored", Integer),
@@ -163,7 +163,7 @@ error_code = Table(
     Column("updated_at", DateTime),
     # How many of the round's listed rows this fact puts beyond reach (an overflow, a pager
     # shorter than its total, a census its roots do not cover): the round's ledger counts exactly
-    # this many as ``beyond`` (cnkispider/ledger.py), never whatever happens to be missing.
+    # this many as ``beyond`` (cnkispider/store/ledger.py), never whatever happens to be missing.
     Column("unreachable", Integer),
     Index("ix_errorcode_task_state", "task_id", "state"),
 )
@@ -177,7 +177,7 @@ error_link = Table(
     Column("doc_type", String(20), nullable=False),
     Column("url", Text, nullable=False),
     # wider than the documents' keys, so that a document refused for an over-long key can still
-    # be recorded here (cnkispider/storage.py key_problem); the unique key stays within
+    # be recorded here (cnkispider/store/storage.py key_problem); the unique key stays within
     # InnoDB's 3072 bytes: (64 + 255) x 4 + 4
     Column("dbname", String(64), nullable=False),
     Column("filename", String(255), nullable=False),
@@ -202,7 +202,7 @@ error_link = Table(
 #   error             its detail failed: the document is in errorLink (written with that row)
 #   dropped:<rule>    listed but not crawled, for a named rule (dropped:other-database)
 # Written idempotently on (round_id, doc_key): a page or a document handled twice (at-least-once
-# delivery) changes nothing, and ``stored`` is final (cnkispider/ledger.py).
+# delivery) changes nothing, and ``stored`` is final (cnkispider/store/ledger.py).
 ledger = Table(
     "ledger",
     metadata,
@@ -226,7 +226,7 @@ ledger = Table(
 
 # The per-document ledger rows of a round done long ago ([database] ledger_days), folded into
 # one count per (round, outcome): what the round's rows were, without a row per document
-# (cnkispider/ledger.py fold_round). Only final outcomes fold (stored, dropped:<rule>); a round's
+# (cnkispider/store/ledger.py fold_round). Only final outcomes fold (stored, dropped:<rule>); a round's
 # counts are its ledger rows plus these.
 ledger_fold = Table(
     "ledger_fold",
@@ -299,7 +299,7 @@ fill = Table(
 # Issue 47: a document belongs to every task that found it. One row per (task, document),
 # written in the transaction that stores the document or finds it already stored (the document
 # row's own ``task_id`` is only the task that wrote it last). Export, status and the counts of a
-# task read its documents through here (cnkispider/doclinks.py).
+# task read its documents through here (cnkispider/store/doclinks.py).
 task_document = Table(
     "task_document",
     metadata,
@@ -362,7 +362,7 @@ reference = Table(
 )
 
 
-#: What each schema version adds to the one before, for :func:`cnkispider.migrate.upgrade`: version ->
+#: What each schema version adds to the one before, for :func:`cnkispider.store.migrate.upgrade`: version ->
 #: (table, column) pairs to add when missing. Columns only; each step is idempotent, so a
 #: database upgraded half-way (two workers starting at once) is finished by the next start.
 UPGRADES: dict[int, list[tuple[Table, str]]] = {

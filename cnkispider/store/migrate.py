@@ -1,11 +1,11 @@
-"""Creating, upgrading and checking the tables of a database (their SQL is :mod:`cnkispider.schema`).
+"""Creating, upgrading and checking the tables of a database (their SQL is :mod:`cnkispider.store.schema`).
 
 :func:`create_schema` creates every missing table (``CREATE TABLE IF NOT EXISTS``), widens the
 text columns an older cnkispider made narrower, upgrades an older schema version a step at a
 time and records the version; several workers starting at once take turns under a named lock.
-A change the database account may not make is a :class:`~cnkispider.rights.RightsError` that
+A change the database account may not make is a :class:`~cnkispider.store.rights.RightsError` that
 sends the worker to its administrator (``cnkispider init-db``). :func:`check_schema_version`
-refuses a database newer than this cnkispider. :func:`cnkispider.db.open_database` calls both.
+refuses a database newer than this cnkispider. :func:`cnkispider.store.db.open_database` calls both.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import logging
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from cnkispider import schema
 from cnkispider.exceptions import StorageError
+from cnkispider.store import schema
 from cnkispider.words.i18n import _
 
-# the database's log, as before this module left cnkispider/db.py (the log lines keep their name)
+# the database's log, as before this module left cnkispider/store/db.py (the log lines keep their name)
 logger = logging.getLogger("cnkispider.db")
 
 
@@ -40,7 +40,7 @@ def create_schema(engine: Engine) -> None:
     A database at the current version with every table is left alone: no DDL is sent (a
     worker's account has row rights only, and MySQL checks the CREATE right even for a table
     that exists). Anything to create or upgrade that the account may not do is a
-    :class:`~cnkispider.rights.RightsError` telling the worker to ask the administrator.
+    :class:`~cnkispider.store.rights.RightsError` telling the worker to ask the administrator.
     """
     with _schema_lock(engine):
         _create_and_upgrade(engine)
@@ -122,7 +122,7 @@ def _missing_tables(engine: Engine) -> bool:
 def _refused(engine: Engine, exc: BaseException, state: str) -> None:
     """Raise a RightsError for a schema change the account may not make; re-raise the rest.
     ``state``: what is to change, a clause in the operator's language (``_()``)."""
-    from cnkispider.rights import RightsError, database_account, database_denial
+    from cnkispider.store.rights import RightsError, database_account, database_denial
 
     words = database_denial(exc)
     if words is None:

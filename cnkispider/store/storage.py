@@ -30,7 +30,6 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, sqlite
 from sqlalchemy.engine import Engine
 
-from cnkispider import doclinks
 from cnkispider.items import (
     COUNT_FIELDS,
     DEFAULT_DEPTH,
@@ -40,7 +39,8 @@ from cnkispider.items import (
     TIME_FIELDS,
     depth_rank,
 )
-from cnkispider.schema import documents
+from cnkispider.store import doclinks
+from cnkispider.store.schema import documents
 
 
 class DocumentRejected(Exception):
@@ -189,7 +189,7 @@ def as_time(value) -> dt.datetime | None:
 
 def upsert_documents(conn, doc_type: str, rows: list[dict]) -> None:
     """Insert or update ``rows`` (dicts of one type's columns) on (dbname, filename), and link
-    each to its row's task (cnkispider/doclinks.py)."""
+    each to its row's task (cnkispider/store/doclinks.py)."""
     if not rows:
         return
     # Two copies of one document in a batch would make MySQL update twice and SQLite fail the

@@ -5,7 +5,7 @@
   and bad lines).
 - One TLS context per process for the driver's preferred mode, made once, not per connection.
 
-``cnkispider.db`` makes every MySQL connection with :func:`connect`.
+``cnkispider.store.db`` makes every MySQL connection with :func:`connect`.
 """
 
 from __future__ import annotations

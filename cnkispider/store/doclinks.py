@@ -14,9 +14,9 @@ from collections.abc import Iterable
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, sqlite
 
-from cnkispider import ledger
 from cnkispider.items import DEPTHS, depth_rank
-from cnkispider.schema import documents, task_document
+from cnkispider.store import ledger
+from cnkispider.store.schema import documents, task_document
 
 
 def link(conn, task_id: int | None, doc_type: str, keys: Iterable[tuple[str, str]]) -> None:
