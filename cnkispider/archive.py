@@ -16,7 +16,7 @@ from pathlib import Path
 
 from scrapy.exceptions import NotConfigured
 
-from cnkispider.offload import in_thread
+from cnkispider.runtime.offload import in_thread
 
 SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 

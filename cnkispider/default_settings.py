@@ -1,7 +1,7 @@
 """The default of every setting the crawler reads, each written once, one section per prefix.
 
 The counterpart of Scrapy's ``scrapy/settings/default_settings.py``: every upper-case name here is
-a Scrapy setting, and :class:`cnkispider.addon.DefaultSettings` (in ``ADDONS`` of
+a Scrapy setting, and :class:`cnkispider.runtime.addon.DefaultSettings` (in ``ADDONS`` of
 ``cnkispider.settings``) installs them all at the ``addon`` priority, so the project settings,
 config.ini (mapped in :func:`cnkispider.crawlsettings.crawler_settings`), ``-s`` and a spider's
 ``custom_settings`` override them, and components read a setting without a fallback of their own.

@@ -42,8 +42,8 @@ from twisted.internet import defer, threads
 
 from cnkispider import drift
 from cnkispider import signals as cnki_signals
-from cnkispider.context import context_of
 from cnkispider.items import DEFAULT_DEPTH, doc_type_of
+from cnkispider.runtime.context import context_of
 from cnkispider.store import db, ledger
 from cnkispider.store.db import db_now, is_transient, open_database, retrying
 from cnkispider.store.storage import (

@@ -184,7 +184,7 @@ class ProgressLog:
         feeder = self._feeder()
         if feeder is None or feeder.task_id is None:
             return None
-        from cnkispider.offload import deferred_in_thread
+        from cnkispider.runtime.offload import deferred_in_thread
 
         # The task line reads the database off the reactor and logs when it has it. Nothing is
         # returned: Scrapy's asyncio looping call refuses a function that returns a Deferred.

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from scrapy.settings import default_settings as _scrapy_defaults
 
-from cnkispider.addon import ADDONS as ADDONS  # the defaults of every setting (default_settings)
+from cnkispider.runtime.addon import (
+    ADDONS as ADDONS,  # the defaults of every setting (default_settings)
+)
 
 BOT_NAME = "cnkispider"
 SPIDER_MODULES = ["cnkispider.spiders"]

@@ -10,7 +10,7 @@ stored (signal ``item_error``), a request whose lease ran out too often (``reque
 
 A detail request's failure goes to errorLink, any other's to errorCode
 (:meth:`errors.recorder.ErrorRecorder.record_failure` reads the row from the request's meta),
-for the task of the crawl's context (:class:`cnkispider.context.CrawlContext`). After a list-stage
+for the task of the crawl's context (:class:`cnkispider.runtime.context.CrawlContext`). After a list-stage
 failure (not a permanent row) the signal ``list_failed`` tells the circuit breaker; a rejection
 (CNKI refused the query itself) halts the task at once, as every other round would be refused
 the same way (signal ``halt_requested``, awaited: flow control sits above errors/ and is never
@@ -39,9 +39,9 @@ from scrapy.utils.defer import deferred_from_coro
 from cnkispider import signals as cnki_signals
 from cnkispider.cnki.refusals import REJECTION, kind_of, rejection_text
 from cnkispider.config.masking import mask_text
-from cnkispider.context import context_of
 from cnkispider.exceptions import CnkiSpiderError, GaveUp, HaltedRequest, RefusedPage
-from cnkispider.offload import in_thread
+from cnkispider.runtime.context import context_of
+from cnkispider.runtime.offload import in_thread
 from cnkispider.scheduling.outcome import hold  # lease bookkeeping: below errors/ (the layers)
 
 logger = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ Halting: the feeder runs the worker's circuit breaker (:class:`cnkispider.haltin
 one reason repeating over list pages, or CNKI not reachable at all, halts the task; a rejection
 halts it at once. A halted task seeds nothing and marks no round done. A worker never closes on
 an idle timeout: it closes when its task is done or has no round due. The feeder is the one
-writer of the worker's :class:`~cnkispider.context.CrawlContext`.
+writer of the worker's :class:`~cnkispider.runtime.context.CrawlContext`.
 
 Settings: ``TASKS_ENABLED``, ``TASKS_NAME``, ``TASKS_TYPE``, ``TASKS_START_DATE``,
 ``TASKS_END_DATE``, ``TASKS_CATEGORIES``, ``TASKS_BASE_DIR``, ``TASKS_ROUND_LEASE``,
@@ -45,11 +45,11 @@ from twisted.internet import threads
 from cnkispider import signals as cnki_signals
 from cnkispider.clock import cnki_today
 from cnkispider.config.looktiers import parse_tiers
-from cnkispider.context import CrawlContext, context_of, open_context
 from cnkispider.exceptions import CnkiSpiderError, SchedulerClosed, TaskRowError
 from cnkispider.halting import Breaker
 from cnkispider.items import DEFAULT_DEPTH
-from cnkispider.offload import in_thread
+from cnkispider.runtime.context import CrawlContext, context_of, open_context
+from cnkispider.runtime.offload import in_thread
 from cnkispider.scheduling.outcome import ROUND_SEEDING, RoundScheduler
 from cnkispider.store.db import is_transient, open_database
 from errors.middleware import LAST_ERROR_STAT
@@ -145,7 +145,7 @@ class RoundFeeder(FeederHalts, FeederLooks, FeederPhase):
     @property
     def context(self) -> CrawlContext | None:
         """What this worker's components share about its task, once it is open
-        (cnkispider/context.py); they ask for it with ``context_of(crawler)``."""
+        (cnkispider/runtime/context.py); they ask for it with ``context_of(crawler)``."""
         return context_of(self.crawler)
 
     # -- start and stop ------------------------------------------------------------------

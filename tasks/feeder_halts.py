@@ -12,7 +12,7 @@ from scrapy.utils.defer import deferred_from_coro
 from cnkispider import signals as cnki_signals
 from cnkispider.cnki.refusals import REJECTION, kind_of
 from cnkispider.halting import LOCAL_FAULT
-from cnkispider.offload import in_thread
+from cnkispider.runtime.offload import in_thread
 
 # logs as the feeder did before its split (issue 49.2): operators know "tasks.feeder"
 logger = logging.getLogger("tasks.feeder")

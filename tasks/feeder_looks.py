@@ -12,7 +12,7 @@ import subprocess
 
 from cnkispider import refresh
 from cnkispider import signals as cnki_signals
-from cnkispider.offload import in_thread
+from cnkispider.runtime.offload import in_thread
 from cnkispider.words.i18n import _
 from tasks.parts import facet_codes
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from cnkispider.offload import in_thread
+from cnkispider.runtime.offload import in_thread
 from cnkispider.scheduling.outcome import RoundScheduler
 from tasks.phase import Action, Phase, PhaseFacts, next_action
 

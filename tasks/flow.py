@@ -20,7 +20,7 @@ for the invariants):
 
 errorCode rows are written by errors/recorder.py (``TaskStore.errors``), in the transaction of
 the round move they belong to. The other names here (``Task``, ``Action``, ``PhaseFacts``,
-``next_action``, ``new_worker_id``) are imported from here by cnkispider/context.py and
+``next_action``, ``new_worker_id``) are imported from here by cnkispider/runtime/context.py and
 tasks/feeder.py; new code imports them from their own modules.
 """
 

@@ -142,7 +142,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         report.longrepr = (
             f"{item.nodeid} installed a Twisted reactor in the test process (an import of "
             "twisted.internet.reactor, threads.deferToThread, reactor.callLater); code that may "
-            "run without a reactor uses scrapy.utils.asyncio.call_later or cnkispider.offload"
+            "run without a reactor uses scrapy.utils.asyncio.call_later or cnkispider.runtime.offload"
         )
     if report.when != "call" or _STARTED not in item.stash:
         return

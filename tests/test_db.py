@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from cnkispider.addon import ADDONS
 from cnkispider.exceptions import StorageError
+from cnkispider.runtime.addon import ADDONS
 from cnkispider.store import schema
 from cnkispider.store.db import mask_url, open_database
 
@@ -236,11 +236,11 @@ def _patent(i: int, **values) -> dict:
 
 
 def _pipeline(engine):
-    """A pipeline on ``engine`` in a crawl whose context (cnkispider.context) is open on a task."""
+    """A pipeline on ``engine`` in a crawl whose context (cnkispider.runtime.context) is open on a task."""
     from scrapy.utils.test import get_crawler
 
-    from cnkispider.context import CrawlContext, open_context
     from cnkispider.pipelines import DocumentPipeline
+    from cnkispider.runtime.context import CrawlContext, open_context
     from errors.recorder import ErrorRecorder
     from tasks.feeder import RoundFeeder
     from tasks.flow import TaskStore
@@ -284,8 +284,8 @@ def test_a_value_too_long_for_its_column_fails_only_its_document(mysql_url, capl
 @pytest.mark.slow  # over a second alone: a Scrapy crawler's pipeline on MariaDB
 def test_a_stored_document_clears_its_error_link_row_through_the_crawl_context(mysql_url):
     """The pipeline deletes the errorLink row of a document it stores, with the recorder of the
-    crawl context (cnkispider.context), whichever task listed it."""
-    from cnkispider.context import context_of
+    crawl context (cnkispider.runtime.context), whichever task listed it."""
+    from cnkispider.runtime.context import context_of
 
     engine = open_database(mysql_url)
     pipeline = _pipeline(engine)

@@ -17,10 +17,10 @@ import pytest
 import scrapy
 from scrapy.utils.test import get_crawler
 
-from cnkispider.addon import ADDONS
 from cnkispider.cnki.protocol import HOME_PATH, Protocol
 from cnkispider.exceptions import GaveUp
 from cnkispider.middlewares.useragent import UserAgentMiddleware
+from cnkispider.runtime.addon import ADDONS
 from tests.fixtures.middleware_site import (
     GRID,
     Site,

@@ -9,7 +9,7 @@ import asyncio
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from cnkispider.offload import RedisCalls, backoff
+from cnkispider.runtime.offload import RedisCalls, backoff
 from tests.fixtures.scheduling import in_loop
 from tests.fixtures.waiting import wait_until_async
 

@@ -12,9 +12,9 @@ from scrapy.utils.test import get_crawler
 from twisted.internet.error import ConnectionRefusedError as TxConnectionRefused
 
 from cnkispider import default_settings
-from cnkispider.addon import ADDONS
 from cnkispider.exceptions import ConfigError, GaveUp
 from cnkispider.middlewares.proxy import ProxyMiddleware
+from cnkispider.runtime.addon import ADDONS
 from proxy import BanPolicy, ProviderClient, ProviderError, Proxy, ProxyPool, mask, proxy_key
 from proxy.provider import parse_json, parse_lines
 from tests.fixtures.providers import BadProvider

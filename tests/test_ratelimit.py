@@ -19,12 +19,12 @@ from scrapy.exceptions import NotConfigured
 from scrapy.statscollectors import StatsCollector
 from scrapy.utils.test import get_crawler
 
-from cnkispider.addon import ADDONS
 from cnkispider.config import load_config
 from cnkispider.crawlsettings import crawler_settings
 from cnkispider.middlewares.ratelimit import RateLimitMiddleware
-from cnkispider.offload import ThreadIO
 from cnkispider.pace.store import Answer, PaceRule, SharedRateLimit
+from cnkispider.runtime.addon import ADDONS
+from cnkispider.runtime.offload import ThreadIO
 from tests.fixtures.clock import Clock
 from tests.fixtures.crawl_harness import compare
 from tests.fixtures.pace_model import Pace

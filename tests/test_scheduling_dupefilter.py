@@ -9,7 +9,7 @@ import pytest
 import scrapy
 from scrapy.utils.test import get_crawler
 
-from cnkispider.addon import ADDONS
+from cnkispider.runtime.addon import ADDONS
 from cnkispider.scheduling.dupefilter import BloomDupeFilter, bytes_for, layer_plan
 
 

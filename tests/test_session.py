@@ -14,10 +14,10 @@ import pytest
 import scrapy
 from scrapy.utils.test import get_crawler
 
-from cnkispider.addon import ADDONS
 from cnkispider.cnki.protocol import CLIENT_ID_PATH, GRID_PATH, HOME_PATH, Protocol
 from cnkispider.cnki.search import Search
 from cnkispider.cnki.session import SessionPool
+from cnkispider.runtime.addon import ADDONS
 from cnkispider.settings import DOWNLOADER_MIDDLEWARES
 
 CNKI_TURN_LIMIT = 15  # CNKI stops a session after this many page turns

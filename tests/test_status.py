@@ -27,9 +27,9 @@ from scrapy.exceptions import NotConfigured
 from scrapy.http import Request, Response
 from scrapy.utils.test import get_crawler
 
-from cnkispider.addon import ADDONS
 from cnkispider.cli import main
 from cnkispider.progress import ProgressLog
+from cnkispider.runtime.addon import ADDONS
 from cnkispider.status import collect, render, run_summary, watch
 from cnkispider.store.db import open_database
 from cnkispider.store.schema import documents, error_code, error_link, round_, task, worker

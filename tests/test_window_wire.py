@@ -19,8 +19,8 @@ from scrapy.statscollectors import StatsCollector
 from scrapy.utils.test import get_crawler
 
 from cnkispider.middlewares.ratelimit import RateLimitMiddleware
-from cnkispider.offload import ThreadIO
 from cnkispider.pace.store import SharedRateLimit
+from cnkispider.runtime.offload import ThreadIO
 from tests.fixtures.windows import assert_equal_to_the_truth_without_errors, cnki
 
 #: A stand-in that closes an address's window past 4 requests in a second, for 2 s.

@@ -47,8 +47,8 @@ from cnkispider import default_settings
 from cnkispider.cnki import refusals
 from cnkispider.cnki.protocol import DOCUMENT_KINDS
 from cnkispider.middlewares import Recent, refusal_of
-from cnkispider.offload import RedisCalls
 from cnkispider.pace.store import Answer, Closed, Limit, PaceRule, Reply, SharedRateLimit
+from cnkispider.runtime.offload import RedisCalls
 from cnkispider.store import redisconn
 from cnkispider.words.i18n import _
 
@@ -133,7 +133,7 @@ class RateLimitMiddleware:
         self._until: Recent = Recent(maxsize=8192)  # when each opens again (Redis clock, µs)
         # the Redis clock of the last reply, and time.monotonic() when it returned
         self._clock = (0, time.monotonic())
-        # one call to Redis in flight at a time, with backoff (see cnkispider.offload)
+        # one call to Redis in flight at a time, with backoff (see cnkispider.runtime.offload)
         self._calls = RedisCalls(
             self._next_call, self._call, self._reserved, self._failed, io=io, owner="Rate limit"
         )

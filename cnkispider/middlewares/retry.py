@@ -55,12 +55,12 @@ from cnkispider.cnki.refusals import (
     rejection_text,
     window_of,
 )
-from cnkispider.context import context_of
 from cnkispider.exceptions import GaveUp, HaltedRequest, RefusedPage, SessionLost
 from cnkispider.halting import ChallengeWatch, Cooldown
 from cnkispider.middlewares import refusal_of
 from cnkispider.middlewares.ratelimit import WINDOW_META
-from cnkispider.offload import in_thread
+from cnkispider.runtime.context import context_of
+from cnkispider.runtime.offload import in_thread
 from cnkispider.scheduling.outcome import hold
 from cnkispider.scheduling.scheduler import scheduler_cooldown
 from cnkispider.sessions import COOLING, NEEDS_PERSON

@@ -51,7 +51,7 @@ from cnkispider.cnki.protocol import (
 )
 from cnkispider.cnki.session import Session, SessionPool
 from cnkispider.exceptions import HaltedRequest, RefusedPage, SessionLost
-from cnkispider.offload import in_thread
+from cnkispider.runtime.offload import in_thread
 from cnkispider.scheduling.outcome import hold
 from cnkispider.sessions.runtime import VerifiedSessions
 from proxy.provider import proxy_key

@@ -10,7 +10,7 @@ Why: every request lives in Redis from the moment it is made until its outcome i
 a worker killed at any moment loses nothing (a popped request is leased, acknowledged only when
 its outcome is written: :mod:`.outcome`), and the engine never waits for Redis: every Redis call
 is one run of the queue's script (new requests with their dedupe, acks, renewals, the next pops)
-on a thread of its own (:class:`cnkispider.offload.RedisCalls`), and the engine takes requests
+on a thread of its own (:class:`cnkispider.runtime.offload.RedisCalls`), and the engine takes requests
 from a local buffer. Calls never overlap, so writes land in the order they were made, and a
 request's children are written before the ack of the request that produced them.
 
@@ -46,10 +46,11 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from cnkispider import default_settings, engineslot, signals
+from cnkispider import default_settings, signals
 from cnkispider.exceptions import SchedulerClosed
 from cnkispider.halting import Cooldown
-from cnkispider.offload import InlineIO, RedisCalls, ThreadIO
+from cnkispider.runtime import engineslot
+from cnkispider.runtime.offload import InlineIO, RedisCalls, ThreadIO
 from cnkispider.scheduling import defaults
 from cnkispider.scheduling.dupefilter import BloomDupeFilter
 from cnkispider.scheduling.outcome import (
@@ -154,7 +155,7 @@ class LeasedScheduler(DrainsAndAbandons, BaseScheduler):
         self._client = client
         self._buffer: deque[Request] = deque()
         self._writes = SyncBatch()
-        # one call to Redis in flight at a time, with backoff (see cnkispider.offload)
+        # one call to Redis in flight at a time, with backoff (see cnkispider.runtime.offload)
         self._calls = RedisCalls(
             self._next_batch, self._sync, self._synced, self._sync_failed, owner="Scheduler"
         )

@@ -41,10 +41,10 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.asyncio import sleep as loop_sleep
 from scrapy.utils.defer import deferred_from_coro
 
-from cnkispider import engineslot
 from cnkispider import signals as cnki_signals
-from cnkispider.context import context_of
-from cnkispider.offload import in_thread
+from cnkispider.runtime import engineslot
+from cnkispider.runtime.context import context_of
+from cnkispider.runtime.offload import in_thread
 from cnkispider.sessions import tickets
 from cnkispider.sessions.pool import WAITING_MESSAGE, SessionStore
 from cnkispider.words.i18n import _

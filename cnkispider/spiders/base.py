@@ -3,7 +3,7 @@
 A spider only decides what to request next and hands pages to the pure parsers in
 ``cnkispider.cnki`` (listgrid, detailpage). Where rounds come from (claims, leases, the recrawl phase) is flow
 control's business (``tasks.feeder``), and so is the task it crawls for, which the spider reads
-from the crawl context (``cnkispider.context``, ``self.context``); CNKI sessions, proxies and
+from the crawl context (``cnkispider.runtime.context``, ``self.context``); CNKI sessions, proxies and
 retries are the downloader middlewares'; writing failures down (errorCode, errorLink) and halting
 on a rejection is ``errors.middleware``'s; acknowledging a request once its outcome is written is
 the scheduler's.
@@ -41,11 +41,11 @@ from cnkispider.cnki import detailpage, listgrid
 from cnkispider.cnki.protocol import protocol_from_settings
 from cnkispider.cnki.refusals import ZERO_CHECK
 from cnkispider.cnki.search import Search
-from cnkispider.context import CrawlContext, context_of
 from cnkispider.drift import watched
 from cnkispider.exceptions import RefusedPage
 from cnkispider.items import FIELDS, ITEM_CLASSES, ROW_FIELDS
-from cnkispider.offload import in_thread
+from cnkispider.runtime.context import CrawlContext, context_of
+from cnkispider.runtime.offload import in_thread
 from cnkispider.spiders.canary import CanaryMixin
 from cnkispider.spiders.carry import carry, verified_session
 from cnkispider.spiders.census import CensusMixin
@@ -118,7 +118,7 @@ class RoundSpider(
 
     @property
     def context(self) -> CrawlContext | None:
-        """The task this spider crawls for (flow control opens it: ``cnkispider.context``)."""
+        """The task this spider crawls for (flow control opens it: ``cnkispider.runtime.context``)."""
         return context_of(self.crawler)
 
     def day_search(self, day, category: str | None = None, **cuts) -> Search:

@@ -27,7 +27,7 @@ from cnkispider.cnki import listgrid
 from cnkispider.cnki.refusals import SOFT_BLOCK, ZERO_CHECK, body_reason
 from cnkispider.cnki.search import Search
 from cnkispider.exceptions import HaltedRequest, RefusedPage
-from cnkispider.offload import in_thread
+from cnkispider.runtime.offload import in_thread
 
 #: Seconds a page waits for the answer of its day's canary, asked by another round's page.
 CANARY_WAIT = 60.0

@@ -29,7 +29,7 @@ from cnkispider.cnki.export_records import ExportAnswerError, parse_export
 from cnkispider.cnki.refusals import REJECTION, kind_of
 from cnkispider.exceptions import HaltedRequest, RefusedPage
 from cnkispider.items import DEFAULT_DEPTH, FIELDS, ITEM_CLASSES
-from cnkispider.offload import in_thread
+from cnkispider.runtime.offload import in_thread
 from cnkispider.store import doclinks
 from errors.middleware import failure_reason, record_download_failure, record_failure
 from tasks.selection import FIELDS as SELECTION_FIELDS

@@ -23,7 +23,7 @@ import scrapy
 from cnkispider.cnki.groups import FACET_PARTS, category_group, counts_of, parse_groups
 from cnkispider.cnki.search import Search
 from cnkispider.exceptions import HaltedRequest, RefusedPage
-from cnkispider.offload import in_thread
+from cnkispider.runtime.offload import in_thread
 from cnkispider.words.i18n import _
 from errors.middleware import failure_reason
 from tasks.parts import facet_codes

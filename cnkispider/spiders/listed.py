@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 
 from cnkispider import refresh
-from cnkispider.offload import in_thread
+from cnkispider.runtime.offload import in_thread
 from cnkispider.store import ledger
 
 

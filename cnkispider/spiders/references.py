@@ -30,7 +30,7 @@ from cnkispider.cnki import references
 from cnkispider.cnki.protocol import REFERENCES
 from cnkispider.cnki.refusals import body_reason
 from cnkispider.exceptions import HaltedRequest, RefusedPage
-from cnkispider.offload import in_thread
+from cnkispider.runtime.offload import in_thread
 from cnkispider.store import reference_rows
 from cnkispider.store.db import db_now, retrying
 from errors.middleware import failure_reason, record_failure

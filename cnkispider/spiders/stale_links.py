@@ -24,7 +24,7 @@ import scrapy
 
 from cnkispider.cnki import listgrid
 from cnkispider.cnki.search import Search
-from cnkispider.offload import in_thread
+from cnkispider.runtime.offload import in_thread
 from cnkispider.spiders.carry import carry
 from errors.middleware import record_failure
 

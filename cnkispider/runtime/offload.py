@@ -41,7 +41,7 @@ from twisted.internet import threads
 from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.python.failure import Failure
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("cnkispider.offload")  # its name before the move: log lines keep it
 
 
 async def in_thread(function, *args, **kwargs):
