@@ -3,7 +3,7 @@
 The counterpart of Scrapy's ``scrapy/settings/default_settings.py``: every upper-case name here is
 a Scrapy setting, and :class:`cnkispider.runtime.addon.DefaultSettings` (in ``ADDONS`` of
 ``cnkispider.settings``) installs them all at the ``addon`` priority, so the project settings,
-config.ini (mapped in :func:`cnkispider.crawlsettings.crawler_settings`), ``-s`` and a spider's
+config.ini (mapped in :func:`cnkispider.launch.crawlsettings.crawler_settings`), ``-s`` and a spider's
 ``custom_settings`` override them, and components read a setting without a fallback of their own.
 ``config.SCHEMA`` takes the default of each key that maps onto a setting from here, and
 constructors that have a default refer to these names.

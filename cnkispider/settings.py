@@ -3,7 +3,7 @@
 The defaults of every setting live in :mod:`cnkispider.default_settings`, installed by the
 add-on in ``ADDONS``; this module names the components, in the one table of their order, and
 what never changes. Scrapy's command line reads it (scrapy.cfg); config.ini is mapped onto it by
-:func:`cnkispider.crawlsettings.crawler_settings`, which `cnkispider run` calls with the file of
+:func:`cnkispider.launch.crawlsettings.crawler_settings`, which `cnkispider run` calls with the file of
 ``--config`` and `scrapy crawl` (the project's crawl command, ``COMMANDS_MODULE`` below) with
 config.ini or the file ``CNKI_CONFIG`` names, so both ways of starting a crawl behave the same.
 """

@@ -291,7 +291,7 @@ def test_a_config_ini_that_differs_from_the_task_row_is_warned_with_the_command(
     tmp_path, db_url, capsys
 ):
     from cnkispider.config import load_config
-    from cnkispider.preflight import preflight
+    from cnkispider.launch.preflight import preflight
 
     path = tmp_path / "config.ini"
     task = "[task]\nname = w\ntype = patent\nstart_date = 2024-01-01\nend_date = 2024-01-05\ncategories = {}\n"
@@ -445,7 +445,7 @@ def test_run_takes_scrapy_settings_and_feeds(capsys):
 
 def test_feeds_are_utf8_not_escapes():
     from cnkispider.config import load_config
-    from cnkispider.crawlsettings import crawler_settings
+    from cnkispider.launch.crawlsettings import crawler_settings
 
     assert crawler_settings(load_config(None, environ={}))["FEED_EXPORT_ENCODING"] == "utf-8"
 
@@ -676,7 +676,7 @@ def test_a_crawler_that_cannot_be_built_raises_its_own_error(crawl_ini):
 
 
 def test_good_setting_values_pass_the_check_as_typed():
-    from cnkispider.settingcheck import check_setting
+    from cnkispider.launch.settingcheck import check_setting
 
     for name, value in (
         ("RATELIMIT_RATE", "2.5"),

@@ -226,7 +226,7 @@ def test_workers_open_no_remote_shell_and_take_the_outage_time_from_config(tmp_p
     from scrapy.utils.test import get_crawler
 
     from cnkispider import settings as project_settings
-    from cnkispider.crawlsettings import crawler_settings
+    from cnkispider.launch.crawlsettings import crawler_settings
 
     config = load_config(write(tmp_path, "[database]\noutage_seconds = 90\n"), environ={})
     settings = crawler_settings(config)
@@ -262,7 +262,7 @@ def test_config_ini_defaults_are_the_settings_defaults(tmp_path, monkeypatch):
     default_settings (the few derived from others or made absolute excepted)."""
     import cnkispider.config.reader as config_module  # find_config looks beside the program
     from cnkispider import default_settings
-    from cnkispider.crawlsettings import crawler_settings
+    from cnkispider.launch.crawlsettings import crawler_settings
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(config_module, "executable_dir", lambda: tmp_path / "program")
@@ -282,7 +282,7 @@ def test_the_add_on_installs_every_default_below_the_project_settings(tmp_path):
     from scrapy.utils.test import get_crawler
 
     from cnkispider import default_settings
-    from cnkispider.crawlsettings import crawler_settings
+    from cnkispider.launch.crawlsettings import crawler_settings
 
     config = load_config(write(tmp_path, "[cnki]\nturn_limit = 7\n"), environ={})
     settings = get_crawler(settings_dict=crawler_settings(config)).settings
@@ -321,7 +321,7 @@ def test_the_order_of_the_components_is_one_table_whatever_config_ini_switches_o
     """config.ini switches components on and off, never moves one: every order a crawl gets is
     the table of cnkispider/settings.py, with the archive and the proxies off or on."""
     from cnkispider import settings as project
-    from cnkispider.crawlsettings import crawler_settings
+    from cnkispider.launch.crawlsettings import crawler_settings
 
     tables = ("DOWNLOADER_MIDDLEWARES", "SPIDER_MIDDLEWARES", "ITEM_PIPELINES", "EXTENSIONS")
     switched_on = (
@@ -337,7 +337,7 @@ def test_the_order_of_the_components_is_one_table_whatever_config_ini_switches_o
 def test_redis_prefix_is_one_key_with_a_checked_value(tmp_path):
     """[redis] prefix (default cnki:) reaches every key name of a crawl; a prefix the worker
     ACL pattern could not hold names the file, the section and the key."""
-    from cnkispider.crawlsettings import crawler_settings
+    from cnkispider.launch.crawlsettings import crawler_settings
 
     base = "[redis]\nurl = redis://127.0.0.1:6379/0\n"
     assert load_config(write(tmp_path, base), environ={}).redis_prefix == "cnki:"

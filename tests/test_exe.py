@@ -27,7 +27,7 @@ import pytest
 import sqlalchemy as sa
 
 from cnkispider.config import load_config
-from cnkispider.crawlsettings import crawler_settings
+from cnkispider.launch.crawlsettings import crawler_settings
 from cnkispider.store.schema import documents, error_code, error_link, task
 from tests.fixtures import exe as exe_support
 from tests.fixtures.build_once import build_key, build_once

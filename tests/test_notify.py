@@ -133,7 +133,7 @@ def test_the_waiting_message_links_the_pass_desk_when_the_page_has_a_public_addr
     ini.write_text("[web]\npublic_url = https://c.example/x/\n", encoding="utf-8")
     config = load_config(ini, environ={})
     assert config.raw["web"]["public_url"] == "https://c.example/x"
-    from cnkispider.crawlsettings import crawler_settings
+    from cnkispider.launch.crawlsettings import crawler_settings
 
     assert crawler_settings(config)["WEB_PUBLIC_URL"] == "https://c.example/x"
     ini.write_text("[web]\npublic_url = c.example\n", encoding="utf-8")

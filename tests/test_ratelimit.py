@@ -20,7 +20,7 @@ from scrapy.statscollectors import StatsCollector
 from scrapy.utils.test import get_crawler
 
 from cnkispider.config import load_config
-from cnkispider.crawlsettings import crawler_settings
+from cnkispider.launch.crawlsettings import crawler_settings
 from cnkispider.middlewares.ratelimit import RateLimitMiddleware
 from cnkispider.pace.store import Answer, PaceRule, SharedRateLimit
 from cnkispider.runtime.addon import ADDONS

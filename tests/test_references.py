@@ -233,8 +233,8 @@ def test_the_references_key_is_validated_and_off_by_default(tmp_path):
     from pathlib import Path
 
     from cnkispider.config import load_config
-    from cnkispider.crawlsettings import crawler_settings
     from cnkispider.exceptions import ConfigError
+    from cnkispider.launch.crawlsettings import crawler_settings
 
     shipped = load_config(Path(__file__).resolve().parents[1] / "config.ini", environ={})
     assert shipped.crawl["references"] is False

@@ -1,4 +1,4 @@
-"""`cnkispider run --reload` (cnkispider/reload.py): what counts as a code change, and a crawl
+"""`cnkispider run --reload` (cnkispider/launch/reload.py): what counts as a code change, and a crawl
 whose worker is restarted by a code change half-way that still ends equal to the ground truth."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import subprocess
 
 import sqlalchemy as sa
 
-from cnkispider.reload import ROOT, changed, snapshot, watched_paths, worker_command
+from cnkispider.launch.reload import ROOT, changed, snapshot, watched_paths, worker_command
 from cnkispider.store.schema import documents, round_
 from tests.fixtures.crawl_harness import compare, count_rows
 from tests.fixtures.waiting import wait_until

@@ -11,8 +11,8 @@ import pytest
 import sqlalchemy as sa
 
 from cnkispider.config import load_config
-from cnkispider.crawlsettings import crawler_settings
 from cnkispider.exceptions import ConfigError
+from cnkispider.launch.crawlsettings import crawler_settings
 from cnkispider.store import ledger as ledgers
 from cnkispider.store.db import db_now, open_database
 from cnkispider.store.schema import fill, ledger, ledger_fold, round_, task, worker

@@ -1,5 +1,5 @@
 """Issue 47, point 3: every ``-s KEY=VALUE`` checked against the setting's declared type and range
-before anything starts (cnkispider/settingcheck.py): one line, exit 2, nothing written. Each of
+before anything starts (cnkispider/launch/settingcheck.py): one line, exit 2, nothing written. Each of
 the settings a new user tried ran as if fine, idled, or ended in a traceback (or, for
 ``DOWNLOAD_TIMEOUT=nan``, failed every request and halted the task for every worker)."""
 

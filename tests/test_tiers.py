@@ -20,7 +20,7 @@ from cnkispider.clock import BEIJING, cnki_today
 from cnkispider.config import load_config
 from cnkispider.config.looktiers import DEFAULT_TIERS, Tier, due, parse_tiers, period_of, spans
 from cnkispider.exceptions import ConfigError, InputError
-from cnkispider.settingcheck import check_setting
+from cnkispider.launch.settingcheck import check_setting
 from cnkispider.status.plan import Costs, counted_days, follow_day
 from cnkispider.store.db import CLOCK_DAYS_ENV, open_database
 from cnkispider.store.schema import round_, task

@@ -366,8 +366,8 @@ def test_a_429_slows_the_pace_as_a_challenge_does_without_a_cooldown_of_its_own(
 
 def test_max_backoff_maps_onto_the_setting_and_a_bad_value_is_named(tmp_path):
     from cnkispider.config import load_config
-    from cnkispider.crawlsettings import crawler_settings
     from cnkispider.exceptions import ConfigError
+    from cnkispider.launch.crawlsettings import crawler_settings
 
     ini = tmp_path / "config.ini"
     ini.write_text("[crawl]\nmax_backoff = 90\n", encoding="utf-8")

@@ -1,4 +1,4 @@
-"""`cnkispider run --processes N` starts a worker that died again (cnkispider/workers.py), with
+"""`cnkispider run --processes N` starts a worker that died again (cnkispider/launch/workers.py), with
 real child processes whose exits are scripted through a file."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from cnkispider.workers import Workers, describe, overall, should_restart
+from cnkispider.launch.workers import Workers, describe, overall, should_restart
 
 # Each start appends a line to the file, then exits with the status of that start's position in
 # EXITS (the last one repeats); "kill" means the process kills itself with SIGKILL.

@@ -13,7 +13,7 @@ from cnkispider.clock import cnki_today
 from cnkispider.config import Config
 from cnkispider.exceptions import CnkiSpiderError, InputError, UnknownName
 from cnkispider.items import DOC_TYPES
-from cnkispider.preflight import parse_day, preflight, task_store
+from cnkispider.launch.preflight import parse_day, preflight, task_store
 from cnkispider.words import i18n
 from cnkispider.words.i18n import _
 from cnkispider.words.vocabulary import word
@@ -35,7 +35,7 @@ def crawl(
     from scrapy.crawler import CrawlerProcess
 
     from cnkispider import logs
-    from cnkispider.crawlsettings import crawler_settings
+    from cnkispider.launch.crawlsettings import crawler_settings
 
     named = preflight(config, task_arg=task)
     settings = crawler_settings(config)
@@ -139,7 +139,7 @@ def print_summary(config: Config, stats: dict, name: str | None = None) -> None:
 
 def cmd_run(config: Config, args) -> int:
     if getattr(args, "reload", False):  # workers as children, restarted on a code change
-        from cnkispider.reload import supervise
+        from cnkispider.launch.reload import supervise
 
         return supervise(args.config, args.command, args.processes or 1, task=args.task)
     if args.processes and args.processes > 1:
@@ -188,7 +188,7 @@ def process_count(text: str) -> int:
 
 def run_overrides(args) -> dict:
     """Scrapy settings from `run`'s -s KEY=VALUE, -o FILE and --verbose (as `scrapy crawl` has)."""
-    from cnkispider.settingcheck import check_setting
+    from cnkispider.launch.settingcheck import check_setting
 
     overrides: dict = {"CNKI_VERBOSE": bool(getattr(args, "verbose", False))}
     for pair in getattr(args, "set", None) or []:
@@ -241,7 +241,7 @@ def report_halt(config: Config, name: str | None = None) -> int:
 
 def run_processes(args) -> int:
     """N full workers on this machine, each its own process sharing Redis and the database; one
-    that dies is started again (cnkispider/workers.py)."""
+    that dies is started again (cnkispider/launch/workers.py)."""
     # Frozen (the .exe), the program is the command itself: `-m` would mean nothing to it.
     frozen = getattr(sys, "frozen", False)
     base = [sys.executable] if frozen else [sys.executable, "-m", "cnkispider.cli"]
@@ -262,7 +262,7 @@ def run_processes(args) -> int:
     if getattr(args, "until_idle", False):
         extra.append("--until-idle")
     # --processes 1: each is one worker (else each would read [crawl] processes and fork again)
-    from cnkispider.workers import Workers
+    from cnkispider.launch.workers import Workers
 
     return Workers([*base, args.command, "--processes", "1", *extra], args.processes).run()
 

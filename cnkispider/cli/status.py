@@ -7,7 +7,7 @@ from pathlib import Path
 
 from cnkispider.cli.common import add_command
 from cnkispider.config import Config
-from cnkispider.preflight import parse_day
+from cnkispider.launch.preflight import parse_day
 from cnkispider.words.i18n import _
 
 

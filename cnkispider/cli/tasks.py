@@ -10,7 +10,7 @@ from cnkispider.cli.common import add_command
 from cnkispider.config import Config
 from cnkispider.exceptions import InputError, StorageError, TaskRowError
 from cnkispider.items import DEFAULT_DEPTH, DOC_TYPES, check_depth
-from cnkispider.preflight import add_drift, check_task_input, parse_day, task_store
+from cnkispider.launch.preflight import add_drift, check_task_input, parse_day, task_store
 from cnkispider.words.i18n import _
 from cnkispider.words.vocabulary import halt_reason, word
 from tasks.rows import check_name, describe

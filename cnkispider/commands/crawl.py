@@ -2,8 +2,8 @@
 
 Scrapy reads the project's static settings (cnkispider/settings.py, data only); before it builds
 the crawler, this command loads config.ini (``CNKI_CONFIG`` names another file), maps it with
-:func:`cnkispider.crawlsettings.crawler_settings` and makes the checks `cnkispider run` makes
-(:func:`cnkispider.preflight.preflight`, with the task of ``-a task=NAME``), with its lines and
+:func:`cnkispider.launch.crawlsettings.crawler_settings` and makes the checks `cnkispider run` makes
+(:func:`cnkispider.launch.preflight.preflight`, with the task of ``-a task=NAME``), with its lines and
 exit codes: a bad config.ini, an unusable database or Redis, a bad [task] stops here with one
 line and exit status 2, not a traceback. So both ways of starting a crawl behave the same.
 
@@ -21,11 +21,11 @@ from scrapy.commands.crawl import Command as ScrapyCrawlCommand
 
 from cnkispider import logs
 from cnkispider.config import language_hint, load_config
-from cnkispider.crawlsettings import crawler_settings
 from cnkispider.exceptions import CnkiSpiderError, InputError
 from cnkispider.items import DOC_TYPES
-from cnkispider.preflight import preflight
-from cnkispider.settingcheck import check_setting
+from cnkispider.launch.crawlsettings import crawler_settings
+from cnkispider.launch.preflight import preflight
+from cnkispider.launch.settingcheck import check_setting
 from cnkispider.words import i18n
 from cnkispider.words.i18n import _
 from cnkispider.words.vocabulary import word

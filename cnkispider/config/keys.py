@@ -1,7 +1,7 @@
 """config.ini's keys: the one table of every key a section may hold (:data:`SCHEMA`), with the
 parser that checks its value and its default.
 
-A key that maps onto a Scrapy setting (in :func:`cnkispider.crawlsettings.crawler_settings`)
+A key that maps onto a Scrapy setting (in :func:`cnkispider.launch.crawlsettings.crawler_settings`)
 takes that setting's default, from :mod:`cnkispider.default_settings`; the rest are config.ini's
 own. A parser takes the raw text and returns the value, or raises ValueError saying what was
 expected (the reader, :mod:`cnkispider.config.reader`, names the file, section and key). A value

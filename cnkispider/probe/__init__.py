@@ -63,7 +63,7 @@ def probe_from_config(
     config, *, day=None, delay=3.0, save_dir=None, out=print, session_id=None, session_budget=0
 ) -> Probe:
     """The probe for the site config.ini points at, with the shipped category trees."""
-    from cnkispider.crawlsettings import crawler_settings
+    from cnkispider.launch.crawlsettings import crawler_settings
     from tasks.categories import load_tree
 
     settings = crawler_settings(config)

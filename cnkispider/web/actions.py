@@ -1,7 +1,7 @@
 """The actions of the web page: the ONLY module of cnkispider.web that steers anything.
 
 Each is one the command line has, called the way the command line calls it (the task store's
-steering, tasks/steering.py; the checks of cnkispider/preflight.py; the session pool's ways in,
+steering, tasks/steering.py; the checks of cnkispider/launch/preflight.py; the session pool's ways in,
 cnkispider/sessions/paste.py and waysin.py), so the page can never do what the CLI cannot:
 
     pause    cnkispider task pause NAME                  hand out nothing more; dates stay
@@ -61,7 +61,7 @@ def _store(config, engine):
 
 
 def _day(value, what: str) -> str | None:
-    from cnkispider.preflight import parse_day
+    from cnkispider.launch.preflight import parse_day
 
     return parse_day(value, what)
 

@@ -36,9 +36,9 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("cnkispider.reload")  # its name before the move: log lines keep it
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("cnkispider", "tasks", "proxy", "errors")
 WATCH_ENV = "CNKI_RELOAD_WATCH"
 POLL_SECONDS = 1.0

@@ -8,7 +8,7 @@ setting live in :mod:`cnkispider.default_settings`, installed by the add-on in `
 
 It starts from :mod:`cnkispider.settings`, which names the crawl's components in their order
 (one table; config.ini's keys switch them on and off, never move them), so this module sits
-above the crawl layer, with the checks before a crawl (:mod:`cnkispider.preflight`), and below
+above the crawl layer, with the checks before a crawl (:mod:`cnkispider.launch.preflight`), and below
 the entry points that use both.
 """
 

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from tasks.flow import TaskStore
     from tasks.rows import Task
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("cnkispider.preflight")  # its name before the move: log lines keep it
 
 
 def task_store(config: Config) -> TaskStore:
