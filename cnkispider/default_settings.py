@@ -155,7 +155,7 @@ PACE_WINDOW = 2.0  # seconds over which the site is assumed to count a pace
 PACE_TTL = 7 * 24 * 3600.0  # seconds an IP's learned pace is kept after its last use
 PACE_DIRECT_NAME = "direct"  # the IP name of requests without a proxy
 
-# -- SESSIONS_*: sessions a person verified (cnkispider/sessions/), NOTIFY_* (cnkispider/notify.py)
+# -- SESSIONS_*: sessions a person verified (cnkispider/sessions/), NOTIFY_* (cnkispider/watch/notify.py)
 
 # auto: plain sessions until CNKI checks for a person, then verified ones | verified | plain
 SESSIONS_MODE = "auto"
@@ -191,7 +191,7 @@ WEB_PUBLIC_URL = ""
 # -- the operator's language ([ui]; cnkispider/words/i18n.py, docs/TRANSLATING.md) ----------------------
 UI_LANGUAGE = ""  # zh_CN | en; empty: the locale's (LANG=zh_CN.UTF-8 gives Chinese), else English
 
-# -- TASKS_*, ERRORS_*: flow control (tasks/, errors/, cnkispider/halting.py) -------------------
+# -- TASKS_*, ERRORS_*: flow control (tasks/, errors/, cnkispider/watch/halting.py) -------------------
 
 TASKS_ENABLED = True
 TASKS_NAME = "default"
@@ -243,10 +243,10 @@ TASKS_UNREACHABLE_AFTER = 3
 TASKS_LOCAL_FAULT_STOPS = True
 ERRORS_ENABLED = True
 ERRORS_MAX_ATTEMPTS = 3
-# the markup drift alarm (cnkispider/drift.py): a field filled on most documents before and
+# the markup drift alarm (cnkispider/watch/drift.py): a field filled on most documents before and
 # empty on this many in a row halts the task; 0 turns it off
 CNKI_DRIFT_DOCUMENTS = 100
-# `cnkispider refresh-counts` (cnkispider/refresh.py): list pages only, their rows' counts stored
+# `cnkispider refresh-counts` (cnkispider/watch/refresh.py): list pages only, their rows' counts stored
 CNKI_COUNTS_ONLY = False
 # [crawl] references (cnkispider/spiders/references.py): a paper's reference list after its
 # detail page, one request per 10 entries (off: the list costs nothing)

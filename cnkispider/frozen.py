@@ -21,7 +21,7 @@ What differs from ``cnkispider run``, and why:
 
 Its exit status is the command's: 3 when the task is halted (CNKI rejected a query, one failure
 kept repeating, CNKI cannot be reached), with one line saying why and how to go on
-(``cnkispider task resume NAME``); see :mod:`cnkispider.halting`.
+(``cnkispider task resume NAME``); see :mod:`cnkispider.watch.halting`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ QUIET_LOGGERS = ("tldextract",)
 
 class _ProgressFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        from cnkispider.logs import console_shows
+        from cnkispider.watch.logs import console_shows
 
         if record.name.startswith(QUIET_LOGGERS) or not console_shows(record):
             return False

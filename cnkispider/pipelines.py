@@ -40,7 +40,6 @@ from scrapy.utils.asyncio import call_later, create_looping_call
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import defer, threads
 
-from cnkispider import drift
 from cnkispider import signals as cnki_signals
 from cnkispider.items import DEFAULT_DEPTH, doc_type_of
 from cnkispider.runtime.context import context_of
@@ -53,6 +52,7 @@ from cnkispider.store.storage import (
     row_for,
     upsert_documents,
 )
+from cnkispider.watch import drift
 from tasks.retention import fold
 
 logger = logging.getLogger(__name__)
@@ -295,7 +295,7 @@ class DocumentPipeline:
             self.stats.inc_value("storage/documents_written", len(indexes))
             self.stats.inc_value("storage/batches")
 
-    # -- the markup drift alarm (cnkispider/drift.py) ------------------------------------
+    # -- the markup drift alarm (cnkispider/watch/drift.py) ------------------------------------
 
     def _note_drift(self, conn, batch, indexes: list[int]):
         """Count the round documents' filled fields; the drift found, with its sample page."""

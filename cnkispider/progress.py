@@ -100,7 +100,7 @@ class ProgressLog:
         interval = settings.getfloat("PROGRESS_INTERVAL")
         if not interval:
             raise NotConfigured
-        from cnkispider import logs
+        from cnkispider.watch import logs
 
         # `scrapy crawl` too: the same console (-s LOG_FILE=... keeps every line in the file)
         # (only when a door set CNKI_VERBOSE: a test's own crawler keeps the loggers as they are)

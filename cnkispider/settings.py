@@ -109,5 +109,5 @@ EXTENSIONS = {
     "cnkispider.progress.ProgressLog": 600,
     # the worker's side of the verified-session pool, and the webhooks (waiting, halt, finish)
     "cnkispider.sessions.runtime.VerifiedSessions": 510,
-    "cnkispider.notify.Notifier": 520,
+    "cnkispider.watch.notify.Notifier": 520,
 }

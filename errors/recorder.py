@@ -12,7 +12,7 @@ An error row's life::
       '------- lease ran out / failed again --------'--- attempts > limit --> permanent
 
 A list-stage failure of the network itself (DNS, refused, timeout, reset:
-:data:`cnkispider.halting.NETWORK_REASONS`) is never permanent: CNKI was not asked, so nothing is
+:data:`cnkispider.watch.halting.NETWORK_REASONS`) is never permanent: CNKI was not asked, so nothing is
 known about the page; when the network stays down the circuit breaker halts the task instead.
 A round crawled again deletes its own errorCode rows (:meth:`ErrorRecorder.forget_round`, called
 by flow control in the transaction that re-opens the round), and a replayed page that parses
@@ -36,10 +36,10 @@ from sqlalchemy.engine import Engine
 
 from cnkispider import default_settings
 from cnkispider.cnki.protocol import DOCUMENT_KINDS, REFERENCES
-from cnkispider.halting import is_network
 from cnkispider.store import ledger
 from cnkispider.store.db import db_now, retried
 from cnkispider.store.schema import error_code, error_link
+from cnkispider.watch.halting import is_network
 
 logger = logging.getLogger(__name__)
 

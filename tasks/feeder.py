@@ -12,7 +12,7 @@ Phases of a task (``task.phase``)::
       |                                                                                          |
       '-------------------- end_date extended (the next claim sets crawl again) ------------------'
 
-Halting: the feeder runs the worker's circuit breaker (:class:`cnkispider.halting.Breaker`):
+Halting: the feeder runs the worker's circuit breaker (:class:`cnkispider.watch.halting.Breaker`):
 one reason repeating over list pages, or CNKI not reachable at all, halts the task; a rejection
 halts it at once. A halted task seeds nothing and marks no round done. A worker never closes on
 an idle timeout: it closes when its task is done or has no round due. The feeder is the one
@@ -46,12 +46,12 @@ from cnkispider import signals as cnki_signals
 from cnkispider.clock import cnki_today
 from cnkispider.config.looktiers import parse_tiers
 from cnkispider.exceptions import CnkiSpiderError, SchedulerClosed, TaskRowError
-from cnkispider.halting import Breaker
 from cnkispider.items import DEFAULT_DEPTH
 from cnkispider.runtime.context import CrawlContext, context_of, open_context
 from cnkispider.runtime.offload import in_thread
 from cnkispider.scheduling.outcome import ROUND_SEEDING, RoundScheduler
 from cnkispider.store.db import is_transient, open_database
+from cnkispider.watch.halting import Breaker
 from errors.middleware import LAST_ERROR_STAT
 from errors.recorder import ErrorRecorder
 from tasks.categories import DAY, round_label

@@ -11,13 +11,13 @@ from scrapy.utils.defer import deferred_from_coro
 
 from cnkispider import signals as cnki_signals
 from cnkispider.cnki.refusals import REJECTION, kind_of
-from cnkispider.halting import LOCAL_FAULT
 from cnkispider.runtime.offload import in_thread
+from cnkispider.watch.halting import LOCAL_FAULT
 
 # logs as the feeder did before its split (issue 49.2): operators know "tasks.feeder"
 logger = logging.getLogger("tasks.feeder")
 
-#: The stat holding the reason of a worker that stopped itself (cnkispider.halting.LOCAL_FAULT).
+#: The stat holding the reason of a worker that stopped itself (cnkispider.watch.halting.LOCAL_FAULT).
 LOCAL_FAULT_STAT = "local_fault"
 
 

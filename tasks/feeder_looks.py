@@ -1,7 +1,7 @@
 """The feeder's looks: a task that follows today claims its look when one is due (the rounds
 of the look-back re-opened, tasks/lookback.py), a look's census round seeded with the parts it
 recounts (tasks/parts.py), and the counts over the look-back refreshed by a process of their
-own (cnkispider/refresh.py) (a part of :class:`tasks.feeder.RoundFeeder`).
+own (cnkispider/watch/refresh.py) (a part of :class:`tasks.feeder.RoundFeeder`).
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import dataclasses
 import logging
 import subprocess
 
-from cnkispider import refresh
 from cnkispider import signals as cnki_signals
 from cnkispider.runtime.offload import in_thread
+from cnkispider.watch import refresh
 from cnkispider.words.i18n import _
 from tasks.parts import facet_codes
 
@@ -88,7 +88,7 @@ class FeederLooks:
     async def _refresh_counts(self) -> bool:
         """Refresh the counts over the look-back when due (True: it ran a refresh; the phase
         is asked again at the next idle). The crawl of ``NAME~counts`` is a process of its own
-        (``refresh-counts --claimed``, cnkispider/refresh.py), which this worker waits for: a
+        (``refresh-counts --claimed``, cnkispider/watch/refresh.py), which this worker waits for: a
         `run --until-idle` exits only once it is done. A refresh in flight is joined, once per
         claim by a worker (one that ends unfinished is taken up by the next run)."""
         if not self.follows or self.refresh_counts_every <= 0:

@@ -38,11 +38,11 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from cnkispider import refresh
 from cnkispider.clock import cnki_today
 from cnkispider.config.looktiers import Tier
 from cnkispider.store.db import db_now, retried
 from cnkispider.store.schema import ledger, round_, task
+from cnkispider.watch import refresh
 from tasks.categories import DAY
 from tasks.phase import Phase
 from tasks.roundstate import IN_FLIGHT, RoundState, move

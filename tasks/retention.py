@@ -12,7 +12,7 @@ Without it the database only grows: a ``worker`` row per process start, and a ``
   verdict and the sums of ``cnkispider status`` read the same numbers afterwards. Never inside
   a follow task's look-back (:func:`fold_window`): a look walks those rounds on their rows;
 - the ``fill`` rows (a row per round and watched field) of all but a task's latest
-  :data:`cnkispider.drift.RECENT_ROUNDS` rounds, the only ones the drift alarm and ``status``
+  :data:`cnkispider.watch.drift.RECENT_ROUNDS` rounds, the only ones the drift alarm and ``status``
   read, go with each fold (:func:`fold_fill`);
 - a worker folds when it starts and every ``DATABASE_FOLD_EVERY`` seconds after (6 hours), so
   one that follows today for months keeps the tables bounded (the pipeline's timer).
@@ -32,11 +32,11 @@ import threading
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from cnkispider.drift import RECENT_ROUNDS
 from cnkispider.store import ledger
 from cnkispider.store.db import db_now, retrying
 from cnkispider.store.schema import fill, round_, task
 from cnkispider.store.schema import ledger as ledger_table
+from cnkispider.watch.drift import RECENT_ROUNDS
 from tasks.roundstate import RoundState
 
 logger = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ def fold(
 
 def fold_fill(engine: Engine, keep: int = RECENT_ROUNDS) -> int:
     """Remove the ``fill`` rows of every task's rounds but its latest ``keep`` (by round id,
-    as :func:`cnkispider.drift.history` reads them); the rows removed."""
+    as :func:`cnkispider.watch.drift.history` reads them); the rows removed."""
     removed = 0
     with engine.connect() as conn:
         tasks = conn.execute(sa.select(fill.c.task_id).distinct()).scalars().all()

@@ -329,6 +329,6 @@ def describe(t: Task) -> str:
 
 
 def _halt_words(reason: str) -> str:
-    if reason.split(":", 1)[0].strip() == "paused":  # cnkispider.halting.PAUSE_REASON
+    if reason.split(":", 1)[0].strip() == "paused":  # cnkispider.watch.halting.PAUSE_REASON
         return mark("clause") + word("paused")
     return mark("clause") + _("halted: %(reason)s") % {"reason": halt_reason(reason)}

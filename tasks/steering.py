@@ -10,7 +10,7 @@ The operator steers a task by editing its row, from any MySQL client or the comm
 - changing cur_date / cur_code moves the cursor (``task move``): done rounds are crawled again
   when it passes them; days it jumps forward past without a round are skipped (tasks/skips.py).
 - categories, and the type while no round of the task exists (``task set``).
-- a halt (``task.halt_reason``, set by the circuit breaker, cnkispider/halting.py): nothing is
+- a halt (``task.halt_reason``, set by the circuit breaker, cnkispider/watch/halting.py): nothing is
   claimed until ``task resume`` lifts it and re-opens what failed for it.
 - following today (``task set --follow on|off``, tasks/lookback.py): the end date is today, moving;
   ``task stop`` ends it (the end date becomes today), ``task extend`` has nothing to do.
@@ -312,7 +312,7 @@ class Steering(TaskRows):
     def pause(self, key: int | str) -> Task:
         """Pause the task: nothing more is handed out, its dates stay as they are (a halt whose
         reason is the operator's: the rounds in flight drain and are crawled again on resume)."""
-        from cnkispider.halting import PAUSE_REASON, is_paused
+        from cnkispider.watch.halting import PAUSE_REASON, is_paused
 
         with self._command(key) as (conn, row):
             current = self._valid(row)
@@ -420,7 +420,7 @@ class Steering(TaskRows):
         return self.get(row.id), reopened
 
     def _resume_halted(self, conn, row, end_date: str | None) -> dict:
-        from cnkispider.halting import NETWORK_REASONS, is_network, slug_of
+        from cnkispider.watch.halting import NETWORK_REASONS, is_network, slug_of
 
         now = db_now(conn)
         slug = slug_of(row.halt_reason)

@@ -221,9 +221,9 @@ def test_status_in_every_state_is_chinese(chinese, capsys, tmp_path):
     with its last error and rows in both error tables."""
     import datetime as dt
 
-    from cnkispider.halting import Breaker
     from cnkispider.store.db import open_database
     from cnkispider.store.schema import error_code, error_link, task, worker
+    from cnkispider.watch.halting import Breaker
     from tasks.flow import TaskStore
     from tasks.phase import Phase
 

@@ -132,7 +132,7 @@ def _paper_detail_fields_are_filled(stored: list[dict]) -> None:
 
 
 def test_drift_verdict_names_the_field_and_the_round():
-    from cnkispider.drift import verdict
+    from cnkispider.watch.drift import verdict
 
     history = {
         "page_range": [(1, 60, 50), (2, 50, 40), (3, 60, 0), (4, 40, 0)],
@@ -257,7 +257,7 @@ def test_refresh_counts_of_a_patent_task_or_no_task_is_one_line(crawl_setup):
 
 def test_drift_counts_a_field_only_where_it_applies():
     """A run of 网络首发 papers or theses has no issue or pages: no drift of the source line."""
-    from cnkispider.drift import counts
+    from cnkispider.watch.drift import counts
 
     online = {"database": "期刊", "online_first": "1", "issn": "1001-1668", "abstract": "x"}
     issued = {"database": "期刊", "online_first": "", "page_range": "1-7", "issn": "1001-1668"}
@@ -277,7 +277,7 @@ def test_the_task_page_shows_the_fill_rates(sqlite_url, redis_url, tmp_path):
 
     from cnkispider.cli import main
     from cnkispider.config import load_config
-    from cnkispider.drift import note_fill
+    from cnkispider.watch.drift import note_fill
     from cnkispider.web import create_app
     from cnkispider.web.serve import UVICORN_OPTIONS
 

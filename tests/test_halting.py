@@ -17,18 +17,18 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from cnkispider.halting import Breaker, ChallengeWatch, Cooldown, halt_line
 from cnkispider.store import schema
 from cnkispider.store.db import open_database
 from cnkispider.store.schema import error_code, round_, task
+from cnkispider.watch.halting import Breaker, ChallengeWatch, Cooldown, halt_line
 from errors.recorder import ErrorRecorder
 from tasks.flow import TaskStore
 from tests.fixtures.crawl_harness import ROOT, CrawlSetup, compare
 from tests.fixtures.gate import REJECTION_WORDS, Gate
 from tests.fixtures.waiting import wait_until
 
-HALTED = 3  # cnkispider.halting.EXIT_HALTED, spelled out: the documented contract
-LOCAL_FAULT = 4  # cnkispider.halting.EXIT_LOCAL_FAULT: a worker that stopped itself
+HALTED = 3  # cnkispider.watch.halting.EXIT_HALTED, spelled out: the documented contract
+LOCAL_FAULT = 4  # cnkispider.watch.halting.EXIT_LOCAL_FAULT: a worker that stopped itself
 #: A round's first page answered with the soft block, and the canary asked on the same session
 #: (RoundSpider._zero_or_soft_block): two soft blocks before the retries begin.
 CANARY_EPISODE = 2

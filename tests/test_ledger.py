@@ -25,7 +25,7 @@ from tasks.flow import TaskStore
 from tasks.phase import Action, next_action
 from tests.fixtures.crawl_harness import compare
 
-HALTED = 3  # cnkispider.halting.EXIT_HALTED
+HALTED = 3  # cnkispider.watch.halting.EXIT_HALTED
 
 
 # -- database names by family -------------------------------------------------------------------

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from cnkispider.store.schema import task
 from tests.fixtures.crawl_harness import compare
 
-LOCAL_FAULT = 4  # cnkispider.halting.EXIT_LOCAL_FAULT, spelled out: the documented contract
+LOCAL_FAULT = 4  # cnkispider.watch.halting.EXIT_LOCAL_FAULT, spelled out: the documented contract
 
 
 @pytest.mark.slow  # two crawls in worker subprocesses

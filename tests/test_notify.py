@@ -1,4 +1,4 @@
-"""Webhooks (cnkispider.notify) against a real local HTTP receiver."""
+"""Webhooks (cnkispider.watch.notify) against a real local HTTP receiver."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 import pytest
 
 from cnkispider.config import ConfigError, load_config
-from cnkispider.notify import Notifier
+from cnkispider.watch.notify import Notifier
 from tests.fixtures.receiver import Receiver
 
 

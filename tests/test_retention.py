@@ -216,7 +216,7 @@ def test_a_year_of_daily_rounds_keeps_the_tables_bounded(db_url):
     """The worker's fold (at start and every DATABASE_FOLD_EVERY): the ledger keeps the rows of
     the rounds done within ledger_days (a follow task's: within its look-back + 30 days at
     least), the fill table a task's latest 200 rounds; the verdicts' counts are all kept."""
-    from cnkispider.drift import RECENT_ROUNDS
+    from cnkispider.watch.drift import RECENT_ROUNDS
 
     engine = open_database(db_url)
     store = TaskStore(engine)

@@ -818,7 +818,7 @@ def test_the_progress_log_announces_the_change_from_crawl_to_recrawl(caplog):
 def test_the_quiet_console_drops_scrapy_info_and_the_second_round_line_but_keeps_warnings():
     import logging
 
-    from cnkispider.logs import console_shows
+    from cnkispider.watch.logs import console_shows
 
     def record(name, level):
         return logging.LogRecord(name, level, __file__, 1, "m", None, None)

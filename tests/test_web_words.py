@@ -245,9 +245,9 @@ def test_a_chinese_page_has_no_english_word_in_any_state(served):
     """Every page the tests can bring about (the tasks in every state, their banners, each
     action's form, preview, result and refusal, the errors, the sessions form), asked in
     Chinese, shows no English word but names and codes."""
-    from cnkispider.halting import Breaker
     from cnkispider.sessions.pool import SessionStore, namespace_for
     from cnkispider.store.schema import error_code, error_link, fill, worker
+    from cnkispider.watch.halting import Breaker
     from cnkispider.web.actions import TASK_ACTIONS
     from tasks.phase import Phase
 

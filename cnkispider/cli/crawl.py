@@ -34,8 +34,8 @@ def crawl(
 
     from scrapy.crawler import CrawlerProcess
 
-    from cnkispider import logs
     from cnkispider.launch.crawlsettings import crawler_settings
+    from cnkispider.watch import logs
 
     named = preflight(config, task_arg=task)
     settings = crawler_settings(config)
@@ -155,13 +155,13 @@ def cmd_run(config: Config, args) -> int:
     if stats.get("finish_reason") == "halted":
         return report_halt(config, name)
     if stats.get("finish_reason") == "local_fault":  # tasks.feeder: this worker's own fault
-        from cnkispider.halting import EXIT_LOCAL_FAULT, local_fault_line
+        from cnkispider.watch.halting import EXIT_LOCAL_FAULT, local_fault_line
 
         print(local_fault_line(name, stats.get("local_fault", "")), file=sys.stderr)
         return EXIT_LOCAL_FAULT
     if stats.get("finish_reason") == "needs_person":  # [cnki] on_check = fail
-        from cnkispider.halting import EXIT_HALTED
         from cnkispider.sessions.pool import WAITING_MESSAGE
+        from cnkispider.watch.halting import EXIT_HALTED
 
         print(
             _("task %(name)s: stopped: %(why)s") % {"name": name, "why": _(WAITING_MESSAGE)},
@@ -228,7 +228,7 @@ def run_overrides(args) -> dict:
 def report_halt(config: Config, name: str | None = None) -> int:
     """The one line of a halted task (``name``, default config.ini's: its reason and the fix)
     on standard error; EXIT_HALTED."""
-    from cnkispider.halting import EXIT_HALTED, halt_line
+    from cnkispider.watch.halting import EXIT_HALTED, halt_line
 
     name = name or config.task.name
     try:
@@ -269,14 +269,14 @@ def run_processes(args) -> int:
 
 def cmd_refresh_counts(config: Config, args) -> int:
     """``refresh-counts TASK [--from DAY --to DAY]``: 被引/下载 read again from the list pages
-    (cnkispider/refresh.py); only cited, downloads and counted_at change."""
+    (cnkispider/watch/refresh.py); only cited, downloads and counted_at change."""
     import dataclasses
 
     import sqlalchemy as sa
 
-    from cnkispider import refresh
     from cnkispider.store.db import open_database
     from cnkispider.store.schema import task as task_table
+    from cnkispider.watch import refresh
 
     first, last = parse_day(args.from_day, "--from"), parse_day(args.to_day, "--to")
     engine = open_database(config.database_url)

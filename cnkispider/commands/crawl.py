@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING
 
 from scrapy.commands.crawl import Command as ScrapyCrawlCommand
 
-from cnkispider import logs
 from cnkispider.config import language_hint, load_config
 from cnkispider.exceptions import CnkiSpiderError, InputError
 from cnkispider.items import DOC_TYPES
 from cnkispider.launch.crawlsettings import crawler_settings
 from cnkispider.launch.preflight import preflight
 from cnkispider.launch.settingcheck import check_setting
+from cnkispider.watch import logs
 from cnkispider.words import i18n
 from cnkispider.words.i18n import _
 from cnkispider.words.vocabulary import word

@@ -96,7 +96,7 @@ def crawler_settings(config: Config) -> dict:
         "TASKS_ROUND_ATTEMPTS": crawl["round_attempts"],
         "TASKS_HEARTBEAT": crawl["heartbeat_seconds"],
         "TASKS_RECRAWL": crawl["recrawl"],
-        # when CNKI keeps saying no (cnkispider/halting.py)
+        # when CNKI keeps saying no (cnkispider/watch/halting.py)
         "TASKS_HALT_AFTER": crawl["halt_after"],
         "TASKS_HALT_WINDOW": crawl["halt_window"],
         "RETRY_CHALLENGE_SESSIONS": crawl["challenge_sessions"],

@@ -56,7 +56,6 @@ from cnkispider.cnki.refusals import (
     window_of,
 )
 from cnkispider.exceptions import GaveUp, HaltedRequest, RefusedPage, SessionLost
-from cnkispider.halting import ChallengeWatch, Cooldown
 from cnkispider.middlewares import refusal_of
 from cnkispider.middlewares.ratelimit import WINDOW_META
 from cnkispider.runtime.context import context_of
@@ -65,6 +64,7 @@ from cnkispider.scheduling.outcome import hold
 from cnkispider.scheduling.scheduler import scheduler_cooldown
 from cnkispider.sessions import COOLING, NEEDS_PERSON
 from cnkispider.sessions.runtime import VerifiedSessions
+from cnkispider.watch.halting import ChallengeWatch, Cooldown
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider

@@ -21,7 +21,7 @@ The exceptions, each on purpose:
   :func:`in_thread`.
 - ``proxy.provider`` calls the proxy provider with Scrapy's
   ``scrapy.utils.asyncio.run_in_thread``: ``proxy/`` imports nothing of ``cnkispider``.
-- ``cnkispider.notify`` posts each webhook on a daemon thread of its own (fire and forget,
+- ``cnkispider.watch.notify`` posts each webhook on a daemon thread of its own (fire and forget,
   nothing awaits it).
 """
 

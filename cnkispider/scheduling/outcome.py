@@ -42,8 +42,8 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from twisted.internet.defer import Deferred
 
-    from cnkispider.halting import Cooldown
     from cnkispider.scheduling.queue import LeasedQueue
+    from cnkispider.watch.halting import Cooldown
 
 logger = logging.getLogger(__name__)
 

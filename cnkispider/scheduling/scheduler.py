@@ -48,7 +48,6 @@ from twisted.python.failure import Failure
 
 from cnkispider import default_settings, signals
 from cnkispider.exceptions import SchedulerClosed
-from cnkispider.halting import Cooldown
 from cnkispider.runtime import engineslot
 from cnkispider.runtime.offload import InlineIO, RedisCalls, ThreadIO
 from cnkispider.scheduling import defaults
@@ -64,6 +63,7 @@ from cnkispider.scheduling.queue import Burial, Enqueue, Held, LeasedQueue, Sync
 from cnkispider.scheduling.reports import DrainsAndAbandons
 from cnkispider.scheduling.serialize import ReadPolicy, request_from_json, request_to_json
 from cnkispider.store import redisconn
+from cnkispider.watch.halting import Cooldown
 from cnkispider.words.i18n import ngettext
 
 if TYPE_CHECKING:
@@ -214,7 +214,7 @@ class LeasedScheduler(DrainsAndAbandons, BaseScheduler):
         self._kick()
 
     def cooldown(self) -> Cooldown | None:
-        """The task's shared challenge cool-down (cnkispider.halting), a key in this scheduler's
+        """The task's shared challenge cool-down (cnkispider.watch.halting), a key in this scheduler's
         Redis and namespace; None before the scheduler opened (no client yet)."""
         if self.queue is None or not self.namespace:
             return None

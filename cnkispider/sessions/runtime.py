@@ -332,7 +332,7 @@ class VerifiedSessions:
     # -- notifications ------------------------------------------------------------------------
 
     def _notify(self, event: str, text: str, desk_ticket: str | None = None) -> None:
-        from cnkispider.notify import Notifier
+        from cnkispider.watch.notify import Notifier
 
         notifier = self.crawler.get_extension(Notifier)
         if notifier is not None:
@@ -342,7 +342,7 @@ class VerifiedSessions:
         """A ticket for the waiting message's desk link (sessions/tickets.py), when a message
         with a link goes out; None if Redis is away (the link then asks for the token).
         Blocking: run in a thread."""
-        from cnkispider.notify import Notifier
+        from cnkispider.watch.notify import Notifier
 
         notifier = self.crawler.get_extension(Notifier)
         if notifier is None or not notifier.public_url:

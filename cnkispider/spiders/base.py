@@ -41,7 +41,6 @@ from cnkispider.cnki import detailpage, listgrid
 from cnkispider.cnki.protocol import protocol_from_settings
 from cnkispider.cnki.refusals import ZERO_CHECK
 from cnkispider.cnki.search import Search
-from cnkispider.drift import watched
 from cnkispider.exceptions import RefusedPage
 from cnkispider.items import FIELDS, ITEM_CLASSES, ROW_FIELDS
 from cnkispider.runtime.context import CrawlContext, context_of
@@ -55,6 +54,7 @@ from cnkispider.spiders.failures import FailuresMixin
 from cnkispider.spiders.listed import ListedRowsMixin, counted_now
 from cnkispider.spiders.references import ReferencesMixin
 from cnkispider.spiders.stale_links import StaleLinksMixin
+from cnkispider.watch.drift import watched
 from errors.middleware import record_failure
 from tasks.categories import DAY, covers
 from tasks.roundstate import CATEGORIES_NOTE

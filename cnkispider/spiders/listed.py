@@ -2,16 +2,16 @@
 others dropped by their rule and counted; every row noted in the ledger before its detail
 request is handed out (docs/RELIABILITY.md#every-listed-row-accounted-for); a look's round that
 lists what it listed before left as it stands; and counts-only mode's rows
-(cnkispider/refresh.py). A part of :class:`cnkispider.spiders.base.RoundSpider`.
+(cnkispider/watch/refresh.py). A part of :class:`cnkispider.spiders.base.RoundSpider`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 
-from cnkispider import refresh
 from cnkispider.runtime.offload import in_thread
 from cnkispider.store import ledger
+from cnkispider.watch import refresh
 
 
 def counted_now() -> str:
@@ -91,7 +91,7 @@ class ListedRowsMixin:
         return kept, drops
 
     async def _refresh_counts(self, meta: dict, kept: list, drops: list) -> None:
-        """Counts-only mode (cnkispider/refresh.py): the page's rows update the stored
+        """Counts-only mode (cnkispider/watch/refresh.py): the page's rows update the stored
         documents' cited, downloads and counted_at, and settle the round's ledger."""
         context = self.context
         if context is None:

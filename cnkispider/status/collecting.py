@@ -29,7 +29,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from cnkispider import default_settings, drift
+from cnkispider import default_settings
 from cnkispider.config.looktiers import parse_tiers, spans
 from cnkispider.exceptions import TaskRowError, UnknownName
 from cnkispider.items import DEFAULT_DEPTH, FIELDS
@@ -41,6 +41,7 @@ from cnkispider.store import doclinks
 from cnkispider.store.db import db_now
 from cnkispider.store.redisconn import EMBEDDED_IDLE
 from cnkispider.store.schema import error_code, error_link, fill, round_, task
+from cnkispider.watch import drift
 from cnkispider.words.i18n import _
 from tasks import lag
 from tasks.categories import DAY, round_label
@@ -334,7 +335,7 @@ def _follow(row) -> dict | None:
 
 def _fill(conn, task_id: int) -> dict[str, float]:
     """Issue 26: per detail field, the share of the documents of the task's latest rounds that
-    the parser filled it on (cnkispider/drift.py; {} for a database not upgraded yet)."""
+    the parser filled it on (cnkispider/watch/drift.py; {} for a database not upgraded yet)."""
     if not sa.inspect(conn).has_table(fill.name):
         return {}
     return drift.fill_rates(conn, task_id)

@@ -82,7 +82,7 @@ task = Table(
     Column("updated_at", DateTime),
     # Set when the task halts (a rejection, a failure repeating, CNKI unreachable): why, as
     # "<reason slug>: <words>". While set, no round is handed out or marked done and the phase
-    # does not move; `cnkispider task resume NAME` clears both (cnkispider/halting.py).
+    # does not move; `cnkispider task resume NAME` clears both (cnkispider/watch/halting.py).
     Column("halt_reason", String(500)),
     Column("halted_at", DateTime),
     # list | export | detail (cnkispider.items.DEPTHS); NULL = detail, today's crawl
@@ -279,7 +279,7 @@ audit = Table(
 )
 
 
-# The drift alarm's counts (cnkispider/drift.py): per round and detail field, how many stored
+# The drift alarm's counts (cnkispider/watch/drift.py): per round and detail field, how many stored
 # documents the parser filled it on. Written in the document upsert's transaction.
 fill = Table(
     "fill",

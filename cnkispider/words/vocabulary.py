@@ -87,11 +87,11 @@ WORDS = {
 
 
 #: A halt's reason is the breaker's code and its words (``rejected: ...``, stored as written);
-#: the operator's own halt has one fixed reason (cnkispider.halting.PAUSE_REASON), said here.
+#: the operator's own halt has one fixed reason (cnkispider.watch.halting.PAUSE_REASON), said here.
 HALT_REASONS = {"paused: by the operator": N_("paused by the operator")}
 
 
-#: The halt reasons the crawler writes (cnkispider.halting.Breaker, tasks.feeder, tasks.rounds),
+#: The halt reasons the crawler writes (cnkispider.watch.halting.Breaker, tasks.feeder, tasks.rounds),
 #: stored in English (SQL, the logs and `status --json` read them as written, whatever the
 #: language of the worker that halted), and shown in the reader's: each pattern's groups fill
 #: its marked sentence (in English the sentence is the stored text itself). A reason that matches none (an older wording, a hand-edited row) is

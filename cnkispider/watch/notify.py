@@ -42,7 +42,7 @@ from cnkispider.words.vocabulary import halt_reason
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("cnkispider.notify")  # its name before the move: log lines keep it
 
 FORMATS = ("json", "dingtalk", "wecom", "feishu")
 

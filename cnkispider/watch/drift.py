@@ -11,7 +11,7 @@ and after each batch the task's recent rounds are read back:
     of their id), halts the task: ``markup drift: page_range empty on 100 of 100 documents since
     round 812; sample page data/drift/<task>-page_range-812.html``.
 
-The halt is the task's ordinary halt (cnkispider/halting.py: ``halt_requested``): no round is
+The halt is the task's ordinary halt (cnkispider/watch/halting.py: ``halt_requested``): no round is
 handed out or closed until ``cnkispider task resume``; the documents stored before are not
 touched. ``window`` is the Scrapy setting ``CNKI_DRIFT_DOCUMENTS`` (100; 0 turns the alarm off).
 
