@@ -8,7 +8,7 @@ addresses, a 200-300 character abstract, a 300-500 character main claim: about 2
 as UTF-8), written with ``storage.upsert_documents`` in batches of 1000. Then exports them to CSV,
 each export in a fresh subprocess so that its peak resident memory (``ru_maxrss``) is its own:
 
-  stream     ``cnkispider.export.export`` (keyset pages of ``--batch`` rows)
+  stream     ``cnkispider.output.export.export`` (keyset pages of ``--batch`` rows)
   fetch-all  the naive way, for comparison: one SELECT of the whole table, ``.all()``, then write
 
 and prints peak RSS, the part of it the export added (peak minus the resident memory just before
@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 import sqlalchemy as sa  # noqa: E402
 
-from cnkispider.export import columns, export  # noqa: E402
 from cnkispider.items import FIELDS  # noqa: E402
+from cnkispider.output.export import columns, export  # noqa: E402
 from cnkispider.store.db import open_database  # noqa: E402
 from cnkispider.store.schema import documents  # noqa: E402
 from cnkispider.store.storage import chunked, row_for, upsert_documents  # noqa: E402

@@ -14,8 +14,8 @@ import pytest
 import sqlalchemy as sa
 
 from cnkispider.cli import main
-from cnkispider.export import columns, write_documents
 from cnkispider.items import FIELDS
+from cnkispider.output.export import columns, write_documents
 from cnkispider.store.db import open_database
 from cnkispider.store.schema import task
 from cnkispider.store.storage import row_for, upsert_documents

@@ -13,7 +13,7 @@ import openpyxl
 import pytest
 import rispy
 
-from cnkispider.export import columns
+from cnkispider.output.export import columns
 from tests.fixtures.formats import endnote_records, export_file, rendered_bibliography, stored_truth
 
 TYPES = ("paper", "patent", "achievement")

@@ -373,7 +373,7 @@ def test_status_and_the_web_page_say_it_follows_today_and_when_it_looks_next(cra
 
 
 def test_export_since_takes_a_day_or_a_time():
-    from cnkispider.export import since_value
+    from cnkispider.output.export import since_value
 
     assert since_value("2026-11-20") == "2026-11-20"
     assert since_value("2026-11-20 08:30") == "2026-11-20 08:30:00"

@@ -13,7 +13,7 @@ import openpyxl
 import pytest
 import rispy
 
-from cnkispider.export import columns
+from cnkispider.output.export import columns
 from tests.fixtures import launcher
 from tests.fixtures.formats import endnote_records, export_file, rendered_bibliography, stored_truth
 
@@ -353,8 +353,8 @@ def _rows(n: int):
 def _peak(n: int, fmt: str, tmp_path) -> int:
     import tracemalloc
 
-    from cnkispider import citations
-    from cnkispider.spreadsheet import write_xlsx
+    from cnkispider.output import citations
+    from cnkispider.output.spreadsheet import write_xlsx
 
     names = ("dbname", "filename", "title", "abstract", "cited", "downloads", "date", "counted_at")
     tracemalloc.start()

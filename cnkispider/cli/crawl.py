@@ -350,14 +350,14 @@ def _has_time(value: str | None) -> bool:
 
 
 def cmd_export(config: Config, args) -> int:
-    from cnkispider.export import export_command
+    from cnkispider.output.export import export_command
 
     return export_command(
         config,
         doc_type=args.type or config.task.type,
         fmt=args.format,
         out=args.out,
-        # a time ("YYYY-MM-DD HH:MM"): cnkispider.export.since_value reads it; a day: as every
+        # a time ("YYYY-MM-DD HH:MM"): cnkispider.output.export.since_value reads it; a day: as every
         # day an operator types
         since=args.since if _has_time(args.since) else parse_day(args.since, "--since"),
         task=args.task,

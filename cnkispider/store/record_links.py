@@ -1,7 +1,7 @@
 """The way back to a stored record on CNKI, and its language, as every export format gives them.
 
 Pure: a stored row (``dbname``, ``filename``, ``title``) in, a URL or a language tag out. Used by
-:mod:`cnkispider.citations` (RIS, BibTeX, EndNote, CSL JSON) and :mod:`cnkispider.spreadsheet`
+:mod:`cnkispider.output.citations` (RIS, BibTeX, EndNote, CSL JSON) and :mod:`cnkispider.output.spreadsheet`
 (the ``url`` and ``language`` columns). docs/FIELDS.md says which URL form and why.
 """
 

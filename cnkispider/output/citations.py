@@ -1,7 +1,7 @@
 """Stored documents as the records researchers' tools import: RIS, BibTeX, EndNote and CSL JSON.
 
 Pure: a stored row (a dict of ``cnkispider.items.FIELDS`` plus ``crawled_at``) in, one record out;
-:mod:`cnkispider.export` streams them into a file. docs/FIELDS.md has the mapping, and why.
+:mod:`cnkispider.output.export` streams them into a file. docs/FIELDS.md has the mapping, and why.
 
 Types
     paper        journal articles: RIS ``JOUR`` / ``@article`` / EndNote ``Journal Article`` /

@@ -8,14 +8,14 @@ Formats: ``csv`` is UTF-8 with a byte order mark (so Excel shows the Chinese) an
 quoting; ``jsonl`` has no BOM and typed counts (``INT_FIELDS``: ``"pages": 14``). A CSV cell
 that Excel would run as a formula gets a leading ``'`` unless ``raw_cells``. The reference
 managers' formats (``ris``, ``bibtex``, ``endnote``, ``csljson``: one JSON array, streamed an item
-at a time) come from :mod:`cnkispider.citations`. The details, and why: docs/INTERNALS.md and
+at a time) come from :mod:`cnkispider.output.citations`. The details, and why: docs/INTERNALS.md and
 docs/FIELDS.md.
 
 A file is written beside its target under a fresh name (``tempfile``, created with O_EXCL, so
 a file or symlink planted there is never opened or followed) and renamed over the target when
 complete. A missing folder, or a target that cannot be written, is one clear line.
 
-The rest of this module's story: docs/INTERNALS.md#cnkispiderexportpy.
+The rest of this module's story: docs/INTERNALS.md#cnkispideroutputexportpy.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from cnkispider import citations
 from cnkispider.exceptions import InputError, UnknownName
 from cnkispider.items import FIELDS, INTEGER_FIELDS
+from cnkispider.output import citations
 from cnkispider.store.schema import task
 from cnkispider.store.storage import iter_documents
 from cnkispider.words import i18n
@@ -105,7 +105,7 @@ def write_documents(
         engine, iter_documents(engine, doc_type, since=since, batch=batch, task_id=task_id)
     )
     if fmt == "xlsx":
-        from cnkispider.spreadsheet import write_xlsx
+        from cnkispider.output.spreadsheet import write_xlsx
 
         return write_xlsx(binary, (*names, *citations.LINK_COLUMNS), rows)
     text = io.TextIOWrapper(

@@ -24,8 +24,8 @@ from collections.abc import Iterable
 
 import xlsxwriter
 
-from cnkispider import citations
 from cnkispider.items import INTEGER_FIELDS
+from cnkispider.output import citations
 from cnkispider.store.record_links import record_language, record_url
 
 #: Columns that hold a count.
