@@ -252,7 +252,7 @@ CNKI_COUNTS_ONLY = False
 # detail page, one request per 10 entries (off: the list costs nothing)
 CNKI_REFERENCES = False
 
-# -- PROGRESS_*: cnkispider/progress.py ---------------------------------------------------------
+# -- PROGRESS_*: cnkispider/status/progress.py ---------------------------------------------------------
 
 PROGRESS_ENABLED = True
 PROGRESS_INTERVAL = 60.0  # seconds between progress lines

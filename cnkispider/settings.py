@@ -106,7 +106,7 @@ SPIDER_MIDDLEWARES = {
 ITEM_PIPELINES = {"cnkispider.pipelines.DocumentPipeline": 800}
 EXTENSIONS = {
     "tasks.feeder.RoundFeeder": 500,
-    "cnkispider.progress.ProgressLog": 600,
+    "cnkispider.status.progress.ProgressLog": 600,
     # the worker's side of the verified-session pool, and the webhooks (waiting, halt, finish)
     "cnkispider.sessions.runtime.VerifiedSessions": 510,
     "cnkispider.watch.notify.Notifier": 520,

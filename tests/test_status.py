@@ -28,9 +28,9 @@ from scrapy.http import Request, Response
 from scrapy.utils.test import get_crawler
 
 from cnkispider.cli import main
-from cnkispider.progress import ProgressLog
 from cnkispider.runtime.addon import ADDONS
 from cnkispider.status import collect, render, run_summary, watch
+from cnkispider.status.progress import ProgressLog
 from cnkispider.store.db import open_database
 from cnkispider.store.schema import documents, error_code, error_link, round_, task, worker
 from standin.client import start_site
@@ -773,7 +773,7 @@ def test_a_forced_stop_has_a_real_finish_reason_in_the_summary(engine):
 
 
 def test_the_progress_line_gives_percent_rate_and_eta_per_task():
-    from cnkispider.progress import task_line
+    from cnkispider.status.progress import task_line
 
     entry = {
         "name": "q1",

@@ -34,7 +34,7 @@ from cnkispider.words import i18n
 from tasks.feeder import RoundFeeder
 from tasks.phase import Phase
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("cnkispider.progress")  # its name before the move: log lines keep it
 
 
 SHOWN_ROUNDS = 4
