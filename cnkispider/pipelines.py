@@ -6,7 +6,7 @@ is what lets the scheduler acknowledge a request exactly when its outcome is wri
 "scraped" is an item stored), and it keeps blocking database I/O off the reactor.
 
 The raw-HTML archive (``[crawl] archive_html``) is not an item pipeline: it is a downloader
-middleware, ``cnkispider.archive.HtmlArchiveMiddleware``.
+middleware, ``cnkispider.middlewares.archive.HtmlArchiveMiddleware``.
 
 Failures, and what each item's outcome is:
 

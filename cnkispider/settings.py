@@ -86,7 +86,7 @@ DOWNLOADER_MIDDLEWARES = {
     "cnkispider.middlewares.session.SessionMiddleware": 480,
     "cnkispider.middlewares.useragent.UserAgentMiddleware": 500,
     "cnkispider.middlewares.referer.RefererMiddleware": 510,
-    "cnkispider.archive.HtmlArchiveMiddleware": 605,
+    "cnkispider.middlewares.archive.HtmlArchiveMiddleware": 605,
     "cnkispider.middlewares.retry.CnkiRetryMiddleware": 610,
     "cnkispider.middlewares.proxy.ProxyMiddleware": 620,
     "cnkispider.middlewares.ratelimit.RateLimitMiddleware": 630,
