@@ -456,7 +456,7 @@ def test_every_marked_word_has_its_chinese():
             marked = {m.id for m in read_po(f) if m.id}
     finally:
         pot.unlink(missing_ok=True)
-    po = ROOT / "cnkispider" / "locale" / "zh_CN" / "LC_MESSAGES" / "cnkispider.po"
+    po = ROOT / "cnkispider" / "words" / "locale" / "zh_CN" / "LC_MESSAGES" / "cnkispider.po"
     with po.open("rb") as f:
         catalogue = read_po(f)
     translated = {
@@ -495,7 +495,7 @@ def test_the_compiled_catalogue_is_the_one_translated():
 
     from babel.messages.pofile import read_po
 
-    folder = ROOT / "cnkispider" / "locale" / "zh_CN" / "LC_MESSAGES"
+    folder = ROOT / "cnkispider" / "words" / "locale" / "zh_CN" / "LC_MESSAGES"
     with (folder / "cnkispider.po").open("rb") as f:
         catalogue = read_po(f)
     with (folder / "cnkispider.mo").open("rb") as f:
