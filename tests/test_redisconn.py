@@ -177,7 +177,7 @@ def test_the_shared_test_redis_is_accepted(redis_url, tmp_path):
 @pytest.mark.timing  # asserts a wall-clock bound: `make test` runs it apart, after the parallel pass
 def test_a_killed_process_leaves_the_embedded_redis_running_for_the_next_one(tmp_path):
     code = (
-        "import os, signal; from cnkispider import redisconn; "
+        "import os, signal; from cnkispider.store import redisconn; "
         f"c = redisconn.connect('', {str(tmp_path)!r}); c.set('k', 'v'); "
         "os.kill(os.getpid(), signal.SIGKILL)"
     )
