@@ -44,6 +44,7 @@ from twisted.internet import threads
 
 from cnkispider import signals as cnki_signals
 from cnkispider.clock import cnki_today
+from cnkispider.cnki.groups import FACET_PARTS, FACET_SEEDING
 from cnkispider.config.looktiers import parse_tiers
 from cnkispider.exceptions import CnkiSpiderError, SchedulerClosed, TaskRowError
 from cnkispider.items import DEFAULT_DEPTH
@@ -357,18 +358,25 @@ class RoundFeeder(FeederHalts, FeederLooks, FeederPhase):
                 # it is marked seeded; its drain names it, so only this seeding's handlers may
                 # close the round (a late handler of an earlier one changes nothing).
                 seeding = secrets.token_hex(8)
+                held = round_
                 if round_.category == DAY:  # a look's census holds its day's parts
-                    round_ = await self._with_parts(round_)
-                for request in self.spider.round_requests(round_):
-                    if request.meta.get("round_id") == round_.id:
-                        request.meta[ROUND_SEEDING] = seeding
-                    self.crawler.engine.crawl(request)
-                # Seeded only once the first request is in Redis: a crash before that leaves
-                # the round claimed, and its lease hands it to another worker.
-                await self._flushed()
-                ours = await in_thread(
-                    self.store.mark_seeded, round_.id, self.worker_id, scheduler.epoch, seeding
-                )
+                    held = await self._with_parts(round_, seeding)
+                if held is None:  # taken over while its parts were read
+                    ours = False
+                else:
+                    round_ = held
+                    for request in self.spider.round_requests(round_):
+                        if request.meta.get("round_id") == round_.id:
+                            request.meta[ROUND_SEEDING] = seeding
+                        if FACET_PARTS in request.meta:  # its recount: bound to this seeding
+                            request.meta[FACET_SEEDING] = seeding
+                        self.crawler.engine.crawl(request)
+                    # Seeded only once the first request is in Redis: a crash before that
+                    # leaves the round claimed, and its lease hands it to another worker.
+                    await self._flushed()
+                    ours = await in_thread(
+                        self.store.mark_seeded, round_.id, self.worker_id, scheduler.epoch, seeding
+                    )
             except BaseException:
                 # This worker lives on: a round it failed to seed (the task row edited into
                 # nonsense since the claim, the database away) is handed back at once, rather

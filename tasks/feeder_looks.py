@@ -65,13 +65,17 @@ class FeederLooks:
         self.crawler.stats.inc_value("follow/rounds-reopened", look.reopened)
         return bool(look.reopened)
 
-    async def _with_parts(self, round_):
+    async def _with_parts(self, round_, seeding: str):
         """A look's census round with the parts it holds (tasks/parts.py), to be recounted by
         one group/result; parts the facet cannot count, or ``facet_counts`` off: every part is
-        re-opened now, walked from its first page as before (the census seeds its page 1)."""
+        re-opened now, walked from its first page as before (the census seeds its page 1).
+        Either way bound to ``seeding``, written to the census first; None when the census is
+        no longer this worker's (its new holder seeds it)."""
         parts = await in_thread(self.store.look_parts, round_.id)
         if not parts:
             return round_
+        if not await in_thread(self.store.bind_seeding, round_.id, self.worker_id, seeding):
+            return None
         if self.facet_counts and any(p.code in facet_codes(self.spider.doc_type) for p in parts):
             return dataclasses.replace(round_, parts=tuple(parts))
         if self.facet_counts:
@@ -82,7 +86,7 @@ class FeederLooks:
                 round_.day,
                 len(parts),
             )
-        await in_thread(self.store.recount_parts, round_.id, None)
+        await in_thread(self.store.recount_parts, round_.id, None, seeding=seeding)
         return round_
 
     async def _refresh_counts(self) -> bool:

@@ -17,6 +17,14 @@ part it does not name counts 0 only for a code the facet counts (:func:`facet_co
 worker seeding the census holds this duty, whatever its own ``facet_counts``: off, it re-opens
 every part before the census's page 1, so no part is ever left behind. Redone from the start
 when the census is taken over (a part re-opened already is in flight and is not touched).
+
+Bound to its seeding, as a drain is (tasks/closing.py ``close_round``): the census's seeding
+token is written to its row before its group/result leaves (:meth:`Parts.bind_seeding`: the
+answer may be handled by any worker, even before its seeder marks the census seeded), the
+request carries it (``FACET_SEEDING``), and the recount acts only while the census is in flight
+under that seeding. A late answer of an earlier seeding (its handler retried through a database
+outage while the census was taken over, or closed and re-opened by the next look) moves no
+part and leaves the census's note and total to the seeding that owns it.
 """
 
 from __future__ import annotations
@@ -89,27 +97,49 @@ class Parts(TaskRows):
             ).all()
         return [Part(r.id, r.category, r.total or 0) for r in rows]
 
+    @retried("binding a look's census to its seeding")
+    def bind_seeding(self, round_id: int, worker_id: str, seeding: str) -> bool:
+        """Write the seeding ``seeding`` to the look's census ``round_id`` this worker holds
+        claimed, before its group/result (or its parts' re-opening) is sent: the recount is
+        bound to it. True while the census is this worker's claim (run again after a lost
+        commit, the row read tells); False: taken over, the new holder seeds it."""
+        ours = [
+            round_.c.id == round_id,
+            round_.c.state == RoundState.CLAIMED,
+            round_.c.worker == worker_id,
+        ]
+        with self.engine.begin() as conn:  # not a move: no state changes, no updated_at
+            conn.execute(round_.update().where(*ours).values(seeding=seeding))
+            row = conn.execute(
+                sa.select(round_.c.id).where(*ours, round_.c.seeding == seeding)
+            ).first()
+        return row is not None
+
     @retried("recounting a look's parts")
     def recount_parts(
         self,
         round_id: int,
         counts: Mapping[str, int] | None,
         counted: frozenset[str] = frozenset(),
-    ) -> tuple[int, int]:
+        seeding: str | None = None,
+        note: str | None = None,
+    ) -> tuple[int, int] | None:
         """Decide the held parts of the look's census ``round_id`` by ``counts`` (``{code:
         count}`` of its day's facet; ``counted``: the codes the facet counts; None: re-open
-        every part). Returns (parts that stay done, parts re-opened). Only while the census is
-        in flight: a late answer of an earlier seeding of a census closed since moves nothing."""
+        every part). Returns (parts that stay done, parts re-opened), or None when the census
+        is not this seeding's to decide: closed since, or in flight under another ``seeding``
+        (None: a request of an older worker that named none, decided as before). ``note``: the
+        census's note, written with its total 0 in the same transaction (the day is its
+        parts')."""
+        where = [round_.c.id == round_id, round_.c.category == DAY, round_.c.state.in_(IN_FLIGHT)]
+        if seeding is not None:
+            where.append(round_.c.seeding == seeding)
         with self.engine.begin() as conn:
             census = conn.execute(
-                sa.select(round_.c.task_id, round_.c.day, round_.c.look).where(
-                    round_.c.id == round_id,
-                    round_.c.category == DAY,
-                    round_.c.state.in_(IN_FLIGHT),
-                )
+                sa.select(round_.c.task_id, round_.c.day, round_.c.look).where(*where)
             ).first()
             if census is None or census.look is None:
-                return 0, 0
+                return None
             now = db_now(conn)
             parts = conn.execute(
                 sa.select(round_.c.id, round_.c.category, round_.c.total).where(
@@ -149,4 +179,6 @@ class Parts(TaskRows):
                     lease_until=now - dt.timedelta(seconds=1),
                     attempts=0,
                 )
+            if note is not None:  # as set_note and set_total would, bound to this seeding
+                conn.execute(round_.update().where(*where).values(note=note[:500], total=0))
         return len(same), len(other)

@@ -42,12 +42,18 @@ def move(conn, table, where: list, now: dt.datetime, **values) -> int:
     (``where`` says which state it moves from); returns how many rows moved (1: this caller won
     the move, 0: another caller made it first, or the row is no longer in that state).
 
+    A round moved to ``claimed`` loses its seeding token (unless ``values`` give one).
     ``NOW`` stands for ``now``, the database's clock. ``updated_at`` is stamped ``now``: last, or
     where ``values`` place it. The assignments keep the caller's order: MySQL applies them left
     to right, so an assignment that reads a column sees it already assigned.
     """
     values = {k: now if v is NOW else v for k, v in values.items()}
     values.setdefault("updated_at", now)
+    if table is round_ and values.get("state") == RoundState.CLAIMED:
+        # claimed again (re-opened, taken over, by a look): no seeding owns the round until its
+        # next one is written (its seeder's bind_seeding or mark_seeded), so the late handler of
+        # an earlier seeding finds none of its own (tasks/parts.py, tasks/closing.py)
+        values.setdefault("seeding", None)
     return conn.execute(table.update().where(*where).values(**values)).rowcount
 
 

@@ -114,6 +114,87 @@ def test_a_look_with_facets_holds_a_split_day_s_parts_for_their_recount(db_url):
     engine.dispose()
 
 
+def _lapse(engine, round_id: int) -> None:
+    """The census's holder stops renewing its lease: any worker may take it over."""
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE round SET lease_until = :t WHERE id = :i"),
+            {"t": dt.datetime(2000, 1, 1), "i": round_id},
+        )
+
+
+def _note(engine, round_id: int) -> str | None:
+    with engine.connect() as conn:
+        return conn.execute(sa.select(round_.c.note).where(round_.c.id == round_id)).scalar()
+
+
+def test_a_late_recount_of_an_earlier_seeding_moves_nothing(db_url):
+    """A look's census seeded by worker 1, whose group/result answer is handled late (its
+    handler retried through a database outage); meanwhile worker 2 took the census over, seeded
+    it again and its answer decided the parts. The late answer of the first seeding, with its
+    older counts, moves no part (G would have been re-opened by them) and leaves the census's
+    note to the seeding that owns it, while the census is in flight, and again after it closed
+    and the next look re-opened it. Its holder's own answer, handled before the census is
+    marked seeded, is decided (the token is written before the request leaves)."""
+    engine = open_database(db_url)
+    store = TaskStore(engine, day_census=True)
+    start = TODAY - dt.timedelta(days=1)
+    current, _ = store.register("late", "patent", start.isoformat(), "", "G,H", follow=True)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE task SET cur_date = :d, cur_code = '*' WHERE id = :i"),
+            {"d": TODAY.isoformat(), "i": current.id},
+        )
+    ids = _split_day(engine, current.id, start.isoformat(), {"G": 7, "H": 5})
+    counted = facet_codes("patent")
+    look = store.claim_look(current.id, 5, 60, store.database_now(), facets=True)
+    assert look is not None and look.reopened == 1
+    first = store.claim(current.id, "worker-1", "epoch")
+    assert first is not None and first.id == ids[DAY]
+    assert store.bind_seeding(first.id, "worker-1", "seeding-1")
+    assert store.bind_seeding(first.id, "worker-1", "seeding-1")  # run again: still its own
+
+    # worker 1's lease lapses before its answer is handled: worker 2 takes the census over
+    _lapse(engine, first.id)
+    second = store.claim(current.id, "worker-2", "epoch")
+    assert second is not None and second.id == first.id
+    assert not store.bind_seeding(first.id, "worker-1", "seeding-1b")  # no longer its claim
+    assert store.bind_seeding(first.id, "worker-2", "seeding-2")
+    # worker 2's own answer, handled before it marks the census seeded: decided
+    assert store.recount_parts(
+        first.id, {"G": 7, "H": 6}, counted, seeding="seeding-2", note="by seeding 2"
+    ) == (1, 1)
+    assert store.mark_seeded(first.id, "worker-2", "epoch", "seeding-2")
+    after = _rows(engine, ids)
+    assert after["G"] == ("done", look.number, 7) and after["H"][0] == "claimed"
+
+    # the first seeding's late answer (G 8: it would re-open G): nothing moves
+    late = {"G": 8, "H": 5}
+    assert store.recount_parts(first.id, late, counted, seeding="seeding-1", note="x") is None
+    assert _rows(engine, ids) == after
+    assert _note(engine, first.id) == "by seeding 2"
+    assert store.recount_parts(first.id, None, seeding="seeding-1", note="x") is None
+    assert _rows(engine, ids) == after
+
+    # the day closes; the next look re-opens its census; the old answer comes later still
+    yesterday = dt.datetime.now(dt.UTC).replace(tzinfo=None) - dt.timedelta(days=1)
+    with engine.begin() as conn:
+        conn.execute(
+            round_.update()
+            .where(round_.c.id.in_(list(ids.values())))
+            .values(state="done", updated_at=yesterday)
+        )
+        conn.execute(sa.text("UPDATE task SET look_at = NULL WHERE id = :i"), {"i": current.id})
+    look2 = store.claim_look(current.id, 5, 60, store.database_now(), facets=True)
+    assert look2 is not None and look2.number > look.number
+    held = _rows(engine, ids)
+    assert held[DAY][0] == "claimed" and held["G"][0] == held["H"][0] == "done"
+    assert store.recount_parts(first.id, late, counted, seeding="seeding-1", note="x") is None
+    assert store.recount_parts(first.id, late, counted, seeding="seeding-2", note="x") is None
+    assert _rows(engine, ids) == held
+    engine.dispose()
+
+
 def test_facet_counts_in_config_ini(tmp_path):
     from cnkispider.config import load_config
     from cnkispider.exceptions import ConfigError

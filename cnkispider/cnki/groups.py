@@ -28,6 +28,7 @@ from cnkispider.exceptions import RefusedPage
 __all__ = [
     "CATEGORY_GROUPS",
     "FACET_PARTS",
+    "FACET_SEEDING",
     "GROUP_PATH",
     "GROUP_TITLES",
     "SINGLE_GROUP_PATH",
@@ -42,6 +43,9 @@ SINGLE_GROUP_PATH = "/kns8s/group/singleresult"  # expands one group (not used y
 #: meta of a look's group/result request: the parts it recounts (cnkispider/spiders/facets.py);
 #: its answer is a fragment, not a grid (the refusal middlewares let it through to the parser)
 FACET_PARTS = "facet_parts"
+#: meta of the same request: the census's seeding (tasks/parts.py), which the scheduler does
+#: not strip as it does the seed's own token; its recount acts only for that seeding
+FACET_SEEDING = "facet_seeding"
 
 # The group ids of the result page's left-hand facets, with their labels (a group of several
 # ids is one facet: its ids are joined with ||| in the form).

@@ -6,7 +6,9 @@ same search, counted by the facet of the task's categories (``cnki/groups.py``
 ``category_group``); :meth:`FacetsMixin.parse_facets` hands the counts to
 ``TaskStore.recount_parts``: a part whose count equals its total stays done with no list
 request, the others are re-opened and walked from their first page. Then the census closes as
-it did (``categories``, total 0: the day is still its parts').
+it did (``categories``, total 0: the day is still its parts'). The request carries the
+census's seeding (``FACET_SEEDING``): an answer handled after its seeding lost the census (taken
+over, or closed and re-opened by the next look) moves nothing (stat ``facets/late``).
 
 Anything odd falls back to each part's first page, still correct, and is said (INFO line, stat
 ``facets/fallback/<reason>``): group/result refused (its retries spent), an answer the parser
@@ -20,7 +22,13 @@ from __future__ import annotations
 
 import scrapy
 
-from cnkispider.cnki.groups import FACET_PARTS, category_group, counts_of, parse_groups
+from cnkispider.cnki.groups import (
+    FACET_PARTS,
+    FACET_SEEDING,
+    category_group,
+    counts_of,
+    parse_groups,
+)
 from cnkispider.cnki.search import Search
 from cnkispider.exceptions import HaltedRequest, RefusedPage
 from cnkispider.runtime.offload import in_thread
@@ -78,9 +86,18 @@ class FacetsMixin:
         except RefusedPage as exc:
             await self.facets_fell_back(meta, exc.reason, str(exc))
             return
-        same, walked = await in_thread(
-            self.context.tasks.recount_parts, meta["round_id"], counts, counted
+        decided = await in_thread(
+            self.context.tasks.recount_parts,
+            meta["round_id"],
+            counts,
+            counted,
+            seeding=meta.get(FACET_SEEDING),
+            note=FACETS_NOTE,
         )
+        if decided is None:
+            self._facets_too_late(meta)
+            return
+        same, walked = decided
         stats = self.crawler.stats
         stats.inc_value("facets/recounts")
         stats.inc_value("facets/parts-unchanged", same)
@@ -93,9 +110,17 @@ class FacetsMixin:
             same,
             walked,
         )
-        await self._census_by_parts(meta)
         return
         yield  # pragma: no cover - makes this an async generator
+
+    def _facets_too_late(self, meta: dict) -> None:
+        """The answer of a seeding that no longer owns the census (closed since, or seeded
+        again): it moves nothing; said at DEBUG and counted (stat ``facets/late``)."""
+        self.crawler.stats.inc_value("facets/late")
+        self.logger.debug(
+            "round %s: group/result of an earlier seeding answered late: nothing moved",
+            meta["round_id"],
+        )
 
     async def facets_failed(self, failure) -> None:
         """The group/result request failed for good: each part's first page instead."""
@@ -107,7 +132,16 @@ class FacetsMixin:
     async def facets_fell_back(self, meta: dict, reason: str, detail: str) -> None:
         """Every part re-opened (today's walk), the refusal said and counted."""
         self.crawler.stats.inc_value(f"facets/fallback/{reason}")
-        _same, walked = await in_thread(self.context.tasks.recount_parts, meta["round_id"], None)
+        decided = await in_thread(
+            self.context.tasks.recount_parts,
+            meta["round_id"],
+            None,
+            seeding=meta.get(FACET_SEEDING),
+            note=FACETS_NOTE,
+        )
+        if decided is None:
+            self._facets_too_late(meta)
+            return
         self.logger.info(
             _(
                 "round %s (%s): group/result refused or odd (%s): its %s parts walked from their "
@@ -116,13 +150,6 @@ class FacetsMixin:
             meta["round_id"],
             meta["search"].get("day_start"),
             reason,
-            walked,
+            decided[1],
         )
         self.logger.debug("group/result of round %s: %s", meta["round_id"], detail)
-        await self._census_by_parts(meta)
-
-    async def _census_by_parts(self, meta: dict) -> None:
-        """The census closes as a split day's does: total 0, the day its parts'."""
-        tasks = self.context.tasks
-        await in_thread(tasks.set_note, meta["round_id"], FACETS_NOTE)
-        await in_thread(tasks.set_total, meta["round_id"], 0)
