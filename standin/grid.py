@@ -228,8 +228,8 @@ class SearchGrid:
             self._challenge("soft_block", "turn_limit")
             return Response(200, markup.SOFT_BLOCK)
         refs = self.corpus.results(search)
-        if "census-short" in self.breaks and (search.codes or search.exact):
-            refs = [r for r in refs if r[-1] % CENSUS_SHORT_EVERY != CENSUS_SHORT_EVERY - 1]
+        if search.codes or search.exact:
+            refs = self._by_category(refs)
         total = len(refs)
         if total == 0:
             if page <= 1:
@@ -315,8 +315,20 @@ class SearchGrid:
             self.stats["rejections"][REJECTION_BODIES[search]] += 1
             return Response(200, search)  # what the grid answers this query
         self.stats["pages"]["group"] += 1
-        counts = facets.facet_counts(self.corpus, search) if isinstance(search, Search) else []
+        counts = (
+            facets.facet_counts(self.corpus, search, self._by_category)
+            if isinstance(search, Search)
+            else []
+        )
         return Response(200, facets.fragment(counts, asked[1]))
+
+    def _by_category(self, refs: list) -> list:
+        """What a search with a category condition lists of its results: all of them, or
+        with break ``census-short`` one in CENSUS_SHORT_EVERY lost (a document no category
+        reaches, so the category facet does not count it either)."""
+        if "census-short" not in self.breaks:
+            return refs
+        return [r for r in refs if r[-1] % CENSUS_SHORT_EVERY != CENSUS_SHORT_EVERY - 1]
 
     def _zero(self) -> Response:
         """A search with no results: CNKI's genuine zero, or (``zero_as_soft_block``) the soft

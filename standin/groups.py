@@ -28,13 +28,16 @@ FACET_TITLE = "学科"
 BAD_QUERY_JSON = markup.rejection("参数校验;字段【queryJson】校验失败")
 
 
-def facet_counts(corpus: Corpus, search) -> list[tuple[str, str, int]]:
-    """(code, label, count) of the search's rows per top-level category, empty ones left out."""
+def facet_counts(corpus: Corpus, search, listed=None) -> list[tuple[str, str, int]]:
+    """(code, label, count) of the search's rows per top-level category, empty ones left out.
+    ``listed``: what the grid lists of a category search's results (its breaks), so that a
+    count is what the grid's search with that category ticked totals."""
     tree = corpus.trees[search.doc_type]
     out = []
     for code in tree.top:
         ticked = dataclasses.replace(search, also=search.also + ((code,),))
-        count = len(corpus.results(ticked))
+        refs = corpus.results(ticked)
+        count = len(listed(refs) if listed is not None else refs)
         if count:
             out.append((code, tree.names.get(code, code), count))
     return out

@@ -25,6 +25,12 @@ request carries it (``FACET_SEEDING``), and the recount acts only while the cens
 under that seeding. A late answer of an earlier seeding (its handler retried through a database
 outage while the census was taken over, or closed and re-opened by the next look) moves no
 part and leaves the census's note and total to the seeding that owns it.
+
+A day's first census over the cap is split the same way (:meth:`Parts.split_day`): one
+group/result counts its rows by the facet, the census closes as ``categories`` and only the
+roots that list rows become due; a root the facet counts 0 is a part closed at once (done,
+total 0, note ``empty part``), never searched. Trusted only when every root is a code the facet
+counts and their counts add up to the census at least; else the day is walked as before.
 """
 
 from __future__ import annotations
@@ -39,8 +45,11 @@ import sqlalchemy as sa
 from cnkispider.store.db import db_now, retried
 from cnkispider.store.schema import round_
 from tasks.categories import DAY, load_tree
-from tasks.roundstate import IN_FLIGHT, RoundState, move
+from tasks.roundstate import CATEGORIES_NOTE, IN_FLIGHT, RoundState, move
 from tasks.rows import TaskRows
+
+#: round.note of a root round a census split by facet counts closed at once: the facet counts 0
+EMPTY_PART_NOTE = "empty part"
 
 
 @dataclass(frozen=True)
@@ -182,3 +191,47 @@ class Parts(TaskRows):
             if note is not None:  # as set_note and set_total would, bound to this seeding
                 conn.execute(round_.update().where(*where).values(note=note[:500], total=0))
         return len(same), len(other)
+
+    @retried("splitting a day by its facet counts")
+    def split_day(self, round_id: int, listed: int, empty: list[str]) -> bool:
+        """The census ``round_id`` listed ``listed`` rows, more than one search reaches: it
+        closes as ``categories`` (total 0: the day is its root rounds') and its roots in
+        ``empty`` (the facet counts 0) are parts done at once, so only the others are claimed
+        (tasks/claims.py ``_missing``). One transaction, only while the census is in flight
+        (False: closed since, a late answer); idempotent (a root round that exists is left as
+        it is)."""
+        where = [round_.c.id == round_id, round_.c.category == DAY, round_.c.state.in_(IN_FLIGHT)]
+        note = f"{CATEGORIES_NOTE}: census {listed}: split by group/result"
+        with self.engine.begin() as conn:
+            # the census's row first: a second handler of the same answer waits here
+            conn.execute(round_.update().where(*where).values(note=note, total=0))
+            census = conn.execute(
+                sa.select(round_.c.task_id, round_.c.day).where(*where, round_.c.note == note)
+            ).first()
+            if census is None:
+                return False
+            have = set(
+                conn.execute(
+                    sa.select(round_.c.category).where(
+                        round_.c.task_id == census.task_id,
+                        round_.c.day == census.day,
+                        round_.c.category.in_(empty),
+                    )
+                ).scalars()
+            )
+            now = db_now(conn)
+            for code in (c for c in empty if c not in have):
+                conn.execute(
+                    round_.insert().values(
+                        task_id=census.task_id,
+                        day=census.day,
+                        category=code,
+                        state=RoundState.DONE,
+                        total=0,
+                        note=EMPTY_PART_NOTE,
+                        attempts=0,
+                        created_at=now,
+                        updated_at=now,
+                    )
+                )
+        return True

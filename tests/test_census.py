@@ -5,6 +5,7 @@ own /_stats (requests by kind, searches: first pages, without a category, with n
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import pytest
 import sqlalchemy as sa
@@ -13,7 +14,7 @@ from cnkispider.store.schema import error_code, ledger, round_
 from tasks.categories import covers, load_tree
 from tasks.flow import TaskStore
 from tests.fixtures.crawl_harness import compare
-from tests.fixtures.crawls import IPC, YEAR
+from tests.fixtures.crawls import CAP, IPC, YEAR
 
 # at scale 0.002 (surge rows 300): Sat 2 March has no patent, Fri 1 March 72, Tue 5 March 307
 EMPTY, WITHIN, OVER = "2024-03-02", "2024-03-01", "2024-03-05"
@@ -119,7 +120,9 @@ def test_a_day_within_the_cap_is_one_round_and_equals_the_truth(census_crawl):
 
 @pytest.mark.slow  # a crawl in a worker subprocess
 def test_a_day_over_the_cap_splits_by_the_roots_and_equals_the_truth(census_crawl):
-    setup = census_crawl(OVER)
+    """[task] facet_counts off: the whole tree's census splits inside its round, a search per
+    root."""
+    setup = census_crawl(OVER, task_keys={"facet_counts": "off"})
     setup.run_ok(timeout=240)
     truth = setup.truth()
     assert len(truth) > 250
@@ -127,6 +130,7 @@ def test_a_day_over_the_cap_splits_by_the_roots_and_equals_the_truth(census_craw
     stats = setup.site.stats()
     assert stats["searches"]["uncategorised"] == 1
     assert stats["searches"]["first"] >= 1 + 8  # the census, then each root's search
+    assert stats["kinds"].get("group", 0) == 0
     rounds = _rounds(setup)
     assert [(r.category, r.state, r.total, r.stored) for r in rounds] == [
         ("*", "done", len(truth), len(truth))
@@ -134,6 +138,51 @@ def test_a_day_over_the_cap_splits_by_the_roots_and_equals_the_truth(census_craw
     assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] == 0
     report = _status(setup)
     assert report["rounds"]["total"] == report["rounds"]["finished"] == 1
+
+
+# 22 March at scale 0.0003: 13 patents, none under C, D, E or F; over a cap of 10
+SPARSE, SPARSE_SITE, SMALL_CAP = (
+    "2024-03-22",
+    {**YEAR, "scale": 0.0003},
+    {"cap_rows": 10, "page_size": 10},
+)
+
+
+@pytest.mark.slow  # crawls in worker subprocesses
+@pytest.mark.parametrize(
+    "day,site,cap", [(OVER, YEAR, CAP), (SPARSE, SPARSE_SITE, SMALL_CAP)], ids=["over", "sparse"]
+)
+def test_a_day_over_the_cap_split_by_its_facet_counts_equals_the_truth(
+    census_crawl, day, site, cap
+):
+    """[task] facet_counts on (the default): the census's page 1, then one group/result;
+    the day becomes its root rounds (its parts, which later looks recount with one request);
+    a root the facet counts 0 is closed at once (``empty part``) and never searched. The
+    crawl equals the truth, every root round lists its facet count, no error is recorded."""
+    setup = census_crawl(day, site=site, cnki=cap)
+    setup.run_ok(timeout=240)
+    truth = setup.truth()
+    assert len(truth) > cap["cap_rows"]
+    _equal_to_truth(setup)
+    per_root = Counter(d["main_ipc"][0] for d in truth)
+    assert max(per_root.values()) <= cap["cap_rows"]  # each root one search, no deeper split
+    empty = sorted(set(IPC.split(",")) - set(per_root))
+    assert (day == SPARSE) == bool(empty), empty  # the sparse day means something
+    stats = setup.site.stats()
+    assert stats["kinds"]["group"] == 1
+    assert stats["searches"]["uncategorised"] == 1
+    assert stats["searches"]["first"] == 1 + len(per_root)  # no search of an empty root
+    rounds = {r.category: r for r in _rounds(setup)}
+    census = rounds.pop("*")
+    assert (census.state, census.total) == ("done", 0)
+    assert census.note == f"categories: census {len(truth)}: split by group/result"
+    assert {code: (r.state, r.total, r.stored or 0) for code, r in rounds.items()} == {
+        code: ("done", per_root[code], per_root[code]) for code in IPC.split(",")
+    }
+    assert {code for code, r in rounds.items() if r.note == "empty part"} == set(empty)
+    assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] == 0
+    report = _status(setup)
+    assert report["rounds"]["total"] == report["rounds"]["finished"] == 1 + 8
 
 
 @pytest.mark.slow  # a crawl in a worker subprocess

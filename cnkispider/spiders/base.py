@@ -48,6 +48,7 @@ from cnkispider.runtime.offload import in_thread
 from cnkispider.spiders.canary import CanaryMixin
 from cnkispider.spiders.carry import carry, verified_session
 from cnkispider.spiders.census import CensusMixin
+from cnkispider.spiders.daysplit import DaySplitMixin
 from cnkispider.spiders.depth import DepthMixin
 from cnkispider.spiders.facets import FacetsMixin
 from cnkispider.spiders.failures import FailuresMixin
@@ -57,7 +58,6 @@ from cnkispider.spiders.stale_links import StaleLinksMixin
 from cnkispider.watch.drift import watched
 from errors.middleware import record_failure
 from tasks.categories import DAY, covers
-from tasks.roundstate import CATEGORIES_NOTE
 
 #: A list row's 数据库 that names a thesis's degree.
 THESIS_DEGREES = {"博士": "博士", "硕士": "硕士"}
@@ -71,6 +71,7 @@ DETAIL_RETRIES = 2
 class RoundSpider(
     CanaryMixin,
     CensusMixin,
+    DaySplitMixin,
     ListedRowsMixin,
     FailuresMixin,
     FacetsMixin,
@@ -92,6 +93,7 @@ class RoundSpider(
         *StaleLinksMixin.stale_link_callbacks,
         *ReferencesMixin.references_callbacks,
         *FacetsMixin.facets_callbacks,
+        *DaySplitMixin.daysplit_callbacks,
     )
     #: ``cnkispider refresh-counts`` (setting CNKI_COUNTS_ONLY): list pages only, counts updated
     counts_only = False
@@ -287,18 +289,18 @@ class RoundSpider(
                 if (
                     meta.get("census")
                     and page.total > self.protocol.cap
-                    and search.any_of
-                    and not self.covers_tree()
+                    and self.context is not None
                     and not await self._census_walked_before(meta)
                 ):
-                    # The census over the task's categories lists more than one search can
-                    # walk: the day's root rounds become due (a whole tree splits inside).
-                    self.crawler.stats.inc_value("census/categories")
-                    tasks = self.context.tasks
-                    note = f"{CATEGORIES_NOTE}: census {page.total}"
-                    await in_thread(tasks.set_note, meta["round_id"], note)
-                    await in_thread(tasks.set_total, meta["round_id"], 0)
-                    return
+                    # The census lists more than one search can walk: split by its facet
+                    # counts into root rounds (daysplit.py), else the day's root rounds become
+                    # due (some categories), else the whole tree splits inside the round.
+                    if self.split_by_facets():
+                        yield self.split_request(search, page.total, meta)
+                        return
+                    if search.any_of and not self.covers_tree():
+                        await self.census_by_categories(meta["round_id"], page.total)
+                        return
                 await in_thread(self.context.tasks.set_total, meta["round_id"], page.total)
                 if await self._counted_unchanged(meta, page.total):
                     return

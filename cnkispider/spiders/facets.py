@@ -49,6 +49,14 @@ class FacetsMixin:
 
     def facet_request(self, round_, search: Search) -> scrapy.FormRequest:
         """The group/result POST recounting the parts ``round_.parts`` of a look's census."""
+        parts = [[p.round_id, p.code, p.total] for p in round_.parts]
+        meta = {"round_id": round_.id, FACET_PARTS: parts}
+        return self.group_request(search, meta, self.parse_facets)
+
+    def group_request(self, search: Search, meta: dict, callback) -> scrapy.FormRequest:
+        """A group/result POST counting ``search``'s rows by the facet of the task's
+        categories; ``meta`` names what it is for (``FACET_PARTS``: the middlewares let its
+        fragment through to the parser, ``on_error`` hands its failure back here)."""
         group = category_group(self.doc_type)
         url, form, headers = self.protocol.group_request_args(search, [group])
         return scrapy.FormRequest(
@@ -59,33 +67,38 @@ class FacetsMixin:
                 "cnki_kind": "list",  # the grid's session, its refusals (cnki/refusals.py)
                 "doc_type": self.doc_type,
                 "task_id": self._task_id(),
-                "round_id": round_.id,
                 "search": search.to_dict(),
                 "page": 1,
-                FACET_PARTS: [[p.round_id, p.code, p.total] for p in round_.parts],
                 "facet_group": group,
+                **meta,
             },
-            callback=self.parse_facets,
+            callback=callback,
             errback=self.on_error,
             dont_filter=True,
         )
 
+    def facet_counts(self, response) -> dict[str, int]:
+        """The answer's ``{code: count}``; RefusedPage when it is refused or odd (no facet, or
+        codes the type's categories are not: never read as counts)."""
+        group = response.meta["facet_group"]
+        counts = counts_of(parse_groups(response.body, [group]), group)
+        strange = sorted(code for code in counts if code not in facet_codes(self.doc_type))
+        if strange:
+            raise RefusedPage(
+                "unexpected",
+                f"group/result {group}: codes {', '.join(strange[:5])} are not categories",
+            )
+        return counts
+
     async def parse_facets(self, response):
         """The day's facet counts: each part decided (tasks/parts.py ``recount_parts``)."""
         meta = response.meta
-        group = meta["facet_group"]
-        counted = facet_codes(self.doc_type)
         try:
-            counts = counts_of(parse_groups(response.body, [group]), group)
-            strange = sorted(code for code in counts if code not in counted)
-            if strange:
-                raise RefusedPage(
-                    "unexpected",
-                    f"group/result {group}: codes {', '.join(strange[:5])} are not categories",
-                )
+            counts = self.facet_counts(response)
         except RefusedPage as exc:
             await self.facets_fell_back(meta, exc.reason, str(exc))
             return
+        counted = facet_codes(self.doc_type)
         decided = await in_thread(
             self.context.tasks.recount_parts,
             meta["round_id"],

@@ -15,6 +15,7 @@ from cnkispider.cnki.groups import FACET_PARTS
 from cnkispider.cnki.search import Search
 from cnkispider.exceptions import SessionLost
 from cnkispider.scheduling.outcome import errback_lineage
+from cnkispider.spiders.daysplit import FACET_SPLIT
 from cnkispider.spiders.stale_links import STALE_LINK
 from errors.middleware import failure_reason, record_download_failure
 
@@ -39,6 +40,10 @@ class FailuresMixin:
         reason = failure_reason(failure.value)
         if meta.get("cnki_kind") == "export":
             await self.export_failed(failure)
+            return
+        if meta.get(FACET_SPLIT) is not None:  # a census's split (daysplit.py)
+            async for out in self.split_failed(failure):
+                yield out
             return
         if meta.get(FACET_PARTS) is not None:
             await self.facets_failed(failure)
