@@ -44,7 +44,7 @@ from twisted.internet import threads
 
 from cnkispider import signals as cnki_signals
 from cnkispider.clock import cnki_today
-from cnkispider.cnki.groups import FACET_PARTS, FACET_SEEDING
+from cnkispider.cnki.groups import FACET_SEEDING
 from cnkispider.config.looktiers import parse_tiers
 from cnkispider.exceptions import CnkiSpiderError, SchedulerClosed, TaskRowError
 from cnkispider.items import DEFAULT_DEPTH
@@ -359,17 +359,17 @@ class RoundFeeder(FeederHalts, FeederLooks, FeederPhase):
                 # close the round (a late handler of an earlier one changes nothing).
                 seeding = secrets.token_hex(8)
                 held = round_
-                if round_.category == DAY:  # a look's census holds its day's parts
-                    held = await self._with_parts(round_, seeding)
-                if held is None:  # taken over while its parts were read
+                if round_.category == DAY:  # a census: its split or recount bound to `seeding`
+                    held = await self._census_seeding(round_, seeding)
+                if held is None:  # taken over meanwhile
                     ours = False
                 else:
                     round_ = held
                     for request in self.spider.round_requests(round_):
                         if request.meta.get("round_id") == round_.id:
                             request.meta[ROUND_SEEDING] = seeding
-                        if FACET_PARTS in request.meta:  # its recount: bound to this seeding
-                            request.meta[FACET_SEEDING] = seeding
+                            if round_.category == DAY:  # kept in meta (the scheduler strips
+                                request.meta[FACET_SEEDING] = seeding  # ROUND_SEEDING)
                         self.crawler.engine.crawl(request)
                     # Seeded only once the first request is in Redis: a crash before that
                     # leaves the round claimed, and its lease hands it to another worker.

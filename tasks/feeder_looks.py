@@ -65,17 +65,18 @@ class FeederLooks:
         self.crawler.stats.inc_value("follow/rounds-reopened", look.reopened)
         return bool(look.reopened)
 
-    async def _with_parts(self, round_, seeding: str):
-        """A look's census round with the parts it holds (tasks/parts.py), to be recounted by
-        one group/result; parts the facet cannot count, or ``facet_counts`` off: every part is
+    async def _census_seeding(self, round_, seeding: str):
+        """A census round bound to ``seeding`` (written to its row first: its split by facet
+        counts, cnkispider/spiders/daysplit.py, and its recount act only for it), with the
+        parts it holds if a look re-opened it (tasks/parts.py), to be recounted by one
+        group/result; parts the facet cannot count, or ``facet_counts`` off: every part is
         re-opened now, walked from its first page as before (the census seeds its page 1).
-        Either way bound to ``seeding``, written to the census first; None when the census is
-        no longer this worker's (its new holder seeds it)."""
+        None when the census is no longer this worker's (its new holder seeds it)."""
+        if not await in_thread(self.store.bind_seeding, round_.id, self.worker_id, seeding):
+            return None
         parts = await in_thread(self.store.look_parts, round_.id)
         if not parts:
             return round_
-        if not await in_thread(self.store.bind_seeding, round_.id, self.worker_id, seeding):
-            return None
         if self.facet_counts and any(p.code in facet_codes(self.spider.doc_type) for p in parts):
             return dataclasses.replace(round_, parts=tuple(parts))
         if self.facet_counts:

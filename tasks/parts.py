@@ -18,19 +18,14 @@ worker seeding the census holds this duty, whatever its own ``facet_counts``: of
 every part before the census's page 1, so no part is ever left behind. Redone from the start
 when the census is taken over (a part re-opened already is in flight and is not touched).
 
-Bound to its seeding, as a drain is (tasks/closing.py ``close_round``): the census's seeding
-token is written to its row before its group/result leaves (:meth:`Parts.bind_seeding`: the
-answer may be handled by any worker, even before its seeder marks the census seeded), the
-request carries it (``FACET_SEEDING``), and the recount acts only while the census is in flight
-under that seeding. A late answer of an earlier seeding (its handler retried through a database
-outage while the census was taken over, or closed and re-opened by the next look) moves no
-part and leaves the census's note and total to the seeding that owns it.
+Bound to the census's seeding, as a drain is (tasks/closing.py ``close_round``): its token is
+written to the census before its request leaves (:meth:`Parts.bind_seeding`; any worker may
+handle the answer, even before the census is marked seeded), the request carries it
+(``FACET_SEEDING``), and a late answer of an earlier seeding moves nothing.
 
-A day's first census over the cap is split the same way (:meth:`Parts.split_day`): one
-group/result counts its rows by the facet, the census closes as ``categories`` and only the
-roots that list rows become due; a root the facet counts 0 is a part closed at once (done,
-total 0, note ``empty part``), never searched. Trusted only when every root is a code the facet
-counts and their counts add up to the census at least; else the day is walked as before.
+A day's first census over the cap is split by one group/result too (:meth:`Parts.split_day`,
+cnkispider/spiders/daysplit.py): only the roots that list rows are claimed; a root the facet
+counts 0 is a part done at once (total 0, note ``empty part``), never searched.
 """
 
 from __future__ import annotations
@@ -193,14 +188,19 @@ class Parts(TaskRows):
         return len(same), len(other)
 
     @retried("splitting a day by its facet counts")
-    def split_day(self, round_id: int, listed: int, empty: list[str]) -> bool:
+    def split_day(
+        self, round_id: int, listed: int, empty: list[str], seeding: str | None = None
+    ) -> bool:
         """The census ``round_id`` listed ``listed`` rows, more than one search reaches: it
         closes as ``categories`` (total 0: the day is its root rounds') and its roots in
         ``empty`` (the facet counts 0) are parts done at once, so only the others are claimed
         (tasks/claims.py ``_missing``). One transaction, only while the census is in flight
-        (False: closed since, a late answer); idempotent (a root round that exists is left as
-        it is)."""
+        (False: closed since, or in flight under another ``seeding``: a late answer of an
+        earlier seeding, whose counts may be older); idempotent (a root round that exists is
+        left as it is)."""
         where = [round_.c.id == round_id, round_.c.category == DAY, round_.c.state.in_(IN_FLIGHT)]
+        if seeding is not None:
+            where.append(round_.c.seeding == seeding)
         note = f"{CATEGORIES_NOTE}: census {listed}: split by group/result"
         with self.engine.begin() as conn:
             # the census's row first: a second handler of the same answer waits here

@@ -195,6 +195,44 @@ def test_a_late_recount_of_an_earlier_seeding_moves_nothing(db_url):
     engine.dispose()
 
 
+def test_a_late_split_of_an_earlier_seeding_splits_nothing(db_url):
+    """A census over the cap seeded by worker 1 (its split answer handled late), taken over by
+    worker 2 before the answer came: worker 1's answer, whose counts may be older, neither
+    closes the census as split nor closes a root as an empty part; worker 2's does, once (run
+    again, it changes nothing); and the first seeding's answer after that still does nothing."""
+    engine = open_database(db_url)
+    store = TaskStore(engine, day_census=True)
+    day = (TODAY - dt.timedelta(days=3)).isoformat()
+    current, _ = store.register("split", "patent", day, day, "A,B,C,D,E,F,G,H")
+    census = store.claim(current.id, "worker-1", "epoch")
+    assert census is not None and census.category == DAY
+    assert store.bind_seeding(census.id, "worker-1", "seeding-1")
+    _lapse(engine, census.id)
+    assert store.claim(current.id, "worker-2", "epoch").id == census.id
+    assert store.bind_seeding(census.id, "worker-2", "seeding-2")
+
+    def day_rows():
+        with engine.connect() as conn:
+            return {
+                r.category: (r.state, r.total, r.note)
+                for r in conn.execute(
+                    sa.select(round_.c.category, round_.c.state, round_.c.total, round_.c.note)
+                )
+            }
+
+    before = day_rows()
+    assert not store.split_day(census.id, 700, ["C", "D", "E"], seeding="seeding-1")
+    assert day_rows() == before  # nothing split, no empty part
+    assert store.split_day(census.id, 700, ["D"], seeding="seeding-2")
+    after = day_rows()
+    assert after["*"] == ("claimed", 0, "categories: census 700: split by group/result")
+    assert after["D"] == ("done", 0, "empty part") and set(after) == {"*", "D"}
+    assert store.split_day(census.id, 700, ["D"], seeding="seeding-2")  # again: the same
+    assert not store.split_day(census.id, 690, ["C", "D", "E"], seeding="seeding-1")
+    assert day_rows() == after
+    engine.dispose()
+
+
 def test_facet_counts_in_config_ini(tmp_path):
     from cnkispider.config import load_config
     from cnkispider.exceptions import ConfigError

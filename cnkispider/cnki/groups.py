@@ -43,8 +43,9 @@ SINGLE_GROUP_PATH = "/kns8s/group/singleresult"  # expands one group (not used y
 #: meta of a look's group/result request: the parts it recounts (cnkispider/spiders/facets.py);
 #: its answer is a fragment, not a grid (the refusal middlewares let it through to the parser)
 FACET_PARTS = "facet_parts"
-#: meta of the same request: the census's seeding (tasks/parts.py), which the scheduler does
-#: not strip as it does the seed's own token; its recount acts only for that seeding
+#: meta of a census's seed (its page 1, or a look's group/result) and of its split request: the
+#: census's seeding (tasks/parts.py), which the scheduler does not strip as it does the seed's
+#: own token; the split or recount its facet counts decide acts only for that seeding
 FACET_SEEDING = "facet_seeding"
 
 # The group ids of the result page's left-hand facets, with their labels (a group of several

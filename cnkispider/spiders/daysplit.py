@@ -10,7 +10,9 @@ walked from their first page (a root still over the cap splits inside its round,
 children, then by sort order). Later looks recount those parts with one request
 (cnkispider/spiders/facets.py), so a late document costs the pages of its part, not its day.
 
-Trusted only when it can be checked: every root is a code the facet counts (tasks/parts.py
+Bound to the census's seeding (written to its row before its page 1 leaves, carried by page 1
+and its group/result): the late answer of an earlier seeding, whose counts may be older, splits
+nothing (stat ``facets/late``). Trusted only when it can be checked: every root is a code the facet counts (tasks/parts.py
 ``facet_codes``) and the roots' counts add up to the census at least (a document under two
 roots counts twice). Anything else (refused, odd, codes the facet does not count, counts short
 of the census) walks the day as before, still correct, and is said (INFO line, stat
@@ -21,7 +23,7 @@ against the census (cnkispider/spiders/census.py).
 
 from __future__ import annotations
 
-from cnkispider.cnki.groups import FACET_PARTS
+from cnkispider.cnki.groups import FACET_PARTS, FACET_SEEDING
 from cnkispider.cnki.search import Search
 from cnkispider.exceptions import HaltedRequest, RefusedPage
 from cnkispider.runtime.offload import in_thread
@@ -43,13 +45,13 @@ class DaySplitMixin:
 
     def split_by_facets(self) -> bool:
         """``[task] facet_counts`` is on: a census over the cap is split by its counts."""
-        return self.context is not None and self.crawler.settings.getbool(
-            "TASKS_FACET_COUNTS", True
-        )
+        return self.context is not None and self.crawler.settings.getbool("TASKS_FACET_COUNTS")
 
     def split_request(self, search: Search, listed: int, meta: dict):
         """The group/result of census ``meta['round_id']``, which listed ``listed`` rows."""
         split = {"round_id": meta["round_id"], FACET_SPLIT: listed, FACET_PARTS: []}
+        if meta.get(FACET_SEEDING):  # the census's seeding, its seed's: the split is bound to it
+            split[FACET_SEEDING] = meta[FACET_SEEDING]
         return self.group_request(search, {**carry(meta), **split}, self.parse_split)
 
     async def parse_split(self, response):
@@ -74,9 +76,10 @@ class DaySplitMixin:
             return
         empty = [root for root in roots if counts.get(root, 0) == 0]
         tasks = self.context.tasks
-        if not await in_thread(tasks.split_day, meta["round_id"], listed, empty):
+        seeding = meta.get(FACET_SEEDING)
+        if not await in_thread(tasks.split_day, meta["round_id"], listed, empty, seeding):
             self.crawler.stats.inc_value("facets/late")
-            return  # the census closed since (a late answer): nothing moves
+            return  # the census closed or seeded again since (a late answer): nothing moves
         stats = self.crawler.stats
         stats.inc_value("census/categories")
         stats.inc_value("facets/splits")
