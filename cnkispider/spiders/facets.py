@@ -98,17 +98,8 @@ class FacetsMixin:
         except RefusedPage as exc:
             await self.facets_fell_back(meta, exc.reason, str(exc))
             return
-        counted = facet_codes(self.doc_type)
-        decided = await in_thread(
-            self.context.tasks.recount_parts,
-            meta["round_id"],
-            counts,
-            counted,
-            seeding=meta.get(FACET_SEEDING),
-            note=FACETS_NOTE,
-        )
+        decided = await self._recount(meta, counts)
         if decided is None:
-            self._facets_too_late(meta)
             return
         same, walked = decided
         stats = self.crawler.stats
@@ -126,14 +117,25 @@ class FacetsMixin:
         return
         yield  # pragma: no cover - makes this an async generator
 
-    def _facets_too_late(self, meta: dict) -> None:
-        """The answer of a seeding that no longer owns the census (closed since, or seeded
-        again): it moves nothing; said at DEBUG and counted (stat ``facets/late``)."""
-        self.crawler.stats.inc_value("facets/late")
-        self.logger.debug(
-            "round %s: group/result of an earlier seeding answered late: nothing moved",
+    async def _recount(self, meta: dict, counts: dict[str, int] | None):
+        """The parts decided by ``counts`` (None: every part re-opened), for the census's
+        seeding; None when that seeding no longer owns the census (closed since, or seeded
+        again): nothing moved, said at DEBUG and counted (stat ``facets/late``)."""
+        decided = await in_thread(
+            self.context.tasks.recount_parts,
             meta["round_id"],
+            counts,
+            facet_codes(self.doc_type),
+            seeding=meta.get(FACET_SEEDING),
+            note=FACETS_NOTE,
         )
+        if decided is None:
+            self.crawler.stats.inc_value("facets/late")
+            self.logger.debug(
+                "round %s: group/result of an earlier seeding answered late: nothing moved",
+                meta["round_id"],
+            )
+        return decided
 
     async def facets_failed(self, failure) -> None:
         """The group/result request failed for good: each part's first page instead."""
@@ -145,15 +147,8 @@ class FacetsMixin:
     async def facets_fell_back(self, meta: dict, reason: str, detail: str) -> None:
         """Every part re-opened (today's walk), the refusal said and counted."""
         self.crawler.stats.inc_value(f"facets/fallback/{reason}")
-        decided = await in_thread(
-            self.context.tasks.recount_parts,
-            meta["round_id"],
-            None,
-            seeding=meta.get(FACET_SEEDING),
-            note=FACETS_NOTE,
-        )
+        decided = await self._recount(meta, None)
         if decided is None:
-            self._facets_too_late(meta)
             return
         self.logger.info(
             _(
