@@ -215,3 +215,48 @@ def test_days_of_weekdays_nothing_shows_are_counted_and_said():
     plan = estimate(week, {"2024-03-05": 300}, costs, sampled={"2024-03-16": 2})  # and a Saturday
     assert plan["days_of_unshown_weekdays"] == 5  # Mon, Wed, Thu, Fri, Sun
     assert estimate(week, {}, costs)["days_of_unshown_weekdays"] == 0  # nothing to plan from
+
+
+def test_a_day_split_into_its_root_rounds_is_seen_as_its_roots_together(sqlite_url):
+    """A census split by its roots (facet counts, or a task of some categories) lists 0: the
+    day's documents are its root rounds' totals together, not the census's 0; a census that
+    walked its day is its total; an empty day is 0."""
+    import sqlalchemy as sa
+
+    from cnkispider.status.plan import task_days
+    from cnkispider.store.db import open_database
+    from cnkispider.store.schema import round_
+    from tasks.flow import TaskStore
+
+    engine = open_database(sqlite_url)
+    store = TaskStore(engine, day_census=True)
+    current, _ = store.register("seen", "patent", "2024-03-04", "2024-03-08", "builtin")
+    now = dt.datetime(2024, 3, 9)
+    rows = [
+        ("2024-03-04", "*", 0, "empty day"),
+        ("2024-03-05", "*", 0, "categories: census 307: split by group/result"),
+        ("2024-03-05", "G", 111, None),
+        ("2024-03-05", "H", 56, None),
+        ("2024-03-05", "D", 0, "empty part"),
+        ("2024-03-06", "*", 72, None),
+    ]
+    with engine.begin() as conn:
+        for day, code, total, note in rows:
+            conn.execute(
+                round_.insert().values(
+                    task_id=current.id,
+                    day=day,
+                    category=code,
+                    state="done",
+                    total=total,
+                    note=note,
+                    attempts=1,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+        assert conn.execute(sa.select(sa.func.count()).select_from(round_)).scalar() == 6
+    _row, days, seen = task_days(engine, "seen", today=dt.date(2024, 3, 9))
+    assert seen == {"2024-03-04": 0, "2024-03-05": 111 + 56, "2024-03-06": 72}
+    assert days == ["2024-03-07", "2024-03-08"]
+    engine.dispose()

@@ -258,7 +258,10 @@ def task_days(engine, name: str, today: dt.date | None = None) -> tuple[dict, li
             census[day] = int(total)
         else:
             roots[day] += int(total)
-    seen = {**roots, **census}  # the census's total when there is one: roots may overlap
+    # the census's total when it walked its day (roots may overlap); a census split into its
+    # root rounds lists 0 (the day is its roots'), an empty day's 0 has no root round
+    walked = {day: total for day, total in census.items() if total or day not in roots}
+    seen = {**roots, **walked}
     days = [
         d.isoformat()
         for d in (first + dt.timedelta(n) for n in range(max(0, (last - first).days + 1)))
