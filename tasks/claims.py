@@ -166,8 +166,8 @@ class ClaimRounds(TaskRows):
             if stuck is not None:
                 return stuck
         if self.day_census:
-            # a census round closed as `categories` (the task does not cover the tree): that
-            # day's root rounds are due before the cursor moves on
+            # a census round closed as `categories` (split by its facet counts, or the task
+            # does not cover the tree): that day's root rounds are due before the cursor moves on
             due = self._claim_missing(task_id, worker_id)
             if due is not None:
                 return due
@@ -302,8 +302,9 @@ class ClaimRounds(TaskRows):
             .group_by(round_.c.day)
             .order_by(round_.c.day)
         ).all()
-        # A day with a census round is covered by it, unless it closed as `categories` (the
-        # task does not cover the tree): then every root of the day is due.
+        # A day with a census round is covered by it, unless it closed as `categories` (split
+        # by its facet counts, or the task does not cover the tree): then every root of the
+        # day without a row is due (a root the facet counted 0 has one: done, `empty part`).
         census = {
             day: state == RoundState.DONE and (note or "").startswith(CATEGORIES_NOTE)
             for day, state, note in conn.execute(
