@@ -13,8 +13,9 @@ import sqlalchemy as sa
 from cnkispider.store.schema import error_code, ledger, round_
 from tasks.categories import covers, load_tree
 from tasks.flow import TaskStore
-from tests.fixtures.crawl_harness import compare
+from tests.fixtures.crawl_harness import compare, depth_fields
 from tests.fixtures.crawls import CAP, IPC, YEAR
+from tests.fixtures.gate import REJECTION_PAGE, RefusingGate
 
 # at scale 0.002 (surge rows 300): Sat 2 March has no patent, Fri 1 March 72, Tue 5 March 307
 EMPTY, WITHIN, OVER = "2024-03-02", "2024-03-01", "2024-03-05"
@@ -183,6 +184,40 @@ def test_a_day_over_the_cap_split_by_its_facet_counts_equals_the_truth(
     assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] == 0
     report = _status(setup)
     assert report["rounds"]["total"] == report["rounds"]["finished"] == 1 + 8
+
+
+@pytest.mark.slow  # a crawl in a worker subprocess
+@pytest.mark.parametrize(
+    "answer,reason",
+    [(REJECTION_PAGE, "rejected"), (b'<div class="resultlist"></div>', "")],
+    ids=["refused", "odd"],
+)
+def test_a_refused_or_odd_split_walks_the_day_as_before(census_crawl, cnki_site, answer, reason):
+    """The census's group/result refused (CNKI's rejection: it never halts the task) or
+    answered oddly (no facet in it): never read as zero rows; the whole tree's census splits
+    inside its round as with facets off, equal to the truth, and says so."""
+    gate = RefusingGate(cnki_site(**YEAR), answer)
+    try:
+        setup = census_crawl(OVER, site=gate, depth="list")  # detail links name the site itself
+        setup.run_ok(timeout=240)
+        truth = setup.truth()
+        assert compare(setup.stored(), truth, "patent", depth_fields("list", "patent")) == {
+            "missing": [],
+            "extra": [],
+            "differing": {},
+        }
+    finally:
+        gate.close()
+    assert gate.group_posts >= 1
+    rounds = _rounds(setup)
+    assert [(r.category, r.state, r.total, r.stored) for r in rounds] == [
+        ("*", "done", len(truth), len(truth))
+    ]
+    assert setup.query(sa.select(sa.func.count()).select_from(error_code))[0][0] == 0
+    log = setup.log()
+    assert "group/result refused or odd (" + reason in log, log[-3000:]
+    assert "the day is split by probing" in log, log[-3000:]
+    assert "'facets/fallback/" + reason in log, log[-3000:]
 
 
 @pytest.mark.slow  # a crawl in a worker subprocess

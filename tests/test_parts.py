@@ -23,7 +23,7 @@ from tasks.flow import TaskStore
 from tasks.parts import facet_codes
 from tasks.roundstate import CATEGORIES_NOTE
 from tests.fixtures.crawl_harness import compare, depth_fields
-from tests.fixtures.gate import REJECTION_PAGE, Gate
+from tests.fixtures.gate import REJECTION_PAGE, RefusingGate
 
 TODAY = cnki_today()
 
@@ -355,31 +355,6 @@ def test_a_look_walks_only_the_parts_that_grew_and_equals_the_truth(crawl_setup,
     without = _look(_setup(crawl_setup, site, cap, "off", "off"), site)
     assert without == {"group": 0, "first": off["first"]}, (cap, off)
     assert with_facets["first"] + with_facets["group"] < without["first"]
-
-
-class RefusingGate(Gate):
-    """The stand-in behind a gate whose group/result answers ``group_answer`` (CNKI's
-    rejection, or a fragment with no facet); every other request passes."""
-
-    def __init__(self, site, group_answer: bytes):
-        super().__init__(site)
-        self.group_answer = group_answer
-        self.group_posts = 0
-        gate = self
-        passing = self.server.RequestHandlerClass
-
-        class Handler(passing):
-            def do_POST(self):
-                if self.path.startswith("/kns8s/group/result"):
-                    self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                    with gate.lock:
-                        gate.group_posts += 1
-                    html = [("Content-Type", "text/html; charset=utf-8")]
-                    self._send(200, html, gate.group_answer)
-                    return
-                super().do_POST()
-
-        self.server.RequestHandlerClass = Handler
 
 
 @pytest.mark.slow  # two crawls in worker subprocesses
