@@ -119,6 +119,27 @@ class Parts(TaskRows):
             ).first()
         return row is not None
 
+    @retried("reading whether a day has parts")
+    def day_has_parts(self, round_id: int) -> bool:
+        """The census ``round_id``'s day has root rounds: it was split into its parts before
+        (by facet counts, or by its categories), so it is split so again, whatever this
+        worker's ``facet_counts`` (a whole tree's census split inside its round too would walk
+        the day twice: once in it, once in the parts its look re-opened)."""
+        census = round_.alias("census")
+        with self.engine.connect() as conn:
+            return (
+                conn.execute(
+                    sa.select(round_.c.id)
+                    .join(
+                        census,
+                        sa.and_(census.c.task_id == round_.c.task_id, census.c.day == round_.c.day),
+                    )
+                    .where(census.c.id == round_id, round_.c.category != DAY)
+                    .limit(1)
+                ).first()
+                is not None
+            )
+
     @retried("recounting a look's parts")
     def recount_parts(
         self,

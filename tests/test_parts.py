@@ -23,6 +23,7 @@ from tasks.flow import TaskStore
 from tasks.parts import facet_codes
 from tasks.roundstate import CATEGORIES_NOTE
 from tests.fixtures.crawl_harness import compare, depth_fields
+from tests.fixtures.crawls import IPC
 from tests.fixtures.gate import REJECTION_PAGE, RefusingGate
 
 TODAY = cnki_today()
@@ -261,27 +262,27 @@ FOLLOW = {"follow": "on", "look_back_days": 15, "follow_every": "0", "look_tiers
 PAGE = 10
 
 
-def _parts(site, as_of: dt.date) -> dict[str, Counter]:
+def _parts(site, as_of: dt.date, cats=CATS) -> dict[str, Counter]:
     """The truth as of ``as_of``: each day's documents by category (a patent's codes stay
     under one top-level class on the stand-in)."""
     site.control(as_of=as_of.isoformat())
-    rows = site.truth("patent", START.isoformat(), TODAY.isoformat(), CATS)
+    rows = site.truth("patent", START.isoformat(), TODAY.isoformat(), cats)
     per: dict[str, Counter] = {}
     for r in rows:
         per.setdefault(str(r["date"])[:10], Counter())[r["main_ipc"][0]] += 1
     return per
 
 
-def _plan(site) -> tuple[int, dict, dict]:
+def _plan(site, cats=CATS) -> tuple[int, dict, dict]:
     """The cap (pages of 10) that keeps every part within it as of today, and the parts as of
     the first crawl and as of the look."""
-    before, after = _parts(site, AS_OF), _parts(site, TODAY)
+    before, after = _parts(site, AS_OF, cats), _parts(site, TODAY, cats)
     biggest = max(n for day in after.values() for n in day.values())
     cap = PAGE * max(2, math.ceil(biggest / PAGE))
     return cap, before, after
 
 
-def _expected(cap: int, before: dict, after: dict, facets: bool) -> dict[str, int]:
+def _expected(cap: int, before: dict, after: dict, facets: bool, cats=CATS) -> dict[str, int]:
     """What the look sends, by the truth: a day split at the first crawl costs one group/result
     and a first page per part whose count changed (facets), or its census and every part (no
     facets); any other day its census, and its parts when it grew over the cap since."""
@@ -290,21 +291,21 @@ def _expected(cap: int, before: dict, after: dict, facets: bool) -> dict[str, in
     for day in days:
         was, now = before.get(day, Counter()), after.get(day, Counter())
         if sum(was.values()) > cap:
-            changed = sum(1 for c in CATS if was[c] != now[c])
-            unchanged += len(CATS) - changed
+            changed = sum(1 for c in cats if was[c] != now[c])
+            unchanged += len(cats) - changed
             if facets:
                 group, first = group + 1, first + changed
             else:
-                first += 1 + len(CATS)
+                first += 1 + len(cats)
         else:
-            first += 1 + (len(CATS) if sum(now.values()) > cap else 0)
+            first += 1 + (len(cats) if sum(now.values()) > cap else 0)
     return {"group": group, "first": first, "unchanged": unchanged}
 
 
-def _setup(crawl_setup, site, cap: int, facets: str, name: str):
+def _setup(crawl_setup, site, cap: int, facets: str, name: str, cats=CATS):
     setup = crawl_setup(
         "patent",
-        ",".join(CATS),
+        ",".join(cats),
         "sqlite",
         START.isoformat(),
         "",
@@ -318,16 +319,18 @@ def _setup(crawl_setup, site, cap: int, facets: str, name: str):
     return setup
 
 
-def _look(setup, site) -> dict:
-    """The first crawl as of AS_OF, then a look as of today: the look's requests by kind."""
+def _look(setup, site, cats=CATS, look_keys=None) -> dict:
+    """The first crawl as of AS_OF, then a look as of today (``look_keys``: [task] keys changed
+    for it): the look's requests by kind."""
     site.control(as_of=AS_OF.isoformat())
     setup.run_ok("run", "--until-idle", timeout=240)
+    setup.task_keys.update(look_keys or {})
     site.control(as_of=TODAY.isoformat(), reset_stats=True)
     setup.run_ok("run", "--until-idle", timeout=240)
     stats = site.stats()
     truth = {
         r["filename"]: r
-        for r in setup.site.truth("patent", START.isoformat(), TODAY.isoformat(), CATS)
+        for r in setup.site.truth("patent", START.isoformat(), TODAY.isoformat(), cats)
     }
     stored = setup.stored()
     assert compare(stored, list(truth.values()), "patent", depth_fields("list", "patent")) == {
@@ -355,6 +358,27 @@ def test_a_look_walks_only_the_parts_that_grew_and_equals_the_truth(crawl_setup,
     without = _look(_setup(crawl_setup, site, cap, "off", "off"), site)
     assert without == {"group": 0, "first": off["first"]}, (cap, off)
     assert with_facets["first"] + with_facets["group"] < without["first"]
+
+
+@pytest.mark.slow  # two crawls in worker subprocesses
+def test_a_day_split_by_facets_is_looked_at_as_its_parts_by_a_worker_without_them(
+    crawl_setup, cnki_site
+):
+    """A task of the whole tree crawled with facets (its days over the cap split into their
+    root rounds by the counts), then looked at by a worker whose config.ini turns facets off:
+    every part is walked from its first page and the census closes as split again, never walked
+    inside its round as well (the day once, not twice); equal to the truth."""
+    site = cnki_site(**SITE)
+    roots = IPC.split(",")
+    cap, before, after = _plan(site, roots)
+    off = _expected(cap, before, after, False, roots)
+    assert sum(1 for day in before.values() if sum(day.values()) > cap) >= 2, cap
+    setup = _setup(crawl_setup, site, cap, "on", "mixed", roots)
+    got = _look(setup, site, roots, look_keys={"facet_counts": "off"})
+    assert got == {"group": 0, "first": off["first"]}, (cap, off, got)
+    census = setup.query(sa.select(round_.c.total, round_.c.note).where(round_.c.category == DAY))
+    split = [c for c in census if (c.note or "").startswith(CATEGORIES_NOTE)]
+    assert len(split) >= 2 and {c.total for c in split} == {0}, census
 
 
 @pytest.mark.slow  # two crawls in worker subprocesses

@@ -294,11 +294,14 @@ class RoundSpider(
                 ):
                     # The census lists more than one search can walk: split by its facet
                     # counts into root rounds (daysplit.py), else the day's root rounds become
-                    # due (some categories), else the whole tree splits inside the round.
+                    # due (some categories, or a day split so before: its parts were
+                    # re-opened by the look), else the whole tree splits inside the round.
                     if self.split_by_facets():
                         yield self.split_request(search, page.total, meta)
                         return
-                    if search.any_of and not self.covers_tree():
+                    if (search.any_of and not self.covers_tree()) or await in_thread(
+                        self.context.tasks.day_has_parts, meta["round_id"]
+                    ):
                         await self.census_by_categories(meta["round_id"], page.total)
                         return
                 await in_thread(self.context.tasks.set_total, meta["round_id"], page.total)
