@@ -299,9 +299,7 @@ class RoundSpider(
                     if self.split_by_facets():
                         yield self.split_request(search, page.total, meta)
                         return
-                    if (search.any_of and not self.covers_tree()) or await in_thread(
-                        self.context.tasks.day_has_parts, meta["round_id"]
-                    ):
+                    if await self.split_by_roots(search, meta["round_id"]):
                         await self.census_by_categories(meta["round_id"], page.total)
                         return
                 await in_thread(self.context.tasks.set_total, meta["round_id"], page.total)

@@ -12,13 +12,14 @@ children, then by sort order). Later looks recount those parts with one request
 
 Bound to the census's seeding (written to its row before its page 1 leaves, carried by page 1
 and its group/result): the late answer of an earlier seeding, whose counts may be older, splits
-nothing (stat ``facets/late``). Trusted only when it can be checked: every root is a code the facet counts (tasks/parts.py
-``facet_codes``) and the roots' counts add up to the census at least (a document under two
-roots counts twice). Anything else (refused, odd, codes the facet does not count, counts short
-of the census) walks the day as before, still correct, and is said (INFO line, stat
-``facets/fallback/<reason>``): a task of some categories hands every root to its round, a task
-of the whole tree splits its census inside the round, whose roots' own totals are checked
-against the census (cnkispider/spiders/census.py).
+nothing (stat ``facets/late``). Trusted only when it can be checked: every root is a code the
+facet counts (tasks/parts.py ``facet_codes``) and the roots' counts add up to the census at
+least (a document under two roots counts twice). Anything else (refused, odd, codes the facet
+does not count, counts short of the census) walks the day as before, still correct, and is said
+(INFO line, stat ``facets/fallback/<reason>``): a task of some categories, or a day split into
+its root rounds before, hands every root to its round; a task of the whole tree splits its
+census inside the round, whose roots' own totals are checked against the census
+(cnkispider/spiders/census.py).
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ class DaySplitMixin:
         self.logger.debug("group/result of round %s: %s", meta["round_id"], detail)
         listed, search = meta[FACET_SPLIT], Search.from_dict(meta["search"])
         tasks = self.context.tasks
-        if search.any_of and not self.covers_tree():
+        if await self.split_by_roots(search, meta["round_id"]):
             await self.census_by_categories(meta["round_id"], listed)
             return
         await in_thread(tasks.set_total, meta["round_id"], listed)
@@ -126,9 +127,17 @@ class DaySplitMixin:
         async for out in self._split(search, listed, census):
             yield out
 
+    async def split_by_roots(self, search: Search, round_id: int) -> bool:
+        """Without facet counts, census ``round_id``'s day is split by its root rounds: the
+        task's categories are not the whole tree, or the day was split so before (a look
+        re-opened its parts: walked inside the census as well, the day would be walked twice)."""
+        if search.any_of and not self.covers_tree():
+            return True
+        return await in_thread(self.context.tasks.day_has_parts, round_id)
+
     async def census_by_categories(self, round_id: int, listed: int) -> None:
-        """The census over the task's categories (not the whole tree) lists more than one search
-        can walk: it closes as ``categories``, and the day's root rounds become due."""
+        """The census lists more than one search can walk and its day is split by its root
+        rounds (:meth:`split_by_roots`): it closes as ``categories``, the roots become due."""
         self.crawler.stats.inc_value("census/categories")
         tasks = self.context.tasks
         await in_thread(tasks.set_note, round_id, f"{CATEGORIES_NOTE}: census {listed}")
