@@ -295,14 +295,15 @@ def test_no_token_another_origin_or_another_host_no_desk(verified_crawl, web_of)
 def test_the_desks_browser_closes_when_nobody_is_at_it(verified_crawl, web_of):
     setup, _ = verified_crawl()
     web = web_of(setup, "--desk-idle", "3")
+    # before the request: the server's idle clock cannot start earlier, so this bound holds
+    # however long the answer and the browser's start take on a loaded machine (measured after
+    # them, the elapsed time fell short of 3 s in a clean-clone run)
+    asked = time.monotonic()
     status, body = web.call("POST", "/desk/open", {"X-CNKI-Token": web.token, "Origin": web.url})
     assert status == 200, body
     assert web.browsers(), "the desk started no browser"
-    opened = time.monotonic()
     wait_until(lambda: web.state()["state"] == "closed", 60, what="the idle desk closes")
-    assert (
-        time.monotonic() - opened >= 3 - 0.5
-    )  # not before its idle time (its clock: the server's)
+    assert time.monotonic() - asked >= 3 - 0.1  # not before its idle time
     assert "without anyone at the desk" in web.state()["says"]
     wait_until(lambda: not web.browsers(), 30, what="its browser gone")
 
